@@ -1,0 +1,64 @@
+# agentik — the two commands that matter: `make run` and `make test`.
+VENV     ?= .venv
+PYTHON   ?= python3
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.installed
+NODE_DIR := tests/node
+PROTO    := proto/agentik/engine/v1/engine.proto
+
+.PHONY: install run engine web test lint typecheck pytest proto proto-lint node-deps bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+## Start the product on embedded defaults (SQLite, offline model unless an LLM is configured).
+run: install
+	$(BIN)/agentik serve
+
+engine: install
+	$(BIN)/agentik engine
+
+web: install
+	$(BIN)/agentik web
+
+## Everything CI runs: lint, types, proto lint and drift, the whole test suite.
+test: install node-deps lint typecheck proto-lint pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+pytest: install
+	$(BIN)/pytest -q
+
+proto-lint: install
+	$(BIN)/buf lint
+
+node-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: node conformance tests will be skipped"; fi
+
+## Regenerate the gRPC stubs from the .proto (a test fails when they drift).
+proto: install
+	$(BIN)/python -m grpc_tools.protoc -Iengine_service/rpc=proto \
+		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
+		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
+		--python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
+		engine_service/rpc/agentik/engine/v1/engine.proto
+
+bench: install
+	$(BIN)/python -m bench.engine_bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(NODE_DIR)/node_modules

@@ -1,0 +1,53 @@
+"""Builds an ``Engine`` from ``Settings``: store, model and tools chosen by config."""
+
+from __future__ import annotations
+
+import logging
+
+from engine_service.config import Settings
+from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.turn import TurnLimits
+from engine_service.llm.base import ChatModel
+from engine_service.llm.offline import OfflineChatModel
+from engine_service.llm.openai_chat import OpenAIChatModel
+from engine_service.stores import open_store
+from engine_service.tools.builtin import builtin_tools
+from engine_service.tools.registry import ToolRegistry
+
+__all__ = ["build_engine", "build_model", "build_tools"]
+
+log = logging.getLogger(__name__)
+
+
+def build_model(settings: Settings) -> ChatModel:
+    """The OpenAI-compatible model when an endpoint or key is configured, else offline."""
+    if settings.openai_base_url or settings.openai_api_key:
+        return OpenAIChatModel(
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key or "not-needed",
+            model=settings.model,
+            timeout=settings.llm_timeout,
+            first_token_timeout=settings.llm_first_token_timeout,
+            max_retries=settings.llm_max_retries,
+        )
+    return OfflineChatModel()
+
+
+def build_tools(settings: Settings) -> ToolRegistry:
+    registry = ToolRegistry()
+    for tool in builtin_tools():
+        registry.register(tool)
+    return registry
+
+
+def build_engine(settings: Settings) -> Engine:
+    limits = EngineLimits(
+        turn=TurnLimits(
+            system_prompt=settings.system_prompt,
+            max_tool_rounds=settings.max_tool_rounds,
+            tool_timeout=settings.tool_timeout,
+        ),
+        max_concurrent_runs=settings.max_concurrent_runs,
+        event_retention=settings.event_retention,
+    )
+    return Engine(open_store(settings.store), build_model(settings), build_tools(settings), limits)

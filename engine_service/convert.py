@@ -1,0 +1,292 @@
+"""Conversions between the core's dataclasses and the gRPC contract's messages.
+
+Input conversions raise ``InvalidInput`` naming the field, so a malformed request is
+refused with INVALID_ARGUMENT before anything runs. ``event_to_pb`` is on the per-token
+path: it builds each message with keyword arguments in one call and no reflection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from engine_service.core import events as ev
+from engine_service.core.errors import InvalidInput
+from engine_service.core.models import (
+    JSON,
+    UNSET,
+    ClientTool,
+    ContentPart,
+    ContextItem,
+    ImagePart,
+    Message,
+    MessageStatus,
+    ReconcileMode,
+    Role,
+    RunInput,
+    Session,
+    TextPart,
+    ToolCall,
+)
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+
+__all__ = [
+    "event_to_pb",
+    "message_from_pb",
+    "message_to_pb",
+    "run_input_from_pb",
+    "session_to_pb",
+    "timestamp",
+]
+
+ROLE_TO_PB = {
+    Role.USER: pb.ROLE_USER,
+    Role.ASSISTANT: pb.ROLE_ASSISTANT,
+    Role.SYSTEM: pb.ROLE_SYSTEM,
+    Role.DEVELOPER: pb.ROLE_DEVELOPER,
+    Role.TOOL: pb.ROLE_TOOL,
+}
+ROLE_FROM_PB = {v: k for k, v in ROLE_TO_PB.items()}
+STATUS_TO_PB = {
+    MessageStatus.COMPLETE: pb.MESSAGE_STATUS_COMPLETE,
+    MessageStatus.INTERRUPTED: pb.MESSAGE_STATUS_INTERRUPTED,
+    MessageStatus.ERROR: pb.MESSAGE_STATUS_ERROR,
+}
+STATUS_FROM_PB = {v: k for k, v in STATUS_TO_PB.items()}
+STATUS_FROM_PB[pb.MESSAGE_STATUS_UNSPECIFIED] = MessageStatus.COMPLETE
+OUTCOME_TO_PB = {
+    ev.Outcome.SUCCESS: pb.OUTCOME_TYPE_SUCCESS,
+    ev.Outcome.INTERRUPT: pb.OUTCOME_TYPE_INTERRUPT,
+    ev.Outcome.CANCELLED: pb.OUTCOME_TYPE_CANCELLED,
+}
+
+
+def timestamp(value: datetime | float) -> timestamp_pb2.Timestamp:
+    seconds = value.timestamp() if isinstance(value, datetime) else value
+    whole = int(seconds)
+    return timestamp_pb2.Timestamp(seconds=whole, nanos=int((seconds - whole) * 1e9))
+
+
+def _value(value: JSON) -> struct_pb2.Value:
+    out = struct_pb2.Value()
+    try:
+        json_format.ParseDict(value, out)
+    except json_format.ParseError as exc:  # pragma: no cover - our values are JSON
+        raise ValueError(f"not a JSON value: {exc}") from exc
+    return out
+
+
+def _from_value(value: struct_pb2.Value) -> JSON:
+    return json_format.MessageToDict(value)
+
+
+# -- outbound -------------------------------------------------------------------------
+
+
+def part_to_pb(part: ContentPart) -> pb.ContentPart:
+    if isinstance(part, TextPart):
+        return pb.ContentPart(text=pb.TextPart(text=part.text))
+    if part.url:
+        return pb.ContentPart(image=pb.ImagePart(url=part.url, mime_type=part.mime_type))
+    return pb.ContentPart(image=pb.ImagePart(data=part.data, mime_type=part.mime_type))
+
+
+def message_to_pb(message: Message) -> pb.Message:
+    out = pb.Message(
+        id=message.id,
+        role=ROLE_TO_PB[message.role],
+        content=[part_to_pb(p) for p in message.content],
+        tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+        tool_call_id=message.tool_call_id,
+        status=STATUS_TO_PB[message.status],
+        run_id=message.run_id,
+        name=message.name,
+    )
+    if message.created_at is not None:
+        out.create_time.CopyFrom(timestamp(message.created_at))
+    return out
+
+
+def session_to_pb(session: Session) -> pb.Session:
+    out = pb.Session(
+        id=session.id,
+        title=session.title,
+        create_time=timestamp(session.created_at),
+        update_time=timestamp(session.updated_at),
+        message_count=session.message_count,
+        last_seq=session.last_seq,
+        active_run_id=session.active_run_id,
+    )
+    if session.state is not None:
+        out.state.CopyFrom(_value(session.state))
+    return out
+
+
+def _usage(usage: ev.Usage | None) -> pb.Usage | None:
+    if usage is None:
+        return None
+    return pb.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+    )
+
+
+def _run_finished(b: ev.RunFinished) -> dict[str, Any]:
+    finished = pb.RunFinished(
+        outcome=OUTCOME_TO_PB[b.outcome],
+        pending_tool_call_ids=b.pending_tool_call_ids,
+        usage=_usage(b.usage),
+    )
+    if b.result is not None:
+        finished.result.CopyFrom(_value(b.result))
+    return {"run_finished": finished}
+
+
+def _state_delta(b: ev.StateDelta) -> dict[str, Any]:
+    delta = struct_pb2.ListValue()
+    delta.extend(b.delta)
+    return {"state_delta": pb.StateDelta(delta=delta)}
+
+
+_BODY_TO_PB: dict[type, Callable[[Any], dict[str, Any]]] = {
+    ev.TextMessageContent: lambda b: {
+        "text_message_content": pb.TextMessageContent(message_id=b.message_id, delta=b.delta)
+    },
+    ev.ToolCallArgs: lambda b: {
+        "tool_call_args": pb.ToolCallArgs(tool_call_id=b.tool_call_id, delta=b.delta)
+    },
+    ev.ReasoningMessageContent: lambda b: {
+        "reasoning_message_content": pb.ReasoningMessageContent(
+            message_id=b.message_id, delta=b.delta
+        )
+    },
+    ev.RunStarted: lambda b: {"run_started": pb.RunStarted(parent_run_id=b.parent_run_id)},
+    ev.RunFinished: _run_finished,
+    ev.RunError: lambda b: {"run_error": pb.RunError(message=b.message, code=b.code)},
+    ev.StepStarted: lambda b: {"step_started": pb.StepStarted(step_name=b.step_name)},
+    ev.StepFinished: lambda b: {"step_finished": pb.StepFinished(step_name=b.step_name)},
+    ev.TextMessageStart: lambda b: {
+        "text_message_start": pb.TextMessageStart(
+            message_id=b.message_id, role=ROLE_TO_PB[Role(b.role)]
+        )
+    },
+    ev.TextMessageEnd: lambda b: {"text_message_end": pb.TextMessageEnd(message_id=b.message_id)},
+    ev.ToolCallStart: lambda b: {
+        "tool_call_start": pb.ToolCallStart(
+            tool_call_id=b.tool_call_id,
+            tool_call_name=b.tool_call_name,
+            parent_message_id=b.parent_message_id,
+        )
+    },
+    ev.ToolCallEnd: lambda b: {"tool_call_end": pb.ToolCallEnd(tool_call_id=b.tool_call_id)},
+    ev.ToolCallResult: lambda b: {
+        "tool_call_result": pb.ToolCallResult(
+            message_id=b.message_id,
+            tool_call_id=b.tool_call_id,
+            content=b.content,
+            is_error=b.is_error,
+            parts=[part_to_pb(p) for p in b.parts],
+        )
+    },
+    ev.ReasoningStart: lambda b: {"reasoning_start": pb.ReasoningStart(message_id=b.message_id)},
+    ev.ReasoningMessageStart: lambda b: {
+        "reasoning_message_start": pb.ReasoningMessageStart(message_id=b.message_id)
+    },
+    ev.ReasoningMessageEnd: lambda b: {
+        "reasoning_message_end": pb.ReasoningMessageEnd(message_id=b.message_id)
+    },
+    ev.ReasoningEnd: lambda b: {"reasoning_end": pb.ReasoningEnd(message_id=b.message_id)},
+    ev.StateSnapshot: lambda b: {"state_snapshot": pb.StateSnapshot(snapshot=_value(b.snapshot))},
+    ev.StateDelta: _state_delta,
+    ev.MessagesSnapshot: lambda b: {
+        "messages_snapshot": pb.MessagesSnapshot(messages=[message_to_pb(m) for m in b.messages])
+    },
+    ev.Custom: lambda b: {"custom": pb.Custom(name=b.name, value=_value(b.value))},
+    ev.Raw: lambda b: {"raw": pb.Raw(event=_value(b.event), source=b.source)},
+    ev.MessageStored: lambda b: {"message_stored": pb.MessageStored(message=message_to_pb(b.message))},
+}
+
+
+def event_to_pb(event: ev.Event) -> pb.Event:
+    seconds = int(event.time)
+    return pb.Event(
+        seq=event.seq,
+        time=timestamp_pb2.Timestamp(seconds=seconds, nanos=int((event.time - seconds) * 1e9)),
+        thread_id=event.thread_id,
+        run_id=event.run_id,
+        **_BODY_TO_PB[type(event.body)](event.body),
+    )
+
+
+# -- inbound --------------------------------------------------------------------------
+
+
+def part_from_pb(part: pb.ContentPart, where: str) -> ContentPart:
+    kind = part.WhichOneof("part")
+    if kind == "text":
+        return TextPart(part.text.text)
+    if kind == "image":
+        image = part.image
+        source = image.WhichOneof("source")
+        if source == "url":
+            if not image.url:
+                raise InvalidInput(f"{where}.image.url is empty")
+            return ImagePart(url=image.url, mime_type=image.mime_type)
+        if source == "data":
+            if not image.mime_type:
+                raise InvalidInput(f"{where}.image.mime_type is required with data")
+            return ImagePart(data=image.data, mime_type=image.mime_type)
+        raise InvalidInput(f"{where}.image needs a url or data")
+    raise InvalidInput(f"{where} is empty (set text or image)")
+
+
+def message_from_pb(message: pb.Message, where: str) -> Message:
+    role = ROLE_FROM_PB.get(message.role)
+    if role is None:
+        raise InvalidInput(f"{where}.role is required (user, assistant, system, developer, tool)")
+    status = STATUS_FROM_PB.get(message.status)
+    if status is None:
+        raise InvalidInput(f"{where}.status has an unknown value {message.status}")
+    return Message(
+        id=message.id,
+        role=role,
+        content=[part_from_pb(p, f"{where}.content[{i}]") for i, p in enumerate(message.content)],
+        tool_calls=[ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls],
+        tool_call_id=message.tool_call_id,
+        status=status,
+        name=message.name,
+    )
+
+
+def run_input_from_pb(request: pb.RunRequest) -> RunInput:
+    if request.reconcile == pb.RECONCILE_MODE_REPLACE:
+        reconcile = ReconcileMode.REPLACE
+    elif request.reconcile in (pb.RECONCILE_MODE_UNSPECIFIED, pb.RECONCILE_MODE_APPEND):
+        reconcile = ReconcileMode.APPEND
+    else:
+        raise InvalidInput(f"reconcile has an unknown value {request.reconcile}")
+    return RunInput(
+        thread_id=request.thread_id,
+        run_id=request.run_id,
+        messages=[message_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)],
+        tools=[
+            ClientTool(t.name, t.description, json_format.MessageToDict(t.parameters))
+            for t in request.tools
+        ],
+        context=[ContextItem(c.description, c.value) for c in request.context],
+        state=_from_value(request.state) if request.HasField("state") else UNSET,
+        forwarded_props=json_format.MessageToDict(request.forwarded_props),
+        reconcile=reconcile,
+        create_session=request.create_session,
+        cancel_on_disconnect=request.cancel_on_disconnect,
+        parent_run_id=request.parent_run_id,
+        messages_snapshot=request.messages_snapshot,
+    )
+
+
+def datetime_from_pb(value: timestamp_pb2.Timestamp) -> datetime:
+    return value.ToDatetime(tzinfo=UTC)

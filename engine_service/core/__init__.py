@@ -1,0 +1,1 @@
+"""The engine's core: sessions, the chat loop, events. No transport is imported here."""

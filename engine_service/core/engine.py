@@ -1,0 +1,312 @@
+"""``Engine``: the transport-free API the gRPC servicer (and tests) call.
+
+It validates requests, owns the running turns and the per-session hubs, and hands out
+event streams. Runs live here, not in any RPC: a caller that goes away leaves its run
+running, and anyone can pick up the rest with ``subscribe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from engine_service.core import events as ev
+from engine_service.core.errors import (
+    InvalidInput,
+    Overloaded,
+    SessionNotFound,
+    ShuttingDown,
+)
+from engine_service.core.history import MAX_ID_LENGTH, new_id, prepare_incoming, reconcile
+from engine_service.core.hub import SessionHub
+from engine_service.core.models import Message, ReconcileMode, RunInput, RunStatus, Session
+from engine_service.core.turn import Turn, TurnLimits
+from engine_service.llm.base import ChatModel
+from engine_service.stores.base import SessionStore
+from engine_service.tools.registry import ToolRegistry
+
+__all__ = ["Engine", "EngineLimits", "RunHandle"]
+
+log = logging.getLogger(__name__)
+
+MAX_TITLE_LENGTH = 500
+MAX_PAGE = 1000
+READ_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    turn: TurnLimits = TurnLimits()
+    max_concurrent_runs: int = 512
+    event_retention: float = 7 * 24 * 3600.0
+    """Seconds stored events are kept; 0 keeps them forever."""
+
+
+@dataclass(slots=True)
+class RunHandle:
+    """A run that has been accepted; ``events`` streams it from RUN_STARTED to its end."""
+
+    thread_id: str
+    run_id: str
+    after_seq: int
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _check_id(value: str, field: str) -> None:
+    if not value:
+        raise InvalidInput(f"{field} is required")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidInput(f"{field} is longer than {MAX_ID_LENGTH} characters")
+
+
+class Engine:
+    """Sessions, runs, interrupts and subscriptions over a store, a model and tools."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        model: ChatModel,
+        tools: ToolRegistry,
+        limits: EngineLimits = EngineLimits(),
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.tools = tools
+        self.limits = limits
+        self._turns: dict[str, Turn] = {}
+        self._hubs: dict[str, SessionHub] = {}
+        self._accepting = True
+        self._pruner: asyncio.Task[None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover runs a dead engine left behind and start event retention."""
+        for session_id, run_id in await self.store.recover_abandoned_runs(_now()):
+            session = await self.store.get_session(session_id)
+            end = ev.Event(
+                session.last_seq + 1,
+                _now().timestamp(),
+                session_id,
+                run_id,
+                ev.RunFinished(outcome=ev.Outcome.CANCELLED),
+            )
+            await self.store.append_events(session_id, [end])
+            log.warning("run %s of session %s was left running; stored as interrupted", run_id, session_id)
+        if self.limits.event_retention > 0:
+            self._pruner = asyncio.get_running_loop().create_task(self._prune_periodically())
+
+    async def shutdown(self, grace: float) -> None:
+        """Take no new runs, let runs finish within ``grace`` seconds, interrupt the rest."""
+        self._accepting = False
+        tasks = [t.task for t in self._turns.values() if t.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            if pending:
+                for turn in list(self._turns.values()):
+                    turn.interrupt()
+                await asyncio.wait(pending, timeout=5.0)
+        if self._pruner is not None:
+            self._pruner.cancel()
+        for hub in self._hubs.values():
+            hub.notify()
+        await self.model.aclose()
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    async def _prune_periodically(self) -> None:
+        period = min(max(self.limits.event_retention / 10, 1.0), 3600.0)
+        while True:
+            before = _now() - timedelta(seconds=self.limits.event_retention)
+            removed = await self.store.prune_events(before)
+            if removed:
+                log.info("event retention removed %d stored events", removed)
+            await asyncio.sleep(period)
+
+    # -- sessions -----------------------------------------------------------------
+
+    async def create_session(self, title: str = "", session_id: str = "") -> Session:
+        if len(title) > MAX_TITLE_LENGTH:
+            raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        if session_id:
+            _check_id(session_id, "session_id")
+        return await self.store.create_session(session_id or new_id(), title, _now())
+
+    async def get_session(self, session_id: str) -> Session:
+        _check_id(session_id, "session_id")
+        return await self.store.get_session(session_id)
+
+    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        if limit < 0 or limit > MAX_PAGE:
+            raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        return await self.store.list_sessions(offset, limit or 50)
+
+    async def rename_session(self, session_id: str, title: str) -> Session:
+        _check_id(session_id, "session_id")
+        if len(title) > MAX_TITLE_LENGTH:
+            raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        return await self.store.rename_session(session_id, title, _now())
+
+    async def delete_session(self, session_id: str) -> None:
+        _check_id(session_id, "session_id")
+        await self.store.delete_session(session_id)
+        hub = self._hubs.pop(session_id, None)
+        if hub is not None:
+            hub.notify()
+
+    async def list_messages(
+        self, session_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        _check_id(session_id, "session_id")
+        if limit < 0 or limit > MAX_PAGE:
+            raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        return await self.store.list_messages(session_id, after_id, limit or 100)
+
+    # -- runs ---------------------------------------------------------------------
+
+    async def start_run(self, run_input: RunInput) -> RunHandle:
+        """Accept a run and start it; raises before anything is streamed when it cannot run."""
+        _check_id(run_input.thread_id, "thread_id")
+        if run_input.run_id:
+            _check_id(run_input.run_id, "run_id")
+        else:
+            run_input.run_id = new_id()
+        if not self._accepting:
+            raise ShuttingDown()
+        if len(self._turns) >= self.limits.max_concurrent_runs:
+            raise Overloaded(
+                f"the engine is running its maximum of {self.limits.max_concurrent_runs} runs"
+            )
+        incoming = prepare_incoming(run_input.messages)
+        for index, tool in enumerate(run_input.tools):
+            if not tool.name:
+                raise InvalidInput(f"tools[{index}].name is required")
+            if self.tools.get(tool.name) is not None:
+                raise InvalidInput(f"tools[{index}].name {tool.name!r} collides with an engine tool")
+        session_id = run_input.thread_id
+        begun = await self.store.begin_run(
+            session_id, run_input.run_id, _now(), create=run_input.create_session
+        )
+        try:
+            history: list[Message] = []
+            if run_input.reconcile is ReconcileMode.APPEND:
+                history = await self.store.all_messages(session_id)
+                incoming = reconcile((m.id for m in history), incoming)
+        except BaseException:
+            await self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
+            raise
+        hub = self._hub(session_id, begun.session.last_seq)
+        if not hub.active_run_id and hub.last_seq != begun.session.last_seq:
+            hub.resync(begun.session.last_seq)
+        hub.active_run_id = run_input.run_id
+        turn = Turn(
+            store=self.store,
+            model=self.model,
+            tools=self.tools,
+            limits=self.limits.turn,
+            hub=hub,
+            run_input=run_input,
+            incoming=incoming,
+            history=history,
+            state=begun.session.state,
+            on_done=self._turn_done,
+        )
+        self._turns[session_id] = turn
+        turn.start()
+        return RunHandle(session_id, run_input.run_id, hub.last_seq)
+
+    def _turn_done(self, turn: Turn) -> None:
+        self._turns.pop(turn.session_id, None)
+        hub = turn.hub
+        hub.active_run_id = ""
+        if hub.flushed_seq == hub.last_seq:
+            hub.release()
+        hub.notify()
+        self._drop_hub_if_unused(hub)
+
+    async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
+        """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR."""
+        async for event in self.subscribe(handle.thread_id, handle.after_seq, until_idle=True):
+            if event.run_id != handle.run_id:
+                continue
+            yield event
+            if isinstance(event.body, ev.TERMINAL):
+                return
+
+    async def interrupt(self, thread_id: str, run_id: str = "") -> tuple[bool, str]:
+        """Stop the session's run in flight; (False, "") when it is idle."""
+        _check_id(thread_id, "thread_id")
+        turn = self._turns.get(thread_id)
+        if turn is None or (run_id and turn.run_id != run_id):
+            await self.store.get_session(thread_id)  # unknown session → SessionNotFound
+            return False, ""
+        turn.interrupt()
+        return True, turn.run_id
+
+    def active_run(self, thread_id: str) -> Turn | None:
+        return self._turns.get(thread_id)
+
+    # -- subscriptions ------------------------------------------------------------
+
+    def _hub(self, session_id: str, last_seq: int) -> SessionHub:
+        hub = self._hubs.get(session_id)
+        if hub is None:
+            hub = self._hubs[session_id] = SessionHub(session_id, last_seq)
+        return hub
+
+    def _drop_hub_if_unused(self, hub: SessionHub) -> None:
+        if not hub.followers and not hub.active_run_id and self._hubs.get(hub.session_id) is hub:
+            del self._hubs[hub.session_id]
+
+    async def subscribe(
+        self, thread_id: str, after_seq: int, *, until_idle: bool = False
+    ) -> AsyncIterator[ev.Event]:
+        """Stored events after ``after_seq``, then live ones: no gap, no duplicate.
+
+        With ``until_idle`` the stream ends once it has caught up and no run is active.
+        """
+        _check_id(thread_id, "thread_id")
+        if after_seq < 0:
+            raise InvalidInput("after_seq must not be negative")
+        session = await self.store.get_session(thread_id)
+        hub = self._hub(thread_id, session.last_seq)
+        hub.followers += 1
+        last = after_seq
+        try:
+            while True:
+                if self._hubs.get(thread_id) is not hub:
+                    return  # the session was deleted
+                if last + 1 < hub.first_seq:
+                    stored = await self.store.read_events(thread_id, last, READ_BATCH)
+                    stored = [e for e in stored if e.seq < hub.first_seq]
+                    if not stored:
+                        last = hub.first_seq - 1  # retention removed them
+                        continue
+                    for event in stored:
+                        yield event
+                    last = stored[-1].seq
+                    continue
+                live = hub.since(last)
+                if live:
+                    for event in live:
+                        yield event
+                    last = live[-1].seq
+                    continue
+                if until_idle and not hub.active_run_id:
+                    return
+                if not self._accepting and not hub.active_run_id:
+                    return
+                await hub.changed()
+        finally:
+            hub.followers -= 1
+            self._drop_hub_if_unused(hub)

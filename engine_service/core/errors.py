@@ -1,0 +1,91 @@
+"""The core's exception tree. Each boundary maps it through one table.
+
+::
+
+    AgentikError                 base; ``code`` is a stable snake_case name
+    ├── InvalidInput             the request is malformed (names the field)
+    ├── SessionNotFound          no such session
+    ├── AlreadyExists            an id the caller chose is taken
+    ├── SessionBusy              the session already has a run in flight
+    ├── Overloaded               the engine is at its concurrent-run limit
+    ├── ShuttingDown             the engine takes no new runs
+    ├── RunNotFound              no such run in the session
+    └── LLMError                 the LLM call failed (code says how)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentikError",
+    "AlreadyExists",
+    "InvalidInput",
+    "LLMError",
+    "Overloaded",
+    "RunNotFound",
+    "SessionBusy",
+    "SessionNotFound",
+    "ShuttingDown",
+]
+
+
+class AgentikError(Exception):
+    """Base of every error the core raises on purpose."""
+
+    code = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(AgentikError):
+    code = "invalid_argument"
+
+
+class SessionNotFound(AgentikError):
+    code = "not_found"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+        self.session_id = session_id
+
+
+class RunNotFound(AgentikError):
+    code = "not_found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} not found")
+        self.run_id = run_id
+
+
+class AlreadyExists(AgentikError):
+    code = "already_exists"
+
+
+class SessionBusy(AgentikError):
+    code = "busy"
+
+    def __init__(self, session_id: str, run_id: str) -> None:
+        super().__init__(f"session {session_id!r} is busy with run {run_id!r}; interrupt it or wait")
+        self.session_id = session_id
+        self.run_id = run_id
+
+
+class Overloaded(AgentikError):
+    code = "overloaded"
+
+
+class ShuttingDown(AgentikError):
+    code = "unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("the engine is shutting down and takes no new runs")
+
+
+class LLMError(AgentikError):
+    """An LLM failure. ``code`` is one of the RUN_ERROR codes the contract lists."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable

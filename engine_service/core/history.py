@@ -1,0 +1,103 @@
+"""Pure rules about history: validating and reconciling incoming messages, and
+turning the stored history into what the LLM is sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+
+from engine_service.core.errors import InvalidInput
+from engine_service.core.models import (
+    ContextItem,
+    Message,
+    MessageStatus,
+    Role,
+    TextPart,
+)
+
+__all__ = ["chat_messages", "new_id", "prepare_incoming", "reconcile"]
+
+MAX_ID_LENGTH = 200
+UNANSWERED = "error: no result was provided for this tool call"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def prepare_incoming(messages: Sequence[Message]) -> list[Message]:
+    """Check a run's incoming messages and give ids to those without one.
+
+    Raises ``InvalidInput`` naming the offending message for: duplicate ids, over-long
+    ids, a tool message without ``tool_call_id``, tool calls on a non-assistant message.
+    """
+    seen: set[str] = set()
+    out: list[Message] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not message.id:
+            message.id = new_id()
+        elif len(message.id) > MAX_ID_LENGTH:
+            raise InvalidInput(f"{where}.id is longer than {MAX_ID_LENGTH} characters")
+        if message.id in seen:
+            raise InvalidInput(f"{where}.id {message.id!r} appears twice in the request")
+        seen.add(message.id)
+        if message.role is Role.TOOL and not message.tool_call_id:
+            raise InvalidInput(f"{where}.tool_call_id is required for a tool message")
+        if message.tool_calls and message.role is not Role.ASSISTANT:
+            raise InvalidInput(f"{where}.tool_calls is only allowed on assistant messages")
+        for call_index, call in enumerate(message.tool_calls):
+            if not call.id or not call.name:
+                raise InvalidInput(f"{where}.tool_calls[{call_index}] needs an id and a name")
+        out.append(message)
+    return out
+
+
+def reconcile(stored_ids: Iterable[str], incoming: Sequence[Message]) -> list[Message]:
+    """Append mode: the server is the source of truth, so known ids are ignored."""
+    known = set(stored_ids)
+    return [m for m in incoming if m.id not in known]
+
+
+def chat_messages(
+    system_prompt: str, context: Sequence[ContextItem], history: Sequence[Message]
+) -> list[Message]:
+    """The LLM's view of the conversation.
+
+    The system prompt and the run's context come first. Every assistant tool call is
+    followed by its result; a call the client never answered gets an error result, so
+    the LLM API accepts the history. Tool messages that answer no call are dropped.
+    """
+    out: list[Message] = []
+    preamble = system_prompt
+    if context:
+        lines = "\n".join(f"- {item.description}: {item.value}" for item in context)
+        preamble = f"{preamble}\n\nContext:\n{lines}" if preamble else f"Context:\n{lines}"
+    if preamble:
+        out.append(Message(id="system", role=Role.SYSTEM, content=[TextPart(preamble)]))
+
+    results = {m.tool_call_id: m for m in history if m.role is Role.TOOL}
+    answered: set[str] = set()
+    for message in history:
+        if message.role is Role.TOOL:
+            continue  # placed right after the call it answers
+        if message.role is Role.ASSISTANT and message.status is MessageStatus.INTERRUPTED:
+            # An interrupted answer is kept as text; half-made tool calls are not.
+            if message.content:
+                out.append(Message(id=message.id, role=Role.ASSISTANT, content=message.content))
+            continue
+        out.append(message)
+        for call in message.tool_calls:
+            result = results.get(call.id)
+            if result is None or call.id in answered:
+                result = Message(
+                    id=f"{call.id}-unanswered",
+                    role=Role.TOOL,
+                    content=[TextPart(UNANSWERED)],
+                    tool_call_id=call.id,
+                    status=MessageStatus.ERROR,
+                )
+            answered.add(call.id)
+            out.append(result)
+    return out

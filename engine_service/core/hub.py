@@ -1,0 +1,93 @@
+"""A session's live events in memory: numbering, the active run's buffer, followers.
+
+The hub gives each event its ``seq`` and keeps every event of the active run until the
+run has ended and its events are stored. A follower that knows the last seq it saw can
+therefore always find what comes next: in the store (events before the buffer), in the
+buffer, or by waiting for the next publish. No queue per follower, no copy per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from engine_service.core.events import Event, EventBody
+
+__all__ = ["SessionHub"]
+
+
+class SessionHub:
+    """Live view of one session on this engine process."""
+
+    __slots__ = (
+        "_buffer",
+        "_first_seq",
+        "_next_seq",
+        "_waiter",
+        "active_run_id",
+        "flushed_seq",
+        "followers",
+        "session_id",
+    )
+
+    def __init__(self, session_id: str, last_seq: int) -> None:
+        self.session_id = session_id
+        self._buffer: list[Event] = []
+        self._first_seq = last_seq + 1
+        self._next_seq = last_seq + 1
+        self._waiter: asyncio.Future[None] | None = None
+        self.active_run_id = ""
+        self.flushed_seq = last_seq
+        self.followers = 0
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the oldest buffered event (or of the next event when none is buffered)."""
+        return self._first_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    def resync(self, last_seq: int) -> None:
+        """Follow the store's numbering (another replica may have run turns meanwhile)."""
+        if self._buffer:
+            raise RuntimeError("resync with buffered events")
+        self._first_seq = self._next_seq = last_seq + 1
+        self.flushed_seq = last_seq
+
+    def publish(self, run_id: str, body: EventBody) -> Event:
+        event = Event(self._next_seq, time.time(), self.session_id, run_id, body)
+        self._next_seq += 1
+        self._buffer.append(event)
+        self.notify()
+        return event
+
+    def since(self, after_seq: int) -> list[Event]:
+        """Buffered events with ``seq > after_seq`` (``after_seq`` must be >= first_seq - 1)."""
+        start = after_seq + 1 - self._first_seq
+        return self._buffer[start:] if start < len(self._buffer) else []
+
+    def unflushed(self) -> list[Event]:
+        return self.since(self.flushed_seq) if self.flushed_seq >= self._first_seq - 1 else []
+
+    def release(self) -> None:
+        """Drop the buffer once its events are stored and no run is active."""
+        if self.flushed_seq != self.last_seq:
+            raise RuntimeError("release before flush")
+        self._buffer = []
+        self._first_seq = self._next_seq
+
+    def notify(self) -> None:
+        """Wake every follower waiting in ``changed``."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def changed(self) -> asyncio.Future[None]:
+        """A future that completes at the next publish or state change."""
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+        return self._waiter

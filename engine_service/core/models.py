@@ -1,0 +1,172 @@
+"""The engine's domain types: sessions, messages, runs and run input.
+
+These are plain dataclasses with no transport in sight; the gRPC edge converts them
+to and from the protobuf contract (``engine_service.convert``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeAlias
+
+__all__ = [
+    "ClientTool",
+    "ContentPart",
+    "ContextItem",
+    "ImagePart",
+    "JSON",
+    "Message",
+    "MessageStatus",
+    "ReconcileMode",
+    "Role",
+    "RunInput",
+    "RunRecord",
+    "RunStatus",
+    "Session",
+    "TextPart",
+    "ToolCall",
+    "UNSET",
+    "Unset",
+    "message_text",
+]
+
+JSON: TypeAlias = Any
+"""A JSON value: None, bool, int, float, str, list or dict of JSON values."""
+
+
+class Unset(enum.Enum):
+    """Marks an optional field the caller did not send (distinct from JSON null)."""
+
+    UNSET = "unset"
+
+
+UNSET = Unset.UNSET
+
+
+class Role(enum.StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    DEVELOPER = "developer"
+    TOOL = "tool"
+
+
+class MessageStatus(enum.StrEnum):
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class ReconcileMode(enum.StrEnum):
+    APPEND = "append"
+    REPLACE = "replace"
+
+
+@dataclass(slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(slots=True)
+class ImagePart:
+    """An image by URL, or inline bytes with their MIME type."""
+
+    url: str = ""
+    data: bytes = b""
+    mime_type: str = ""
+
+
+ContentPart: TypeAlias = TextPart | ImagePart
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text, exactly as the LLM produced them."""
+
+
+@dataclass(slots=True)
+class Message:
+    id: str
+    role: Role
+    content: list[ContentPart] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str = ""
+    status: MessageStatus = MessageStatus.COMPLETE
+    created_at: datetime | None = None
+    run_id: str = ""
+    name: str = ""
+
+
+def message_text(message: Message) -> str:
+    """The text parts of a message joined together."""
+    return "".join(p.text for p in message.content if isinstance(p, TextPart))
+
+
+@dataclass(slots=True)
+class Session:
+    id: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    message_count: int = 0
+    state: JSON = None
+    last_seq: int = 0
+    active_run_id: str = ""
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One turn as stored: a run is an A2A task too, so it outlives its stream."""
+
+    id: str
+    session_id: str
+    status: RunStatus
+    started_at: datetime
+    finished_at: datetime | None = None
+    error_code: str = ""
+    error_message: str = ""
+
+
+@dataclass(slots=True)
+class ClientTool:
+    """A tool the client offers for one run (AG-UI frontend tool)."""
+
+    name: str
+    description: str
+    parameters: dict[str, JSON]
+
+
+@dataclass(slots=True)
+class ContextItem:
+    description: str
+    value: str
+
+
+@dataclass(slots=True)
+class RunInput:
+    """One turn as asked for; mirrors AG-UI's RunAgentInput."""
+
+    thread_id: str
+    run_id: str = ""
+    messages: list[Message] = field(default_factory=list)
+    tools: list[ClientTool] = field(default_factory=list)
+    context: list[ContextItem] = field(default_factory=list)
+    state: JSON | Unset = UNSET
+    forwarded_props: dict[str, JSON] = field(default_factory=dict)
+    reconcile: ReconcileMode = ReconcileMode.APPEND
+    create_session: bool = False
+    cancel_on_disconnect: bool = False
+    parent_run_id: str = ""
+    messages_snapshot: bool = False

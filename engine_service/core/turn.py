@@ -1,0 +1,413 @@
+"""One run (turn): the chat loop that turns LLM deltas and tool calls into events.
+
+A ``Turn`` is owned by the engine, not by any RPC: it runs as its own task until it
+finishes, fails or is interrupted, and publishes every event into the session's hub.
+
+Order of a run: RUN_STARTED; MESSAGE_STORED for the new client messages; for each LLM
+round the reasoning/text/tool-call events, MESSAGE_STORED for the assistant message, then
+TOOL_CALL_RESULT + MESSAGE_STORED per engine tool; finally RUN_FINISHED or RUN_ERROR.
+Everything opened is closed before the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from engine_service.core import events as ev
+from engine_service.core.errors import LLMError
+from engine_service.core.history import chat_messages, new_id
+from engine_service.core.hub import SessionHub
+from engine_service.core.models import (
+    JSON,
+    UNSET,
+    Message,
+    MessageStatus,
+    ReconcileMode,
+    Role,
+    RunInput,
+    RunStatus,
+    TextPart,
+    ToolCall,
+)
+from engine_service.llm.base import (
+    ChatModel,
+    ChatRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageDelta,
+)
+from engine_service.stores.base import SessionStore
+from engine_service.tools.base import ToolContext, ToolError, ToolResult
+from engine_service.tools.registry import ToolRegistry
+
+__all__ = ["Turn", "TurnLimits"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLimits:
+    system_prompt: str = ""
+    max_tool_rounds: int = 8
+    tool_timeout: float = 30.0
+    flush_interval: float = 0.05
+
+
+@dataclass(slots=True)
+class _OpenCall:
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Turn:
+    """The run loop of one turn. ``task`` is the asyncio task running ``main``."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        model: ChatModel,
+        tools: ToolRegistry,
+        limits: TurnLimits,
+        hub: SessionHub,
+        run_input: RunInput,
+        incoming: list[Message],
+        history: list[Message],
+        state: JSON,
+        on_done: Callable[[Turn], None],
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.tools = tools
+        self.limits = limits
+        self.hub = hub
+        self.input = run_input
+        self.session_id = run_input.thread_id
+        self.run_id = run_input.run_id
+        self.incoming = incoming
+        self.state = state
+        self._on_done = on_done
+        self.status = RunStatus.RUNNING
+        self.task: asyncio.Task[None] | None = None
+        self._work: asyncio.Task[ev.RunFinished] | None = None
+        self._interrupt_requested = False
+        self._history = history
+        self._usage = ev.Usage()
+        self._flushing: asyncio.Lock = asyncio.Lock()
+        # What is open right now, so an interrupt can close it and keep the partial answer.
+        self._message_id = ""
+        self._text_open = False
+        self._text: list[str] = []
+        self._reasoning_id = ""
+        self._calls: dict[int, _OpenCall] = {}
+        self._pending_results: dict[str, ToolCall] = {}
+
+    # -- control ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.main(), name=f"run {self.run_id}")
+
+    def interrupt(self) -> None:
+        """Stop the work in flight; ``main`` closes the run as cancelled."""
+        self._interrupt_requested = True
+        if self._work is not None:
+            self._work.cancel()
+
+    def emit(self, body: ev.EventBody) -> ev.Event:
+        return self.hub.publish(self.run_id, body)
+
+    async def flush(self) -> None:
+        """Store the events published so far (write-behind; also called at the end)."""
+        async with self._flushing:
+            pending = self.hub.unflushed()
+            if pending:
+                await self.store.append_events(self.session_id, pending)
+                self.hub.flushed_seq = pending[-1].seq
+
+    # -- the run ------------------------------------------------------------------
+
+    async def main(self) -> None:
+        flusher = asyncio.get_running_loop().create_task(self._flush_periodically())
+        final: ev.RunFinished | ev.RunError
+        try:
+            self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
+            if not self._interrupt_requested:
+                self._work = asyncio.get_running_loop().create_task(self._turn())
+                final = await self._work
+                self.status = RunStatus.SUCCEEDED
+            else:
+                raise asyncio.CancelledError
+        except asyncio.CancelledError:
+            if not self._interrupt_requested:
+                raise
+            await self._close_open(interrupted=True)
+            final = ev.RunFinished(outcome=ev.Outcome.CANCELLED, usage=self._usage_or_none())
+            self.status = RunStatus.INTERRUPTED
+        except LLMError as exc:
+            await self._close_open(interrupted=False)
+            final = ev.RunError(message=exc.message, code=exc.code)
+            self.status = RunStatus.FAILED
+        except Exception as exc:
+            log.exception("run %s failed", self.run_id)
+            await self._close_open(interrupted=False)
+            final = ev.RunError(message=f"internal error: {type(exc).__name__}", code="internal")
+            self.status = RunStatus.FAILED
+        finally:
+            flusher.cancel()
+        if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
+            self.emit(ev.MessagesSnapshot(messages=list(self._history)))
+        self.emit(final)
+        try:
+            await self.flush()
+            error = final if isinstance(final, ev.RunError) else None
+            await self.store.finish_run(
+                self.session_id,
+                self.run_id,
+                self.status,
+                _now(),
+                error.code if error else "",
+                error.message if error else "",
+            )
+        finally:
+            self._on_done(self)
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.limits.flush_interval)
+            await self.flush()
+
+    async def _turn(self) -> ev.RunFinished:
+        await self._take_input()
+        client_tools = {t.name: t for t in self.input.tools}
+        specs = self.tools.specs() + [
+            ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools
+        ]
+        rounds = 0
+        while True:
+            offer = specs if rounds < self.limits.max_tool_rounds else []
+            request = ChatRequest(
+                messages=chat_messages(self.limits.system_prompt, self.input.context, self._history),
+                tools=offer,
+            )
+            assistant = await self._stream_round(request)
+            if assistant.content or assistant.tool_calls:
+                await self._store(assistant)
+            if not assistant.tool_calls or not offer:
+                return ev.RunFinished(usage=self._usage_or_none())
+            pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
+            await self._run_tools([c for c in assistant.tool_calls if c.name not in client_tools])
+            if pending:
+                return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
+            rounds += 1
+
+    async def _take_input(self) -> None:
+        if self.input.state is not UNSET:
+            self.state = self.input.state
+            await self.store.set_state(self.session_id, self.state)
+        now = _now()
+        for message in self.incoming:
+            message.created_at = now
+            message.run_id = self.run_id
+        if self.input.reconcile is ReconcileMode.REPLACE:
+            await self.store.replace_messages(self.session_id, self.incoming)
+            self._history = list(self.incoming)
+        else:
+            if self.incoming:
+                await self.store.append_messages(self.session_id, self.incoming)
+            self._history.extend(self.incoming)
+        for message in self.incoming:
+            self.emit(ev.MessageStored(message))
+
+    async def _store(self, message: Message) -> None:
+        message.created_at = _now()
+        message.run_id = self.run_id
+        await self.store.append_messages(self.session_id, [message])
+        self._history.append(message)
+        self.emit(ev.MessageStored(message))
+
+    # -- one LLM round ------------------------------------------------------------
+
+    async def _stream_round(self, request: ChatRequest) -> Message:
+        self._message_id = new_id()
+        self._text = []
+        self._calls = {}
+        message_id = self._message_id
+        emit = self.emit
+        async for delta in self.model.stream(request):
+            kind = type(delta)
+            if kind is TextDelta:
+                text = delta.text  # type: ignore[union-attr]
+                if not text:
+                    continue
+                if self._reasoning_id:
+                    self._end_reasoning()
+                if not self._text_open:
+                    emit(ev.TextMessageStart(message_id))
+                    self._text_open = True
+                self._text.append(text)
+                emit(ev.TextMessageContent(message_id, text))
+            elif kind is ToolCallDelta:
+                self._tool_call_delta(delta)  # type: ignore[arg-type]
+            elif kind is ReasoningDelta:
+                self._reasoning_delta(delta.text)  # type: ignore[union-attr]
+            elif kind is UsageDelta:
+                self._usage.input_tokens += delta.input_tokens  # type: ignore[union-attr]
+                self._usage.output_tokens += delta.output_tokens  # type: ignore[union-attr]
+                self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens
+        self._end_reasoning()
+        self._end_text()
+        calls = []
+        for call in self._calls.values():  # in the order the calls began
+            if not call.started:
+                continue
+            emit(ev.ToolCallEnd(call.id))
+            calls.append(ToolCall(call.id, call.name, "".join(call.arguments)))
+        self._calls = {}
+        content = [TextPart("".join(self._text))] if self._text else []
+        self._text = []
+        return Message(id=message_id, role=Role.ASSISTANT, content=list(content), tool_calls=calls)
+
+    def _tool_call_delta(self, delta: ToolCallDelta) -> None:
+        call = self._calls.get(delta.index)
+        if call is None:
+            call = self._calls[delta.index] = _OpenCall(id=delta.id or new_id(), name=delta.name)
+        elif delta.name and not call.name:
+            call.name = delta.name
+        if not call.started and call.name:
+            self._end_text()
+            self.emit(ev.ToolCallStart(call.id, call.name, self._message_id))
+            call.started = True
+            if call.arguments:
+                self.emit(ev.ToolCallArgs(call.id, "".join(call.arguments)))
+        if delta.arguments:
+            call.arguments.append(delta.arguments)
+            if call.started:
+                self.emit(ev.ToolCallArgs(call.id, delta.arguments))
+
+    def _reasoning_delta(self, text: str) -> None:
+        if not text:
+            return
+        if not self._reasoning_id:
+            self._end_text()
+            self._reasoning_id = new_id()
+            self.emit(ev.ReasoningStart(self._reasoning_id))
+            self.emit(ev.ReasoningMessageStart(self._reasoning_id))
+        self.emit(ev.ReasoningMessageContent(self._reasoning_id, text))
+
+    def _end_reasoning(self) -> None:
+        if self._reasoning_id:
+            self.emit(ev.ReasoningMessageEnd(self._reasoning_id))
+            self.emit(ev.ReasoningEnd(self._reasoning_id))
+            self._reasoning_id = ""
+
+    def _end_text(self) -> None:
+        if self._text_open:
+            self.emit(ev.TextMessageEnd(self._message_id))
+            self._text_open = False
+
+    # -- tools --------------------------------------------------------------------
+
+    async def _run_tools(self, calls: Sequence[ToolCall]) -> None:
+        """Run the engine's tools concurrently; each result is published as it lands."""
+        self._pending_results = {c.id: c for c in calls}
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(self._run_tool(call))
+
+    async def _run_tool(self, call: ToolCall) -> None:
+        result = await self._call_tool(call)
+        await self._store_result(call, result)
+
+    async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
+        self._pending_results.pop(call.id, None)
+        message = Message(
+            id=new_id(),
+            role=Role.TOOL,
+            content=[TextPart(result.content), *result.parts],
+            tool_call_id=call.id,
+            status=MessageStatus.ERROR if result.is_error else MessageStatus.COMPLETE,
+        )
+        self.emit(
+            ev.ToolCallResult(message.id, call.id, result.content, result.is_error, result.parts)
+        )
+        await self._store(message)
+
+    async def _call_tool(self, call: ToolCall) -> ToolResult:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolResult(f"error: unknown tool {call.name!r}", is_error=True)
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult(f"error: arguments are not valid JSON ({exc})", is_error=True)
+        if not isinstance(arguments, dict):
+            return ToolResult("error: arguments must be a JSON object", is_error=True)
+        context = ToolContext(
+            session_id=self.session_id,
+            run_id=self.run_id,
+            tool_call_id=call.id,
+            emit=self.emit,
+            get_state=lambda: self.state,
+            set_state=self._set_state,
+        )
+        try:
+            async with asyncio.timeout(self.limits.tool_timeout):
+                return await tool.call(arguments, context)
+        except ToolError as exc:
+            return ToolResult(f"error: {exc}", is_error=True)
+        except TimeoutError:
+            return ToolResult(
+                f"error: tool {call.name!r} timed out after {self.limits.tool_timeout:g} s",
+                is_error=True,
+            )
+        except Exception as exc:
+            log.warning("tool %s raised", call.name, exc_info=True)
+            return ToolResult(f"error: tool {call.name!r} failed: {exc}", is_error=True)
+
+    def _set_state(self, state: JSON) -> None:
+        self.state = state
+        # Stored right away: the next run must see it even if this one is interrupted.
+        task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, state))
+        task.add_done_callback(lambda t: t.exception())
+
+    # -- ending -------------------------------------------------------------------
+
+    async def _close_open(self, *, interrupted: bool) -> None:
+        """Close what is open; on interrupt keep the partial answer, marked interrupted."""
+        self._end_reasoning()
+        self._end_text()
+        for call in self._calls.values():
+            if call.started:
+                self.emit(ev.ToolCallEnd(call.id))
+        self._calls = {}
+        if not interrupted:
+            return  # a failed round leaves no half-written message behind
+        if self._text:
+            partial = Message(
+                id=self._message_id,
+                role=Role.ASSISTANT,
+                content=[TextPart("".join(self._text))],
+                status=MessageStatus.INTERRUPTED,
+            )
+            self._text = []
+            await self._store(partial)
+        for call in list(self._pending_results.values()):
+            await self._store_result(
+                call, ToolResult("error: interrupted before the tool finished", is_error=True)
+            )
+
+    def _usage_or_none(self) -> ev.Usage | None:
+        return self._usage if self._usage.total_tokens else None

@@ -1,0 +1,96 @@
+"""The ``ChatModel`` interface: one streamed chat completion with tools.
+
+A model streams small deltas; the run loop turns them into AG-UI events, assembles
+tool calls by index and decides what to store.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from engine_service.core.models import JSON, Message
+
+__all__ = [
+    "ChatDelta",
+    "ChatModel",
+    "ChatRequest",
+    "FinishDelta",
+    "ReasoningDelta",
+    "TextDelta",
+    "ToolCallDelta",
+    "ToolSpec",
+    "UsageDelta",
+]
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    """A tool as the LLM sees it."""
+
+    name: str
+    description: str
+    parameters: dict[str, JSON]
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """The conversation so far (system prompt first) and the tools on offer."""
+
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A fragment of tool call ``index``: the first carries id and name."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class UsageDelta:
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(slots=True)
+class FinishDelta:
+    reason: str
+
+
+ChatDelta: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta | UsageDelta | FinishDelta
+
+
+class ChatModel(abc.ABC):
+    """An LLM behind a chat-completions style API."""
+
+    name: str
+    """What the engine reports at start-up, e.g. ``openai:gpt-4o-mini`` or ``offline``."""
+
+    @abc.abstractmethod
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        """Stream one completion.
+
+        Raises ``LLMError`` (with a contract code) for every failure; never yields a
+        partial result and then retries. Cancelling the consuming task must stop the
+        underlying request at once.
+        """
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

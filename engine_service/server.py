@@ -1,0 +1,94 @@
+"""The engine's gRPC server: AgentEngine, health and reflection on one ``grpc.aio`` server.
+
+Shutdown (SIGTERM/SIGINT, or ``stop``): health turns NOT_SERVING, new runs are refused
+with UNAVAILABLE, runs in flight get ``shutdown_grace`` seconds to finish, the rest are
+interrupted and stored as interrupted, then the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from engine_service.config import Settings
+from engine_service.core.engine import Engine
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from engine_service.servicer import AgentEngineServicer
+
+__all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentEngine"].full_name
+
+
+class EngineServer:
+    """A started engine behind a gRPC port."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.health = HealthServicer()
+        self.port = 0
+        limit = settings.max_message_bytes
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_AgentEngineServicer_to_server(AgentEngineServicer(engine), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME),
+            self.server,
+        )
+
+    async def start(self) -> int:
+        """Bind, recover abandoned runs, serve; returns the bound port."""
+        self.port = self.server.add_insecure_port(self.settings.grpc_addr)
+        if not self.port:
+            raise OSError(f"cannot bind the engine to {self.settings.grpc_addr}")
+        await self.engine.start()
+        await self.server.start()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def stop(self) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.engine.shutdown(self.settings.shutdown_grace)
+        await self.server.stop(grace=1.0)
+        await self.engine.store.close()
+
+
+async def run_engine(settings: Settings, engine: Engine) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
+    server = EngineServer(engine, settings)
+    port = await server.start()
+    host = settings.grpc_addr.rsplit(":", 1)[0]
+    log.info("agentik engine listening on %s:%d (store %s)", host, port, settings.store)
+    if engine.model.name == "offline":
+        log.warning(
+            "using the built-in OFFLINE model: answers are canned echoes. "
+            "Set OPENAI_BASE_URL and/or OPENAI_API_KEY to use a real LLM."
+        )
+    else:
+        log.info("LLM: %s", engine.model.name)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    log.info("shutting down: waiting up to %gs for runs in flight", settings.shutdown_grace)
+    await server.stop()
+    log.info("engine stopped")

@@ -1,0 +1,134 @@
+"""The gRPC servicer: convert → call the engine → convert, errors through one table."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from engine_service.convert import (
+    event_to_pb,
+    message_to_pb,
+    run_input_from_pb,
+    session_to_pb,
+)
+from engine_service.core.engine import Engine
+from engine_service.core.errors import AgentikError
+from engine_service.errors import status_for
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+
+__all__ = ["AgentEngineServicer"]
+
+T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+async def _mapped(context: Context, call: Callable[[], Awaitable[T]]) -> T:
+    """Run ``call``; a core error aborts the RPC with the status the table gives."""
+    try:
+        return await call()
+    except AgentikError as exc:
+        await context.abort(status_for(exc), exc.message)
+        raise  # unreachable: abort raises
+
+
+class AgentEngineServicer(pb_grpc.AgentEngineServicer):
+    """``agentik.engine.v1.AgentEngine`` over an ``Engine``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def Run(self, request: pb.RunRequest, context: Context) -> None:
+        run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
+        handle = await _mapped(context, lambda: self.engine.start_run(run_input))
+        write = context.write
+        try:
+            async for event in self.engine.run_events(handle):
+                await write(event_to_pb(event))
+        except asyncio.CancelledError:
+            # The caller went away. The run is the engine's and goes on, unless asked.
+            if run_input.cancel_on_disconnect:
+                await self.engine.interrupt(handle.thread_id, handle.run_id)
+            raise
+
+    async def Interrupt(
+        self, request: pb.InterruptRequest, context: Context
+    ) -> pb.InterruptResponse:
+        interrupted, run_id = await _mapped(
+            context, lambda: self.engine.interrupt(request.thread_id, request.run_id)
+        )
+        return pb.InterruptResponse(interrupted=interrupted, run_id=run_id)
+
+    async def Subscribe(self, request: pb.SubscribeRequest, context: Context) -> None:
+        events = self.engine.subscribe(
+            request.thread_id, request.after_seq, until_idle=request.until_idle
+        )
+        first = await _mapped(context, lambda: _first(events))
+        if first is None:
+            return
+        write = context.write
+        await write(event_to_pb(first))
+        async for event in events:
+            await write(event_to_pb(event))
+
+    async def CreateSession(
+        self, request: pb.CreateSessionRequest, context: Context
+    ) -> pb.Session:
+        session = await _mapped(
+            context, lambda: self.engine.create_session(request.title, request.session_id)
+        )
+        return session_to_pb(session)
+
+    async def GetSession(self, request: pb.GetSessionRequest, context: Context) -> pb.Session:
+        session = await _mapped(context, lambda: self.engine.get_session(request.session_id))
+        return session_to_pb(session)
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Context
+    ) -> pb.ListSessionsResponse:
+        sessions, total = await _mapped(
+            context, lambda: self.engine.list_sessions(request.offset, request.limit)
+        )
+        return pb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], total=total)
+
+    async def RenameSession(
+        self, request: pb.RenameSessionRequest, context: Context
+    ) -> pb.Session:
+        session = await _mapped(
+            context, lambda: self.engine.rename_session(request.session_id, request.title)
+        )
+        return session_to_pb(session)
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: Context
+    ) -> pb.DeleteSessionResponse:
+        await _mapped(context, lambda: self.engine.delete_session(request.session_id))
+        return pb.DeleteSessionResponse()
+
+    async def ListMessages(
+        self, request: pb.ListMessagesRequest, context: Context
+    ) -> pb.ListMessagesResponse:
+        messages, has_more = await _mapped(
+            context,
+            lambda: self.engine.list_messages(
+                request.session_id, request.after_message_id, request.limit
+            ),
+        )
+        return pb.ListMessagesResponse(
+            messages=[message_to_pb(m) for m in messages], has_more=has_more
+        )
+
+
+async def _sync(function: Callable[[Any], T], argument: Any) -> T:
+    return function(argument)
+
+
+async def _first(events: Any) -> Any:
+    """The first item of an async iterator, or None; errors surface before streaming."""
+    try:
+        return await events.__anext__()
+    except StopAsyncIteration:
+        return None

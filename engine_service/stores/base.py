@@ -1,0 +1,133 @@
+"""The ``SessionStore`` interface: durable sessions, messages, runs and the event log.
+
+The rule "one active run per session" lives here (``begin_run``), not in process
+memory, so that several engine replicas can share one database.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from engine_service.core.events import Event
+from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+
+__all__ = ["RunBegun", "SessionStore"]
+
+
+@dataclass(slots=True)
+class RunBegun:
+    """What ``begin_run`` hands back: the session as it was when the run took it."""
+
+    session: Session
+    created: bool
+    """True when the session was created by this call."""
+
+
+class SessionStore(abc.ABC):
+    """Where sessions live. Every method raises ``SessionNotFound`` for an unknown id.
+
+    Times are timezone-aware UTC datetimes. Implementations must be safe to call from
+    one asyncio loop with many runs interleaved.
+    """
+
+    @abc.abstractmethod
+    async def create_session(self, session_id: str, title: str, now: datetime) -> Session:
+        """Create a session; ``AlreadyExists`` when the id is taken."""
+
+    @abc.abstractmethod
+    async def get_session(self, session_id: str) -> Session:
+        """One session with its message count, last seq and active run."""
+
+    @abc.abstractmethod
+    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+        """A page of sessions, most recently updated first, and the total count."""
+
+    @abc.abstractmethod
+    async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
+        """Set the title; returns the updated session."""
+
+    @abc.abstractmethod
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session and all it holds; ``SessionBusy`` while a run is active."""
+
+    @abc.abstractmethod
+    async def list_messages(
+        self, session_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        """Messages after ``after_id`` (all when empty), oldest first, and whether more follow.
+
+        ``InvalidInput`` when ``after_id`` is not a message of the session.
+        """
+
+    @abc.abstractmethod
+    async def all_messages(self, session_id: str) -> list[Message]:
+        """The whole history, oldest first."""
+
+    @abc.abstractmethod
+    async def begin_run(
+        self, session_id: str, run_id: str, now: datetime, *, create: bool
+    ) -> RunBegun:
+        """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
+
+        Raises ``SessionBusy`` when another run is active, ``SessionNotFound`` when the
+        session does not exist and ``create`` is false (with ``create`` it is made),
+        ``AlreadyExists`` when the run id was used before in this session.
+        """
+
+    @abc.abstractmethod
+    async def finish_run(
+        self,
+        session_id: str,
+        run_id: str,
+        status: RunStatus,
+        now: datetime,
+        error_code: str = "",
+        error_message: str = "",
+    ) -> None:
+        """Record how the run ended and clear the session's active run."""
+
+    @abc.abstractmethod
+    async def get_run(self, session_id: str, run_id: str) -> RunRecord:
+        """One run; ``RunNotFound`` when the session has no such run."""
+
+    @abc.abstractmethod
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        """The session's runs, oldest first."""
+
+    @abc.abstractmethod
+    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Append messages at the end of the history (ids must be new to the session)."""
+
+    @abc.abstractmethod
+    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Make ``messages`` the whole history."""
+
+    @abc.abstractmethod
+    async def set_state(self, session_id: str, state: JSON) -> None:
+        """Replace the session's shared state."""
+
+    @abc.abstractmethod
+    async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+        """Store events (contiguous, ascending seq) and advance the session's ``last_seq``."""
+
+    @abc.abstractmethod
+    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
+        """Stored events with ``seq > after_seq``, ascending, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def prune_events(self, before: datetime) -> int:
+        """Delete events older than ``before`` (retention); returns how many went."""
+
+    @abc.abstractmethod
+    async def recover_abandoned_runs(self, now: datetime) -> list[tuple[str, str]]:
+        """Mark runs left RUNNING by a dead engine as INTERRUPTED; returns (session, run) pairs.
+
+        Called at start-up by a single-replica engine.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections."""

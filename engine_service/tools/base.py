@@ -1,0 +1,53 @@
+"""``Tool``, what a call gets (``ToolContext``) and what it gives back (``ToolResult``)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine_service.core.events import EventBody
+from engine_service.core.models import JSON, ContentPart
+
+__all__ = ["Tool", "ToolContext", "ToolError", "ToolResult"]
+
+
+class ToolError(Exception):
+    """Raised by a tool to give the LLM an error result with this message."""
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """What the LLM gets back: text (JSON text for structured results) and extra parts."""
+
+    content: str
+    is_error: bool = False
+    parts: list[ContentPart] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a running tool may see and do besides its arguments."""
+
+    session_id: str
+    run_id: str
+    tool_call_id: str
+    emit: Callable[[EventBody], None]
+    """Publish an event into the run's stream (progress, state changes)."""
+    get_state: Callable[[], JSON]
+    set_state: Callable[[JSON], None]
+    """Replace the session's shared state (the caller emits the matching event)."""
+
+
+class Tool(abc.ABC):
+    """A tool the engine runs itself (native or MCP)."""
+
+    name: str
+    description: str
+    parameters: dict[str, JSON]
+    """JSON Schema of the arguments (an object schema)."""
+    source: str = "native"
+
+    @abc.abstractmethod
+    async def call(self, arguments: dict[str, JSON], context: ToolContext) -> ToolResult:
+        """Run the tool. Raise ``ToolError`` for a failure the LLM should read."""

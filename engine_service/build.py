@@ -23,7 +23,7 @@ def build_model(settings: Settings) -> ChatModel:
     """The OpenAI-compatible model when an endpoint or key is configured, else offline."""
     if settings.openai_base_url or settings.openai_api_key:
         return OpenAIChatModel(
-            base_url=settings.openai_base_url,
+            base_url=settings.openai_base_url or "https://api.openai.com/v1",
             api_key=settings.openai_api_key or "not-needed",
             model=settings.model,
             timeout=settings.llm_timeout,

@@ -99,7 +99,9 @@ def message_to_pb(message: Message) -> pb.Message:
         id=message.id,
         role=ROLE_TO_PB[message.role],
         content=[part_to_pb(p) for p in message.content],
-        tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+        tool_calls=[
+            pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls
+        ],
         tool_call_id=message.tool_call_id,
         status=STATUS_TO_PB[message.status],
         run_id=message.run_id,
@@ -207,7 +209,9 @@ _BODY_TO_PB: dict[type, Callable[[Any], dict[str, Any]]] = {
     },
     ev.Custom: lambda b: {"custom": pb.Custom(name=b.name, value=_value(b.value))},
     ev.Raw: lambda b: {"raw": pb.Raw(event=_value(b.event), source=b.source)},
-    ev.MessageStored: lambda b: {"message_stored": pb.MessageStored(message=message_to_pb(b.message))},
+    ev.MessageStored: lambda b: {
+        "message_stored": pb.MessageStored(message=message_to_pb(b.message))
+    },
 }
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
@@ -23,7 +22,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 __all__ = ["AgentEngineServicer"]
 
 T = TypeVar("T")
-Context = grpc.aio.ServicerContext[Any, Any]
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 async def _mapped(context: Context, call: Callable[[], Awaitable[T]]) -> T:
@@ -41,18 +40,18 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    async def Run(self, request: pb.RunRequest, context: Context) -> None:
+    async def Run(self, request: pb.RunRequest, context: Context) -> AsyncIterator[pb.Event]:
         run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
         handle = await _mapped(context, lambda: self.engine.start_run(run_input))
-        write = context.write
+        ended = False
         try:
             async for event in self.engine.run_events(handle):
-                await write(event_to_pb(event))
-        except asyncio.CancelledError:
-            # The caller went away. The run is the engine's and goes on, unless asked.
-            if run_input.cancel_on_disconnect:
-                await self.engine.interrupt(handle.thread_id, handle.run_id)
-            raise
+                yield event_to_pb(event)
+            ended = True
+        finally:
+            # The caller went away early. The run is the engine's and goes on, unless asked.
+            if not ended and run_input.cancel_on_disconnect:
+                self.engine.interrupt_now(handle.thread_id, handle.run_id)
 
     async def Interrupt(
         self, request: pb.InterruptRequest, context: Context
@@ -62,21 +61,20 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         )
         return pb.InterruptResponse(interrupted=interrupted, run_id=run_id)
 
-    async def Subscribe(self, request: pb.SubscribeRequest, context: Context) -> None:
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: Context
+    ) -> AsyncIterator[pb.Event]:
         events = self.engine.subscribe(
             request.thread_id, request.after_seq, until_idle=request.until_idle
         )
         first = await _mapped(context, lambda: _first(events))
         if first is None:
             return
-        write = context.write
-        await write(event_to_pb(first))
+        yield event_to_pb(first)
         async for event in events:
-            await write(event_to_pb(event))
+            yield event_to_pb(event)
 
-    async def CreateSession(
-        self, request: pb.CreateSessionRequest, context: Context
-    ) -> pb.Session:
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
         session = await _mapped(
             context, lambda: self.engine.create_session(request.title, request.session_id)
         )
@@ -94,9 +92,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         )
         return pb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], total=total)
 
-    async def RenameSession(
-        self, request: pb.RenameSessionRequest, context: Context
-    ) -> pb.Session:
+    async def RenameSession(self, request: pb.RenameSessionRequest, context: Context) -> pb.Session:
         session = await _mapped(
             context, lambda: self.engine.rename_session(request.session_id, request.title)
         )
@@ -126,9 +122,9 @@ async def _sync(function: Callable[[Any], T], argument: Any) -> T:
     return function(argument)
 
 
-async def _first(events: Any) -> Any:
+async def _first(events: AsyncIterator[T]) -> T | None:
     """The first item of an async iterator, or None; errors surface before streaming."""
     try:
-        return await events.__anext__()
+        return await anext(events)
     except StopAsyncIteration:
         return None

@@ -105,7 +105,9 @@ def message_from_dict(raw: dict[str, Any]) -> Message:
         id=raw["id"],
         role=Role(raw["role"]),
         content=[part_from_dict(p) for p in raw.get("content", [])],
-        tool_calls=[ToolCall(c["id"], c["name"], c["arguments"]) for c in raw.get("tool_calls", [])],
+        tool_calls=[
+            ToolCall(c["id"], c["name"], c["arguments"]) for c in raw.get("tool_calls", [])
+        ],
         tool_call_id=raw.get("tool_call_id", ""),
         status=MessageStatus(raw.get("status", "complete")),
         created_at=datetime.fromisoformat(created).astimezone(UTC) if created else None,

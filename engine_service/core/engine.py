@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from engine_service.core import events as ev
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
-    SessionNotFound,
     ShuttingDown,
 )
 from engine_service.core.history import MAX_ID_LENGTH, new_id, prepare_incoming, reconcile
@@ -39,7 +38,7 @@ READ_BATCH = 500
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    turn: TurnLimits = TurnLimits()
+    turn: TurnLimits = field(default_factory=TurnLimits)
     max_concurrent_runs: int = 512
     event_retention: float = 7 * 24 * 3600.0
     """Seconds stored events are kept; 0 keeps them forever."""
@@ -73,12 +72,12 @@ class Engine:
         store: SessionStore,
         model: ChatModel,
         tools: ToolRegistry,
-        limits: EngineLimits = EngineLimits(),
+        limits: EngineLimits | None = None,
     ) -> None:
         self.store = store
         self.model = model
         self.tools = tools
-        self.limits = limits
+        self.limits = limits or EngineLimits()
         self._turns: dict[str, Turn] = {}
         self._hubs: dict[str, SessionHub] = {}
         self._accepting = True
@@ -98,7 +97,9 @@ class Engine:
                 ev.RunFinished(outcome=ev.Outcome.CANCELLED),
             )
             await self.store.append_events(session_id, [end])
-            log.warning("run %s of session %s was left running; stored as interrupted", run_id, session_id)
+            log.warning(
+                "run %s of session %s was left running; stored as interrupted", run_id, session_id
+            )
         if self.limits.event_retention > 0:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_periodically())
 
@@ -192,7 +193,9 @@ class Engine:
             if not tool.name:
                 raise InvalidInput(f"tools[{index}].name is required")
             if self.tools.get(tool.name) is not None:
-                raise InvalidInput(f"tools[{index}].name {tool.name!r} collides with an engine tool")
+                raise InvalidInput(
+                    f"tools[{index}].name {tool.name!r} collides with an engine tool"
+                )
         session_id = run_input.thread_id
         begun = await self.store.begin_run(
             session_id, run_input.run_id, _now(), create=run_input.create_session
@@ -246,12 +249,18 @@ class Engine:
     async def interrupt(self, thread_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
         _check_id(thread_id, "thread_id")
+        stopped = self.interrupt_now(thread_id, run_id)
+        if not stopped:
+            await self.store.get_session(thread_id)  # unknown session → SessionNotFound
+        return bool(stopped), stopped
+
+    def interrupt_now(self, thread_id: str, run_id: str = "") -> str:
+        """Interrupt the local run of a session, if any; returns its id or ""."""
         turn = self._turns.get(thread_id)
         if turn is None or (run_id and turn.run_id != run_id):
-            await self.store.get_session(thread_id)  # unknown session → SessionNotFound
-            return False, ""
+            return ""
         turn.interrupt()
-        return True, turn.run_id
+        return turn.run_id
 
     def active_run(self, thread_id: str) -> Turn | None:
         return self._turns.get(thread_id)
@@ -306,7 +315,8 @@ class Engine:
                     return
                 if not self._accepting and not hub.active_run_id:
                     return
-                await hub.changed()
+                # Shielded: one follower going away must not cancel the others' wait.
+                await asyncio.shield(hub.changed())
         finally:
             hub.followers -= 1
             self._drop_hub_if_unused(hub)

@@ -66,7 +66,9 @@ class SessionBusy(AgentikError):
     code = "busy"
 
     def __init__(self, session_id: str, run_id: str) -> None:
-        super().__init__(f"session {session_id!r} is busy with run {run_id!r}; interrupt it or wait")
+        super().__init__(
+            f"session {session_id!r} is busy with run {run_id!r}; interrupt it or wait"
+        )
         self.session_id = session_id
         self.run_id = run_id
 

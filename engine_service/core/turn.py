@@ -199,7 +199,9 @@ class Turn:
         while True:
             offer = specs if rounds < self.limits.max_tool_rounds else []
             request = ChatRequest(
-                messages=chat_messages(self.limits.system_prompt, self.input.context, self._history),
+                messages=chat_messages(
+                    self.limits.system_prompt, self.input.context, self._history
+                ),
                 tools=offer,
             )
             assistant = await self._stream_round(request)
@@ -389,9 +391,9 @@ class Turn:
         """Close what is open; on interrupt keep the partial answer, marked interrupted."""
         self._end_reasoning()
         self._end_text()
-        for call in self._calls.values():
-            if call.started:
-                self.emit(ev.ToolCallEnd(call.id))
+        for open_call in self._calls.values():
+            if open_call.started:
+                self.emit(ev.ToolCallEnd(open_call.id))
         self._calls = {}
         if not interrupted:
             return  # a failed round leaves no half-written message behind

@@ -32,7 +32,7 @@ class ToolContext:
     session_id: str
     run_id: str
     tool_call_id: str
-    emit: Callable[[EventBody], None]
+    emit: Callable[[EventBody], object]
     """Publish an event into the run's stream (progress, state changes)."""
     get_state: Callable[[], JSON]
     set_state: Callable[[JSON], None]

@@ -1,0 +1,475 @@
+"""Settings for the engine and the web facade: defaults, a TOML file, then the environment.
+
+Sources, later wins:
+
+1. the defaults below;
+2. a TOML file, if one is named: the ``path`` argument, else ``AGENTIK_CONFIG``. A file
+   named but missing is an error; with neither, no file is read;
+3. environment variables. An empty variable counts as unset.
+
+Every value is checked; a bad one raises :class:`ConfigError` naming the setting, where
+it came from (env var or TOML key) and the value. Unknown TOML sections and keys are
+errors too, so a typo never silently falls back to a default.
+
+TOML layout (every key optional)::
+
+    [engine]
+    grpc_addr = "127.0.0.1:50051"          # AGENTIK_GRPC_ADDR
+    store = "sqlite:///.agentik/agentik.db"  # AGENTIK_STORE: memory://, sqlite:///PATH,
+                                           #   postgresql://... or postgres://...
+    max_concurrent_runs = 512              # AGENTIK_MAX_CONCURRENT_RUNS
+    max_message_bytes = 4194304            # AGENTIK_MAX_MESSAGE_BYTES (largest gRPC request)
+    event_retention = 604800.0             # AGENTIK_EVENT_RETENTION seconds, 0 = forever
+    shutdown_grace = 10.0                  # AGENTIK_SHUTDOWN_GRACE seconds
+
+    [llm]
+    base_url = "https://api.openai.com/v1"  # OPENAI_BASE_URL (unset: the client's default)
+    api_key = "..."                        # OPENAI_API_KEY (better kept in the environment)
+    model = "gpt-4o-mini"                  # AGENTIK_MODEL
+    system_prompt = "..."                  # AGENTIK_SYSTEM_PROMPT ("" = none)
+    max_tool_rounds = 8                    # AGENTIK_MAX_TOOL_ROUNDS
+    timeout = 120.0                        # AGENTIK_LLM_TIMEOUT seconds, whole request
+    first_token_timeout = 60.0             # AGENTIK_LLM_FIRST_TOKEN_TIMEOUT seconds
+    max_retries = 2                        # AGENTIK_LLM_MAX_RETRIES
+
+    [tools]
+    timeout = 30.0                         # AGENTIK_TOOL_TIMEOUT seconds per tool call
+
+    [log]
+    level = "INFO"                         # AGENTIK_LOG_LEVEL
+
+    [web]
+    http_addr = "127.0.0.1:8000"           # AGENTIK_HTTP_ADDR
+    engine_target = "127.0.0.1:50051"      # AGENTIK_ENGINE_TARGET (unset: from grpc_addr)
+    workers = 2                            # AGENTIK_WEB_WORKERS
+    threads = 64                           # AGENTIK_WEB_THREADS
+    heartbeat_interval = 15.0              # AGENTIK_HEARTBEAT seconds
+    max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
+    on_disconnect = "continue"             # AGENTIK_ON_DISCONNECT: continue | cancel
+
+    [[mcp.servers]]                        # kept as given for now (no env var)
+    name = "files"
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["ConfigError", "Settings", "load_settings", "setting_keys"]
+
+CONFIG_ENV = "AGENTIK_CONFIG"
+"""The environment variable naming the TOML file when no path is passed."""
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Answer clearly and concisely. Use the tools you have "
+    "when they help, and say so when you are not sure."
+)
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_ON_DISCONNECT = ("continue", "cancel")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
+_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message says which setting, from where, and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the engine and the web facade are configured with."""
+
+    grpc_addr: str = "127.0.0.1:50051"
+    store: str = "sqlite:///.agentik/agentik.db"
+    openai_base_url: str | None = None
+    openai_api_key: str | None = field(default=None, repr=False)
+    model: str = "gpt-4o-mini"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_tool_rounds: int = 8
+    llm_timeout: float = 120.0
+    llm_first_token_timeout: float = 60.0
+    llm_max_retries: int = 2
+    tool_timeout: float = 30.0
+    max_concurrent_runs: int = 512
+    event_retention: float = 604800.0
+    """Seconds to keep a session's events; 0 keeps them forever."""
+    shutdown_grace: float = 10.0
+    max_message_bytes: int = 4 * 1024 * 1024
+    log_level: str = "INFO"
+    http_addr: str = "127.0.0.1:8000"
+    engine_target: str = ""
+    """Where the web facade reaches the engine; empty means derived from ``grpc_addr``."""
+    web_workers: int = 2
+    web_threads: int = 64
+    heartbeat_interval: float = 15.0
+    max_body_bytes: int = 1024 * 1024
+    on_disconnect: str = "continue"
+    mcp_servers: tuple[dict[str, Any], ...] = ()
+    """``[[mcp.servers]]`` tables from the TOML file, unvalidated for now."""
+
+    def __post_init__(self) -> None:
+        if not self.engine_target:
+            object.__setattr__(self, "engine_target", _target_for(self.grpc_addr))
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """``(setting, env var, value)`` rows for a table; the API key is masked."""
+        rows = []
+        for spec in _FIELDS:
+            value = getattr(self, spec.name)
+            if spec.secret and value:
+                shown = "***"
+            elif value is None:
+                shown = "(not set)"
+            else:
+                shown = str(value)
+            rows.append((spec.name, spec.env, shown))
+        return rows
+
+
+def _target_for(listen_addr: str) -> str:
+    """The address a client on this host dials to reach ``listen_addr``."""
+    host, _, port = listen_addr.rpartition(":")
+    return f"{_WILDCARD_HOSTS.get(host, host)}:{port}"
+
+
+# --- value parsers --------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """Why a raw value is unacceptable (without the setting's name or origin)."""
+
+
+Parser = Callable[[object, bool], object]
+"""Turns a raw value (str from the environment when the flag is set, else TOML) into
+the setting's value, or raises ``_Invalid``."""
+
+
+def _text(raw: object, *, strip: bool = True) -> str:
+    if not isinstance(raw, str):
+        raise _Invalid(f"must be a string, not {type(raw).__name__}")
+    return raw.strip() if strip else raw
+
+
+def _nonempty_string(raw: object, from_env: bool) -> object:
+    value = _text(raw)
+    if not value:
+        raise _Invalid("must not be empty")
+    return value
+
+
+def _prompt(raw: object, from_env: bool) -> object:
+    return _text(raw, strip=False)
+
+
+def _secret(raw: object, from_env: bool) -> object:
+    return _text(raw) or None
+
+
+def _http_url(raw: object, from_env: bool) -> object:
+    value = _text(raw)
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise _Invalid("must be an http:// or https:// URL")
+    return value
+
+
+def _integer(minimum: int) -> Parser:
+    def parse(raw: object, from_env: bool) -> object:
+        if from_env:
+            try:
+                value = int(_text(raw))
+            except ValueError:
+                raise _Invalid("must be an integer") from None
+        elif isinstance(raw, int) and not isinstance(raw, bool):
+            value = raw
+        else:
+            raise _Invalid(f"must be an integer, not {type(raw).__name__}")
+        if value < minimum:
+            raise _Invalid("must be positive" if minimum == 1 else f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _seconds(*, zero_ok: bool) -> Parser:
+    def parse(raw: object, from_env: bool) -> object:
+        if from_env:
+            try:
+                value = float(_text(raw))
+            except ValueError:
+                raise _Invalid("must be a number of seconds") from None
+        elif isinstance(raw, int | float) and not isinstance(raw, bool):
+            value = float(raw)
+        else:
+            raise _Invalid(f"must be a number of seconds, not {type(raw).__name__}")
+        if not math.isfinite(value):
+            raise _Invalid("must be a finite number of seconds")
+        if value < 0 or (value == 0 and not zero_ok):
+            raise _Invalid("must not be negative" if zero_ok else "must be positive")
+        return value
+
+    return parse
+
+
+def _address(*, port_zero_ok: bool) -> Parser:
+    def parse(raw: object, from_env: bool) -> object:
+        value = _text(raw)
+        if value.startswith("["):
+            inside, sep, port = value[1:].partition("]:")
+            try:
+                ipaddress.IPv6Address(inside)
+            except ValueError:
+                raise _Invalid("must be HOST:PORT with a valid IPv6 address in brackets") from None
+        else:
+            host, sep, port = value.rpartition(":")
+            if ":" in host:
+                raise _Invalid("must be HOST:PORT; put an IPv6 address in brackets, [::1]:PORT")
+            if not _valid_host(host):
+                raise _Invalid("must be HOST:PORT with a valid host name or IP address")
+        if not sep or not port.isascii() or not port.isdigit():
+            raise _Invalid("must be HOST:PORT, e.g. 127.0.0.1:50051")
+        lowest = 0 if port_zero_ok else 1
+        if not lowest <= int(port) <= 65535:
+            raise _Invalid(f"port must be between {lowest} and 65535")
+        return value
+
+    return parse
+
+
+def _valid_host(host: str) -> bool:
+    if not _HOSTNAME.match(host):
+        return False
+    if host.replace(".", "").isdigit():
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+    return True
+
+
+def _store(raw: object, from_env: bool) -> object:
+    value = _text(raw)
+    scheme, sep, rest = value.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise _Invalid("must be a URL: memory://, sqlite:///PATH or postgresql://...")
+    if scheme == "memory":
+        if rest:
+            raise _Invalid("memory:// takes nothing after the scheme")
+    elif scheme == "sqlite":
+        if not rest.startswith("/") or rest == "/":
+            raise _Invalid(
+                "a SQLite URL needs three slashes and a path: sqlite:///relative.db "
+                "or sqlite:////absolute/path.db"
+            )
+    elif scheme not in ("postgresql", "postgres"):
+        raise _Invalid(
+            f"has unknown store scheme {scheme!r}; use memory://, sqlite:///PATH, "
+            "postgresql:// or postgres://"
+        )
+    return value
+
+
+def _log_level(raw: object, from_env: bool) -> object:
+    value = _text(raw).upper()
+    if value not in _LOG_LEVELS:
+        raise _Invalid(f"must be one of {', '.join(_LOG_LEVELS)}")
+    return value
+
+
+def _on_disconnect(raw: object, from_env: bool) -> object:
+    value = _text(raw).lower()
+    if value not in _ON_DISCONNECT:
+        raise _Invalid(f"must be one of {', '.join(_ON_DISCONNECT)}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    env: str
+    section: str
+    key: str
+    parse: Parser
+    secret: bool = False
+
+    @property
+    def toml_key(self) -> str:
+        return f"[{self.section}] {self.key}"
+
+
+_POSITIVE = _integer(1)
+_FIELDS: tuple[_Field, ...] = (
+    _Field("grpc_addr", "AGENTIK_GRPC_ADDR", "engine", "grpc_addr", _address(port_zero_ok=True)),
+    _Field("store", "AGENTIK_STORE", "engine", "store", _store),
+    _Field("openai_base_url", "OPENAI_BASE_URL", "llm", "base_url", _http_url),
+    _Field("openai_api_key", "OPENAI_API_KEY", "llm", "api_key", _secret, secret=True),
+    _Field("model", "AGENTIK_MODEL", "llm", "model", _nonempty_string),
+    _Field("system_prompt", "AGENTIK_SYSTEM_PROMPT", "llm", "system_prompt", _prompt),
+    _Field("max_tool_rounds", "AGENTIK_MAX_TOOL_ROUNDS", "llm", "max_tool_rounds", _POSITIVE),
+    _Field("llm_timeout", "AGENTIK_LLM_TIMEOUT", "llm", "timeout", _seconds(zero_ok=False)),
+    _Field(
+        "llm_first_token_timeout",
+        "AGENTIK_LLM_FIRST_TOKEN_TIMEOUT",
+        "llm",
+        "first_token_timeout",
+        _seconds(zero_ok=False),
+    ),
+    _Field("llm_max_retries", "AGENTIK_LLM_MAX_RETRIES", "llm", "max_retries", _integer(0)),
+    _Field("tool_timeout", "AGENTIK_TOOL_TIMEOUT", "tools", "timeout", _seconds(zero_ok=False)),
+    _Field(
+        "max_concurrent_runs",
+        "AGENTIK_MAX_CONCURRENT_RUNS",
+        "engine",
+        "max_concurrent_runs",
+        _POSITIVE,
+    ),
+    _Field(
+        "event_retention",
+        "AGENTIK_EVENT_RETENTION",
+        "engine",
+        "event_retention",
+        _seconds(zero_ok=True),
+    ),
+    _Field(
+        "shutdown_grace",
+        "AGENTIK_SHUTDOWN_GRACE",
+        "engine",
+        "shutdown_grace",
+        _seconds(zero_ok=True),
+    ),
+    _Field(
+        "max_message_bytes",
+        "AGENTIK_MAX_MESSAGE_BYTES",
+        "engine",
+        "max_message_bytes",
+        _POSITIVE,
+    ),
+    _Field("log_level", "AGENTIK_LOG_LEVEL", "log", "level", _log_level),
+    _Field("http_addr", "AGENTIK_HTTP_ADDR", "web", "http_addr", _address(port_zero_ok=True)),
+    _Field(
+        "engine_target",
+        "AGENTIK_ENGINE_TARGET",
+        "web",
+        "engine_target",
+        _address(port_zero_ok=False),
+    ),
+    _Field("web_workers", "AGENTIK_WEB_WORKERS", "web", "workers", _POSITIVE),
+    _Field("web_threads", "AGENTIK_WEB_THREADS", "web", "threads", _POSITIVE),
+    _Field(
+        "heartbeat_interval",
+        "AGENTIK_HEARTBEAT",
+        "web",
+        "heartbeat_interval",
+        _seconds(zero_ok=False),
+    ),
+    _Field("max_body_bytes", "AGENTIK_MAX_BODY_BYTES", "web", "max_body_bytes", _POSITIVE),
+    _Field("on_disconnect", "AGENTIK_ON_DISCONNECT", "web", "on_disconnect", _on_disconnect),
+)
+_SECTIONS: dict[str, dict[str, _Field]] = {}
+for _spec in _FIELDS:
+    _SECTIONS.setdefault(_spec.section, {})[_spec.key] = _spec
+del _spec
+_MCP_SECTION = "mcp"
+
+assert {f.name for f in _FIELDS} == {f.name for f in fields(Settings)} - {"mcp_servers"}
+
+
+def setting_keys() -> list[tuple[str, str, str]]:
+    """``(setting, env var, TOML key)`` for every setting, in documentation order."""
+    return [(f.name, f.env, f.toml_key) for f in _FIELDS]
+
+
+# --- loading --------------------------------------------------------------------------
+
+
+def _parse(spec: _Field, raw: object, from_env: bool, origin: str) -> object:
+    try:
+        return spec.parse(raw, from_env)
+    except _Invalid as exc:
+        shown = "(hidden)" if spec.secret else repr(raw)
+        raise ConfigError(f"invalid {spec.name} (from {origin}): {exc}; got {shown}") from None
+
+
+def _unknown(kind: str, name: str, known: list[str], where: str) -> ConfigError:
+    hint = difflib.get_close_matches(name, known, n=1)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
+    return ConfigError(f"unknown {kind} {name!r} in {where}{suggestion}")
+
+
+def _read_toml(path: str, origin: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} (from {origin}) does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
+
+
+def _mcp_servers(table: object, path: str) -> tuple[dict[str, Any], ...]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"[mcp] in {path!r} must be a table with [[mcp.servers]] entries")
+    for key in table:
+        if key != "servers":
+            raise _unknown("key", f"mcp.{key}", ["mcp.servers"], repr(path))
+    servers = table.get("servers", [])
+    if not isinstance(servers, list):
+        raise ConfigError(f"mcp.servers in {path!r} must be an array of tables ([[mcp.servers]])")
+    for number, server in enumerate(servers, start=1):
+        if not isinstance(server, dict):
+            raise ConfigError(f"[[mcp.servers]] entry {number} in {path!r} must be a table")
+    return tuple(dict(server) for server in servers)
+
+
+def _from_toml(document: dict[str, Any], path: str) -> dict[str, object]:
+    values: dict[str, object] = {}
+    known_sections = [*_SECTIONS, _MCP_SECTION]
+    for section, table in document.items():
+        if section == _MCP_SECTION:
+            values["mcp_servers"] = _mcp_servers(table, path)
+            continue
+        keys = _SECTIONS.get(section)
+        if keys is None:
+            raise _unknown("section", section, known_sections, repr(path))
+        if not isinstance(table, dict):
+            raise ConfigError(f"{section!r} in {path!r} must be a table ([{section}])")
+        for key, raw in table.items():
+            spec = keys.get(key)
+            if spec is None:
+                raise _unknown("key", key, list(keys), f"[{section}] of {path!r}")
+            values[spec.name] = _parse(spec, raw, False, f"{spec.toml_key} in {path!r}")
+    return values
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Build the settings from defaults, the TOML file (if named) and ``env`` (default
+    ``os.environ``); raise ``ConfigError`` for anything unusable."""
+    if env is None:
+        env = os.environ
+    values: dict[str, object] = {}
+    if path is not None:
+        values.update(_from_toml(_read_toml(os.fspath(path), "the path given"), os.fspath(path)))
+    elif env.get(CONFIG_ENV):
+        file = env[CONFIG_ENV]
+        values.update(_from_toml(_read_toml(file, f"env {CONFIG_ENV}"), file))
+    for spec in _FIELDS:
+        raw = env.get(spec.env)
+        if raw is not None and raw != "":
+            values[spec.name] = _parse(spec, raw, True, f"env {spec.env}")
+    return Settings(**values)  # type: ignore[arg-type]

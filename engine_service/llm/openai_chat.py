@@ -1,0 +1,402 @@
+"""``OpenAIChatModel``: Chat Completions streaming against any OpenAI-compatible endpoint.
+
+The request goes through ``openai.AsyncOpenAI`` (auth, headers, base URL handling), but the
+SSE body is read raw and each event parsed with ``json.loads``: building the SDK's pydantic
+chunk models costs far more per chunk than the JSON itself. Retries are ours, not the SDK's,
+so that a stream is retried only before its first delta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import Any, TypeVar, cast
+
+import httpx2
+import openai
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
+
+from engine_service.core.errors import LLMError
+from engine_service.core.models import ImagePart, Message, Role, TextPart, message_text
+from engine_service.llm.base import (
+    ChatDelta,
+    ChatModel,
+    ChatRequest,
+    FinishDelta,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageDelta,
+)
+
+__all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools"]
+
+_T = TypeVar("_T")
+
+_DRAIN_SECONDS = 1.0
+"""How long to wait for the end of a body after ``[DONE]``."""
+
+_RETRYABLE = frozenset({"llm_unavailable", "llm_rate_limited", "llm_server_error", "llm_timeout"})
+
+
+class OpenAIChatModel(ChatModel):
+    """Streams Chat Completions with tools from an OpenAI-compatible endpoint.
+
+    ``timeout`` bounds connecting and each read; ``first_token_timeout`` bounds the wait
+    for the first delta of an attempt. Failures before the first delta that may pass
+    (unreachable, 429, 5xx, timeout) are retried up to ``max_retries`` times with
+    exponential backoff starting at ``retry_backoff`` seconds; once a delta was yielded,
+    every failure is final.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout: float = 60.0,
+        first_token_timeout: float = 60.0,
+        max_retries: int = 2,
+        retry_backoff: float = 0.25,
+    ) -> None:
+        self.name = f"openai:{model}"
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.first_token_timeout = first_token_timeout
+        self.max_retries = max_retries
+        self.retry_backoff = retry_backoff
+        self._endpoint = f"{self.base_url}/chat/completions"
+        # Local servers (Ollama, vLLM, llama.cpp) take any key, but the SDK wants one.
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "not-needed",
+            max_retries=0,
+            timeout=timeout,
+        )
+
+    async def aclose(self) -> None:
+        """Close the pooled HTTP connections."""
+        await self._client.close()
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        """Stream one completion, retrying only failures that happen before any delta."""
+        attempt = 0
+        while True:
+            started = False
+            try:
+                # aclosing: a consumer that stops early must close the HTTP response now.
+                async with contextlib.aclosing(self._attempt(request)) as deltas:
+                    async for delta in deltas:
+                        started = True
+                        yield delta
+                return
+            except LLMError as exc:
+                if started or not exc.retryable or attempt >= self.max_retries:
+                    raise
+            await asyncio.sleep(self.retry_backoff * 2**attempt)
+            attempt += 1
+
+    async def _attempt(self, request: ChatRequest) -> AsyncGenerator[ChatDelta, None]:
+        """One HTTP request: send it, then turn its SSE events into deltas."""
+        deadline: float | None = asyncio.get_running_loop().time() + self.first_token_timeout
+        tools = to_openai_tools(request.tools)
+        manager = self._client.chat.completions.with_streaming_response.create(
+            model=self.model,
+            messages=to_openai_messages(request.messages),
+            stream=True,
+            stream_options={"include_usage": True},
+            tools=tools or openai.omit,
+        )
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                response = await self._bounded(stack.enter_async_context(manager), deadline)
+                content_type = response.headers.get("content-type", "")
+                if not content_type.startswith("text/event-stream"):
+                    raise _error(
+                        "llm_bad_stream",
+                        f"LLM endpoint {self._endpoint} answered"
+                        f" {content_type or 'no content type'} instead of an event stream",
+                    )
+                body = cast(AsyncGenerator[bytes, None], response.iter_bytes())
+                stack.push_async_callback(body.aclose)
+                decoder = _SSEDecoder()
+                parser = _ChunkParser(self._endpoint)
+                ended = False
+                while not (parser.done or ended):
+                    try:
+                        if deadline is None:
+                            chunk = await anext(body)
+                        else:
+                            chunk = await self._bounded(anext(body), deadline)
+                        payloads = decoder.feed(chunk)
+                    except StopAsyncIteration:
+                        payloads, ended = decoder.end(), True
+                    if deltas := parser.feed(payloads):
+                        deadline = None  # the first delta is in: only read timeouts from now
+                        for delta in deltas:
+                            yield delta
+                finish = parser.finish()
+                if parser.done:
+                    await _drain(body)
+                yield finish
+        except openai.APIStatusError as exc:
+            raise self._status_error(exc) from exc
+        except openai.APITimeoutError as exc:
+            raise _error("llm_timeout", f"LLM endpoint {self._endpoint} timed out") from exc
+        except openai.APIConnectionError as exc:
+            raise _error(
+                "llm_unavailable",
+                f"cannot reach the LLM endpoint {self._endpoint}: {exc.__cause__ or exc}",
+            ) from exc
+        except httpx2.TimeoutException as exc:
+            raise _error(
+                "llm_timeout",
+                f"the stream from {self._endpoint} stalled: nothing for {self.timeout:g}s",
+            ) from exc
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+            raise _error(
+                "llm_bad_stream",
+                f"the stream from {self._endpoint} broke: {type(exc).__name__}: {exc}",
+            ) from exc
+
+    async def _bounded(self, awaitable: Awaitable[_T], deadline: float | None) -> _T:
+        """Await, bounded by the first-token deadline while there is one."""
+        if deadline is None:
+            return await awaitable
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await awaitable
+        except TimeoutError:
+            raise _error(
+                "llm_timeout",
+                f"LLM endpoint {self._endpoint} sent nothing for {self.first_token_timeout:g}s",
+            ) from None
+
+    def _status_error(self, exc: openai.APIStatusError) -> LLMError:
+        status = exc.status_code
+        detail = _error_detail(exc.body) or exc.message
+        message = f"LLM endpoint {self._endpoint} answered HTTP {status}: {detail}"
+        if status in (401, 403):
+            return _error("llm_auth", message)
+        if status == 429:
+            return _error("llm_rate_limited", message)
+        if status >= 500:
+            return _error("llm_server_error", message)
+        return _error("llm_bad_request", message)
+
+
+def _error(code: str, message: str) -> LLMError:
+    return LLMError(code, message, retryable=code in _RETRYABLE)
+
+
+def _error_detail(body: object) -> str:
+    """The ``error.message`` of an OpenAI-style error body, if there is one."""
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return cast(str, error["message"])
+    return ""
+
+
+async def _drain(body: AsyncIterator[bytes]) -> None:
+    """Read what follows ``[DONE]`` (the body's end) so the connection can be reused."""
+    with contextlib.suppress(TimeoutError, StopAsyncIteration, httpx2.HTTPError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            while True:
+                await anext(body)
+
+
+class _SSEDecoder:
+    """Splits a byte stream into the ``data`` payloads of its server-sent events."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The payloads of the events this chunk completes."""
+        buffer = self._buffer + chunk
+        if b"\n" not in chunk:
+            self._buffer = buffer
+            return []
+        *lines, self._buffer = buffer.split(b"\n")
+        payloads: list[bytes] = []
+        for line in lines:
+            self._line(line, payloads)
+        return payloads
+
+    def end(self) -> list[bytes]:
+        """The payload of an event the stream ended in without its blank line."""
+        payloads: list[bytes] = []
+        self._line(self._buffer, payloads)
+        self._buffer = b""
+        self._line(b"", payloads)
+        return payloads
+
+    def _line(self, line: bytes, payloads: list[bytes]) -> None:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line:
+            if self._data:
+                data = self._data
+                payloads.append(data[0] if len(data) == 1 else b"\n".join(data))
+                self._data = []
+        elif line.startswith(b"data:"):
+            value = line[5:]
+            self._data.append(value[1:] if value.startswith(b" ") else value)
+        # Comments (": keep-alive") and event/id/retry fields carry nothing for us.
+
+
+class _ChunkParser:
+    """Turns ``chat.completion.chunk`` payloads into deltas and checks the stream ends well."""
+
+    def __init__(self, endpoint: str) -> None:
+        self._endpoint = endpoint
+        self._finish_reason = ""
+        self.done = False
+        """True once ``[DONE]`` was read."""
+
+    def feed(self, payloads: list[bytes]) -> list[ChatDelta]:
+        """The deltas of these events; whatever follows ``[DONE]`` is ignored."""
+        deltas: list[ChatDelta] = []
+        for payload in payloads:
+            if self.done:
+                break
+            if payload == b"[DONE]":
+                self.done = True
+            else:
+                self._chunk(payload, deltas)
+        return deltas
+
+    def _chunk(self, payload: bytes, deltas: list[ChatDelta]) -> None:
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise _error(
+                "llm_bad_stream",
+                f"LLM endpoint {self._endpoint} sent invalid JSON in its stream: {payload[:200]!r}",
+            ) from None
+        if not isinstance(chunk, dict):
+            raise self._nonsense(payload)
+        if "error" in chunk:
+            detail = _error_detail(chunk) or str(chunk["error"])
+            raise _error(
+                "llm_server_error",
+                f"LLM endpoint {self._endpoint} reported an error mid-stream: {detail}",
+            )
+        choices = chunk.get("choices")
+        if choices:
+            try:
+                self._choice(choices[0], deltas)
+            except (AttributeError, KeyError, TypeError, IndexError):
+                raise self._nonsense(payload) from None
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            deltas.append(UsageDelta(int(prompt or 0), int(completion or 0)))
+
+    def _choice(self, choice: dict[str, Any], deltas: list[ChatDelta]) -> None:
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            deltas.append(ReasoningDelta(reasoning))
+        content = delta.get("content")
+        if content:
+            deltas.append(TextDelta(content))
+        for position, call in enumerate(delta.get("tool_calls") or ()):
+            function = call.get("function") or {}
+            index = call.get("index")
+            fragment = ToolCallDelta(
+                index=index if isinstance(index, int) else position,
+                id=call.get("id") or "",
+                name=function.get("name") or "",
+                arguments=function.get("arguments") or "",
+            )
+            if fragment.id or fragment.name or fragment.arguments:
+                deltas.append(fragment)
+        if choice.get("finish_reason"):
+            self._finish_reason = choice["finish_reason"]
+
+    def finish(self) -> FinishDelta:
+        """The closing ``FinishDelta``, or an error if the stream stopped short."""
+        if not (self.done or self._finish_reason):
+            raise _error(
+                "llm_bad_stream",
+                f"the stream from {self._endpoint} ended before its finish_reason and [DONE]",
+            )
+        return FinishDelta(self._finish_reason or "stop")
+
+    def _nonsense(self, payload: bytes) -> LLMError:
+        return _error(
+            "llm_bad_stream",
+            f"LLM endpoint {self._endpoint} sent a chunk that is not a chat completion chunk: "
+            f"{payload[:200]!r}",
+        )
+
+
+def to_openai_tools(tools: list[ToolSpec]) -> list[ChatCompletionToolUnionParam]:
+    """Our tool specs as Chat Completions ``function`` tools."""
+    empty: dict[str, object] = {"type": "object", "properties": {}}
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters or empty,
+            },
+        }
+        for tool in tools
+    ]
+
+
+def to_openai_messages(messages: list[Message]) -> list[ChatCompletionMessageParam]:
+    """Our messages as Chat Completions messages (images as ``image_url`` parts)."""
+    return [cast(ChatCompletionMessageParam, _to_openai_message(m)) for m in messages]
+
+
+def _to_openai_message(message: Message) -> dict[str, Any]:
+    if message.role is Role.TOOL:
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": message_text(message),
+        }
+    out: dict[str, Any] = {"role": message.role.value}
+    if message.role is Role.ASSISTANT:
+        text = message_text(message)
+        out["content"] = text or None
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in message.tool_calls
+            ]
+        elif not text:
+            out["content"] = ""
+    elif message.role is Role.USER and any(isinstance(p, ImagePart) for p in message.content):
+        out["content"] = [_content_part(p) for p in message.content]
+    else:
+        out["content"] = message_text(message)
+    if message.name and message.role is not Role.ASSISTANT:
+        out["name"] = message.name
+    return out
+
+
+def _content_part(part: TextPart | ImagePart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    url = part.url
+    if not url:
+        encoded = base64.b64encode(part.data).decode("ascii")
+        url = f"data:{part.mime_type or 'application/octet-stream'};base64,{encoded}"
+    return {"type": "image_url", "image_url": {"url": url}}

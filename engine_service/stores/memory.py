@@ -1,0 +1,301 @@
+"""An in-process ``SessionStore`` kept in dicts, for tests and throwaway engines.
+
+Messages, events and state are held in their stored JSON form (the same text the
+SQLite store writes), so this store accepts and rejects exactly what a durable one
+does, and nothing a caller holds aliases what the store holds. No method awaits, so
+each one is atomic with respect to the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from engine_service.core.codec import (
+    event_from_dict,
+    event_to_dict,
+    message_from_dict,
+    message_to_dict,
+)
+from engine_service.core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    RunNotFound,
+    SessionBusy,
+    SessionNotFound,
+)
+from engine_service.core.events import Event
+from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.stores.base import RunBegun, SessionStore
+
+__all__ = ["MemorySessionStore"]
+
+_ABANDONED = ("abandoned", "the engine stopped while this run was in flight")
+
+
+def _utc(value: datetime, what: str) -> datetime:
+    """``value`` in UTC; naive datetimes are refused rather than guessed at."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def _dumps(value: JSON, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One session and everything it holds."""
+
+    id: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    state: str = "null"
+    last_seq: int = 0
+    active_run_id: str = ""
+    messages: list[tuple[str, str]] = field(default_factory=list)
+    """(message id, stored JSON) in history order."""
+    runs: dict[str, RunRecord] = field(default_factory=dict)
+    """By id, in the order they began."""
+    events: list[tuple[int, float, str, str]] = field(default_factory=list)
+    """(seq, time, run id, stored JSON body) ascending by seq."""
+
+    def session(self) -> Session:
+        return Session(
+            id=self.id,
+            title=self.title,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            message_count=len(self.messages),
+            state=json.loads(self.state),
+            last_seq=self.last_seq,
+            active_run_id=self.active_run_id,
+        )
+
+
+def _encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """Validate and encode messages; ``InvalidInput`` for bad ids or times."""
+    out = []
+    for message in messages:
+        if not message.id:
+            raise InvalidInput("message id must not be empty")
+        if message.created_at is not None:
+            _utc(message.created_at, "message created_at")
+        out.append((message.id, _dumps(message_to_dict(message), "message")))
+    return out
+
+
+def _page_limit(limit: int) -> int | None:
+    """A page size, where zero means no limit."""
+    if limit < 0:
+        raise InvalidInput("limit must not be negative")
+    return limit or None
+
+
+class MemorySessionStore(SessionStore):
+    """Sessions in a dict; lost when the process ends. A limit of zero means no limit."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Entry] = {}
+
+    def _entry(self, session_id: str) -> _Entry:
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            raise SessionNotFound(session_id)
+        return entry
+
+    async def create_session(self, session_id: str, title: str, now: datetime) -> Session:
+        now = _utc(now, "now")
+        if not session_id:
+            raise InvalidInput("session id must not be empty")
+        if session_id in self._sessions:
+            raise AlreadyExists(f"session {session_id!r} already exists")
+        entry = _Entry(session_id, title, now, now)
+        self._sessions[session_id] = entry
+        return entry.session()
+
+    async def get_session(self, session_id: str) -> Session:
+        return self._entry(session_id).session()
+
+    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        size = _page_limit(limit)
+        ordered = sorted(self._sessions.values(), key=lambda e: e.id)
+        ordered.sort(key=lambda e: e.updated_at, reverse=True)
+        page = ordered[offset : None if size is None else offset + size]
+        return [e.session() for e in page], len(ordered)
+
+    async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
+        now = _utc(now, "now")
+        entry = self._entry(session_id)
+        entry.title = title
+        entry.updated_at = now
+        return entry.session()
+
+    async def delete_session(self, session_id: str) -> None:
+        entry = self._entry(session_id)
+        if entry.active_run_id:
+            raise SessionBusy(session_id, entry.active_run_id)
+        del self._sessions[session_id]
+
+    async def list_messages(
+        self, session_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        entry = self._entry(session_id)
+        size = _page_limit(limit)
+        start = 0
+        if after_id:
+            ids = [message_id for message_id, _ in entry.messages]
+            if after_id not in ids:
+                raise InvalidInput(f"after_id {after_id!r} is not a message of the session")
+            start = ids.index(after_id) + 1
+        rest = entry.messages[start:]
+        page = rest if size is None else rest[:size]
+        return [message_from_dict(json.loads(body)) for _, body in page], len(rest) > len(page)
+
+    async def all_messages(self, session_id: str) -> list[Message]:
+        entry = self._entry(session_id)
+        return [message_from_dict(json.loads(body)) for _, body in entry.messages]
+
+    async def begin_run(
+        self, session_id: str, run_id: str, now: datetime, *, create: bool
+    ) -> RunBegun:
+        now = _utc(now, "now")
+        if not run_id:
+            raise InvalidInput("run id must not be empty")
+        created = False
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            if not create:
+                raise SessionNotFound(session_id)
+            if not session_id:
+                raise InvalidInput("session id must not be empty")
+            entry = _Entry(session_id, "", now, now)
+            created = True
+        elif entry.active_run_id:
+            raise SessionBusy(session_id, entry.active_run_id)
+        elif run_id in entry.runs:
+            raise AlreadyExists(f"run {run_id!r} already exists in session {session_id!r}")
+        self._sessions[session_id] = entry
+        entry.runs[run_id] = RunRecord(run_id, session_id, RunStatus.RUNNING, now)
+        entry.active_run_id = run_id
+        entry.updated_at = now
+        return RunBegun(entry.session(), created)
+
+    async def finish_run(
+        self,
+        session_id: str,
+        run_id: str,
+        status: RunStatus,
+        now: datetime,
+        error_code: str = "",
+        error_message: str = "",
+    ) -> None:
+        now = _utc(now, "now")
+        if status is RunStatus.RUNNING:
+            raise InvalidInput("a run cannot finish with status RUNNING")
+        entry = self._entry(session_id)
+        run = entry.runs.get(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.status is RunStatus.RUNNING:
+            run.status = status
+            run.finished_at = now
+            run.error_code = error_code
+            run.error_message = error_message
+            entry.updated_at = now
+        if entry.active_run_id == run_id:
+            entry.active_run_id = ""
+
+    async def get_run(self, session_id: str, run_id: str) -> RunRecord:
+        run = self._entry(session_id).runs.get(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return replace(run)
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        runs = [replace(r) for r in self._entry(session_id).runs.values()]
+        runs.sort(key=lambda r: r.started_at)
+        return runs
+
+    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        entry = self._entry(session_id)
+        encoded = _encode_messages(messages)
+        taken = {message_id for message_id, _ in entry.messages}
+        for message_id, _ in encoded:
+            if message_id in taken:
+                raise AlreadyExists(f"message {message_id!r} already exists in the session")
+            taken.add(message_id)
+        entry.messages.extend(encoded)
+
+    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        entry = self._entry(session_id)
+        encoded = _encode_messages(messages)
+        if len({message_id for message_id, _ in encoded}) != len(encoded):
+            raise InvalidInput("message ids must be unique")
+        entry.messages = encoded
+
+    async def set_state(self, session_id: str, state: JSON) -> None:
+        entry = self._entry(session_id)
+        entry.state = _dumps(state, "state")
+
+    async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+        entry = self._entry(session_id)
+        rows = []
+        last = entry.last_seq
+        for event in events:
+            if event.thread_id != session_id:
+                raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
+            if event.seq <= last:
+                raise InvalidInput(f"event seq {event.seq} does not follow {last}")
+            last = event.seq
+            rows.append(
+                (event.seq, event.time, event.run_id, _dumps(event_to_dict(event), "event"))
+            )
+        entry.events.extend(rows)
+        entry.last_seq = last
+
+    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
+        entry = self._entry(session_id)
+        size = _page_limit(limit)
+        out: list[Event] = []
+        for seq, time, run_id, body in entry.events:
+            if seq <= after_seq:
+                continue
+            if size is not None and len(out) >= size:
+                break
+            out.append(event_from_dict(seq, time, session_id, run_id, json.loads(body)))
+        return out
+
+    async def prune_events(self, before: datetime) -> int:
+        cutoff = _utc(before, "before").timestamp()
+        gone = 0
+        for entry in self._sessions.values():
+            kept = [row for row in entry.events if row[1] >= cutoff]
+            gone += len(entry.events) - len(kept)
+            entry.events = kept
+        return gone
+
+    async def recover_abandoned_runs(self, now: datetime) -> list[tuple[str, str]]:
+        now = _utc(now, "now")
+        recovered = []
+        for entry in sorted(self._sessions.values(), key=lambda e: e.id):
+            for run in sorted(entry.runs.values(), key=lambda r: r.started_at):
+                if run.status is RunStatus.RUNNING:
+                    run.status = RunStatus.INTERRUPTED
+                    run.finished_at = now
+                    run.error_code, run.error_message = _ABANDONED
+                    recovered.append((entry.id, run.id))
+            entry.active_run_id = ""
+        return recovered
+
+    async def close(self) -> None:
+        """Nothing to release; the data stays until the store is dropped."""

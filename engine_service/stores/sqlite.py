@@ -1,0 +1,507 @@
+"""A ``SessionStore`` in one SQLite file (stdlib ``sqlite3``).
+
+The database runs in WAL mode with ``synchronous=NORMAL`` (durable across process
+crashes, at worst the last commits lost on power failure) and foreign keys on, so
+deleting a session cascades to its messages, runs and events.
+
+The async methods call ``sqlite3`` directly, on the event loop's thread, with no
+executor. Every call is a short indexed statement or two on a local file, far cheaper
+than a thread hand-off, and because no method awaits, each one runs to completion
+before any other coroutine runs: the order in which a run's events are appended is the
+order in which they were produced. Other processes sharing the file are waited for up
+to the connection timeout, which then blocks the loop; that is acceptable for an
+engine that owns its database.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, committed when its block ends and
+rolled back when it raises, so an error never leaves half a change behind. The "one
+active run per session" rule is enforced inside that transaction and, as a second
+line, by a partial unique index on running runs, so it holds across processes too.
+
+Times are stored as fixed-width UTC ISO-8601 text with microseconds (exact, and
+ordered as text); event times as REAL epoch seconds, as the events carry them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from engine_service.core.codec import (
+    event_from_dict,
+    event_to_dict,
+    message_from_dict,
+    message_to_dict,
+)
+from engine_service.core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    RunNotFound,
+    SessionBusy,
+    SessionNotFound,
+)
+from engine_service.core.events import Event
+from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.stores.base import RunBegun, SessionStore
+
+__all__ = ["SCHEMA_VERSION", "SqliteSessionStore"]
+
+_ABANDONED = ("abandoned", "the engine stopped while this run was in flight")
+
+_SCHEMA_V1 = """
+CREATE TABLE sessions (
+    id            TEXT PRIMARY KEY,
+    title         TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    state         TEXT NOT NULL DEFAULT 'null',
+    last_seq      INTEGER NOT NULL DEFAULT 0,
+    active_run_id TEXT
+);
+CREATE INDEX sessions_by_update ON sessions (updated_at DESC, id);
+
+CREATE TABLE messages (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    position   INTEGER NOT NULL,
+    id         TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (session_id, position),
+    UNIQUE (session_id, id)
+);
+
+CREATE TABLE runs (
+    session_id    TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    id            TEXT NOT NULL,
+    status        TEXT NOT NULL
+                  CHECK (status IN ('running', 'succeeded', 'failed', 'interrupted')),
+    started_at    TEXT NOT NULL,
+    finished_at   TEXT,
+    error_code    TEXT NOT NULL DEFAULT '',
+    error_message TEXT NOT NULL DEFAULT '',
+    UNIQUE (session_id, id)
+);
+CREATE UNIQUE INDEX runs_one_running ON runs (session_id) WHERE status = 'running';
+
+CREATE TABLE events (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    seq        INTEGER NOT NULL,
+    time       REAL NOT NULL,
+    run_id     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX events_by_time ON events (time);
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+"""Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_SESSION_COLUMNS = """
+    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
+"""
+_RUN_COLUMNS = "id, session_id, status, started_at, finished_at, error_code, error_message"
+
+
+def _iso(value: datetime, what: str) -> str:
+    """Fixed-width UTC text; naive datetimes are refused rather than guessed at."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be a timezone-aware datetime")
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def _dumps(value: JSON, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def _session(row: Any) -> Session:
+    return Session(
+        id=row[0],
+        title=row[1],
+        created_at=_time(row[2]),
+        updated_at=_time(row[3]),
+        state=json.loads(row[4]),
+        last_seq=row[5],
+        active_run_id=row[6] or "",
+        message_count=row[7],
+    )
+
+
+def _run(row: Any) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        session_id=row[1],
+        status=RunStatus(row[2]),
+        started_at=_time(row[3]),
+        finished_at=_time(row[4]) if row[4] is not None else None,
+        error_code=row[5],
+        error_message=row[6],
+    )
+
+
+def _encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """Validate and encode messages as (id, JSON body); ``InvalidInput`` when bad."""
+    out = []
+    for message in messages:
+        if not message.id:
+            raise InvalidInput("message id must not be empty")
+        if message.created_at is not None:
+            _iso(message.created_at, "message created_at")
+        out.append((message.id, _dumps(message_to_dict(message), "message")))
+    return out
+
+
+def _sql_limit(limit: int) -> int:
+    """A page size for SQL ``LIMIT``: zero means no limit (-1 to SQLite)."""
+    if limit < 0:
+        raise InvalidInput("limit must not be negative")
+    return limit or -1
+
+
+class SqliteSessionStore(SessionStore):
+    """Sessions in one SQLite file. A limit of zero means no limit."""
+
+    def __init__(self, path: str | Path, *, timeout: float = 5.0) -> None:
+        """Open (creating it and its parent directories if needed) and migrate the file.
+
+        ``":memory:"`` gives a private in-memory database.
+        """
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        try:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _migrate(self) -> None:
+        with self._tx():
+            (version,) = self._conn.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"database schema version {version} is newer than this engine's "
+                    f"({SCHEMA_VERSION}); upgrade the engine"
+                )
+            for script in _MIGRATIONS[version:]:
+                for statement in script.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: commit on success, roll back on any exception."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction, so several statements see one snapshot."""
+        self._conn.execute("BEGIN")
+        try:
+            yield self._conn
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _require(self, conn: sqlite3.Connection, session_id: str) -> str | None:
+        """The session's active run id; ``SessionNotFound`` when it does not exist."""
+        row = conn.execute(
+            "SELECT active_run_id FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        active: str | None = row[0]
+        return active
+
+    def _load(self, conn: sqlite3.Connection, session_id: str) -> Session:
+        row = conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session(row)
+
+    async def create_session(self, session_id: str, title: str, now: datetime) -> Session:
+        stamp = _iso(now, "now")
+        if not session_id:
+            raise InvalidInput("session id must not be empty")
+        with self._tx() as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO sessions (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                    (session_id, title, stamp, stamp),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise AlreadyExists(f"session {session_id!r} already exists") from exc
+            return self._load(conn, session_id)
+
+    async def get_session(self, session_id: str) -> Session:
+        return self._load(self._conn, session_id)
+
+    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        size = _sql_limit(limit)
+        with self._read() as conn:
+            (total,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+            rows = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s"
+                " ORDER BY s.updated_at DESC, s.id LIMIT ? OFFSET ?",
+                (size, offset),
+            ).fetchall()
+        return [_session(row) for row in rows], total
+
+    async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
+        stamp = _iso(now, "now")
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
+                (title, stamp, session_id),
+            )
+            return self._load(conn, session_id)
+
+    async def delete_session(self, session_id: str) -> None:
+        with self._tx() as conn:
+            active = self._require(conn, session_id)
+            if active:
+                raise SessionBusy(session_id, active)
+            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    async def list_messages(
+        self, session_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        size = _sql_limit(limit)
+        with self._read() as conn:
+            self._require(conn, session_id)
+            after = -1
+            if after_id:
+                row = conn.execute(
+                    "SELECT position FROM messages WHERE session_id = ? AND id = ?",
+                    (session_id, after_id),
+                ).fetchone()
+                if row is None:
+                    raise InvalidInput(f"after_id {after_id!r} is not a message of the session")
+                after = row[0]
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ? AND position > ?"
+                " ORDER BY position LIMIT ?",
+                (session_id, after, size + 1 if size > 0 else -1),
+            ).fetchall()
+        more = 0 < size < len(rows)
+        return [message_from_dict(json.loads(r[0])) for r in rows[: len(rows) - more]], more
+
+    async def all_messages(self, session_id: str) -> list[Message]:
+        messages, _ = await self.list_messages(session_id, "", 0)
+        return messages
+
+    async def begin_run(
+        self, session_id: str, run_id: str, now: datetime, *, create: bool
+    ) -> RunBegun:
+        stamp = _iso(now, "now")
+        if not run_id:
+            raise InvalidInput("run id must not be empty")
+        with self._tx() as conn:
+            created = False
+            try:
+                active = self._require(conn, session_id)
+            except SessionNotFound:
+                if not create:
+                    raise
+                if not session_id:
+                    raise InvalidInput("session id must not be empty") from None
+                conn.execute(
+                    "INSERT INTO sessions (id, title, created_at, updated_at) VALUES (?, '', ?, ?)",
+                    (session_id, stamp, stamp),
+                )
+                created, active = True, None
+            if active:
+                raise SessionBusy(session_id, active)
+            try:
+                conn.execute(
+                    "INSERT INTO runs (session_id, id, status, started_at) VALUES (?, ?, ?, ?)",
+                    (session_id, run_id, RunStatus.RUNNING.value, stamp),
+                )
+            except sqlite3.IntegrityError as exc:
+                running = conn.execute(
+                    "SELECT id FROM runs WHERE session_id = ? AND status = 'running'",
+                    (session_id,),
+                ).fetchone()
+                if running is not None:
+                    raise SessionBusy(session_id, running[0]) from exc
+                raise AlreadyExists(
+                    f"run {run_id!r} already exists in session {session_id!r}"
+                ) from exc
+            conn.execute(
+                "UPDATE sessions SET active_run_id = ?, updated_at = ? WHERE id = ?",
+                (run_id, stamp, session_id),
+            )
+            return RunBegun(self._load(conn, session_id), created)
+
+    async def finish_run(
+        self,
+        session_id: str,
+        run_id: str,
+        status: RunStatus,
+        now: datetime,
+        error_code: str = "",
+        error_message: str = "",
+    ) -> None:
+        stamp = _iso(now, "now")
+        if status is RunStatus.RUNNING:
+            raise InvalidInput("a run cannot finish with status RUNNING")
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            row = conn.execute(
+                "SELECT status FROM runs WHERE session_id = ? AND id = ?", (session_id, run_id)
+            ).fetchone()
+            if row is None:
+                raise RunNotFound(run_id)
+            if row[0] == RunStatus.RUNNING.value:
+                conn.execute(
+                    "UPDATE runs SET status = ?, finished_at = ?, error_code = ?,"
+                    " error_message = ? WHERE session_id = ? AND id = ?",
+                    (status.value, stamp, error_code, error_message, session_id, run_id),
+                )
+                conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+            conn.execute(
+                "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?",
+                (session_id, run_id),
+            )
+
+    async def get_run(self, session_id: str, run_id: str) -> RunRecord:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ? AND id = ?",
+                (session_id, run_id),
+            ).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run(row)
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ? ORDER BY started_at, rowid",
+                (session_id,),
+            ).fetchall()
+        return [_run(row) for row in rows]
+
+    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        encoded = _encode_messages(messages)
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            (last,) = conn.execute(
+                "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            try:
+                conn.executemany(
+                    "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
+                    [
+                        (session_id, last + 1 + i, mid, body)
+                        for i, (mid, body) in enumerate(encoded)
+                    ],
+                )
+            except sqlite3.IntegrityError as exc:
+                raise AlreadyExists("a message id already exists in the session") from exc
+
+    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        encoded = _encode_messages(messages)
+        if len({message_id for message_id, _ in encoded}) != len(encoded):
+            raise InvalidInput("message ids must be unique")
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            conn.executemany(
+                "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
+                [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
+            )
+
+    async def set_state(self, session_id: str, state: JSON) -> None:
+        text = _dumps(state, "state")
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
+
+    async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+        rows = []
+        for event in events:
+            if event.thread_id != session_id:
+                raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
+            body = _dumps(event_to_dict(event), "event")
+            rows.append((session_id, event.seq, event.time, event.run_id, body))
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            (last,) = conn.execute(
+                "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            for row in rows:
+                if row[1] <= last:
+                    raise InvalidInput(f"event seq {row[1]} does not follow {last}")
+                last = row[1]
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (last, session_id))
+
+    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
+        size = _sql_limit(limit)
+        with self._read() as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(
+                "SELECT seq, time, run_id, body FROM events WHERE session_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (session_id, after_seq, size),
+            ).fetchall()
+        return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
+
+    async def prune_events(self, before: datetime) -> int:
+        _iso(before, "before")
+        with self._tx() as conn:
+            cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
+            return cursor.rowcount
+
+    async def recover_abandoned_runs(self, now: datetime) -> list[tuple[str, str]]:
+        stamp = _iso(now, "now")
+        code, message = _ABANDONED
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT session_id, id FROM runs WHERE status = 'running'"
+                " ORDER BY session_id, started_at, rowid"
+            ).fetchall()
+            conn.execute(
+                "UPDATE runs SET status = 'interrupted', finished_at = ?, error_code = ?,"
+                " error_message = ? WHERE status = 'running'",
+                (stamp, code, message),
+            )
+            conn.execute("UPDATE sessions SET active_run_id = NULL WHERE active_run_id IS NOT NULL")
+        return [(session_id, run_id) for session_id, run_id in rows]
+
+    async def close(self) -> None:
+        self._conn.close()

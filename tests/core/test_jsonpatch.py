@@ -1,0 +1,303 @@
+"""RFC 6902 JSON Patch over RFC 6901 pointers."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_service.core.jsonpatch import JsonPatchError, apply_patch, json_equal
+from engine_service.core.models import JSON
+
+# --- add ----------------------------------------------------------------------------
+
+
+def test_add_creates_an_object_member() -> None:
+    assert apply_patch({"a": 1}, [{"op": "add", "path": "/b", "value": 2}]) == {"a": 1, "b": 2}
+
+
+def test_add_replaces_an_existing_object_member() -> None:
+    assert apply_patch({"a": 1}, [{"op": "add", "path": "/a", "value": [9]}]) == {"a": [9]}
+
+
+def test_add_inserts_into_an_array_shifting_later_elements() -> None:
+    doc = {"letters": ["a", "c"]}
+    assert apply_patch(doc, [{"op": "add", "path": "/letters/1", "value": "b"}]) == {
+        "letters": ["a", "b", "c"]
+    }
+
+
+def test_add_with_dash_or_the_length_appends_to_an_array() -> None:
+    ops: list[JSON] = [
+        {"op": "add", "path": "/xs/-", "value": 3},
+        {"op": "add", "path": "/xs/3", "value": 4},
+    ]
+    assert apply_patch({"xs": [1, 2]}, ops) == {"xs": [1, 2, 3, 4]}
+
+
+def test_add_a_nested_object_value() -> None:
+    result = apply_patch({}, [{"op": "add", "path": "/user", "value": {"name": "Ada"}}])
+    assert result == {"user": {"name": "Ada"}}
+
+
+def test_add_at_the_root_replaces_the_whole_document() -> None:
+    assert apply_patch({"a": 1}, [{"op": "add", "path": "", "value": [1, 2]}]) == [1, 2]
+
+
+def test_add_with_a_null_value_stores_null() -> None:
+    assert apply_patch({}, [{"op": "add", "path": "/x", "value": None}]) == {"x": None}
+
+
+def test_add_past_the_end_of_an_array_fails() -> None:
+    with pytest.raises(JsonPatchError, match="array index 5 is out of range"):
+        apply_patch({"xs": [1]}, [{"op": "add", "path": "/xs/5", "value": 0}])
+
+
+def test_add_under_a_missing_parent_fails() -> None:
+    with pytest.raises(JsonPatchError, match="member 'missing' does not exist"):
+        apply_patch({}, [{"op": "add", "path": "/missing/child", "value": 1}])
+
+
+def test_a_missing_nested_member_is_reported_with_its_parent_pointer() -> None:
+    with pytest.raises(JsonPatchError, match="member 'c' does not exist in /a/b~1x"):
+        apply_patch({"a": {"b/x": {}}}, [{"op": "remove", "path": "/a/b~1x/c/d"}])
+
+
+def test_add_into_a_scalar_fails() -> None:
+    with pytest.raises(JsonPatchError, match="cannot look up 'x' in a number"):
+        apply_patch({"n": 1}, [{"op": "add", "path": "/n/x/y", "value": 1}])
+    with pytest.raises(JsonPatchError, match="parent of the target is a string"):
+        apply_patch({"s": "t"}, [{"op": "add", "path": "/s/x", "value": 1}])
+
+
+# --- remove -------------------------------------------------------------------------
+
+
+def test_remove_deletes_an_object_member() -> None:
+    assert apply_patch({"a": 1, "b": 2}, [{"op": "remove", "path": "/b"}]) == {"a": 1}
+
+
+def test_remove_deletes_an_array_element_shifting_later_ones() -> None:
+    assert apply_patch([1, 2, 3], [{"op": "remove", "path": "/0"}]) == [2, 3]
+
+
+def test_remove_of_a_missing_member_fails_naming_op_and_path() -> None:
+    with pytest.raises(JsonPatchError) as caught:
+        apply_patch({"a": 1}, [{"op": "remove", "path": "/a"}, {"op": "remove", "path": "/b"}])
+    error = caught.value
+    assert str(error) == "operation 1 (remove '/b'): member 'b' does not exist"
+    assert error.index == 1
+    assert error.path == "/b"
+
+
+def test_remove_of_the_whole_document_fails() -> None:
+    with pytest.raises(JsonPatchError, match="cannot remove the whole document"):
+        apply_patch({}, [{"op": "remove", "path": ""}])
+
+
+def test_remove_with_dash_fails() -> None:
+    with pytest.raises(JsonPatchError, match="'-' names the position after the last"):
+        apply_patch([1], [{"op": "remove", "path": "/-"}])
+
+
+# --- replace ------------------------------------------------------------------------
+
+
+def test_replace_changes_an_existing_value() -> None:
+    doc = {"a": {"b": 1}, "xs": [1, 2]}
+    ops: list[JSON] = [
+        {"op": "replace", "path": "/a/b", "value": "two"},
+        {"op": "replace", "path": "/xs/1", "value": 20},
+    ]
+    assert apply_patch(doc, ops) == {"a": {"b": "two"}, "xs": [1, 20]}
+
+
+def test_replace_at_the_root_replaces_the_document() -> None:
+    assert apply_patch({"a": 1}, [{"op": "replace", "path": "", "value": {"b": 2}}]) == {"b": 2}
+
+
+def test_replace_of_a_missing_member_fails() -> None:
+    with pytest.raises(JsonPatchError, match=r"operation 0 \(replace '/nope'\)"):
+        apply_patch({}, [{"op": "replace", "path": "/nope", "value": 1}])
+
+
+def test_replace_past_the_end_of_an_array_fails() -> None:
+    with pytest.raises(JsonPatchError, match="out of range"):
+        apply_patch([1], [{"op": "replace", "path": "/1", "value": 2}])
+
+
+# --- move ---------------------------------------------------------------------------
+
+
+def test_move_relocates_a_member() -> None:
+    doc = {"old": {"v": 1}, "new": {}}
+    result = apply_patch(doc, [{"op": "move", "from": "/old/v", "path": "/new/v"}])
+    assert result == {"old": {}, "new": {"v": 1}}
+
+
+def test_move_reorders_an_array_element() -> None:
+    result = apply_patch(["a", "b", "c", "d"], [{"op": "move", "from": "/1", "path": "/3"}])
+    assert result == ["a", "c", "d", "b"]
+
+
+def test_move_to_the_same_place_is_a_no_op() -> None:
+    assert apply_patch({"a": 1}, [{"op": "move", "from": "/a", "path": "/a"}]) == {"a": 1}
+
+
+def test_move_into_its_own_child_fails() -> None:
+    with pytest.raises(JsonPatchError, match="into one of its own children"):
+        apply_patch({"a": {"b": {}}}, [{"op": "move", "from": "/a", "path": "/a/b/c"}])
+
+
+def test_move_from_a_missing_location_fails() -> None:
+    with pytest.raises(JsonPatchError, match="member 'x' does not exist"):
+        apply_patch({}, [{"op": "move", "from": "/x", "path": "/y"}])
+
+
+def test_move_without_from_fails() -> None:
+    with pytest.raises(JsonPatchError, match="has no 'from' member"):
+        apply_patch({"a": 1}, [{"op": "move", "path": "/b"}])
+
+
+# --- copy ---------------------------------------------------------------------------
+
+
+def test_copy_duplicates_a_value_independently() -> None:
+    result = apply_patch({"a": {"n": [1]}}, [{"op": "copy", "from": "/a", "path": "/b"}])
+    assert result == {"a": {"n": [1]}, "b": {"n": [1]}}
+    result["b"]["n"].append(2)
+    assert result["a"] == {"n": [1]}
+
+
+def test_copy_into_an_array_inserts() -> None:
+    assert apply_patch([1, 2], [{"op": "copy", "from": "/1", "path": "/0"}]) == [2, 1, 2]
+
+
+# --- test ---------------------------------------------------------------------------
+
+
+def test_test_passes_on_equal_values() -> None:
+    doc = {"s": "x", "n": 1, "f": 1.0, "l": [1, {"k": None}], "o": {"a": True}}
+    ops: list[JSON] = [
+        {"op": "test", "path": "/s", "value": "x"},
+        {"op": "test", "path": "/n", "value": 1.0},
+        {"op": "test", "path": "/l", "value": [1, {"k": None}]},
+        {"op": "test", "path": "/o", "value": {"a": True}},
+    ]
+    assert apply_patch(doc, ops) == doc
+
+
+def test_test_fails_on_different_values_and_stops_the_patch() -> None:
+    ops: list[JSON] = [
+        {"op": "test", "path": "/n", "value": 2},
+        {"op": "replace", "path": "/n", "value": 3},
+    ]
+    with pytest.raises(JsonPatchError, match=r"operation 0 \(test '/n'\): test failed"):
+        apply_patch({"n": 1}, ops)
+
+
+def test_test_does_not_treat_booleans_as_numbers() -> None:
+    with pytest.raises(JsonPatchError, match="test failed"):
+        apply_patch({"flag": 1}, [{"op": "test", "path": "/flag", "value": True}])
+
+
+def test_json_equality_rules() -> None:
+    assert json_equal({"a": [1, 2]}, {"a": [1.0, 2]})
+    assert not json_equal([1, 2], [2, 1])
+    assert not json_equal({"a": 1}, {"a": 1, "b": 2})
+    assert not json_equal(0, False)
+    assert not json_equal(None, 0)
+    assert not json_equal("1", 1)
+    assert json_equal(None, None)
+
+
+# --- pointers -----------------------------------------------------------------------
+
+
+def test_pointer_escapes_address_keys_with_slashes_and_tildes() -> None:
+    doc = {"a/b": 1, "m~n": 2, "~1": 3}
+    ops: list[JSON] = [
+        {"op": "replace", "path": "/a~1b", "value": 10},
+        {"op": "replace", "path": "/m~0n", "value": 20},
+        {"op": "replace", "path": "/~01", "value": 30},
+    ]
+    assert apply_patch(doc, ops) == {"a/b": 10, "m~n": 20, "~1": 30}
+
+
+def test_pointer_to_an_empty_key_is_allowed() -> None:
+    assert apply_patch({"": 1}, [{"op": "replace", "path": "/", "value": 2}]) == {"": 2}
+
+
+@pytest.mark.parametrize("path", ["/a~2", "/a~", "/~~01"])
+def test_pointer_with_a_bad_escape_fails(path: str) -> None:
+    with pytest.raises(JsonPatchError, match="'~' not followed by 0 or 1"):
+        apply_patch({}, [{"op": "add", "path": path, "value": 1}])
+
+
+def test_pointer_not_starting_with_a_slash_fails() -> None:
+    with pytest.raises(JsonPatchError, match="must be empty or start with '/'"):
+        apply_patch({}, [{"op": "add", "path": "a", "value": 1}])
+
+
+@pytest.mark.parametrize("token", ["01", "-1", "1.0", "x", "\u0661"])
+def test_array_indexes_must_be_plain_decimal(token: str) -> None:
+    with pytest.raises(JsonPatchError, match="is not an array index"):
+        apply_patch([0, 1], [{"op": "replace", "path": f"/{token}", "value": 9}])
+
+
+def test_object_keys_that_look_like_numbers_are_plain_keys() -> None:
+    assert apply_patch({}, [{"op": "add", "path": "/01", "value": 1}]) == {"01": 1}
+
+
+# --- the patch as a whole -----------------------------------------------------------
+
+
+def test_the_input_document_and_op_values_are_never_mutated() -> None:
+    doc = {"xs": [1], "o": {"k": "v"}}
+    value = {"deep": [1]}
+    ops: list[JSON] = [
+        {"op": "add", "path": "/xs/-", "value": value},
+        {"op": "remove", "path": "/o/k"},
+    ]
+    result = apply_patch(doc, ops)
+    result["xs"][1]["deep"].append(2)
+    assert doc == {"xs": [1], "o": {"k": "v"}}
+    assert value == {"deep": [1]}
+
+
+def test_an_empty_patch_returns_an_equal_copy() -> None:
+    doc = {"a": [1]}
+    result = apply_patch(doc, [])
+    assert result == doc
+    assert result is not doc
+
+
+def test_ops_apply_in_order_each_seeing_the_previous_result() -> None:
+    ops: list[JSON] = [
+        {"op": "add", "path": "/list", "value": []},
+        {"op": "add", "path": "/list/-", "value": "x"},
+        {"op": "copy", "from": "/list/0", "path": "/first"},
+        {"op": "test", "path": "/first", "value": "x"},
+    ]
+    assert apply_patch({}, ops) == {"list": ["x"], "first": "x"}
+
+
+def test_unknown_members_of_an_operation_are_ignored() -> None:
+    ops: list[JSON] = [{"op": "add", "path": "/a", "value": 1, "comment": "hi"}]
+    assert apply_patch({}, ops) == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("ops", "message"),
+    [
+        ({"op": "add"}, "must be an array of operations"),
+        (["add"], "operation 0: an operation must be a JSON object"),
+        ([{"path": "/a"}], "operation 0: unknown op None"),
+        ([{"op": "merge", "path": "/a"}], "operation 0: unknown op 'merge'"),
+        ([{"op": "add", "value": 1}], r"operation 0 \(add None\): the operation has no 'path'"),
+        ([{"op": "add", "path": 3, "value": 1}], "'path' must be a JSON pointer string"),
+        ([{"op": "add", "path": "/a"}], r"operation 0 \(add '/a'\): .*no 'value' member"),
+        ([{"op": "copy", "path": "/a", "from": 1}], "'from' must be a JSON pointer string"),
+    ],
+)
+def test_malformed_patches_are_rejected(ops: JSON, message: str) -> None:
+    with pytest.raises(JsonPatchError, match=message):
+        apply_patch({}, ops)

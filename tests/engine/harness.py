@@ -1,0 +1,106 @@
+"""A real engine on a free port, driven over real gRPC, for the engine's tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from engine_service.build import build_engine
+from engine_service.config import Settings, load_settings
+from engine_service.core.engine import Engine
+from engine_service.llm.base import ChatModel
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from engine_service.server import EngineServer
+from engine_service.tools.base import Tool
+
+WAIT = 10.0
+"""Upper bound for every wait in these tests, in seconds."""
+
+
+@dataclass
+class Harness:
+    settings: Settings
+    engine: Engine
+    server: EngineServer
+    channel: grpc.aio.Channel
+    stub: pb_grpc.AgentEngineAsyncStub
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+
+def engine_settings(**env: str) -> Settings:
+    base = {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    base.update(env)
+    return load_settings(None, base)
+
+
+@contextlib.asynccontextmanager
+async def running_engine(
+    settings: Settings,
+    *,
+    tools: Iterable[Tool] = (),
+    model: ChatModel | None = None,
+) -> AsyncIterator[Harness]:
+    engine = build_engine(settings)
+    if model is not None:
+        engine.model = model
+    for tool in tools:
+        engine.tools.register(tool)
+    server = EngineServer(engine, settings)
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        stub: pb_grpc.AgentEngineAsyncStub = pb_grpc.AgentEngineStub(channel)
+        yield Harness(settings, engine, server, channel, stub)
+    finally:
+        await channel.close()
+        await server.stop()
+
+
+def user(text: str, message_id: str = "") -> pb.Message:
+    return pb.Message(
+        id=message_id, role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))]
+    )
+
+
+def kind(event: pb.Event) -> str:
+    return str(event.WhichOneof("kind"))
+
+
+def kinds(events: Iterable[pb.Event]) -> list[str]:
+    return [kind(e) for e in events]
+
+
+async def collect(call: Any) -> list[pb.Event]:
+    """All events of a server stream, bounded by ``WAIT``."""
+    events: list[pb.Event] = []
+
+    async def read() -> None:
+        while (event := await call.read()) is not grpc.aio.EOF:
+            events.append(event)
+
+    async with asyncio.timeout(WAIT):
+        await read()
+    return events
+
+
+async def next_event(call: Any) -> pb.Event:
+    """The next event of a server stream; fails on end of stream."""
+    async with asyncio.timeout(WAIT):
+        event = await call.read()
+    assert isinstance(event, pb.Event), "the stream ended early"
+    return event
+
+
+def text_of(events: Iterable[pb.Event]) -> str:
+    return "".join(
+        e.text_message_content.delta for e in events if kind(e) == "text_message_content"
+    )

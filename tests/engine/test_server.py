@@ -1,0 +1,135 @@
+"""The server around the engine: health, reflection, graceful shutdown, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.stores import open_store
+from tests.engine.harness import (
+    WAIT,
+    Harness,
+    collect,
+    engine_settings,
+    kind,
+    next_event,
+    running_engine,
+    user,
+)
+from tests.fakes.fake_openai import FakeOpenAI
+
+
+async def test_health_says_serving_for_the_server_and_the_engine_service(harness: Harness) -> None:
+    health: Any = health_pb2_grpc.HealthStub(harness.channel)
+    for service in ("", "agentik.engine.v1.AgentEngine"):
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reflection_lists_the_engine_and_health_services(harness: Harness) -> None:
+    stub: Any = reflection_pb2_grpc.ServerReflectionStub(harness.channel)  # type: ignore[arg-type]
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    async with asyncio.timeout(WAIT):
+        async for reply in stub.ServerReflectionInfo(iter([request])):
+            names = {s.name for s in reply.list_services_response.service}
+            break
+    assert {"agentik.engine.v1.AgentEngine", "grpc.health.v1.Health"} <= names
+
+
+async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: FakeOpenAI) -> None:
+    settings = engine_settings(OPENAI_BASE_URL=llm.base_url, AGENTIK_SHUTDOWN_GRACE="5")
+    async with running_engine(settings) as harness:
+        call = harness.stub.Run(
+            pb.RunRequest(
+                thread_id="g", create_session=True, messages=[user("[[slow:0.02]] a b c")]
+            )
+        )
+        await next_event(call)
+        health: Any = health_pb2_grpc.HealthStub(harness.channel)
+        stopping = asyncio.create_task(harness.engine.shutdown(settings.shutdown_grace))
+        await asyncio.sleep(0)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await collect(harness.stub.Run(pb.RunRequest(thread_id="n", create_session=True)))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        events = await collect(call)
+        assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        async with asyncio.timeout(WAIT):
+            await stopping
+        await harness.server.health.enter_graceful_shutdown()
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
+        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def test_shutdown_interrupts_runs_that_outlast_the_grace_period(llm: FakeOpenAI) -> None:
+    settings = engine_settings(OPENAI_BASE_URL=llm.base_url, AGENTIK_SHUTDOWN_GRACE="0.2")
+    async with running_engine(settings) as harness:
+        call = harness.stub.Run(
+            pb.RunRequest(thread_id="long", create_session=True, messages=[user("[[hang]] a b")])
+        )
+        first = await next_event(call)
+        assert kind(first) == "run_started"
+        async with asyncio.timeout(WAIT):
+            await harness.engine.shutdown(settings.shutdown_grace)
+        events = await collect(call)
+        assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
+        run = await harness.engine.store.get_run("long", first.run_id)
+        assert run.status.value == "interrupted"
+
+
+async def test_history_survives_an_engine_restart_on_sqlite(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    settings = engine_settings(
+        OPENAI_BASE_URL=llm.base_url, AGENTIK_STORE=f"sqlite:///{tmp_path / 'a.db'}"
+    )
+    async with running_engine(settings) as harness:
+        before = await collect(
+            harness.stub.Run(
+                pb.RunRequest(thread_id="keep", create_session=True, messages=[user("hi")])
+            )
+        )
+    async with running_engine(settings) as harness:
+        stored = (
+            await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="keep"))
+        ).messages
+        replay = await collect(
+            harness.stub.Subscribe(pb.SubscribeRequest(thread_id="keep", until_idle=True))
+        )
+        after = await collect(
+            harness.stub.Run(pb.RunRequest(thread_id="keep", messages=[user("again")]))
+        )
+    assert [m.role for m in stored] == [pb.ROLE_USER, pb.ROLE_ASSISTANT]
+    assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in before]
+    assert after[0].seq == before[-1].seq + 1
+
+
+async def test_a_run_left_running_by_a_dead_engine_is_stored_as_interrupted_at_start(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    store = open_store(url)
+    from datetime import UTC, datetime
+
+    await store.begin_run("crash", "r-dead", datetime.now(UTC), create=True)
+    await store.close()
+
+    settings = engine_settings(OPENAI_BASE_URL=llm.base_url, AGENTIK_STORE=url)
+    async with running_engine(settings) as harness:
+        session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="crash"))
+        assert session.active_run_id == ""
+        events = await collect(
+            harness.stub.Subscribe(pb.SubscribeRequest(thread_id="crash", until_idle=True))
+        )
+        assert events[-1].run_id == "r-dead"
+        assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
+        follow = await collect(
+            harness.stub.Run(pb.RunRequest(thread_id="crash", messages=[user("x")]))
+        )
+        assert kind(follow[-1]) == "run_finished"

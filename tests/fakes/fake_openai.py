@@ -1,0 +1,567 @@
+"""A real HTTP fake of the OpenAI Chat Completions API, for tests and benchmarks.
+
+``FakeOpenAI`` serves ``POST /v1/chat/completions`` on 127.0.0.1 (port 0 by default) from a
+background thread: streamed (SSE ``data: {...}`` chunks, then ``data: [DONE]``) or as one JSON
+body, over HTTP/1.1 with keep-alive and chunked transfer encoding.
+
+What it answers, in order:
+
+1. a scripted ``FakeReply`` from the FIFO filled by ``enqueue()``;
+2. otherwise a rule-based default: if the conversation ends with tool results it answers
+   ``Result: <content>`` (several trailing results are joined with ``"; "``); otherwise it echoes
+   the last user message as ``Echo: <text>`` in word chunks, after applying the directives below.
+
+Directives in the last user message (removed from the echoed text), so tests that cross process
+boundaries can steer the fake through the product's own input:
+
+``[[tool:NAME {json args}]]``
+    call tool NAME with these arguments (``{}`` if omitted); several directives make parallel
+    calls. The tool call ids are ``call_1``, ``call_2``, ... in server order.
+``[[slow:SECONDS]]``
+    wait that long before each chunk.
+``[[chunks:N]]``
+    stream exactly N text chunks ``"w0 "``, ``"w1 "``, ... instead of the echo (benchmarks).
+``[[reason]]``
+    stream a few ``reasoning_content`` chunks before the text.
+``[[error:STATUS]]``
+    answer that HTTP status with an OpenAI-style error body.
+``[[hang]]``
+    send the first text chunk, then hang until the client goes away or the fake stops.
+``[[drop]]``
+    send the first text chunk, then close the connection mid-stream.
+
+``connection_closed`` is set (and ``closed_mid_stream`` counts up) whenever a client goes away
+before its response was complete: seen when a write fails or, while the fake waits (slow or
+hanging streams), when the socket reads EOF.
+
+Run it on its own with ``python -m tests.fakes.fake_openai --port 0``: it prints its base URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import itertools
+import json
+import re
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+__all__ = ["FakeOpenAI", "FakeReply", "FakeToolCall"]
+
+_POLL_SLICE = 0.05
+"""How often a waiting handler looks at the stop flag, in seconds."""
+
+_ERROR_KINDS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "bad_request"),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "forbidden"),
+    404: ("invalid_request_error", "not_found"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+    500: ("server_error", "internal_error"),
+    503: ("server_error", "overloaded"),
+}
+
+_DIRECTIVE = re.compile(
+    r"\[\[(?:tool:(?P<tool>[\w.\-]+)\s*(?P<args>\{.*?\})?\s*"
+    r"|(?P<kind>slow|chunks|reason|error|hang|drop)(?::(?P<arg>[^\]]*))?)\]\]",
+    re.DOTALL,
+)
+_WORD = re.compile(r"\S+\s*")
+
+
+@dataclass(slots=True)
+class FakeToolCall:
+    """One tool call in a scripted reply; its arguments are streamed in ``fragments`` pieces."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+    id: str = ""
+    fragments: int = 3
+
+    def arguments_text(self) -> str:
+        """The arguments as the JSON text the fake sends."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass(slots=True)
+class FakeReply:
+    """A scripted answer. Chunk counts (``*_after``) include the first ``role`` chunk.
+
+    ``text`` and ``reasoning`` given as one string are split into word chunks.
+    """
+
+    text: str | list[str] = ""
+    reasoning: str | list[str] = ""
+    reasoning_field: str = "reasoning_content"
+    """``reasoning_content`` (DeepSeek, vLLM) or ``reasoning`` (OpenRouter, Ollama)."""
+    tool_calls: list[FakeToolCall] = field(default_factory=list)
+    interleave_tool_calls: bool = False
+    """Send the tool calls' argument fragments round-robin, to exercise assembly by index."""
+    usage: tuple[int, int] | None = None
+    """(prompt, completion) tokens; counted from the words when None."""
+    finish_reason: str = ""
+    """Empty means ``tool_calls`` when there are tool calls, else ``stop``."""
+    delay: float = 0.0
+    hang_after: int | None = None
+    drop_after: int | None = None
+    malformed_after: int | None = None
+    send_done: bool = True
+    status: int = 200
+    error_message: str = ""
+
+
+def _words(text: str | list[str]) -> list[str]:
+    if isinstance(text, list):
+        return text
+    return _WORD.findall(text)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeOpenAI
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Serves one connection; a stream is written chunk by chunk straight to the socket."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Small SSE writes must not wait for delayed ACKs.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        self.server.fake._track(self.connection, add=False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay quiet: tests and benchmarks read stdout."""
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._send_error(404, f"no route for {self.path}")
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._send_error(400, "the request body is not valid JSON")
+            return
+        fake._record(body)
+        if fake.api_key is not None and self.headers.get("Authorization") != (
+            f"Bearer {fake.api_key}"
+        ):
+            self._send_error(401, "Incorrect API key provided.")
+            return
+        reply = fake._next_reply(body)
+        if reply.status != 200:
+            self._send_error(reply.status, reply.error_message or f"fake error {reply.status}")
+        elif body.get("stream"):
+            self._stream(body, reply)
+        else:
+            self._complete(body, reply)
+
+    def _send_error(self, status: int, message: str) -> None:
+        kind, code = _ERROR_KINDS.get(status, ("api_error", "error"))
+        payload = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        self._send_json(status, payload)
+
+    def _send_json(self, status: int, payload: object) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self._write(data)
+
+    def _write(self, data: bytes) -> bool:
+        """Write to the client; False (and the connection marked gone) if it went away."""
+        try:
+            self.wfile.write(data)
+        except OSError:
+            self._client_gone()
+            return False
+        return True
+
+    def _client_gone(self) -> None:
+        self.close_connection = True
+        self.server.fake._note_closed()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep, watching the socket: False as soon as the client closes or the fake stops."""
+        fake = self.server.fake
+        deadline = time.monotonic() + seconds
+        poller = select.poll()
+        poller.register(self.connection, select.POLLIN)
+        while (remaining := deadline - time.monotonic()) > 0:
+            if fake._stopping.is_set():
+                self.close_connection = True
+                return False
+            if poller.poll(min(remaining, _POLL_SLICE) * 1000):
+                try:
+                    peeked = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    peeked = b""
+                if not peeked:
+                    self._client_gone()
+                    return False
+                time.sleep(min(remaining, _POLL_SLICE))  # a pipelined request: not our business
+        return True
+
+    def _stream(self, body: dict[str, Any], reply: FakeReply) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        for index, event in enumerate(_events(body, reply, with_usage)):
+            if reply.delay and not self._wait(reply.delay):
+                return
+            if index == reply.hang_after:
+                self._wait(float("inf"))
+                self.close_connection = True
+                return
+            if index == reply.drop_after:
+                self._drop()
+                return
+            if index == reply.malformed_after and not self._chunk(
+                b'data: {"choices": [{"delta"\n\n'
+            ):
+                return
+            if not self._chunk(event):
+                return
+        # A fault asked for after more chunks than there are happens before the body ends.
+        if reply.hang_after is not None:
+            self._wait(float("inf"))
+            self.close_connection = True
+        elif reply.drop_after is not None:
+            self._drop()
+        else:
+            self._write(b"0\r\n\r\n")
+
+    def _chunk(self, event: bytes) -> bool:
+        return self._write(b"%x\r\n%s\r\n" % (len(event), event))
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _complete(self, body: dict[str, Any], reply: FakeReply) -> None:
+        if reply.delay and not self._wait(reply.delay):
+            return
+        if reply.hang_after is not None:
+            self._wait(float("inf"))
+            self.close_connection = True
+            return
+        if reply.drop_after is not None:
+            self._drop()
+            return
+        self._send_json(200, _completion(body, reply))
+
+
+def _usage(body: dict[str, Any], reply: FakeReply, produced: int) -> dict[str, int]:
+    if reply.usage is not None:
+        prompt, completion = reply.usage
+    else:
+        messages = body.get("messages") or []
+        prompt = sum(len(_message_text(m).split()) for m in messages if isinstance(m, dict))
+        completion = produced
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _finish_reason(reply: FakeReply) -> str:
+    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+
+def _tool_call_fragments(reply: FakeReply) -> Iterator[dict[str, Any]]:
+    """Tool call deltas: a head with id and name, then the arguments in pieces."""
+    per_call: list[list[dict[str, Any]]] = []
+    for index, call in enumerate(reply.tool_calls):
+        call_id = call.id or f"call_{index + 1}"
+        head = {"index": index, "id": call_id, "type": "function"}
+        pieces: list[dict[str, Any]] = [{**head, "function": {"name": call.name, "arguments": ""}}]
+        args = call.arguments_text()
+        size = max(1, -(-len(args) // max(1, call.fragments)))
+        pieces += [
+            {"index": index, "function": {"arguments": args[i : i + size]}}
+            for i in range(0, len(args), size)
+        ]
+        per_call.append(pieces)
+    if reply.interleave_tool_calls:
+        for group in itertools.zip_longest(*per_call):
+            yield from (piece for piece in group if piece is not None)
+    else:
+        for pieces in per_call:
+            yield from pieces
+
+
+def _events(body: dict[str, Any], reply: FakeReply, with_usage: bool) -> Iterator[bytes]:
+    """The SSE events of one streamed reply, as bytes ready to write."""
+    base: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": str(body.get("model", "fake")),
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return b"data: %s\n\n" % json.dumps({**base, "choices": [choice]}).encode()
+
+    # Text chunks are the hot path of benchmarks: splice the text into a prebuilt frame.
+    head, _, tail = chunk({"content": "\x00"}).partition(b'"\\u0000"')
+    yield chunk({"role": "assistant", "content": ""})
+    produced = 0
+    for piece in _words(reply.reasoning):
+        produced += 1
+        yield chunk({reply.reasoning_field: piece})
+    for piece in _words(reply.text):
+        produced += 1
+        yield head + json.dumps(piece).encode() + tail
+    for fragment in _tool_call_fragments(reply):
+        produced += 1
+        yield chunk({"tool_calls": [fragment]})
+    yield chunk({}, _finish_reason(reply))
+    if with_usage:
+        usage = {**base, "choices": [], "usage": _usage(body, reply, produced)}
+        yield b"data: %s\n\n" % json.dumps(usage).encode()
+    if reply.send_done:
+        yield b"data: [DONE]\n\n"
+
+
+def _completion(body: dict[str, Any], reply: FakeReply) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` for a reply."""
+    text = "".join(_words(reply.text))
+    message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
+    if reply.reasoning:
+        message[reply.reasoning_field] = "".join(_words(reply.reasoning))
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id or f"call_{index + 1}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_text()},
+            }
+            for index, call in enumerate(reply.tool_calls)
+        ]
+    produced = len(_words(reply.text)) + len(_words(reply.reasoning)) + len(reply.tool_calls)
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(body.get("model", "fake")),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": _finish_reason(reply),
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage(body, reply, produced),
+    }
+
+
+class FakeOpenAI:
+    """An OpenAI Chat Completions server on loopback, for tests, benchmarks and manual runs.
+
+    Use as a context manager (or ``start()`` / ``stop()``); point clients at ``base_url``.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.api_key = api_key
+        """When set, requests without ``Authorization: Bearer <api_key>`` get a 401."""
+        self.requests: list[dict[str, Any]] = []
+        self.connection_closed = threading.Event()
+        self.closed_mid_stream = 0
+        self.connections = 0
+        """How many TCP connections clients opened (keep-alive reuse shows as fewer)."""
+        self._replies: collections.deque[FakeReply] = collections.deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._call_ids = itertools.count(1)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """E.g. ``http://127.0.0.1:54321/v1``, for ``OpenAI(base_url=...)``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        """Bind and serve in a daemon thread."""
+        server = _Server((self.host, self.port), _Handler)
+        server.fake = self
+        self.port = server.server_address[1]
+        self._server = server
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": _POLL_SLICE}, daemon=True
+        )
+        self._thread.name = f"fake-openai-{self.port}"
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and cut every open connection, hanging streams included."""
+        if self._server is None:
+            return
+        self._stopping.set()
+        self._server.shutdown()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def enqueue(self, *replies: FakeReply) -> None:
+        """Script the next replies, first in first out."""
+        self._replies.extend(replies)
+
+    def wait_connection_closed(self, timeout: float) -> bool:
+        """Block until a client has gone away mid-response; False if it did not in time."""
+        return self.connection_closed.wait(timeout)
+
+    async def wait_connection_closed_async(self, within: float) -> bool:
+        """``wait_connection_closed`` without blocking the event loop."""
+        return await asyncio.to_thread(self.connection_closed.wait, within)
+
+    def _record(self, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(body)
+
+    def _track(self, sock: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self.connections += 1
+                self._sockets.add(sock)
+            else:
+                self._sockets.discard(sock)
+
+    def _note_closed(self) -> None:
+        with self._lock:
+            self.closed_mid_stream += 1
+        self.connection_closed.set()
+
+    def _next_reply(self, body: dict[str, Any]) -> FakeReply:
+        try:
+            return self._replies.popleft()
+        except IndexError:
+            return self._default_reply(body)
+
+    def _default_reply(self, body: dict[str, Any]) -> FakeReply:
+        """The rule-based answer: tool results → ``Result: ...``; else echo plus directives."""
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        results: list[str] = []
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                break
+            results.insert(0, _message_text(message))
+        if results:
+            return FakeReply(text="Result: " + "; ".join(results))
+        user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        return self._apply_directives(_message_text(user))
+
+    def _apply_directives(self, text: str) -> FakeReply:
+        reply = FakeReply()
+        chunks: int | None = None
+        fault = ""
+        for match in _DIRECTIVE.finditer(text):
+            kind, arg = match["kind"], (match["arg"] or "").strip()
+            if match["tool"]:
+                call_id = f"call_{next(self._call_ids)}"
+                reply.tool_calls.append(
+                    FakeToolCall(match["tool"], match["args"] or "{}", id=call_id)
+                )
+            elif kind == "slow":
+                reply.delay = float(arg)
+            elif kind == "chunks":
+                chunks = int(arg)
+            elif kind == "reason":
+                reply.reasoning = ["Let me ", "think ", "about ", "that."]
+            elif kind == "error":
+                reply.status = int(arg)
+            else:
+                fault = kind
+        rest = " ".join(_DIRECTIVE.sub(" ", text).split())
+        if chunks is not None:
+            reply.text = [f"w{i} " for i in range(chunks)]
+        elif rest or not reply.tool_calls:
+            reply.text = f"Echo: {rest}".strip()
+        first_text = 1 + len(_words(reply.reasoning)) + 1
+        if fault == "hang":
+            reply.hang_after = first_text
+        elif fault == "drop":
+            reply.drop_after = first_text
+        return reply
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until interrupted, printing the base URL first (for benchmarks and manual runs)."""
+    parser = argparse.ArgumentParser(description="A fake OpenAI Chat Completions server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--api-key", default=None, help="require this bearer token")
+    options = parser.parse_args(argv)
+    with FakeOpenAI(options.host, options.port, options.api_key) as fake:
+        print(fake.base_url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

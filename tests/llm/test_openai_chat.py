@@ -1,0 +1,510 @@
+"""OpenAIChatModel against a real HTTP fake of the Chat Completions API over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from typing import cast
+
+import pytest
+
+from engine_service.core.errors import LLMError
+from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
+from engine_service.llm.base import (
+    ChatDelta,
+    ChatRequest,
+    FinishDelta,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageDelta,
+)
+from engine_service.llm.openai_chat import OpenAIChatModel
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
+
+WAIT = 5.0
+"""Bound on every wait for something the fake or the model should do promptly."""
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def make_model(fake: FakeOpenAI, api_key: str = "sk-test", **overrides: float) -> OpenAIChatModel:
+    options: dict[str, float] = {
+        "timeout": 5.0,
+        "first_token_timeout": 5.0,
+        "max_retries": 0,
+        "retry_backoff": 0.01,
+    }
+    options.update(overrides)
+    return OpenAIChatModel(
+        base_url=fake.base_url,
+        api_key=api_key,
+        model="gpt-test",
+        timeout=options["timeout"],
+        first_token_timeout=options["first_token_timeout"],
+        max_retries=int(options["max_retries"]),
+        retry_backoff=options["retry_backoff"],
+    )
+
+
+@pytest.fixture
+async def model(fake: FakeOpenAI) -> AsyncIterator[OpenAIChatModel]:
+    chat = make_model(fake)
+    yield chat
+    await chat.aclose()
+
+
+def ask(text: str, tools: list[ToolSpec] | None = None) -> ChatRequest:
+    return ChatRequest([Message("m1", Role.USER, [TextPart(text)])], tools or [])
+
+
+async def run(
+    chat: OpenAIChatModel, request: ChatRequest
+) -> tuple[list[ChatDelta], LLMError | None]:
+    """Every delta the model yields, and the LLMError it ended with (if any)."""
+    deltas: list[ChatDelta] = []
+    try:
+        async with asyncio.timeout(WAIT):
+            async for delta in chat.stream(request):
+                deltas.append(delta)
+    except LLMError as exc:
+        return deltas, exc
+    return deltas, None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- streaming -------------------------------------------------------------------------
+
+
+async def test_text_streams_as_text_deltas_then_usage_then_finish(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    fake.enqueue(FakeReply(text=["Hel", "lo", " world"], usage=(7, 3)))
+
+    deltas, error = await run(model, ask("hi"))
+
+    assert error is None
+    assert deltas == [
+        TextDelta("Hel"),
+        TextDelta("lo"),
+        TextDelta(" world"),
+        UsageDelta(input_tokens=7, output_tokens=3),
+        FinishDelta("stop"),
+    ]
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+async def test_reasoning_deltas_come_from_either_reasoning_field(
+    fake: FakeOpenAI, model: OpenAIChatModel, field: str
+) -> None:
+    fake.enqueue(FakeReply(reasoning=["Let me ", "see."], reasoning_field=field, text="Four."))
+
+    deltas, error = await run(model, ask("2+2?"))
+
+    assert error is None
+    assert deltas[:3] == [ReasoningDelta("Let me "), ReasoningDelta("see."), TextDelta("Four.")]
+
+
+async def test_parallel_tool_calls_arrive_by_index_and_assemble_into_whole_calls(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    fake.enqueue(
+        FakeReply(
+            tool_calls=[
+                FakeToolCall(
+                    "current_time", {"timezone": "Europe/Paris"}, id="call_a", fragments=4
+                ),
+                FakeToolCall("calculate", {"expression": "2*(3+4)"}, id="call_b", fragments=3),
+            ],
+            interleave_tool_calls=True,
+        )
+    )
+
+    deltas, error = await run(model, ask("time and math"))
+
+    assert error is None
+    fragments = [d for d in deltas if isinstance(d, ToolCallDelta)]
+    assert [f.index for f in fragments[:4]] == [0, 1, 0, 1]  # really interleaved
+    calls: dict[int, dict[str, str]] = {}
+    for fragment in fragments:
+        call = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+        call["id"] += fragment.id
+        call["name"] += fragment.name
+        call["arguments"] += fragment.arguments
+    assert calls[0]["id"] == "call_a"
+    assert calls[0]["name"] == "current_time"
+    assert json.loads(calls[0]["arguments"]) == {"timezone": "Europe/Paris"}
+    assert calls[1]["id"] == "call_b"
+    assert calls[1]["name"] == "calculate"
+    assert json.loads(calls[1]["arguments"]) == {"expression": "2*(3+4)"}
+    assert deltas[-1] == FinishDelta("tool_calls")
+
+
+async def test_a_slow_stream_is_not_cut_by_the_first_token_timeout_once_it_started(
+    fake: FakeOpenAI,
+) -> None:
+    chat = make_model(fake, first_token_timeout=0.5)
+    fake.enqueue(FakeReply(text=[f"w{i} " for i in range(15)], delay=0.05))
+    try:
+        deltas, error = await run(chat, ask("slowly"))
+    finally:
+        await chat.aclose()
+
+    assert error is None
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)).split() == [
+        f"w{i}" for i in range(15)
+    ]
+
+
+async def test_a_finished_stream_leaves_its_connection_open_for_the_next_request(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    first, _ = await run(model, ask("one"))
+    second, _ = await run(model, ask("two"))
+
+    assert first[-1] == second[-1] == FinishDelta("stop")
+    assert len(fake.requests) == 2
+    assert fake.connections == 1
+
+
+async def test_the_name_says_provider_and_model(model: OpenAIChatModel) -> None:
+    assert model.name == "openai:gpt-test"
+
+
+# --- the request ---------------------------------------------------------------------
+
+
+async def test_request_carries_model_streaming_usage_tools_and_mapped_messages(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    messages = [
+        Message("1", Role.SYSTEM, [TextPart("Be brief.")]),
+        Message("2", Role.DEVELOPER, [TextPart("Use tools.")]),
+        Message(
+            "3",
+            Role.USER,
+            [
+                TextPart("What is in these?"),
+                ImagePart(url="https://example.com/cat.png"),
+                ImagePart(data=b"\x89PNG", mime_type="image/png"),
+            ],
+        ),
+        Message(
+            "4",
+            Role.ASSISTANT,
+            [TextPart("Let me check.")],
+            tool_calls=[ToolCall("call_1", "calculate", '{"expression": "1+1"}')],
+        ),
+        Message("5", Role.TOOL, [TextPart('{"result": 2}')], tool_call_id="call_1"),
+        Message("6", Role.ASSISTANT, [TextPart("It is 2.")]),
+        Message("7", Role.USER, [TextPart("Thanks")], name="ada"),
+    ]
+    tool = ToolSpec(
+        "calculate",
+        "Evaluate arithmetic.",
+        {"type": "object", "properties": {"expression": {"type": "string"}}},
+    )
+
+    _, error = await run(model, ChatRequest(messages, [tool, ToolSpec("noop", "Nothing.", {})]))
+
+    assert error is None
+    body = fake.requests[0]
+    assert body["model"] == "gpt-test"
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "calculate",
+                "description": "Evaluate arithmetic.",
+                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "noop",
+                "description": "Nothing.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        },
+    ]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": "Use tools."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in these?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": "Let me check.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "calculate", "arguments": '{"expression": "1+1"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"result": 2}'},
+        {"role": "assistant", "content": "It is 2."},
+        {"role": "user", "content": "Thanks", "name": "ada"},
+    ]
+
+
+async def test_a_request_without_tools_sends_no_tools_field(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    await run(model, ask("hi"))
+
+    assert "tools" not in fake.requests[0]
+
+
+async def test_the_api_key_is_sent_as_a_bearer_token() -> None:
+    with FakeOpenAI(api_key="sk-right") as server:
+        chat = make_model(server, api_key="sk-right")
+        try:
+            deltas, error = await run(chat, ask("hi"))
+        finally:
+            await chat.aclose()
+
+    assert error is None
+    assert TextDelta("Echo: ") in deltas
+
+
+# --- failures ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (400, "llm_bad_request"),
+        (401, "llm_auth"),
+        (403, "llm_auth"),
+        (404, "llm_bad_request"),
+        (429, "llm_rate_limited"),
+        (500, "llm_server_error"),
+        (503, "llm_server_error"),
+    ],
+)
+async def test_an_http_error_status_becomes_its_error_code_before_any_delta(
+    fake: FakeOpenAI, model: OpenAIChatModel, status: int, code: str
+) -> None:
+    fake.enqueue(FakeReply(status=status, error_message="nope, says the server"))
+
+    deltas, error = await run(model, ask("hi"))
+
+    assert deltas == []
+    assert error is not None
+    assert error.code == code
+    assert f"{fake.base_url}/chat/completions" in error.message
+    assert f"HTTP {status}" in error.message
+    assert "nope, says the server" in error.message
+
+
+async def test_a_refused_connection_is_llm_unavailable_naming_the_endpoint() -> None:
+    base_url = f"http://127.0.0.1:{free_port()}/v1"
+    chat = OpenAIChatModel(base_url=base_url, api_key="k", model="m", max_retries=0)
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == []
+    assert error is not None
+    assert error.code == "llm_unavailable"
+    assert base_url in error.message
+
+
+async def test_a_wrong_api_key_is_llm_auth_and_not_retried() -> None:
+    with FakeOpenAI(api_key="sk-right") as server:
+        chat = make_model(server, max_retries=2)
+        try:
+            deltas, error = await run(chat, ask("hi"))
+        finally:
+            await chat.aclose()
+
+        assert len(server.requests) == 1
+    assert deltas == []
+    assert error is not None
+    assert error.code == "llm_auth"
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_a_passing_failure_before_the_first_token_is_retried_and_the_retry_succeeds(
+    fake: FakeOpenAI, status: int
+) -> None:
+    chat = make_model(fake, max_retries=2)
+    fake.enqueue(FakeReply(status=status), FakeReply(text="second time lucky"))
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert error is None
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == "second time lucky"
+    assert len(fake.requests) == 2
+
+
+async def test_retries_stop_after_max_retries_with_the_last_error(fake: FakeOpenAI) -> None:
+    chat = make_model(fake, max_retries=2)
+    fake.enqueue(*[FakeReply(status=500)] * 4)
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == []
+    assert error is not None
+    assert error.code == "llm_server_error"
+    assert len(fake.requests) == 3
+
+
+async def test_a_first_token_timeout_is_llm_timeout_and_the_fake_sees_the_connection_close(
+    fake: FakeOpenAI,
+) -> None:
+    chat = make_model(fake, first_token_timeout=0.2)
+    fake.enqueue(FakeReply(text="never", hang_after=1))
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == []
+    assert error is not None
+    assert error.code == "llm_timeout"
+    assert "0.2s" in error.message
+    assert await fake.wait_connection_closed_async(WAIT)
+
+
+async def test_a_first_token_timeout_is_retried_and_the_retry_succeeds(fake: FakeOpenAI) -> None:
+    chat = make_model(fake, first_token_timeout=0.2, max_retries=1)
+    fake.enqueue(FakeReply(text="never", hang_after=0), FakeReply(text="there you go"))
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert error is None
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == "there you go"
+    assert len(fake.requests) == 2
+
+
+async def test_a_stall_after_the_first_token_is_llm_timeout_and_never_retried(
+    fake: FakeOpenAI,
+) -> None:
+    chat = make_model(fake, timeout=0.2, max_retries=2)
+    fake.enqueue(FakeReply(text=["a", "b"], hang_after=2))
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == [TextDelta("a")]
+    assert error is not None
+    assert error.code == "llm_timeout"
+    assert len(fake.requests) == 1
+
+
+async def test_a_connection_dropped_mid_stream_is_llm_bad_stream_after_the_deltas_so_far(
+    fake: FakeOpenAI,
+) -> None:
+    chat = make_model(fake, max_retries=2)
+    fake.enqueue(FakeReply(text=["a", "b", "c", "d"], drop_after=3))
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == [TextDelta("a"), TextDelta("b")]
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert fake.base_url in error.message
+    assert len(fake.requests) == 1
+
+
+async def test_invalid_json_mid_stream_is_llm_bad_stream_and_never_retried(
+    fake: FakeOpenAI,
+) -> None:
+    chat = make_model(fake, max_retries=2)
+    fake.enqueue(FakeReply(text=["a", "b"], malformed_after=2))
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == [TextDelta("a")]
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert "invalid JSON" in error.message
+    assert len(fake.requests) == 1
+
+
+async def test_invalid_json_before_the_first_token_yields_nothing(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    fake.enqueue(FakeReply(text=["a"], malformed_after=0))
+
+    deltas, error = await run(model, ask("hi"))
+
+    assert deltas == []
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+
+
+# --- stopping ------------------------------------------------------------------------
+
+
+async def test_cancelling_the_consumer_closes_the_http_connection_at_once(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    fake.enqueue(FakeReply(text=["first", "never"], hang_after=2))
+    first = asyncio.Event()
+    seen: list[ChatDelta] = []
+
+    async def consume() -> None:
+        async for delta in model.stream(ask("hi")):
+            seen.append(delta)
+            first.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first.wait(), WAIT)
+    assert not fake.connection_closed.is_set()
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert seen == [TextDelta("first")]
+    assert await fake.wait_connection_closed_async(WAIT)
+
+
+async def test_closing_the_stream_early_closes_the_http_connection(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    fake.enqueue(FakeReply(text=["first", "never"], hang_after=2))
+    stream = cast(AsyncGenerator[ChatDelta, None], model.stream(ask("hi")))
+
+    first = await asyncio.wait_for(anext(stream), WAIT)
+    await asyncio.wait_for(stream.aclose(), WAIT)
+
+    assert first == TextDelta("first")
+    assert await fake.wait_connection_closed_async(WAIT)

@@ -1,0 +1,454 @@
+"""Settings: defaults, the TOML file, environment overrides and validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine_service.config import (
+    DEFAULT_SYSTEM_PROMPT,
+    ConfigError,
+    Settings,
+    load_settings,
+    setting_keys,
+)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agentik.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- defaults -----------------------------------------------------------------------
+
+
+def test_without_file_or_env_every_setting_has_its_default() -> None:
+    settings = load_settings(None, {})
+    assert settings == Settings()
+    assert settings.grpc_addr == "127.0.0.1:50051"
+    assert settings.store == "sqlite:///.agentik/agentik.db"
+    assert settings.openai_base_url is None
+    assert settings.openai_api_key is None
+    assert settings.model == "gpt-4o-mini"
+    assert settings.system_prompt == DEFAULT_SYSTEM_PROMPT
+    assert settings.max_tool_rounds == 8
+    assert settings.llm_timeout == 120.0
+    assert settings.llm_first_token_timeout == 60.0
+    assert settings.llm_max_retries == 2
+    assert settings.tool_timeout == 30.0
+    assert settings.max_concurrent_runs == 512
+    assert settings.event_retention == 604800.0
+    assert settings.shutdown_grace == 10.0
+    assert settings.max_message_bytes == 4194304
+    assert settings.log_level == "INFO"
+    assert settings.http_addr == "127.0.0.1:8000"
+    assert settings.engine_target == "127.0.0.1:50051"
+    assert settings.web_workers == 2
+    assert settings.web_threads == 64
+    assert settings.heartbeat_interval == 15.0
+    assert settings.max_body_bytes == 1048576
+    assert settings.on_disconnect == "continue"
+    assert settings.mcp_servers == ()
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(AttributeError):
+        settings.model = "other"  # type: ignore[misc]
+
+
+# --- TOML ---------------------------------------------------------------------------
+
+FULL_TOML = """
+[engine]
+grpc_addr = "0.0.0.0:6000"
+store = "postgresql://agentik:secret@db:5432/agentik"
+max_concurrent_runs = 64
+max_message_bytes = 1000
+event_retention = 0
+shutdown_grace = 2.5
+
+[llm]
+base_url = "http://localhost:11434/v1"
+api_key = "sk-from-file"
+model = "llama3"
+system_prompt = "Be terse."
+max_tool_rounds = 3
+timeout = 30
+first_token_timeout = 5.5
+max_retries = 0
+
+[tools]
+timeout = 4
+
+[log]
+level = "debug"
+
+[web]
+http_addr = "[::]:8080"
+engine_target = "engine:6000"
+workers = 4
+threads = 8
+heartbeat_interval = 5
+max_body_bytes = 2048
+on_disconnect = "CANCEL"
+
+[[mcp.servers]]
+name = "files"
+command = ["mcp-files", "--root", "/data"]
+
+[[mcp.servers]]
+name = "web"
+url = "http://localhost:9000/mcp"
+"""
+
+
+def test_a_toml_file_sets_every_setting(tmp_path: Path) -> None:
+    settings = load_settings(str(_write(tmp_path, FULL_TOML)), {})
+    assert settings == Settings(
+        grpc_addr="0.0.0.0:6000",
+        store="postgresql://agentik:secret@db:5432/agentik",
+        openai_base_url="http://localhost:11434/v1",
+        openai_api_key="sk-from-file",
+        model="llama3",
+        system_prompt="Be terse.",
+        max_tool_rounds=3,
+        llm_timeout=30.0,
+        llm_first_token_timeout=5.5,
+        llm_max_retries=0,
+        tool_timeout=4.0,
+        max_concurrent_runs=64,
+        event_retention=0.0,
+        shutdown_grace=2.5,
+        max_message_bytes=1000,
+        log_level="DEBUG",
+        http_addr="[::]:8080",
+        engine_target="engine:6000",
+        web_workers=4,
+        web_threads=8,
+        heartbeat_interval=5.0,
+        max_body_bytes=2048,
+        on_disconnect="cancel",
+        mcp_servers=(
+            {"name": "files", "command": ["mcp-files", "--root", "/data"]},
+            {"name": "web", "url": "http://localhost:9000/mcp"},
+        ),
+    )
+    assert isinstance(settings.llm_timeout, float)
+
+
+def test_the_file_can_be_named_by_agentik_config(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[llm]\nmodel = "from-env-file"\n')
+    assert load_settings(None, {"AGENTIK_CONFIG": str(path)}).model == "from-env-file"
+
+
+def test_the_path_argument_wins_over_agentik_config(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[llm]\nmodel = "from-argument"\n')
+    env = {"AGENTIK_CONFIG": str(tmp_path / "elsewhere.toml")}
+    assert load_settings(path, env).model == "from-argument"
+
+
+def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
+    assert load_settings(_write(tmp_path, ""), {}) == Settings()
+
+
+def test_a_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="does not exist") as caught:
+        load_settings(missing, {})
+    assert missing in str(caught.value)
+    with pytest.raises(ConfigError, match="from env AGENTIK_CONFIG"):
+        load_settings(None, {"AGENTIK_CONFIG": missing})
+
+
+def test_invalid_toml_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[llm\nmodel = 1")
+    with pytest.raises(ConfigError, match="is not valid TOML") as caught:
+        load_settings(path, {})
+    assert str(path) in str(caught.value)
+
+
+def test_an_unknown_section_is_an_error_suggesting_the_right_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown section 'engin'.*did you mean 'engine'"):
+        load_settings(_write(tmp_path, "[engin]\ngrpc_addr = '1.2.3.4:5'\n"), {})
+
+
+def test_an_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown key 'modle' in \[llm\].*did you mean 'model'"):
+        load_settings(_write(tmp_path, "[llm]\nmodle = 'x'\n"), {})
+
+
+def test_a_top_level_key_is_an_unknown_section(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown section 'model'"):
+        load_settings(_write(tmp_path, "model = 'x'\n"), {})
+
+
+def test_a_section_that_is_not_a_table_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'llm' .* must be a table \(\[llm\]\)"):
+        load_settings(_write(tmp_path, "llm = 'x'\n"), {})
+
+
+def test_mcp_entries_must_be_tables(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="must be an array of tables"):
+        load_settings(_write(tmp_path, "[mcp]\nservers = 'x'\n"), {})
+    with pytest.raises(ConfigError, match=r"\[\[mcp.servers\]\] entry 2 .* must be a table"):
+        load_settings(_write(tmp_path, "[mcp]\nservers = [{name = 'a'}, 3]\n"), {})
+    with pytest.raises(ConfigError, match=r"unknown key 'mcp\.server'"):
+        load_settings(_write(tmp_path, "[[mcp.server]]\nname = 'a'\n"), {})
+
+
+# --- environment --------------------------------------------------------------------
+
+
+def test_env_beats_toml(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[llm]\nmodel = "from-file"\nmax_tool_rounds = 3\n')
+    settings = load_settings(path, {"AGENTIK_MODEL": "from-env"})
+    assert settings.model == "from-env"
+    assert settings.max_tool_rounds == 3
+
+
+def test_env_sets_every_setting() -> None:
+    env = {
+        "AGENTIK_GRPC_ADDR": "localhost:7000",
+        "AGENTIK_STORE": "memory://",
+        "OPENAI_BASE_URL": "https://example.test/v1",
+        "OPENAI_API_KEY": "sk-env\n",
+        "AGENTIK_MODEL": "gpt-x",
+        "AGENTIK_SYSTEM_PROMPT": "  Speak like a pirate.  ",
+        "AGENTIK_MAX_TOOL_ROUNDS": "12",
+        "AGENTIK_LLM_TIMEOUT": "90",
+        "AGENTIK_LLM_FIRST_TOKEN_TIMEOUT": "7.5",
+        "AGENTIK_LLM_MAX_RETRIES": "0",
+        "AGENTIK_TOOL_TIMEOUT": "1e1",
+        "AGENTIK_MAX_CONCURRENT_RUNS": "1",
+        "AGENTIK_EVENT_RETENTION": "0",
+        "AGENTIK_SHUTDOWN_GRACE": "0",
+        "AGENTIK_MAX_MESSAGE_BYTES": "65536",
+        "AGENTIK_LOG_LEVEL": "warning",
+        "AGENTIK_HTTP_ADDR": "0.0.0.0:80",
+        "AGENTIK_ENGINE_TARGET": "engine_service:7000",
+        "AGENTIK_WEB_WORKERS": "3",
+        "AGENTIK_WEB_THREADS": "16",
+        "AGENTIK_HEARTBEAT": "2",
+        "AGENTIK_MAX_BODY_BYTES": "100",
+        "AGENTIK_ON_DISCONNECT": "cancel",
+    }
+    assert load_settings(None, env) == Settings(
+        grpc_addr="localhost:7000",
+        store="memory://",
+        openai_base_url="https://example.test/v1",
+        openai_api_key="sk-env",
+        model="gpt-x",
+        system_prompt="  Speak like a pirate.  ",
+        max_tool_rounds=12,
+        llm_timeout=90.0,
+        llm_first_token_timeout=7.5,
+        llm_max_retries=0,
+        tool_timeout=10.0,
+        max_concurrent_runs=1,
+        event_retention=0.0,
+        shutdown_grace=0.0,
+        max_message_bytes=65536,
+        log_level="WARNING",
+        http_addr="0.0.0.0:80",
+        engine_target="engine_service:7000",
+        web_workers=3,
+        web_threads=16,
+        heartbeat_interval=2.0,
+        max_body_bytes=100,
+        on_disconnect="cancel",
+    )
+
+
+def test_an_empty_env_var_counts_as_unset(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[llm]\nmodel = "from-file"\n')
+    settings = load_settings(path, {"AGENTIK_MODEL": "", "OPENAI_API_KEY": ""})
+    assert settings.model == "from-file"
+    assert settings.openai_api_key is None
+
+
+def test_unrelated_env_vars_are_ignored() -> None:
+    assert load_settings(None, {"HOME": "/root", "PATH": "/bin"}) == Settings()
+
+
+# --- engine_target ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("grpc_addr", "target"),
+    [
+        ("127.0.0.1:6000", "127.0.0.1:6000"),
+        ("0.0.0.0:6000", "127.0.0.1:6000"),
+        ("[::]:6000", "[::1]:6000"),
+        ("engine:6000", "engine:6000"),
+    ],
+)
+def test_engine_target_defaults_to_a_dialable_grpc_addr(grpc_addr: str, target: str) -> None:
+    assert load_settings(None, {"AGENTIK_GRPC_ADDR": grpc_addr}).engine_target == target
+
+
+def test_an_explicit_engine_target_is_kept() -> None:
+    env = {"AGENTIK_GRPC_ADDR": "0.0.0.0:6000", "AGENTIK_ENGINE_TARGET": "engine:6000"}
+    assert load_settings(None, env).engine_target == "engine:6000"
+
+
+# --- validation ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env_var", "value", "setting", "why"),
+    [
+        ("AGENTIK_MAX_TOOL_ROUNDS", "0", "max_tool_rounds", "must be positive"),
+        ("AGENTIK_MAX_TOOL_ROUNDS", "eight", "max_tool_rounds", "must be an integer"),
+        ("AGENTIK_MAX_TOOL_ROUNDS", "2.5", "max_tool_rounds", "must be an integer"),
+        ("AGENTIK_LLM_MAX_RETRIES", "-1", "llm_max_retries", "must be at least 0"),
+        ("AGENTIK_LLM_TIMEOUT", "0", "llm_timeout", "must be positive"),
+        ("AGENTIK_LLM_TIMEOUT", "soon", "llm_timeout", "must be a number of seconds"),
+        ("AGENTIK_LLM_TIMEOUT", "inf", "llm_timeout", "must be a finite number"),
+        ("AGENTIK_LLM_FIRST_TOKEN_TIMEOUT", "-5", "llm_first_token_timeout", "must be positive"),
+        ("AGENTIK_TOOL_TIMEOUT", "nan", "tool_timeout", "must be a finite number"),
+        ("AGENTIK_MAX_CONCURRENT_RUNS", "-3", "max_concurrent_runs", "must be positive"),
+        ("AGENTIK_EVENT_RETENTION", "-1", "event_retention", "must not be negative"),
+        ("AGENTIK_SHUTDOWN_GRACE", "-0.5", "shutdown_grace", "must not be negative"),
+        ("AGENTIK_MAX_MESSAGE_BYTES", "0", "max_message_bytes", "must be positive"),
+        ("AGENTIK_WEB_WORKERS", "0", "web_workers", "must be positive"),
+        ("AGENTIK_WEB_THREADS", "many", "web_threads", "must be an integer"),
+        ("AGENTIK_HEARTBEAT", "0", "heartbeat_interval", "must be positive"),
+        ("AGENTIK_MAX_BODY_BYTES", "-1", "max_body_bytes", "must be positive"),
+        ("AGENTIK_GRPC_ADDR", "50051", "grpc_addr", "must be HOST:PORT"),
+        ("AGENTIK_GRPC_ADDR", "localhost:", "grpc_addr", "must be HOST:PORT"),
+        ("AGENTIK_GRPC_ADDR", ":50051", "grpc_addr", "valid host name"),
+        ("AGENTIK_GRPC_ADDR", "localhost:http", "grpc_addr", "must be HOST:PORT"),
+        ("AGENTIK_GRPC_ADDR", "localhost:70000", "grpc_addr", "port must be between 0 and 65535"),
+        ("AGENTIK_GRPC_ADDR", "::1:50051", "grpc_addr", "IPv6 address in brackets"),
+        ("AGENTIK_GRPC_ADDR", "[nope]:50051", "grpc_addr", "valid IPv6 address"),
+        ("AGENTIK_GRPC_ADDR", "300.1.1.1:50051", "grpc_addr", "valid host name or IP"),
+        ("AGENTIK_HTTP_ADDR", "my host:80", "http_addr", "valid host name"),
+        ("AGENTIK_ENGINE_TARGET", "engine:0", "engine_target", "between 1 and 65535"),
+        ("AGENTIK_STORE", "mysql://db/agentik", "store", "unknown store scheme 'mysql'"),
+        ("AGENTIK_STORE", "agentik.db", "store", "must be a URL"),
+        ("AGENTIK_STORE", "sqlite://agentik.db", "store", "needs three slashes"),
+        ("AGENTIK_STORE", "sqlite:///", "store", "needs three slashes and a path"),
+        ("AGENTIK_STORE", "memory://x", "store", "takes nothing after the scheme"),
+        ("AGENTIK_LOG_LEVEL", "verbose", "log_level", "must be one of DEBUG, INFO"),
+        ("AGENTIK_ON_DISCONNECT", "abort", "on_disconnect", "must be one of continue, cancel"),
+        ("OPENAI_BASE_URL", "localhost:11434", "openai_base_url", "http:// or https:// URL"),
+        ("AGENTIK_MODEL", "   ", "model", "must not be empty"),
+    ],
+)
+def test_a_bad_env_value_names_the_setting_the_variable_and_the_value(
+    env_var: str, value: str, setting: str, why: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {env_var: value})
+    message = str(caught.value)
+    assert message.startswith(f"invalid {setting} (from env {env_var}): ")
+    assert why in message
+    assert message.endswith(f"got {value!r}")
+
+
+@pytest.mark.parametrize(
+    ("toml", "setting", "key", "why", "shown"),
+    [
+        ("[llm]\nmax_tool_rounds = '8'", "max_tool_rounds", "[llm] max_tool_rounds", "str", "'8'"),
+        (
+            "[llm]\nmax_tool_rounds = 8.0",
+            "max_tool_rounds",
+            "[llm] max_tool_rounds",
+            "float",
+            "8.0",
+        ),
+        (
+            "[llm]\nmax_tool_rounds = true",
+            "max_tool_rounds",
+            "[llm] max_tool_rounds",
+            "bool",
+            "True",
+        ),
+        ("[llm]\ntimeout = 'fast'", "llm_timeout", "[llm] timeout", "seconds, not str", "'fast'"),
+        ("[llm]\ntimeout = inf", "llm_timeout", "[llm] timeout", "finite", "inf"),
+        ("[llm]\nmodel = 5", "model", "[llm] model", "must be a string", "5"),
+        ("[tools]\ntimeout = -1", "tool_timeout", "[tools] timeout", "must be positive", "-1"),
+        ("[engine]\nstore = 'redis://x'", "store", "[engine] store", "'redis'", "'redis://x'"),
+        ("[web]\nworkers = 0", "web_workers", "[web] workers", "must be positive", "0"),
+        ("[log]\nlevel = 'loud'", "log_level", "[log] level", "must be one of", "'loud'"),
+        ("[web]\nhttp_addr = 8000", "http_addr", "[web] http_addr", "must be a string", "8000"),
+    ],
+)
+def test_a_bad_toml_value_names_the_setting_the_key_and_the_value(
+    tmp_path: Path, toml: str, setting: str, key: str, why: str, shown: str
+) -> None:
+    path = _write(tmp_path, toml + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, {})
+    message = str(caught.value)
+    assert message.startswith(f"invalid {setting} (from {key} in {str(path)!r}): ")
+    assert why in message
+    assert message.endswith(f"got {shown}")
+
+
+def test_a_bad_toml_value_is_reported_even_when_env_would_override_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[llm]\nmax_tool_rounds = 0\n")
+    with pytest.raises(ConfigError, match="max_tool_rounds"):
+        load_settings(path, {"AGENTIK_MAX_TOOL_ROUNDS": "4"})
+
+
+def test_a_bad_api_key_value_is_never_echoed(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[llm]\napi_key = 12345\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, {})
+    assert "12345" not in str(caught.value)
+    assert "openai_api_key" in str(caught.value)
+    assert "[llm] api_key" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        "memory://",
+        "sqlite:///agentik.db",
+        "sqlite:////var/lib/agentik/agentik.db",
+        "sqlite:///:memory:",
+        "postgresql://user:pw@db:5432/agentik",
+        "postgres://db/agentik",
+        "POSTGRESQL://db/agentik",
+    ],
+)
+def test_supported_store_urls_are_accepted(store: str) -> None:
+    assert load_settings(None, {"AGENTIK_STORE": store}).store == store
+
+
+@pytest.mark.parametrize(
+    "addr", ["localhost:1", "10.0.0.5:65535", "[::1]:50051", "engine-1.internal:0", "db_1:5"]
+)
+def test_valid_addresses_are_accepted(addr: str) -> None:
+    assert load_settings(None, {"AGENTIK_HTTP_ADDR": addr}).http_addr == addr
+
+
+# --- describing ---------------------------------------------------------------------
+
+
+def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -> None:
+    rows = load_settings(None, {"OPENAI_API_KEY": "sk-very-secret"}).describe()
+    by_name = {name: (env, value) for name, env, value in rows}
+    assert by_name["openai_api_key"] == ("OPENAI_API_KEY", "***")
+    assert by_name["openai_base_url"] == ("OPENAI_BASE_URL", "(not set)")
+    assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
+    assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
+    assert len(rows) == 23
+    assert all("sk-very-secret" not in value for _, _, value in rows)
+
+
+def test_the_api_key_is_kept_out_of_the_repr() -> None:
+    assert "sk-very-secret" not in repr(Settings(openai_api_key="sk-very-secret"))
+
+
+def test_setting_keys_give_env_var_and_toml_key_for_every_setting() -> None:
+    keys = setting_keys()
+    assert ("max_tool_rounds", "AGENTIK_MAX_TOOL_ROUNDS", "[llm] max_tool_rounds") in keys
+    assert ("tool_timeout", "AGENTIK_TOOL_TIMEOUT", "[tools] timeout") in keys
+    assert ("log_level", "AGENTIK_LOG_LEVEL", "[log] level") in keys
+    assert [name for name, _, _ in keys] == [name for name, _, _ in Settings().describe()]
+    assert len({env for _, env, _ in keys}) == len(keys)

@@ -27,6 +27,8 @@ from engine_service.core.models import (
     ReconcileMode,
     Role,
     RunInput,
+    RunRecord,
+    RunStatus,
     Session,
     TextPart,
     ToolCall,
@@ -38,6 +40,7 @@ __all__ = [
     "message_from_pb",
     "message_to_pb",
     "run_input_from_pb",
+    "run_to_pb",
     "session_to_pb",
     "timestamp",
 ]
@@ -124,6 +127,29 @@ def session_to_pb(session: Session) -> pb.Session:
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))
+    return out
+
+
+RUN_STATUS_TO_PB = {
+    RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
+    RunStatus.SUCCEEDED: pb.RUN_STATUS_SUCCEEDED,
+    RunStatus.FAILED: pb.RUN_STATUS_FAILED,
+    RunStatus.INTERRUPTED: pb.RUN_STATUS_INTERRUPTED,
+}
+
+
+def run_to_pb(run: RunRecord) -> pb.RunInfo:
+    out = pb.RunInfo(
+        id=run.id,
+        session_id=run.session_id,
+        status=RUN_STATUS_TO_PB[run.status],
+        start_time=timestamp(run.started_at),
+        error_code=run.error_code,
+        error_message=run.error_message,
+        pending_tool_call_ids=run.pending_tool_call_ids,
+    )
+    if run.finished_at is not None:
+        out.end_time.CopyFrom(timestamp(run.finished_at))
     return out
 
 

@@ -11,6 +11,7 @@ from engine_service.convert import (
     event_to_pb,
     message_to_pb,
     run_input_from_pb,
+    run_to_pb,
     session_to_pb,
 )
 from engine_service.core.engine import Engine
@@ -110,12 +111,25 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         messages, has_more = await _mapped(
             context,
             lambda: self.engine.list_messages(
-                request.session_id, request.after_message_id, request.limit
+                request.session_id, request.after_message_id, request.limit, request.run_id
             ),
         )
         return pb.ListMessagesResponse(
             messages=[message_to_pb(m) for m in messages], has_more=has_more
         )
+
+    async def GetRun(self, request: pb.GetRunRequest, context: Context) -> pb.RunInfo:
+        run = await _mapped(
+            context, lambda: self.engine.get_run(request.run_id, request.session_id)
+        )
+        return run_to_pb(run)
+
+    async def ListRuns(self, request: pb.ListRunsRequest, context: Context) -> pb.ListRunsResponse:
+        runs, total = await _mapped(
+            context,
+            lambda: self.engine.list_runs(request.session_id, request.offset, request.limit),
+        )
+        return pb.ListRunsResponse(runs=[run_to_pb(r) for r in runs], total=total)
 
 
 async def _sync(function: Callable[[Any], T], argument: Any) -> T:

@@ -21,7 +21,14 @@ from engine_service.core.errors import (
 )
 from engine_service.core.history import MAX_ID_LENGTH, new_id, prepare_incoming, reconcile
 from engine_service.core.hub import SessionHub
-from engine_service.core.models import Message, ReconcileMode, RunInput, RunStatus, Session
+from engine_service.core.models import (
+    Message,
+    ReconcileMode,
+    RunInput,
+    RunRecord,
+    RunStatus,
+    Session,
+)
 from engine_service.core.turn import Turn, TurnLimits
 from engine_service.llm.base import ChatModel
 from engine_service.stores.base import SessionStore
@@ -166,12 +173,39 @@ class Engine:
             hub.notify()
 
     async def list_messages(
-        self, session_id: str, after_id: str, limit: int
+        self, session_id: str, after_id: str, limit: int, run_id: str = ""
     ) -> tuple[list[Message], bool]:
         _check_id(session_id, "session_id")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-        return await self.store.list_messages(session_id, after_id, limit or 100)
+        if not run_id:
+            return await self.store.list_messages(session_id, after_id, limit or 100)
+        await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
+        mine = [m for m in await self.store.all_messages(session_id) if m.run_id == run_id]
+        if after_id:
+            ids = [m.id for m in mine]
+            if after_id not in ids:
+                raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+            mine = mine[ids.index(after_id) + 1 :]
+        limit = limit or 100
+        return mine[:limit], len(mine) > limit
+
+    # -- runs as records ----------------------------------------------------------
+
+    async def get_run(self, run_id: str, session_id: str = "") -> RunRecord:
+        _check_id(run_id, "run_id")
+        if session_id:
+            return await self.store.get_run(session_id, run_id)
+        return await self.store.find_run(run_id)
+
+    async def list_runs(
+        self, session_id: str, offset: int, limit: int
+    ) -> tuple[list[RunRecord], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        if limit < 0 or limit > MAX_PAGE:
+            raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        return await self.store.page_runs(session_id, offset, limit or 50)
 
     # -- runs ---------------------------------------------------------------------
 

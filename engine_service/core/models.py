@@ -137,6 +137,8 @@ class RunRecord:
     finished_at: datetime | None = None
     error_code: str = ""
     error_message: str = ""
+    pending_tool_call_ids: list[str] = field(default_factory=list)
+    """Client tool calls the run ended waiting for."""
 
 
 @dataclass(slots=True)

@@ -180,6 +180,7 @@ class Turn:
                 _now(),
                 error.code if error else "",
                 error.message if error else "",
+                final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
             )
         finally:
             self._on_done(self)

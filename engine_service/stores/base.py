@@ -86,6 +86,7 @@ class SessionStore(abc.ABC):
         now: datetime,
         error_code: str = "",
         error_message: str = "",
+        pending_tool_call_ids: Sequence[str] = (),
     ) -> None:
         """Record how the run ended and clear the session's active run."""
 
@@ -96,6 +97,19 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def list_runs(self, session_id: str) -> list[RunRecord]:
         """The session's runs, oldest first."""
+
+    @abc.abstractmethod
+    async def find_run(self, run_id: str) -> RunRecord:
+        """A run by id alone, whatever its session; ``RunNotFound`` when none has it.
+
+        When several sessions used the same id the most recent run wins.
+        """
+
+    @abc.abstractmethod
+    async def page_runs(
+        self, session_id: str, offset: int, limit: int
+    ) -> tuple[list[RunRecord], int]:
+        """A page of runs, newest first, of one session (or all when empty), and the total."""
 
     @abc.abstractmethod
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:

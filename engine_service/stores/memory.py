@@ -49,6 +49,10 @@ def _dumps(value: JSON, what: str) -> str:
         raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
 
 
+def _copy(run: RunRecord) -> RunRecord:
+    return replace(run, pending_tool_call_ids=list(run.pending_tool_call_ids))
+
+
 @dataclass(slots=True)
 class _Entry:
     """One session and everything it holds."""
@@ -198,6 +202,7 @@ class MemorySessionStore(SessionStore):
         now: datetime,
         error_code: str = "",
         error_message: str = "",
+        pending_tool_call_ids: Sequence[str] = (),
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -211,6 +216,7 @@ class MemorySessionStore(SessionStore):
             run.finished_at = now
             run.error_code = error_code
             run.error_message = error_message
+            run.pending_tool_call_ids = list(pending_tool_call_ids)
             entry.updated_at = now
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
@@ -219,12 +225,29 @@ class MemorySessionStore(SessionStore):
         run = self._entry(session_id).runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
-        return replace(run)
+        return _copy(run)
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
-        runs = [replace(r) for r in self._entry(session_id).runs.values()]
+        runs = [_copy(r) for r in self._entry(session_id).runs.values()]
         runs.sort(key=lambda r: r.started_at)
         return runs
+
+    async def find_run(self, run_id: str) -> RunRecord:
+        found = [e.runs[run_id] for e in self._sessions.values() if run_id in e.runs]
+        if not found:
+            raise RunNotFound(run_id)
+        return _copy(max(found, key=lambda r: r.started_at))
+
+    async def page_runs(
+        self, session_id: str, offset: int, limit: int
+    ) -> tuple[list[RunRecord], int]:
+        if offset < 0 or limit < 0:
+            raise InvalidInput("offset and limit must not be negative")
+        entries = [self._entry(session_id)] if session_id else list(self._sessions.values())
+        runs = [r for e in entries for r in e.runs.values()]
+        runs.sort(key=lambda r: r.started_at, reverse=True)
+        page = runs[offset : offset + limit] if limit else runs[offset:]
+        return [_copy(r) for r in page], len(runs)
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         entry = self._entry(session_id)

@@ -82,9 +82,12 @@ CREATE TABLE runs (
     finished_at   TEXT,
     error_code    TEXT NOT NULL DEFAULT '',
     error_message TEXT NOT NULL DEFAULT '',
+    pending       TEXT NOT NULL DEFAULT '[]',
     UNIQUE (session_id, id)
 );
 CREATE UNIQUE INDEX runs_one_running ON runs (session_id) WHERE status = 'running';
+CREATE INDEX runs_by_id ON runs (id);
+CREATE INDEX runs_by_start ON runs (started_at);
 
 CREATE TABLE events (
     session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
@@ -106,7 +109,7 @@ _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
 """
-_RUN_COLUMNS = "id, session_id, status, started_at, finished_at, error_code, error_message"
+_RUN_COLUMNS = "id, session_id, status, started_at, finished_at, error_code, error_message, pending"
 
 
 def _iso(value: datetime, what: str) -> str:
@@ -149,6 +152,7 @@ def _run(row: Any) -> RunRecord:
         finished_at=_time(row[4]) if row[4] is not None else None,
         error_code=row[5],
         error_message=row[6],
+        pending_tool_call_ids=json.loads(row[7]),
     )
 
 
@@ -368,6 +372,7 @@ class SqliteSessionStore(SessionStore):
         now: datetime,
         error_code: str = "",
         error_message: str = "",
+        pending_tool_call_ids: Sequence[str] = (),
     ) -> None:
         stamp = _iso(now, "now")
         if status is RunStatus.RUNNING:
@@ -382,8 +387,16 @@ class SqliteSessionStore(SessionStore):
             if row[0] == RunStatus.RUNNING.value:
                 conn.execute(
                     "UPDATE runs SET status = ?, finished_at = ?, error_code = ?,"
-                    " error_message = ? WHERE session_id = ? AND id = ?",
-                    (status.value, stamp, error_code, error_message, session_id, run_id),
+                    " error_message = ?, pending = ? WHERE session_id = ? AND id = ?",
+                    (
+                        status.value,
+                        stamp,
+                        error_code,
+                        error_message,
+                        json.dumps(list(pending_tool_call_ids)),
+                        session_id,
+                        run_id,
+                    ),
                 )
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             conn.execute(
@@ -410,6 +423,33 @@ class SqliteSessionStore(SessionStore):
                 (session_id,),
             ).fetchall()
         return [_run(row) for row in rows]
+
+    async def find_run(self, run_id: str) -> RunRecord:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? ORDER BY started_at DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run(row)
+
+    async def page_runs(
+        self, session_id: str, offset: int, limit: int
+    ) -> tuple[list[RunRecord], int]:
+        if offset < 0 or limit < 0:
+            raise InvalidInput("offset and limit must not be negative")
+        where, args = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        with self._read() as conn:
+            if session_id:
+                self._require(conn, session_id)
+            total = conn.execute(f"SELECT count(*) FROM runs {where}", args).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs {where}"
+                " ORDER BY started_at DESC, rowid DESC LIMIT ? OFFSET ?",
+                (*args, _sql_limit(limit), offset),
+            ).fetchall()
+        return [_run(row) for row in rows], int(total)
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)

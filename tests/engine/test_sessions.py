@@ -119,3 +119,28 @@ async def test_a_session_with_a_run_in_flight_cannot_be_deleted(harness: Harness
     await harness.stub.Interrupt(pb.InterruptRequest(thread_id="busy"))
     await collect(call)
     await harness.stub.DeleteSession(pb.DeleteSessionRequest(session_id="busy"))
+
+
+async def test_runs_are_kept_as_records_that_can_be_read_and_listed(harness: Harness) -> None:
+    first = await collect(
+        harness.stub.Run(pb.RunRequest(thread_id="rr", create_session=True, messages=[user("a")]))
+    )
+    await collect(harness.stub.Run(pb.RunRequest(thread_id="rr", messages=[user("b")])))
+    run_id = first[0].run_id
+
+    run = await harness.stub.GetRun(pb.GetRunRequest(run_id=run_id))
+    assert (run.id, run.session_id, run.status) == (run_id, "rr", pb.RUN_STATUS_SUCCEEDED)
+    assert run.end_time.ToNanoseconds() >= run.start_time.ToNanoseconds() > 0
+    assert await harness.stub.GetRun(pb.GetRunRequest(run_id=run_id, session_id="rr")) == run
+
+    listed = await harness.stub.ListRuns(pb.ListRunsRequest(session_id="rr"))
+    assert listed.total == 2
+    assert listed.runs[-1].id == run_id  # newest first
+
+    own = await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="rr", run_id=run_id))
+    assert [m.role for m in own.messages] == [pb.ROLE_USER, pb.ROLE_ASSISTANT]
+    assert {m.run_id for m in own.messages} == {run_id}
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await harness.stub.GetRun(pb.GetRunRequest(run_id="no-such-run"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND

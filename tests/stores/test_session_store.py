@@ -596,3 +596,27 @@ def test_open_store_refuses_other_urls_naming_them(url: str, says: str) -> None:
         open_store(url)
     assert says in str(caught.value)
     assert "s3cret" not in str(caught.value)
+
+
+async def test_runs_can_be_found_by_id_alone_and_paged_newest_first(store: SessionStore) -> None:
+    await store.begin_run("a", "r1", T0, create=True)
+    await store.finish_run("a", "r1", RunStatus.SUCCEEDED, T0, pending_tool_call_ids=["c1", "c2"])
+    await store.begin_run("b", "r2", T0 + timedelta(seconds=1), create=True)
+    await store.begin_run("a", "r3", T0 + timedelta(seconds=2), create=False)
+
+    found = await store.find_run("r1")
+    assert (found.session_id, found.status) == ("a", RunStatus.SUCCEEDED)
+    assert found.pending_tool_call_ids == ["c1", "c2"]
+    assert (await store.get_run("a", "r1")).pending_tool_call_ids == ["c1", "c2"]
+    with pytest.raises(RunNotFound):
+        await store.find_run("nope")
+
+    page, total = await store.page_runs("", 0, 2)
+    assert total == 3
+    assert [r.id for r in page] == ["r3", "r2"]
+    rest, _ = await store.page_runs("", 2, 2)
+    assert [r.id for r in rest] == ["r1"]
+    mine, total_a = await store.page_runs("a", 0, 10)
+    assert ([r.id for r in mine], total_a) == (["r3", "r1"], 2)
+    with pytest.raises(SessionNotFound):
+        await store.page_runs("missing", 0, 10)

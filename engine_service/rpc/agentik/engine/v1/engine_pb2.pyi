@@ -169,6 +169,42 @@ OUTCOME_TYPE_CANCELLED: OutcomeType.ValueType  # 3
 """The run was cancelled by Interrupt or shutdown."""
 Global___OutcomeType: _TypeAlias = OutcomeType  # noqa: Y015
 
+class _RunStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RUN_STATUS_UNSPECIFIED: _RunStatus.ValueType  # 0
+    """Not set."""
+    RUN_STATUS_RUNNING: _RunStatus.ValueType  # 1
+    """In flight."""
+    RUN_STATUS_SUCCEEDED: _RunStatus.ValueType  # 2
+    """Ended with RUN_FINISHED, outcome SUCCESS."""
+    RUN_STATUS_FAILED: _RunStatus.ValueType  # 3
+    """Ended with RUN_ERROR."""
+    RUN_STATUS_INTERRUPTED: _RunStatus.ValueType  # 4
+    """Ended by Interrupt or shutdown (RUN_FINISHED, outcome CANCELLED), or
+    left running by an engine that died.
+    """
+
+class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
+    """Where a run stands."""
+
+RUN_STATUS_UNSPECIFIED: RunStatus.ValueType  # 0
+"""Not set."""
+RUN_STATUS_RUNNING: RunStatus.ValueType  # 1
+"""In flight."""
+RUN_STATUS_SUCCEEDED: RunStatus.ValueType  # 2
+"""Ended with RUN_FINISHED, outcome SUCCESS."""
+RUN_STATUS_FAILED: RunStatus.ValueType  # 3
+"""Ended with RUN_ERROR."""
+RUN_STATUS_INTERRUPTED: RunStatus.ValueType  # 4
+"""Ended by Interrupt or shutdown (RUN_FINISHED, outcome CANCELLED), or
+left running by an engine that died.
+"""
+Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
+
 @_typing.final
 class Session(_message.Message):
     """---------------------------------------------------------------------------
@@ -1619,6 +1655,148 @@ class DeleteSessionResponse(_message.Message):
 Global___DeleteSessionResponse: _TypeAlias = DeleteSessionResponse  # noqa: Y015
 
 @_typing.final
+class RunInfo(_message.Message):
+    """One run (turn) as stored."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    PENDING_TOOL_CALL_IDS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Run id."""
+    session_id: _builtins.str
+    """The session the run belongs to."""
+    status: Global___RunStatus.ValueType
+    """Where the run stands."""
+    error_code: _builtins.str
+    """RUN_ERROR code of a failed run."""
+    error_message: _builtins.str
+    """RUN_ERROR message of a failed run."""
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """When the run started."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """When the run ended; unset while running."""
+
+    @_builtins.property
+    def pending_tool_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Calls of client tools the run ended waiting for (see RunFinished)."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        status: Global___RunStatus.ValueType = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+        pending_tool_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "pending_tool_call_ids", b"pending_tool_call_ids", "session_id", b"session_id", "start_time", b"start_time", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunInfo: _TypeAlias = RunInfo  # noqa: Y015
+
+@_typing.final
+class GetRunRequest(_message.Message):
+    """GetRun input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """Run id. Required."""
+    session_id: _builtins.str
+    """The run's session; when empty the run is looked up by id alone (ids the
+    engine generates are unique across sessions).
+    """
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRunRequest: _TypeAlias = GetRunRequest  # noqa: Y015
+
+@_typing.final
+class ListRunsRequest(_message.Message):
+    """ListRuns input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Only runs of this session; empty lists the runs of all sessions."""
+    offset: _builtins.int
+    """How many runs to skip."""
+    limit: _builtins.int
+    """How many to return, 1..1000; 0 means the default of 50."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsRequest: _TypeAlias = ListRunsRequest  # noqa: Y015
+
+@_typing.final
+class ListRunsResponse(_message.Message):
+    """ListRuns output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Number of runs in all."""
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunInfo]:
+        """The page, newest first."""
+
+    def __init__(
+        self,
+        *,
+        runs: _abc.Iterable[Global___RunInfo] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["runs", b"runs", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsResponse: _TypeAlias = ListRunsResponse  # noqa: Y015
+
+@_typing.final
 class ListMessagesRequest(_message.Message):
     """ListMessages input."""
 
@@ -1627,6 +1805,7 @@ class ListMessagesRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     AFTER_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id."""
     after_message_id: _builtins.str
@@ -1635,16 +1814,21 @@ class ListMessagesRequest(_message.Message):
     """
     limit: _builtins.int
     """How many to return, 1..1000; 0 means the default of 100."""
+    run_id: _builtins.str
+    """Only the messages of this run (the input it was sent and what it
+    produced); empty means all.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         after_message_id: _builtins.str = ...,
         limit: _builtins.int = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_message_id", b"after_message_id", "limit", b"limit", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_message_id", b"after_message_id", "limit", b"limit", "run_id", b"run_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

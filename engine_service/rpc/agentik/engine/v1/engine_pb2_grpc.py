@@ -80,6 +80,16 @@ class AgentEngineStub:
                 request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.SerializeToString,
                 response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.FromString,
                 _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/GetRun',
+                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListRuns',
+                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentEngineServicer:
@@ -159,6 +169,21 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRun(self, request, context):
+        """Returns one run (turn) with its status; runs outlive their streams, so a
+        run can be looked up after it ended (A2A tasks are runs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """Lists runs, newest first: of one session, or of all sessions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -206,6 +231,16 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.ListMessages,
                     request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.FromString,
                     response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.FromString,
+                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.FromString,
+                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -452,6 +487,60 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/ListMessages',
             engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.SerializeToString,
             engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/GetRun',
+            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.SerializeToString,
+            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListRuns',
+            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
+            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

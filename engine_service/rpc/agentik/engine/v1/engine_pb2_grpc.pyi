@@ -84,6 +84,12 @@ class AgentEngineStub:
     """
     ListMessages: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListMessagesRequest, _engine_pb2.ListMessagesResponse]
     """Lists the stored messages of a session, oldest first."""
+    GetRun: _grpc.UnaryUnaryMultiCallable[_engine_pb2.GetRunRequest, _engine_pb2.RunInfo]
+    """Returns one run (turn) with its status; runs outlive their streams, so a
+    run can be looked up after it ended (A2A tasks are runs).
+    """
+    ListRuns: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListRunsRequest, _engine_pb2.ListRunsResponse]
+    """Lists runs, newest first: of one session, or of all sessions."""
 
 @_typing.type_check_only
 class AgentEngineAsyncStub(AgentEngineStub):
@@ -122,6 +128,12 @@ class AgentEngineAsyncStub(AgentEngineStub):
     """
     ListMessages: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListMessagesRequest, _engine_pb2.ListMessagesResponse]  # type: ignore[assignment]
     """Lists the stored messages of a session, oldest first."""
+    GetRun: _aio.UnaryUnaryMultiCallable[_engine_pb2.GetRunRequest, _engine_pb2.RunInfo]  # type: ignore[assignment]
+    """Returns one run (turn) with its status; runs outlive their streams, so a
+    run can be looked up after it ended (A2A tasks are runs).
+    """
+    ListRuns: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListRunsRequest, _engine_pb2.ListRunsResponse]  # type: ignore[assignment]
+    """Lists runs, newest first: of one session, or of all sessions."""
 
 class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
     """The agent engine: sessions, turns, events."""
@@ -211,5 +223,23 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_engine_pb2.ListMessagesResponse, _abc.Awaitable[_engine_pb2.ListMessagesResponse]]:
         """Lists the stored messages of a session, oldest first."""
+
+    @_abc_1.abstractmethod
+    def GetRun(
+        self,
+        request: _engine_pb2.GetRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.RunInfo, _abc.Awaitable[_engine_pb2.RunInfo]]:
+        """Returns one run (turn) with its status; runs outlive their streams, so a
+        run can be looked up after it ended (A2A tasks are runs).
+        """
+
+    @_abc_1.abstractmethod
+    def ListRuns(
+        self,
+        request: _engine_pb2.ListRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListRunsResponse, _abc.Awaitable[_engine_pb2.ListRunsResponse]]:
+        """Lists runs, newest first: of one session, or of all sessions."""
 
 def add_AgentEngineServicer_to_server(servicer: AgentEngineServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

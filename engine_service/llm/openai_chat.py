@@ -368,7 +368,10 @@ def _to_openai_message(message: Message) -> dict[str, Any]:
             "tool_call_id": message.tool_call_id,
             "content": message_text(message),
         }
-    out: dict[str, Any] = {"role": message.role.value}
+    # "developer" is sent as "system": many OpenAI-compatible servers (Ollama, vLLM,
+    # llama.cpp) reject the newer role, and OpenAI treats the two alike.
+    role = "system" if message.role is Role.DEVELOPER else message.role.value
+    out: dict[str, Any] = {"role": role}
     if message.role is Role.ASSISTANT:
         text = message_text(message)
         out["content"] = text or None

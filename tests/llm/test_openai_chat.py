@@ -244,7 +244,7 @@ async def test_request_carries_model_streaming_usage_tools_and_mapped_messages(
     ]
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},
-        {"role": "developer", "content": "Use tools."},
+        {"role": "system", "content": "Use tools."},
         {
             "role": "user",
             "content": [

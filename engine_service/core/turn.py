@@ -144,6 +144,8 @@ class Turn:
         final: ev.RunFinished | ev.RunError
         try:
             self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
+            # The client's messages are stored even if an interrupt comes right away.
+            await self._take_input()
             if not self._interrupt_requested:
                 self._work = asyncio.get_running_loop().create_task(self._turn())
                 final = await self._work
@@ -191,7 +193,6 @@ class Turn:
             await self.flush()
 
     async def _turn(self) -> ev.RunFinished:
-        await self._take_input()
         client_tools = {t.name: t for t in self.input.tools}
         specs = self.tools.specs() + [
             ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools

@@ -130,3 +130,17 @@ async def test_interrupting_an_unknown_session_is_not_found(harness: Harness) ->
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await harness.stub.Interrupt(pb.InterruptRequest(thread_id="ghost"))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_an_interrupt_right_after_the_start_still_keeps_the_users_message(
+    harness: Harness,
+) -> None:
+    call = harness.stub.Run(
+        pb.RunRequest(thread_id="early", create_session=True, messages=[user("[[hang]] hi", "u")])
+    )
+    assert kind(await next_event(call)) == "run_started"
+    await harness.stub.Interrupt(pb.InterruptRequest(thread_id="early"))
+    events = await collect(call)
+    assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
+    stored = (await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="early"))).messages
+    assert stored[0].id == "u"

@@ -147,6 +147,7 @@ def run_to_pb(run: RunRecord) -> pb.RunInfo:
         error_code=run.error_code,
         error_message=run.error_message,
         pending_tool_call_ids=run.pending_tool_call_ids,
+        start_seq=run.start_seq,
     )
     if run.finished_at is not None:
         out.end_time.CopyFrom(timestamp(run.finished_at))

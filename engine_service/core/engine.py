@@ -243,7 +243,9 @@ class Engine:
             await self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
             raise
         hub = self._hub(session_id, begun.session.last_seq)
-        if not hub.active_run_id and hub.last_seq != begun.session.last_seq:
+        if hub.flushed_seq == hub.last_seq:
+            hub.release()  # the previous run's events, kept for followers still reading them
+        if hub.last_seq != begun.session.last_seq:
             hub.resync(begun.session.last_seq)
         hub.active_run_id = run_input.run_id
         turn = Turn(
@@ -263,11 +265,13 @@ class Engine:
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
 
     def _turn_done(self, turn: Turn) -> None:
-        self._turns.pop(turn.session_id, None)
+        if self._turns.get(turn.session_id) is turn:
+            del self._turns[turn.session_id]
         hub = turn.hub
-        hub.active_run_id = ""
-        if hub.flushed_seq == hub.last_seq:
-            hub.release()
+        if hub.active_run_id == turn.run_id:
+            hub.active_run_id = ""
+        # Followers may still be behind (the run's own caller usually is): they read the
+        # rest from memory. The buffer goes when they do, or when the next run starts.
         hub.notify()
         self._drop_hub_if_unused(hub)
 

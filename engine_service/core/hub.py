@@ -25,6 +25,7 @@ class SessionHub:
         "_next_seq",
         "_waiter",
         "active_run_id",
+        "flush_lock",
         "flushed_seq",
         "followers",
         "session_id",
@@ -39,6 +40,8 @@ class SessionHub:
         self.active_run_id = ""
         self.flushed_seq = last_seq
         self.followers = 0
+        self.flush_lock = asyncio.Lock()
+        """Held while events are being stored, so they are stored in order."""
 
     @property
     def first_seq(self) -> int:
@@ -56,11 +59,14 @@ class SessionHub:
         self._first_seq = self._next_seq = last_seq + 1
         self.flushed_seq = last_seq
 
-    def publish(self, run_id: str, body: EventBody) -> Event:
+    def publish(self, run_id: str, body: EventBody, *, wake: bool = True) -> Event:
+        """Number the event and buffer it; ``wake=False`` holds followers back until the
+        caller calls ``notify`` (the terminal event is stored before anyone sees it)."""
         event = Event(self._next_seq, time.time(), self.session_id, run_id, body)
         self._next_seq += 1
         self._buffer.append(event)
-        self.notify()
+        if wake:
+            self.notify()
         return event
 
     def since(self, after_seq: int) -> list[Event]:

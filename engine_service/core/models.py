@@ -139,6 +139,8 @@ class RunRecord:
     error_message: str = ""
     pending_tool_call_ids: list[str] = field(default_factory=list)
     """Client tool calls the run ended waiting for."""
+    start_seq: int = 0
+    """Seq of the run's first event (RUN_STARTED)."""
 
 
 @dataclass(slots=True)

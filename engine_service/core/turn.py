@@ -106,7 +106,6 @@ class Turn:
         self._interrupt_requested = False
         self._history = history
         self._usage = ev.Usage()
-        self._flushing: asyncio.Lock = asyncio.Lock()
         # What is open right now, so an interrupt can close it and keep the partial answer.
         self._message_id = ""
         self._text_open = False
@@ -131,7 +130,7 @@ class Turn:
 
     async def flush(self) -> None:
         """Store the events published so far (write-behind; also called at the end)."""
-        async with self._flushing:
+        async with self.hub.flush_lock:
             pending = self.hub.unflushed()
             if pending:
                 await self.store.append_events(self.session_id, pending)
@@ -171,19 +170,23 @@ class Turn:
             flusher.cancel()
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
             self.emit(ev.MessagesSnapshot(messages=list(self._history)))
-        self.emit(final)
+        self.hub.publish(self.run_id, final, wake=False)
         try:
-            await self.flush()
             error = final if isinstance(final, ev.RunError) else None
-            await self.store.finish_run(
-                self.session_id,
-                self.run_id,
-                self.status,
-                _now(),
-                error.code if error else "",
-                error.message if error else "",
-                final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
-            )
+            async with self.hub.flush_lock:
+                pending = self.hub.unflushed()
+                await self.store.finish_run(
+                    self.session_id,
+                    self.run_id,
+                    self.status,
+                    _now(),
+                    error.code if error else "",
+                    error.message if error else "",
+                    final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
+                    events=pending,
+                )
+                if pending:
+                    self.hub.flushed_seq = pending[-1].seq
         finally:
             self._on_done(self)
 
@@ -367,15 +370,15 @@ class Turn:
             get_state=lambda: self.state,
             set_state=self._set_state,
         )
+        limit = tool.timeout if tool.timeout is not None else self.limits.tool_timeout
         try:
-            async with asyncio.timeout(self.limits.tool_timeout):
+            async with asyncio.timeout(limit):
                 return await tool.call(arguments, context)
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
         except TimeoutError:
             return ToolResult(
-                f"error: tool {call.name!r} timed out after {self.limits.tool_timeout:g} s",
-                is_error=True,
+                f"error: tool {call.name!r} timed out after {limit:g} s", is_error=True
             )
         except Exception as exc:
             log.warning("tool %s raised", call.name, exc_info=True)

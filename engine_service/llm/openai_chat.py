@@ -106,12 +106,17 @@ class OpenAIChatModel(ChatModel):
         """One HTTP request: send it, then turn its SSE events into deltas."""
         deadline: float | None = asyncio.get_running_loop().time() + self.first_token_timeout
         tools = to_openai_tools(request.tools)
+        # Messages and tools go in extra_body: the SDK then sends them as they are instead
+        # of walking them against its TypedDicts, which cost ~8 ms per request (20 messages).
+        extra: dict[str, object] = {"messages": to_openai_messages(request.messages)}
+        if tools:
+            extra["tools"] = tools
         manager = self._client.chat.completions.with_streaming_response.create(
             model=self.model,
-            messages=to_openai_messages(request.messages),
+            messages=[],
             stream=True,
             stream_options={"include_usage": True},
-            tools=tools or openai.omit,
+            extra_body=extra,
         )
         try:
             async with contextlib.AsyncExitStack() as stack:

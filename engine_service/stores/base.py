@@ -72,6 +72,8 @@ class SessionStore(abc.ABC):
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
 
+        The run's ``start_seq`` is the session's ``last_seq + 1``.
+
         Raises ``SessionBusy`` when another run is active, ``SessionNotFound`` when the
         session does not exist and ``create`` is false (with ``create`` it is made),
         ``AlreadyExists`` when the run id was used before in this session.
@@ -87,8 +89,12 @@ class SessionStore(abc.ABC):
         error_code: str = "",
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
+        events: Sequence[Event] = (),
     ) -> None:
-        """Record how the run ended and clear the session's active run."""
+        """Store the run's last ``events``, record how it ended and clear the active run.
+
+        All in one transaction: whoever sees the run ended also finds all its events.
+        """
 
     @abc.abstractmethod
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:

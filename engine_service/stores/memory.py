@@ -189,7 +189,9 @@ class MemorySessionStore(SessionStore):
         elif run_id in entry.runs:
             raise AlreadyExists(f"run {run_id!r} already exists in session {session_id!r}")
         self._sessions[session_id] = entry
-        entry.runs[run_id] = RunRecord(run_id, session_id, RunStatus.RUNNING, now)
+        entry.runs[run_id] = RunRecord(
+            run_id, session_id, RunStatus.RUNNING, now, start_seq=entry.last_seq + 1
+        )
         entry.active_run_id = run_id
         entry.updated_at = now
         return RunBegun(entry.session(), created)
@@ -203,6 +205,7 @@ class MemorySessionStore(SessionStore):
         error_code: str = "",
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
+        events: Sequence[Event] = (),
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -211,6 +214,7 @@ class MemorySessionStore(SessionStore):
         run = entry.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
+        await self.append_events(session_id, events)
         if run.status is RunStatus.RUNNING:
             run.status = status
             run.finished_at = now

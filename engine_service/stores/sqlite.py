@@ -83,6 +83,7 @@ CREATE TABLE runs (
     error_code    TEXT NOT NULL DEFAULT '',
     error_message TEXT NOT NULL DEFAULT '',
     pending       TEXT NOT NULL DEFAULT '[]',
+    start_seq     INTEGER NOT NULL DEFAULT 0,
     UNIQUE (session_id, id)
 );
 CREATE UNIQUE INDEX runs_one_running ON runs (session_id) WHERE status = 'running';
@@ -109,7 +110,9 @@ _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
 """
-_RUN_COLUMNS = "id, session_id, status, started_at, finished_at, error_code, error_message, pending"
+_RUN_COLUMNS = (
+    "id, session_id, status, started_at, finished_at, error_code, error_message, pending, start_seq"
+)
 
 
 def _iso(value: datetime, what: str) -> str:
@@ -153,7 +156,18 @@ def _run(row: Any) -> RunRecord:
         error_code=row[5],
         error_message=row[6],
         pending_tool_call_ids=json.loads(row[7]),
+        start_seq=row[8],
     )
+
+
+def _event_rows(session_id: str, events: Sequence[Event]) -> list[tuple[Any, ...]]:
+    rows = []
+    for event in events:
+        if event.thread_id != session_id:
+            raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
+        body = _dumps(event_to_dict(event), "event")
+        rows.append((session_id, event.seq, event.time, event.run_id, body))
+    return rows
 
 
 def _encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
@@ -345,8 +359,9 @@ class SqliteSessionStore(SessionStore):
                 raise SessionBusy(session_id, active)
             try:
                 conn.execute(
-                    "INSERT INTO runs (session_id, id, status, started_at) VALUES (?, ?, ?, ?)",
-                    (session_id, run_id, RunStatus.RUNNING.value, stamp),
+                    "INSERT INTO runs (session_id, id, status, started_at, start_seq)"
+                    " SELECT ?, ?, ?, ?, last_seq + 1 FROM sessions WHERE id = ?",
+                    (session_id, run_id, RunStatus.RUNNING.value, stamp, session_id),
                 )
             except sqlite3.IntegrityError as exc:
                 running = conn.execute(
@@ -373,12 +388,14 @@ class SqliteSessionStore(SessionStore):
         error_code: str = "",
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
+        events: Sequence[Event] = (),
     ) -> None:
         stamp = _iso(now, "now")
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
+        rows = _event_rows(session_id, events)
         with self._tx() as conn:
-            self._require(conn, session_id)
+            self._insert_events(conn, session_id, rows)
             row = conn.execute(
                 "SELECT status FROM runs WHERE session_id = ? AND id = ?", (session_id, run_id)
             ).fetchone()
@@ -489,26 +506,26 @@ class SqliteSessionStore(SessionStore):
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
 
     async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
-        rows = []
-        for event in events:
-            if event.thread_id != session_id:
-                raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
-            body = _dumps(event_to_dict(event), "event")
-            rows.append((session_id, event.seq, event.time, event.run_id, body))
+        rows = _event_rows(session_id, events)
         with self._tx() as conn:
-            self._require(conn, session_id)
-            (last,) = conn.execute(
-                "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            for row in rows:
-                if row[1] <= last:
-                    raise InvalidInput(f"event seq {row[1]} does not follow {last}")
-                last = row[1]
-            conn.executemany(
-                "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
-            conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (last, session_id))
+            self._insert_events(conn, session_id, rows)
+
+    def _insert_events(
+        self, conn: sqlite3.Connection, session_id: str, rows: list[tuple[Any, ...]]
+    ) -> None:
+        self._require(conn, session_id)
+        (last,) = conn.execute(
+            "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        for row in rows:
+            if row[1] <= last:
+                raise InvalidInput(f"event seq {row[1]} does not follow {last}")
+            last = row[1]
+        conn.executemany(
+            "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (last, session_id))
 
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = _sql_limit(limit)

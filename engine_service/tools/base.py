@@ -47,6 +47,9 @@ class Tool(abc.ABC):
     parameters: dict[str, JSON]
     """JSON Schema of the arguments (an object schema)."""
     source: str = "native"
+    timeout: float | None = None
+    """Seconds the run loop allows one call; None means the engine's tool timeout. A tool
+    that enforces its own deadline (an MCP tool) sets this a little above it."""
 
     @abc.abstractmethod
     async def call(self, arguments: dict[str, JSON], context: ToolContext) -> ToolResult:

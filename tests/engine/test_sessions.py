@@ -130,6 +130,7 @@ async def test_runs_are_kept_as_records_that_can_be_read_and_listed(harness: Har
 
     run = await harness.stub.GetRun(pb.GetRunRequest(run_id=run_id))
     assert (run.id, run.session_id, run.status) == (run_id, "rr", pb.RUN_STATUS_SUCCEEDED)
+    assert run.start_seq == first[0].seq == 1
     assert run.end_time.ToNanoseconds() >= run.start_time.ToNanoseconds() > 0
     assert await harness.stub.GetRun(pb.GetRunRequest(run_id=run_id, session_id="rr")) == run
 
@@ -144,3 +145,21 @@ async def test_runs_are_kept_as_records_that_can_be_read_and_listed(harness: Har
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await harness.stub.GetRun(pb.GetRunRequest(run_id="no-such-run"))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_run_is_stored_as_ended_before_its_terminal_event_reaches_anyone(
+    harness: Harness,
+) -> None:
+    call = harness.stub.Run(
+        pb.RunRequest(thread_id="order", create_session=True, messages=[user("a b c")])
+    )
+    events = await collect(call)
+    run = await harness.stub.GetRun(pb.GetRunRequest(run_id=events[-1].run_id))
+    assert run.status == pb.RUN_STATUS_SUCCEEDED
+    stored = await collect(
+        harness.stub.Subscribe(pb.SubscribeRequest(thread_id="order", until_idle=True))
+    )
+    assert [e.seq for e in stored] == [e.seq for e in events]
+    second = await collect(harness.stub.Run(pb.RunRequest(thread_id="order", messages=[user("d")])))
+    again = await harness.stub.GetRun(pb.GetRunRequest(run_id=second[0].run_id))
+    assert again.start_seq == events[-1].seq + 1 == second[0].seq

@@ -1668,6 +1668,7 @@ class RunInfo(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     PENDING_TOOL_CALL_IDS_FIELD_NUMBER: _builtins.int
+    START_SEQ_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Run id."""
     session_id: _builtins.str
@@ -1678,6 +1679,10 @@ class RunInfo(_message.Message):
     """RUN_ERROR code of a failed run."""
     error_message: _builtins.str
     """RUN_ERROR message of a failed run."""
+    start_seq: _builtins.int
+    """Seq of the run's first event (RUN_STARTED): Subscribe with
+    after_seq = start_seq - 1 replays the run from its start.
+    """
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp:
         """When the run started."""
@@ -1701,10 +1706,11 @@ class RunInfo(_message.Message):
         error_code: _builtins.str = ...,
         error_message: _builtins.str = ...,
         pending_tool_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+        start_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "pending_tool_call_ids", b"pending_tool_call_ids", "session_id", b"session_id", "start_time", b"start_time", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "pending_tool_call_ids", b"pending_tool_call_ids", "session_id", b"session_id", "start_seq", b"start_seq", "start_time", b"start_time", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1810,7 +1816,7 @@ class ListMessagesRequest(_message.Message):
     """Session id."""
     after_message_id: _builtins.str
     """Return the messages after this one; empty starts at the beginning.
-    NOT_FOUND when the id is not in the session.
+    INVALID_ARGUMENT when the id is not in the session.
     """
     limit: _builtins.int
     """How many to return, 1..1000; 0 means the default of 100."""

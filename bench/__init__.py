@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench.engine_bench``, ``python -m bench.facade_bench``."""

@@ -1,0 +1,365 @@
+"""Many concurrent ``send`` streams through gunicorn, against the fake LLM at full speed.
+
+Starts the fake OpenAI server, the engine and the web facade as separate processes on
+free ports, then measures two things with the same asyncio httpx client:
+
+1. **direct**: streams read straight from the fake LLM (the floor);
+2. **engine**: ``Run`` streams read straight from the engine over gRPC (``grpc.aio``);
+3. **facade**: ``POST /agentik/conversations/{id}/send`` streams through gunicorn → gRPC
+   → engine → fake LLM and back.
+
+Reported per phase: time to first byte (response headers) and to first token (first
+text chunk / ``append_text`` frame), whole-stream time, p50/p99 of each, events per second,
+and the facade's overhead over the direct and the engine medians; then the peak RSS of
+every process and the CPU time each used during the facade phase.
+
+Run: ``python -m bench.facade_bench --streams 512 --concurrency 64 --chunks 100``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import httpx
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from web_facade.cli import die_with_parent
+
+ROOT = Path(__file__).resolve().parents[1]
+WAIT = 30.0
+
+
+@dataclass
+class Sample:
+    first_byte: float
+    first_token: float
+    total: float
+    events: int
+
+
+@dataclass
+class Phase:
+    name: str
+    samples: list[Sample] = field(default_factory=list)
+    wall: float = 0.0
+    errors: int = 0
+
+    def stat(self, attribute: str, q: float) -> float:
+        values: list[float] = sorted(getattr(s, attribute) for s in self.samples)
+        if not values:
+            return float("nan")
+        if q == 0.5:
+            return statistics.median(values)
+        return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+    @property
+    def events_per_second(self) -> float:
+        return sum(s.events for s in self.samples) / self.wall if self.wall else 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """VmHWM: the peak resident set of a process, in KiB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, in seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+async def _direct_stream(client: httpx.AsyncClient, base_url: str, chunks: int) -> Sample:
+    body = {
+        "model": "bench",
+        "stream": True,
+        "messages": [{"role": "user", "content": f"go [[chunks:{chunks}]]"}],
+    }
+    start = time.perf_counter()
+    first_token = 0.0
+    events = 0
+    async with client.stream("POST", f"{base_url}/chat/completions", json=body) as response:
+        first_byte = time.perf_counter() - start
+        async for line in response.aiter_lines():
+            if line.startswith("data: {") and '"content"' in line:
+                events += 1
+                if not first_token:
+                    first_token = time.perf_counter() - start
+    return Sample(first_byte, first_token, time.perf_counter() - start, events)
+
+
+async def _facade_stream(client: httpx.AsyncClient, base_url: str, chunks: int) -> Sample:
+    created = await client.post(f"{base_url}/agentik/conversations", json={})
+    conversation_id = created.json()["id"]
+    start = time.perf_counter()
+    first_token = 0.0
+    events = 0
+    path = f"{base_url}/agentik/conversations/{conversation_id}/send"
+    async with client.stream("POST", path, json={"text": f"go [[chunks:{chunks}]]"}) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"send answered {response.status_code}: {await response.aread()!r}")
+        first_byte = time.perf_counter() - start
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                events += 1
+                if not first_token and line == "event: append_text":
+                    first_token = time.perf_counter() - start
+    return Sample(first_byte, first_token, time.perf_counter() - start, events)
+
+
+async def _engine_stream(stub: pb_grpc.AgentEngineAsyncStub, chunks: int) -> Sample:
+    session = await stub.CreateSession(pb.CreateSessionRequest())
+    text = pb.ContentPart(text=pb.TextPart(text=f"go [[chunks:{chunks}]]"))
+    request = pb.RunRequest(
+        thread_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content=[text])]
+    )
+    start = time.perf_counter()
+    first_byte = first_token = 0.0
+    events = 0
+    async for event in stub.Run(request):
+        events += 1
+        if not first_byte:
+            first_byte = time.perf_counter() - start
+        if not first_token and event.HasField("text_message_content"):
+            first_token = time.perf_counter() - start
+    return Sample(first_byte, first_token, time.perf_counter() - start, events)
+
+
+async def _run_engine_phase(target: str, streams: int, concurrency: int, chunks: int) -> Phase:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub: pb_grpc.AgentEngineAsyncStub = pb_grpc.AgentEngineStub(channel)
+        return await _run_phase(
+            "engine", lambda _: _engine_stream(stub, chunks), streams, concurrency
+        )
+
+
+async def _run_phase(
+    name: str,
+    one: Callable[[httpx.AsyncClient], Awaitable[Sample]],
+    streams: int,
+    concurrency: int,
+) -> Phase:
+    phase = Phase(name)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=WAIT, limits=limits) as client:
+        await one(client)  # warm-up: connections, imports, first-run costs
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for index in range(streams):
+            queue.put_nowait(index)
+
+        async def worker() -> None:
+            while not queue.empty():
+                queue.get_nowait()
+                try:
+                    phase.samples.append(await one(client))
+                except (httpx.HTTPError, grpc.RpcError, RuntimeError) as exc:
+                    phase.errors += 1
+                    print(f"{name}: {exc}", file=sys.stderr)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        phase.wall = time.perf_counter() - start
+    return phase
+
+
+class Processes:
+    """The fake LLM, the engine and gunicorn, each its own process."""
+
+    def __init__(self, workers: int, threads: int) -> None:
+        self.http_port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("AGENTIK_CONFIG", None)
+        self.fake = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.fake_openai", "--port", "0"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=die_with_parent,
+        )
+        assert self.fake.stdout is not None
+        self.llm_url = self.fake.stdout.readline().strip()
+        self.grpc_target = f"127.0.0.1:{_free_port()}"
+        env.update(
+            AGENTIK_GRPC_ADDR=self.grpc_target,
+            AGENTIK_HTTP_ADDR=f"127.0.0.1:{self.http_port}",
+            AGENTIK_STORE="memory://",
+            OPENAI_BASE_URL=self.llm_url,
+            OPENAI_API_KEY="bench",
+            AGENTIK_WEB_WORKERS=str(workers),
+            AGENTIK_WEB_THREADS=str(threads),
+            AGENTIK_LOG_LEVEL="WARNING",
+        )
+        self.engine = subprocess.Popen(
+            [sys.executable, "-m", "engine_service"], cwd=ROOT, env=env, preexec_fn=die_with_parent
+        )
+        self.web = subprocess.Popen(
+            [sys.executable, "-m", "engine_service.cli", "web"],
+            cwd=ROOT,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+        self.base_url = f"http://127.0.0.1:{self.http_port}"
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            for process in (self.fake, self.engine, self.web):
+                if process.poll() is not None:
+                    raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("the stack did not become healthy")
+
+    def pids(self) -> dict[str, int]:
+        named = {
+            "fake LLM": self.fake.pid,
+            "engine": self.engine.pid,
+            "gunicorn master": self.web.pid,
+        }
+        for number, pid in enumerate(_children(self.web.pid), start=1):
+            named[f"gunicorn worker {number}"] = pid
+        named["bench client"] = os.getpid()
+        return named
+
+    def peak_rss(self) -> dict[str, int]:
+        return {name: _peak_rss_kib(pid) for name, pid in self.pids().items()}
+
+    def cpu(self) -> dict[str, float]:
+        return {name: _cpu_seconds(pid) for name, pid in self.pids().items()}
+
+    def stop(self) -> None:
+        for process in (self.web, self.engine, self.fake):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM if process is not self.fake else signal.SIGINT)
+        for process in (self.web, self.engine, self.fake):
+            try:
+                process.wait(WAIT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _report(
+    direct: Phase, engine: Phase, facade: Phase, rss: dict[str, int], cpu: dict[str, float]
+) -> dict[str, object]:
+    def row(phase: Phase) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for attribute in ("first_byte", "first_token", "total"):
+            out[f"{attribute}_p50_ms"] = round(phase.stat(attribute, 0.5) * 1000, 2)
+            out[f"{attribute}_p99_ms"] = round(phase.stat(attribute, 0.99) * 1000, 2)
+        out["events_per_s"] = round(phase.events_per_second)
+        out["streams"] = len(phase.samples)
+        out["errors"] = phase.errors
+        out["wall_s"] = round(phase.wall, 2)
+        return out
+
+    def overhead(over: Phase, base: Phase) -> dict[str, float]:
+        return {
+            f"{a}_p50_ms": round((over.stat(a, 0.5) - base.stat(a, 0.5)) * 1000, 2)
+            for a in ("first_byte", "first_token", "total")
+        }
+
+    return {
+        "direct": row(direct),
+        "engine": row(engine),
+        "facade": row(facade),
+        "facade_overhead_over_direct": overhead(facade, direct),
+        "facade_overhead_over_engine": overhead(facade, engine),
+        "peak_rss_mib": {k: round(v / 1024, 1) for k, v in rss.items()},
+        "facade_phase_cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=512, help="streams per phase")
+    parser.add_argument("--concurrency", type=int, default=64, help="streams open at once")
+    parser.add_argument("--chunks", type=int, default=100, help="text chunks per answer")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=64, help="threads per worker")
+    options = parser.parse_args(argv)
+
+    processes = Processes(options.workers, options.threads)
+    try:
+        direct = asyncio.run(
+            _run_phase(
+                "direct",
+                lambda c: _direct_stream(c, processes.llm_url, options.chunks),
+                options.streams,
+                options.concurrency,
+            )
+        )
+        engine = asyncio.run(
+            _run_engine_phase(
+                processes.grpc_target, options.streams, options.concurrency, options.chunks
+            )
+        )
+        before = processes.cpu()
+        facade = asyncio.run(
+            _run_phase(
+                "facade",
+                lambda c: _facade_stream(c, processes.base_url, options.chunks),
+                options.streams,
+                options.concurrency,
+            )
+        )
+        after = processes.cpu()
+        cpu = {name: after[name] - before.get(name, 0.0) for name in after}
+        rss = processes.peak_rss()
+    finally:
+        processes.stop()
+    print(
+        json.dumps(
+            {"options": vars(options), **_report(direct, engine, facade, rss, cpu)}, indent=2
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

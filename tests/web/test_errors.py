@@ -1,0 +1,207 @@
+"""Every error is a JSON body with a fitting status: client mistakes, unknown ids, a dead engine."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+from flask import Flask
+
+from tests.web.conftest import ApiClient
+from web_facade.errors import GRPC_TO_HTTP
+
+CONVERSATION_ENDPOINTS = [
+    ("GET", "/agentik/conversations/{id}", None),
+    ("GET", "/agentik/conversations/{id}/messages", None),
+    ("POST", "/agentik/conversations/{id}/rename", {"title": "t"}),
+    ("DELETE", "/agentik/conversations/{id}", None),
+    ("POST", "/agentik/conversations/{id}/send", {"text": "hi"}),
+    ("GET", "/agentik/conversations/{id}/events", None),
+    ("POST", "/agentik/conversations/{id}/interrupt", None),
+]
+
+
+def _error(response: Any, status: int, code: str) -> str:
+    assert response.status_code == status, response.get_data()
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert body["error"]["code"] == code
+    message: str = body["error"]["message"]
+    assert "Traceback" not in message and "<" not in message
+    return message
+
+
+def test_an_unknown_route_is_a_json_404(api: ApiClient) -> None:
+    _error(api.client.get("/nowhere"), 404, "not_found")
+    _error(api.client.get("/agentik/conversations/x/nothing"), 404, "not_found")
+
+
+def test_a_wrong_method_is_a_json_405_that_lists_the_allowed_ones(api: ApiClient) -> None:
+    response = api.client.put("/agentik/conversations")
+    _error(response, 405, "method_not_allowed")
+    assert set(response.headers["Allow"].split(", ")) >= {"GET", "POST"}
+
+
+def test_a_body_over_the_limit_is_413(make_app: Callable[..., Flask]) -> None:
+    client = make_app(AGENTIK_MAX_BODY_BYTES="1000").test_client()
+    message = _error(
+        client.post("/agentik/conversations", json={"title": "x" * 2000}), 413, "payload_too_large"
+    )
+    assert "1000" in message
+
+
+@pytest.mark.parametrize("body", [b"{", b"{'title': 1}", b"\xff\xfe\x00", b"[" * 100_000])
+def test_malformed_json_is_400_invalid_json(api: ApiClient, body: bytes) -> None:
+    response = api.call(
+        "POST", "/agentik/conversations", data=body, content_type="application/json"
+    )
+    _error(response, 400, "invalid_json")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/agentik/conversations", [1], "body"),
+        ("/agentik/conversations", {"title": 5}, "title"),
+        ("/agentik/conversations", {"id": ["x"]}, "id"),
+        ("/agentik/conversations/{id}/rename", {}, "title"),
+        ("/agentik/conversations/{id}/rename", {"title": None}, "title"),
+        ("/agentik/conversations/{id}/send", {}, "content"),
+        ("/agentik/conversations/{id}/send", {"content": "hi"}, "content"),
+        ("/agentik/conversations/{id}/send", {"content": []}, "content"),
+        ("/agentik/conversations/{id}/send", {"content": ["hi"]}, "content[0]"),
+        ("/agentik/conversations/{id}/send", {"content": [{"type": "audio"}]}, "content[0].type"),
+        (
+            "/agentik/conversations/{id}/send",
+            {"content": [{"type": "text", "text": "a"}, {"type": "text"}]},
+            "content[1].text",
+        ),
+        (
+            "/agentik/conversations/{id}/send",
+            {"content": [{"type": "image", "data": "aGk="}]},
+            "content[0].mime_type",
+        ),
+        (
+            "/agentik/conversations/{id}/send",
+            {"content": [{"type": "image", "data": "not base64!", "mime_type": "image/png"}]},
+            "content[0].data",
+        ),
+        (
+            "/agentik/conversations/{id}/send",
+            {"content": [{"type": "image", "url": "https://x", "data": "aGk="}]},
+            "content[0]",
+        ),
+        ("/agentik/conversations/{id}/send", {"text": 3}, "text"),
+        ("/agentik/conversations/{id}/interrupt", {"run_id": 3}, "run_id"),
+    ],
+)
+def test_a_missing_or_mistyped_field_is_400_naming_the_field(
+    api: ApiClient, path: str, body: object, field: str
+) -> None:
+    conversation_id = api.new_conversation()
+    response = api.call("POST", path.format(id=conversation_id), json=body)
+    message = _error(response, 400, "invalid_argument")
+    assert message.startswith(field) or f" {field} " in f" {message} "
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("limit=abc", "limit"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=1.5", "limit"),
+        ("offset=-1", "offset"),
+        ("offset=99999999999999999999999999", "offset"),
+        ("offset=%EF%BC%91", "offset"),
+    ],
+)
+def test_a_bad_limit_or_offset_is_400_naming_it(api: ApiClient, query: str, name: str) -> None:
+    message = _error(api.call("GET", f"/agentik/conversations?{query}"), 400, "invalid_argument")
+    assert message.startswith(name)
+
+
+def test_a_bad_message_limit_or_resume_point_is_400(api: ApiClient) -> None:
+    conversation_id = api.new_conversation()
+    base = f"/agentik/conversations/{conversation_id}"
+    assert _error(api.call("GET", f"{base}/messages?limit=-5"), 400, "invalid_argument").startswith(
+        "limit"
+    )
+    bad_header = api.call("GET", f"{base}/events", headers={"Last-Event-ID": "abc"})
+    assert _error(bad_header, 400, "invalid_argument").startswith("Last-Event-ID")
+    assert _error(api.call("GET", f"{base}/events?after=-1"), 400, "invalid_argument").startswith(
+        "after"
+    )
+    assert _error(
+        api.call("GET", f"{base}/events?until_idle=maybe"), 400, "invalid_argument"
+    ).startswith("until_idle")
+
+
+@pytest.mark.parametrize(("method", "path", "body"), CONVERSATION_ENDPOINTS)
+def test_an_unknown_conversation_is_404(
+    api: ApiClient, method: str, path: str, body: object
+) -> None:
+    response = api.call(method, path.format(id="no-such-conversation"), json=body)
+    assert "no-such-conversation" in _error(response, 404, "not_found")
+
+
+def test_an_unknown_after_message_id_is_a_client_error_naming_the_id(api: ApiClient) -> None:
+    conversation_id = api.new_conversation()
+    response = api.call("GET", f"/agentik/conversations/{conversation_id}/messages?after=nope")
+    # The proto says NOT_FOUND; the engine answers INVALID_ARGUMENT. Either is the client's.
+    code = "not_found" if response.status_code == 404 else "invalid_argument"
+    assert "nope" in _error(response, response.status_code, code)
+    assert response.status_code in (400, 404)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/agentik/conversations", None),
+        ("GET", "/agentik/conversations", None),
+        *CONVERSATION_ENDPOINTS,
+    ],
+)
+def test_an_unreachable_engine_is_503_engine_unavailable(
+    make_app: Callable[..., Flask], method: str, path: str, body: object
+) -> None:
+    api = ApiClient(make_app(f"127.0.0.1:{_closed_port()}").test_client())
+    response = api.call(method, path.format(id="any"), json=body)
+    assert _error(response, 503, "engine_unavailable") == "the engine is unreachable"
+
+
+def test_an_unexpected_failure_is_a_json_500_without_details(
+    make_app: Callable[..., Flask],
+) -> None:
+    app = make_app()
+    app.testing = False
+
+    @app.get("/boom")
+    def boom() -> str:
+        raise RuntimeError("secret internals")
+
+    message = _error(app.test_client().get("/boom"), 500, "internal")
+    assert "secret" not in message
+
+
+def test_the_grpc_table_maps_every_status_but_ok_and_no_client_mistake_to_500() -> None:
+    assert set(GRPC_TO_HTTP) == set(grpc.StatusCode) - {grpc.StatusCode.OK}
+    for code in (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ALREADY_EXISTS,
+    ):
+        assert 400 <= GRPC_TO_HTTP[code][0] < 500
+    assert GRPC_TO_HTTP[grpc.StatusCode.FAILED_PRECONDITION] == (409, "busy")

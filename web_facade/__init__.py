@@ -1,0 +1,35 @@
+"""agentik's web facade: a Flask app that translates HTTP into gRPC calls on the engine.
+
+``create_app()`` builds it; gunicorn serves it with ``gthread`` workers (see
+``web_facade.gunicorn_conf``). The app keeps no conversation state of its own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flask import Flask
+
+from engine_service.config import Settings, load_settings
+from web_facade import a2a, agui, conversations, health
+from web_facade.engine_client import EngineClient, install
+from web_facade.errors import install_error_handlers
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> Flask:
+    """The facade's WSGI app; settings default to the environment (and AGENTIK_CONFIG)."""
+    if settings is None:
+        settings = load_settings(None, os.environ)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.compact = True  # type: ignore[attr-defined]
+    install(app, settings, engine or EngineClient(settings.engine_target))
+    install_error_handlers(app)
+    app.register_blueprint(conversations.bp)
+    app.register_blueprint(health.bp)
+    app.register_blueprint(agui.bp)
+    app.register_blueprint(a2a.bp)
+    return app

@@ -1,0 +1,178 @@
+"""The one table that maps the engine's events to ``/agentik`` SSE events.
+
+Every frame's ``id`` is the engine's ``seq`` and its ``data`` is a JSON object with
+``"type": <event name>`` and the ``run_id`` of the turn. Engine events without a row are
+skipped: their ``seq`` is consumed, so a client resuming with ``Last-Event-ID`` neither
+misses nor repeats anything.
+
+================================  ====================  ====================================
+engine ``Event`` (AG-UI)          SSE event             data (besides ``type``, ``run_id``)
+================================  ====================  ====================================
+message_stored                    ``message``           ``message``: the stored message
+reasoning_start                   ``start_reasoning``   ``message_id``
+text_message_start                ``start_response``    ``message_id``
+reasoning_message_content         ``append_text``       ``message_id``, ``text``
+text_message_content              ``append_text``       ``message_id``, ``text``
+run_finished, outcome success     ``end``               ``outcome`` "success", ``usage``?,
+                                                        ``pending_tool_call_ids``?, ``result``?
+run_finished, outcome interrupt   ``end``               ``outcome`` "interrupt", as above
+run_finished, outcome cancelled   ``interrupted``       ``usage``?
+run_error                         ``error``             ``code``, ``message``
+tool_call_start                   ``tool_call_start``   ``tool_call_id``, ``name``, ``message_id``
+tool_call_args                    ``tool_call_args``    ``tool_call_id``, ``delta``
+tool_call_end                     ``tool_call_end``     ``tool_call_id``
+tool_call_result                  ``tool_call_result``  ``tool_call_id``, ``message_id``,
+                                                        ``content``, ``is_error``, ``parts``?
+state_snapshot                    ``state_snapshot``    ``snapshot``
+state_delta                       ``state_delta``       ``delta`` (RFC 6902 operations)
+================================  ====================  ====================================
+
+No row (skipped): run_started, step_started/_finished, text_message_end,
+reasoning_message_start/_end, reasoning_end, messages_snapshot, custom, raw.
+
+``append_image`` (``message_id``, ``part``) is part of the contract, but the engine streams no
+image deltas today: images reach a client whole, in ``message`` and ``tool_call_result``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf import json_format
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.agentik_json import message_json, part_json
+from web_facade.sse import frame
+
+__all__ = ["EVENT_TABLE", "event_frame", "to_agentik"]
+
+Mapper = Callable[[pb.Event], tuple[str, dict[str, Any]]]
+
+
+def _message(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    return "message", {"message": message_json(event.message_stored.message)}
+
+
+def _start_reasoning(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    return "start_reasoning", {"message_id": event.reasoning_start.message_id}
+
+
+def _start_response(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    return "start_response", {"message_id": event.text_message_start.message_id}
+
+
+def _append_response(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.text_message_content
+    return "append_text", {"message_id": body.message_id, "text": body.delta}
+
+
+def _append_reasoning(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.reasoning_message_content
+    return "append_text", {"message_id": body.message_id, "text": body.delta}
+
+
+def _usage(body: pb.RunFinished) -> dict[str, Any]:
+    if not body.HasField("usage"):
+        return {}
+    usage = body.usage
+    return {
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+        }
+    }
+
+
+def _finished(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.run_finished
+    if body.outcome == pb.OUTCOME_TYPE_CANCELLED:
+        return "interrupted", _usage(body)
+    outcome = "interrupt" if body.outcome == pb.OUTCOME_TYPE_INTERRUPT else "success"
+    data: dict[str, Any] = {"outcome": outcome, **_usage(body)}
+    if body.pending_tool_call_ids:
+        data["pending_tool_call_ids"] = list(body.pending_tool_call_ids)
+    if body.HasField("result"):
+        data["result"] = json_format.MessageToDict(body.result)
+    return "end", data
+
+
+def _error(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.run_error
+    return "error", {"code": body.code or "internal", "message": body.message}
+
+
+def _tool_call_start(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.tool_call_start
+    return "tool_call_start", {
+        "tool_call_id": body.tool_call_id,
+        "name": body.tool_call_name,
+        "message_id": body.parent_message_id,
+    }
+
+
+def _tool_call_args(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.tool_call_args
+    return "tool_call_args", {"tool_call_id": body.tool_call_id, "delta": body.delta}
+
+
+def _tool_call_end(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    return "tool_call_end", {"tool_call_id": event.tool_call_end.tool_call_id}
+
+
+def _tool_call_result(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.tool_call_result
+    data: dict[str, Any] = {
+        "tool_call_id": body.tool_call_id,
+        "message_id": body.message_id,
+        "content": body.content,
+        "is_error": body.is_error,
+    }
+    if body.parts:
+        data["parts"] = [part_json(p) for p in body.parts]
+    return "tool_call_result", data
+
+
+def _state_snapshot(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    return "state_snapshot", {"snapshot": json_format.MessageToDict(event.state_snapshot.snapshot)}
+
+
+def _state_delta(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    return "state_delta", {"delta": json_format.MessageToDict(event.state_delta.delta)}
+
+
+EVENT_TABLE: dict[str, Mapper] = {
+    "message_stored": _message,
+    "reasoning_start": _start_reasoning,
+    "text_message_start": _start_response,
+    "text_message_content": _append_response,
+    "reasoning_message_content": _append_reasoning,
+    "run_finished": _finished,
+    "run_error": _error,
+    "tool_call_start": _tool_call_start,
+    "tool_call_args": _tool_call_args,
+    "tool_call_end": _tool_call_end,
+    "tool_call_result": _tool_call_result,
+    "state_snapshot": _state_snapshot,
+    "state_delta": _state_delta,
+}
+"""Engine ``Event.kind`` → mapper; see the module docstring for the table."""
+
+
+def to_agentik(event: pb.Event) -> tuple[str, dict[str, Any]] | None:
+    """``(name, data)`` for an engine event, or None when it has no ``/agentik`` form."""
+    kind = event.WhichOneof("kind")
+    mapper = EVENT_TABLE.get(kind) if kind else None
+    if mapper is None:
+        return None
+    name, fields = mapper(event)
+    return name, {"type": name, "run_id": event.run_id, **fields}
+
+
+def event_frame(event: pb.Event) -> bytes | None:
+    """The SSE frame of an engine event (``id`` = its seq), or None to skip it."""
+    mapped = to_agentik(event)
+    if mapped is None:
+        return None
+    return frame(event.seq, *mapped)

@@ -1,0 +1,252 @@
+"""The ``/agentik`` REST + SSE facade: conversations, messages, turns, live events.
+
+Each view is convert → one engine call → convert; errors go through ``web_facade.errors``.
+The facade keeps no conversation state: everything lives in the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import grpc
+from flask import Blueprint, Response, request
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.agentik_events import event_frame
+from web_facade.agentik_json import conversation_json, message_json, parts_from_json
+from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
+from web_facade.errors import ApiError, invalid
+from web_facade.sse import EventRelay, event_stream, sse_response
+
+__all__ = ["MAX_PAGE", "OPEN_WAIT", "bp"]
+
+bp = Blueprint("agentik", __name__, url_prefix="/agentik")
+
+MAX_PAGE = 1000
+"""Largest ``limit`` of a page (the engine's limit)."""
+OPEN_WAIT = 10.0
+"""How long ``send`` waits for the engine to accept the turn before it opens the stream
+anyway; a refusal (404, 409, ...) within this time is an HTTP error, not an SSE one."""
+_MAX_INT_DIGITS = 18
+
+
+def _read_body() -> bytes:
+    """The raw body; 413 past MAX_CONTENT_LENGTH, with or without a Content-Length."""
+    if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
+        return request.get_data(cache=False)  # werkzeug checks Content-Length up front
+    # A chunked body: werkzeug would silently cut it at the limit, so read one byte more.
+    limit = request.max_content_length
+    stream = request.environ["wsgi.input"]
+    data: bytes = stream.read() if limit is None else stream.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise RequestEntityTooLarge()
+    return data
+
+
+def _json_body(*, required: bool) -> dict[str, Any]:
+    """The request body as a JSON object (``{}`` when empty and not required)."""
+    raw = _read_body()
+    if not raw.strip():
+        if required:
+            invalid("the request body must be a JSON object")
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        invalid("the request body must be a JSON object")
+    return value
+
+
+def _optional_string(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        invalid(f"{key} must be a string")
+    return value
+
+
+def _integer(raw: str, name: str, minimum: int, maximum: int | None = None) -> int:
+    text = raw.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not digits.isascii() or not digits.isdigit() or len(digits) > _MAX_INT_DIGITS:
+        invalid(f"{name} must be an integer")
+    value = int(text)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        invalid(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _int_arg(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    return _integer(raw, name, minimum, maximum)
+
+
+def _bool_arg(name: str) -> bool:
+    raw = request.args.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    invalid(f"{name} must be true or false")
+
+
+def _get_session(conversation_id: str) -> pb.Session:
+    return current_engine().engine.GetSession(
+        pb.GetSessionRequest(session_id=conversation_id), timeout=UNARY_TIMEOUT
+    )
+
+
+@bp.post("/conversations")
+def create_conversation() -> tuple[dict[str, Any], int]:
+    """Create a conversation (``title``, optional client-chosen ``id``) → 201."""
+    body = _json_body(required=False)
+    session = current_engine().engine.CreateSession(
+        pb.CreateSessionRequest(
+            title=_optional_string(body, "title"), session_id=_optional_string(body, "id")
+        ),
+        timeout=UNARY_TIMEOUT,
+    )
+    return conversation_json(session), 201
+
+
+@bp.get("/conversations")
+def list_conversations() -> dict[str, Any]:
+    """A page of conversations, most recently updated first."""
+    offset = _int_arg("offset", 0, 0, 2**31 - 1)
+    limit = _int_arg("limit", 50, 1, MAX_PAGE)
+    page = current_engine().engine.ListSessions(
+        pb.ListSessionsRequest(offset=offset, limit=limit), timeout=UNARY_TIMEOUT
+    )
+    return {
+        "items": [conversation_json(s) for s in page.sessions],
+        "offset": offset,
+        "limit": limit,
+        "total": page.total,
+    }
+
+
+@bp.get("/conversations/<conversation_id>")
+def get_conversation(conversation_id: str) -> dict[str, Any]:
+    """One conversation with its message count."""
+    return conversation_json(_get_session(conversation_id))
+
+
+@bp.get("/conversations/<conversation_id>/messages")
+def list_messages(conversation_id: str) -> dict[str, Any]:
+    """Stored messages after a message id, oldest first."""
+    limit = _int_arg("limit", 100, 1, MAX_PAGE)
+    page = current_engine().engine.ListMessages(
+        pb.ListMessagesRequest(
+            session_id=conversation_id,
+            after_message_id=request.args.get("after", ""),
+            limit=limit,
+        ),
+        timeout=UNARY_TIMEOUT,
+    )
+    return {"items": [message_json(m) for m in page.messages], "has_more": page.has_more}
+
+
+@bp.post("/conversations/<conversation_id>/rename")
+def rename_conversation(conversation_id: str) -> dict[str, Any]:
+    """Change the title."""
+    body = _json_body(required=True)
+    if not isinstance(body.get("title"), str):
+        invalid("title is required and must be a string")
+    session = current_engine().engine.RenameSession(
+        pb.RenameSessionRequest(session_id=conversation_id, title=body["title"]),
+        timeout=UNARY_TIMEOUT,
+    )
+    return conversation_json(session)
+
+
+@bp.delete("/conversations/<conversation_id>")
+def delete_conversation(conversation_id: str) -> tuple[str, int]:
+    """Delete the conversation with its messages and events → 204."""
+    current_engine().engine.DeleteSession(
+        pb.DeleteSessionRequest(session_id=conversation_id), timeout=UNARY_TIMEOUT
+    )
+    return "", 204
+
+
+@bp.post("/conversations/<conversation_id>/send")
+def send(conversation_id: str) -> Response:
+    """Start a turn with one user message and stream its events."""
+    message = pb.Message(role=pb.ROLE_USER, content=parts_from_json(_json_body(required=True)))
+    settings = current_settings()
+    call = current_engine().engine.Run(
+        pb.RunRequest(
+            thread_id=conversation_id,
+            messages=[message],
+            create_session=False,
+            cancel_on_disconnect=settings.on_disconnect == "cancel",
+        )
+    )
+    relay = EventRelay(call)
+    first = relay.peek(OPEN_WAIT)
+    if isinstance(first, grpc.RpcError):
+        relay.cancel()
+        raise first
+    return sse_response(event_stream(relay, event_frame, settings.heartbeat_interval))
+
+
+def _resume_point() -> int | None:
+    """The seq to resume after: ``Last-Event-ID`` (what EventSource sends), else ``?after=``."""
+    header = request.headers.get("Last-Event-ID")
+    if header is not None and header.strip():
+        return _integer(header, "Last-Event-ID", 0)
+    raw = request.args.get("after")
+    if raw is not None and raw.strip():
+        return _integer(raw, "after", 0)
+    return None
+
+
+@bp.get("/conversations/<conversation_id>/events")
+def events(conversation_id: str) -> Response:
+    """Follow a conversation: the events after the resume point, then live ones."""
+    after = _resume_point()
+    until_idle = _bool_arg("until_idle")
+    session = _get_session(conversation_id)  # 404 before the stream opens
+    call = current_engine().engine.Subscribe(
+        pb.SubscribeRequest(
+            thread_id=conversation_id,
+            after_seq=session.last_seq if after is None else after,
+            until_idle=until_idle,
+        )
+    )
+    relay = EventRelay(call)
+    return sse_response(event_stream(relay, event_frame, current_settings().heartbeat_interval))
+
+
+@bp.post("/conversations/<conversation_id>/interrupt")
+def interrupt(conversation_id: str) -> dict[str, Any]:
+    """Stop the turn in flight (or only ``run_id``); idle is not an error."""
+    body = _json_body(required=False)
+    reply = current_engine().engine.Interrupt(
+        pb.InterruptRequest(thread_id=conversation_id, run_id=_optional_string(body, "run_id")),
+        timeout=UNARY_TIMEOUT,
+    )
+    out: dict[str, Any] = {"interrupted": reply.interrupted}
+    if reply.run_id:
+        out["run_id"] = reply.run_id
+    return out
+
+
+@cache
+def _openapi_document() -> bytes:
+    return resources.files("web_facade").joinpath("openapi.json").read_bytes()
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI 3.1 description of this API."""
+    return Response(_openapi_document(), mimetype="application/json")

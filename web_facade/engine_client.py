@@ -1,0 +1,102 @@
+"""The facade's gRPC connection to the engine: one channel per worker process.
+
+The channel is made lazily, on the first call in a process, never at import: gunicorn
+forks its workers from a master that must hold no gRPC channel (gRPC's threads and
+sockets do not survive a fork). A sync channel is thread-safe, so the worker's threads
+share it. If the process forked after the channel was made, the child makes its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import grpc
+import grpc.experimental
+from flask import current_app
+from grpc_health.v1 import health_pb2_grpc
+
+from engine_service.config import Settings
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+
+__all__ = ["UNARY_TIMEOUT", "EngineClient", "current_engine", "current_settings", "install"]
+
+UNARY_TIMEOUT = 30.0
+"""Deadline of the engine's unary calls (sessions, messages, interrupt), in seconds."""
+
+_EXTENSION = "agentik"
+
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    # A history page of 1000 messages with images can pass the 4 MiB default.
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # Reconnect fast after an engine restart instead of backing off for up to 2 minutes.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    # Event streams are read by the relay thread that waits for them, not handed over by
+    # the channel's spin thread: one thread switch less per event.
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+]
+
+
+class EngineClient:
+    """Stubs for the engine's services over a lazily made, per-process channel."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._channel: Any = None
+        self._engine: pb_grpc.AgentEngineStub | None = None
+        self._health: Any = None
+
+    def _connect(self) -> None:
+        with self._lock:
+            if self._channel is not None and self._pid == os.getpid():
+                return
+            # A channel inherited through fork is unusable; drop it without closing.
+            self._channel = grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+            self._engine = pb_grpc.AgentEngineStub(self._channel)
+            self._health = health_pb2_grpc.HealthStub(self._channel)
+            self._pid = os.getpid()
+
+    @property
+    def engine(self) -> pb_grpc.AgentEngineStub:
+        """The ``agentik.engine.v1.AgentEngine`` stub."""
+        if self._pid != os.getpid():
+            self._connect()
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def health(self) -> Any:
+        """The standard ``grpc.health.v1.Health`` stub."""
+        if self._pid != os.getpid():
+            self._connect()
+        return self._health
+
+    def close(self) -> None:
+        """Close this process's channel (a later call makes a new one)."""
+        with self._lock:
+            if self._channel is not None and self._pid == os.getpid():
+                self._channel.close()
+            self._channel = self._engine = self._health = None
+            self._pid = 0
+
+
+def install(app: Any, settings: Settings, client: EngineClient) -> None:
+    """Attach the settings and the engine client to a Flask app."""
+    app.extensions[_EXTENSION] = (settings, client)
+
+
+def current_engine() -> EngineClient:
+    """The engine client of the app handling this request."""
+    client: EngineClient = current_app.extensions[_EXTENSION][1]
+    return client
+
+
+def current_settings() -> Settings:
+    """The settings of the app handling this request."""
+    settings: Settings = current_app.extensions[_EXTENSION][0]
+    return settings

@@ -1,0 +1,153 @@
+"""The facade's one error table and the Flask handlers that make every error JSON.
+
+Every error leaves the facade as ``{"error": {"code": "<snake_case>", "message": "..."}}``
+with a fitting HTTP status: never an HTML page, never a stack trace. Three sources:
+
+- :class:`ApiError`, raised by the views for a client's mistake they detect themselves
+  (malformed JSON, a missing or mistyped field — the message names it);
+- ``grpc.RpcError`` from an engine call, mapped through :data:`GRPC_TO_HTTP`;
+- werkzeug's HTTP exceptions (unknown route, wrong method, body over the limit), mapped
+  through :data:`HTTP_CODES`.
+
+Anything else is a bug in the facade: it is logged and answered 500 ``internal``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NoReturn
+
+import grpc
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+__all__ = [
+    "GRPC_TO_HTTP",
+    "HTTP_CODES",
+    "ApiError",
+    "error_body",
+    "error_response",
+    "from_rpc_error",
+    "install_error_handlers",
+    "invalid",
+]
+
+log = logging.getLogger(__name__)
+
+GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_argument"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_argument"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "unauthenticated"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "forbidden"),
+    grpc.StatusCode.NOT_FOUND: (404, "not_found"),
+    grpc.StatusCode.ALREADY_EXISTS: (409, "already_exists"),
+    # The engine's only precondition: the conversation has a turn in flight.
+    grpc.StatusCode.FAILED_PRECONDITION: (409, "busy"),
+    grpc.StatusCode.ABORTED: (409, "conflict"),
+    grpc.StatusCode.UNIMPLEMENTED: (501, "not_implemented"),
+    grpc.StatusCode.INTERNAL: (502, "engine_error"),
+    grpc.StatusCode.UNKNOWN: (502, "engine_error"),
+    grpc.StatusCode.DATA_LOSS: (502, "engine_error"),
+    # The engine is at its limit of concurrent turns: the server's state, not the client's.
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (503, "overloaded"),
+    grpc.StatusCode.UNAVAILABLE: (503, "engine_unavailable"),
+    grpc.StatusCode.CANCELLED: (503, "engine_unavailable"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "engine_timeout"),
+}
+"""gRPC status of an engine call → (HTTP status, error code)."""
+
+HTTP_CODES: dict[int, str] = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    411: "length_required",
+    413: "payload_too_large",
+    414: "uri_too_long",
+    415: "unsupported_media_type",
+    431: "headers_too_large",
+}
+"""HTTP status of a werkzeug exception → error code (others: ``http_<status>``)."""
+
+_UNREACHABLE_DETAILS = ("failed to connect", "connection refused", "dns resolution failed")
+
+
+class ApiError(Exception):
+    """An error the facade answers itself: HTTP status, code and a message for humans."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> NoReturn:
+    """Refuse the request with 400 ``invalid_argument``; ``message`` names the field."""
+    raise ApiError(400, "invalid_argument", message)
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    """The JSON body of every error."""
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    """A JSON error response; 503s tell clients when to try again."""
+    response = jsonify(error_body(code, message))
+    response.status_code = status
+    if status == 503:
+        response.headers["Retry-After"] = "1"
+    return response
+
+
+def from_rpc_error(exc: grpc.RpcError) -> ApiError:
+    """Map a failed engine call through :data:`GRPC_TO_HTTP`."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    status, name = GRPC_TO_HTTP.get(code, (502, "engine_error")) if code else (502, "engine_error")
+    details = exc.details() if callable(getattr(exc, "details", None)) else None
+    message = str(details or (code.name.lower() if code else "engine call failed"))
+    if code is grpc.StatusCode.UNAVAILABLE and any(
+        marker in message.lower() for marker in _UNREACHABLE_DETAILS
+    ):
+        message = "the engine is unreachable"
+    elif status >= 500 and name == "engine_error":
+        log.error("engine call failed: %s %s", code, details)
+        message = "the engine failed to answer"
+    return ApiError(status, name, message)
+
+
+def install_error_handlers(app: Flask) -> None:
+    """Make every error of ``app`` a JSON error body."""
+
+    @app.errorhandler(ApiError)
+    def _api_error(exc: ApiError) -> Response:
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.errorhandler(grpc.RpcError)
+    def _rpc_error(exc: grpc.RpcError) -> Response:
+        mapped = from_rpc_error(exc)
+        return error_response(mapped.status, mapped.code, mapped.message)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = HTTP_CODES.get(status, f"http_{status}")
+        message = exc.description or exc.name
+        allowed = getattr(exc, "valid_methods", None) or []
+        if status == 404:
+            message = f"no such endpoint: {request.method} {request.path}"
+        elif status == 405:
+            message = f"{request.method} is not allowed on {request.path}; use {', '.join(allowed)}"
+        elif status == 413:
+            limit = app.config.get("MAX_CONTENT_LENGTH")
+            message = f"the request body is larger than {limit} bytes"
+        response = error_response(status, code, message)
+        if status == 405 and allowed:
+            response.headers["Allow"] = ", ".join(allowed)
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error in the web facade")
+        return error_response(500, "internal", "internal error in the web facade")

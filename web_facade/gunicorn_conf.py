@@ -1,0 +1,53 @@
+"""gunicorn settings for the web facade (``gunicorn -c python:web_facade.gunicorn_conf``).
+
+Values come from agentik's settings (env, or the TOML file named by ``AGENTIK_CONFIG``):
+``AGENTIK_HTTP_ADDR``, ``AGENTIK_WEB_WORKERS``, ``AGENTIK_WEB_THREADS``. ``gthread`` workers:
+each open SSE stream holds one thread, so a worker serves ``threads`` streams at once.
+This file imports no gRPC and makes no channel: workers make theirs after the fork.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from engine_service.config import ConfigError, load_settings
+
+try:
+    _settings = load_settings(None, os.environ)
+except ConfigError as _exc:
+    print(f"agentik web: configuration error: {_exc}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+wsgi_app = "web_facade:create_app()"
+bind = [_settings.http_addr]
+worker_class = "gthread"
+workers = _settings.web_workers
+threads = _settings.web_threads
+# gthread workers report to the master from their main loop, whatever their threads do, so
+# this does not limit how long a stream may stay open; it only catches a hung worker.
+timeout = 30
+# On SIGTERM or reload, open streams end at the next frame boundary (see post_worker_init)
+# and clients resume with Last-Event-ID; this is how long the rest may take.
+graceful_timeout = 10
+keepalive = 5
+loglevel = _settings.log_level.lower()
+errorlog = "-"
+proc_name = "agentik-web"
+
+
+def post_worker_init(worker: Any) -> None:
+    """On SIGTERM, also tell open SSE streams to end cleanly (``web_facade.sse.DRAINING``)."""
+    from web_facade.sse import DRAINING
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def drain(signum: int, frame: FrameType | None) -> None:
+        DRAINING.set()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, drain)

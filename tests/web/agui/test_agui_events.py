@@ -1,0 +1,213 @@
+"""The engine event → AG-UI event table, and the stream's promise of a terminal event."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.web.agui.agui_reader import AguiReader, parse_event, types
+from tests.web.conftest import WAIT
+from web_facade.agui import AguiStream
+from web_facade.agui_events import EVENT_TABLE, message_to_agui, to_agui
+from web_facade.sse import DRAINING, EventRelay
+
+
+def _event(**kind: Any) -> pb.Event:
+    event = pb.Event(seq=3, thread_id="t1", run_id="r1", **kind)
+    event.time.FromMilliseconds(1_780_000_000_123)
+    return event
+
+
+def _wire(event: pb.Event) -> dict[str, Any]:
+    converted = to_agui(event)
+    assert converted is not None
+    parse_event(converted.model_dump_json(by_alias=True))  # validates as the union
+    out: dict[str, Any] = converted.model_dump(by_alias=True, mode="json")
+    return out
+
+
+def test_every_engine_event_kind_has_an_agui_form_except_agentiks_message_stored() -> None:
+    kinds = {f.name for f in pb.Event.DESCRIPTOR.oneofs_by_name["kind"].fields}
+
+    assert kinds - set(EVENT_TABLE) == {"message_stored"}
+    stored = _event(message_stored=pb.MessageStored(message=pb.Message(id="m")))
+    assert to_agui(stored) is None
+
+
+def test_run_started_declares_protocol_version_1_0_and_the_events_time_in_ms() -> None:
+    wire = _wire(_event(run_started=pb.RunStarted(parent_run_id="r0")))
+
+    assert wire == {
+        "type": "RUN_STARTED",
+        "timestamp": 1_780_000_000_123,
+        "threadId": "t1",
+        "runId": "r1",
+        "protocolVersion": "1.0",
+        "parentRunId": "r0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("finished", "outcome"),
+    [
+        (pb.RunFinished(), {"type": "success"}),
+        (
+            pb.RunFinished(outcome=pb.OUTCOME_TYPE_SUCCESS, pending_tool_call_ids=["c1", "c2"]),
+            {"type": "success", "pendingToolCallIds": ["c1", "c2"]},
+        ),
+        (pb.RunFinished(outcome=pb.OUTCOME_TYPE_CANCELLED), {"type": "cancelled"}),
+    ],
+)
+def test_run_finished_carries_the_outcome(finished: pb.RunFinished, outcome: Any) -> None:
+    assert _wire(_event(run_finished=finished))["outcome"] == outcome
+
+
+def test_usage_and_result_of_a_finished_run_are_kept() -> None:
+    finished = pb.RunFinished(
+        usage=pb.Usage(input_tokens=3, output_tokens=4, total_tokens=7),
+        result=struct_pb2.Value(number_value=2),
+    )
+    wire = _wire(_event(run_finished=finished))
+
+    assert wire["usage"] == [{"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}]
+    assert wire["result"] == 2
+
+
+def test_run_error_keeps_the_engines_code() -> None:
+    wire = _wire(_event(run_error=pb.RunError(message="down", code="llm_unavailable")))
+
+    assert (wire["code"], wire["message"]) == ("llm_unavailable", "down")
+
+
+def test_a_tool_result_with_images_becomes_text_and_image_parts() -> None:
+    image = pb.ContentPart(image=pb.ImagePart(data=b"\x01", mime_type="image/png"))
+    result = pb.ToolCallResult(message_id="m", tool_call_id="c", content="see", parts=[image])
+    wire = _wire(_event(tool_call_result=result))
+
+    assert wire["content"] == [
+        {"type": "text", "text": "see"},
+        {"type": "image", "source": {"type": "data", "value": "AQ==", "mimeType": "image/png"}},
+    ]
+
+
+def test_state_keeps_whole_numbers_whole() -> None:
+    snapshot = struct_pb2.Value()
+    snapshot.struct_value.update({"count": 1, "ratio": 0.5, "tags": ["a"]})
+
+    assert _wire(_event(state_snapshot=pb.StateSnapshot(snapshot=snapshot)))["snapshot"] == {
+        "count": 1,
+        "ratio": 0.5,
+        "tags": ["a"],
+    }
+
+
+def test_stored_messages_map_back_with_their_ids_and_roles() -> None:
+    text = pb.ContentPart(text=pb.TextPart(text="t"))
+    stored = [
+        pb.Message(id="a", role=pb.ROLE_ASSISTANT, status=pb.MESSAGE_STATUS_INTERRUPTED),
+        pb.Message(
+            id="b",
+            role=pb.ROLE_TOOL,
+            tool_call_id="c",
+            status=pb.MESSAGE_STATUS_ERROR,
+            content=[text],
+        ),
+        pb.Message(id="c", role=pb.ROLE_DEVELOPER, content=[text]),
+        pb.Message(id="d", role=pb.ROLE_USER, content=[text], name="ann"),
+    ]
+
+    assert [message_to_agui(m).model_dump(by_alias=True) for m in stored] == [
+        {"id": "a", "role": "assistant"},
+        {"id": "b", "role": "tool", "content": "t", "toolCallId": "c", "error": "t"},
+        {"id": "c", "role": "developer", "content": "t"},
+        {"id": "d", "role": "user", "name": "ann", "content": "t"},
+    ]
+
+
+class _Call:
+    """A gRPC server stream stand-in: yields events, then ends or fails."""
+
+    def __init__(self, events: list[pb.Event], failure: grpc.RpcError | None = None) -> None:
+        self._events = events
+        self._failure = failure
+        self.cancelled = threading.Event()
+
+    def __iter__(self) -> Iterator[pb.Event]:
+        yield from self._events
+        if self._failure is not None:
+            raise self._failure
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class _Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "Socket closed"
+
+
+def _opened() -> list[pb.Event]:
+    return [
+        _event(run_started=pb.RunStarted()),
+        _event(text_message_start=pb.TextMessageStart(message_id="m", role=pb.ROLE_ASSISTANT)),
+        _event(text_message_content=pb.TextMessageContent(message_id="m", delta="par")),
+    ]
+
+
+def _stream(call: _Call, **kwargs: Any) -> list[Any]:
+    relay = EventRelay(call)
+    events = AguiReader(iter(AguiStream(relay, heartbeat=0.2, **kwargs))).read_to_end()
+    assert relay.join(WAIT) and call.cancelled.is_set()
+    return events
+
+
+def test_a_stream_whose_engine_connection_breaks_mid_run_ends_with_run_error() -> None:
+    events = _stream(_Call(_opened(), _Unavailable()))
+
+    assert types(events)[-1] == "RUN_ERROR"
+    assert events[-1].code == "engine_unavailable"
+
+
+def test_a_stream_that_ends_before_the_run_did_ends_with_run_error() -> None:
+    events = _stream(_Call(_opened()))
+
+    assert types(events) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "RUN_ERROR",
+    ]
+    assert events[-1].code == "engine_error"
+
+
+def test_the_stored_state_is_announced_right_after_run_started() -> None:
+    finished = _event(run_finished=pb.RunFinished())
+    events = _stream(_Call([_event(run_started=pb.RunStarted()), finished]), stored_state={"n": 1})
+
+    assert types(events) == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_FINISHED"]
+    assert events[1].snapshot == {"n": 1}
+
+
+def test_a_draining_worker_ends_an_open_stream_with_run_error() -> None:
+    class Endless(_Call):
+        def __iter__(self) -> Iterator[pb.Event]:
+            yield from self._events
+            self.cancelled.wait(WAIT)  # a run that goes on until the facade lets go
+
+    DRAINING.set()
+    try:
+        events = _stream(Endless(_opened()))
+    finally:
+        DRAINING.clear()
+
+    assert types(events)[-1] == "RUN_ERROR"
+    assert events[-1].code == "shutting_down"

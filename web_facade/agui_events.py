@@ -1,0 +1,267 @@
+"""The one table that maps the engine's events to AG-UI 1.0 events.
+
+The engine already speaks AG-UI: each ``Event.kind`` becomes the ``ag_ui.core`` event of the
+same name, with ``threadId``/``runId`` on the run events, ``protocolVersion: "1.0"`` on
+RUN_STARTED and the event's time as ``timestamp`` (ms). Three rows do more than rename:
+
+- ``run_finished``: the outcome becomes ``{"type": "success", "pendingToolCallIds"?}`` or
+  ``{"type": "cancelled"}``; usage becomes a one-entry ``TokenUsage`` list;
+- ``tool_call_result``: content is the text, or text and image parts when the tool
+  returned images;
+- ``messages_snapshot``: the stored messages as AG-UI messages, ids unchanged.
+
+``message_stored`` is agentik's own extension, not an AG-UI event: it has no row.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from ag_ui.core import (
+    PROTOCOL_VERSION,
+    AssistantMessage,
+    BaseEvent,
+    ContentPart,
+    CustomEvent,
+    DataSource,
+    DeveloperMessage,
+    FunctionCall,
+    ImagePart,
+    Message,
+    MessagesSnapshotEvent,
+    RawEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SystemMessage,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    TextPart,
+    TokenUsage,
+    ToolCall,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UrlSource,
+    UserMessage,
+)
+from ag_ui.core.events import TextMessageRole
+from google.protobuf import json_format
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+
+__all__ = ["EVENT_TABLE", "json_value", "message_to_agui", "run_error", "to_agui"]
+
+Mapper = Callable[[pb.Event], BaseEvent]
+
+_TEXT_ROLES: dict[int, TextMessageRole] = {
+    pb.ROLE_USER: "user",
+    pb.ROLE_SYSTEM: "system",
+    pb.ROLE_DEVELOPER: "developer",
+}
+
+
+def _millis(event: pb.Event) -> int:
+    return event.time.seconds * 1000 + event.time.nanos // 1_000_000
+
+
+def _whole(value: Any) -> Any:
+    """``value`` with integral floats as ints: protobuf's Value holds every number as a
+    double, and ``{"count": 1}`` should not come back as ``{"count": 1.0}``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+def json_value(value: Any) -> Any:
+    """A ``google.protobuf`` Value / ListValue as plain JSON."""
+    return _whole(json_format.MessageToDict(value))
+
+
+# -- messages -------------------------------------------------------------------------
+
+
+def _part(part: pb.ContentPart) -> TextPart | ImagePart:
+    if part.WhichOneof("part") != "image":
+        return TextPart(text=part.text.text)
+    image = part.image
+    if image.WhichOneof("source") == "data":
+        data = base64.b64encode(image.data).decode("ascii")
+        return ImagePart(source=DataSource(value=data, mime_type=image.mime_type))
+    return ImagePart(source=UrlSource(value=image.url, mime_type=image.mime_type or None))
+
+
+def _content(parts: list[pb.ContentPart]) -> str | list[ContentPart]:
+    """Plain text when every part is text; the parts otherwise."""
+    if all(p.WhichOneof("part") != "image" for p in parts):
+        return "".join(p.text.text for p in parts)
+    return [_part(p) for p in parts]
+
+
+def _text(message: pb.Message) -> str:
+    return "".join(p.text.text for p in message.content if p.WhichOneof("part") == "text")
+
+
+def message_to_agui(message: pb.Message) -> Message:
+    """A stored message as an AG-UI message with the same id."""
+    name = message.name or None
+    if message.role == pb.ROLE_ASSISTANT:
+        calls = [
+            ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+            for c in message.tool_calls
+        ]
+        return AssistantMessage(
+            id=message.id, name=name, content=_text(message) or None, tool_calls=calls or None
+        )
+    if message.role == pb.ROLE_TOOL:
+        failed = message.status == pb.MESSAGE_STATUS_ERROR
+        return ToolMessage(
+            id=message.id,
+            tool_call_id=message.tool_call_id,
+            content=_content(list(message.content)),
+            error=_text(message) if failed else None,
+        )
+    if message.role == pb.ROLE_SYSTEM:
+        return SystemMessage(id=message.id, name=name, content=_text(message))
+    if message.role == pb.ROLE_DEVELOPER:
+        return DeveloperMessage(id=message.id, name=name, content=_text(message))
+    return UserMessage(id=message.id, name=name, content=_content(list(message.content)))
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+def _run_started(event: pb.Event) -> BaseEvent:
+    return RunStartedEvent(
+        thread_id=event.thread_id,
+        run_id=event.run_id,
+        protocol_version=PROTOCOL_VERSION,
+        parent_run_id=event.run_started.parent_run_id or None,
+    )
+
+
+def _outcome(body: pb.RunFinished) -> RunFinishedOutcome:
+    if body.outcome == pb.OUTCOME_TYPE_CANCELLED:
+        return RunFinishedCancelledOutcome()
+    # The engine has no interrupt payloads (AG-UI needs at least one), so INTERRUPT
+    # cannot be told apart from success here.
+    pending = list(body.pending_tool_call_ids)
+    return RunFinishedSuccessOutcome(pending_tool_call_ids=pending or None)
+
+
+def _run_finished(event: pb.Event) -> BaseEvent:
+    body = event.run_finished
+    usage = None
+    if body.HasField("usage"):
+        usage = [
+            TokenUsage(
+                input_tokens=body.usage.input_tokens,
+                output_tokens=body.usage.output_tokens,
+                total_tokens=body.usage.total_tokens,
+            )
+        ]
+    return RunFinishedEvent(
+        thread_id=event.thread_id,
+        run_id=event.run_id,
+        outcome=_outcome(body),
+        usage=usage,
+        result=json_value(body.result) if body.HasField("result") else None,
+    )
+
+
+def run_error(code: str, message: str) -> RunErrorEvent:
+    """RUN_ERROR; ``code`` is one of the engine's codes or the facade's error table's."""
+    return RunErrorEvent(code=code or "internal", message=message or code)
+
+
+def _tool_call_result(event: pb.Event) -> BaseEvent:
+    body = event.tool_call_result
+    content: str | list[ContentPart] = body.content
+    if body.parts:
+        content = [TextPart(text=body.content), *(_part(p) for p in body.parts)]
+    return ToolCallResultEvent(
+        message_id=body.message_id, tool_call_id=body.tool_call_id, content=content, role="tool"
+    )
+
+
+def _text_message_start(event: pb.Event) -> BaseEvent:
+    body = event.text_message_start
+    return TextMessageStartEvent(
+        message_id=body.message_id, role=_TEXT_ROLES.get(body.role, "assistant")
+    )
+
+
+EVENT_TABLE: dict[str, Mapper] = {
+    "run_started": _run_started,
+    "run_finished": _run_finished,
+    "run_error": lambda e: run_error(e.run_error.code, e.run_error.message),
+    "step_started": lambda e: StepStartedEvent(step_name=e.step_started.step_name),
+    "step_finished": lambda e: StepFinishedEvent(step_name=e.step_finished.step_name),
+    "text_message_start": _text_message_start,
+    "text_message_content": lambda e: TextMessageContentEvent(
+        message_id=e.text_message_content.message_id, delta=e.text_message_content.delta
+    ),
+    "text_message_end": lambda e: TextMessageEndEvent(message_id=e.text_message_end.message_id),
+    "tool_call_start": lambda e: ToolCallStartEvent(
+        tool_call_id=e.tool_call_start.tool_call_id,
+        tool_call_name=e.tool_call_start.tool_call_name,
+        parent_message_id=e.tool_call_start.parent_message_id or None,
+    ),
+    "tool_call_args": lambda e: ToolCallArgsEvent(
+        tool_call_id=e.tool_call_args.tool_call_id, delta=e.tool_call_args.delta
+    ),
+    "tool_call_end": lambda e: ToolCallEndEvent(tool_call_id=e.tool_call_end.tool_call_id),
+    "tool_call_result": _tool_call_result,
+    "reasoning_start": lambda e: ReasoningStartEvent(message_id=e.reasoning_start.message_id),
+    "reasoning_message_start": lambda e: ReasoningMessageStartEvent(
+        message_id=e.reasoning_message_start.message_id, role="reasoning"
+    ),
+    "reasoning_message_content": lambda e: ReasoningMessageContentEvent(
+        message_id=e.reasoning_message_content.message_id,
+        delta=e.reasoning_message_content.delta,
+    ),
+    "reasoning_message_end": lambda e: ReasoningMessageEndEvent(
+        message_id=e.reasoning_message_end.message_id
+    ),
+    "reasoning_end": lambda e: ReasoningEndEvent(message_id=e.reasoning_end.message_id),
+    "state_snapshot": lambda e: StateSnapshotEvent(snapshot=json_value(e.state_snapshot.snapshot)),
+    "state_delta": lambda e: StateDeltaEvent(delta=json_value(e.state_delta.delta)),
+    "messages_snapshot": lambda e: MessagesSnapshotEvent(
+        messages=[message_to_agui(m) for m in e.messages_snapshot.messages]
+    ),
+    "custom": lambda e: CustomEvent(name=e.custom.name, value=json_value(e.custom.value)),
+    "raw": lambda e: RawEvent(event=json_value(e.raw.event), source=e.raw.source or None),
+}
+"""Engine ``Event.kind`` → AG-UI event; kinds without a row are dropped."""
+
+
+def to_agui(event: pb.Event) -> BaseEvent | None:
+    """The AG-UI event for an engine event, or None when it has no AG-UI form."""
+    kind = event.WhichOneof("kind")
+    mapper = EVENT_TABLE.get(kind) if kind else None
+    if mapper is None:
+        return None
+    out = mapper(event)
+    out.timestamp = _millis(event)
+    return out

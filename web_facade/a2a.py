@@ -1,0 +1,379 @@
+"""The A2A facade: the agent card, and JSON-RPC 2.0 at ``POST /``.
+
+A2A 1.0 (``A2A-Version: 1.0``): SendMessage, SendStreamingMessage, GetTask, ListTasks,
+CancelTask, SubscribeToTask; push-notification methods answer
+PushNotificationNotSupported. A2A 0.3 (no ``A2A-Version`` header, or ``0.3``):
+message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe. Each method is
+a small function over :class:`web_facade.a2a_tasks.TaskService`; every error, wherever it
+comes from, leaves through ``web_facade.a2a_errors`` as a JSON-RPC error with HTTP 200.
+Streams are SSE whose every ``data:`` is a whole JSON-RPC response.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    SendMessageResponse,
+    StreamResponse,
+    SubscribeToTaskRequest,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    PushNotificationNotSupportedError,
+    VersionNotSupportedError,
+)
+from flask import Blueprint, Flask, Response, current_app, request
+from flask.blueprints import BlueprintSetupState
+from google.protobuf import json_format
+from google.protobuf.message import Message as ProtoMessage
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from web_facade import a2a_v03
+from web_facade.a2a_card import CARD_MAX_AGE, CardConfig, card_body, card_config
+from web_facade.a2a_errors import error_object, invalid_params
+from web_facade.a2a_tasks import TaskService
+from web_facade.engine_client import current_engine, current_settings
+from web_facade.sse import HEARTBEAT, sse_response
+
+__all__ = ["METHODS", "VERSION_HEADER", "bp"]
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("a2a", __name__)
+
+VERSION_HEADER: Final = "A2A-Version"
+_CARD_KEY: Final = "agentik.a2a.card"
+_VERSION = re.compile(r"^(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?$")
+
+P = TypeVar("P", bound=ProtoMessage)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """A streamed result: the task's stream responses and how to shape each one."""
+
+    items: Generator[StreamResponse | None, None, None]
+    shape: Callable[[StreamResponse], dict[str, Any]]
+
+
+Result = dict[str, Any] | _Stream
+Handler = Callable[[TaskService, dict[str, Any]], Result]
+
+
+# -- the agent card ----------------------------------------------------------------
+
+
+@bp.record_once
+def _read_card_config(state: BlueprintSetupState) -> None:
+    """Read the card's settings when the app is made: a bad one stops start-up."""
+    app = state.app
+    assert isinstance(app, Flask)
+    with app.app_context():
+        config = card_config(current_settings(), os.environ)
+    if not config.public_url:
+        log.warning(
+            "AGENTIK_PUBLIC_URL is not set: the agent card names the URL each request came "
+            "to; set it to the URL peers reach this facade at"
+        )
+    app.extensions[_CARD_KEY] = config
+
+
+@bp.get("/.well-known/agent-card.json")
+@bp.get("/.well-known/agent.json")
+def agent_card() -> Response:
+    """The agent card; revalidate with ``If-None-Match`` (304 when unchanged)."""
+    config: CardConfig = current_app.extensions[_CARD_KEY]
+    body, etag = card_body(config, request.url_root)
+    response = Response(body, mimetype="application/json")
+    response.set_etag(etag)
+    if config.public_url:
+        response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
+    else:  # the card depends on the Host header: no shared cache may keep it
+        response.headers["Cache-Control"] = "no-cache"
+        response.vary.add("Host")
+    response.make_conditional(request)  # 304 without a body when If-None-Match matches
+    return response
+
+
+# -- the methods -------------------------------------------------------------------
+
+
+def _proto(params: dict[str, Any], message: P) -> P:
+    """ProtoJSON params as ``message``; unknown fields are ignored, as the SDK does."""
+    try:
+        return json_format.ParseDict(params, message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        text = str(exc)
+        fields = re.findall(r"Failed to parse (\w+) field", text)
+        reason = text.rsplit("field: ", 1)[-1].rstrip(".") or text
+        raise invalid_params(".".join(fields) or "params", reason) from None
+
+
+def _json(message: ProtoMessage) -> dict[str, Any]:
+    out: dict[str, Any] = json_format.MessageToDict(message)
+    return out
+
+
+def _send_message(tasks: TaskService, params: dict[str, Any]) -> Result:
+    task = tasks.send_message(_proto(params, SendMessageRequest()))
+    return _json(SendMessageResponse(task=task))
+
+
+def _send_streaming_message(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), _json)
+
+
+def _get_task(tasks: TaskService, params: dict[str, Any]) -> Result:
+    query = _proto(params, GetTaskRequest())
+    length = query.history_length if query.HasField("history_length") else None
+    return _json(tasks.get_task(query.id, length))
+
+
+def _list_tasks(tasks: TaskService, params: dict[str, Any]) -> Result:
+    query = _proto(params, ListTasksRequest())
+    page = tasks.list_tasks(query)
+    out: dict[str, Any] = json_format.MessageToDict(page, always_print_fields_with_no_presence=True)
+    if not query.include_artifacts:
+        for task in out["tasks"]:
+            task.pop("artifacts", None)
+    return out
+
+
+def _cancel_task(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _json(tasks.cancel_task(_proto(params, CancelTaskRequest()).id))
+
+
+def _subscribe_to_task(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _Stream(tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), _json)
+
+
+def _no_push_notifications(tasks: TaskService, params: dict[str, Any]) -> Result:
+    raise PushNotificationNotSupportedError(
+        "this agent sends no push notifications; follow a task with SubscribeToTask"
+    )
+
+
+def _no_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
+    raise ExtendedAgentCardNotConfiguredError("this agent has no extended agent card")
+
+
+def _v03_send(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return a2a_v03.send_result(tasks.send_message(a2a_v03.send_request(params)))
+
+
+def _v03_stream(tasks: TaskService, params: dict[str, Any]) -> Result:
+    stream = tasks.send_streaming_message(a2a_v03.send_request(params))
+    return _Stream(stream, a2a_v03.stream_json)
+
+
+def _v03_get(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return a2a_v03.task_json(tasks.get_task(*a2a_v03.task_query(params)))
+
+
+def _v03_cancel(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return a2a_v03.task_json(tasks.cancel_task(a2a_v03.task_id(params)))
+
+
+def _v03_resubscribe(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _Stream(tasks.subscribe_to_task(a2a_v03.task_id(params)), a2a_v03.stream_json)
+
+
+METHODS: dict[str, tuple[str, Handler]] = {
+    "SendMessage": ("1.0", _send_message),
+    "SendStreamingMessage": ("1.0", _send_streaming_message),
+    "GetTask": ("1.0", _get_task),
+    "ListTasks": ("1.0", _list_tasks),
+    "CancelTask": ("1.0", _cancel_task),
+    "SubscribeToTask": ("1.0", _subscribe_to_task),
+    "CreateTaskPushNotificationConfig": ("1.0", _no_push_notifications),
+    "GetTaskPushNotificationConfig": ("1.0", _no_push_notifications),
+    "ListTaskPushNotificationConfigs": ("1.0", _no_push_notifications),
+    "DeleteTaskPushNotificationConfig": ("1.0", _no_push_notifications),
+    "GetExtendedAgentCard": ("1.0", _no_extended_card),
+    "message/send": ("0.3", _v03_send),
+    "message/stream": ("0.3", _v03_stream),
+    "tasks/get": ("0.3", _v03_get),
+    "tasks/cancel": ("0.3", _v03_cancel),
+    "tasks/resubscribe": ("0.3", _v03_resubscribe),
+    "tasks/pushNotificationConfig/set": ("0.3", _no_push_notifications),
+    "tasks/pushNotificationConfig/get": ("0.3", _no_push_notifications),
+    "tasks/pushNotificationConfig/list": ("0.3", _no_push_notifications),
+    "tasks/pushNotificationConfig/delete": ("0.3", _no_push_notifications),
+    "agent/getAuthenticatedExtendedCard": ("0.3", _no_extended_card),
+}
+"""Method name → (the A2A version that names it, handler)."""
+
+_V10_NAMES = {
+    "message/send": "SendMessage",
+    "message/stream": "SendStreamingMessage",
+    "tasks/get": "GetTask",
+    "tasks/cancel": "CancelTask",
+    "tasks/resubscribe": "SubscribeToTask",
+}
+
+
+# -- JSON-RPC over HTTP ------------------------------------------------------------
+
+
+def _body() -> bytes:
+    """The raw body; a body over the size limit is an invalid request, not an HTTP 413."""
+    limit = request.max_content_length
+    too_large = InvalidRequestError(f"the request body is larger than {limit} bytes")
+    try:
+        if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
+            return request.get_data(cache=False)
+        # A chunked body: werkzeug would cut it silently at the limit; read one byte more.
+        data: bytes = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
+    except RequestEntityTooLarge:
+        raise too_large from None
+    if limit is not None and len(data) > limit:
+        raise too_large
+    return data
+
+
+def _request_id(body: object) -> str | int | None:
+    """The request's id when it is a usable one (a string or an integer), else None."""
+    if not isinstance(body, dict):
+        return None
+    value = body.get("id")
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
+
+def _call_of(body: object) -> tuple[str, dict[str, Any]]:
+    """The method and params of a JSON-RPC 2.0 request; InvalidRequest for anything else."""
+    if isinstance(body, list):
+        raise InvalidRequestError("batch requests are not supported")
+    if not isinstance(body, dict):
+        raise InvalidRequestError("the request must be a JSON-RPC 2.0 request object")
+    if body.get("jsonrpc") != "2.0":
+        raise InvalidRequestError('jsonrpc must be exactly "2.0"')
+    if "id" not in body:
+        raise InvalidRequestError("id is required: notifications are not supported")
+    if _request_id(body) is None:
+        raise InvalidRequestError("id must be a string or an integer")
+    method = body.get("method")
+    if not isinstance(method, str) or not method:
+        raise InvalidRequestError("method must be a non-empty string")
+    params = body.get("params")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid_params("params", "must be an object")
+    return method, params
+
+
+def _dialect(header: str | None) -> str:
+    """The A2A version the request speaks: no header (or an empty one) is 0.3."""
+    raw = (header or "").strip()
+    if not raw:
+        return "0.3"
+    match = _VERSION.match(raw)
+    if match is not None:
+        major, minor = int(match[1]), int(match[2] or 0)
+        if major == 1:
+            return "1.0"
+        if (major, minor) == (0, 3):
+            return "0.3"
+    raise VersionNotSupportedError(
+        f"A2A version {raw!r} is not supported; this agent speaks 1.0 and 0.3",
+        data={"supportedVersions": "1.0,0.3"},
+    )
+
+
+def _handler(method: str, dialect: str) -> Handler:
+    entry = METHODS.get(method)
+    if entry is None:
+        raise MethodNotFoundError(f"method {method!r} not found")
+    version, handler = entry
+    if version == dialect:
+        return handler
+    if version == "1.0":
+        hint = f"{method} is an A2A 1.0 method: send the header {VERSION_HEADER}: 1.0"
+    else:
+        hint = f"{method} is an A2A 0.3 method; in A2A 1.0 call {_V10_NAMES.get(method)}"
+    raise VersionNotSupportedError(
+        f"{hint} (this request speaks A2A {dialect})", data={"supportedVersions": "1.0,0.3"}
+    )
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _reply(request_id: str | int | None, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def _error(request_id: str | int | None, error: A2AError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error_object(error)}
+
+
+def _unexpected(exc: Exception) -> A2AError:
+    log.error("unhandled error in the A2A facade", exc_info=exc)
+    return InternalError("internal error in the A2A facade")
+
+
+def _frames(
+    request_id: str | int | None, stream: _Stream, heartbeat: float
+) -> Generator[bytes, None, None]:
+    """SSE frames, one JSON-RPC response each; comment heartbeats while the task is quiet."""
+    quiet_since = time.monotonic()
+    try:
+        for item in stream.items:
+            if item is None:
+                if time.monotonic() - quiet_since >= heartbeat:
+                    quiet_since = time.monotonic()
+                    yield HEARTBEAT
+                continue
+            yield b"data: " + _encode(_reply(request_id, stream.shape(item))) + b"\n\n"
+            quiet_since = time.monotonic()
+    except A2AError as exc:
+        yield b"data: " + _encode(_error(request_id, exc)) + b"\n\n"
+    except Exception as exc:
+        yield b"data: " + _encode(_error(request_id, _unexpected(exc))) + b"\n\n"
+    finally:
+        stream.items.close()  # cancels the engine call when the client left
+
+
+@bp.post("/")
+def rpc() -> Response:
+    """One JSON-RPC request: a JSON response, or an SSE stream for the streaming methods."""
+    request_id: str | int | None = None
+    try:
+        raw = _body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise JSONParseError(f"the request body is not valid JSON: {exc}") from None
+        request_id = _request_id(body)
+        method, params = _call_of(body)
+        handler = _handler(method, _dialect(request.headers.get(VERSION_HEADER)))
+        result = handler(TaskService(current_engine().engine), params)
+    except A2AError as exc:
+        return Response(_encode(_error(request_id, exc)), mimetype="application/json")
+    except Exception as exc:
+        error = _error(request_id, _unexpected(exc))
+        return Response(_encode(error), mimetype="application/json")
+    if isinstance(result, _Stream):
+        heartbeat = current_settings().heartbeat_interval
+        return sse_response(_frames(request_id, result, heartbeat))
+    return Response(_encode(_reply(request_id, result)), mimetype="application/json")

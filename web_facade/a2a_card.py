@@ -1,0 +1,172 @@
+"""The A2A agent card: who this agent is and where peers reach it.
+
+The card is built from configuration, never from the address the facade binds: behind a
+proxy that address is not what peers can reach. Until ``engine_service.config.Settings``
+carries the A2A settings, they are read from the environment (a ``Settings`` attribute of
+the same name wins once it exists):
+
+- ``public_url`` (``AGENTIK_PUBLIC_URL``): where peers reach the facade; unset, the URL each
+  request came to (development only);
+- ``agent_name`` (``AGENTIK_AGENT_NAME``): default ``agentik``;
+- ``agent_description`` (``AGENTIK_AGENT_DESCRIPTION``): default a sentence about agentik;
+- ``agent_version`` (``AGENTIK_AGENT_VERSION``): default the installed agentik version;
+- ``agent_skills`` (``AGENTIK_AGENT_SKILLS``, a JSON array): default one ``chat`` skill.
+
+The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
+URL) and carries the 0.3 top-level fields (``url``, ``protocolVersion``,
+``preferredTransport``) too, so 0.3 peers read it as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from a2a.compat.v0_3.conversions import to_compat_agent_card
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from google.protobuf import json_format
+
+from engine_service.config import ConfigError
+
+__all__ = [
+    "CARD_MAX_AGE",
+    "INPUT_MODES",
+    "OUTPUT_MODES",
+    "CardConfig",
+    "card_body",
+    "card_config",
+]
+
+CARD_MAX_AGE = 300
+"""Seconds a peer or a shared cache may keep a card built from a configured public URL."""
+
+INPUT_MODES = [
+    "text/plain",
+    "application/json",
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+]
+"""What a message may carry: text, data parts (passed on as JSON text), images."""
+OUTPUT_MODES = ["text/plain"]
+
+_DEFAULT_DESCRIPTION = (
+    "An agent runtime: it holds conversations, answers with an LLM that can call tools, "
+    "and shares each conversation with its AG-UI and REST clients."
+)
+_DEFAULT_SKILL: dict[str, Any] = {
+    "id": "chat",
+    "name": "Chat",
+    "description": "Answers messages within a conversation (context), using its tools.",
+    "tags": ["chat", "assistant", "tools"],
+    "examples": ["What time is it in Tokyo?"],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CardConfig:
+    """The configured parts of the card."""
+
+    public_url: str
+    name: str
+    description: str
+    version: str
+    skills: tuple[AgentSkill, ...]
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("agentik")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _value(settings: object, name: str, env: Mapping[str, str], var: str) -> str:
+    configured = getattr(settings, name, None)
+    if isinstance(configured, str):
+        return configured.strip()
+    return env.get(var, "").strip()
+
+
+def _public_url(raw: str) -> str:
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"invalid public_url (AGENTIK_PUBLIC_URL): need an http(s) URL; got {raw!r}"
+        )
+    return raw
+
+
+def _skills(settings: object, env: Mapping[str, str]) -> tuple[AgentSkill, ...]:
+    configured = getattr(settings, "agent_skills", None)
+    if configured is None:
+        raw = env.get("AGENTIK_AGENT_SKILLS", "").strip()
+        try:
+            configured = json.loads(raw) if raw else None
+        except ValueError as exc:
+            raise ConfigError(f"invalid agent_skills (AGENTIK_AGENT_SKILLS): {exc}") from None
+    if configured is not None and not isinstance(configured, list | tuple):
+        raise ConfigError("invalid agent_skills (AGENTIK_AGENT_SKILLS): need a JSON array")
+    configured = configured or [_DEFAULT_SKILL]  # a card names at least one skill
+    skills = []
+    for index, item in enumerate(configured):
+        where = f"agent_skills[{index}]"
+        if not isinstance(item, Mapping) or not all(
+            isinstance(item.get(key), str) and item[key] for key in ("id", "name", "description")
+        ):
+            raise ConfigError(f"invalid {where}: needs string id, name and description")
+        try:
+            skills.append(json_format.ParseDict(dict(item), AgentSkill()))
+        except json_format.ParseError as exc:
+            raise ConfigError(f"invalid {where}: {exc}") from None
+    return tuple(skills)
+
+
+def card_config(settings: object, env: Mapping[str, str]) -> CardConfig:
+    """Read the card's settings; raise ``ConfigError`` naming a bad one."""
+    return CardConfig(
+        public_url=_public_url(_value(settings, "public_url", env, "AGENTIK_PUBLIC_URL")),
+        name=_value(settings, "agent_name", env, "AGENTIK_AGENT_NAME") or "agentik",
+        description=_value(settings, "agent_description", env, "AGENTIK_AGENT_DESCRIPTION")
+        or _DEFAULT_DESCRIPTION,
+        version=_value(settings, "agent_version", env, "AGENTIK_AGENT_VERSION")
+        or _installed_version(),
+        skills=_skills(settings, env),
+    )
+
+
+def _card(config: CardConfig, url: str) -> AgentCard:
+    return AgentCard(
+        name=config.name,
+        description=config.description,
+        version=config.version,
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
+        ],
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=False, extended_agent_card=False
+        ),
+        default_input_modes=INPUT_MODES,
+        default_output_modes=OUTPUT_MODES,
+        skills=config.skills,
+    )
+
+
+def card_body(config: CardConfig, request_url: str) -> tuple[bytes, str]:
+    """The card's JSON and its ETag; ``request_url`` serves only when no public URL is set."""
+    card = _card(config, config.public_url or request_url)
+    body: dict[str, Any] = json_format.MessageToDict(card)
+    legacy = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    for key, value in legacy.items():
+        body.setdefault(key, value)  # the 1.0 field wins where both name one
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return data, hashlib.sha256(data).hexdigest()[:32]

@@ -1,0 +1,265 @@
+"""Pure conversions between A2A (the a2a-sdk's protobuf types) and the engine's runs.
+
+A task is one run of the engine; its context is the run's session. A task's history is
+the run's user and assistant messages; its artifacts are the assistant's text answers,
+one per assistant message, with the message's id as the artifact id. :class:`RunStream`
+folds a run's engine events into A2A stream responses: the task, WORKING, artifact
+updates as the text streams, then the final state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from a2a.types import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import ContentTypeNotSupportedError
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.a2a_errors import invalid_params
+
+__all__ = [
+    "ANSWER",
+    "IMAGE_TYPES",
+    "MAX_ID_LENGTH",
+    "MAX_PARTS",
+    "TASK_STATES",
+    "RunStream",
+    "answer_message",
+    "engine_content",
+    "record_message",
+    "task_from_run",
+]
+
+ANSWER = "answer"
+"""The name of the artifacts that carry the agent's answer."""
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""Media types of ``raw`` and ``url`` parts passed on to the model as images."""
+MAX_ID_LENGTH = 200
+"""The engine's limit on ids (sessions, runs, messages)."""
+MAX_PARTS = 100
+
+TASK_STATES: dict[int, TaskState] = {
+    pb.RUN_STATUS_RUNNING: TaskState.TASK_STATE_WORKING,
+    pb.RUN_STATUS_SUCCEEDED: TaskState.TASK_STATE_COMPLETED,
+    pb.RUN_STATUS_FAILED: TaskState.TASK_STATE_FAILED,
+    pb.RUN_STATUS_INTERRUPTED: TaskState.TASK_STATE_CANCELED,
+}
+"""Engine run status → A2A task state."""
+_OUTCOME_STATES: dict[int, TaskState] = {
+    pb.OUTCOME_TYPE_UNSPECIFIED: TaskState.TASK_STATE_COMPLETED,
+    pb.OUTCOME_TYPE_SUCCESS: TaskState.TASK_STATE_COMPLETED,
+    pb.OUTCOME_TYPE_CANCELLED: TaskState.TASK_STATE_CANCELED,
+    # The engine stores a run that stopped for human input as succeeded; so does A2A here.
+    pb.OUTCOME_TYPE_INTERRUPT: TaskState.TASK_STATE_COMPLETED,
+}
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value from a protobuf Value, whose numbers are all floats: 2.0 → 2."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _content_part(part: Part, where: str) -> pb.ContentPart:
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        return pb.ContentPart(text=pb.TextPart(text=part.text))
+    if kind == "data":
+        value = _plain(json_format.MessageToDict(part.data))
+        return pb.ContentPart(text=pb.TextPart(text=json.dumps(value, ensure_ascii=False)))
+    if kind in ("raw", "url"):
+        if part.media_type not in IMAGE_TYPES:
+            accepted = ", ".join(sorted(IMAGE_TYPES))
+            raise ContentTypeNotSupportedError(
+                f"{where}: a {kind} part of type {part.media_type or '(none)'!r} is not "
+                f"supported; send text, data, or an image ({accepted})",
+                data={"field": where},
+            )
+        if kind == "raw":
+            image = pb.ImagePart(data=part.raw, mime_type=part.media_type)
+        else:
+            image = pb.ImagePart(url=part.url, mime_type=part.media_type)
+        return pb.ContentPart(image=image)
+    raise invalid_params(where, "needs one of text, data, raw or url")
+
+
+def engine_content(message: Message) -> list[pb.ContentPart]:
+    """The content of the peer's message for the engine; refuses what it cannot take."""
+    if not message.message_id:
+        raise invalid_params("message.messageId", "is required")
+    if len(message.message_id) > MAX_ID_LENGTH:
+        raise invalid_params("message.messageId", f"is longer than {MAX_ID_LENGTH} characters")
+    for name, value in (("contextId", message.context_id), ("taskId", message.task_id)):
+        if len(value) > MAX_ID_LENGTH:
+            raise invalid_params(f"message.{name}", f"is longer than {MAX_ID_LENGTH} characters")
+    if message.role != Role.ROLE_USER:
+        raise invalid_params("message.role", "must be ROLE_USER")
+    if not message.parts:
+        raise invalid_params("message.parts", "must not be empty")
+    if len(message.parts) > MAX_PARTS:
+        raise invalid_params("message.parts", f"has more than {MAX_PARTS} parts")
+    return [_content_part(part, f"message.parts[{i}]") for i, part in enumerate(message.parts)]
+
+
+def _a2a_part(part: pb.ContentPart) -> Part:
+    if part.WhichOneof("part") == "image":
+        image = part.image
+        if image.WhichOneof("source") == "data":
+            return Part(raw=image.data, media_type=image.mime_type)
+        return Part(url=image.url, media_type=image.mime_type)
+    return Part(text=part.text.text)
+
+
+def _a2a_message(message: pb.Message, task: Task) -> Message | None:
+    """A stored user or assistant message as A2A; None for what A2A has no place for."""
+    if message.role == pb.ROLE_USER:
+        role = Role.ROLE_USER
+    elif message.role == pb.ROLE_ASSISTANT:
+        role = Role.ROLE_AGENT
+    else:
+        return None
+    parts = [_a2a_part(p) for p in message.content if p.WhichOneof("part")]
+    if not parts:
+        return None  # an assistant message that only calls tools
+    return Message(
+        message_id=message.id,
+        context_id=task.context_id,
+        task_id=task.id,
+        role=role,
+        parts=parts,
+    )
+
+
+def record_message(task: Task, message: pb.Message) -> None:
+    """Add a stored message to the task: its history and, for the answer, its artifacts."""
+    if any(m.message_id == message.id for m in task.history):
+        return
+    converted = _a2a_message(message, task)
+    if converted is None:
+        return
+    task.history.append(converted)
+    text = "".join(p.text.text for p in message.content if p.WhichOneof("part") == "text")
+    if converted.role == Role.ROLE_AGENT and text:
+        task.artifacts.append(
+            Artifact(artifact_id=message.id, name=ANSWER, parts=[Part(text=text)])
+        )
+
+
+def _failure(task: Task, code: str, text: str) -> Message:
+    metadata = struct_pb2.Struct()
+    metadata.update({"code": code or "internal"})
+    return Message(
+        message_id=f"{task.id}-error",
+        context_id=task.context_id,
+        task_id=task.id,
+        role=Role.ROLE_AGENT,
+        parts=[Part(text=text or "the task failed")],
+        metadata=metadata,
+    )
+
+
+def task_from_run(run: pb.RunInfo, messages: Iterable[pb.Message]) -> Task:
+    """The task a stored run is: state, history and answer."""
+    task = Task(id=run.id, context_id=run.session_id)
+    task.status.state = TASK_STATES.get(run.status, TaskState.TASK_STATE_UNSPECIFIED)
+    task.status.timestamp.CopyFrom(run.end_time if run.HasField("end_time") else run.start_time)
+    if run.status == pb.RUN_STATUS_FAILED:
+        task.status.message.CopyFrom(_failure(task, run.error_code, run.error_message))
+    for message in messages:
+        record_message(task, message)
+    return task
+
+
+class RunStream:
+    """Folds one run's engine events into A2A stream responses, keeping the task current.
+
+    Each text chunk becomes at once an artifact update of its message's answer artifact
+    (the first creates it, the others append); when the message ends, an empty chunk
+    carries ``lastChunk``.
+    """
+
+    def __init__(self, task: Task, *, announce: bool) -> None:
+        self.task = task
+        self.done = False
+        self._announce = announce
+        self._artifact = ""
+        self._started = False
+
+    def _status(self, state: TaskState, stamp: timestamp_pb2.Timestamp) -> StreamResponse:
+        self.task.status.state = state
+        self.task.status.timestamp.CopyFrom(stamp)
+        update = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id)
+        update.status.CopyFrom(self.task.status)
+        return StreamResponse(status_update=update)
+
+    def _chunk(self, text: str, *, last: bool) -> list[StreamResponse]:
+        artifact = Artifact(artifact_id=self._artifact, name=ANSWER, parts=[Part(text=text)])
+        update = TaskArtifactUpdateEvent(
+            task_id=self.task.id,
+            context_id=self.task.context_id,
+            artifact=artifact,
+            append=self._started,
+            last_chunk=last,
+        )
+        self._started = True
+        return [StreamResponse(artifact_update=update)]
+
+    def feed(self, event: pb.Event) -> list[StreamResponse]:
+        """The stream responses for one engine event (events of other runs give none)."""
+        if event.run_id != self.task.id or self.done:
+            return []
+        kind = event.WhichOneof("kind")
+        if kind == "run_started":
+            if not self._announce:
+                return []  # a subscriber's first response, the task, already says WORKING
+            announced = StreamResponse(task=self.task)
+            return [announced, self._status(TaskState.TASK_STATE_WORKING, event.time)]
+        if kind == "text_message_start":
+            self._artifact, self._started = event.text_message_start.message_id, False
+        elif kind == "text_message_content" and event.text_message_content.delta:
+            return self._chunk(event.text_message_content.delta, last=False)
+        elif kind == "text_message_end" and self._started:
+            return self._chunk("", last=True)
+        elif kind == "message_stored":
+            record_message(self.task, event.message_stored.message)
+        elif kind == "run_finished":
+            self.done = True
+            state = _OUTCOME_STATES.get(event.run_finished.outcome, TaskState.TASK_STATE_COMPLETED)
+            return [self._status(state, event.time)]
+        elif kind == "run_error":
+            self.done = True
+            error = event.run_error
+            self.task.status.message.CopyFrom(_failure(self.task, error.code, error.message))
+            return [self._status(TaskState.TASK_STATE_FAILED, event.time)]
+        return []
+
+
+def answer_message(task: Task) -> Message | None:
+    """The task's answer as one agent message (the artifacts' parts), or None without one."""
+    if not task.artifacts:
+        return None
+    return Message(
+        message_id=task.artifacts[-1].artifact_id,
+        context_id=task.context_id,
+        task_id=task.id,
+        role=Role.ROLE_AGENT,
+        parts=[part for artifact in task.artifacts for part in artifact.parts],
+    )

@@ -1,0 +1,123 @@
+"""The A2A facade's one error table: every failure becomes a JSON-RPC error object.
+
+Errors are the a2a-sdk's exception classes (``a2a.utils.errors``)::
+
+    A2AError
+     ├─ JSONParseError                 -32700  the body is not JSON
+     ├─ InvalidRequestError            -32600  not a JSON-RPC 2.0 request (batch, jsonrpc, id)
+     ├─ MethodNotFoundError            -32601
+     ├─ InvalidParamsError             -32602  ``data["field"]`` names the offending field
+     ├─ InternalError                  -32603  the engine failed or is unreachable
+     ├─ TaskNotFoundError              -32001
+     ├─ TaskNotCancelableError         -32002
+     ├─ PushNotificationNotSupportedError  -32003
+     ├─ UnsupportedOperationError      -32004
+     ├─ ContentTypeNotSupportedError   -32005
+     ├─ InvalidAgentResponseError      -32006
+     ├─ ExtendedAgentCardNotConfiguredError  -32007
+     ├─ ExtensionSupportRequiredError  -32008
+     └─ VersionNotSupportedError       -32009
+
+:data:`ERRORS` gives each its code and ``google.rpc.ErrorInfo`` reason; :data:`GRPC_ERRORS`
+maps the engine's gRPC status codes onto them. ``error.data`` is always a list that starts
+with an ErrorInfo (plus a ``google.rpc.BadRequest`` when a field is named). JSON-RPC errors
+travel with HTTP 200.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtendedAgentCardNotConfiguredError,
+    ExtensionSupportRequiredError,
+    InternalError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
+
+from web_facade.errors import from_rpc_error
+
+__all__ = [
+    "DOMAIN",
+    "ERRORS",
+    "GRPC_ERRORS",
+    "error_object",
+    "from_rpc",
+    "invalid_params",
+]
+
+DOMAIN = "a2a-protocol.org"
+"""The ErrorInfo domain the A2A spec (and the SDK) use."""
+
+ERRORS: dict[type[A2AError], tuple[int, str]] = {
+    JSONParseError: (-32700, "PARSE_ERROR"),
+    InvalidRequestError: (-32600, "INVALID_REQUEST"),
+    MethodNotFoundError: (-32601, "METHOD_NOT_FOUND"),
+    InvalidParamsError: (-32602, "INVALID_PARAMS"),
+    InternalError: (-32603, "INTERNAL_ERROR"),
+    TaskNotFoundError: (-32001, "TASK_NOT_FOUND"),
+    TaskNotCancelableError: (-32002, "TASK_NOT_CANCELABLE"),
+    PushNotificationNotSupportedError: (-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
+    UnsupportedOperationError: (-32004, "UNSUPPORTED_OPERATION"),
+    ContentTypeNotSupportedError: (-32005, "CONTENT_TYPE_NOT_SUPPORTED"),
+    InvalidAgentResponseError: (-32006, "INVALID_AGENT_RESPONSE"),
+    ExtendedAgentCardNotConfiguredError: (-32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+    ExtensionSupportRequiredError: (-32008, "EXTENSION_SUPPORT_REQUIRED"),
+    VersionNotSupportedError: (-32009, "VERSION_NOT_SUPPORTED"),
+}
+"""Error class → (JSON-RPC code, ErrorInfo reason)."""
+
+GRPC_ERRORS: dict[grpc.StatusCode, type[A2AError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidParamsError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidParamsError,
+    grpc.StatusCode.ALREADY_EXISTS: InvalidParamsError,
+    grpc.StatusCode.NOT_FOUND: TaskNotFoundError,
+    # The engine's only precondition: the context has a task in flight. A2A has no
+    # "busy" error; the operation is refused until that task ends.
+    grpc.StatusCode.FAILED_PRECONDITION: UnsupportedOperationError,
+    grpc.StatusCode.UNIMPLEMENTED: UnsupportedOperationError,
+}
+"""gRPC status of an engine call → A2A error; any other status is InternalError."""
+
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+_BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+
+
+def invalid_params(field: str, message: str) -> InvalidParamsError:
+    """InvalidParams whose message and ErrorInfo name ``field`` (``message.parts[0]``)."""
+    return InvalidParamsError(f"{field}: {message}", data={"field": field})
+
+
+def from_rpc(exc: grpc.RpcError) -> A2AError:
+    """Map a failed engine call through :data:`GRPC_ERRORS`."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    error_class = GRPC_ERRORS.get(code, InternalError) if code is not None else InternalError
+    # The /agentik table already words engine failures for clients (never internals).
+    message = from_rpc_error(exc).message
+    return error_class(message, data={"grpcStatus": code.name if code is not None else "UNKNOWN"})
+
+
+def error_object(error: A2AError) -> dict[str, Any]:
+    """The JSON-RPC ``error`` member for ``error``, with an ErrorInfo in ``data``."""
+    code, reason = ERRORS.get(type(error), ERRORS[InternalError])
+    metadata = {str(k): str(v) for k, v in (error.data or {}).items()}
+    details: list[dict[str, Any]] = [
+        {"@type": _ERROR_INFO, "reason": reason, "domain": DOMAIN, "metadata": metadata}
+    ]
+    if "field" in metadata:
+        field = metadata["field"]
+        violation = {"field": field, "description": error.message.removeprefix(f"{field}: ")}
+        details.append({"@type": _BAD_REQUEST, "fieldViolations": [violation]})
+    return {"code": code, "message": error.message, "data": details}

@@ -12,9 +12,10 @@ from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
 from engine_service.tools.builtin import builtin_tools
+from engine_service.tools.mcp_sources import McpToolSources
 from engine_service.tools.registry import ToolRegistry
 
-__all__ = ["build_engine", "build_model", "build_tools"]
+__all__ = ["build_engine", "build_mcp_sources", "build_model", "build_tools"]
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,18 @@ def build_model(settings: Settings) -> ChatModel:
 
 
 def build_tools(settings: Settings) -> ToolRegistry:
+    """The native tools; MCP tools join when their servers connect (``build_mcp_sources``)."""
     registry = ToolRegistry()
     for tool in builtin_tools():
         registry.register(tool)
     return registry
+
+
+def build_mcp_sources(settings: Settings, registry: ToolRegistry) -> McpToolSources:
+    """One source per configured MCP server, adding its tools to ``registry`` once started."""
+    return McpToolSources(
+        settings.mcp_servers, registry, default_call_timeout=settings.tool_timeout
+    )
 
 
 def build_engine(settings: Settings) -> Engine:

@@ -46,16 +46,37 @@ def _engine(args: argparse.Namespace) -> int:
 
 
 def _tools(args: argparse.Namespace) -> int:
-    from engine_service.build import build_tools
+    """Print every tool the LLM would be offered, connecting to the MCP servers briefly."""
+    from engine_service.build import build_mcp_sources, build_tools
 
     settings = _settings(args)
+    # The table says why a server is absent; its log lines would only repeat that.
+    logging.basicConfig(level=settings.log_level if settings.log_level == "DEBUG" else "CRITICAL")
     registry = build_tools(settings)
-    rows = registry.describe()
-    width = max((len(name) for name, _, _ in rows), default=4)
-    print(f"{'TOOL':<{width}}  SOURCE    STATUS")
-    for name, source, status in rows:
-        print(f"{name:<{width}}  {source:<8}  {status}")
+    sources = build_mcp_sources(settings, registry)
+
+    async def snapshot() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
+        sources.start()
+        try:
+            wait = max((s.config.connect_timeout for s in sources), default=0.0)
+            await sources.wait_settled(wait + 1.0)
+            return registry.describe(), sources.describe()
+        finally:
+            await sources.stop()
+
+    tools, servers = asyncio.run(snapshot()) if len(sources) else (registry.describe(), [])
+    _table(("TOOL", "SOURCE", "STATUS"), tools)
+    if servers:
+        print()
+        _table(("MCP SERVER", "TRANSPORT", "TARGET", "STATUS"), servers)
     return 0
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max([len(header[i]), *(len(row[i]) for row in rows)]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [f"{cell:<{width}}" for cell, width in zip(row[:-1], widths[:-1], strict=True)]
+        print("  ".join([*cells, row[-1]]))
 
 
 def build_parser() -> argparse.ArgumentParser:

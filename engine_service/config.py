@@ -47,8 +47,9 @@ TOML layout (every key optional)::
     max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
     on_disconnect = "continue"             # AGENTIK_ON_DISCONNECT: continue | cancel
 
-    [[mcp.servers]]                        # kept as given for now (no env var)
-    name = "files"
+    [[mcp.servers]]                        # one table per MCP server (no env var);
+    name = "time"                          #   every key is described in
+    command = "mcp-server-time"            #   engine_service/tools/mcp_config.py and docs/mcp.md
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
+
+from engine_service.tools.mcp_config import McpConfigError, McpServerConfig, parse_mcp_servers
 
 __all__ = ["ConfigError", "Settings", "load_settings", "setting_keys"]
 
@@ -113,8 +116,8 @@ class Settings:
     heartbeat_interval: float = 15.0
     max_body_bytes: int = 1024 * 1024
     on_disconnect: str = "continue"
-    mcp_servers: tuple[dict[str, Any], ...] = ()
-    """``[[mcp.servers]]`` tables from the TOML file, unvalidated for now."""
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    """The ``[[mcp.servers]]`` entries of the TOML file, validated."""
 
     def __post_init__(self) -> None:
         if not self.engine_target:
@@ -420,7 +423,7 @@ def _read_toml(path: str, origin: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
 
 
-def _mcp_servers(table: object, path: str) -> tuple[dict[str, Any], ...]:
+def _mcp_servers(table: object, path: str, env: Mapping[str, str]) -> tuple[McpServerConfig, ...]:
     if not isinstance(table, dict):
         raise ConfigError(f"[mcp] in {path!r} must be a table with [[mcp.servers]] entries")
     for key in table:
@@ -429,18 +432,18 @@ def _mcp_servers(table: object, path: str) -> tuple[dict[str, Any], ...]:
     servers = table.get("servers", [])
     if not isinstance(servers, list):
         raise ConfigError(f"mcp.servers in {path!r} must be an array of tables ([[mcp.servers]])")
-    for number, server in enumerate(servers, start=1):
-        if not isinstance(server, dict):
-            raise ConfigError(f"[[mcp.servers]] entry {number} in {path!r} must be a table")
-    return tuple(dict(server) for server in servers)
+    try:
+        return parse_mcp_servers(servers, repr(path), env)
+    except McpConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
-def _from_toml(document: dict[str, Any], path: str) -> dict[str, object]:
+def _from_toml(document: dict[str, Any], path: str, env: Mapping[str, str]) -> dict[str, object]:
     values: dict[str, object] = {}
     known_sections = [*_SECTIONS, _MCP_SECTION]
     for section, table in document.items():
         if section == _MCP_SECTION:
-            values["mcp_servers"] = _mcp_servers(table, path)
+            values["mcp_servers"] = _mcp_servers(table, path, env)
             continue
         keys = _SECTIONS.get(section)
         if keys is None:
@@ -464,10 +467,11 @@ def load_settings(
         env = os.environ
     values: dict[str, object] = {}
     if path is not None:
-        values.update(_from_toml(_read_toml(os.fspath(path), "the path given"), os.fspath(path)))
+        document = _read_toml(os.fspath(path), "the path given")
+        values.update(_from_toml(document, os.fspath(path), env))
     elif env.get(CONFIG_ENV):
         file = env[CONFIG_ENV]
-        values.update(_from_toml(_read_toml(file, f"env {CONFIG_ENV}"), file))
+        values.update(_from_toml(_read_toml(file, f"env {CONFIG_ENV}"), file, env))
     for spec in _FIELDS:
         raw = env.get(spec.env)
         if raw is not None and raw != "":

@@ -1,8 +1,11 @@
 """The engine's gRPC server: AgentEngine, health and reflection on one ``grpc.aio`` server.
 
+Start: the configured MCP servers connect in the background once the port serves; one
+that fails never stops the engine (its tools are absent, the log says why).
+
 Shutdown (SIGTERM/SIGINT, or ``stop``): health turns NOT_SERVING, new runs are refused
 with UNAVAILABLE, runs in flight get ``shutdown_grace`` seconds to finish, the rest are
-interrupted and stored as interrupted, then the server stops.
+interrupted and stored as interrupted, the MCP connections close, then the server stops.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from engine_service.build import build_mcp_sources
 from engine_service.config import Settings
 from engine_service.core.engine import Engine
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -36,6 +40,7 @@ class EngineServer:
         self.engine = engine
         self.settings = settings
         self.health = HealthServicer()
+        self.mcp = build_mcp_sources(settings, engine.tools)
         self.port = 0
         limit = settings.max_message_bytes
         self.server = grpc.aio.server(
@@ -63,6 +68,7 @@ class EngineServer:
             raise OSError(f"cannot bind the engine to {self.settings.grpc_addr}")
         await self.engine.start()
         await self.server.start()
+        self.mcp.start()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -70,6 +76,7 @@ class EngineServer:
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
         await self.engine.shutdown(self.settings.shutdown_grace)
+        await self.mcp.stop()
         await self.server.stop(grace=1.0)
         await self.engine.store.close()
 

@@ -13,6 +13,7 @@ from engine_service.config import (
     load_settings,
     setting_keys,
 )
+from engine_service.tools.mcp_config import McpServerConfig
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -132,8 +133,10 @@ def test_a_toml_file_sets_every_setting(tmp_path: Path) -> None:
         max_body_bytes=2048,
         on_disconnect="cancel",
         mcp_servers=(
-            {"name": "files", "command": ["mcp-files", "--root", "/data"]},
-            {"name": "web", "url": "http://localhost:9000/mcp"},
+            McpServerConfig(
+                name="files", transport="stdio", command="mcp-files", args=("--root", "/data")
+            ),
+            McpServerConfig(name="web", transport="http", url="http://localhost:9000/mcp"),
         ),
     )
     assert isinstance(settings.llm_timeout, float)

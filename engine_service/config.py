@@ -47,6 +47,16 @@ TOML layout (every key optional)::
     max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
     on_disconnect = "continue"             # AGENTIK_ON_DISCONNECT: continue | cancel
 
+    [a2a]                                  # the A2A agent card
+    public_url = "https://agent.example"   # AGENTIK_PUBLIC_URL ("" = the request's URL)
+    name = "agentik"                       # AGENTIK_AGENT_NAME
+    description = "..."                    # AGENTIK_AGENT_DESCRIPTION
+    version = "1.2.3"                      # AGENTIK_AGENT_VERSION ("" = agentik's version)
+    [[a2a.skills]]                         # AGENTIK_AGENT_SKILLS (a JSON array)
+    id = "chat"
+    name = "Chat"
+    description = "..."
+
     [[mcp.servers]]                        # one table per MCP server (no env var);
     name = "time"                          #   every key is described in
     command = "mcp-server-time"            #   engine_service/tools/mcp_config.py and docs/mcp.md
@@ -56,6 +66,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import math
 import os
 import re
@@ -116,6 +127,15 @@ class Settings:
     heartbeat_interval: float = 15.0
     max_body_bytes: int = 1024 * 1024
     on_disconnect: str = "continue"
+    public_url: str = ""
+    """Where peers reach the facade (the A2A card's URL); empty: the request's own URL."""
+    agent_name: str = "agentik"
+    agent_description: str = ""
+    """Empty: a sentence about agentik."""
+    agent_version: str = ""
+    """Empty: the installed agentik version."""
+    agent_skills: tuple[dict[str, Any], ...] | None = None
+    """The A2A card's skills (``id``, ``name``, ``description``, ...); None: one chat skill."""
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """The ``[[mcp.servers]]`` entries of the TOML file, validated."""
 
@@ -185,6 +205,26 @@ def _http_url(raw: object, from_env: bool) -> object:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise _Invalid("must be an http:// or https:// URL")
     return value
+
+
+def _optional_http_url(raw: object, from_env: bool) -> object:
+    return _http_url(raw, from_env) or ""
+
+
+def _skills(raw: object, from_env: bool) -> object:
+    if from_env:
+        try:
+            raw = json.loads(_text(raw))
+        except ValueError as exc:
+            raise _Invalid(f"must be a JSON array of skill objects ({exc})") from None
+    if not isinstance(raw, list):
+        raise _Invalid("must be an array of skill tables")
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(key), str) and item[key] for key in ("id", "name", "description")
+        ):
+            raise _Invalid(f"skill {index} needs string id, name and description")
+    return tuple(dict(item) for item in raw)
 
 
 def _integer(minimum: int) -> Parser:
@@ -379,6 +419,11 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("max_body_bytes", "AGENTIK_MAX_BODY_BYTES", "web", "max_body_bytes", _POSITIVE),
     _Field("on_disconnect", "AGENTIK_ON_DISCONNECT", "web", "on_disconnect", _on_disconnect),
+    _Field("public_url", "AGENTIK_PUBLIC_URL", "a2a", "public_url", _optional_http_url),
+    _Field("agent_name", "AGENTIK_AGENT_NAME", "a2a", "name", _nonempty_string),
+    _Field("agent_description", "AGENTIK_AGENT_DESCRIPTION", "a2a", "description", _prompt),
+    _Field("agent_version", "AGENTIK_AGENT_VERSION", "a2a", "version", _prompt),
+    _Field("agent_skills", "AGENTIK_AGENT_SKILLS", "a2a", "skills", _skills),
 )
 _SECTIONS: dict[str, dict[str, _Field]] = {}
 for _spec in _FIELDS:

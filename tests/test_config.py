@@ -440,7 +440,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["openai_base_url"] == ("OPENAI_BASE_URL", "(not set)")
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
-    assert len(rows) == 23
+    assert len(rows) == 28
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -455,3 +455,29 @@ def test_setting_keys_give_env_var_and_toml_key_for_every_setting() -> None:
     assert ("log_level", "AGENTIK_LOG_LEVEL", "[log] level") in keys
     assert [name for name, _, _ in keys] == [name for name, _, _ in Settings().describe()]
     assert len({env for _, env, _ in keys}) == len(keys)
+
+
+def test_the_a2a_card_settings_come_from_toml_and_bad_skills_name_the_setting(
+    tmp_path: Path,
+) -> None:
+    path = _write(
+        tmp_path,
+        """
+[a2a]
+public_url = "https://agent.example/"
+name = "helper"
+
+[[a2a.skills]]
+id = "chat"
+name = "Chat"
+description = "Talks."
+""",
+    )
+    settings = load_settings(str(path), {})
+    assert settings.public_url == "https://agent.example/"
+    assert settings.agent_name == "helper"
+    assert settings.agent_skills == ({"id": "chat", "name": "Chat", "description": "Talks."},)
+    with pytest.raises(ConfigError, match=r"agent_skills.*AGENTIK_AGENT_SKILLS"):
+        load_settings(None, {"AGENTIK_AGENT_SKILLS": '[{"id": "x"}]'})
+    with pytest.raises(ConfigError, match="public_url"):
+        load_settings(None, {"AGENTIK_PUBLIC_URL": "ftp://nope"})

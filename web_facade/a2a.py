@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Generator
@@ -86,7 +85,7 @@ def _read_card_config(state: BlueprintSetupState) -> None:
     app = state.app
     assert isinstance(app, Flask)
     with app.app_context():
-        config = card_config(current_settings(), os.environ)
+        config = card_config(current_settings())
     if not config.public_url:
         log.warning(
             "AGENTIK_PUBLIC_URL is not set: the agent card names the URL each request came "

@@ -1,16 +1,10 @@
 """The A2A agent card: who this agent is and where peers reach it.
 
-The card is built from configuration, never from the address the facade binds: behind a
-proxy that address is not what peers can reach. Until ``engine_service.config.Settings``
-carries the A2A settings, they are read from the environment (a ``Settings`` attribute of
-the same name wins once it exists):
-
-- ``public_url`` (``AGENTIK_PUBLIC_URL``): where peers reach the facade; unset, the URL each
-  request came to (development only);
-- ``agent_name`` (``AGENTIK_AGENT_NAME``): default ``agentik``;
-- ``agent_description`` (``AGENTIK_AGENT_DESCRIPTION``): default a sentence about agentik;
-- ``agent_version`` (``AGENTIK_AGENT_VERSION``): default the installed agentik version;
-- ``agent_skills`` (``AGENTIK_AGENT_SKILLS``, a JSON array): default one ``chat`` skill.
+The card is built from configuration (``Settings``: ``public_url``, ``agent_name``,
+``agent_description``, ``agent_version``, ``agent_skills``; the ``[a2a]`` TOML section or
+``AGENTIK_PUBLIC_URL``, ``AGENTIK_AGENT_*``), never from the address the facade binds:
+behind a proxy that address is not what peers can reach. Without a public URL the card names
+the URL each request came to (development only).
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
 URL) and carries the 0.3 top-level fields (``url``, ``protocolVersion``,
@@ -22,16 +16,14 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from google.protobuf import json_format
 
-from engine_service.config import ConfigError
+from engine_service.config import ConfigError, Settings
 
 __all__ = [
     "CARD_MAX_AGE",
@@ -87,59 +79,24 @@ def _installed_version() -> str:
         return "0.0.0"
 
 
-def _value(settings: object, name: str, env: Mapping[str, str], var: str) -> str:
-    configured = getattr(settings, name, None)
-    if isinstance(configured, str):
-        return configured.strip()
-    return env.get(var, "").strip()
-
-
-def _public_url(raw: str) -> str:
-    if not raw:
-        return ""
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"invalid public_url (AGENTIK_PUBLIC_URL): need an http(s) URL; got {raw!r}"
-        )
-    return raw
-
-
-def _skills(settings: object, env: Mapping[str, str]) -> tuple[AgentSkill, ...]:
-    configured = getattr(settings, "agent_skills", None)
-    if configured is None:
-        raw = env.get("AGENTIK_AGENT_SKILLS", "").strip()
-        try:
-            configured = json.loads(raw) if raw else None
-        except ValueError as exc:
-            raise ConfigError(f"invalid agent_skills (AGENTIK_AGENT_SKILLS): {exc}") from None
-    if configured is not None and not isinstance(configured, list | tuple):
-        raise ConfigError("invalid agent_skills (AGENTIK_AGENT_SKILLS): need a JSON array")
-    configured = configured or [_DEFAULT_SKILL]  # a card names at least one skill
+def _skills(configured: tuple[dict[str, Any], ...] | None) -> tuple[AgentSkill, ...]:
     skills = []
-    for index, item in enumerate(configured):
-        where = f"agent_skills[{index}]"
-        if not isinstance(item, Mapping) or not all(
-            isinstance(item.get(key), str) and item[key] for key in ("id", "name", "description")
-        ):
-            raise ConfigError(f"invalid {where}: needs string id, name and description")
+    for index, item in enumerate(configured or (_DEFAULT_SKILL,)):
         try:
             skills.append(json_format.ParseDict(dict(item), AgentSkill()))
         except json_format.ParseError as exc:
-            raise ConfigError(f"invalid {where}: {exc}") from None
+            raise ConfigError(f"invalid agent_skills[{index}]: {exc}") from None
     return tuple(skills)
 
 
-def card_config(settings: object, env: Mapping[str, str]) -> CardConfig:
-    """Read the card's settings; raise ``ConfigError`` naming a bad one."""
+def card_config(settings: Settings) -> CardConfig:
+    """The card's settings; ``ConfigError`` names a skill the card cannot carry."""
     return CardConfig(
-        public_url=_public_url(_value(settings, "public_url", env, "AGENTIK_PUBLIC_URL")),
-        name=_value(settings, "agent_name", env, "AGENTIK_AGENT_NAME") or "agentik",
-        description=_value(settings, "agent_description", env, "AGENTIK_AGENT_DESCRIPTION")
-        or _DEFAULT_DESCRIPTION,
-        version=_value(settings, "agent_version", env, "AGENTIK_AGENT_VERSION")
-        or _installed_version(),
-        skills=_skills(settings, env),
+        public_url=settings.public_url,
+        name=settings.agent_name,
+        description=settings.agent_description or _DEFAULT_DESCRIPTION,
+        version=settings.agent_version or _installed_version(),
+        skills=_skills(settings.agent_skills),
     )
 
 

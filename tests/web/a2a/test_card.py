@@ -15,12 +15,13 @@ PUBLIC = "https://agents.example.com/agentik/"
 
 
 @pytest.fixture
-def card_app(make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch) -> Flask:
-    monkeypatch.setenv("AGENTIK_PUBLIC_URL", PUBLIC)
-    monkeypatch.setenv("AGENTIK_AGENT_NAME", "Helper")
-    monkeypatch.setenv("AGENTIK_AGENT_DESCRIPTION", "Answers questions.")
-    monkeypatch.setenv("AGENTIK_AGENT_VERSION", "2.1.0")
-    return make_app()
+def card_app(make_app: Callable[..., Flask]) -> Flask:
+    return make_app(
+        AGENTIK_PUBLIC_URL=PUBLIC,
+        AGENTIK_AGENT_NAME="Helper",
+        AGENTIK_AGENT_DESCRIPTION="Answers questions.",
+        AGENTIK_AGENT_VERSION="2.1.0",
+    )
 
 
 def test_the_card_names_the_configured_public_url_never_the_request_host(card_app: Flask) -> None:
@@ -81,9 +82,8 @@ def test_both_card_paths_serve_the_same_card(card_app: Flask) -> None:
 
 
 def test_without_a_public_url_the_card_names_the_request_url_and_is_not_shared_cached(
-    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
+    make_app: Callable[..., Flask],
 ) -> None:
-    monkeypatch.delenv("AGENTIK_PUBLIC_URL", raising=False)
     response = (
         make_app()
         .test_client()
@@ -95,14 +95,14 @@ def test_without_a_public_url_the_card_names_the_request_url_and_is_not_shared_c
     assert "Host" in response.headers["Vary"]
 
 
-def test_skills_come_from_configuration(
-    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(
-        "AGENTIK_AGENT_SKILLS",
-        '[{"id": "math", "name": "Math", "description": "Adds numbers", "tags": ["math"]}]',
+def test_skills_come_from_configuration(make_app: Callable[..., Flask]) -> None:
+    skills = '[{"id": "math", "name": "Math", "description": "Adds numbers", "tags": ["math"]}]'
+    card = (
+        make_app(AGENTIK_AGENT_SKILLS=skills)
+        .test_client()
+        .get("/.well-known/agent-card.json")
+        .get_json()
     )
-    card = make_app().test_client().get("/.well-known/agent-card.json").get_json()
     assert card["skills"] == [
         {"id": "math", "name": "Math", "description": "Adds numbers", "tags": ["math"]}
     ]
@@ -113,16 +113,19 @@ def test_skills_come_from_configuration(
     [
         ("AGENTIK_PUBLIC_URL", "ftp://nowhere", "public_url"),
         ("AGENTIK_AGENT_SKILLS", "{not json", "agent_skills"),
-        ("AGENTIK_AGENT_SKILLS", '[{"id": "x"}]', "agent_skills[0]"),
+        ("AGENTIK_AGENT_SKILLS", '[{"id": "x"}]', "agent_skills"),
+        (
+            "AGENTIK_AGENT_SKILLS",
+            '[{"id": "x", "name": "n", "description": "d", "tags": 3}]',
+            "agent_skills[0]",
+        ),
     ],
 )
 def test_a_bad_card_setting_stops_the_app_with_a_message_naming_it(
     make_app: Callable[..., Flask],
-    monkeypatch: pytest.MonkeyPatch,
     variable: str,
     value: str,
     named: str,
 ) -> None:
-    monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError, match="invalid " + re.escape(named)):
-        make_app()
+        make_app(**{variable: value})

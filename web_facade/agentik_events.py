@@ -25,10 +25,11 @@ tool_call_result                  ``tool_call_result``  ``tool_call_id``, ``mess
                                                         ``content``, ``is_error``, ``parts``?
 state_snapshot                    ``state_snapshot``    ``snapshot``
 state_delta                       ``state_delta``       ``delta`` (RFC 6902 operations)
+custom                            ``custom``            ``name``, ``value`` (e.g. ``tool_progress``)
 ================================  ====================  ====================================
 
 No row (skipped): run_started, step_started/_finished, text_message_end,
-reasoning_message_start/_end, reasoning_end, messages_snapshot, custom, raw.
+reasoning_message_start/_end, reasoning_end, messages_snapshot, raw.
 
 ``append_image`` (``message_id``, ``part``) is part of the contract, but the engine streams no
 image deltas today: images reach a client whole, in ``message`` and ``tool_call_result``.
@@ -142,6 +143,11 @@ def _state_delta(event: pb.Event) -> tuple[str, dict[str, Any]]:
     return "state_delta", {"delta": json_format.MessageToDict(event.state_delta.delta)}
 
 
+def _custom(event: pb.Event) -> tuple[str, dict[str, Any]]:
+    body = event.custom
+    return "custom", {"name": body.name, "value": json_format.MessageToDict(body.value)}
+
+
 EVENT_TABLE: dict[str, Mapper] = {
     "message_stored": _message,
     "reasoning_start": _start_reasoning,
@@ -156,6 +162,7 @@ EVENT_TABLE: dict[str, Mapper] = {
     "tool_call_result": _tool_call_result,
     "state_snapshot": _state_snapshot,
     "state_delta": _state_delta,
+    "custom": _custom,
 }
 """Engine ``Event.kind`` → mapper; see the module docstring for the table."""
 

@@ -135,6 +135,13 @@ ROWS: list[tuple[pb.Event, str, dict[str, Any]]] = [
         },
     ),
     (
+        _event(
+            custom=pb.Custom(name="tool_progress", value=struct_pb2.Value(string_value="half way"))
+        ),
+        "custom",
+        {"name": "tool_progress", "value": "half way"},
+    ),
+    (
         _event(state_snapshot=pb.StateSnapshot(snapshot=struct_pb2.Value(string_value="s"))),
         "state_snapshot",
         {"snapshot": "s"},
@@ -173,7 +180,6 @@ def test_state_delta_carries_the_json_patch_operations() -> None:
         _event(reasoning_message_end=pb.ReasoningMessageEnd(message_id="x")),
         _event(reasoning_end=pb.ReasoningEnd(message_id="x")),
         _event(messages_snapshot=pb.MessagesSnapshot()),
-        _event(custom=pb.Custom(name="n")),
         _event(raw=pb.Raw(source="s")),
         _event(),
     ],
@@ -199,8 +205,9 @@ def test_every_mapped_event_name_is_documented_in_the_openapi_event_union() -> N
         "tool_call_result",
         "state_snapshot",
         "state_delta",
+        "custom",
     }
-    assert len(EVENT_TABLE) == 13
+    assert len(EVENT_TABLE) == 14
 
 
 def test_a_frame_has_the_seq_as_id_the_name_as_event_and_one_line_of_json() -> None:

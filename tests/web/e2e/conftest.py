@@ -103,7 +103,7 @@ class Stack:
         self.http_port = free_port()
         self.base_url = f"http://127.0.0.1:{self.http_port}"
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "AGENTIK_CONFIG"},
             "PYTHONPATH": str(ROOT),
             "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
             "AGENTIK_HTTP_ADDR": f"127.0.0.1:{self.http_port}",
@@ -119,7 +119,6 @@ class Stack:
             "AGENTIK_LOG_LEVEL": "INFO",
             **env,
         }
-        self.env.pop("AGENTIK_CONFIG", None)
         self.engine = Process("engine", [sys.executable, "-m", "engine_service"], self.env, logs)
         try:
             self.grpc_port = int(self.engine.wait_for_log(ENGINE_LISTENING))

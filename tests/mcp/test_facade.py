@@ -6,7 +6,6 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 

@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-from pathlib import Path
-
-import pytest
 
 from tests.engine.harness import WAIT, Harness
-
-NODE_DIR = Path(__file__).resolve().parents[1] / "node"
-
-
-def node_or_skip() -> str:
-    node = shutil.which("node")
-    ready = (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir()
-    if node and ready:
-        return node
-    reason = "node is not installed" if not node else "run `make node-deps` (npm ci in tests/node)"
-    if os.environ.get("AGENTIK_REQUIRE_NODE"):
-        pytest.fail(f"node client tests are required here but cannot run: {reason}")
-    pytest.skip(reason)
+from tests.node_tools import NODE_DIR, node_or_skip
 
 
 async def test_a_node_grpc_client_runs_a_turn_from_the_proto_alone(harness: Harness) -> None:
-    node = node_or_skip()
+    node = node_or_skip("@grpc/grpc-js")
     process = await asyncio.create_subprocess_exec(
         node,
         str(NODE_DIR / "grpc_run.mjs"),

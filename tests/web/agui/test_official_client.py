@@ -7,38 +7,24 @@ AGENTIK_REQUIRE_NODE is set (CI), where that is a failure."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import uuid
 from typing import Any
 
 import httpx
-import pytest
 from ag_ui.core import EventType
 
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.node_tools import NODE_DIR, node_or_skip
 from tests.web.agui.agui_reader import AguiReader, has
-from tests.web.e2e.conftest import ROOT, WAIT, Stack, wait_for
+from tests.web.e2e.conftest import WAIT, Stack, wait_for
 
-NODE_DIR = ROOT / "tests" / "node"
 SCRIPT = NODE_DIR / "agui_conformance.mjs"
-
-
-def _node_or_skip() -> str:
-    node = shutil.which("node")
-    ready = (NODE_DIR / "node_modules" / "@ag-ui" / "client").is_dir()
-    if node and ready:
-        return node
-    reason = "node is not installed" if not node else "run `make node-deps` (npm ci in tests/node)"
-    if os.environ.get("AGENTIK_REQUIRE_NODE"):
-        pytest.fail(f"the AG-UI client tests are required here but cannot run: {reason}")
-    pytest.skip(reason)
 
 
 def _scenario(stack: Stack, name: str, thread_id: str = "") -> dict[str, Any]:
     """Run one scenario of agui_conformance.mjs; every run in it must pass the client."""
-    node = _node_or_skip()
+    node = node_or_skip("@ag-ui/client")
     thread_id = thread_id or f"node-{uuid.uuid4().hex}"
     done = subprocess.run(
         [node, str(SCRIPT), stack.base_url, name, thread_id],

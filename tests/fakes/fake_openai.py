@@ -48,6 +48,7 @@ import json
 import re
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -144,6 +145,13 @@ def _message_text(message: dict[str, Any]) -> str:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     fake: FakeOpenAI
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up is normal here (interrupts, cancelled runs, idle keep-alive
+        connections closed): no traceback on the terminal for it."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

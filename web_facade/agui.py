@@ -24,15 +24,15 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import grpc
-from ag_ui.core import BaseEvent, StateSnapshotEvent
+from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 from flask import Blueprint, Response
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agui_events import json_value, run_error, to_agui
-from web_facade.agui_input import parse_input, run_options, run_request, sends_state
+from web_facade.agui_events import run_error, to_agui
+from web_facade.agui_input import parse_input, run_options, run_request
 from web_facade.conversations import OPEN_WAIT, _read_body
-from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
+from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, from_rpc_error
 from web_facade.sse import DRAINING, HEARTBEAT, EventRelay, sse_response
 
@@ -52,15 +52,13 @@ _ENCODER: Final = EventEncoder()
 class AguiStream:
     """The AG-UI SSE body of one run, with its terminal event guaranteed.
 
-    ``stored_state`` is the thread's state when the client did not send one: it is
-    announced as STATE_SNAPSHOT right after RUN_STARTED, so that the STATE_DELTAs of the
-    run apply to what the server has.
+    (When the client sends no state, the engine itself follows RUN_STARTED with a
+    STATE_SNAPSHOT of the thread's state, so the run's STATE_DELTAs apply.)
     """
 
-    def __init__(self, relay: EventRelay, heartbeat: float, stored_state: Any = None) -> None:
+    def __init__(self, relay: EventRelay, heartbeat: float) -> None:
         self._relay = relay
         self._heartbeat = heartbeat
-        self._stored_state = stored_state
         self.ended = False
 
     def _events(self, event: pb.Event) -> list[BaseEvent]:
@@ -68,10 +66,6 @@ class AguiStream:
         if converted is None:
             return []
         out = [converted]
-        if converted.type == "RUN_STARTED" and self._stored_state is not None:
-            out.append(
-                StateSnapshotEvent(snapshot=self._stored_state, timestamp=converted.timestamp)
-            )
         if converted.type in ("RUN_FINISHED", "RUN_ERROR"):
             self.ended = True
         return out
@@ -125,19 +119,6 @@ class AguiStream:
             self._relay.cancel()
 
 
-def _stored_state(thread_id: str) -> Any:
-    """The thread's stored state, or None for a new thread or one without state."""
-    try:
-        session = current_engine().engine.GetSession(
-            pb.GetSessionRequest(session_id=thread_id), timeout=UNARY_TIMEOUT
-        )
-    except grpc.RpcError as exc:
-        if exc.code() is grpc.StatusCode.NOT_FOUND:
-            return None
-        raise
-    return json_value(session.state) if session.HasField("state") else None
-
-
 @bp.post("/agui")
 def run() -> Response:
     """Run one AG-UI turn and stream its events."""
@@ -152,10 +133,9 @@ def run() -> Response:
     if cancel is None:
         cancel = settings.on_disconnect == "cancel"
     request = run_request(run_input, options, cancel_on_disconnect=cancel)
-    stored = None if sends_state(run_input, options) else _stored_state(run_input.thread_id)
     relay = EventRelay(current_engine().engine.Run(request))
     first = relay.peek(OPEN_WAIT)
     if isinstance(first, grpc.RpcError):
         relay.cancel()
         raise first
-    return sse_response(iter(AguiStream(relay, settings.heartbeat_interval, stored)))
+    return sse_response(iter(AguiStream(relay, settings.heartbeat_interval)))

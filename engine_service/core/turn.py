@@ -143,6 +143,9 @@ class Turn:
         final: ev.RunFinished | ev.RunError
         try:
             self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
+            if self.input.state is UNSET and self.state is not None:
+                # The client sent no state: give it the thread's, so this run's deltas apply.
+                self.emit(ev.StateSnapshot(self.state))
             # The client's messages are stored even if an interrupt comes right away.
             await self._take_input()
             if not self._interrupt_requested:

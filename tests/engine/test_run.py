@@ -457,6 +457,13 @@ async def test_state_sent_with_a_run_is_kept_on_the_session(harness: Harness) ->
     session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="s"))
     assert session.state.struct_value["count"] == 3
 
+    # A later run that sends no state starts by telling the client the thread's state.
+    events = await run(harness, pb.RunRequest(thread_id="s", messages=[user("y")]))
+    assert kinds(events)[:2] == ["run_started", "state_snapshot"]
+    assert events[1].state_snapshot.snapshot.struct_value["count"] == 3
+    resent = await run(harness, pb.RunRequest(thread_id="s", messages=[user("z")], state=state))
+    assert "state_snapshot" not in kinds(resent)
+
 
 async def test_a_messages_snapshot_closes_the_run_when_asked(harness: Harness) -> None:
     events = await run(

@@ -189,14 +189,6 @@ def test_a_stream_that_ends_before_the_run_did_ends_with_run_error() -> None:
     assert events[-1].code == "engine_error"
 
 
-def test_the_stored_state_is_announced_right_after_run_started() -> None:
-    finished = _event(run_finished=pb.RunFinished())
-    events = _stream(_Call([_event(run_started=pb.RunStarted()), finished]), stored_state={"n": 1})
-
-    assert types(events) == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_FINISHED"]
-    assert events[1].snapshot == {"n": 1}
-
-
 def test_a_draining_worker_ends_an_open_stream_with_run_error() -> None:
     class Endless(_Call):
         def __iter__(self) -> Iterator[pb.Event]:

@@ -1,7 +1,8 @@
 """Many concurrent ``send`` streams through gunicorn, against the fake LLM at full speed.
 
 Starts the fake OpenAI server, the engine and the web facade as separate processes on
-free ports, then measures two things with the same asyncio httpx client:
+free ports, reads every process's idle memory (VmRSS and PSS, before any traffic), then
+measures three things with the same asyncio httpx client:
 
 1. **direct**: streams read straight from the fake LLM (the floor);
 2. **engine**: ``Run`` streams read straight from the engine over gRPC (``grpc.aio``);
@@ -13,7 +14,14 @@ text chunk / ``append_text`` frame), whole-stream time, p50/p99 of each, events 
 and the facade's overhead over the direct and the engine medians; then the peak RSS of
 every process and the CPU time each used during the facade phase.
 
-Run: ``python -m bench.facade_bench --streams 512 --concurrency 64 --chunks 100``.
+``--runs-per-second SECONDS`` adds a **short turns** phase: ``--rps-clients`` clients
+(64) each create a conversation and ``send`` a short turn (``--rps-chunks`` text chunks,
+5) in a loop for that long, through the facade and then straight to the engine over gRPC
+(``CreateSession`` + ``Run``), reporting runs/s, time to first token and CPU per run of
+each process. ``--streams 0`` skips the three stream phases.
+
+Run: ``python -m bench.facade_bench --streams 512 --concurrency 64 --chunks 100``;
+``python -m bench.facade_bench --streams 0 --runs-per-second 20`` for the short turns only.
 """
 
 from __future__ import annotations
@@ -78,15 +86,20 @@ def _free_port() -> int:
     return port
 
 
-def _peak_rss_kib(pid: int) -> int:
-    """VmHWM: the peak resident set of a process, in KiB (0 when it is gone)."""
+def _proc_kib(pid: int, key: str, file: str = "status") -> int:
+    """A ``/proc/<pid>/<file>`` field in KiB (``VmHWM``, ``VmRSS``, ``Pss``); 0 when gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+        for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """VmHWM: the peak resident set of a process, in KiB (0 when it is gone)."""
+    return _proc_kib(pid, "VmHWM")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -168,6 +181,41 @@ async def _run_engine_phase(target: str, streams: int, concurrency: int, chunks:
         return await _run_phase(
             "engine", lambda _: _engine_stream(stub, chunks), streams, concurrency
         )
+
+
+async def _run_engine_timed(target: str, clients: int, seconds: float, chunks: int) -> Phase:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub: pb_grpc.AgentEngineAsyncStub = pb_grpc.AgentEngineStub(channel)
+        return await _run_timed(
+            "engine short turns", lambda _: _engine_stream(stub, chunks), clients, seconds
+        )
+
+
+async def _run_timed(
+    name: str,
+    one: Callable[[httpx.AsyncClient], Awaitable[Sample]],
+    clients: int,
+    seconds: float,
+) -> Phase:
+    """``clients`` closed loops of ``one`` for ``seconds``; runs still open then finish."""
+    phase = Phase(name)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=WAIT, limits=limits) as client:
+        await one(client)  # warm-up
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                try:
+                    phase.samples.append(await one(client))
+                except (httpx.HTTPError, grpc.RpcError, RuntimeError) as exc:
+                    phase.errors += 1
+                    print(f"{name}: {exc}", file=sys.stderr)
+
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        phase.wall = time.perf_counter() - start
+    return phase
 
 
 async def _run_phase(
@@ -271,6 +319,21 @@ class Processes:
     def peak_rss(self) -> dict[str, int]:
         return {name: _peak_rss_kib(pid) for name, pid in self.pids().items()}
 
+    def idle_memory(self, workers: int) -> dict[str, dict[str, float]]:
+        """VmRSS and PSS (MiB) of each process once every worker has booted, no traffic yet."""
+        deadline = time.monotonic() + WAIT
+        while len(_children(self.web.pid)) < workers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3.0)  # let the last worker finish loading the app
+        return {
+            name: {
+                "rss_mib": round(_proc_kib(pid, "VmRSS") / 1024, 1),
+                "pss_mib": round(_proc_kib(pid, "Pss", "smaps_rollup") / 1024, 1),
+            }
+            for name, pid in self.pids().items()
+            if name != "bench client"
+        }
+
     def cpu(self) -> dict[str, float]:
         return {name: _cpu_seconds(pid) for name, pid in self.pids().items()}
 
@@ -285,20 +348,35 @@ class Processes:
                 process.kill()
 
 
+def _row(phase: Phase) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for attribute in ("first_byte", "first_token", "total"):
+        out[f"{attribute}_p50_ms"] = round(phase.stat(attribute, 0.5) * 1000, 2)
+        out[f"{attribute}_p99_ms"] = round(phase.stat(attribute, 0.99) * 1000, 2)
+    out["events_per_s"] = round(phase.events_per_second)
+    out["streams"] = len(phase.samples)
+    out["errors"] = phase.errors
+    out["wall_s"] = round(phase.wall, 2)
+    return out
+
+
+def _short_turns_report(phase: Phase, cpu: dict[str, float]) -> dict[str, object]:
+    runs = len(phase.samples)
+    return {
+        **_row(phase),
+        "runs_per_s": round(runs / phase.wall, 1) if phase.wall else 0.0,
+        "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+        "cpu_ms_per_run": {k: round(v * 1000 / runs, 2) if runs else 0.0 for k, v in cpu.items()},
+    }
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before.get(name, 0.0) for name in after}
+
+
 def _report(
     direct: Phase, engine: Phase, facade: Phase, rss: dict[str, int], cpu: dict[str, float]
 ) -> dict[str, object]:
-    def row(phase: Phase) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for attribute in ("first_byte", "first_token", "total"):
-            out[f"{attribute}_p50_ms"] = round(phase.stat(attribute, 0.5) * 1000, 2)
-            out[f"{attribute}_p99_ms"] = round(phase.stat(attribute, 0.99) * 1000, 2)
-        out["events_per_s"] = round(phase.events_per_second)
-        out["streams"] = len(phase.samples)
-        out["errors"] = phase.errors
-        out["wall_s"] = round(phase.wall, 2)
-        return out
-
     def overhead(over: Phase, base: Phase) -> dict[str, float]:
         return {
             f"{a}_p50_ms": round((over.stat(a, 0.5) - base.stat(a, 0.5)) * 1000, 2)
@@ -306,9 +384,9 @@ def _report(
         }
 
     return {
-        "direct": row(direct),
-        "engine": row(engine),
-        "facade": row(facade),
+        "direct": _row(direct),
+        "engine": _row(engine),
+        "facade": _row(facade),
         "facade_overhead_over_direct": overhead(facade, direct),
         "facade_overhead_over_engine": overhead(facade, engine),
         "peak_rss_mib": {k: round(v / 1024, 1) for k, v in rss.items()},
@@ -323,42 +401,78 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks", type=int, default=100, help="text chunks per answer")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=64, help="threads per worker")
+    parser.add_argument(
+        "--runs-per-second",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also run the short-turns phase (runs/s) for this long; 0 skips it",
+    )
+    parser.add_argument("--rps-clients", type=int, default=64, help="short-turn clients")
+    parser.add_argument("--rps-chunks", type=int, default=5, help="text chunks per short turn")
     options = parser.parse_args(argv)
 
     processes = Processes(options.workers, options.threads)
+    results: dict[str, object] = {"options": vars(options)}
     try:
-        direct = asyncio.run(
-            _run_phase(
-                "direct",
-                lambda c: _direct_stream(c, processes.llm_url, options.chunks),
-                options.streams,
-                options.concurrency,
+        results["idle_memory"] = processes.idle_memory(options.workers)
+        if options.streams > 0:
+            results.update(_stream_phases(processes, options))
+        if options.runs_per_second > 0:
+            before = processes.cpu()
+            turns = asyncio.run(
+                _run_timed(
+                    "facade short turns",
+                    lambda c: _facade_stream(c, processes.base_url, options.rps_chunks),
+                    options.rps_clients,
+                    options.runs_per_second,
+                )
             )
-        )
-        engine = asyncio.run(
-            _run_engine_phase(
-                processes.grpc_target, options.streams, options.concurrency, options.chunks
+            cpu = _cpu_delta(before, processes.cpu())
+            results["facade_short_turns"] = _short_turns_report(turns, cpu)
+            before = processes.cpu()
+            turns = asyncio.run(
+                _run_engine_timed(
+                    processes.grpc_target,
+                    options.rps_clients,
+                    options.runs_per_second,
+                    options.rps_chunks,
+                )
             )
-        )
-        before = processes.cpu()
-        facade = asyncio.run(
-            _run_phase(
-                "facade",
-                lambda c: _facade_stream(c, processes.base_url, options.chunks),
-                options.streams,
-                options.concurrency,
-            )
-        )
-        after = processes.cpu()
-        cpu = {name: after[name] - before.get(name, 0.0) for name in after}
-        rss = processes.peak_rss()
+            cpu = _cpu_delta(before, processes.cpu())
+            results["engine_short_turns"] = _short_turns_report(turns, cpu)
+        results["peak_rss_mib"] = {k: round(v / 1024, 1) for k, v in processes.peak_rss().items()}
     finally:
         processes.stop()
-    print(
-        json.dumps(
-            {"options": vars(options), **_report(direct, engine, facade, rss, cpu)}, indent=2
+    print(json.dumps(results, indent=2))
+
+
+def _stream_phases(processes: Processes, options: argparse.Namespace) -> dict[str, object]:
+    """The direct, engine and facade stream phases and their report."""
+    direct = asyncio.run(
+        _run_phase(
+            "direct",
+            lambda c: _direct_stream(c, processes.llm_url, options.chunks),
+            options.streams,
+            options.concurrency,
         )
     )
+    engine = asyncio.run(
+        _run_engine_phase(
+            processes.grpc_target, options.streams, options.concurrency, options.chunks
+        )
+    )
+    before = processes.cpu()
+    facade = asyncio.run(
+        _run_phase(
+            "facade",
+            lambda c: _facade_stream(c, processes.base_url, options.chunks),
+            options.streams,
+            options.concurrency,
+        )
+    )
+    cpu = _cpu_delta(before, processes.cpu())
+    return _report(direct, engine, facade, processes.peak_rss(), cpu)
 
 
 if __name__ == "__main__":

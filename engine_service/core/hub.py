@@ -84,6 +84,11 @@ class SessionHub:
         self._buffer = []
         self._first_seq = self._next_seq
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a follower is waiting for the next event."""
+        return self._waiter is not None
+
     def notify(self) -> None:
         """Wake every follower waiting in ``changed``."""
         waiter = self._waiter

@@ -104,6 +104,7 @@ class Turn:
         self.task: asyncio.Task[None] | None = None
         self._work: asyncio.Task[ev.RunFinished] | None = None
         self._interrupt_requested = False
+        self._followers_woken = False
         self._history = history
         self._usage = ev.Usage()
         # What is open right now, so an interrupt can close it and keep the partial answer.
@@ -126,7 +127,19 @@ class Turn:
             self._work.cancel()
 
     def emit(self, body: ev.EventBody) -> ev.Event:
+        if self.hub.waiting:
+            self._followers_woken = True
         return self.hub.publish(self.run_id, body)
+
+    async def _let_followers_send(self) -> None:
+        """Give woken followers their turn on the loop now.
+
+        The LLM's chunks arrive in bursts that the loop could parse without pausing; a
+        follower that is waiting would then see the first token only after the burst.
+        """
+        if self._followers_woken:
+            self._followers_woken = False
+            await asyncio.sleep(0)
 
     async def flush(self) -> None:
         """Store the events published so far (write-behind; also called at the end)."""
@@ -143,6 +156,7 @@ class Turn:
         final: ev.RunFinished | ev.RunError
         try:
             self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
+            await self._let_followers_send()
             if self.input.state is UNSET and self.state is not None:
                 # The client sent no state: give it the thread's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state))
@@ -277,6 +291,10 @@ class Turn:
                 self._usage.input_tokens += delta.input_tokens  # type: ignore[union-attr]
                 self._usage.output_tokens += delta.output_tokens  # type: ignore[union-attr]
                 self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens
+            # Yield to the loop after each delta: the LLM's chunks come in bursts that would
+            # otherwise be parsed in one go while the followers' sends (and their completions)
+            # wait, and the first token would leave only after the whole burst.
+            await asyncio.sleep(0)
         self._end_reasoning()
         self._end_text()
         calls = []

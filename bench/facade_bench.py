@@ -43,9 +43,9 @@ from pathlib import Path
 import grpc
 import httpx
 
+from engine_service.parent_watch import env_for_child
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from web_facade.cli import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 30.0
@@ -257,10 +257,9 @@ class Processes:
         self.fake = subprocess.Popen(
             [sys.executable, "-m", "tests.fakes.fake_openai", "--port", "0"],
             cwd=ROOT,
-            env=env,
+            env=env_for_child(env),
             stdout=subprocess.PIPE,
             text=True,
-            preexec_fn=die_with_parent,
         )
         assert self.fake.stdout is not None
         self.llm_url = self.fake.stdout.readline().strip()
@@ -276,13 +275,14 @@ class Processes:
             AGENTIK_LOG_LEVEL="WARNING",
         )
         self.engine = subprocess.Popen(
-            [sys.executable, "-m", "engine_service"], cwd=ROOT, env=env, preexec_fn=die_with_parent
+            [sys.executable, "-m", "engine_service"],
+            cwd=ROOT,
+            env=env_for_child(env),
         )
         self.web = subprocess.Popen(
             [sys.executable, "-m", "engine_service.cli", "web"],
             cwd=ROOT,
-            env=env,
-            preexec_fn=die_with_parent,
+            env=env_for_child(env),
         )
         self.base_url = f"http://127.0.0.1:{self.http_port}"
         try:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from engine_service.config import ConfigError, Settings, load_settings
+from engine_service.parent_watch import stop_with_parent
 
 __all__ = ["main"]
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stop_with_parent()
     args = build_parser().parse_args(argv)
     result: int = args.handler(args)
     return result

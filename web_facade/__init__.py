@@ -7,19 +7,28 @@
 from __future__ import annotations
 
 import os
-
-from flask import Flask
+from typing import TYPE_CHECKING
 
 from engine_service.config import Settings, load_settings
-from web_facade import a2a, agui, conversations, health
-from web_facade.engine_client import EngineClient, install
-from web_facade.errors import install_error_handlers
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from web_facade.engine_client import EngineClient
 
 __all__ = ["create_app"]
 
 
 def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> Flask:
     """The facade's WSGI app; settings default to the environment (and AGENTIK_CONFIG)."""
+    # Imported here, not at the top: gunicorn's master imports this package for its config
+    # module and should not carry Flask, gRPC and the protocol SDKs it never uses.
+    from flask import Flask
+
+    from web_facade import a2a, agui, conversations, health
+    from web_facade.engine_client import EngineClient, install
+    from web_facade.errors import install_error_handlers
+
     if settings is None:
         settings = load_settings(None, os.environ)
     app = Flask(__name__)

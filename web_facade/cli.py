@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -17,19 +15,12 @@ from types import FrameType
 from typing import Any
 
 from engine_service.config import ConfigError, Settings, load_settings
+from engine_service.parent_watch import env_for_child
 
-__all__ = ["add_commands", "die_with_parent", "gunicorn_argv"]
+__all__ = ["add_commands", "gunicorn_argv"]
 
-_PR_SET_PDEATHSIG = 1
 _STOP_TIMEOUT = 30.0
 """Seconds ``serve`` waits for a child to stop after SIGTERM before it kills it."""
-
-
-def die_with_parent() -> None:
-    """Run in a child before exec: it gets SIGTERM when its parent dies (Linux; elsewhere
-    a no-op), so a killed ``serve`` or test never leaves an engine or gunicorn behind."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -80,9 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         # Own sessions: a Ctrl-C reaches the children once, through us, as SIGTERM.
         for argv in (_engine_argv(args), gunicorn_argv()):
-            children.append(
-                subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent)
-            )
+            children.append(subprocess.Popen(argv, env=env_for_child(env), start_new_session=True))
         print(
             f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}",
             file=sys.stderr,

@@ -15,6 +15,9 @@ from types import FrameType
 from typing import Any
 
 from engine_service.config import ConfigError, load_settings
+from engine_service.parent_watch import stop_with_parent
+
+stop_with_parent()  # when started by `agentik serve`, a test or a benchmark
 
 try:
     _settings = load_settings(None, os.environ)

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from engine_service.parent_watch import env_for_child
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.openapi_check import assert_event_conforms, assert_response_conforms
 from tests.web.sse_frames import Frame, SseParser
-from web_facade.cli import die_with_parent
 
 ENGINE_LISTENING = re.compile(r"engine listening on 127\.0\.0\.1:(\d+)")
 GUNICORN_LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
@@ -54,7 +54,7 @@ class Process:
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._log = self.log_path.open("ab")
         self.popen = subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=self._log, stderr=self._log, preexec_fn=die_with_parent
+            argv, env=env_for_child(env), cwd=ROOT, stdout=self._log, stderr=self._log
         )
 
     @property

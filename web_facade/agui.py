@@ -73,7 +73,7 @@ class AguiStream:
     def _frames(self, item: Any) -> bytes:
         """Frames for ``item`` and the events already waiting behind it."""
         events: list[BaseEvent] = []
-        while item is not None and not self.ended and len(events) < _BATCH:
+        while item is not None and not self.ended:
             if isinstance(item, pb.Event):
                 events += self._events(item)
             elif isinstance(item, grpc.RpcError):
@@ -85,8 +85,9 @@ class AguiStream:
                     run_error("engine_error", "the engine's event stream ended before the run did")
                 )
                 self.ended = True
-            if not self.ended:
-                item = self._relay.get_nowait()
+            if self.ended or len(events) >= _BATCH:
+                break  # take nothing more: an item taken now would not be written
+            item = self._relay.get_nowait()
         return b"".join(_ENCODER.encode(e).encode() for e in events)
 
     def __iter__(self) -> Iterator[bytes]:

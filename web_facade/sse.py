@@ -151,7 +151,7 @@ def _collect(
 ) -> tuple[list[bytes], bool]:
     """Frames for ``item`` and the items already waiting behind it; True when the stream ended."""
     chunk: list[bytes] = []
-    while item is not None and len(chunk) < _BATCH:
+    while item is not None:
         if isinstance(item, _End):
             return chunk, True
         if isinstance(item, grpc.RpcError):
@@ -162,6 +162,8 @@ def _collect(
         encoded = frame_of(item)
         if encoded is not None:
             chunk.append(encoded)
+        if len(chunk) >= _BATCH:
+            break  # take nothing more: an item taken now would not be written
         item = relay.get_nowait()
     return chunk, False
 

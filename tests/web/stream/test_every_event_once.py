@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.a2a.conftest import V10, frames_of
-from tests.web.agui.agui_reader import AguiReader
+from tests.web.agui.agui_reader import AguiReader, text
 from tests.web.conftest import WAIT, web_settings
 from tests.web.sse_frames import SseParser
 from web_facade import create_app
@@ -150,8 +150,7 @@ def test_agui_run_streams_every_event_once_when_a_thousand_wait_at_once(
     response = client.post("/agui", json=body, buffered=False)
     events = AguiReader(_open(engine, response)).read_to_end()
 
-    deltas = [e.delta for e in events if e.type == "TEXT_MESSAGE_CONTENT"]
-    assert _numbers(deltas) == _expected()
+    assert _numbers([text(events)]) == _expected()
     assert events[-1].type == "RUN_FINISHED"
 
 

@@ -17,6 +17,7 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
     errors.LLMError: grpc.StatusCode.UNAVAILABLE,
+    errors.StorageUnavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
 

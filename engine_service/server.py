@@ -6,6 +6,9 @@ that fails never stops the engine (its tools are absent, the log says why).
 Shutdown (SIGTERM/SIGINT, or ``stop``): health turns NOT_SERVING, new runs are refused
 with UNAVAILABLE, runs in flight get ``shutdown_grace`` seconds to finish, the rest are
 interrupted and stored as interrupted, the MCP connections close, then the server stops.
+
+Storage: while the store cannot write (a full disk, a locked database), health says
+NOT_SERVING; it says SERVING again once a write probe succeeds.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class EngineServer:
         self.health = HealthServicer()
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.port = 0
+        self._health_updates: set[asyncio.Task[None]] = set()
+        engine.on_storage_change(self._storage_changed)
         limit = settings.max_message_bytes
         self.server = grpc.aio.server(
             options=[
@@ -69,9 +74,21 @@ class EngineServer:
         await self.engine.start()
         await self.server.start()
         self.mcp.start()
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(self.engine.storage_ok)
         return self.port
+
+    async def _set_health(self, serving: bool) -> None:
+        serving = serving and self.engine.accepting
+        status = health_pb2.HealthCheckResponse.NOT_SERVING
+        if serving:
+            status = health_pb2.HealthCheckResponse.SERVING  # type: ignore[assignment]
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    def _storage_changed(self, ok: bool) -> None:
+        task = asyncio.get_running_loop().create_task(self._set_health(ok))
+        self._health_updates.add(task)
+        task.add_done_callback(self._health_updates.discard)
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from engine_service.core import events as ev
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
     ShuttingDown,
+    StorageUnavailable,
 )
 from engine_service.core.history import MAX_ID_LENGTH, new_id, prepare_incoming, reconcile
 from engine_service.core.hub import SessionHub
@@ -29,6 +31,7 @@ from engine_service.core.models import (
     RunStatus,
     Session,
 )
+from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.turn import Turn, TurnLimits
 from engine_service.llm.base import ChatModel
 from engine_service.stores.base import SessionStore
@@ -41,6 +44,10 @@ log = logging.getLogger(__name__)
 MAX_TITLE_LENGTH = 500
 MAX_PAGE = 1000
 READ_BATCH = 500
+STORAGE_PROBE_INTERVAL = 1.0
+"""Seconds between write probes while the store fails."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,26 +96,101 @@ class Engine:
         self._hubs: dict[str, SessionHub] = {}
         self._accepting = True
         self._pruner: asyncio.Task[None] | None = None
+        self._unsettled: dict[str, Turn] = {}
+        """Runs that ended but whose end could not be stored, by session."""
+        self._recovered = False
+        self._storage_ok = True
+        self._storage_prober: asyncio.Task[None] | None = None
+        self._storage_listeners: list[Callable[[bool], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Recover runs a dead engine left behind and start event retention."""
-        for session_id, run_id in await self.store.recover_abandoned_runs(_now()):
-            session = await self.store.get_session(session_id)
-            end = ev.Event(
-                session.last_seq + 1,
-                _now().timestamp(),
-                session_id,
-                run_id,
-                ev.RunFinished(outcome=ev.Outcome.CANCELLED),
-            )
-            await self.store.append_events(session_id, [end])
-            log.warning(
-                "run %s of session %s was left running; stored as interrupted", run_id, session_id
-            )
+        """Close runs a dead engine left behind and start event retention.
+
+        A store that cannot write does not stop the start: reads are served, writes fail
+        with ``StorageUnavailable``, and the recovery runs once the store writes again.
+        """
+        try:
+            await self._recover()
+        except StorageUnavailable as exc:
+            self._storage_failed(exc)
         if self.limits.event_retention > 0:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_periodically())
+
+    async def _recover(self) -> None:
+        for run in await self.store.running_runs():
+            if run.session_id in self._turns:
+                continue  # ours, started after a failed recovery; not abandoned
+            await close_abandoned_run(self.store, run, _now())
+            log.warning(
+                "run %s of session %s was left running by a stopped engine; "
+                "stored as interrupted with what it had said",
+                run.id,
+                run.session_id,
+            )
+        self._recovered = True
+
+    # -- storage health -----------------------------------------------------------
+
+    @property
+    def storage_ok(self) -> bool:
+        """False from a failed write until a write probe succeeds again."""
+        return self._storage_ok
+
+    def on_storage_change(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(ok)`` whenever the store starts or stops failing."""
+        self._storage_listeners.append(listener)
+
+    def _storage_failed(self, exc: StorageUnavailable) -> None:
+        if self._storage_ok:
+            log.error("%s; runs fail until it writes again", exc.message)
+            self._storage_ok = False
+            for listener in self._storage_listeners:
+                listener(False)
+        if self._storage_prober is None or self._storage_prober.done():
+            self._storage_prober = asyncio.get_running_loop().create_task(self._probe_storage())
+
+    async def _probe_storage(self) -> None:
+        """Probe until the store writes, then store what waited and report healthy."""
+        while True:
+            await asyncio.sleep(STORAGE_PROBE_INTERVAL)
+            try:
+                await self.store.check_writable()
+                for turn in list(self._unsettled.values()):
+                    await turn.settle()
+                    self._settled(turn)
+                if not self._recovered:
+                    await self._recover()
+            except StorageUnavailable:
+                continue
+            break
+        log.warning("the store writes again; runs are accepted")
+        self._storage_ok = True
+        for listener in self._storage_listeners:
+            listener(True)
+
+    def _settled(self, turn: Turn) -> None:
+        if self._unsettled.get(turn.session_id) is turn:
+            del self._unsettled[turn.session_id]
+        turn.hub.notify()
+        self._drop_hub_if_unused(turn.hub)
+
+    async def _writing(self, call: Awaitable[T]) -> T:
+        """Await a store call; a storage failure marks the store unhealthy on its way out."""
+        try:
+            return await call
+        except StorageUnavailable as exc:
+            self._storage_failed(exc)
+            raise
+
+    def _refuse_unsettled(self, session_id: str) -> None:
+        turn = self._unsettled.get(session_id)
+        if turn is not None:
+            raise StorageUnavailable(
+                f"storage unavailable: the end of run {turn.run_id!r} of this conversation "
+                "is not stored yet; it is stored as soon as the store writes again"
+            )
 
     async def shutdown(self, grace: float) -> None:
         """Take no new runs, let runs finish within ``grace`` seconds, interrupt the rest."""
@@ -122,6 +204,13 @@ class Engine:
                 await asyncio.wait(pending, timeout=5.0)
         if self._pruner is not None:
             self._pruner.cancel()
+        if self._storage_prober is not None:
+            self._storage_prober.cancel()
+        for turn in list(self._unsettled.values()):
+            try:
+                await turn.settle()
+            except StorageUnavailable:
+                log.error("run %s ends unstored; the next start closes it", turn.run_id)
         for hub in self._hubs.values():
             hub.notify()
         await self.model.aclose()
@@ -146,7 +235,7 @@ class Engine:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
         if session_id:
             _check_id(session_id, "session_id")
-        return await self.store.create_session(session_id or new_id(), title, _now())
+        return await self._writing(self.store.create_session(session_id or new_id(), title, _now()))
 
     async def get_session(self, session_id: str) -> Session:
         _check_id(session_id, "session_id")
@@ -163,11 +252,12 @@ class Engine:
         _check_id(session_id, "session_id")
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
-        return await self.store.rename_session(session_id, title, _now())
+        return await self._writing(self.store.rename_session(session_id, title, _now()))
 
     async def delete_session(self, session_id: str) -> None:
         _check_id(session_id, "session_id")
-        await self.store.delete_session(session_id)
+        self._refuse_unsettled(session_id)
+        await self._writing(self.store.delete_session(session_id))
         hub = self._hubs.pop(session_id, None)
         if hub is not None:
             hub.notify()
@@ -231,8 +321,15 @@ class Engine:
                     f"tools[{index}].name {tool.name!r} collides with an engine tool"
                 )
         session_id = run_input.thread_id
-        begun = await self.store.begin_run(
-            session_id, run_input.run_id, _now(), create=run_input.create_session
+        self._refuse_unsettled(session_id)
+        begun = await self._writing(
+            self.store.begin_run(
+                session_id,
+                run_input.run_id,
+                _now(),
+                create=run_input.create_session,
+                reserve=self.limits.turn.seq_block,
+            )
         )
         try:
             history: list[Message] = []
@@ -240,13 +337,16 @@ class Engine:
                 history = await self.store.all_messages(session_id)
                 incoming = reconcile((m.id for m in history), incoming)
         except BaseException:
-            await self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
+            await self._writing(
+                self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
+            )
             raise
         hub = self._hub(session_id, begun.session.last_seq)
         if hub.flushed_seq == hub.last_seq:
             hub.release()  # the previous run's events, kept for followers still reading them
         if hub.last_seq != begun.session.last_seq:
             hub.resync(begun.session.last_seq)
+        hub.reserved_seq = begun.session.reserved_seq
         hub.active_run_id = run_input.run_id
         turn = Turn(
             store=self.store,
@@ -259,6 +359,7 @@ class Engine:
             history=history,
             state=begun.session.state,
             on_done=self._turn_done,
+            on_storage_error=self._storage_failed,
         )
         self._turns[session_id] = turn
         turn.start()
@@ -270,6 +371,8 @@ class Engine:
         hub = turn.hub
         if hub.active_run_id == turn.run_id:
             hub.active_run_id = ""
+        if not turn.settled:
+            self._unsettled[turn.session_id] = turn
         # Followers may still be behind (the run's own caller usually is): they read the
         # rest from memory. The buffer goes when they do, or when the next run starts.
         hub.notify()
@@ -312,7 +415,12 @@ class Engine:
         return hub
 
     def _drop_hub_if_unused(self, hub: SessionHub) -> None:
-        if not hub.followers and not hub.active_run_id and self._hubs.get(hub.session_id) is hub:
+        if (
+            not hub.followers
+            and not hub.active_run_id
+            and hub.session_id not in self._unsettled
+            and self._hubs.get(hub.session_id) is hub
+        ):
             del self._hubs[hub.session_id]
 
     async def subscribe(

@@ -10,7 +10,8 @@
     ├── Overloaded               the engine is at its concurrent-run limit
     ├── ShuttingDown             the engine takes no new runs
     ├── RunNotFound              no such run in the session
-    └── LLMError                 the LLM call failed (code says how)
+    ├── LLMError                 the LLM call failed (code says how)
+    └── StorageUnavailable       the store cannot read or write (disk full, locked, ...)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "SessionBusy",
     "SessionNotFound",
     "ShuttingDown",
+    "StorageUnavailable",
 ]
 
 
@@ -91,3 +93,10 @@ class LLMError(AgentikError):
         super().__init__(message)
         self.code = code
         self.retryable = retryable
+
+
+class StorageUnavailable(AgentikError):
+    """The store failed for a reason outside the request: ``message`` names the cause in
+    words a client can act on (the disk is full, the database is locked), never a class."""
+
+    code = "storage_unavailable"

@@ -4,6 +4,12 @@ The hub gives each event its ``seq`` and keeps every event of the active run unt
 run has ended and its events are stored. A follower that knows the last seq it saw can
 therefore always find what comes next: in the store (events before the buffer), in the
 buffer, or by waiting for the next publish. No queue per follower, no copy per event.
+
+Followers see an event only once its seq is durable: stored, or inside the block of
+seqs the store has reserved for the run (``reserved_seq``). After a crash the engine
+continues after the reserved block, so no seq a client saw is ever given to another
+event. The run keeps the reservation ahead of what it publishes; if it falls behind,
+followers wait for the next reservation instead of seeing an id that could be reused.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class SessionHub:
         "flush_lock",
         "flushed_seq",
         "followers",
+        "reserved_seq",
         "session_id",
     )
 
@@ -39,6 +46,8 @@ class SessionHub:
         self._waiter: asyncio.Future[None] | None = None
         self.active_run_id = ""
         self.flushed_seq = last_seq
+        self.reserved_seq = last_seq
+        """The highest seq the store holds or has reserved: followers see up to here."""
         self.followers = 0
         self.flush_lock = asyncio.Lock()
         """Held while events are being stored, so they are stored in order."""
@@ -58,6 +67,7 @@ class SessionHub:
             raise RuntimeError("resync with buffered events")
         self._first_seq = self._next_seq = last_seq + 1
         self.flushed_seq = last_seq
+        self.reserved_seq = max(self.reserved_seq, last_seq)
 
     def publish(self, run_id: str, body: EventBody, *, wake: bool = True) -> Event:
         """Number the event and buffer it; ``wake=False`` holds followers back until the
@@ -69,13 +79,27 @@ class SessionHub:
             self.notify()
         return event
 
+    @property
+    def visible_seq(self) -> int:
+        """The last seq followers may see: stored or reserved."""
+        return min(self.last_seq, max(self.reserved_seq, self.flushed_seq))
+
+    @property
+    def overdrawn(self) -> bool:
+        """Whether events wait for a reservation before followers may see them."""
+        return self.visible_seq < self.last_seq
+
     def since(self, after_seq: int) -> list[Event]:
-        """Buffered events with ``seq > after_seq`` (``after_seq`` must be >= first_seq - 1)."""
+        """Visible buffered events with ``seq > after_seq`` (``after_seq >= first_seq - 1``)."""
         start = after_seq + 1 - self._first_seq
-        return self._buffer[start:] if start < len(self._buffer) else []
+        end = self.visible_seq + 1 - self._first_seq
+        return self._buffer[start:end] if start < end else []
 
     def unflushed(self) -> list[Event]:
-        return self.since(self.flushed_seq) if self.flushed_seq >= self._first_seq - 1 else []
+        """Buffered events not stored yet, visible or not."""
+        if self.flushed_seq < self._first_seq - 1:
+            return []
+        return self._buffer[self.flushed_seq + 1 - self._first_seq :]
 
     def release(self) -> None:
         """Drop the buffer once its events are stored and no run is active."""

@@ -124,6 +124,10 @@ class Session:
     state: JSON = None
     last_seq: int = 0
     active_run_id: str = ""
+    reserved_seq: int = 0
+    """The highest seq an engine may have handed out: at least ``last_seq``. After a crash
+    the events between the two were seen by clients but never stored, so their seqs are
+    skipped, never reused."""
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from engine_service.core import events as ev
-from engine_service.core.errors import LLMError
+from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.history import chat_messages, new_id
 from engine_service.core.hub import SessionHub
 from engine_service.core.models import (
@@ -58,6 +58,9 @@ class TurnLimits:
     max_tool_rounds: int = 8
     tool_timeout: float = 30.0
     flush_interval: float = 0.05
+    seq_block: int = 512
+    """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
+    them. The run tops the reservation up at every flush when half of it is used."""
 
 
 @dataclass(slots=True)
@@ -88,6 +91,7 @@ class Turn:
         history: list[Message],
         state: JSON,
         on_done: Callable[[Turn], None],
+        on_storage_error: Callable[[StorageUnavailable], None] = lambda exc: None,
     ) -> None:
         self.store = store
         self.model = model
@@ -100,6 +104,12 @@ class Turn:
         self.incoming = incoming
         self.state = state
         self._on_done = on_done
+        self._on_storage_error = on_storage_error
+        self._storage_failure: StorageUnavailable | None = None
+        self._topping_up: asyncio.Task[None] | None = None
+        self.settled = True
+        """False while the run's end could not be stored (the engine retries it)."""
+        self.final: ev.RunFinished | ev.RunError | None = None
         self.status = RunStatus.RUNNING
         self.task: asyncio.Task[None] | None = None
         self._work: asyncio.Task[ev.RunFinished] | None = None
@@ -129,7 +139,30 @@ class Turn:
     def emit(self, body: ev.EventBody) -> ev.Event:
         if self.hub.waiting:
             self._followers_woken = True
-        return self.hub.publish(self.run_id, body)
+        event = self.hub.publish(self.run_id, body)
+        if event.seq > self.hub.reserved_seq and self._topping_up is None:
+            # Past the reserved block: followers wait until more seqs are reserved.
+            self._topping_up = asyncio.get_running_loop().create_task(self._top_up())
+        return event
+
+    async def _top_up(self) -> None:
+        try:
+            await self.flush()
+        except StorageUnavailable as exc:
+            self.fail(exc)
+        finally:
+            self._topping_up = None
+
+    def fail(self, exc: StorageUnavailable) -> None:
+        """Stop the run because the store failed; ``main`` ends it with RUN_ERROR."""
+        self._note_storage_failure(exc)
+        if self._work is not None:
+            self._work.cancel()
+
+    def _note_storage_failure(self, exc: StorageUnavailable) -> None:
+        if self._storage_failure is None:
+            self._storage_failure = exc
+            self._on_storage_error(exc)
 
     async def _let_followers_send(self) -> None:
         """Give woken followers their turn on the loop now.
@@ -142,12 +175,22 @@ class Turn:
             await asyncio.sleep(0)
 
     async def flush(self) -> None:
-        """Store the events published so far (write-behind; also called at the end)."""
-        async with self.hub.flush_lock:
-            pending = self.hub.unflushed()
+        """Store the events published so far (write-behind; also called at the end),
+        topping up the reserved seqs when half of the block is used."""
+        hub = self.hub
+        async with hub.flush_lock:
+            pending = hub.unflushed()
+            block = self.limits.seq_block
+            reserve = hub.last_seq + block if hub.last_seq + block // 2 > hub.reserved_seq else 0
+            if not pending and not reserve:
+                return
+            await self.store.append_events(self.session_id, pending, reserve_through=reserve)
+            overdrawn = hub.overdrawn
             if pending:
-                await self.store.append_events(self.session_id, pending)
-                self.hub.flushed_seq = pending[-1].seq
+                hub.flushed_seq = pending[-1].seq
+            hub.reserved_seq = max(hub.reserved_seq, reserve)
+            if overdrawn:
+                hub.notify()
 
     # -- the run ------------------------------------------------------------------
 
@@ -162,6 +205,8 @@ class Turn:
                 self.emit(ev.StateSnapshot(self.state))
             # The client's messages are stored even if an interrupt comes right away.
             await self._take_input()
+            if self._storage_failure is not None:
+                raise self._storage_failure
             if not self._interrupt_requested:
                 self._work = asyncio.get_running_loop().create_task(self._turn())
                 final = await self._work
@@ -169,11 +214,28 @@ class Turn:
             else:
                 raise asyncio.CancelledError
         except asyncio.CancelledError:
-            if not self._interrupt_requested:
+            if self._storage_failure is not None:
+                await self._close_open(interrupted=False)
+                final = _storage_error(self._storage_failure)
+                self.status = RunStatus.FAILED
+            elif not self._interrupt_requested:
                 raise
-            await self._close_open(interrupted=True)
-            final = ev.RunFinished(outcome=ev.Outcome.CANCELLED, usage=self._usage_or_none())
-            self.status = RunStatus.INTERRUPTED
+            else:
+                try:
+                    await self._close_open(interrupted=True)
+                    final = ev.RunFinished(
+                        outcome=ev.Outcome.CANCELLED, usage=self._usage_or_none()
+                    )
+                    self.status = RunStatus.INTERRUPTED
+                except StorageUnavailable as exc:  # the partial answer could not be kept
+                    self._note_storage_failure(exc)
+                    final = _storage_error(exc)
+                    self.status = RunStatus.FAILED
+        except StorageUnavailable as exc:
+            self._note_storage_failure(exc)
+            await self._close_open(interrupted=False)
+            final = _storage_error(exc)
+            self.status = RunStatus.FAILED
         except LLMError as exc:
             await self._close_open(interrupted=False)
             final = ev.RunError(message=exc.message, code=exc.code)
@@ -185,32 +247,53 @@ class Turn:
             self.status = RunStatus.FAILED
         finally:
             flusher.cancel()
+            if self._topping_up is not None:
+                self._topping_up.cancel()
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
             self.emit(ev.MessagesSnapshot(messages=list(self._history)))
         self.hub.publish(self.run_id, final, wake=False)
+        self.final = final
         try:
-            error = final if isinstance(final, ev.RunError) else None
-            async with self.hub.flush_lock:
-                pending = self.hub.unflushed()
-                await self.store.finish_run(
-                    self.session_id,
-                    self.run_id,
-                    self.status,
-                    _now(),
-                    error.code if error else "",
-                    error.message if error else "",
-                    final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
-                    events=pending,
-                )
-                if pending:
-                    self.hub.flushed_seq = pending[-1].seq
+            await self.settle()
+        except StorageUnavailable as exc:
+            # The end could not be stored: clients still get it from memory (its seq is
+            # inside the reserved block), and the engine stores it once the store writes.
+            self.settled = False
+            self.hub.reserved_seq = max(self.hub.reserved_seq, self.hub.last_seq)
+            self._note_storage_failure(exc)
+            log.warning("run %s ended but could not be stored: %s", self.run_id, exc.message)
         finally:
             self._on_done(self)
+
+    async def settle(self) -> None:
+        """Store the run's last events and its end in one transaction."""
+        final = self.final
+        assert final is not None
+        error = final if isinstance(final, ev.RunError) else None
+        async with self.hub.flush_lock:
+            pending = self.hub.unflushed()
+            await self.store.finish_run(
+                self.session_id,
+                self.run_id,
+                self.status,
+                _now(),
+                error.code if error else "",
+                error.message if error else "",
+                final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
+                events=pending,
+            )
+            if pending:
+                self.hub.flushed_seq = pending[-1].seq
+        self.settled = True
 
     async def _flush_periodically(self) -> None:
         while True:
             await asyncio.sleep(self.limits.flush_interval)
-            await self.flush()
+            try:
+                await self.flush()
+            except StorageUnavailable as exc:
+                self.fail(exc)
+                return
 
     async def _turn(self) -> ev.RunFinished:
         client_tools = {t.name: t for t in self.input.tools}
@@ -409,7 +492,12 @@ class Turn:
         self.state = state
         # Stored right away: the next run must see it even if this one is interrupted.
         task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, state))
-        task.add_done_callback(lambda t: t.exception())
+        task.add_done_callback(self._state_stored)
+
+    def _state_stored(self, task: asyncio.Task[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if isinstance(exc, StorageUnavailable):
+            self.fail(exc)
 
     # -- ending -------------------------------------------------------------------
 
@@ -439,3 +527,7 @@ class Turn:
 
     def _usage_or_none(self) -> ev.Usage | None:
         return self._usage if self._usage.total_tokens else None
+
+
+def _storage_error(exc: StorageUnavailable) -> ev.RunError:
+    return ev.RunError(message=exc.message, code=exc.code)

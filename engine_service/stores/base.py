@@ -68,11 +68,13 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def begin_run(
-        self, session_id: str, run_id: str, now: datetime, *, create: bool
+        self, session_id: str, run_id: str, now: datetime, *, create: bool, reserve: int = 0
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
 
-        The run's ``start_seq`` is the session's ``last_seq + 1``.
+        The run's ``start_seq`` is the session's ``last_seq + 1``; the session's
+        ``reserved_seq`` becomes ``last_seq + reserve``: the seqs the run may hand out
+        before it stores or reserves more (see ``append_events``).
 
         Raises ``SessionBusy`` when another run is active, ``SessionNotFound`` when the
         session does not exist and ``create`` is false (with ``create`` it is made),
@@ -130,8 +132,14 @@ class SessionStore(abc.ABC):
         """Replace the session's shared state."""
 
     @abc.abstractmethod
-    async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
-        """Store events (contiguous, ascending seq) and advance the session's ``last_seq``."""
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        """Store events (ascending seq, after ``last_seq``) and advance ``last_seq``.
+
+        In the same transaction ``reserved_seq`` grows to ``reserve_through`` when that is
+        higher: a crash never lets an engine reuse a seq a client may have seen.
+        """
 
     @abc.abstractmethod
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
@@ -142,11 +150,15 @@ class SessionStore(abc.ABC):
         """Delete events older than ``before`` (retention); returns how many went."""
 
     @abc.abstractmethod
-    async def recover_abandoned_runs(self, now: datetime) -> list[tuple[str, str]]:
-        """Mark runs left RUNNING by a dead engine as INTERRUPTED; returns (session, run) pairs.
+    async def running_runs(self) -> list[RunRecord]:
+        """Every run stored as RUNNING, by session then start.
 
-        Called at start-up by a single-replica engine.
+        At start-up a single-replica engine closes them: their engine died.
         """
+
+    @abc.abstractmethod
+    async def check_writable(self) -> None:
+        """Write something small and durable; ``StorageUnavailable`` when that fails."""
 
     @abc.abstractmethod
     async def close(self) -> None:

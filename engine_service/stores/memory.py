@@ -32,8 +32,6 @@ from engine_service.stores.base import RunBegun, SessionStore
 
 __all__ = ["MemorySessionStore"]
 
-_ABANDONED = ("abandoned", "the engine stopped while this run was in flight")
-
 
 def _utc(value: datetime, what: str) -> datetime:
     """``value`` in UTC; naive datetimes are refused rather than guessed at."""
@@ -63,6 +61,7 @@ class _Entry:
     updated_at: datetime
     state: str = "null"
     last_seq: int = 0
+    reserved_seq: int = 0
     active_run_id: str = ""
     messages: list[tuple[str, str]] = field(default_factory=list)
     """(message id, stored JSON) in history order."""
@@ -81,6 +80,7 @@ class _Entry:
             state=json.loads(self.state),
             last_seq=self.last_seq,
             active_run_id=self.active_run_id,
+            reserved_seq=max(self.reserved_seq, self.last_seq),
         )
 
 
@@ -170,9 +170,11 @@ class MemorySessionStore(SessionStore):
         return [message_from_dict(json.loads(body)) for _, body in entry.messages]
 
     async def begin_run(
-        self, session_id: str, run_id: str, now: datetime, *, create: bool
+        self, session_id: str, run_id: str, now: datetime, *, create: bool, reserve: int = 0
     ) -> RunBegun:
         now = _utc(now, "now")
+        if reserve < 0:
+            raise InvalidInput("reserve must not be negative")
         if not run_id:
             raise InvalidInput("run id must not be empty")
         created = False
@@ -194,6 +196,7 @@ class MemorySessionStore(SessionStore):
         )
         entry.active_run_id = run_id
         entry.updated_at = now
+        entry.reserved_seq = entry.last_seq + reserve
         return RunBegun(entry.session(), created)
 
     async def finish_run(
@@ -274,7 +277,9 @@ class MemorySessionStore(SessionStore):
         entry = self._entry(session_id)
         entry.state = _dumps(state, "state")
 
-    async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
         entry = self._entry(session_id)
         rows = []
         last = entry.last_seq
@@ -289,6 +294,7 @@ class MemorySessionStore(SessionStore):
             )
         entry.events.extend(rows)
         entry.last_seq = last
+        entry.reserved_seq = max(entry.reserved_seq, reserve_through)
 
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         entry = self._entry(session_id)
@@ -311,18 +317,17 @@ class MemorySessionStore(SessionStore):
             entry.events = kept
         return gone
 
-    async def recover_abandoned_runs(self, now: datetime) -> list[tuple[str, str]]:
-        now = _utc(now, "now")
-        recovered = []
-        for entry in sorted(self._sessions.values(), key=lambda e: e.id):
-            for run in sorted(entry.runs.values(), key=lambda r: r.started_at):
-                if run.status is RunStatus.RUNNING:
-                    run.status = RunStatus.INTERRUPTED
-                    run.finished_at = now
-                    run.error_code, run.error_message = _ABANDONED
-                    recovered.append((entry.id, run.id))
-            entry.active_run_id = ""
-        return recovered
+    async def running_runs(self) -> list[RunRecord]:
+        runs = [
+            _copy(run)
+            for entry in sorted(self._sessions.values(), key=lambda e: e.id)
+            for run in sorted(entry.runs.values(), key=lambda r: r.started_at)
+            if run.status is RunStatus.RUNNING
+        ]
+        return runs
+
+    async def check_writable(self) -> None:
+        """Memory is always writable."""
 
     async def close(self) -> None:
         """Nothing to release; the data stays until the store is dropped."""

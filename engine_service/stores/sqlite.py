@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,14 +43,13 @@ from engine_service.core.errors import (
     RunNotFound,
     SessionBusy,
     SessionNotFound,
+    StorageUnavailable,
 )
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
 from engine_service.stores.base import RunBegun, SessionStore
 
-__all__ = ["SCHEMA_VERSION", "SqliteSessionStore"]
-
-_ABANDONED = ("abandoned", "the engine stopped while this run was in flight")
+__all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "storage_error"]
 
 _SCHEMA_V1 = """
 CREATE TABLE sessions (
@@ -101,18 +100,68 @@ CREATE TABLE events (
 CREATE INDEX events_by_time ON events (time);
 """
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+_SCHEMA_V2 = """
+ALTER TABLE sessions ADD COLUMN reserved_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET reserved_seq = last_seq;
+CREATE TABLE write_probe (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    n  INTEGER NOT NULL
+);
+INSERT INTO write_probe (id, n) VALUES (1, 0);
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending, start_seq"
 )
+
+
+_CAUSES: dict[str, str] = {
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_BUSY": "the database is locked by another process",
+    "SQLITE_LOCKED": "the database is locked",
+    "SQLITE_READONLY": "the database is read-only",
+    "SQLITE_IOERR": "the disk failed to read or write",
+    "SQLITE_CANTOPEN": "the database file cannot be opened",
+    "SQLITE_CORRUPT": "the database file is corrupt",
+    "SQLITE_NOTADB": "the file is not a database",
+    "SQLITE_PERM": "permission to the database file was denied",
+}
+"""SQLite's primary result code → the cause a client and an operator can act on."""
+
+
+def storage_error(exc: sqlite3.Error) -> StorageUnavailable:
+    """``exc`` as the core's ``StorageUnavailable``, naming the cause in plain words."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    primary = name.split("_")[:2]
+    cause = _CAUSES.get("_".join(primary)) or _CAUSES.get(name)
+    if cause is None:
+        text = str(exc).strip() or "unknown failure"
+        cause = f"the database failed ({text})"
+    return StorageUnavailable(f"storage unavailable: {cause}")
+
+
+@contextmanager
+def _mapped_errors() -> Iterator[None]:
+    """Turn SQLite's operational failures into ``StorageUnavailable``.
+
+    Integrity errors are the callers' to interpret (a taken id, a second running run)
+    and pass through untouched.
+    """
+    try:
+        yield
+    except sqlite3.IntegrityError:
+        raise
+    except sqlite3.Error as exc:
+        raise storage_error(exc) from exc
 
 
 def _iso(value: datetime, what: str) -> str:
@@ -143,6 +192,7 @@ def _session(row: Any) -> Session:
         last_seq=row[5],
         active_run_id=row[6] or "",
         message_count=row[7],
+        reserved_seq=max(row[8], row[5]),
     )
 
 
@@ -199,17 +249,22 @@ class SqliteSessionStore(SessionStore):
         """
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        with _mapped_errors():
+            self._conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
         try:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
+            with _mapped_errors():
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+                self._conn.execute("PRAGMA foreign_keys = ON")
+                self._migrate()
         except BaseException:
             self._conn.close()
             raise
 
     def _migrate(self) -> None:
+        (version,) = self._conn.execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return  # nothing to write: an engine can start on a full disk and serve reads
         with self._tx():
             (version,) = self._conn.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
@@ -226,23 +281,28 @@ class SqliteSessionStore(SessionStore):
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: commit on success, roll back on any exception."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
+        with _mapped_errors():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    # SQLite may have rolled back itself (a full disk does that).
+                    with suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                raise
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction, so several statements see one snapshot."""
-        self._conn.execute("BEGIN")
-        try:
-            yield self._conn
-        finally:
-            self._conn.execute("COMMIT")
+        with _mapped_errors():
+            self._conn.execute("BEGIN")
+            try:
+                yield self._conn
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
 
     def _require(self, conn: sqlite3.Connection, session_id: str) -> str | None:
         """The session's active run id; ``SessionNotFound`` when it does not exist."""
@@ -277,7 +337,8 @@ class SqliteSessionStore(SessionStore):
             return self._load(conn, session_id)
 
     async def get_session(self, session_id: str) -> Session:
-        return self._load(self._conn, session_id)
+        with _mapped_errors():
+            return self._load(self._conn, session_id)
 
     async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
         if offset < 0:
@@ -336,9 +397,11 @@ class SqliteSessionStore(SessionStore):
         return messages
 
     async def begin_run(
-        self, session_id: str, run_id: str, now: datetime, *, create: bool
+        self, session_id: str, run_id: str, now: datetime, *, create: bool, reserve: int = 0
     ) -> RunBegun:
         stamp = _iso(now, "now")
+        if reserve < 0:
+            raise InvalidInput("reserve must not be negative")
         if not run_id:
             raise InvalidInput("run id must not be empty")
         with self._tx() as conn:
@@ -374,8 +437,9 @@ class SqliteSessionStore(SessionStore):
                     f"run {run_id!r} already exists in session {session_id!r}"
                 ) from exc
             conn.execute(
-                "UPDATE sessions SET active_run_id = ?, updated_at = ? WHERE id = ?",
-                (run_id, stamp, session_id),
+                "UPDATE sessions SET active_run_id = ?, updated_at = ?,"
+                " reserved_seq = last_seq + ? WHERE id = ?",
+                (run_id, stamp, reserve, session_id),
             )
             return RunBegun(self._load(conn, session_id), created)
 
@@ -505,10 +569,17 @@ class SqliteSessionStore(SessionStore):
             self._require(conn, session_id)
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
 
-    async def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
         rows = _event_rows(session_id, events)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows)
+            if reserve_through:
+                conn.execute(
+                    "UPDATE sessions SET reserved_seq = max(reserved_seq, ?) WHERE id = ?",
+                    (reserve_through, session_id),
+                )
 
     def _insert_events(
         self, conn: sqlite3.Connection, session_id: str, rows: list[tuple[Any, ...]]
@@ -544,21 +615,17 @@ class SqliteSessionStore(SessionStore):
             cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
             return cursor.rowcount
 
-    async def recover_abandoned_runs(self, now: datetime) -> list[tuple[str, str]]:
-        stamp = _iso(now, "now")
-        code, message = _ABANDONED
-        with self._tx() as conn:
+    async def running_runs(self) -> list[RunRecord]:
+        with self._read() as conn:
             rows = conn.execute(
-                "SELECT session_id, id FROM runs WHERE status = 'running'"
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
                 " ORDER BY session_id, started_at, rowid"
             ).fetchall()
-            conn.execute(
-                "UPDATE runs SET status = 'interrupted', finished_at = ?, error_code = ?,"
-                " error_message = ? WHERE status = 'running'",
-                (stamp, code, message),
-            )
-            conn.execute("UPDATE sessions SET active_run_id = NULL WHERE active_run_id IS NOT NULL")
-        return [(session_id, run_id) for session_id, run_id in rows]
+        return [_run(row) for row in rows]
+
+    async def check_writable(self) -> None:
+        with self._tx() as conn:
+            conn.execute("UPDATE write_probe SET n = n + 1 WHERE id = 1")
 
     async def close(self) -> None:
         self._conn.close()

@@ -322,24 +322,65 @@ async def test_runs_list_oldest_first_and_unknown_runs_raise_run_not_found(
         await store.finish_run("s1", "r9", RunStatus.SUCCEEDED, at(9))
 
 
-async def test_recovery_interrupts_running_runs_and_frees_their_sessions(
-    store: SessionStore,
-) -> None:
+async def test_running_runs_lists_only_runs_still_running(store: SessionStore) -> None:
     await store.begin_run("s1", "r1", at(0), create=True)
     await store.begin_run("s2", "r2", at(0), create=True)
     await store.finish_run("s2", "r2", RunStatus.SUCCEEDED, at(1))
     await store.begin_run("s3", "r3", at(2), create=True)
 
-    recovered = await store.recover_abandoned_runs(at(9))
+    running = await store.running_runs()
 
-    assert recovered == [("s1", "r1"), ("s3", "r3")]
-    for session_id, run_id in recovered:
-        run = await store.get_run(session_id, run_id)
-        assert (run.status, run.finished_at) == (RunStatus.INTERRUPTED, at(9))
-        assert (await store.get_session(session_id)).active_run_id == ""
-    untouched = await store.get_run("s2", "r2")
-    assert (untouched.status, untouched.finished_at) == (RunStatus.SUCCEEDED, at(1))
-    assert await store.recover_abandoned_runs(at(10)) == []
+    assert [(r.session_id, r.id, r.status) for r in running] == [
+        ("s1", "r1", RunStatus.RUNNING),
+        ("s3", "r3", RunStatus.RUNNING),
+    ]
+    await store.finish_run("s1", "r1", RunStatus.INTERRUPTED, at(3))
+    await store.finish_run("s3", "r3", RunStatus.INTERRUPTED, at(3))
+    assert await store.running_runs() == []
+
+
+async def test_begin_run_reserves_seqs_after_the_last_stored_event(store: SessionStore) -> None:
+    await store.create_session("s1", "", at(0))
+    await store.append_events("s1", [event(1, ev.RunStarted()), event(2, ev.StepStarted("a"))])
+    assert (await store.get_session("s1")).reserved_seq == 2
+
+    begun = await store.begin_run("s1", "r1", at(1), create=False, reserve=100)
+
+    assert (begun.session.last_seq, begun.session.reserved_seq) == (2, 102)
+    assert (await store.get_session("s1")).reserved_seq == 102
+
+
+async def test_appending_events_tops_up_the_reservation_in_the_same_write(
+    store: SessionStore,
+) -> None:
+    await store.begin_run("s1", "r1", at(0), create=True, reserve=10)
+    await store.append_events("s1", [event(1, ev.RunStarted())], reserve_through=50)
+    assert (await store.get_session("s1")).reserved_seq == 50
+    await store.append_events("s1", [event(2, ev.StepStarted("a"))], reserve_through=20)
+    assert (await store.get_session("s1")).reserved_seq == 50  # never shrinks
+    await store.append_events("s1", [], reserve_through=80)
+    session = await store.get_session("s1")
+    assert (session.last_seq, session.reserved_seq) == (2, 80)
+
+
+async def test_events_may_skip_reserved_seqs_but_never_go_back(store: SessionStore) -> None:
+    await store.begin_run("s1", "r1", at(0), create=True, reserve=10)
+    await store.append_events("s1", [event(1, ev.RunStarted())])
+    await store.append_events("s1", [event(11, ev.RunFinished())])
+    assert [e.seq for e in await store.read_events("s1", 0, 0)] == [1, 11]
+    assert [e.seq for e in await store.read_events("s1", 5, 0)] == [11]
+    with pytest.raises(InvalidInput):
+        await store.append_events("s1", [event(5, ev.StepStarted("late"))])
+
+
+async def test_a_negative_reservation_is_refused(store: SessionStore) -> None:
+    with pytest.raises(InvalidInput):
+        await store.begin_run("s1", "r1", at(0), create=True, reserve=-1)
+
+
+async def test_a_writable_store_passes_the_write_probe(store: SessionStore) -> None:
+    await store.check_writable()
+    await store.check_writable()
 
 
 # Messages

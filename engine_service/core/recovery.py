@@ -1,0 +1,158 @@
+"""Closing the runs a dead engine left RUNNING, from what it managed to store.
+
+An engine killed mid-run leaves its run RUNNING, its last events (up to one flush
+interval) unstored, and the partial answer only in the event log. The next engine closes
+such a run as the interrupt path would have: what was open (reasoning, text, tool calls)
+is ended, the partial answer rebuilt from the stored ``TEXT_MESSAGE_CONTENT`` events is
+kept as an interrupted assistant message, tool calls that never got a result get an
+error result (the LLM requires one per call), and ``RUN_FINISHED`` with the cancelled
+outcome ends the run.
+
+The closing events continue after the session's ``reserved_seq``, not after its last
+stored event: the dead engine may have shown clients seqs up to the reservation, and a
+client resuming from any of them must get the closing events next, never an old id.
+
+Safe to repeat: a partial message already stored (a crash during recovery) is not
+stored twice, and the run's end is stored with its closing events in one transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from engine_service.core import events as ev
+from engine_service.core.history import new_id
+from engine_service.core.models import (
+    Message,
+    MessageStatus,
+    Role,
+    RunRecord,
+    RunStatus,
+    TextPart,
+)
+from engine_service.stores.base import SessionStore
+
+__all__ = ["ABANDONED_CODE", "close_abandoned_run"]
+
+ABANDONED_CODE = "abandoned"
+_ABANDONED_MESSAGE = "the engine stopped while this run was in flight"
+_NO_RESULT = "error: the engine stopped before the tool finished"
+_READ_BATCH = 1000
+
+
+@dataclass(slots=True)
+class _OpenWork:
+    """What a run's stored events leave open, in the order it was opened."""
+
+    reasoning: list[str] = field(default_factory=list)
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    """Text message id → its deltas, for messages not ended yet."""
+    ended_texts: dict[str, list[str]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    stored: set[str] = field(default_factory=set)
+    results: set[str] = field(default_factory=set)
+
+    def see(self, body: ev.EventBody) -> None:
+        if isinstance(body, ev.ReasoningStart):
+            self.reasoning.append(body.message_id)
+        elif isinstance(body, ev.ReasoningEnd) and body.message_id in self.reasoning:
+            self.reasoning.remove(body.message_id)
+        elif isinstance(body, ev.TextMessageStart):
+            self.texts.setdefault(body.message_id, [])
+        elif isinstance(body, ev.TextMessageContent):
+            self.texts.setdefault(body.message_id, []).append(body.delta)
+        elif isinstance(body, ev.TextMessageEnd) and body.message_id in self.texts:
+            self.ended_texts[body.message_id] = self.texts.pop(body.message_id)
+        elif isinstance(body, ev.ToolCallStart):
+            self.calls.append(body.tool_call_id)
+        elif isinstance(body, ev.ToolCallEnd) and body.tool_call_id in self.calls:
+            self.calls.remove(body.tool_call_id)
+        elif isinstance(body, ev.ToolCallResult):
+            self.results.add(body.tool_call_id)
+        elif isinstance(body, ev.MessageStored):
+            self.stored.add(body.message.id)
+
+
+async def _read_run(store: SessionStore, run: RunRecord) -> _OpenWork:
+    work = _OpenWork()
+    after = max(run.start_seq - 1, 0)
+    while True:
+        batch = await store.read_events(run.session_id, after, _READ_BATCH)
+        for event in batch:
+            if event.run_id == run.id:
+                work.see(event.body)
+        if len(batch) < _READ_BATCH:
+            return work
+        after = batch[-1].seq
+
+
+async def close_abandoned_run(store: SessionStore, run: RunRecord, now: datetime) -> int:
+    """Store the closing events and the end of ``run``; returns the seq of its last event."""
+    work = await _read_run(store, run)
+    history = await store.all_messages(run.session_id)
+    known = {m.id for m in history}
+    bodies: list[ev.EventBody] = []
+    for reasoning_id in work.reasoning:
+        bodies += [ev.ReasoningMessageEnd(reasoning_id), ev.ReasoningEnd(reasoning_id)]
+    bodies += [ev.TextMessageEnd(message_id) for message_id in work.texts]
+    bodies += [ev.ToolCallEnd(call_id) for call_id in work.calls]
+
+    kept: list[Message] = []
+    for message_id, deltas in (work.ended_texts | work.texts).items():
+        if message_id in work.stored or not deltas:
+            continue
+        kept.append(
+            Message(
+                id=message_id,
+                role=Role.ASSISTANT,
+                content=[TextPart("".join(deltas))],
+                status=MessageStatus.INTERRUPTED,
+                created_at=now,
+                run_id=run.id,
+            )
+        )
+    answered = {m.tool_call_id for m in history if m.role is Role.TOOL}
+    results: list[tuple[str, Message]] = []
+    for message in history:
+        if message.run_id != run.id or message.role is not Role.ASSISTANT:
+            continue
+        for call in message.tool_calls:
+            if call.id not in answered:
+                result = Message(
+                    id=new_id(),
+                    role=Role.TOOL,
+                    content=[TextPart(_NO_RESULT)],
+                    tool_call_id=call.id,
+                    status=MessageStatus.ERROR,
+                    created_at=now,
+                    run_id=run.id,
+                )
+                results.append((call.id, result))
+
+    fresh = [m for m in kept if m.id not in known] + [m for _, m in results]
+    if fresh:
+        await store.append_messages(run.session_id, fresh)
+    bodies += [ev.MessageStored(m) for m in kept]
+    for call_id, result in results:
+        bodies.append(ev.ToolCallResult(result.id, call_id, _NO_RESULT, is_error=True))
+        bodies.append(ev.MessageStored(result))
+    bodies.append(ev.RunFinished(outcome=ev.Outcome.CANCELLED))
+
+    session = await store.get_session(run.session_id)
+    first = max(session.last_seq, session.reserved_seq) + 1
+    stamp = time.time()
+    closing = [
+        ev.Event(first + i, stamp, run.session_id, run.id, body) for i, body in enumerate(bodies)
+    ]
+    await store.finish_run(
+        run.session_id,
+        run.id,
+        RunStatus.INTERRUPTED,
+        now,
+        ABANDONED_CODE,
+        _ABANDONED_MESSAGE,
+        events=closing,
+    )
+    return closing[-1].seq

@@ -1,0 +1,204 @@
+"""kill -9 of the engine process mid-run: no event id is reused, nothing said is lost.
+
+A real engine process on an SQLite file, the real fake LLM, kill -9, a new engine on the
+same file. The client counts what it saw before the crash and what it reads after
+resuming from its last id, and holds both against the stored log: zero lost, zero
+duplicated, and the partial answer kept as an interrupted message.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from tests.engine.harness import kind, user
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
+from tests.mcp.servers import DEMO
+from tests.web.e2e.conftest import ENGINE_LISTENING, WAIT, Process
+
+MCP_CONNECTED = r"MCP server 'demo' connected"
+
+
+class EngineProcess:
+    """``python -m engine_service`` on a SQLite file, with a sync stub to it."""
+
+    def __init__(self, llm: FakeOpenAI, workdir: Path, **env: str) -> None:
+        self.env = {
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PATH": "/usr/bin:/bin",
+            "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+            "AGENTIK_STORE": f"sqlite:///{workdir / 'agentik.db'}",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "AGENTIK_LLM_MAX_RETRIES": "0",
+            "AGENTIK_SHUTDOWN_GRACE": "1",
+            "AGENTIK_LOG_LEVEL": "INFO",
+            **env,
+        }
+        self.workdir = workdir
+        self.process = Process(
+            "engine", [sys.executable, "-m", "engine_service"], self.env, workdir
+        )
+        port = int(self.process.wait_for_log(ENGINE_LISTENING))
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = pb_grpc.AgentEngineStub(self.channel)
+
+    def kill(self) -> None:
+        self.channel.close()
+        self.process.stop(signal.SIGKILL)
+
+    def stop(self) -> None:
+        self.channel.close()
+        if not self.process.stopped:
+            self.process.stop()
+
+    def follow(self, thread_id: str, after: int) -> list[pb.Event]:
+        """The session's events after ``after`` until it is idle."""
+        call = self.stub.Subscribe(
+            pb.SubscribeRequest(thread_id=thread_id, after_seq=after, until_idle=True),
+            timeout=WAIT,
+        )
+        return list(call)
+
+    def messages(self, thread_id: str) -> list[pb.Message]:
+        page = self.stub.ListMessages(pb.ListMessagesRequest(session_id=thread_id), timeout=WAIT)
+        return list(page.messages)
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def _read_until(call: object, stop: str, count: int) -> list[pb.Event]:
+    """Events of a Run stream until ``count`` events of kind ``stop`` were seen."""
+    seen: list[pb.Event] = []
+    for event in call:  # type: ignore[attr-defined]
+        seen.append(event)
+        if sum(kind(e) == stop for e in seen) >= count:
+            return seen
+    raise AssertionError(f"the run ended before {count} {stop}: {[kind(e) for e in seen]}")
+
+
+def _count_lost_and_duplicated(
+    seen: list[pb.Event], resumed: list[pb.Event], stored: list[pb.Event]
+) -> tuple[int, int]:
+    """Stored events the client never got, and ids it got twice (within or across)."""
+    got = [e.seq for e in seen + resumed]
+    duplicated = len(got) - len(set(got))
+    lost = len({e.seq for e in stored} - set(got))
+    return lost, duplicated
+
+
+def test_kill_9_mid_text_skips_the_seen_ids_and_keeps_the_partial_answer(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    engine = EngineProcess(llm, tmp_path)
+    try:
+        call = engine.stub.Run(
+            pb.RunRequest(
+                thread_id="t", create_session=True, messages=[user("[[chunks:3000]][[slow:0.002]]")]
+            )
+        )
+        seen = _read_until(call, "text_message_content", 150)
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+    last_seen = seen[-1].seq
+    seen_text = "".join(
+        e.text_message_content.delta for e in seen if e.HasField("text_message_content")
+    )
+
+    engine = EngineProcess(llm, tmp_path)
+    try:
+        resumed = engine.follow("t", last_seen)
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+        session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"), timeout=WAIT)
+        run = engine.stub.GetRun(pb.GetRunRequest(run_id=seen[0].run_id), timeout=WAIT)
+        after = list(
+            engine.stub.Run(pb.RunRequest(thread_id="t", messages=[user("again")]), timeout=WAIT)
+        )
+    finally:
+        engine.stop()
+
+    assert [kind(e) for e in resumed] == ["text_message_end", "message_stored", "run_finished"]
+    assert all(e.seq > last_seen for e in resumed)
+    assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
+    assert _count_lost_and_duplicated(seen, resumed, stored) == (0, 0)
+    by_seq = {e.seq: e for e in stored}
+    for event in seen:  # what the client saw and the store kept is the same event
+        if event.seq in by_seq:
+            assert by_seq[event.seq] == event
+    partial = messages[-1]
+    assert partial.role == pb.ROLE_ASSISTANT
+    assert partial.status == pb.MESSAGE_STATUS_INTERRUPTED
+    kept = partial.content[0].text.text
+    assert kept and seen_text.startswith(kept)
+    assert resumed[1].message_stored.message.id == partial.id
+    assert run.status == pb.RUN_STATUS_INTERRUPTED
+    assert session.last_seq == resumed[-1].seq and not session.active_run_id
+    assert after[0].seq > resumed[-1].seq and kind(after[-1]) == "run_finished"
+
+
+def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        "[[mcp.servers]]\n"
+        'name = "demo"\n'
+        f"command = {json.dumps(sys.executable)}\n"
+        f'args = [{json.dumps(DEMO)}, "stdio"]\n'
+    )
+    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    try:
+        engine.process.wait_for_log(__import__("re").compile(f"({MCP_CONNECTED})"))
+        llm.enqueue(
+            FakeReply(
+                text="let me wait",
+                tool_calls=[FakeToolCall("demo__slow", {"seconds": 60}, id="slow1")],
+            )
+        )
+        call = engine.stub.Run(
+            pb.RunRequest(thread_id="t", create_session=True, messages=[user("wait please")])
+        )
+        seen = _read_until(call, "custom", 2)  # the tool's progress: it is running
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+    last_seen = seen[-1].seq
+
+    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    try:
+        resumed = engine.follow("t", last_seen)
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+        after = list(
+            engine.stub.Run(pb.RunRequest(thread_id="t", messages=[user("and now?")]), timeout=WAIT)
+        )
+    finally:
+        engine.stop()
+
+    assert [kind(e) for e in resumed] == ["tool_call_result", "message_stored", "run_finished"]
+    assert resumed[0].tool_call_result.tool_call_id == "slow1"
+    assert resumed[0].tool_call_result.is_error
+    assert all(e.seq > last_seen for e in resumed)
+    assert _count_lost_and_duplicated(seen, resumed, stored) == (0, 0)
+    assert [m.role for m in messages] == [pb.ROLE_USER, pb.ROLE_ASSISTANT, pb.ROLE_TOOL]
+    assert messages[2].tool_call_id == "slow1" and messages[2].status == pb.MESSAGE_STATUS_ERROR
+    # The LLM of the next turn gets a result for every call it made, as it requires.
+    sent = llm.requests[-1]["messages"]
+    assert any(m.get("role") == "tool" and m.get("tool_call_id") == "slow1" for m in sent)
+    assert kind(after[-1]) == "run_finished" and after[0].seq > resumed[-1].seq

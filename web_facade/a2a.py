@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -25,13 +24,11 @@ from a2a.types import (
     ListTasksRequest,
     SendMessageRequest,
     SendMessageResponse,
-    StreamResponse,
     SubscribeToTaskRequest,
 )
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
-    InternalError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
@@ -46,10 +43,12 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from web_facade import a2a_v03
 from web_facade.a2a_card import CARD_MAX_AGE, CardConfig, card_body, card_config
-from web_facade.a2a_errors import error_object, invalid_params
-from web_facade.a2a_tasks import TaskService
+from web_facade.a2a_errors import invalid_params
+from web_facade.a2a_jsonrpc import RequestId, encode, error, reply, unexpected
+from web_facade.a2a_stream import A2aStream, Shape
+from web_facade.a2a_tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
-from web_facade.sse import HEARTBEAT, sse_response
+from web_facade.request_body import read_body
 
 __all__ = ["METHODS", "VERSION_HEADER", "bp"]
 
@@ -66,10 +65,10 @@ P = TypeVar("P", bound=ProtoMessage)
 
 @dataclass(frozen=True, slots=True)
 class _Stream:
-    """A streamed result: the task's stream responses and how to shape each one."""
+    """A streamed result: the live task and how to shape each of its stream responses."""
 
-    items: Generator[StreamResponse | None, None, None]
-    shape: Callable[[StreamResponse], dict[str, Any]]
+    follow: TaskFollow
+    shape: Shape
 
 
 Result = dict[str, Any] | _Stream
@@ -233,21 +232,14 @@ _V10_NAMES = {
 
 def _body() -> bytes:
     """The raw body; a body over the size limit is an invalid request, not an HTTP 413."""
-    limit = request.max_content_length
-    too_large = InvalidRequestError(f"the request body is larger than {limit} bytes")
     try:
-        if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
-            return request.get_data(cache=False)
-        # A chunked body: werkzeug would cut it silently at the limit; read one byte more.
-        data: bytes = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
+        return read_body()
     except RequestEntityTooLarge:
-        raise too_large from None
-    if limit is not None and len(data) > limit:
-        raise too_large
-    return data
+        limit = request.max_content_length
+        raise InvalidRequestError(f"the request body is larger than {limit} bytes") from None
 
 
-def _request_id(body: object) -> str | int | None:
+def _request_id(body: object) -> RequestId:
     """The request's id when it is a usable one (a string or an integer), else None."""
     if not isinstance(body, dict):
         return None
@@ -314,49 +306,10 @@ def _handler(method: str, dialect: str) -> Handler:
     )
 
 
-def _encode(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _reply(request_id: str | int | None, result: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
-
-
-def _error(request_id: str | int | None, error: A2AError) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "error": error_object(error)}
-
-
-def _unexpected(exc: Exception) -> A2AError:
-    log.error("unhandled error in the A2A facade", exc_info=exc)
-    return InternalError("internal error in the A2A facade")
-
-
-def _frames(
-    request_id: str | int | None, stream: _Stream, heartbeat: float
-) -> Generator[bytes, None, None]:
-    """SSE frames, one JSON-RPC response each; comment heartbeats while the task is quiet."""
-    quiet_since = time.monotonic()
-    try:
-        for item in stream.items:
-            if item is None:
-                if time.monotonic() - quiet_since >= heartbeat:
-                    quiet_since = time.monotonic()
-                    yield HEARTBEAT
-                continue
-            yield b"data: " + _encode(_reply(request_id, stream.shape(item))) + b"\n\n"
-            quiet_since = time.monotonic()
-    except A2AError as exc:
-        yield b"data: " + _encode(_error(request_id, exc)) + b"\n\n"
-    except Exception as exc:
-        yield b"data: " + _encode(_error(request_id, _unexpected(exc))) + b"\n\n"
-    finally:
-        stream.items.close()  # cancels the engine call when the client left
-
-
 @bp.post("/")
 def rpc() -> Response:
     """One JSON-RPC request: a JSON response, or an SSE stream for the streaming methods."""
-    request_id: str | int | None = None
+    request_id: RequestId = None
     try:
         raw = _body()
         try:
@@ -368,11 +321,10 @@ def rpc() -> Response:
         handler = _handler(method, _dialect(request.headers.get(VERSION_HEADER)))
         result = handler(TaskService(current_engine().engine), params)
     except A2AError as exc:
-        return Response(_encode(_error(request_id, exc)), mimetype="application/json")
+        return Response(encode(error(request_id, exc)), mimetype="application/json")
     except Exception as exc:
-        error = _error(request_id, _unexpected(exc))
-        return Response(_encode(error), mimetype="application/json")
+        return Response(encode(error(request_id, unexpected(exc))), mimetype="application/json")
     if isinstance(result, _Stream):
         heartbeat = current_settings().heartbeat_interval
-        return sse_response(_frames(request_id, result, heartbeat))
-    return Response(_encode(_reply(request_id, result)), mimetype="application/json")
+        return A2aStream(result.follow, heartbeat, request_id, result.shape).response()
+    return Response(encode(reply(request_id, result)), mimetype="application/json")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from a2a.types import (
     Artifact,
@@ -25,10 +24,11 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import ContentTypeNotSupportedError
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a_errors import invalid_params
+from web_facade.proto_json import json_value
 
 __all__ = [
     "ANSWER",
@@ -67,23 +67,12 @@ _OUTCOME_STATES: dict[int, TaskState] = {
 }
 
 
-def _plain(value: Any) -> Any:
-    """A JSON value from a protobuf Value, whose numbers are all floats: 2.0 → 2."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
-
-
 def _content_part(part: Part, where: str) -> pb.ContentPart:
     kind = part.WhichOneof("content")
     if kind == "text":
         return pb.ContentPart(text=pb.TextPart(text=part.text))
     if kind == "data":
-        value = _plain(json_format.MessageToDict(part.data))
+        value = json_value(part.data)
         return pb.ContentPart(text=pb.TextPart(text=json.dumps(value, ensure_ascii=False)))
     if kind in ("raw", "url"):
         if part.media_type not in IMAGE_TYPES:

@@ -4,16 +4,16 @@ Nothing is kept here: every answer is built from the engine (``GetRun`` + ``List
 for a stored task, the run's events for a live one), so any worker of any facade process
 answers for any task, before and after a restart.
 
-Streams are iterators of :class:`a2a.types.StreamResponse`, with ``None`` whenever nothing
-happened for a while (the HTTP layer turns those into heartbeats). The errors raised are
-the SDK's ``A2AError`` classes; engine failures go through ``a2a_errors.from_rpc``.
+A streamed task is a :class:`TaskFollow`: the relayed engine call and the fold of its events
+into :class:`a2a.types.StreamResponse`; the HTTP layer streams it with the facade's shared
+stream loop. The errors raised are the SDK's ``A2AError`` classes; engine failures go
+through ``a2a_errors.from_rpc``.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Generator
 from typing import Final
 
 import grpc
@@ -41,18 +41,15 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a_convert import RunStream, engine_content, task_from_run
 from web_facade.a2a_errors import from_rpc, invalid_params
 from web_facade.engine_client import UNARY_TIMEOUT
-from web_facade.sse import DRAINING, EventRelay
+from web_facade.stream import OPEN_WAIT, POLL, EventRelay, open_relay
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TEXT_MODES", "TaskService"]
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TEXT_MODES", "TaskFollow", "TaskService"]
 
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 100
 """The spec's bounds on ``ListTasks.pageSize``."""
-OPEN_WAIT: Final = 10.0
-"""Seconds a stream waits for the engine to accept the run before giving up."""
 SETTLE_WAIT: Final = 10.0
 """Seconds to wait for the engine to store the end of a run whose last event arrived."""
-_POLL: Final = 0.25
 _FIRST_WINDOW: Final = 64
 """Events looked back at first when a subscriber searches a live run's first event."""
 TEXT_MODES: Final = frozenset({"text/plain", "text/*", "*/*", "text"})
@@ -222,13 +219,16 @@ class TaskService:
 
     def _start(self, request: SendMessageRequest) -> tuple[EventRelay, RunStream]:
         run_request, task = self._prepare(request)
-        relay = EventRelay(self._engine.Run(run_request))
-        first = relay.peek(OPEN_WAIT)
+        try:
+            relay = open_relay(self._engine.Run(run_request))
+        except grpc.RpcError as exc:  # the engine's refusal (busy, overloaded, ...)
+            raise from_rpc(exc) from None
+        first = relay.peek(0)
         if not isinstance(first, pb.Event):
             relay.cancel()
             if first is None:
                 raise InternalError("the engine did not start the task in time")
-            _relayed(first)  # raises the engine's refusal (busy, overloaded, ...)
+            _relayed(first)  # the stream ended before the run started
         return relay, RunStream(task, announce=True)
 
     def send_message(self, request: SendMessageRequest) -> Task:
@@ -237,43 +237,24 @@ class TaskService:
         relay, stream = self._start(request)
         try:
             while not stream.done:
-                event = _relayed(relay.get(_POLL))
+                event = _relayed(relay.get(POLL))
                 if event is None:
                     continue
                 stream.feed(event)
                 if stream.done:
-                    self._settle(stream.task.context_id, stream.task.id, event.seq)
+                    self.settle(stream.task.context_id, stream.task.id, event.seq)
                 elif request.configuration.return_immediately:
                     break
         finally:
             relay.cancel()
         return apply_history_length(stream.task, request.configuration)
 
-    def send_streaming_message(
-        self, request: SendMessageRequest
-    ) -> Generator[StreamResponse | None, None, None]:
+    def send_streaming_message(self, request: SendMessageRequest) -> TaskFollow:
         """SendStreamingMessage; errors before the run starts are raised here, at once."""
         relay, stream = self._start(request)
-        return self._follow(relay, stream, [])
+        return TaskFollow(self, relay, stream, [])
 
-    def _follow(
-        self, relay: EventRelay, stream: RunStream, first: list[StreamResponse]
-    ) -> Generator[StreamResponse | None, None, None]:
-        try:
-            yield from first
-            while not stream.done and not DRAINING.is_set():
-                event = _relayed(relay.get(_POLL))
-                if event is None:
-                    yield None
-                    continue
-                out = stream.feed(event)
-                if stream.done:
-                    self._settle(stream.task.context_id, stream.task.id, event.seq)
-                yield from out
-        finally:
-            relay.cancel()
-
-    def _settle(self, context_id: str, task_id: str, after_seq: int) -> None:
+    def settle(self, context_id: str, task_id: str, after_seq: int) -> None:
         """Wait until the engine has stored the end of the run.
 
         The engine publishes a run's last event before it stores the run's final status.
@@ -318,14 +299,14 @@ class TaskService:
             )
         except grpc.RpcError as exc:
             raise from_rpc(exc) from None
-        self._settle(run.session_id, task_id, last_seq)
+        self.settle(run.session_id, task_id, last_seq)
         task = self._task(self._run(task_id))
         if task.status.state != TaskState.TASK_STATE_CANCELED:
             state = _state_name(task.status.state)
             raise TaskNotCancelableError(f"task {task_id!r} ended as {state} before it stopped")
         return task
 
-    def subscribe_to_task(self, task_id: str) -> Generator[StreamResponse | None, None, None]:
+    def subscribe_to_task(self, task_id: str) -> TaskFollow:
         """SubscribeToTask: the task now, then its updates from its first event on."""
         run = self._run(task_id)
         if run.status != pb.RUN_STATUS_RUNNING:
@@ -339,7 +320,7 @@ class TaskService:
         first = [StreamResponse(task=snapshot)]
         for event in replayed:
             first.extend(stream.feed(event))
-        return self._follow(relay, stream, first)
+        return TaskFollow(self, relay, stream, first)
 
     def _replay_from_start(self, run: pb.RunInfo) -> tuple[EventRelay, list[pb.Event]]:
         """Follow the run's session from the run's first event.
@@ -364,6 +345,40 @@ class TaskService:
                 return relay, [first] if first is not None else []
             relay.cancel()
             window *= 8
+
+
+class TaskFollow:
+    """A live task: its relayed engine events, folded into stream responses.
+
+    ``first`` are the responses due before any event (a subscriber's snapshot of the
+    task, and what its replay already gave).
+    """
+
+    def __init__(
+        self,
+        service: TaskService,
+        relay: EventRelay,
+        stream: RunStream,
+        first: list[StreamResponse],
+    ) -> None:
+        self.relay = relay
+        self.first = first
+        self._service = service
+        self._stream = stream
+
+    @property
+    def done(self) -> bool:
+        """True once the task reached its final state."""
+        return self._stream.done
+
+    def feed(self, event: pb.Event) -> list[StreamResponse]:
+        """The responses for one engine event; the last one only once the engine stored
+        the run's end, so a GetTask right after it reads the final state."""
+        out = self._stream.feed(event)
+        if self._stream.done:
+            task = self._stream.task
+            self._service.settle(task.context_id, task.id, event.seq)
+        return out
 
 
 def _state_name(state: int) -> str:

@@ -37,16 +37,15 @@ image deltas today: images reach a client whole, in ``message`` and ``tool_call_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
-
-from google.protobuf import json_format
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik_json import message_json, part_json
-from web_facade.sse import frame
+from web_facade.proto_json import json_value
 
-__all__ = ["EVENT_TABLE", "event_frame", "to_agentik"]
+__all__ = ["EVENT_TABLE", "event_frame", "frame", "to_agentik"]
 
 Mapper = Callable[[pb.Event], tuple[str, dict[str, Any]]]
 
@@ -95,7 +94,7 @@ def _finished(event: pb.Event) -> tuple[str, dict[str, Any]]:
     if body.pending_tool_call_ids:
         data["pending_tool_call_ids"] = list(body.pending_tool_call_ids)
     if body.HasField("result"):
-        data["result"] = json_format.MessageToDict(body.result)
+        data["result"] = json_value(body.result)
     return "end", data
 
 
@@ -136,16 +135,16 @@ def _tool_call_result(event: pb.Event) -> tuple[str, dict[str, Any]]:
 
 
 def _state_snapshot(event: pb.Event) -> tuple[str, dict[str, Any]]:
-    return "state_snapshot", {"snapshot": json_format.MessageToDict(event.state_snapshot.snapshot)}
+    return "state_snapshot", {"snapshot": json_value(event.state_snapshot.snapshot)}
 
 
 def _state_delta(event: pb.Event) -> tuple[str, dict[str, Any]]:
-    return "state_delta", {"delta": json_format.MessageToDict(event.state_delta.delta)}
+    return "state_delta", {"delta": json_value(event.state_delta.delta)}
 
 
 def _custom(event: pb.Event) -> tuple[str, dict[str, Any]]:
     body = event.custom
-    return "custom", {"name": body.name, "value": json_format.MessageToDict(body.value)}
+    return "custom", {"name": body.name, "value": json_value(body.value)}
 
 
 EVENT_TABLE: dict[str, Mapper] = {
@@ -175,6 +174,14 @@ def to_agentik(event: pb.Event) -> tuple[str, dict[str, Any]] | None:
         return None
     name, fields = mapper(event)
     return name, {"type": name, "run_id": event.run_id, **fields}
+
+
+def frame(seq: int | None, name: str, data: Mapping[str, Any]) -> bytes:
+    """One SSE frame, LF line ends only. ``json.dumps`` escapes newlines, so ``data`` is a
+    single line; ``id`` (the engine's seq) is left out for frames that are no event."""
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    head = f"id: {seq}\n" if seq is not None else ""
+    return f"{head}event: {name}\ndata: {body}\n\n".encode()
 
 
 def event_frame(event: pb.Event) -> bytes | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from typing import Any
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
@@ -63,11 +62,11 @@ from ag_ui.core import (
     UserMessage,
 )
 from ag_ui.core.events import TextMessageRole
-from google.protobuf import json_format
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.proto_json import json_value
 
-__all__ = ["EVENT_TABLE", "json_value", "message_to_agui", "run_error", "to_agui"]
+__all__ = ["EVENT_TABLE", "message_to_agui", "run_error", "to_agui"]
 
 Mapper = Callable[[pb.Event], BaseEvent]
 
@@ -80,23 +79,6 @@ _TEXT_ROLES: dict[int, TextMessageRole] = {
 
 def _millis(event: pb.Event) -> int:
     return event.time.seconds * 1000 + event.time.nanos // 1_000_000
-
-
-def _whole(value: Any) -> Any:
-    """``value`` with integral floats as ints: protobuf's Value holds every number as a
-    double, and ``{"count": 1}`` should not come back as ``{"count": 1.0}``."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
-
-
-def json_value(value: Any) -> Any:
-    """A ``google.protobuf`` Value / ListValue as plain JSON."""
-    return _whole(json_format.MessageToDict(value))
 
 
 # -- messages -------------------------------------------------------------------------

@@ -6,58 +6,37 @@ The facade keeps no conversation state: everything lives in the engine.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
 from typing import Any
 
-import grpc
 from flask import Blueprint, Response, request
-from werkzeug.exceptions import RequestEntityTooLarge
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agentik_events import event_frame
 from web_facade.agentik_json import conversation_json, message_json, parts_from_json
+from web_facade.agentik_stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
-from web_facade.errors import ApiError, invalid
-from web_facade.sse import EventRelay, event_stream, sse_response
+from web_facade.errors import invalid
+from web_facade.request_body import parse_json, read_body
+from web_facade.stream import EventRelay, open_relay
 
-__all__ = ["MAX_PAGE", "OPEN_WAIT", "bp"]
+__all__ = ["MAX_PAGE", "bp"]
 
 bp = Blueprint("agentik", __name__, url_prefix="/agentik")
 
 MAX_PAGE = 1000
 """Largest ``limit`` of a page (the engine's limit)."""
-OPEN_WAIT = 10.0
-"""How long ``send`` waits for the engine to accept the turn before it opens the stream
-anyway; a refusal (404, 409, ...) within this time is an HTTP error, not an SSE one."""
 _MAX_INT_DIGITS = 18
-
-
-def _read_body() -> bytes:
-    """The raw body; 413 past MAX_CONTENT_LENGTH, with or without a Content-Length."""
-    if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
-        return request.get_data(cache=False)  # werkzeug checks Content-Length up front
-    # A chunked body: werkzeug would silently cut it at the limit, so read one byte more.
-    limit = request.max_content_length
-    stream = request.environ["wsgi.input"]
-    data: bytes = stream.read() if limit is None else stream.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise RequestEntityTooLarge()
-    return data
 
 
 def _json_body(*, required: bool) -> dict[str, Any]:
     """The request body as a JSON object (``{}`` when empty and not required)."""
-    raw = _read_body()
+    raw = read_body()
     if not raw.strip():
         if required:
             invalid("the request body must be a JSON object")
         return {}
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
+    value = parse_json(raw)
     if not isinstance(value, dict):
         invalid("the request body must be a JSON object")
     return value
@@ -191,12 +170,8 @@ def send(conversation_id: str) -> Response:
             cancel_on_disconnect=settings.on_disconnect == "cancel",
         )
     )
-    relay = EventRelay(call)
-    first = relay.peek(OPEN_WAIT)
-    if isinstance(first, grpc.RpcError):
-        relay.cancel()
-        raise first
-    return sse_response(event_stream(relay, event_frame, settings.heartbeat_interval))
+    # A refusal (404, 409 busy, 503 ...) is an HTTP error, raised before the stream opens.
+    return AgentikStream(open_relay(call), settings.heartbeat_interval).response()
 
 
 def _resume_point() -> int | None:
@@ -223,8 +198,7 @@ def events(conversation_id: str) -> Response:
             until_idle=until_idle,
         )
     )
-    relay = EventRelay(call)
-    return sse_response(event_stream(relay, event_frame, current_settings().heartbeat_interval))
+    return AgentikStream(EventRelay(call), current_settings().heartbeat_interval).response()
 
 
 @bp.post("/conversations/<conversation_id>/interrupt")

@@ -43,8 +43,8 @@ proc_name = "agentik-web"
 
 
 def post_worker_init(worker: Any) -> None:
-    """On SIGTERM, also tell open SSE streams to end cleanly (``web_facade.sse.DRAINING``)."""
-    from web_facade.sse import DRAINING
+    """On SIGTERM, also tell open SSE streams to end cleanly (``web_facade.stream.DRAINING``)."""
+    from web_facade.stream import DRAINING
 
     previous = signal.getsignal(signal.SIGTERM)
 

@@ -12,9 +12,9 @@ import pytest
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.conftest import WAIT
 from tests.web.sse_frames import SseParser
-from web_facade import sse
-from web_facade.agentik_events import event_frame
-from web_facade.sse import HEARTBEAT, EventRelay, event_stream, frame
+from web_facade.agentik_events import frame
+from web_facade.agentik_stream import AgentikStream
+from web_facade.stream import DRAINING, HEARTBEAT, EventRelay
 
 
 class FakeRpcError(grpc.RpcError):
@@ -63,7 +63,7 @@ def _text(seq: int, delta: str) -> pb.Event:
 
 def _body(call: ScriptedCall, heartbeat: float = 10.0) -> tuple[EventRelay, Iterator[bytes]]:
     relay = EventRelay(call)
-    return relay, event_stream(relay, event_frame, heartbeat)
+    return relay, iter(AgentikStream(relay, heartbeat))
 
 
 def test_the_stream_opens_at_once_with_a_retry_hint() -> None:
@@ -120,11 +120,11 @@ def test_a_draining_worker_ends_idle_streams_at_a_frame_boundary() -> None:
     call = ScriptedCall()
     _, body = _body(call)
     next(body)
-    sse.DRAINING.set()
+    DRAINING.set()
     try:
         assert list(body) == []
     finally:
-        sse.DRAINING.clear()
+        DRAINING.clear()
     assert call.cancelled.is_set()
 
 

@@ -15,7 +15,7 @@ from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
 from web_facade.agui import AguiStream
 from web_facade.agui_events import EVENT_TABLE, message_to_agui, to_agui
-from web_facade.sse import DRAINING, EventRelay
+from web_facade.stream import DRAINING, EventRelay
 
 
 def _event(**kind: Any) -> pb.Event:

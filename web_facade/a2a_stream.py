@@ -1,0 +1,70 @@
+"""The A2A SSE body: every ``data:`` is a whole JSON-RPC response.
+
+A streamed task writes one response per A2A stream response (the task, status and
+artifact updates), and ends after the task's final state. A broken engine stream, or one
+that ends before the task did, ends with a JSON-RPC error the peer can act on (ask with
+GetTask); a draining worker ends the stream without a word, and the peer resubscribes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from a2a.types import StreamResponse
+from a2a.utils.errors import A2AError, InternalError
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.a2a_errors import from_rpc
+from web_facade.a2a_jsonrpc import RequestId, encode, error, reply, unexpected
+from web_facade.a2a_tasks import TaskFollow
+from web_facade.stream import EventStream
+
+__all__ = ["A2aStream", "Shape"]
+
+Shape = Callable[[StreamResponse], dict[str, Any]]
+"""One stream response as the JSON ``result`` of the request's A2A version."""
+
+
+class A2aStream(EventStream):
+    """A2A's hooks on the shared stream loop, for one streaming JSON-RPC request."""
+
+    name = "A2A"
+
+    def __init__(
+        self, follow: TaskFollow, heartbeat: float, request_id: RequestId, shape: Shape
+    ) -> None:
+        super().__init__(follow.relay, heartbeat)
+        self._follow = follow
+        self._request_id = request_id
+        self._shape = shape
+
+    def _responses(self, responses: list[StreamResponse]) -> bytes:
+        return b"".join(self._frame(reply(self._request_id, self._shape(r))) for r in responses)
+
+    @staticmethod
+    def _frame(payload: dict[str, Any]) -> bytes:
+        return b"data: " + encode(payload) + b"\n\n"
+
+    def _error(self, exc: A2AError) -> bytes:
+        return self._frame(error(self._request_id, exc))
+
+    def opening(self) -> bytes:
+        return self._responses(self._follow.first)
+
+    def encode_event(self, event: pb.Event) -> bytes:
+        out = self._follow.feed(event)
+        self.done = self._follow.done
+        return self._responses(out)
+
+    def encode_error(self, exc: grpc.RpcError) -> bytes:
+        return self._error(from_rpc(exc))
+
+    def on_end(self) -> bytes:
+        return self._error(
+            InternalError("the engine ended the task's stream early; ask with GetTask")
+        )
+
+    def on_failure(self, exc: Exception) -> bytes:
+        return self._error(exc if isinstance(exc, A2AError) else unexpected(exc))

@@ -24,6 +24,7 @@ ordered as text); event times as REAL epoch seconds, as the events carry them.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -50,6 +51,8 @@ from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Sess
 from engine_service.stores.base import RunBegun, SessionStore
 
 __all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "storage_error"]
+
+log = logging.getLogger(__name__)
 
 _SCHEMA_V1 = """
 CREATE TABLE sessions (
@@ -249,17 +252,37 @@ class SqliteSessionStore(SessionStore):
         """
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with _mapped_errors():
-            self._conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        try:
+            self._conn = self._open(path, timeout, exclusive=False)
+        except sqlite3.OperationalError as exc:
+            if not (exc.sqlite_errorname or "").startswith(("SQLITE_IOERR", "SQLITE_FULL")):
+                raise storage_error(exc) from exc
+            # WAL's shared-memory file cannot be made (a full disk does that). In exclusive
+            # locking mode WAL keeps that index in memory: the engine starts and serves
+            # reads; other processes cannot open the file until it restarts.
+            log.warning("opening %s in exclusive mode: %s", path, storage_error(exc).message)
+            with _mapped_errors():
+                self._conn = self._open(path, timeout, exclusive=True)
         try:
             with _mapped_errors():
-                self._conn.execute("PRAGMA journal_mode = WAL")
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._conn.execute("PRAGMA foreign_keys = ON")
                 self._migrate()
         except BaseException:
             self._conn.close()
             raise
+
+    @staticmethod
+    def _open(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        try:
+            if exclusive:
+                conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _migrate(self) -> None:
         (version,) = self._conn.execute("PRAGMA user_version").fetchone()

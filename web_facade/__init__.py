@@ -25,7 +25,10 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     # module and should not carry Flask, gRPC and the protocol SDKs it never uses.
     from flask import Flask
 
-    from web_facade import a2a, agui, conversations, health
+    from web_facade import health
+    from web_facade.a2a import routes as a2a
+    from web_facade.agentik import routes as agentik
+    from web_facade.agui import routes as agui
     from web_facade.engine_client import EngineClient, install
     from web_facade.errors import install_error_handlers
 
@@ -37,7 +40,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.json.compact = True  # type: ignore[attr-defined]
     install(app, settings, engine or EngineClient(settings.engine_target))
     install_error_handlers(app)
-    app.register_blueprint(conversations.bp)
+    app.register_blueprint(agentik.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)

@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.web.a2a.conftest import V10, Rpc, user_message
-from web_facade.a2a_errors import ERRORS
+from web_facade.a2a.errors import ERRORS
 
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 

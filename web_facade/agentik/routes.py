@@ -13,8 +13,8 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agentik_json import conversation_json, message_json, parts_from_json
-from web_facade.agentik_stream import AgentikStream
+from web_facade.agentik.shapes import conversation_json, message_json, parts_from_json
+from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import invalid
 from web_facade.request_body import parse_json, read_body

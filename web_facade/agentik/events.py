@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agentik_json import message_json, part_json
+from web_facade.agentik.shapes import message_json, part_json
 from web_facade.proto_json import json_value
 
 __all__ = ["EVENT_TABLE", "event_frame", "frame", "to_agentik"]

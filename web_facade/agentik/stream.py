@@ -1,7 +1,7 @@
 """The ``/agentik`` SSE body: one frame per mapped engine event, resumable by id.
 
 Frames are ``id: <seq>\\nevent: <name>\\ndata: <json>\\n\\n`` (see
-:mod:`web_facade.agentik_events`). The stream opens with a ``retry:`` hint for EventSource
+:mod:`web_facade.agentik.events`). The stream opens with a ``retry:`` hint for EventSource
 clients. It ends when the engine's stream does (``send``: after the turn; ``events``: when
 the conversation goes idle with ``until_idle``); a broken engine stream ends with an
 ``error`` frame without id, and a draining worker ends it without a word — the client
@@ -15,7 +15,7 @@ from typing import Final
 import grpc
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agentik_events import event_frame, frame
+from web_facade.agentik.events import event_frame, frame
 from web_facade.errors import from_rpc_error
 from web_facade.stream import EventStream
 

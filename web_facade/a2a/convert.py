@@ -27,7 +27,7 @@ from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.a2a_errors import invalid_params
+from web_facade.a2a.errors import invalid_params
 from web_facade.proto_json import json_value
 
 __all__ = [

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.e2e.conftest import free_port
-from web_facade.agui_input import RunOptions, run_options, run_request
+from web_facade.agui.input import RunOptions, run_options, run_request
 
 
 def _body(**fields: Any) -> dict[str, Any]:

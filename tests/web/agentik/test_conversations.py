@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from flask import Flask
 
+from tests.web.agentik.streams import StreamReader, has, types
 from tests.web.conftest import WAIT, ApiClient
-from tests.web.streams import StreamReader, has, types
 
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

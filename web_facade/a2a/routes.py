@@ -4,8 +4,8 @@ A2A 1.0 (``A2A-Version: 1.0``): SendMessage, SendStreamingMessage, GetTask, List
 CancelTask, SubscribeToTask; push-notification methods answer
 PushNotificationNotSupported. A2A 0.3 (no ``A2A-Version`` header, or ``0.3``):
 message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe. Each method is
-a small function over :class:`web_facade.a2a_tasks.TaskService`; every error, wherever it
-comes from, leaves through ``web_facade.a2a_errors`` as a JSON-RPC error with HTTP 200.
+a small function over :class:`web_facade.a2a.tasks.TaskService`; every error, wherever it
+comes from, leaves through ``web_facade.a2a.errors`` as a JSON-RPC error with HTTP 200.
 Streams are SSE whose every ``data:`` is a whole JSON-RPC response.
 """
 
@@ -41,12 +41,12 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from web_facade import a2a_v03
-from web_facade.a2a_card import CARD_MAX_AGE, CardConfig, card_body, card_config
-from web_facade.a2a_errors import invalid_params
-from web_facade.a2a_jsonrpc import RequestId, encode, error, reply, unexpected
-from web_facade.a2a_stream import A2aStream, Shape
-from web_facade.a2a_tasks import TaskFollow, TaskService
+from web_facade.a2a import v03
+from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config
+from web_facade.a2a.errors import invalid_params
+from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
+from web_facade.a2a.stream import A2aStream, Shape
+from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.request_body import read_body
 
@@ -173,24 +173,24 @@ def _no_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _v03_send(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return a2a_v03.send_result(tasks.send_message(a2a_v03.send_request(params)))
+    return v03.send_result(tasks.send_message(v03.send_request(params)))
 
 
 def _v03_stream(tasks: TaskService, params: dict[str, Any]) -> Result:
-    stream = tasks.send_streaming_message(a2a_v03.send_request(params))
-    return _Stream(stream, a2a_v03.stream_json)
+    stream = tasks.send_streaming_message(v03.send_request(params))
+    return _Stream(stream, v03.stream_json)
 
 
 def _v03_get(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return a2a_v03.task_json(tasks.get_task(*a2a_v03.task_query(params)))
+    return v03.task_json(tasks.get_task(*v03.task_query(params)))
 
 
 def _v03_cancel(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return a2a_v03.task_json(tasks.cancel_task(a2a_v03.task_id(params)))
+    return v03.task_json(tasks.cancel_task(v03.task_id(params)))
 
 
 def _v03_resubscribe(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.subscribe_to_task(a2a_v03.task_id(params)), a2a_v03.stream_json)
+    return _Stream(tasks.subscribe_to_task(v03.task_id(params)), v03.stream_json)
 
 
 METHODS: dict[str, tuple[str, Handler]] = {

@@ -12,8 +12,8 @@ import pytest
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.conftest import WAIT
 from tests.web.sse_frames import SseParser
-from web_facade.agentik_events import frame
-from web_facade.agentik_stream import AgentikStream
+from web_facade.agentik.events import frame
+from web_facade.agentik.stream import AgentikStream
 from web_facade.stream import DRAINING, HEARTBEAT, EventRelay
 
 

@@ -13,8 +13,8 @@ from google.protobuf import struct_pb2
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
-from web_facade.agui import AguiStream
-from web_facade.agui_events import EVENT_TABLE, message_to_agui, to_agui
+from web_facade.agui.events import EVENT_TABLE, message_to_agui, to_agui
+from web_facade.agui.stream import AguiStream
 from web_facade.stream import DRAINING, EventRelay
 
 

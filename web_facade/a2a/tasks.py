@@ -7,7 +7,7 @@ answers for any task, before and after a restart.
 A streamed task is a :class:`TaskFollow`: the relayed engine call and the fold of its events
 into :class:`a2a.types.StreamResponse`; the HTTP layer streams it with the facade's shared
 stream loop. The errors raised are the SDK's ``A2AError`` classes; engine failures go
-through ``a2a_errors.from_rpc``.
+through ``web_facade.a2a.errors.from_rpc``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from a2a.utils.task import apply_history_length
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from web_facade.a2a_convert import RunStream, engine_content, task_from_run
-from web_facade.a2a_errors import from_rpc, invalid_params
+from web_facade.a2a.convert import RunStream, engine_content, task_from_run
+from web_facade.a2a.errors import from_rpc, invalid_params
 from web_facade.engine_client import UNARY_TIMEOUT
 from web_facade.stream import OPEN_WAIT, POLL, EventRelay, open_relay
 

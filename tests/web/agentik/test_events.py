@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.openapi_check import assert_event_conforms
 from tests.web.sse_frames import SseParser
-from web_facade.agentik_events import EVENT_TABLE, event_frame, to_agentik
+from web_facade.agentik.events import EVENT_TABLE, event_frame, to_agentik
 
 
 def _event(seq: int = 7, **kind: Any) -> pb.Event:

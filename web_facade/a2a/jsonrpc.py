@@ -8,7 +8,7 @@ from typing import Any
 
 from a2a.utils.errors import A2AError, InternalError
 
-from web_facade.a2a_errors import error_object
+from web_facade.a2a.errors import error_object
 
 __all__ = ["RequestId", "encode", "error", "reply", "unexpected"]
 

@@ -1,0 +1,45 @@
+"""``POST /agui``: the AG-UI 1.0 facade.
+
+convert (``RunAgentInput`` → ``RunRequest``, :mod:`web_facade.agui.input`) → one engine
+``Run`` call → convert (engine events → AG-UI events, :mod:`web_facade.agui.events`),
+streamed by :class:`web_facade.agui.stream.AguiStream` as ``data: <json>`` SSE frames.
+
+Errors: a request the facade or the engine refuses before the run starts is an HTTP error
+(422 for input that does not validate; the engine's refusals through
+``web_facade.errors``: 400, 409 busy, 503 ...). Once the stream is open every failure is a
+RUN_ERROR, and the stream always ends with RUN_FINISHED or RUN_ERROR — also when the engine
+connection breaks or the worker shuts down mid-run.
+
+The thread id is the engine's session id, so a thread is also an ``/agentik`` conversation.
+The run belongs to the engine: a client that disconnects does not stop it (unless the
+server's ``on_disconnect`` setting or ``forwardedProps.agentik.cancelOnDisconnect`` says so).
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from web_facade.agui.input import parse_input, run_options, run_request
+from web_facade.agui.stream import AguiStream
+from web_facade.engine_client import current_engine, current_settings
+from web_facade.request_body import read_json
+from web_facade.stream import open_relay
+
+__all__ = ["bp"]
+
+bp = Blueprint("agui", __name__)
+
+
+@bp.post("/agui")
+def run() -> Response:
+    """Run one AG-UI turn and stream its events."""
+    run_input = parse_input(read_json())
+    options = run_options(run_input.forwarded_props)
+    settings = current_settings()
+    cancel = options.cancel_on_disconnect
+    if cancel is None:
+        cancel = settings.on_disconnect == "cancel"
+    request = run_request(run_input, options, cancel_on_disconnect=cancel)
+    # A refusal (409 busy, 503 overloaded ...) is an HTTP error, raised before the stream opens.
+    relay = open_relay(current_engine().engine.Run(request))
+    return AguiStream(relay, settings.heartbeat_interval).response()

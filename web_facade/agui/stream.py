@@ -1,0 +1,62 @@
+"""The AG-UI SSE body: ``data: <json>`` frames encoded by ``ag_ui.encoder``.
+
+Once the stream is open every failure is a RUN_ERROR, and the stream always ends with
+RUN_FINISHED or RUN_ERROR — also when the engine connection breaks, the engine's stream
+ends early, the worker shuts down mid-run, or the facade has a bug.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import grpc
+from ag_ui.core import BaseEvent
+from ag_ui.encoder import EventEncoder
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.agui.events import run_error, to_agui
+from web_facade.errors import from_rpc_error
+from web_facade.stream import EventStream
+
+__all__ = ["AguiStream"]
+
+_ENCODER: Final = EventEncoder()
+_TERMINAL: Final = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+
+
+def _encoded(event: BaseEvent) -> bytes:
+    return _ENCODER.encode(event).encode()
+
+
+class AguiStream(EventStream):
+    """The AG-UI SSE body of one run, with its terminal event guaranteed: whatever ends
+    the stream before the engine's RUN_FINISHED or RUN_ERROR writes a RUN_ERROR.
+
+    (When the client sends no state, the engine itself follows RUN_STARTED with a
+    STATE_SNAPSHOT of the thread's state, so the run's STATE_DELTAs apply.)
+    """
+
+    name = "AG-UI"
+
+    def encode_event(self, event: pb.Event) -> bytes:
+        converted = to_agui(event)
+        if converted is None:
+            return b""
+        if converted.type in _TERMINAL:
+            self.done = True
+        return _encoded(converted)
+
+    def encode_error(self, error: grpc.RpcError) -> bytes:
+        mapped = from_rpc_error(error)
+        return _encoded(run_error(mapped.code, mapped.message))
+
+    def on_end(self) -> bytes:
+        message = "the engine's event stream ended before the run did"
+        return _encoded(run_error("engine_error", message))
+
+    def on_drain(self) -> bytes:
+        message = "the server is restarting; the run goes on, reload the thread"
+        return _encoded(run_error("shutting_down", message))
+
+    def on_failure(self, exc: Exception) -> bytes:
+        return _encoded(run_error("internal", "internal error in the web facade"))

@@ -1,0 +1,71 @@
+"""No follower ever sees a seq that is neither stored nor reserved in the store.
+
+That is what makes ids safe across a crash: a new engine continues after the reserved
+block, so an id a client saw can never be given to another event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from engine_service.core import events as ev
+from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.hub import SessionHub
+from engine_service.core.models import Message, Role, RunInput, TextPart
+from engine_service.core.turn import TurnLimits
+from engine_service.llm.base import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.stores import MemorySessionStore
+from engine_service.tools.registry import ToolRegistry
+
+WAIT = 10.0
+
+
+class BurstModel(ChatModel):
+    """Answers with ``count`` text deltas, as fast as the loop takes them."""
+
+    name = "burst"
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        for index in range(self.count):
+            yield TextDelta(f"w{index} ")
+
+
+def test_the_hub_shows_followers_only_reserved_or_stored_events() -> None:
+    hub = SessionHub("s", 0)
+    hub.reserved_seq = 2
+    for _ in range(4):
+        hub.publish("r", ev.StepStarted("x"), wake=False)
+
+    assert [e.seq for e in hub.since(0)] == [1, 2]
+    assert hub.overdrawn and [e.seq for e in hub.unflushed()] == [1, 2, 3, 4]
+    hub.flushed_seq = 3
+    assert [e.seq for e in hub.since(1)] == [2, 3]
+    hub.reserved_seq = 10
+    assert [e.seq for e in hub.since(0)] == [1, 2, 3, 4] and not hub.overdrawn
+
+
+async def test_every_event_a_follower_gets_is_stored_or_reserved_when_it_gets_it() -> None:
+    store = MemorySessionStore()
+    limits = EngineLimits(turn=TurnLimits(seq_block=8, flush_interval=3600.0))
+    engine = Engine(store, BurstModel(300), ToolRegistry(), limits)
+    await engine.start()
+    message = Message(id="u", role=Role.USER, content=[TextPart("go")])
+    handle = await engine.start_run(
+        RunInput(thread_id="t", create_session=True, messages=[message])
+    )
+
+    seen: list[int] = []
+    async with asyncio.timeout(WAIT):
+        async for event in engine.run_events(handle):
+            session = await store.get_session("t")
+            assert event.seq <= max(session.reserved_seq, session.last_seq), event.seq
+            seen.append(event.seq)
+    await engine.shutdown(1.0)
+
+    stored = [e.seq for e in await store.read_events("t", 0, 0)]
+    assert seen == stored == list(range(1, len(stored) + 1))
+    assert len(seen) > 300  # the run went far past its first block of 8

@@ -1,0 +1,56 @@
+"""Reading request bodies, shared by every protocol: the size limit holds with or without a
+``Content-Length``; each protocol words the refusal (413 here, a JSON-RPC error in A2A)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from flask import Flask
+from flask.ctx import RequestContext
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.test import EnvironBuilder
+
+from web_facade.errors import ApiError
+from web_facade.request_body import read_body, read_json
+
+LIMIT = 64
+
+
+@pytest.fixture
+def app() -> Flask:
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = LIMIT
+    return app
+
+
+def _chunked(app: Flask, body: bytes) -> RequestContext:
+    """A request context whose body comes without a length, as chunked bodies do."""
+    environ = EnvironBuilder(method="POST", input_stream=io.BytesIO(body)).get_environ()
+    del environ["CONTENT_LENGTH"]
+    environ["wsgi.input_terminated"] = True
+    return app.request_context(environ)
+
+
+def test_a_chunked_body_within_the_limit_is_read_whole(app: Flask) -> None:
+    with _chunked(app, b"x" * LIMIT):
+        assert read_body() == b"x" * LIMIT
+
+
+def test_a_chunked_body_past_the_limit_is_refused_not_cut(app: Flask) -> None:
+    with _chunked(app, b"x" * (LIMIT + 1)), pytest.raises(RequestEntityTooLarge):
+        read_body()
+
+
+def test_a_body_with_a_length_past_the_limit_is_refused(app: Flask) -> None:
+    request = app.test_request_context("/", method="POST", data=b"x" * (LIMIT + 1))
+    with request, pytest.raises(RequestEntityTooLarge):
+        read_body()
+
+
+def test_a_body_that_is_not_json_is_invalid_json_with_the_parsers_reason(app: Flask) -> None:
+    request = app.test_request_context("/", method="POST", data=b"{nope")
+    with request, pytest.raises(ApiError) as caught:
+        read_json()
+    assert (caught.value.status, caught.value.code) == (400, "invalid_json")
+    assert "line 1 column 2" in caught.value.message

@@ -1,0 +1,89 @@
+"""Faults as tests: the whole stack in real processes, hurt with real signals.
+
+Each test module gets its own stack (the fake LLM in this process; the engine and gunicorn as
+child processes) with a SQLite store file, so a test that kills or restarts part of it does
+not disturb the others. Tests count lost and duplicated event ids (:mod:`tests.faults.ledger`)
+and assert zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.faults.ledger import Ledger, follow, send_request
+from tests.web.e2e.conftest import Stack
+
+WITHIN = 30.0
+"""Upper bound for one stream, replay or wait in these tests, in seconds (a busy host)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "processes: starts the engine, gunicorn and the fake LLM as real processes",
+        "signals: sends real signals (SIGKILL, SIGTERM) to those processes",
+        "procfs: reads gunicorn's workers and their connections from Linux /proc",
+        "load: many concurrent streams (sized to about 20 s on two busy cores)",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("faults")
+    running = Stack(
+        llm,
+        logs,
+        AGENTIK_STORE=f"sqlite:///{logs / 'store.db'}",
+        # Every stream of a test must fit in one worker while the other one is down.
+        AGENTIK_WEB_THREADS="96",
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    async with httpx.AsyncClient(
+        base_url=stack.base_url, timeout=httpx.Timeout(WITHIN), limits=limits
+    ) as client:
+        yield client
+
+
+async def new_conversation(http: httpx.AsyncClient) -> str:
+    response = await http.post("/agentik/conversations", json={})
+    assert response.status_code == 201, response.text
+    conversation_id: str = response.json()["id"]
+    return conversation_id
+
+
+async def open_streams(
+    http: httpx.AsyncClient, conversations: int, turn: str
+) -> tuple[dict[str, Ledger], list[asyncio.Task[bool]]]:
+    """A ``send`` of ``turn`` and an ``/events`` follower from the start, per new conversation.
+
+    Each runs in its own task (:func:`follow`: to the run's end, resuming after drops).
+    """
+    ids = [await new_conversation(http) for _ in range(conversations)]
+    ledgers: dict[str, Ledger] = {}
+    tasks: list[asyncio.Task[bool]] = []
+    for index, conversation_id in enumerate(ids):
+        sender = ledgers[f"send {index}"] = Ledger(conversation_id)
+        tasks.append(
+            asyncio.create_task(follow(http, sender, send_request(conversation_id, turn), WITHIN))
+        )
+        follower = ledgers[f"follow {index}"] = Ledger(conversation_id)
+        path = f"/agentik/conversations/{conversation_id}/events?after=0"
+        tasks.append(asyncio.create_task(follow(http, follower, ("GET", path, None), WITHIN)))
+    return ledgers, tasks

@@ -284,11 +284,18 @@ class StoreView:
         """The seqs ``/agentik`` has an event for, by the engine's own list."""
         return [seq for seq, kind in self.engine if kind not in SKIPPED_BY_AGENTIK]
 
-    def problems(self) -> list[str]:
-        """What is wrong with the references themselves (gaps, repeats, a lossy replay)."""
+    def problems(self, *, crashed: bool = False) -> list[str]:
+        """What is wrong with the references themselves (gaps, repeats, a lossy replay).
+
+        After an engine crash (``crashed``) the seqs may jump forward once per crashed run
+        (the ids the dead engine reserved are skipped); they must still only grow.
+        """
         out = []
         seqs = [seq for seq, _ in self.engine]
-        if seqs != list(range(1, len(seqs) + 1)):
+        if crashed:
+            if seqs != sorted(set(seqs)):
+                out.append(f"engine seqs do not grow: {_runs(seqs)}")
+        elif seqs != list(range(1, len(seqs) + 1)):
             out.append(f"engine seqs are not 1..{len(seqs)}: {_runs(seqs)}")
         if self.replay_ids != self.expected_ids:
             missing = sorted(set(self.expected_ids) - set(self.replay_ids))
@@ -353,6 +360,9 @@ class Audit:
     differing: dict[str, list[int]] = field(default_factory=dict)
     """Ids whose data differ from the stored event's."""
     store_problems: dict[str, list[str]] = field(default_factory=dict)
+    skipped: dict[str, list[int]] = field(default_factory=dict)
+    """After an engine crash: ids a client saw live that were never stored (and never
+    given to another event)."""
 
     @property
     def lost_count(self) -> int:
@@ -380,7 +390,9 @@ class Audit:
         )
 
 
-def audit(ledgers: Iterable[tuple[str, Ledger]], views: dict[str, StoreView]) -> Audit:
+def audit(
+    ledgers: Iterable[tuple[str, Ledger]], views: dict[str, StoreView], *, crashed: bool = False
+) -> Audit:
     """Hold each named ledger against its conversation's store view: it must hold every
     ``/agentik`` id of its conversation exactly once, each with the stored event's data."""
     result = Audit()
@@ -389,7 +401,7 @@ def audit(ledgers: Iterable[tuple[str, Ledger]], views: dict[str, StoreView]) ->
         view = views[ledger.conversation_id]
         if ledger.conversation_id not in checked_views:
             checked_views.add(ledger.conversation_id)
-            if problems := view.problems():
+            if problems := view.problems(crashed=crashed):
                 result.store_problems[ledger.conversation_id] = problems
         result.streams += 1
         ids = ledger.ids
@@ -398,7 +410,15 @@ def audit(ledgers: Iterable[tuple[str, Ledger]], views: dict[str, StoreView]) ->
             result.lost[name] = lost
         if duplicated := ledger.duplicated():
             result.duplicated[name] = duplicated
-        if unknown := sorted(set(ids) - set(view.expected_ids)):
+        unknown = sorted(set(ids) - set(view.expected_ids))
+        if crashed:
+            # Seen live but not stored before the crash: allowed, as long as no stored
+            # event has such an id (it was skipped, never given to another event).
+            engine_seqs = {seq for seq, _ in view.engine}
+            if skipped := [i for i in unknown if i not in engine_seqs]:
+                result.skipped[name] = skipped
+            unknown = [i for i in unknown if i in engine_seqs]
+        if unknown:
             result.unknown[name] = unknown
         stored = {f.id: f.data for f in view.replay}
         if differing := [f.id for f in ledger.frames if f.id in stored and stored[f.id] != f.data]:

@@ -1,0 +1,99 @@
+"""kill -9 of the engine with 20 streams open through the facade: clients resume with
+``Last-Event-ID`` once a new engine is up, get the closing events of their turns, and see
+no id twice; the partial answers are kept."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.faults.conftest import WITHIN, open_streams
+from tests.faults.ledger import audit, poll, store_view
+from tests.faults.procs import NEEDS_SIGNALS
+from tests.web.e2e.conftest import ENGINE_LISTENING, Process, Stack, free_port
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.signals,
+    pytest.mark.load,
+    NEEDS_SIGNALS,
+    pytest.mark.timeout(180),
+]
+
+CONVERSATIONS = 10
+"""Each with a ``send`` stream and an ``/events`` follower: 20 streams."""
+TURN = "[[slow:0.02]] [[chunks:400]]"
+"""About 8 s of text per turn: every turn is mid-answer when the engine dies."""
+
+
+@pytest.fixture(scope="module")
+def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("engine-killed")
+    # A fixed engine port, so the facade finds the new engine where the old one was.
+    running = Stack(
+        llm,
+        logs,
+        AGENTIK_STORE=f"sqlite:///{logs / 'store.db'}",
+        AGENTIK_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+        # Every stream must have a thread even if one worker takes them all.
+        AGENTIK_WEB_THREADS="96",
+    )
+    yield running
+    running.stop()
+
+
+def _restart_engine(stack: Stack) -> None:
+    stack.engine.stop(signal.SIGKILL)
+    stack.engine = Process(
+        "engine", [sys.executable, "-m", "engine_service"], stack.env, stack.logs
+    )
+    assert int(stack.engine.wait_for_log(ENGINE_LISTENING)) == stack.grpc_port
+
+
+async def test_streams_cut_by_an_engine_kill_resume_on_the_new_engine_without_a_repeated_id(
+    stack: Stack, http: httpx.AsyncClient
+) -> None:
+    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN)
+    try:
+        await poll(
+            lambda: all(ledger.count("append_text") >= 20 for ledger in ledgers.values()),
+            "every stream to be mid-answer",
+            WITHIN,
+        )
+        seen_before = {name: ledger.last_id for name, ledger in ledgers.items()}
+        finished = {name for name, ledger in ledgers.items() if ledger.frames[-1].type == "end"}
+        _restart_engine(stack)
+        for run in runs:
+            assert await run, "a stream did not reach its turn's end"
+    finally:
+        for run in runs:
+            run.cancel()
+
+    target = f"127.0.0.1:{stack.grpc_port}"
+    conversations = {ledger.conversation_id for ledger in ledgers.values()}
+    views = {c: await store_view(http, target, c, WITHIN) for c in conversations}
+    result = audit(ledgers.items(), views, crashed=True)
+    assert result.clean(), str(result)
+    assert result.lost_count == 0 and result.duplicated_count == 0
+    # What the dead engine showed but had not stored yet: at most a flush interval (50 ms,
+    # a few 20 ms chunks) per turn, and those ids stay unused.
+    assert all(len(ids) <= 10 for ids in result.skipped.values()), result.skipped
+    assert not finished, f"turns ended before the kill: {sorted(finished)}"
+    for name, ledger in ledgers.items():
+        assert ledger.frames[-1].type == "interrupted", name
+        assert ledger.resumes >= 1, f"{name} did not need to resume?"
+        after = [f.id for f in ledger.frames if f.id is not None and f.id > seen_before[name]]
+        assert after, f"{name} got nothing after the crash"
+        kept = views[ledger.conversation_id].assistant_text()
+        # The kept partial answer is what was stored: a prefix of what the client saw.
+        assert kept and ledger.text().startswith(kept), name
+    # The conversations are free: a new turn runs on the new engine.
+    reply = await http.post(
+        f"/agentik/conversations/{next(iter(conversations))}/send", json={"text": "again"}
+    )
+    assert reply.status_code == 200 and "event: end" in reply.text

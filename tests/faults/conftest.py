@@ -15,8 +15,18 @@ import httpx
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.faults.ledger import Ledger, follow, send_request
+from tests.faults.ledger import Ledger, follow, poll, send_request
+from tests.faults.procs import NEEDS_SIGNALS
 from tests.web.e2e.conftest import Stack
+
+SIGNAL_MARKS = [
+    pytest.mark.processes,
+    pytest.mark.signals,
+    pytest.mark.load,
+    NEEDS_SIGNALS,
+    pytest.mark.timeout(180),
+]
+"""The marks of a test that hurts the stack's processes with signals under load."""
 
 WITHIN = 30.0
 """Upper bound for one stream, replay or wait in these tests, in seconds (a busy host)."""
@@ -69,11 +79,12 @@ async def new_conversation(http: httpx.AsyncClient) -> str:
 
 
 async def open_streams(
-    http: httpx.AsyncClient, conversations: int, turn: str
+    http: httpx.AsyncClient, conversations: int, turn: str, *, mid_turn: int = 0
 ) -> tuple[dict[str, Ledger], list[asyncio.Task[bool]]]:
     """A ``send`` of ``turn`` and an ``/events`` follower from the start, per new conversation.
 
     Each runs in its own task (:func:`follow`: to the run's end, resuming after drops).
+    With ``mid_turn`` it returns once every stream got that many ``append_text`` events.
     """
     ids = [await new_conversation(http) for _ in range(conversations)]
     ledgers: dict[str, Ledger] = {}
@@ -86,4 +97,14 @@ async def open_streams(
         follower = ledgers[f"follow {index}"] = Ledger(conversation_id)
         path = f"/agentik/conversations/{conversation_id}/events?after=0"
         tasks.append(asyncio.create_task(follow(http, follower, ("GET", path, None), WITHIN)))
+    try:
+        await poll(
+            lambda: all(ledger.count("append_text") >= mid_turn for ledger in ledgers.values()),
+            "every stream to be mid-turn",
+            WITHIN,
+        )
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
     return ledgers, tasks

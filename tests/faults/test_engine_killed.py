@@ -12,18 +12,11 @@ import httpx
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.faults.conftest import WITHIN, open_streams
-from tests.faults.ledger import audit, poll, store_view
-from tests.faults.procs import NEEDS_SIGNALS
+from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
+from tests.faults.ledger import audit, store_view
 from tests.web.e2e.conftest import ENGINE_LISTENING, Process, Stack, free_port
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.signals,
-    pytest.mark.load,
-    NEEDS_SIGNALS,
-    pytest.mark.timeout(180),
-]
+pytestmark = SIGNAL_MARKS
 
 CONVERSATIONS = 10
 """Each with a ``send`` stream and an ``/events`` follower: 20 streams."""
@@ -58,13 +51,8 @@ def _restart_engine(stack: Stack) -> None:
 async def test_streams_cut_by_an_engine_kill_resume_on_the_new_engine_without_a_repeated_id(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
-    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN)
+    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN, mid_turn=20)
     try:
-        await poll(
-            lambda: all(ledger.count("append_text") >= 20 for ledger in ledgers.values()),
-            "every stream to be mid-answer",
-            WITHIN,
-        )
         seen_before = {name: ledger.last_id for name, ledger in ledgers.items()}
         finished = {name for name, ledger in ledgers.items() if ledger.frames[-1].type == "end"}
         _restart_engine(stack)

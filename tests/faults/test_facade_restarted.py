@@ -5,20 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import pytest
 
-from tests.faults.conftest import WITHIN, open_streams
-from tests.faults.ledger import audit, poll, store_view
-from tests.faults.procs import NEEDS_SIGNALS
+from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
+from tests.faults.ledger import audit, store_view
 from tests.web.e2e.conftest import Stack
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.signals,
-    pytest.mark.load,
-    NEEDS_SIGNALS,
-    pytest.mark.timeout(180),
-]
+pytestmark = SIGNAL_MARKS
 
 CONVERSATIONS = 25
 """Each with a ``send`` stream and an ``/events`` follower: 50 streams."""
@@ -29,13 +21,8 @@ TURN = "[[slow:0.02]] [[chunks:300]]"
 async def test_streams_of_a_sigterm_stopped_facade_end_at_a_frame_boundary_and_resume_on_a_new_one(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
-    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN)
+    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN, mid_turn=3)
     try:
-        await poll(
-            lambda: all(ledger.count("append_text") >= 3 for ledger in ledgers.values()),
-            "every stream to be mid-turn",
-            WITHIN,
-        )
         # gunicorn drains: each open stream ends at its next frame boundary, then the master
         # exits. The clients keep trying to resume meanwhile (connections refused).
         await asyncio.to_thread(stack.web.stop)

@@ -7,20 +7,12 @@ import asyncio
 import httpx
 import pytest
 
-from tests.faults.conftest import WITHIN, open_streams
+from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
 from tests.faults.ledger import audit, poll, store_view
-from tests.faults.procs import NEEDS_PROCFS, NEEDS_SIGNALS, kill_busiest_worker, worker_pids
+from tests.faults.procs import NEEDS_PROCFS, kill_busiest_worker, worker_pids
 from tests.web.e2e.conftest import STARTUP, Stack
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.signals,
-    pytest.mark.procfs,
-    pytest.mark.load,
-    NEEDS_PROCFS,
-    NEEDS_SIGNALS,
-    pytest.mark.timeout(180),
-]
+pytestmark = [*SIGNAL_MARKS, pytest.mark.procfs, NEEDS_PROCFS]
 
 CONVERSATIONS = 25
 """Each with a ``send`` stream and an ``/events`` follower: 50 streams."""
@@ -31,13 +23,8 @@ TURN = "[[slow:0.02]] [[chunks:300]]"
 async def test_streams_cut_by_a_killed_web_worker_resume_on_another_and_lose_or_repeat_nothing(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
-    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN)
+    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN, mid_turn=3)
     try:
-        await poll(
-            lambda: all(ledger.count("append_text") >= 3 for ledger in ledgers.values()),
-            "every stream to be mid-turn",
-            WITHIN,
-        )
         master = stack.web.popen.pid
         killed, cut = kill_busiest_worker(master, stack.http_port)
         assert cut > 0, "the killed worker held no stream"

@@ -32,16 +32,6 @@ WITHIN = 30.0
 """Upper bound for one stream, replay or wait in these tests, in seconds (a busy host)."""
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    for line in (
-        "processes: starts the engine, gunicorn and the fake LLM as real processes",
-        "signals: sends real signals (SIGKILL, SIGTERM) to those processes",
-        "procfs: reads gunicorn's workers and their connections from Linux /proc",
-        "load: many concurrent streams (sized to about 20 s on two busy cores)",
-    ):
-        config.addinivalue_line("markers", line)
-
-
 @pytest.fixture(scope="module")
 def llm() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as fake:

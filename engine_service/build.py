@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 
 from engine_service.config import Settings
+from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.registry import ToolRegistry
 from engine_service.core.turn import TurnLimits
-from engine_service.llm.base import ChatModel
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
 from engine_service.tools.builtin import builtin_tools
 from engine_service.tools.mcp_sources import McpToolSources
-from engine_service.tools.registry import ToolRegistry
 
 __all__ = ["build_engine", "build_mcp_sources", "build_model", "build_tools"]
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from engine_service.core import events as ev
+from engine_service.core.chat import ChatModel
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
@@ -32,10 +33,9 @@ from engine_service.core.models import (
     Session,
 )
 from engine_service.core.recovery import close_abandoned_run
+from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import SessionStore
 from engine_service.core.turn import Turn, TurnLimits
-from engine_service.llm.base import ChatModel
-from engine_service.stores.base import SessionStore
-from engine_service.tools.registry import ToolRegistry
 
 __all__ = ["Engine", "EngineLimits", "RunHandle"]
 

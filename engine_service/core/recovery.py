@@ -32,7 +32,7 @@ from engine_service.core.models import (
     RunStatus,
     TextPart,
 )
-from engine_service.stores.base import SessionStore
+from engine_service.core.store import SessionStore
 
 __all__ = ["ABANDONED_CODE", "close_abandoned_run"]
 

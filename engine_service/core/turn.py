@@ -19,6 +19,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from engine_service.core import events as ev
+from engine_service.core.chat import (
+    ChatModel,
+    ChatRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageDelta,
+)
 from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.history import chat_messages, new_id
 from engine_service.core.hub import SessionHub
@@ -34,18 +43,9 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
-from engine_service.llm.base import (
-    ChatModel,
-    ChatRequest,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    ToolSpec,
-    UsageDelta,
-)
-from engine_service.stores.base import SessionStore
-from engine_service.tools.base import ToolContext, ToolError, ToolResult
-from engine_service.tools.registry import ToolRegistry
+from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import SessionStore
+from engine_service.core.tool import ToolContext, ToolError, ToolResult
 
 __all__ = ["Turn", "TurnLimits"]
 

@@ -12,8 +12,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 
-from engine_service.core.models import JSON, Message, Role, message_text
-from engine_service.llm.base import (
+from engine_service.core.chat import (
     ChatDelta,
     ChatModel,
     ChatRequest,
@@ -23,6 +22,7 @@ from engine_service.llm.base import (
     ToolCallDelta,
     UsageDelta,
 )
+from engine_service.core.models import JSON, Message, Role, message_text
 
 __all__ = ["OfflineChatModel"]
 

@@ -19,9 +19,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
-from engine_service.core.errors import LLMError
-from engine_service.core.models import ImagePart, Message, Role, TextPart, message_text
-from engine_service.llm.base import (
+from engine_service.core.chat import (
     ChatDelta,
     ChatModel,
     ChatRequest,
@@ -32,6 +30,8 @@ from engine_service.llm.base import (
     ToolSpec,
     UsageDelta,
 )
+from engine_service.core.errors import LLMError
+from engine_service.core.models import ImagePart, Message, Role, TextPart, message_text
 
 __all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from engine_service.stores.base import RunBegun, SessionStore
+from engine_service.core.store import RunBegun, SessionStore
 from engine_service.stores.memory import MemorySessionStore
 from engine_service.stores.sqlite import SqliteSessionStore
 

@@ -28,7 +28,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
-from engine_service.stores.base import RunBegun, SessionStore
+from engine_service.core.store import RunBegun, SessionStore
 
 __all__ = ["MemorySessionStore"]
 

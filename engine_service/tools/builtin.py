@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from engine_service.core.events import StateDelta, StateSnapshot
 from engine_service.core.jsonpatch import JsonPatchError, apply_patch
 from engine_service.core.models import JSON
-from engine_service.tools.base import Tool, ToolContext, ToolError, ToolResult
+from engine_service.core.tool import Tool, ToolContext, ToolError, ToolResult
 
 __all__ = [
     "CalculateTool",

@@ -41,11 +41,11 @@ from pydantic import ValidationError
 from engine_service import __version__
 from engine_service.core.events import Custom
 from engine_service.core.models import JSON
-from engine_service.tools.base import Tool, ToolContext, ToolResult
+from engine_service.core.registry import READY, ToolRegistry
+from engine_service.core.tool import Tool, ToolContext, ToolResult
 from engine_service.tools.mcp_config import McpServerConfig
 from engine_service.tools.mcp_results import disambiguate, tool_name, tool_result
 from engine_service.tools.mcp_transport import STREAM_READ_TIMEOUT, open_transport
-from engine_service.tools.registry import READY, ToolRegistry
 
 __all__ = [
     "DISCONNECTED",

@@ -37,7 +37,7 @@ from mcp_types import (
 )
 
 from engine_service.core.models import ContentPart, ImagePart
-from engine_service.tools.base import ToolResult
+from engine_service.core.tool import ToolResult
 
 __all__ = ["MAX_TOOL_NAME", "SEPARATOR", "disambiguate", "tool_name", "tool_result"]
 

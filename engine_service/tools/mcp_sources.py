@@ -11,8 +11,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from engine_service.core.registry import ToolRegistry
 from engine_service.tools.mcp_config import McpServerConfig
-from engine_service.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from engine_service.tools.mcp import McpToolSource

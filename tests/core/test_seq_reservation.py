@@ -10,13 +10,13 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from engine_service.core import events as ev
+from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hub import SessionHub
 from engine_service.core.models import Message, Role, RunInput, TextPart
+from engine_service.core.registry import ToolRegistry
 from engine_service.core.turn import TurnLimits
-from engine_service.llm.base import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.stores import MemorySessionStore
-from engine_service.tools.registry import ToolRegistry
 
 WAIT = 10.0
 

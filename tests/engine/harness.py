@@ -12,12 +12,12 @@ import grpc
 
 from engine_service.build import build_engine
 from engine_service.config import Settings, load_settings
+from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine
-from engine_service.llm.base import ChatModel
+from engine_service.core.tool import Tool
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
-from engine_service.tools.base import Tool
 
 WAIT = 10.0
 """Upper bound for every wait in these tests, in seconds."""

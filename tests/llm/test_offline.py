@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from engine_service.core.models import Message, Role, TextPart, ToolCall
-from engine_service.llm.base import (
+from engine_service.core.chat import (
     ChatDelta,
     ChatRequest,
     FinishDelta,
@@ -17,6 +16,7 @@ from engine_service.llm.base import (
     ToolSpec,
     UsageDelta,
 )
+from engine_service.core.models import Message, Role, TextPart, ToolCall
 from engine_service.llm.offline import OfflineChatModel
 
 TIME = ToolSpec("current_time", "The time.", {"type": "object", "properties": {}})

@@ -10,9 +10,7 @@ from typing import cast
 
 import pytest
 
-from engine_service.core.errors import LLMError
-from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
-from engine_service.llm.base import (
+from engine_service.core.chat import (
     ChatDelta,
     ChatRequest,
     FinishDelta,
@@ -22,6 +20,8 @@ from engine_service.llm.base import (
     ToolSpec,
     UsageDelta,
 )
+from engine_service.core.errors import LLMError
+from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
 from engine_service.llm.openai_chat import OpenAIChatModel
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from engine_service.core.events import EventBody
-from engine_service.tools.base import ToolContext
+from engine_service.core.registry import ToolRegistry
+from engine_service.core.tool import ToolContext
 from engine_service.tools.mcp import McpToolSource
 from engine_service.tools.mcp_config import McpServerConfig
-from engine_service.tools.registry import ToolRegistry
 
 DEMO = str(Path(__file__).with_name("demo_server.py"))
 WAIT = 20.0

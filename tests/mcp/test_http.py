@@ -10,8 +10,8 @@ import pytest
 
 from engine_service.core.events import Custom
 from engine_service.core.models import ImagePart
+from engine_service.core.registry import READY, ToolRegistry
 from engine_service.tools.mcp import DISCONNECTED, McpTool, SourceState
-from engine_service.tools.registry import READY, ToolRegistry
 from tests.mcp.servers import (
     WAIT,
     DemoHttpServer,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine_service.core.events import Custom
+from engine_service.core.registry import READY, ToolRegistry
 from engine_service.tools.mcp import DISCONNECTED, McpTool, McpToolSource, SourceState
-from engine_service.tools.registry import READY, ToolRegistry
 from tests.mcp.servers import (
     WAIT,
     Emitted,

@@ -9,7 +9,7 @@ import pytest
 
 from engine_service.core.events import EventBody, StateDelta, StateSnapshot
 from engine_service.core.models import JSON
-from engine_service.tools.base import ToolContext, ToolError
+from engine_service.core.tool import ToolContext, ToolError
 from engine_service.tools.builtin import (
     MAX_EXPRESSION_CHARS,
     CalculateTool,

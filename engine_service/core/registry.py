@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from engine_service.llm.base import ToolSpec
-from engine_service.tools.base import Tool
+from engine_service.core.chat import ToolSpec
+from engine_service.core.tool import Tool
 
 __all__ = ["READY", "ToolRegistry"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from engine_service.core.chat import ToolSpec
 from engine_service.core.models import JSON
-from engine_service.llm.base import ToolSpec
-from engine_service.tools.base import Tool, ToolContext, ToolResult
+from engine_service.core.registry import READY, ToolRegistry
+from engine_service.core.tool import Tool, ToolContext, ToolResult
 from engine_service.tools.builtin import builtin_tools
-from engine_service.tools.registry import READY, ToolRegistry
 
 
 class EchoTool(Tool):

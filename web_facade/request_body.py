@@ -5,11 +5,24 @@ body (no length) is cut silently at the limit, and the view would parse a trunca
 document. So a chunked body is read one byte past the limit and refused when it is longer.
 Each protocol words the refusal its own way (``/agentik`` and AG-UI: HTTP 413; A2A: a
 JSON-RPC InvalidRequest), so this module raises werkzeug's ``RequestEntityTooLarge``.
+
+Python's JSON parser accepts documents the engine's protobuf messages cannot carry, and
+those used to fail deep inside a conversion as a 5xx. :func:`check_json` refuses them where
+every body is parsed, naming the field, with :class:`UnacceptableJson`:
+
+- strings (values and keys) that are not Unicode scalar values: a lone UTF-16 surrogate
+  (``"x\\ud83d"``, or its raw bytes, which ``json.loads`` lets through);
+- nesting deeper than :data:`MAX_JSON_DEPTH` (the body itself is level 1): each JSON level
+  is two protobuf levels in a ``Struct``, and protobuf stops at 100;
+- numbers that are not finite: ``1e400`` (parses as infinity), ``NaN``, ``Infinity`` and
+  ``-Infinity`` (literals Python accepts), and integers beyond a double's range.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from typing import Any
 
 from flask import request
@@ -17,7 +30,93 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from web_facade.errors import ApiError
 
-__all__ = ["parse_json", "read_body", "read_json"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "UnacceptableJson",
+    "check_json",
+    "field_path",
+    "parse_json",
+    "read_body",
+    "read_json",
+]
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of objects and arrays in a request body; the body itself is level 1."""
+
+_PATH_SHOWN = 6
+"""Segments of a path a depth refusal shows before eliding the rest."""
+
+Path = tuple[str | int, ...]
+
+
+class UnacceptableJson(ValueError):
+    """Valid JSON the engine cannot take; ``path`` leads from the body to the culprit."""
+
+    def __init__(self, path: Path, problem: str, shown: int | None = None) -> None:
+        self.path = path
+        self.problem = problem
+        self.shown = shown
+        super().__init__(f"{self.field() or 'the request body'}: {problem}")
+
+    def field(self, skip: int = 0) -> str:
+        """The path as text, without its first ``skip`` segments (A2A drops ``params``)."""
+        shown = None if self.shown is None else self.shown - skip
+        return field_path(self.path[skip:], shown)
+
+
+def field_path(path: Path, shown: int | None = None) -> str:
+    """``("tools", 0, "parameters")`` as ``tools[0].parameters``; past ``shown`` segments, ``…``."""
+    out = ""
+    for segment in path[:shown]:
+        if isinstance(segment, int):
+            out += f"[{segment}]"
+        else:
+            out += f".{segment.encode('utf-8', 'backslashreplace').decode()}" if out else segment
+    if shown is not None and len(path) > shown:
+        out += "…"
+    return out
+
+
+def _scalar_problem(text: str) -> str | None:
+    """Why ``text`` is not a string of Unicode scalar values, or None when it is."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"contains a lone UTF-16 surrogate \\u{ord(text[exc.start]):04x}; "
+            "strings must be valid Unicode (scalar values only)"
+        )
+    return None
+
+
+def check_json(value: Any, path: Path = ()) -> None:
+    """Refuse (:class:`UnacceptableJson`) what protobuf cannot carry; see the module doc."""
+    if len(path) >= MAX_JSON_DEPTH and isinstance(value, dict | list):
+        too_deep = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
+        raise UnacceptableJson(path, too_deep, shown=_PATH_SHOWN)
+    if isinstance(value, str):
+        problem = _scalar_problem(value)
+        if problem is not None:
+            raise UnacceptableJson(path, problem)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise UnacceptableJson(path, f"must be a finite number, got {value}")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > sys.float_info.max:
+            raise UnacceptableJson(
+                path, "must be a finite number; this one is beyond a double's range"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            bad_key = _scalar_problem(key)
+            if bad_key is not None:
+                raise UnacceptableJson(path, f"an object key {bad_key}")
+            check_json(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_json(item, (*path, index))
 
 
 def read_body() -> bytes:
@@ -32,14 +131,22 @@ def read_body() -> bytes:
     return data
 
 
-def parse_json(raw: bytes) -> Any:
-    """``raw`` as JSON; 400 ``invalid_json`` (with the parser's reason) when it is not."""
+def parse_json(raw: bytes, unacceptable: int = 400) -> Any:
+    """``raw`` as JSON; 400 ``invalid_json`` (with the parser's reason) when it is not, and
+    ``unacceptable`` (400 or 422) ``invalid_argument`` naming the field when :func:`check_json`
+    refuses it."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
+    try:
+        check_json(value)
+    except UnacceptableJson as exc:
+        raise ApiError(unacceptable, "invalid_argument", str(exc)) from None
+    return value
 
 
-def read_json() -> Any:
-    """The body as JSON; 400 ``invalid_json`` when it is not, 413 past the limit."""
-    return parse_json(read_body())
+def read_json(unacceptable: int = 400) -> Any:
+    """The body as JSON; 400 ``invalid_json`` when it is not, 413 past the limit, and
+    ``unacceptable`` for JSON the engine cannot take (see :func:`parse_json`)."""
+    return parse_json(read_body(), unacceptable)

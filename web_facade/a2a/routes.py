@@ -48,7 +48,7 @@ from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.stream import A2aStream, Shape
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
-from web_facade.request_body import read_body
+from web_facade.request_body import UnacceptableJson, check_json, read_body
 
 __all__ = ["METHODS", "VERSION_HEADER", "bp"]
 
@@ -239,6 +239,16 @@ def _body() -> bytes:
         raise InvalidRequestError(f"the request body is larger than {limit} bytes") from None
 
 
+def _check(body: object) -> None:
+    """JSON the engine cannot take: invalid params under ``params``, else an invalid request."""
+    try:
+        check_json(body)
+    except UnacceptableJson as exc:
+        if exc.path[:1] == ("params",) and isinstance(body, dict) and "method" in body:
+            raise invalid_params(exc.field(skip=1) or "params", exc.problem) from None
+        raise InvalidRequestError(str(exc)) from None
+
+
 def _request_id(body: object) -> RequestId:
     """The request's id when it is a usable one (a string or an integer), else None."""
     if not isinstance(body, dict):
@@ -317,6 +327,7 @@ def rpc() -> Response:
         except (ValueError, RecursionError) as exc:
             raise JSONParseError(f"the request body is not valid JSON: {exc}") from None
         request_id = _request_id(body)
+        _check(body)
         method, params = _call_of(body)
         handler = _handler(method, _dialect(request.headers.get(VERSION_HEADER)))
         result = handler(TaskService(current_engine().engine), params)

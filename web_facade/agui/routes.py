@@ -33,7 +33,7 @@ bp = Blueprint("agui", __name__)
 @bp.post("/agui")
 def run() -> Response:
     """Run one AG-UI turn and stream its events."""
-    run_input = parse_input(read_json())
+    run_input = parse_input(read_json(unacceptable=422))
     options = run_options(run_input.forwarded_props)
     settings = current_settings()
     cancel = options.cancel_on_disconnect

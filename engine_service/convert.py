@@ -82,8 +82,15 @@ def _value(value: JSON) -> struct_pb2.Value:
     return out
 
 
-def _from_value(value: struct_pb2.Value) -> JSON:
-    return json_format.MessageToDict(value)
+def _from_value(value: struct_pb2.Value | struct_pb2.Struct, field: str = "value") -> JSON:
+    """A Struct or Value as JSON; a number JSON cannot carry is ``InvalidInput`` naming
+    ``field``."""
+    try:
+        return json_format.MessageToDict(value)
+    except ValueError as exc:  # json_format refuses infinite and NaN numbers
+        raise InvalidInput(
+            f"{field} holds an infinite or NaN number, which JSON cannot carry"
+        ) from exc
 
 
 # -- outbound -------------------------------------------------------------------------
@@ -305,12 +312,12 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
         run_id=request.run_id,
         messages=[message_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)],
         tools=[
-            ClientTool(t.name, t.description, json_format.MessageToDict(t.parameters))
-            for t in request.tools
+            ClientTool(t.name, t.description, _from_value(t.parameters, f"tools[{i}].parameters"))
+            for i, t in enumerate(request.tools)
         ],
         context=[ContextItem(c.description, c.value) for c in request.context],
-        state=_from_value(request.state) if request.HasField("state") else UNSET,
-        forwarded_props=json_format.MessageToDict(request.forwarded_props),
+        state=_from_value(request.state, "state") if request.HasField("state") else UNSET,
+        forwarded_props=_from_value(request.forwarded_props, "forwarded_props"),
         reconcile=reconcile,
         create_session=request.create_session,
         cancel_on_disconnect=request.cancel_on_disconnect,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
@@ -22,17 +24,33 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 __all__ = ["AgentEngineServicer"]
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 async def _mapped(context: Context, call: Callable[[], Awaitable[T]]) -> T:
-    """Run ``call``; a core error aborts the RPC with the status the table gives."""
+    """Run ``call``; a core error aborts the RPC with the status the table gives, anything
+    else with INTERNAL and a plain message (the detail goes to the log)."""
     try:
         return await call()
     except AgentikError as exc:
         await context.abort(status_for(exc), exc.message)
         raise  # unreachable: abort raises
+    except Exception:
+        await _internal(context)
+        raise  # unreachable: abort raises
+
+
+async def _internal(context: Context, run_id: str = "") -> None:
+    """Abort with INTERNAL for an unexpected exception (being handled): the client gets
+    a reference to the log, never the exception's class or message."""
+    reference = f"run {run_id}" if run_id else f"ref {uuid.uuid4().hex[:12]}"
+    log.exception("unexpected error in an RPC (%s)", reference)
+    await context.abort(
+        grpc.StatusCode.INTERNAL, f"internal error; see the engine log ({reference})"
+    )
 
 
 class AgentEngineServicer(pb_grpc.AgentEngineServicer):
@@ -49,6 +67,10 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             async for event in self.engine.run_events(handle):
                 yield event_to_pb(event)
             ended = True
+        except AgentikError as exc:
+            await context.abort(status_for(exc), exc.message)
+        except Exception:
+            await _internal(context, handle.run_id)
         finally:
             # The caller went away early. The run is the engine's and goes on, unless asked.
             if not ended and run_input.cancel_on_disconnect:
@@ -71,9 +93,14 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         first = await _mapped(context, lambda: _first(events))
         if first is None:
             return
-        yield event_to_pb(first)
-        async for event in events:
-            yield event_to_pb(event)
+        try:
+            yield event_to_pb(first)
+            async for event in events:
+                yield event_to_pb(event)
+        except AgentikError as exc:
+            await context.abort(status_for(exc), exc.message)
+        except Exception:
+            await _internal(context)
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
         session = await _mapped(

@@ -1,7 +1,8 @@
 """gunicorn settings for the web facade (``gunicorn -c python:web_facade.gunicorn_conf``).
 
 Values come from agentik's settings (env, or the TOML file named by ``AGENTIK_CONFIG``):
-``AGENTIK_HTTP_ADDR``, ``AGENTIK_WEB_WORKERS``, ``AGENTIK_WEB_THREADS``. ``gthread`` workers:
+``AGENTIK_HTTP_ADDR``, ``AGENTIK_WEB_WORKERS``, ``AGENTIK_WEB_THREADS``. ``gthread`` workers
+(``web_facade.gunicorn_worker``: gthread whose 414/431 refusals are JSON):
 each open SSE stream holds one thread, so a worker serves ``threads`` streams at once.
 This file imports no gRPC and makes no channel: workers make theirs after the fork.
 """
@@ -27,7 +28,8 @@ except ConfigError as _exc:
 
 wsgi_app = "web_facade:create_app()"
 bind = [_settings.http_addr]
-worker_class = "gthread"
+# gthread, with gunicorn's own 414 and 431 refusals answered as JSON error bodies.
+worker_class = "web_facade.gunicorn_worker.JsonErrorsThreadWorker"
 workers = _settings.web_workers
 threads = _settings.web_threads
 # gthread workers report to the master from their main loop, whatever their threads do, so

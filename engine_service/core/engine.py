@@ -19,6 +19,7 @@ from engine_service.core.chat import ChatModel
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
+    SessionNotFound,
     ShuttingDown,
     StorageUnavailable,
 )
@@ -321,6 +322,8 @@ class Engine:
                     f"tools[{index}].name {tool.name!r} collides with an engine tool"
                 )
         session_id = run_input.thread_id
+        if not incoming:
+            await self._refuse_empty_history(run_input)
         self._refuse_unsettled(session_id)
         begun = await self._writing(
             self.store.begin_run(
@@ -364,6 +367,22 @@ class Engine:
         self._turns[session_id] = turn
         turn.start()
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
+
+    async def _refuse_empty_history(self, run_input: RunInput) -> None:
+        """A run without new messages answers the stored history; with none, refuse."""
+        if run_input.reconcile is ReconcileMode.APPEND:
+            try:
+                session = await self.store.get_session(run_input.thread_id)
+            except SessionNotFound:
+                if not run_input.create_session:
+                    raise
+            else:
+                if session.message_count > 0:
+                    return
+        raise InvalidInput(
+            "messages: a run needs at least one message, and this conversation has no "
+            "history to answer"
+        )
 
     def _turn_done(self, turn: Turn) -> None:
         if self._turns.get(turn.session_id) is turn:

@@ -15,6 +15,7 @@ Anything else is a bug in the facade: it is logged and answered 500 ``internal``
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, NoReturn
 
 import grpc
@@ -71,6 +72,23 @@ HTTP_CODES: dict[int, str] = {
 
 _UNREACHABLE_DETAILS = ("failed to connect", "connection refused", "dns resolution failed")
 
+_INTERNALS = re.compile(
+    r"[A-Za-z][\w+.-]*://"  # a URL
+    r"|\b(?:ipv4|ipv6|unix|dns):"  # a gRPC address
+    r"|\b\d{1,3}(?:\.\d{1,3}){3}\b"  # an IPv4 address
+    r"|\[[0-9a-fA-F:]*:[0-9a-fA-F:]*\]"  # a bracketed IPv6 address
+    r"|\b[\w.-]+:\d{2,5}\b"  # host:port
+    r"|<class '|\bTraceback\b|\b[A-Z]\w*(?:Error|Exception)\b"  # Python exceptions
+    r"|(?<![\w/])/(?:[\w.-]+/)+[\w.-]*"  # an absolute file path
+)
+"""What must not reach a client: internal URLs, addresses, hosts and exception classes."""
+
+_WITHOUT_DETAILS: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.UNAVAILABLE: "the engine is unavailable",
+    grpc.StatusCode.CANCELLED: "the engine call was cancelled",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "the engine did not answer in time",
+}
+
 
 class ApiError(Exception):
     """An error the facade answers itself: HTTP status, code and a message for humans."""
@@ -102,7 +120,8 @@ def error_response(status: int, code: str, message: str) -> Response:
 
 
 def from_rpc_error(exc: grpc.RpcError) -> ApiError:
-    """Map a failed engine call through :data:`GRPC_TO_HTTP`."""
+    """Map a failed engine call through :data:`GRPC_TO_HTTP`; details that name internals
+    (a URL, an address, a host, an exception class, a file path) stay in the log."""
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     status, name = GRPC_TO_HTTP.get(code, (502, "engine_error")) if code else (502, "engine_error")
     details = exc.details() if callable(getattr(exc, "details", None)) else None
@@ -114,6 +133,13 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
     elif status >= 500 and name == "engine_error":
         log.error("engine call failed: %s %s", code, details)
         message = "the engine failed to answer"
+    elif _INTERNALS.search(message):
+        log.warning("engine details kept from the client: %s %s", code, details)
+        if code is None:
+            message = "the engine failed to answer"
+        else:
+            fallback = f"the engine refused the request: {code.name.lower().replace('_', ' ')}"
+            message = _WITHOUT_DETAILS.get(code, fallback)
     return ApiError(status, name, message)
 
 

@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 
 from tests.web.conftest import ApiClient
-from web_facade.errors import GRPC_TO_HTTP
+from web_facade.errors import GRPC_TO_HTTP, from_rpc_error
 
 CONVERSATION_ENDPOINTS = [
     ("GET", "/agentik/conversations/{id}", None),
@@ -205,3 +205,49 @@ def test_the_grpc_table_maps_every_status_but_ok_and_no_client_mistake_to_500() 
     ):
         assert 400 <= GRPC_TO_HTTP[code][0] < 500
     assert GRPC_TO_HTTP[grpc.StatusCode.FAILED_PRECONDITION] == (409, "busy")
+
+
+class _RpcError(grpc.RpcError):
+    """A failed engine call as grpc raises it: a status code and its details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+@pytest.mark.parametrize(
+    ("code", "details"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, "cannot reach http://10.0.0.7:8080/v1/chat/completions"),
+        (grpc.StatusCode.UNAVAILABLE, "ipv4:10.1.2.3:50051: Socket closed"),
+        (grpc.StatusCode.UNAVAILABLE, "recvmsg: Connection reset by peer (engine.internal:50051)"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "Unexpected <class 'ValueError'>: bad value"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "sqlite3.OperationalError: database is locked"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "KeyError: 'x' at /srv/agentik/engine.py"),
+    ],
+)
+def test_engine_details_with_urls_hosts_or_exception_classes_never_reach_the_client(
+    code: grpc.StatusCode, details: str
+) -> None:
+    mapped = from_rpc_error(_RpcError(code, details))
+    assert (mapped.status, mapped.code) == GRPC_TO_HTTP[code]
+    for leak in ("://", "10.", "50051", "engine.internal", "Error", "<class", "/srv"):
+        assert leak not in mapped.message, mapped.message
+    assert mapped.message
+
+
+@pytest.mark.parametrize(
+    ("code", "details"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, "storage unavailable: the disk is full"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "message ids must be unique, got u1 twice"),
+        (grpc.StatusCode.NOT_FOUND, "no conversation c-1"),
+    ],
+)
+def test_engine_details_meant_for_clients_pass_through(code: grpc.StatusCode, details: str) -> None:
+    assert from_rpc_error(_RpcError(code, details)).message == details

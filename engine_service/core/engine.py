@@ -23,8 +23,9 @@ from engine_service.core.errors import (
     ShuttingDown,
     StorageUnavailable,
 )
-from engine_service.core.history import MAX_ID_LENGTH, new_id, prepare_incoming, reconcile
+from engine_service.core.history import new_id, prepare_incoming, reconcile
 from engine_service.core.hub import SessionHub
+from engine_service.core.ids import check_id
 from engine_service.core.models import (
     Message,
     ReconcileMode,
@@ -70,13 +71,6 @@ class RunHandle:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _check_id(value: str, field: str) -> None:
-    if not value:
-        raise InvalidInput(f"{field} is required")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidInput(f"{field} is longer than {MAX_ID_LENGTH} characters")
 
 
 class Engine:
@@ -235,11 +229,11 @@ class Engine:
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
         if session_id:
-            _check_id(session_id, "session_id")
+            check_id(session_id, "session_id")
         return await self._writing(self.store.create_session(session_id or new_id(), title, _now()))
 
     async def get_session(self, session_id: str) -> Session:
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         return await self.store.get_session(session_id)
 
     async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
@@ -250,13 +244,13 @@ class Engine:
         return await self.store.list_sessions(offset, limit or 50)
 
     async def rename_session(self, session_id: str, title: str) -> Session:
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
         return await self._writing(self.store.rename_session(session_id, title, _now()))
 
     async def delete_session(self, session_id: str) -> None:
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         self._refuse_unsettled(session_id)
         await self._writing(self.store.delete_session(session_id))
         hub = self._hubs.pop(session_id, None)
@@ -266,7 +260,7 @@ class Engine:
     async def list_messages(
         self, session_id: str, after_id: str, limit: int, run_id: str = ""
     ) -> tuple[list[Message], bool]:
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
         if not run_id:
@@ -284,7 +278,7 @@ class Engine:
     # -- runs as records ----------------------------------------------------------
 
     async def get_run(self, run_id: str, session_id: str = "") -> RunRecord:
-        _check_id(run_id, "run_id")
+        check_id(run_id, "run_id")
         if session_id:
             return await self.store.get_run(session_id, run_id)
         return await self.store.find_run(run_id)
@@ -302,9 +296,9 @@ class Engine:
 
     async def start_run(self, run_input: RunInput) -> RunHandle:
         """Accept a run and start it; raises before anything is streamed when it cannot run."""
-        _check_id(run_input.thread_id, "thread_id")
+        check_id(run_input.thread_id, "thread_id")
         if run_input.run_id:
-            _check_id(run_input.run_id, "run_id")
+            check_id(run_input.run_id, "run_id")
         else:
             run_input.run_id = new_id()
         if not self._accepting:
@@ -408,7 +402,7 @@ class Engine:
 
     async def interrupt(self, thread_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
-        _check_id(thread_id, "thread_id")
+        check_id(thread_id, "thread_id")
         stopped = self.interrupt_now(thread_id, run_id)
         if not stopped:
             await self.store.get_session(thread_id)  # unknown session → SessionNotFound
@@ -449,7 +443,7 @@ class Engine:
 
         With ``until_idle`` the stream ends once it has caught up and no run is active.
         """
-        _check_id(thread_id, "thread_id")
+        check_id(thread_id, "thread_id")
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
         session = await self.store.get_session(thread_id)

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from engine_service.core.errors import InvalidInput
+from engine_service.core.ids import check_id
 from engine_service.core.models import (
     ContextItem,
     Message,
@@ -18,7 +19,6 @@ from engine_service.core.models import (
 
 __all__ = ["chat_messages", "new_id", "prepare_incoming", "reconcile"]
 
-MAX_ID_LENGTH = 200
 UNANSWERED = "error: no result was provided for this tool call"
 
 
@@ -29,8 +29,9 @@ def new_id() -> str:
 def prepare_incoming(messages: Sequence[Message]) -> list[Message]:
     """Check a run's incoming messages and give ids to those without one.
 
-    Raises ``InvalidInput`` naming the offending message for: duplicate ids, over-long
-    ids, a tool message without ``tool_call_id``, tool calls on a non-assistant message.
+    Raises ``InvalidInput`` naming the offending message for: duplicate ids, ids outside
+    the id rule (``core.ids``), a tool message without ``tool_call_id``, tool calls on a
+    non-assistant message.
     """
     seen: set[str] = set()
     out: list[Message] = []
@@ -38,18 +39,21 @@ def prepare_incoming(messages: Sequence[Message]) -> list[Message]:
         where = f"messages[{index}]"
         if not message.id:
             message.id = new_id()
-        elif len(message.id) > MAX_ID_LENGTH:
-            raise InvalidInput(f"{where}.id is longer than {MAX_ID_LENGTH} characters")
+        else:
+            check_id(message.id, f"{where}.id")
         if message.id in seen:
             raise InvalidInput(f"{where}.id {message.id!r} appears twice in the request")
         seen.add(message.id)
         if message.role is Role.TOOL and not message.tool_call_id:
             raise InvalidInput(f"{where}.tool_call_id is required for a tool message")
+        if message.tool_call_id:
+            check_id(message.tool_call_id, f"{where}.tool_call_id")
         if message.tool_calls and message.role is not Role.ASSISTANT:
             raise InvalidInput(f"{where}.tool_calls is only allowed on assistant messages")
         for call_index, call in enumerate(message.tool_calls):
             if not call.id or not call.name:
                 raise InvalidInput(f"{where}.tool_calls[{call_index}] needs an id and a name")
+            check_id(call.id, f"{where}.tool_calls[{call_index}].id")
         out.append(message)
     return out
 

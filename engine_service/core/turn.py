@@ -31,6 +31,7 @@ from engine_service.core.chat import (
 from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.history import chat_messages, new_id
 from engine_service.core.hub import SessionHub
+from engine_service.core.ids import is_valid_id
 from engine_service.core.models import (
     JSON,
     UNSET,
@@ -394,7 +395,9 @@ class Turn:
     def _tool_call_delta(self, delta: ToolCallDelta) -> None:
         call = self._calls.get(delta.index)
         if call is None:
-            call = self._calls[delta.index] = _OpenCall(id=delta.id or new_id(), name=delta.name)
+            # The client sends this id back with the result: it must keep the id rule.
+            call_id = delta.id if is_valid_id(delta.id) else new_id()
+            call = self._calls[delta.index] = _OpenCall(id=call_id, name=delta.name)
         elif delta.name and not call.name:
             call.name = delta.name
         if not call.started and call.name:

@@ -4,22 +4,27 @@ turning the stored history into what the LLM is sent.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
 
 from engine_service.core.errors import InvalidInput
 from engine_service.core.ids import check_id
 from engine_service.core.models import (
     ContextItem,
+    ImagePart,
     Message,
     MessageStatus,
     Role,
     TextPart,
 )
 
-__all__ = ["chat_messages", "new_id", "prepare_incoming", "reconcile"]
+__all__ = ["chat_messages", "check_image", "new_id", "prepare_incoming", "reconcile"]
 
 UNANSWERED = "error: no result was provided for this tool call"
+_IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*", re.IGNORECASE)
+_DATA_URL = re.compile(r"data:(image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)[;,]", re.IGNORECASE)
 
 
 def new_id() -> str:
@@ -31,7 +36,8 @@ def prepare_incoming(messages: Sequence[Message]) -> list[Message]:
 
     Raises ``InvalidInput`` naming the offending message for: duplicate ids, ids outside
     the id rule (``core.ids``), a tool message without ``tool_call_id``, tool calls on a
-    non-assistant message.
+    non-assistant message, an image that is not an http(s) URL, an image ``data:`` URL or
+    inline bytes of an ``image/*`` type.
     """
     seen: set[str] = set()
     out: list[Message] = []
@@ -50,12 +56,35 @@ def prepare_incoming(messages: Sequence[Message]) -> list[Message]:
             check_id(message.tool_call_id, f"{where}.tool_call_id")
         if message.tool_calls and message.role is not Role.ASSISTANT:
             raise InvalidInput(f"{where}.tool_calls is only allowed on assistant messages")
+        for part_index, part in enumerate(message.content):
+            if isinstance(part, ImagePart):
+                check_image(part, f"{where}.content[{part_index}].image")
         for call_index, call in enumerate(message.tool_calls):
             if not call.id or not call.name:
                 raise InvalidInput(f"{where}.tool_calls[{call_index}] needs an id and a name")
             check_id(call.id, f"{where}.tool_calls[{call_index}].id")
         out.append(message)
     return out
+
+
+def check_image(part: ImagePart, where: str) -> None:
+    """Refuse an image the LLM must not be sent: a URL that is not http(s) or an image
+    ``data:`` URL (``javascript:``, ``file:``, ...), or a type that is not ``image/*``."""
+    if part.mime_type and not _IMAGE_TYPE.fullmatch(part.mime_type):
+        raise InvalidInput(f"{where}.mime_type {part.mime_type[:80]!r} is not an image/* type")
+    if not part.url:
+        return
+    if part.url[:5].lower() == "data:":
+        if not _DATA_URL.match(part.url):
+            raise InvalidInput(f"{where}.url is a data: URL of a type other than image/*")
+        return
+    try:
+        url = urlsplit(part.url)
+        scheme, host = url.scheme.lower(), url.hostname
+    except ValueError:
+        scheme, host = "", None
+    if scheme not in ("http", "https") or not host:
+        raise InvalidInput(f"{where}.url must be an http(s) URL or a data:image/* URL")
 
 
 def reconcile(stored_ids: Iterable[str], incoming: Sequence[Message]) -> list[Message]:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import math
-import re
-
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
@@ -17,8 +13,6 @@ from tests.engine.harness import (
     user,
 )
 from tests.fakes.fake_openai import FakeOpenAI
-
-LEAKS = re.compile(r"https?://|127\.0\.0\.1|localhost|Error\b|Exception\b|Traceback")
 
 
 async def run(harness: Harness, request: pb.RunRequest) -> list[pb.Event]:
@@ -31,16 +25,6 @@ async def refused(harness: Harness, request: pb.RunRequest) -> str:
         await run(harness, request)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
     return str(caught.value.details())
-
-
-def _inf() -> struct_pb2.Value:
-    return struct_pb2.Value(number_value=math.inf)
-
-
-def _struct_with(value: float) -> struct_pb2.Struct:
-    out = struct_pb2.Struct()
-    out.fields["n"].number_value = value
-    return out
 
 
 # -- 2. a run needs a message ------------------------------------------------------

@@ -87,12 +87,18 @@ class ShuttingDown(AgentikError):
 
 
 class LLMError(AgentikError):
-    """An LLM failure. ``code`` is one of the RUN_ERROR codes the contract lists."""
+    """An LLM failure. ``code`` is one of the RUN_ERROR codes the contract lists.
 
-    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+    ``message`` is what the client is told: what failed, never where (no URL, host or
+    exception class). ``detail`` is for the engine log: the endpoint and the cause."""
+
+    def __init__(
+        self, code: str, message: str, *, retryable: bool = False, detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.retryable = retryable
+        self.detail = detail or message
 
 
 class StorageUnavailable(AgentikError):

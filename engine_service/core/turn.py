@@ -238,13 +238,18 @@ class Turn:
             final = _storage_error(exc)
             self.status = RunStatus.FAILED
         except LLMError as exc:
+            # The client is told what failed; where (endpoint, cause) goes to the log.
+            log.warning("run %s failed: %s: %s", self.run_id, exc.code, exc.detail)
             await self._close_open(interrupted=False)
             final = ev.RunError(message=exc.message, code=exc.code)
             self.status = RunStatus.FAILED
-        except Exception as exc:
+        except Exception:
             log.exception("run %s failed", self.run_id)
             await self._close_open(interrupted=False)
-            final = ev.RunError(message=f"internal error: {type(exc).__name__}", code="internal")
+            final = ev.RunError(
+                message=f"internal error (see the engine log for run {self.run_id})",
+                code="internal",
+            )
             self.status = RunStatus.FAILED
         finally:
             flusher.cancel()

@@ -125,6 +125,7 @@ class OpenAIChatModel(ChatModel):
                 if not content_type.startswith("text/event-stream"):
                     raise _error(
                         "llm_bad_stream",
+                        "the LLM endpoint answered with something other than an event stream",
                         f"LLM endpoint {self._endpoint} answered"
                         f" {content_type or 'no content type'} instead of an event stream",
                     )
@@ -153,20 +154,27 @@ class OpenAIChatModel(ChatModel):
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from exc
         except openai.APITimeoutError as exc:
-            raise _error("llm_timeout", f"LLM endpoint {self._endpoint} timed out") from exc
+            raise _error(
+                "llm_timeout",
+                "the LLM endpoint timed out",
+                f"LLM endpoint {self._endpoint} timed out",
+            ) from exc
         except openai.APIConnectionError as exc:
             raise _error(
                 "llm_unavailable",
+                "cannot reach the LLM endpoint",
                 f"cannot reach the LLM endpoint {self._endpoint}: {exc.__cause__ or exc}",
             ) from exc
         except httpx2.TimeoutException as exc:
             raise _error(
                 "llm_timeout",
+                f"the stream from the LLM stalled: nothing for {self.timeout:g}s",
                 f"the stream from {self._endpoint} stalled: nothing for {self.timeout:g}s",
             ) from exc
         except (httpx2.HTTPError, httpx2.StreamError) as exc:
             raise _error(
                 "llm_bad_stream",
+                "the stream from the LLM broke off",
                 f"the stream from {self._endpoint} broke: {type(exc).__name__}: {exc}",
             ) from exc
 
@@ -180,24 +188,27 @@ class OpenAIChatModel(ChatModel):
         except TimeoutError:
             raise _error(
                 "llm_timeout",
+                f"the LLM endpoint sent nothing for {self.first_token_timeout:g}s",
                 f"LLM endpoint {self._endpoint} sent nothing for {self.first_token_timeout:g}s",
             ) from None
 
     def _status_error(self, exc: openai.APIStatusError) -> LLMError:
         status = exc.status_code
         detail = _error_detail(exc.body) or exc.message
-        message = f"LLM endpoint {self._endpoint} answered HTTP {status}: {detail}"
+        message = f"the LLM endpoint answered HTTP {status}"
+        logged = f"LLM endpoint {self._endpoint} answered HTTP {status}: {detail}"
         if status in (401, 403):
-            return _error("llm_auth", message)
+            return _error("llm_auth", message, logged)
         if status == 429:
-            return _error("llm_rate_limited", message)
+            return _error("llm_rate_limited", message, logged)
         if status >= 500:
-            return _error("llm_server_error", message)
-        return _error("llm_bad_request", message)
+            return _error("llm_server_error", message, logged)
+        return _error("llm_bad_request", message, logged)
 
 
-def _error(code: str, message: str) -> LLMError:
-    return LLMError(code, message, retryable=code in _RETRYABLE)
+def _error(code: str, message: str, detail: str = "") -> LLMError:
+    """``message`` for the client (no URL, host or class name); ``detail`` for the log."""
+    return LLMError(code, message, retryable=code in _RETRYABLE, detail=detail)
 
 
 def _error_detail(body: object) -> str:
@@ -285,6 +296,7 @@ class _ChunkParser:
         except ValueError:
             raise _error(
                 "llm_bad_stream",
+                "the LLM endpoint sent invalid JSON in its stream",
                 f"LLM endpoint {self._endpoint} sent invalid JSON in its stream: {payload[:200]!r}",
             ) from None
         if not isinstance(chunk, dict):
@@ -293,6 +305,7 @@ class _ChunkParser:
             detail = _error_detail(chunk) or str(chunk["error"])
             raise _error(
                 "llm_server_error",
+                "the LLM endpoint reported an error mid-stream",
                 f"LLM endpoint {self._endpoint} reported an error mid-stream: {detail}",
             )
         choices = chunk.get("choices")
@@ -333,6 +346,7 @@ class _ChunkParser:
         if not (self.done or self._finish_reason):
             raise _error(
                 "llm_bad_stream",
+                "the stream from the LLM ended before its finish_reason and [DONE]",
                 f"the stream from {self._endpoint} ended before its finish_reason and [DONE]",
             )
         return FinishDelta(self._finish_reason or "stop")
@@ -340,6 +354,7 @@ class _ChunkParser:
     def _nonsense(self, payload: bytes) -> LLMError:
         return _error(
             "llm_bad_stream",
+            "the LLM endpoint sent a chunk that is not a chat completion chunk",
             f"LLM endpoint {self._endpoint} sent a chunk that is not a chat completion chunk: "
             f"{payload[:200]!r}",
         )

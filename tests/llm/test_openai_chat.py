@@ -315,12 +315,12 @@ async def test_an_http_error_status_becomes_its_error_code_before_any_delta(
     assert deltas == []
     assert error is not None
     assert error.code == code
-    assert f"{fake.base_url}/chat/completions" in error.message
-    assert f"HTTP {status}" in error.message
-    assert "nope, says the server" in error.message
+    assert error.message == f"the LLM endpoint answered HTTP {status}"
+    assert f"{fake.base_url}/chat/completions" in error.detail
+    assert "nope, says the server" in error.detail
 
 
-async def test_a_refused_connection_is_llm_unavailable_naming_the_endpoint() -> None:
+async def test_a_refused_connection_is_llm_unavailable_with_the_endpoint_in_the_detail() -> None:
     base_url = f"http://127.0.0.1:{free_port()}/v1"
     chat = OpenAIChatModel(base_url=base_url, api_key="k", model="m", max_retries=0)
     try:
@@ -331,7 +331,8 @@ async def test_a_refused_connection_is_llm_unavailable_naming_the_endpoint() -> 
     assert deltas == []
     assert error is not None
     assert error.code == "llm_unavailable"
-    assert base_url in error.message
+    assert error.message == "cannot reach the LLM endpoint"
+    assert base_url in error.detail
 
 
 async def test_a_wrong_api_key_is_llm_auth_and_not_retried() -> None:
@@ -437,7 +438,9 @@ async def test_a_connection_dropped_mid_stream_is_llm_bad_stream_after_the_delta
     assert deltas == [TextDelta("a"), TextDelta("b")]
     assert error is not None
     assert error.code == "llm_bad_stream"
-    assert fake.base_url in error.message
+    assert error.message == "the stream from the LLM broke off"
+    assert fake.base_url in error.detail
+    assert "RemoteProtocolError" in error.detail
     assert len(fake.requests) == 1
 
 

@@ -1,0 +1,119 @@
+"""Errors say what, not where: no URLs, hosts or class names reach the client; the log has them."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.engine.harness import (
+    Harness,
+    collect,
+    engine_settings,
+    running_engine,
+    user,
+)
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply
+from tests.llm.test_openai_chat import free_port
+
+LEAKS = re.compile(r"https?://|127\.0\.0\.1|localhost|Error\b|Exception\b|Traceback")
+
+
+async def run(harness: Harness, request: pb.RunRequest) -> list[pb.Event]:
+    return await collect(harness.stub.Run(request))
+
+
+async def refused(harness: Harness, request: pb.RunRequest) -> str:
+    """The details of the INVALID_ARGUMENT the request gets; nothing may have been created."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(harness, request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    return str(caught.value.details())
+
+
+# -- 5. errors say what, not where -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        FakeReply(status=401, error_message="bad key, see https://llm.internal/keys"),
+        FakeReply(status=429, error_message="slow down"),
+        FakeReply(status=500, error_message="boom at http://10.0.0.7:8000"),
+        FakeReply(text="half an answer here", malformed_after=2),
+        FakeReply(text="half an answer here", drop_after=2),
+    ],
+)
+async def test_an_llm_failure_tells_the_client_what_failed_and_logs_where_with_the_run_id(
+    harness: Harness,
+    llm: FakeOpenAI,
+    caplog: pytest.LogCaptureFixture,
+    reply: FakeReply,
+) -> None:
+    llm.enqueue(reply)
+    with caplog.at_level(logging.WARNING):
+        events = await run(
+            harness,
+            pb.RunRequest(thread_id="f", run_id="run-1", create_session=True, messages=[user("x")]),
+        )
+
+    error = events[-1].run_error
+    assert error.code.startswith("llm_")
+    assert error.message
+    assert not LEAKS.search(error.message), error.message
+    stored = await harness.stub.GetRun(pb.GetRunRequest(run_id="run-1"))
+    assert not LEAKS.search(stored.error_message), stored.error_message
+    logged = [r for r in caplog.records if r.levelno == logging.WARNING and "run-1" in r.message]
+    assert any(llm.base_url in r.message for r in logged), caplog.text
+
+
+async def test_an_unreachable_llm_tells_the_client_it_cannot_be_reached_without_its_address(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    base_url = f"http://127.0.0.1:{free_port()}/v1"
+    settings = engine_settings(OPENAI_BASE_URL=base_url, AGENTIK_LLM_MAX_RETRIES="0")
+    async with running_engine(settings) as harness:
+        with caplog.at_level(logging.WARNING):
+            events = await run(
+                harness,
+                pb.RunRequest(
+                    thread_id="u", run_id="run-u", create_session=True, messages=[user("x")]
+                ),
+            )
+
+    error = events[-1].run_error
+    assert error.code == "llm_unavailable"
+    assert error.message == "cannot reach the LLM endpoint"
+    assert any(base_url in r.message and "run-u" in r.message for r in caplog.records)
+
+
+class _BrokenModel(ChatModel):
+    name = "broken"
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        raise KeyError("choices")
+        yield  # pragma: no cover - makes this an async generator
+
+
+async def test_a_bug_in_a_turn_is_an_internal_run_error_naming_the_run_not_the_class(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = engine_settings()
+    async with running_engine(settings, model=_BrokenModel()) as harness:
+        with caplog.at_level(logging.ERROR):
+            events = await run(
+                harness,
+                pb.RunRequest(
+                    thread_id="b", run_id="run-b", create_session=True, messages=[user("x")]
+                ),
+            )
+
+    error = events[-1].run_error
+    assert error.code == "internal"
+    assert error.message == "internal error (see the engine log for run run-b)"
+    assert any(r.exc_info and "run-b" in r.message for r in caplog.records)

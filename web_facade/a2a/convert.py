@@ -26,6 +26,7 @@ from a2a.types import (
 from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from engine_service.core.ids import ID_RULE, is_valid_id
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import invalid_params
 from web_facade.proto_json import json_value
@@ -33,7 +34,6 @@ from web_facade.proto_json import json_value
 __all__ = [
     "ANSWER",
     "IMAGE_TYPES",
-    "MAX_ID_LENGTH",
     "MAX_PARTS",
     "TASK_STATES",
     "RunStream",
@@ -47,7 +47,6 @@ ANSWER = "answer"
 """The name of the artifacts that carry the agent's answer."""
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Media types of ``raw`` and ``url`` parts passed on to the model as images."""
-MAX_ID_LENGTH = 200
 """The engine's limit on ids (sessions, runs, messages)."""
 MAX_PARTS = 100
 
@@ -94,11 +93,10 @@ def engine_content(message: Message) -> list[pb.ContentPart]:
     """The content of the peer's message for the engine; refuses what it cannot take."""
     if not message.message_id:
         raise invalid_params("message.messageId", "is required")
-    if len(message.message_id) > MAX_ID_LENGTH:
-        raise invalid_params("message.messageId", f"is longer than {MAX_ID_LENGTH} characters")
-    for name, value in (("contextId", message.context_id), ("taskId", message.task_id)):
-        if len(value) > MAX_ID_LENGTH:
-            raise invalid_params(f"message.{name}", f"is longer than {MAX_ID_LENGTH} characters")
+    ids = (("messageId", message.message_id), ("contextId", message.context_id))
+    for name, value in (*ids, ("taskId", message.task_id)):
+        if value and not is_valid_id(value):
+            raise invalid_params(f"message.{name}", f"is not a valid id: ids are {ID_RULE}")
     if message.role != Role.ROLE_USER:
         raise invalid_params("message.role", "must be ROLE_USER")
     if not message.parts:

@@ -96,6 +96,21 @@ def test_an_unknown_method_is_method_not_found(rpc: Rpc) -> None:
         ({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": []}}, "message.parts"),
         ({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{}]}}, "message.parts[0]"),
         ({"message": {"messageId": 5, "role": "ROLE_USER"}}, "message.messageId"),
+        (
+            {"message": {"messageId": "a/b", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+            "message.messageId",
+        ),
+        (
+            {
+                "message": {
+                    "messageId": "m1",
+                    "contextId": "c" * 129,
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "hi"}],
+                }
+            },
+            "message.contextId",
+        ),
         ({}, "message"),
         (
             {"message": user_message("hi"), "configuration": {"historyLength": -1}},

@@ -46,6 +46,8 @@ TOML layout (every key optional)::
     heartbeat_interval = 15.0              # AGENTIK_HEARTBEAT seconds
     max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
     on_disconnect = "continue"             # AGENTIK_ON_DISCONNECT: continue | cancel
+    cors_origins = ["https://app.example"] # AGENTIK_CORS_ORIGINS="https://a,https://b"
+                                           #   ([] = no cross-origin access; ["*"] = any)
 
     [a2a]                                  # the A2A agent card
     public_url = "https://agent.example"   # AGENTIK_PUBLIC_URL ("" = the request's URL)
@@ -127,6 +129,8 @@ class Settings:
     heartbeat_interval: float = 15.0
     max_body_bytes: int = 1024 * 1024
     on_disconnect: str = "continue"
+    cors_origins: tuple[str, ...] = ()
+    """Origins a browser page may call the facade from; ``("*",)``: any; empty: none."""
     public_url: str = ""
     """Where peers reach the facade (the A2A card's URL); empty: the request's own URL."""
     agent_name: str = "agentik"
@@ -152,6 +156,8 @@ class Settings:
                 shown = "***"
             elif value is None:
                 shown = "(not set)"
+            elif isinstance(value, tuple) and all(isinstance(item, str) for item in value):
+                shown = ", ".join(value) or "(none)"
             else:
                 shown = str(value)
             rows.append((spec.name, spec.env, shown))
@@ -338,6 +344,62 @@ def _on_disconnect(raw: object, from_env: bool) -> object:
     return value
 
 
+_ORIGIN_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(text: str) -> str:
+    """``text`` as a browser sends it in ``Origin``: lower-case, no default port."""
+    if text == "*":
+        return text
+    example = "an origin is SCHEME://HOST[:PORT], e.g. https://app.example"
+    scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()
+    if not sep or not _ORIGIN_SCHEME.match(scheme) or not rest:
+        raise _Invalid(f"{text!r} is not an origin; {example}")
+    host_port, slash, _ = rest.partition("/")
+    if slash or "?" in rest or "#" in rest:
+        raise _Invalid(f"{text!r} has a path; {example}, without a trailing slash")
+    if "@" in host_port:
+        raise _Invalid(f"{text!r} has user info; {example}")
+    try:
+        parts = urlsplit(f"{scheme}://{host_port}")
+        port = parts.port
+    except ValueError:
+        raise _Invalid(f"{text!r} has an invalid port; {example}") from None
+    host = parts.hostname or ""
+    if ":" in host:
+        try:
+            host = f"[{ipaddress.IPv6Address(host)}]"
+        except ValueError:
+            raise _Invalid(f"{text!r} has an invalid IPv6 address; {example}") from None
+    elif not _valid_host(host):
+        raise _Invalid(f"{text!r} has no valid host; {example}")
+    if port is None or port == _DEFAULT_PORTS.get(scheme):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
+def _origins(raw: object, from_env: bool) -> object:
+    if from_env:
+        items: list[object] = [item.strip() for item in _text(raw).split(",")]
+        items = [item for item in items if item]
+    elif isinstance(raw, list):
+        items = list(raw)
+    else:
+        raise _Invalid(f"must be an array of origins, not {type(raw).__name__}")
+    origins: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise _Invalid(f"every origin must be a string, not {type(item).__name__}")
+        origin = _origin(item.strip())
+        if origin not in origins:
+            origins.append(origin)
+    if "*" in origins and len(origins) > 1:
+        raise _Invalid('"*" already allows every origin; give it alone or list the origins')
+    return tuple(origins)
+
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     name: str
@@ -419,6 +481,7 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("max_body_bytes", "AGENTIK_MAX_BODY_BYTES", "web", "max_body_bytes", _POSITIVE),
     _Field("on_disconnect", "AGENTIK_ON_DISCONNECT", "web", "on_disconnect", _on_disconnect),
+    _Field("cors_origins", "AGENTIK_CORS_ORIGINS", "web", "cors_origins", _origins),
     _Field("public_url", "AGENTIK_PUBLIC_URL", "a2a", "public_url", _optional_http_url),
     _Field("agent_name", "AGENTIK_AGENT_NAME", "a2a", "name", _nonempty_string),
     _Field("agent_description", "AGENTIK_AGENT_DESCRIPTION", "a2a", "description", _prompt),

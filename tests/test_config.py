@@ -51,6 +51,7 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.heartbeat_interval == 15.0
     assert settings.max_body_bytes == 1048576
     assert settings.on_disconnect == "continue"
+    assert settings.cors_origins == ()
     assert settings.mcp_servers == ()
 
 
@@ -95,6 +96,7 @@ threads = 8
 heartbeat_interval = 5
 max_body_bytes = 2048
 on_disconnect = "CANCEL"
+cors_origins = ["https://app.example", "http://localhost:5173"]
 
 [[mcp.servers]]
 name = "files"
@@ -132,6 +134,7 @@ def test_a_toml_file_sets_every_setting(tmp_path: Path) -> None:
         heartbeat_interval=5.0,
         max_body_bytes=2048,
         on_disconnect="cancel",
+        cors_origins=("https://app.example", "http://localhost:5173"),
         mcp_servers=(
             McpServerConfig(
                 name="files", transport="stdio", command="mcp-files", args=("--root", "/data")
@@ -237,6 +240,7 @@ def test_env_sets_every_setting() -> None:
         "AGENTIK_HEARTBEAT": "2",
         "AGENTIK_MAX_BODY_BYTES": "100",
         "AGENTIK_ON_DISCONNECT": "cancel",
+        "AGENTIK_CORS_ORIGINS": " https://a.example , https://b.example:8443,",
     }
     assert load_settings(None, env) == Settings(
         grpc_addr="localhost:7000",
@@ -262,6 +266,7 @@ def test_env_sets_every_setting() -> None:
         heartbeat_interval=2.0,
         max_body_bytes=100,
         on_disconnect="cancel",
+        cors_origins=("https://a.example", "https://b.example:8443"),
     )
 
 
@@ -339,6 +344,13 @@ def test_an_explicit_engine_target_is_kept() -> None:
         ("AGENTIK_ON_DISCONNECT", "abort", "on_disconnect", "must be one of continue, cancel"),
         ("OPENAI_BASE_URL", "localhost:11434", "openai_base_url", "http:// or https:// URL"),
         ("AGENTIK_MODEL", "   ", "model", "must not be empty"),
+        ("AGENTIK_CORS_ORIGINS", "app.example", "cors_origins", "is not an origin"),
+        ("AGENTIK_CORS_ORIGINS", "https://app.example/", "cors_origins", "has a path"),
+        ("AGENTIK_CORS_ORIGINS", "https://app.example/ui", "cors_origins", "has a path"),
+        ("AGENTIK_CORS_ORIGINS", "https://u@app.example", "cors_origins", "has user info"),
+        ("AGENTIK_CORS_ORIGINS", "https://app.example:99999", "cors_origins", "invalid port"),
+        ("AGENTIK_CORS_ORIGINS", "https://my app", "cors_origins", "no valid host"),
+        ("AGENTIK_CORS_ORIGINS", "*,https://a.example", "cors_origins", "give it alone"),
     ],
 )
 def test_a_bad_env_value_names_the_setting_the_variable_and_the_value(
@@ -378,6 +390,20 @@ def test_a_bad_env_value_names_the_setting_the_variable_and_the_value(
         ("[web]\nworkers = 0", "web_workers", "[web] workers", "must be positive", "0"),
         ("[log]\nlevel = 'loud'", "log_level", "[log] level", "must be one of", "'loud'"),
         ("[web]\nhttp_addr = 8000", "http_addr", "[web] http_addr", "must be a string", "8000"),
+        (
+            "[web]\ncors_origins = 'https://a.example'",
+            "cors_origins",
+            "[web] cors_origins",
+            "must be an array of origins, not str",
+            "'https://a.example'",
+        ),
+        (
+            "[web]\ncors_origins = [1]",
+            "cors_origins",
+            "[web] cors_origins",
+            "every origin must be a string, not int",
+            "[1]",
+        ),
     ],
 )
 def test_a_bad_toml_value_names_the_setting_the_key_and_the_value(
@@ -440,7 +466,8 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["openai_base_url"] == ("OPENAI_BASE_URL", "(not set)")
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
-    assert len(rows) == 28
+    assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
+    assert len(rows) == 29
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -481,3 +508,33 @@ description = "Talks."
         load_settings(None, {"AGENTIK_AGENT_SKILLS": '[{"id": "x"}]'})
     with pytest.raises(ConfigError, match="public_url"):
         load_settings(None, {"AGENTIK_PUBLIC_URL": "ftp://nope"})
+
+
+@pytest.mark.parametrize(
+    ("written", "origin"),
+    [
+        ("HTTPS://App.Example", "https://app.example"),
+        ("https://app.example:443", "https://app.example"),
+        ("http://localhost:80", "http://localhost"),
+        ("http://localhost:5173", "http://localhost:5173"),
+        ("http://[::1]:3000", "http://[::1]:3000"),
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("chrome-extension://abcdef", "chrome-extension://abcdef"),
+    ],
+)
+def test_cors_origins_are_kept_as_a_browser_writes_them(written: str, origin: str) -> None:
+    assert load_settings(None, {"AGENTIK_CORS_ORIGINS": written}).cors_origins == (origin,)
+
+
+def test_cors_origins_come_from_toml_deduplicated_and_star_only_when_alone(
+    tmp_path: Path,
+) -> None:
+    listed = _write(tmp_path, '[web]\ncors_origins = ["https://a.example", "https://A.example"]\n')
+    assert load_settings(listed, {}).cors_origins == ("https://a.example",)
+    star = tmp_path / "star.toml"
+    star.write_text('[web]\ncors_origins = ["*"]\n')
+    assert load_settings(star, {}).cors_origins == ("*",)
+    assert load_settings(None, {"AGENTIK_CORS_ORIGINS": "*"}).cors_origins == ("*",)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("[web]\ncors_origins = []\n")
+    assert load_settings(empty, {}).cors_origins == ()

@@ -29,6 +29,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     from web_facade.a2a import routes as a2a
     from web_facade.agentik import routes as agentik
     from web_facade.agui import routes as agui
+    from web_facade.cors import install_cors
     from web_facade.engine_client import EngineClient, install
     from web_facade.errors import install_error_handlers
 
@@ -40,6 +41,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.json.compact = True  # type: ignore[attr-defined]
     install(app, settings, engine or EngineClient(settings.engine_target))
     install_error_handlers(app)
+    install_cors(app, settings.cors_origins)
     app.register_blueprint(agentik.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)

@@ -16,6 +16,13 @@ every body is parsed, naming the field, with :class:`UnacceptableJson`:
   is two protobuf levels in a ``Struct``, and protobuf stops at 100;
 - numbers that are not finite: ``1e400`` (parses as infinity), ``NaN``, ``Infinity`` and
   ``-Infinity`` (literals Python accepts), and integers beyond a double's range.
+
+A body is JSON only when the request says so: ``Content-Type: application/json`` or an
+``application/*+json`` type, parameters such as ``; charset=utf-8`` allowed. Anything else
+(``text/plain``, a form, no ``Content-Type``) is refused with werkzeug's
+``UnsupportedMediaType`` (415), which closes the browser "simple request" hole: a page on
+another origin may POST ``text/plain`` without a CORS preflight, but never
+``application/json``. An empty body needs no ``Content-Type``.
 """
 
 from __future__ import annotations
@@ -26,15 +33,17 @@ import sys
 from typing import Any
 
 from flask import request
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.errors import ApiError
 
 __all__ = [
+    "ACCEPTED_MEDIA_TYPES",
     "MAX_JSON_DEPTH",
     "UnacceptableJson",
     "check_json",
     "field_path",
+    "media_type_problem",
     "parse_json",
     "read_body",
     "read_json",
@@ -119,15 +128,38 @@ def check_json(value: Any, path: Path = ()) -> None:
             check_json(item, (*path, index))
 
 
+ACCEPTED_MEDIA_TYPES = "application/json (or an application/*+json type)"
+"""What a request body may be, as the 415 refusal names it."""
+
+
+def media_type_problem(body: bytes) -> str | None:
+    """Why the request's ``Content-Type`` does not announce the JSON ``body``; None when it
+    does, or when there is no body."""
+    if not body:
+        return None
+    mimetype = request.mimetype  # lower case, without parameters
+    if mimetype == "application/json" or (
+        mimetype.startswith("application/") and mimetype.endswith("+json")
+    ):
+        return None
+    sent = f"Content-Type {request.content_type!r}" if request.content_type else "no Content-Type"
+    return f"the request body must be {ACCEPTED_MEDIA_TYPES}; the request sent {sent}"
+
+
 def read_body() -> bytes:
-    """The raw body; ``RequestEntityTooLarge`` past the limit, with or without a length."""
+    """The raw body; ``RequestEntityTooLarge`` past the limit, with or without a length, and
+    ``UnsupportedMediaType`` for a body that is not announced as JSON."""
     if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
-        return request.get_data(cache=False)  # werkzeug checks Content-Length up front
-    limit = request.max_content_length
-    stream = request.environ["wsgi.input"]
-    data: bytes = stream.read() if limit is None else stream.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise RequestEntityTooLarge()
+        data: bytes = request.get_data(cache=False)  # werkzeug checks Content-Length up front
+    else:
+        limit = request.max_content_length
+        stream = request.environ["wsgi.input"]
+        data = stream.read() if limit is None else stream.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise RequestEntityTooLarge()
+    problem = media_type_problem(data)
+    if problem is not None:
+        raise UnsupportedMediaType(problem)
     return data
 
 

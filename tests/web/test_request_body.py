@@ -26,7 +26,9 @@ def app() -> Flask:
 
 def _chunked(app: Flask, body: bytes) -> RequestContext:
     """A request context whose body comes without a length, as chunked bodies do."""
-    environ = EnvironBuilder(method="POST", input_stream=io.BytesIO(body)).get_environ()
+    environ = EnvironBuilder(
+        method="POST", input_stream=io.BytesIO(body), content_type="application/json"
+    ).get_environ()
     del environ["CONTENT_LENGTH"]
     environ["wsgi.input_terminated"] = True
     return app.request_context(environ)
@@ -49,7 +51,9 @@ def test_a_body_with_a_length_past_the_limit_is_refused(app: Flask) -> None:
 
 
 def test_a_body_that_is_not_json_is_invalid_json_with_the_parsers_reason(app: Flask) -> None:
-    request = app.test_request_context("/", method="POST", data=b"{nope")
+    request = app.test_request_context(
+        "/", method="POST", data=b"{nope", content_type="application/json"
+    )
     with request, pytest.raises(ApiError) as caught:
         read_json()
     assert (caught.value.status, caught.value.code) == (400, "invalid_json")

@@ -5,7 +5,8 @@ CancelTask, SubscribeToTask; push-notification methods answer
 PushNotificationNotSupported. A2A 0.3 (no ``A2A-Version`` header, or ``0.3``):
 message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe. Each method is
 a small function over :class:`web_facade.a2a.tasks.TaskService`; every error, wherever it
-comes from, leaves through ``web_facade.a2a.errors`` as a JSON-RPC error with HTTP 200.
+comes from, leaves through ``web_facade.a2a.errors`` as a JSON-RPC error with HTTP 200,
+except a body not sent as ``application/json``: HTTP 415 with a JSON-RPC InvalidRequest.
 Streams are SSE whose every ``data:`` is a whole JSON-RPC response.
 """
 
@@ -39,7 +40,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.a2a import v03
 from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config
@@ -331,6 +332,10 @@ def rpc() -> Response:
         method, params = _call_of(body)
         handler = _handler(method, _dialect(request.headers.get(VERSION_HEADER)))
         result = handler(TaskService(current_engine().engine), params)
+    except UnsupportedMediaType as exc:
+        # An HTTP-level refusal, before any JSON-RPC is read: HTTP 415, a JSON-RPC body.
+        refused = InvalidRequestError(exc.description or "the request body must be JSON")
+        return Response(encode(error(None, refused)), 415, mimetype="application/json")
     except A2AError as exc:
         return Response(encode(error(request_id, exc)), mimetype="application/json")
     except Exception as exc:

@@ -197,10 +197,26 @@ def _error_code(response: httpx.Response, status: int) -> str:
     return code
 
 
+_JSON = {"Content-Type": "application/json"}
+
+
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "status", "code"),
     [
-        ("POST", "/agentik/conversations", {"content": b"{nope"}, 400, "invalid_json"),
+        (
+            "POST",
+            "/agentik/conversations",
+            {"content": b"{nope", "headers": _JSON},
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/agentik/conversations",
+            {"content": b'{"title": "csrf"}', "headers": {"Content-Type": "text/plain"}},
+            415,
+            "unsupported_media_type",
+        ),
         ("POST", "/agentik/conversations", {"json": {"title": 7}}, 400, "invalid_argument"),
         ("POST", "/agentik/conversations", {"json": "just a string"}, 400, "invalid_argument"),
         ("POST", "/agentik/conversations", {"content": b"x" * 70_000}, 413, "payload_too_large"),

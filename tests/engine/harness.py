@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import pytest
 
 from engine_service.build import build_engine
 from engine_service.config import Settings, load_settings
@@ -104,3 +105,16 @@ def text_of(events: Iterable[pb.Event]) -> str:
     return "".join(
         e.text_message_content.delta for e in events if kind(e) == "text_message_content"
     )
+
+
+async def run(harness: Harness, request: pb.RunRequest) -> list[pb.Event]:
+    """All events of one Run."""
+    return await collect(harness.stub.Run(request))
+
+
+async def refused(harness: Harness, request: pb.RunRequest) -> str:
+    """The details of the INVALID_ARGUMENT a Run gets before it streams anything."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(harness, request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    return str(caught.value.details())

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import grpc
-import pytest
-
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     Harness,
-    collect,
     kinds,
+    refused,
+    run,
     user,
 )
 from tests.fakes.fake_openai import FakeOpenAI
-
-
-async def run(harness: Harness, request: pb.RunRequest) -> list[pb.Event]:
-    return await collect(harness.stub.Run(request))
-
-
-async def refused(harness: Harness, request: pb.RunRequest) -> str:
-    """The details of the INVALID_ARGUMENT the request gets; nothing may have been created."""
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run(harness, request)
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
-    return str(caught.value.details())
-
 
 # -- 2. a run needs a message ------------------------------------------------------
 

@@ -6,15 +6,14 @@ import logging
 import re
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     Harness,
-    collect,
     engine_settings,
+    run,
     running_engine,
     user,
 )
@@ -22,18 +21,6 @@ from tests.fakes.fake_openai import FakeOpenAI, FakeReply
 from tests.llm.test_openai_chat import free_port
 
 LEAKS = re.compile(r"https?://|127\.0\.0\.1|localhost|Error\b|Exception\b|Traceback")
-
-
-async def run(harness: Harness, request: pb.RunRequest) -> list[pb.Event]:
-    return await collect(harness.stub.Run(request))
-
-
-async def refused(harness: Harness, request: pb.RunRequest) -> str:
-    """The details of the INVALID_ARGUMENT the request gets; nothing may have been created."""
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run(harness, request)
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
-    return str(caught.value.details())
 
 
 # -- 5. errors say what, not where -------------------------------------------------

@@ -12,21 +12,10 @@ from google.protobuf import struct_pb2
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     Harness,
-    collect,
+    refused,
+    run,
     user,
 )
-
-
-async def run(harness: Harness, request: pb.RunRequest) -> list[pb.Event]:
-    return await collect(harness.stub.Run(request))
-
-
-async def refused(harness: Harness, request: pb.RunRequest) -> str:
-    """The details of the INVALID_ARGUMENT the request gets; nothing may have been created."""
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run(harness, request)
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
-    return str(caught.value.details())
 
 
 def _inf() -> struct_pb2.Value:

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from engine_service.config import ConfigError, Settings, load_settings
+from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
 from engine_service.parent_watch import stop_with_parent
 
 __all__ = ["main"]
@@ -32,14 +32,17 @@ def _logging(settings: Settings) -> None:
 
 
 def _engine(args: argparse.Namespace) -> int:
+    from engine_service.auth import Gate
     from engine_service.build import build_engine
     from engine_service.server import run_engine
 
     settings = _settings(args)
     _logging(settings)
     try:
+        refuse_open_exposure(settings, settings.grpc_addr, "engine")
+        Gate.from_settings(settings)  # an unreadable JWT key stops here, named
         engine = build_engine(settings)
-    except ValueError as exc:
+    except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2
     asyncio.run(run_engine(settings, engine))

@@ -38,6 +38,19 @@ TOML layout (every key optional)::
     [log]
     level = "INFO"                         # AGENTIK_LOG_LEVEL
 
+    [auth]                                 # who may call; docs/security.md
+    allow_anonymous = false                # AGENTIK_ALLOW_ANONYMOUS: no tokens off loopback
+    admins = ["ops"]                       # AGENTIK_ADMINS="ops,root": see every session
+    max_runs_per_caller = 0                # AGENTIK_MAX_RUNS_PER_CALLER (0 = no own limit)
+    requests_per_minute = 0                # AGENTIK_REQUESTS_PER_MINUTE per principal (0 = none)
+    jwt_key_file = "/etc/agentik/jwt.pem"  # AGENTIK_JWT_KEY_FILE: PEM public key or HMAC secret
+    jwt_issuer = "https://issuer.example"  # AGENTIK_JWT_ISSUER ("" = not checked)
+    jwt_audience = "agentik"               # AGENTIK_JWT_AUDIENCE ("" = not checked)
+    jwt_algorithms = ["RS256"]             # AGENTIK_JWT_ALGORITHMS (default by key type)
+    [[auth.tokens]]                        # AGENTIK_TOKENS="alice:tokenA,bob:tokenB"
+    principal = "alice"
+    token = "${ALICE_TOKEN}"               # ${NAME}: from the environment
+
     [web]
     http_addr = "127.0.0.1:8000"           # AGENTIK_HTTP_ADDR
     engine_target = "127.0.0.1:50051"      # AGENTIK_ENGINE_TARGET (unset: from grpc_addr)
@@ -80,7 +93,15 @@ from urllib.parse import urlsplit
 
 from engine_service.tools.mcp_config import McpConfigError, McpServerConfig, parse_mcp_servers
 
-__all__ = ["ConfigError", "Settings", "load_settings", "setting_keys"]
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "TokenEntry",
+    "is_loopback",
+    "load_settings",
+    "refuse_open_exposure",
+    "setting_keys",
+]
 
 CONFIG_ENV = "AGENTIK_CONFIG"
 """The environment variable naming the TOML file when no path is passed."""
@@ -93,11 +114,20 @@ DEFAULT_SYSTEM_PROMPT = (
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _ON_DISCONNECT = ("continue", "cancel")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
+_ENV_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
 
 
 class ConfigError(Exception):
     """The configuration is unusable; the message says which setting, from where, and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """One bearer token and the principal it names."""
+
+    principal: str
+    token: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +170,31 @@ class Settings:
     """Empty: the installed agentik version."""
     agent_skills: tuple[dict[str, Any], ...] | None = None
     """The A2A card's skills (``id``, ``name``, ``description``, ...); None: one chat skill."""
+    auth_tokens: tuple[TokenEntry, ...] = ()
+    """Bearer tokens and their principals; with none (and no JWT key) the server is open."""
+    allow_anonymous: bool = False
+    """Serve without authentication on an address other than loopback."""
+    admins: tuple[str, ...] = ()
+    """Principals that see every session."""
+    max_runs_per_caller: int = 0
+    requests_per_minute: int = 0
+    jwt_key_file: str = ""
+    jwt_issuer: str = ""
+    jwt_audience: str = ""
+    jwt_algorithms: tuple[str, ...] = ()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """The ``[[mcp.servers]]`` entries of the TOML file, validated."""
 
     def __post_init__(self) -> None:
         if not self.engine_target:
             object.__setattr__(self, "engine_target", _target_for(self.grpc_addr))
+        if self.jwt_algorithms and not self.jwt_key_file:
+            raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Whether callers must present credentials."""
+        return bool(self.auth_tokens or self.jwt_key_file)
 
     def describe(self) -> list[tuple[str, str, str]]:
         """``(setting, env var, value)`` rows for a table; the API key is masked."""
@@ -162,6 +211,30 @@ class Settings:
                 shown = str(value)
             rows.append((spec.name, spec.env, shown))
         return rows
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether the listen address ``HOST:PORT`` only accepts connections from this host."""
+    host = addr.rpartition(":")[0].strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_open_exposure(settings: Settings, addr: str, what: str) -> None:
+    """``ConfigError`` when ``what`` would listen on ``addr`` beyond loopback with no
+    authentication, unless the operator said that is intended."""
+    if settings.auth_enabled or settings.allow_anonymous or is_loopback(addr):
+        return
+    raise ConfigError(
+        f"the {what} would listen on {addr} with no authentication: anyone who can reach it "
+        'could read and change every conversation. Set AGENTIK_TOKENS="name:token,..." '
+        "(or [[auth.tokens]] / jwt_key_file in [auth]), listen on 127.0.0.1, or set "
+        "AGENTIK_ALLOW_ANONYMOUS=true if a proxy in front authenticates callers"
+    )
 
 
 def _target_for(listen_addr: str) -> str:
@@ -400,6 +473,97 @@ def _origins(raw: object, from_env: bool) -> object:
     return tuple(origins)
 
 
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9._~@+-]{1,128}$")
+_TOKEN = re.compile(r"^[\x21-\x2b\x2d-\x7e]{1,4096}$")
+"""Printable ASCII without spaces or commas (the separator of AGENTIK_TOKENS)."""
+_JWT_ALGORITHMS = (
+    "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+    "ES256", "ES384", "ES512", "EdDSA",
+)  # fmt: skip
+
+
+def _boolean(raw: object, from_env: bool) -> object:
+    if isinstance(raw, bool):
+        return raw
+    if from_env and isinstance(raw, str):
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+    raise _Invalid("must be true or false")
+
+
+def _principal(value: object) -> str:
+    if not isinstance(value, str) or not _PRINCIPAL.match(value.strip()):
+        raise _Invalid(
+            f"principal {value!r} must be 1-128 letters, digits or ._~@+- (no spaces, ':' or ',')"
+        )
+    return value.strip()
+
+
+def _names(raw: object, from_env: bool) -> object:
+    if from_env:
+        raw = [item.strip() for item in _text(raw).split(",") if item.strip()]
+    if not isinstance(raw, list):
+        raise _Invalid(f"must be an array of principals, not {type(raw).__name__}")
+    return tuple(dict.fromkeys(_principal(item) for item in raw))
+
+
+def _token_entry(principal: object, token: object, where: str) -> TokenEntry:
+    name = _principal(principal)
+    if not isinstance(token, str) or not token:
+        raise _Invalid(f"{where}: the token of {name!r} must be a non-empty string")
+    if not _TOKEN.match(token):
+        raise _Invalid(
+            f"{where}: the token of {name!r} must be printable ASCII without spaces or commas"
+        )
+    return TokenEntry(name, token)
+
+
+def _tokens(raw: object, from_env: bool) -> object:
+    entries: list[TokenEntry] = []
+    if from_env:
+        for index, item in enumerate(i.strip() for i in _text(raw).split(",")):
+            if not item:
+                continue
+            principal, sep, token = item.partition(":")
+            if not sep:
+                raise _Invalid(f"entry {index + 1} is not PRINCIPAL:TOKEN")
+            entries.append(_token_entry(principal, token, f"entry {index + 1}"))
+    elif isinstance(raw, list):
+        for index, table in enumerate(raw):
+            if not isinstance(table, dict):
+                raise _Invalid("must be an array of tables ([[auth.tokens]])")
+            unknown = sorted(set(table) - {"principal", "token"})
+            if unknown:
+                raise _Invalid(
+                    f"entry {index + 1} has unknown key {unknown[0]!r}; known: principal, token"
+                )
+            entries.append(
+                _token_entry(table.get("principal"), table.get("token"), f"entry {index + 1}")
+            )
+    else:
+        raise _Invalid("must be an array of tables ([[auth.tokens]])")
+    seen: dict[str, str] = {}
+    for entry in entries:
+        other = seen.setdefault(entry.token, entry.principal)
+        if other != entry.principal:
+            raise _Invalid(f"{other!r} and {entry.principal!r} have the same token")
+    return tuple(entries)
+
+
+def _algorithms(raw: object, from_env: bool) -> object:
+    if from_env:
+        raw = [item.strip() for item in _text(raw).split(",") if item.strip()]
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise _Invalid("must be an array of JWT algorithm names")
+    for item in raw:
+        if item not in _JWT_ALGORITHMS:
+            raise _Invalid(f"{item!r} is not a JWT algorithm; known: {', '.join(_JWT_ALGORITHMS)}")
+    return tuple(raw)
+
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     name: str
@@ -487,6 +651,27 @@ _FIELDS: tuple[_Field, ...] = (
     _Field("agent_description", "AGENTIK_AGENT_DESCRIPTION", "a2a", "description", _prompt),
     _Field("agent_version", "AGENTIK_AGENT_VERSION", "a2a", "version", _prompt),
     _Field("agent_skills", "AGENTIK_AGENT_SKILLS", "a2a", "skills", _skills),
+    _Field("auth_tokens", "AGENTIK_TOKENS", "auth", "tokens", _tokens, secret=True),
+    _Field("allow_anonymous", "AGENTIK_ALLOW_ANONYMOUS", "auth", "allow_anonymous", _boolean),
+    _Field("admins", "AGENTIK_ADMINS", "auth", "admins", _names),
+    _Field(
+        "max_runs_per_caller",
+        "AGENTIK_MAX_RUNS_PER_CALLER",
+        "auth",
+        "max_runs_per_caller",
+        _integer(0),
+    ),
+    _Field(
+        "requests_per_minute",
+        "AGENTIK_REQUESTS_PER_MINUTE",
+        "auth",
+        "requests_per_minute",
+        _integer(0),
+    ),
+    _Field("jwt_key_file", "AGENTIK_JWT_KEY_FILE", "auth", "jwt_key_file", _prompt),
+    _Field("jwt_issuer", "AGENTIK_JWT_ISSUER", "auth", "jwt_issuer", _prompt),
+    _Field("jwt_audience", "AGENTIK_JWT_AUDIENCE", "auth", "jwt_audience", _prompt),
+    _Field("jwt_algorithms", "AGENTIK_JWT_ALGORITHMS", "auth", "jwt_algorithms", _algorithms),
 )
 _SECTIONS: dict[str, dict[str, _Field]] = {}
 for _spec in _FIELDS:
@@ -546,6 +731,28 @@ def _mcp_servers(table: object, path: str, env: Mapping[str, str]) -> tuple[McpS
         raise ConfigError(str(exc)) from None
 
 
+def _expand_tokens(raw: object, env: Mapping[str, str], origin: str) -> object:
+    """``${NAME}`` in ``[[auth.tokens]]`` tokens, from the environment."""
+    if not isinstance(raw, list):
+        return raw
+    expanded: list[object] = []
+    for table in raw:
+        if isinstance(table, dict) and isinstance(table.get("token"), str):
+
+            def lookup(match: re.Match[str]) -> str:
+                found = env.get(match[1])
+                if not found:
+                    raise ConfigError(
+                        f"invalid auth_tokens (from {origin}): a token names the environment "
+                        f"variable {match[1]!r}, which is unset"
+                    )
+                return found
+
+            table = {**table, "token": _ENV_VARIABLE.sub(lookup, table["token"])}
+        expanded.append(table)
+    return expanded
+
+
 def _from_toml(document: dict[str, Any], path: str, env: Mapping[str, str]) -> dict[str, object]:
     values: dict[str, object] = {}
     known_sections = [*_SECTIONS, _MCP_SECTION]
@@ -562,6 +769,8 @@ def _from_toml(document: dict[str, Any], path: str, env: Mapping[str, str]) -> d
             spec = keys.get(key)
             if spec is None:
                 raise _unknown("key", key, list(keys), f"[{section}] of {path!r}")
+            if spec.name == "auth_tokens":
+                raw = _expand_tokens(raw, env, f"{spec.toml_key} in {path!r}")
             values[spec.name] = _parse(spec, raw, False, f"{spec.toml_key} in {path!r}")
     return values
 

@@ -131,6 +131,7 @@ def session_to_pb(session: Session) -> pb.Session:
         message_count=session.message_count,
         last_seq=session.last_seq,
         active_run_id=session.active_run_id,
+        owner=session.owner,
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))

@@ -15,6 +15,8 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.SessionBusy: grpc.StatusCode.FAILED_PRECONDITION,
     errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
     errors.LLMError: grpc.StatusCode.UNAVAILABLE,
     errors.StorageUnavailable: grpc.StatusCode.UNAVAILABLE,

@@ -22,8 +22,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from engine_service.auth import Gate
 from engine_service.build import build_mcp_sources
-from engine_service.config import Settings
+from engine_service.config import Settings, refuse_open_exposure
 from engine_service.core.engine import Engine
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
@@ -40,6 +41,8 @@ class EngineServer:
     """A started engine behind a gRPC port."""
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
+        refuse_open_exposure(settings, settings.grpc_addr, "engine")
+        self.gate = Gate.from_settings(settings)
         self.engine = engine
         self.settings = settings
         self.health = HealthServicer()
@@ -55,7 +58,9 @@ class EngineServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        pb_grpc.add_AgentEngineServicer_to_server(AgentEngineServicer(engine), self.server)
+        pb_grpc.add_AgentEngineServicer_to_server(
+            AgentEngineServicer(engine, self.gate), self.server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (

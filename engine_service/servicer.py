@@ -1,4 +1,11 @@
-"""The gRPC servicer: convert → call the engine → convert, errors through one table."""
+"""The gRPC servicer: admit the caller → convert → call the engine → convert, errors
+through one table.
+
+Every RPC first passes the ``Gate`` with its ``authorization`` metadata: no valid
+credentials is UNAUTHENTICATED, a caller over its rate RESOURCE_EXHAUSTED with a
+``retry-after`` trailer. Each error also carries the core's code in the ``agentik-error``
+trailer, so a client can tell, say, ``rate_limited`` from ``overloaded``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from engine_service.auth import Gate
 from engine_service.convert import (
     event_to_pb,
     message_to_pb,
@@ -16,8 +24,9 @@ from engine_service.convert import (
     run_to_pb,
     session_to_pb,
 )
+from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
-from engine_service.core.errors import AgentikError
+from engine_service.core.errors import AgentikError, RateLimited
 from engine_service.errors import status_for
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
@@ -36,11 +45,27 @@ async def _mapped(context: Context, call: Callable[[], Awaitable[T]]) -> T:
     try:
         return await call()
     except AgentikError as exc:
-        await context.abort(status_for(exc), exc.message)
+        await _abort(context, exc)
         raise  # unreachable: abort raises
     except Exception:
         await _internal(context)
         raise  # unreachable: abort raises
+
+
+async def _abort(context: Context, exc: AgentikError) -> None:
+    """Abort with the table's status, the message, and the code (and retry time) as trailers."""
+    trailers: list[tuple[str, str]] = [("agentik-error", exc.code)]
+    if isinstance(exc, RateLimited):
+        trailers.append(("retry-after", str(exc.retry_after)))
+    context.set_trailing_metadata(tuple(trailers))
+    await context.abort(status_for(exc), exc.message)
+
+
+def _authorization(context: Context) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else None
+    return None
 
 
 async def _internal(context: Context, run_id: str = "") -> None:
@@ -56,19 +81,25 @@ async def _internal(context: Context, run_id: str = "") -> None:
 class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     """``agentik.engine.v1.AgentEngine`` over an ``Engine``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gate: Gate) -> None:
         self.engine = engine
+        self.gate = gate
+
+    async def _caller(self, context: Context) -> Caller:
+        """The caller the request's credentials name, or the RPC ends here."""
+        return await _mapped(context, lambda: _sync(self.gate.admit, _authorization(context)))
 
     async def Run(self, request: pb.RunRequest, context: Context) -> AsyncIterator[pb.Event]:
+        caller = await self._caller(context)
         run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
-        handle = await _mapped(context, lambda: self.engine.start_run(run_input))
+        handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
         ended = False
         try:
             async for event in self.engine.run_events(handle):
                 yield event_to_pb(event)
             ended = True
         except AgentikError as exc:
-            await context.abort(status_for(exc), exc.message)
+            await _abort(context, exc)
         except Exception:
             await _internal(context, handle.run_id)
         finally:
@@ -79,16 +110,18 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     async def Interrupt(
         self, request: pb.InterruptRequest, context: Context
     ) -> pb.InterruptResponse:
+        caller = await self._caller(context)
         interrupted, run_id = await _mapped(
-            context, lambda: self.engine.interrupt(request.thread_id, request.run_id)
+            context, lambda: self.engine.interrupt(caller, request.thread_id, request.run_id)
         )
         return pb.InterruptResponse(interrupted=interrupted, run_id=run_id)
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: Context
     ) -> AsyncIterator[pb.Event]:
+        caller = await self._caller(context)
         events = self.engine.subscribe(
-            request.thread_id, request.after_seq, until_idle=request.until_idle
+            caller, request.thread_id, request.after_seq, until_idle=request.until_idle
         )
         first = await _mapped(context, lambda: _first(events))
         if first is None:
@@ -98,47 +131,57 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             async for event in events:
                 yield event_to_pb(event)
         except AgentikError as exc:
-            await context.abort(status_for(exc), exc.message)
+            await _abort(context, exc)
         except Exception:
             await _internal(context)
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
+        caller = await self._caller(context)
         session = await _mapped(
-            context, lambda: self.engine.create_session(request.title, request.session_id)
+            context,
+            lambda: self.engine.create_session(caller, request.title, request.session_id),
         )
         return session_to_pb(session)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Context) -> pb.Session:
-        session = await _mapped(context, lambda: self.engine.get_session(request.session_id))
+        caller = await self._caller(context)
+        session = await _mapped(
+            context, lambda: self.engine.get_session(caller, request.session_id)
+        )
         return session_to_pb(session)
 
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Context
     ) -> pb.ListSessionsResponse:
+        caller = await self._caller(context)
         sessions, total = await _mapped(
-            context, lambda: self.engine.list_sessions(request.offset, request.limit)
+            context, lambda: self.engine.list_sessions(caller, request.offset, request.limit)
         )
         return pb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], total=total)
 
     async def RenameSession(self, request: pb.RenameSessionRequest, context: Context) -> pb.Session:
+        caller = await self._caller(context)
         session = await _mapped(
-            context, lambda: self.engine.rename_session(request.session_id, request.title)
+            context,
+            lambda: self.engine.rename_session(caller, request.session_id, request.title),
         )
         return session_to_pb(session)
 
     async def DeleteSession(
         self, request: pb.DeleteSessionRequest, context: Context
     ) -> pb.DeleteSessionResponse:
-        await _mapped(context, lambda: self.engine.delete_session(request.session_id))
+        caller = await self._caller(context)
+        await _mapped(context, lambda: self.engine.delete_session(caller, request.session_id))
         return pb.DeleteSessionResponse()
 
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: Context
     ) -> pb.ListMessagesResponse:
+        caller = await self._caller(context)
         messages, has_more = await _mapped(
             context,
             lambda: self.engine.list_messages(
-                request.session_id, request.after_message_id, request.limit, request.run_id
+                caller, request.session_id, request.after_message_id, request.limit, request.run_id
             ),
         )
         return pb.ListMessagesResponse(
@@ -146,15 +189,19 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         )
 
     async def GetRun(self, request: pb.GetRunRequest, context: Context) -> pb.RunInfo:
+        caller = await self._caller(context)
         run = await _mapped(
-            context, lambda: self.engine.get_run(request.run_id, request.session_id)
+            context, lambda: self.engine.get_run(caller, request.run_id, request.session_id)
         )
         return run_to_pb(run)
 
     async def ListRuns(self, request: pb.ListRunsRequest, context: Context) -> pb.ListRunsResponse:
+        caller = await self._caller(context)
         runs, total = await _mapped(
             context,
-            lambda: self.engine.list_runs(request.session_id, request.offset, request.limit),
+            lambda: self.engine.list_runs(
+                caller, request.session_id, request.offset, request.limit
+            ),
         )
         return pb.ListRunsResponse(runs=[run_to_pb(r) for r in runs], total=total)
 

@@ -14,7 +14,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from engine_service.config import ConfigError, Settings, load_settings
+from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
 from engine_service.parent_watch import env_for_child
 
 __all__ = ["add_commands", "gunicorn_argv"]
@@ -23,9 +23,15 @@ _STOP_TIMEOUT = 30.0
 """Seconds ``serve`` waits for a child to stop after SIGTERM before it kills it."""
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings:
+    """The settings, or exit 2 naming the problem; refuses to listen beyond loopback
+    without authentication (for ``serve``, the engine's address as well)."""
     try:
-        return load_settings(args.config, os.environ)
+        settings = load_settings(args.config, os.environ)
+        refuse_open_exposure(settings, settings.http_addr, "web facade")
+        if engine_too:
+            refuse_open_exposure(settings, settings.grpc_addr, "engine")
+        return settings
     except ConfigError as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
@@ -59,7 +65,7 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
 
 def _serve(args: argparse.Namespace) -> int:
     """Run the engine and the facade as two child processes until a signal or a death."""
-    settings = _settings(args)
+    settings = _settings(args, engine_too=True)
     env = _child_env(args)
     children: list[subprocess.Popen[bytes]] = []
     done = threading.Event()

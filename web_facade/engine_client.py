@@ -4,17 +4,23 @@ The channel is made lazily, on the first call in a process, never at import: gun
 forks its workers from a master that must hold no gRPC channel (gRPC's threads and
 sockets do not survive a fork). A sync channel is thread-safe, so the worker's threads
 share it. If the process forked after the channel was made, the child makes its own.
+
+Every engine call made while a request is handled carries that request's
+``Authorization`` header as the ``authorization`` metadata: the facade checks no
+credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
+which the engine refuses like any malformed one).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import grpc
 import grpc.experimental
-from flask import current_app
+from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
 from engine_service.config import Settings
@@ -40,6 +46,53 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: bool | None
+    compression: Any
+
+
+def _forwardable(value: str) -> str:
+    """``value`` if gRPC metadata can carry it (printable ASCII), else an empty bearer."""
+    if len(value) <= 8192 and value.isascii() and value.isprintable():
+        return value
+    return "Bearer"
+
+
+class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds the current request's ``Authorization`` header to each engine call."""
+
+    @staticmethod
+    def _details(details: Any) -> Any:
+        if not has_request_context():
+            return details
+        value = request.headers.get("Authorization")
+        if value is None:
+            return details
+        metadata = [*(details.metadata or ()), ("authorization", _forwardable(value))]
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            metadata,
+            details.credentials,
+            details.wait_for_ready,
+            details.compression,
+        )
+
+    def intercept_unary_unary(
+        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
+    ) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
+    ) -> Any:
+        return continuation(self._details(details), request)
+
+
 class EngineClient:
     """Stubs for the engine's services over a lazily made, per-process channel."""
 
@@ -57,7 +110,8 @@ class EngineClient:
                 return
             # A channel inherited through fork is unusable; drop it without closing.
             self._channel = grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
-            self._engine = pb_grpc.AgentEngineStub(self._channel)
+            forwarding = grpc.intercept_channel(self._channel, _ForwardCredentials())
+            self._engine = pb_grpc.AgentEngineStub(forwarding)
             self._health = health_pb2_grpc.HealthStub(self._channel)
             self._pid = os.getpid()
 

@@ -5,11 +5,16 @@ with a fitting HTTP status: never an HTML page, never a stack trace. Three sourc
 
 - :class:`ApiError`, raised by the views for a client's mistake they detect themselves
   (malformed JSON, a missing or mistyped field — the message names it);
-- ``grpc.RpcError`` from an engine call, mapped through :data:`GRPC_TO_HTTP`;
+- ``grpc.RpcError`` from an engine call, mapped through :data:`GRPC_TO_HTTP` (the
+  engine's ``agentik-error`` trailer refines a status where one gRPC code covers two
+  HTTP answers: ``rate_limited`` is 429 with ``Retry-After``, ``overloaded`` 503);
 - werkzeug's HTTP exceptions (unknown route, wrong method, body over the limit), mapped
   through :data:`HTTP_CODES`.
 
 Anything else is a bug in the facade: it is logged and answered 500 ``internal``.
+
+A 401 carries ``WWW-Authenticate: Bearer realm="agentik"`` (with ``error="invalid_token"``
+when the request had credentials), as RFC 6750 asks.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ import re
 from typing import Any, NoReturn
 
 import grpc
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 __all__ = [
     "GRPC_TO_HTTP",
     "HTTP_CODES",
     "ApiError",
+    "challenge",
     "error_body",
     "error_response",
     "from_rpc_error",
@@ -56,6 +62,14 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: (504, "engine_timeout"),
 }
 """gRPC status of an engine call → (HTTP status, error code)."""
+
+REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limited"): (429, "rate_limited"),
+}
+"""(gRPC status, the engine's ``agentik-error`` trailer) → (HTTP status, error code), where
+it differs from :data:`GRPC_TO_HTTP`."""
+
+REALM = "agentik"
 
 HTTP_CODES: dict[int, str] = {
     400: "bad_request",
@@ -93,11 +107,13 @@ _WITHOUT_DETAILS: dict[grpc.StatusCode, str] = {
 class ApiError(Exception):
     """An error the facade answers itself: HTTP status, code and a message for humans."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, *, retry_after: int = 0) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after = retry_after
+        """Seconds for ``Retry-After`` (429); 0: the default for the status."""
 
 
 def invalid(message: str) -> NoReturn:
@@ -110,13 +126,34 @@ def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
 
 
-def error_response(status: int, code: str, message: str) -> Response:
-    """A JSON error response; 503s tell clients when to try again."""
+def challenge() -> str:
+    """The ``WWW-Authenticate`` value of a 401 to the request being handled."""
+    if has_request_context() and request.headers.get("Authorization"):
+        return f'Bearer realm="{REALM}", error="invalid_token"'
+    return f'Bearer realm="{REALM}"'
+
+
+def error_response(status: int, code: str, message: str, retry_after: int = 0) -> Response:
+    """A JSON error response; 503s and 429s tell clients when to try again, 401s how to
+    authenticate."""
     response = jsonify(error_body(code, message))
     response.status_code = status
-    if status == 503:
-        response.headers["Retry-After"] = "1"
+    if status in (429, 503):
+        response.headers["Retry-After"] = str(retry_after or 1)
+    elif status == 401:
+        response.headers["WWW-Authenticate"] = challenge()
     return response
+
+
+def _trailer(exc: grpc.RpcError, key: str) -> str:
+    trailing = getattr(exc, "trailing_metadata", None)
+    try:
+        for name, value in (trailing() if callable(trailing) else None) or ():
+            if name == key and isinstance(value, str):
+                return value
+    except Exception:  # a call that never started has no trailers
+        return ""
+    return ""
 
 
 def from_rpc_error(exc: grpc.RpcError) -> ApiError:
@@ -124,6 +161,11 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
     (a URL, an address, a host, an exception class, a file path) stay in the log."""
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     status, name = GRPC_TO_HTTP.get(code, (502, "engine_error")) if code else (502, "engine_error")
+    retry_after = 0
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        status, name = REFINED.get((code, _trailer(exc, "agentik-error")), (status, name))
+        seconds = _trailer(exc, "retry-after")
+        retry_after = int(seconds) if seconds.isdigit() and len(seconds) < 7 else 0
     details = exc.details() if callable(getattr(exc, "details", None)) else None
     message = str(details or (code.name.lower() if code else "engine call failed"))
     if code is grpc.StatusCode.UNAVAILABLE and any(
@@ -140,7 +182,7 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
         else:
             fallback = f"the engine refused the request: {code.name.lower().replace('_', ' ')}"
             message = _WITHOUT_DETAILS.get(code, fallback)
-    return ApiError(status, name, message)
+    return ApiError(status, name, message, retry_after=retry_after)
 
 
 def install_error_handlers(app: Flask) -> None:
@@ -148,12 +190,12 @@ def install_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError) -> Response:
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, exc.retry_after)
 
     @app.errorhandler(grpc.RpcError)
     def _rpc_error(exc: grpc.RpcError) -> Response:
         mapped = from_rpc_error(exc)
-        return error_response(mapped.status, mapped.code, mapped.message)
+        return error_response(mapped.status, mapped.code, mapped.message, mapped.retry_after)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:

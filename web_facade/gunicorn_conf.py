@@ -15,13 +15,14 @@ import sys
 from types import FrameType
 from typing import Any
 
-from engine_service.config import ConfigError, load_settings
+from engine_service.config import ConfigError, load_settings, refuse_open_exposure
 from engine_service.parent_watch import stop_with_parent
 
 stop_with_parent()  # when started by `agentik serve`, a test or a benchmark
 
 try:
     _settings = load_settings(None, os.environ)
+    refuse_open_exposure(_settings, _settings.http_addr, "web facade")
 except ConfigError as _exc:
     print(f"agentik web: configuration error: {_exc}", file=sys.stderr)
     raise SystemExit(2) from None

@@ -2,23 +2,31 @@
 
 It validates requests, owns the running turns and the per-session hubs, and hands out
 event streams. Runs live here, not in any RPC: a caller that goes away leaves its run
-running, and anyone can pick up the rest with ``subscribe``.
+running, and its owner can pick up the rest with ``subscribe``.
+
+Every operation takes the ``Caller``: the one place that decides who sees what. A
+session belongs to the principal that created it; to anyone else (but an admin) it does
+not exist — the same ``SessionNotFound`` an unknown id gets, so no answer hints at it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from engine_service.core import events as ev
+from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
+    RateLimited,
+    RunNotFound,
     SessionNotFound,
     ShuttingDown,
     StorageUnavailable,
@@ -56,6 +64,8 @@ T = TypeVar("T")
 class EngineLimits:
     turn: TurnLimits = field(default_factory=TurnLimits)
     max_concurrent_runs: int = 512
+    max_runs_per_caller: int = 0
+    """Runs one principal may have in flight at once; 0: no limit of its own."""
     event_retention: float = 7 * 24 * 3600.0
     """Seconds stored events are kept; 0 keeps them forever."""
 
@@ -88,6 +98,9 @@ class Engine:
         self.tools = tools
         self.limits = limits or EngineLimits()
         self._turns: dict[str, Turn] = {}
+        self._turn_callers: dict[str, tuple[str, str]] = {}
+        """(principal that started it, session owner) of each session's run in flight."""
+        self._runs_by_caller: Counter[str] = Counter()
         self._hubs: dict[str, SessionHub] = {}
         self._accepting = True
         self._pruner: asyncio.Task[None] | None = None
@@ -223,34 +236,50 @@ class Engine:
                 log.info("event retention removed %d stored events", removed)
             await asyncio.sleep(period)
 
+    # -- access -----------------------------------------------------------------
+
+    async def _session(self, caller: Caller, session_id: str, what: str = "session_id") -> Session:
+        """The session if ``caller`` may see it; ``SessionNotFound`` otherwise, as for an
+        id that does not exist."""
+        check_id(session_id, what)
+        session = await self.store.get_session(session_id)
+        if not caller.owns(session.owner):
+            raise SessionNotFound(session_id)
+        return session
+
     # -- sessions -----------------------------------------------------------------
 
-    async def create_session(self, title: str = "", session_id: str = "") -> Session:
+    async def create_session(
+        self, caller: Caller, title: str = "", session_id: str = ""
+    ) -> Session:
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
         if session_id:
             check_id(session_id, "session_id")
-        return await self._writing(self.store.create_session(session_id or new_id(), title, _now()))
+        return await self._writing(
+            self.store.create_session(session_id or new_id(), title, _now(), owner=caller.principal)
+        )
 
-    async def get_session(self, session_id: str) -> Session:
-        check_id(session_id, "session_id")
-        return await self.store.get_session(session_id)
+    async def get_session(self, caller: Caller, session_id: str) -> Session:
+        return await self._session(caller, session_id)
 
-    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+    async def list_sessions(
+        self, caller: Caller, offset: int, limit: int
+    ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-        return await self.store.list_sessions(offset, limit or 50)
+        return await self.store.list_sessions(offset, limit or 50, owner=caller.owner_filter)
 
-    async def rename_session(self, session_id: str, title: str) -> Session:
-        check_id(session_id, "session_id")
+    async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
+        await self._session(caller, session_id)
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
         return await self._writing(self.store.rename_session(session_id, title, _now()))
 
-    async def delete_session(self, session_id: str) -> None:
-        check_id(session_id, "session_id")
+    async def delete_session(self, caller: Caller, session_id: str) -> None:
+        await self._session(caller, session_id)
         self._refuse_unsettled(session_id)
         await self._writing(self.store.delete_session(session_id))
         hub = self._hubs.pop(session_id, None)
@@ -258,9 +287,9 @@ class Engine:
             hub.notify()
 
     async def list_messages(
-        self, session_id: str, after_id: str, limit: int, run_id: str = ""
+        self, caller: Caller, session_id: str, after_id: str, limit: int, run_id: str = ""
     ) -> tuple[list[Message], bool]:
-        check_id(session_id, "session_id")
+        await self._session(caller, session_id)
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
         if not run_id:
@@ -277,24 +306,32 @@ class Engine:
 
     # -- runs as records ----------------------------------------------------------
 
-    async def get_run(self, run_id: str, session_id: str = "") -> RunRecord:
+    async def get_run(self, caller: Caller, run_id: str, session_id: str = "") -> RunRecord:
         check_id(run_id, "run_id")
         if session_id:
+            try:
+                await self._session(caller, session_id)
+            except SessionNotFound:
+                raise RunNotFound(run_id) from None
             return await self.store.get_run(session_id, run_id)
-        return await self.store.find_run(run_id)
+        return await self.store.find_run(run_id, owner=caller.owner_filter)
 
     async def list_runs(
-        self, session_id: str, offset: int, limit: int
+        self, caller: Caller, session_id: str, offset: int, limit: int
     ) -> tuple[list[RunRecord], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-        return await self.store.page_runs(session_id, offset, limit or 50)
+        if session_id:
+            await self._session(caller, session_id)
+        return await self.store.page_runs(
+            session_id, offset, limit or 50, owner=caller.owner_filter
+        )
 
     # -- runs ---------------------------------------------------------------------
 
-    async def start_run(self, run_input: RunInput) -> RunHandle:
+    async def start_run(self, caller: Caller, run_input: RunInput) -> RunHandle:
         """Accept a run and start it; raises before anything is streamed when it cannot run."""
         check_id(run_input.thread_id, "thread_id")
         if run_input.run_id:
@@ -307,6 +344,12 @@ class Engine:
             raise Overloaded(
                 f"the engine is running its maximum of {self.limits.max_concurrent_runs} runs"
             )
+        own_limit = self.limits.max_runs_per_caller
+        if own_limit and self._runs_by_caller[caller.principal] >= own_limit:
+            raise RateLimited(
+                f"you have {own_limit} runs in flight, your limit; wait for one to end",
+                retry_after=1,
+            )
         incoming = prepare_incoming(run_input.messages)
         for index, tool in enumerate(run_input.tools):
             if not tool.name:
@@ -317,7 +360,7 @@ class Engine:
                 )
         session_id = run_input.thread_id
         if not incoming:
-            await self._refuse_empty_history(run_input)
+            await self._refuse_empty_history(caller, run_input)
         self._refuse_unsettled(session_id)
         begun = await self._writing(
             self.store.begin_run(
@@ -326,6 +369,8 @@ class Engine:
                 _now(),
                 create=run_input.create_session,
                 reserve=self.limits.turn.seq_block,
+                owner=caller.principal,
+                require_owner=not caller.admin,
             )
         )
         try:
@@ -359,14 +404,16 @@ class Engine:
             on_storage_error=self._storage_failed,
         )
         self._turns[session_id] = turn
+        self._turn_callers[session_id] = (caller.principal, begun.session.owner)
+        self._runs_by_caller[caller.principal] += 1
         turn.start()
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
 
-    async def _refuse_empty_history(self, run_input: RunInput) -> None:
+    async def _refuse_empty_history(self, caller: Caller, run_input: RunInput) -> None:
         """A run without new messages answers the stored history; with none, refuse."""
         if run_input.reconcile is ReconcileMode.APPEND:
             try:
-                session = await self.store.get_session(run_input.thread_id)
+                session = await self._session(caller, run_input.thread_id, "thread_id")
             except SessionNotFound:
                 if not run_input.create_session:
                     raise
@@ -381,6 +428,10 @@ class Engine:
     def _turn_done(self, turn: Turn) -> None:
         if self._turns.get(turn.session_id) is turn:
             del self._turns[turn.session_id]
+            principal, _ = self._turn_callers.pop(turn.session_id, ("", ""))
+            self._runs_by_caller[principal] -= 1
+            if self._runs_by_caller[principal] <= 0:
+                del self._runs_by_caller[principal]
         hub = turn.hub
         if hub.active_run_id == turn.run_id:
             hub.active_run_id = ""
@@ -392,20 +443,25 @@ class Engine:
         self._drop_hub_if_unused(hub)
 
     async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
-        """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR."""
-        async for event in self.subscribe(handle.thread_id, handle.after_seq, until_idle=True):
+        """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR (the handle
+        is the proof the caller was allowed to start it)."""
+        async for event in self._follow(handle.thread_id, handle.after_seq, until_idle=True):
             if event.run_id != handle.run_id:
                 continue
             yield event
             if isinstance(event.body, ev.TERMINAL):
                 return
 
-    async def interrupt(self, thread_id: str, run_id: str = "") -> tuple[bool, str]:
+    async def interrupt(self, caller: Caller, thread_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
         check_id(thread_id, "thread_id")
+        started = self._turn_callers.get(thread_id)
+        if started is not None and caller.owns(started[1]):
+            stopped = self.interrupt_now(thread_id, run_id)  # no store read: it must not wait
+            if stopped:
+                return True, stopped
+        await self._session(caller, thread_id, "thread_id")  # not theirs → SessionNotFound
         stopped = self.interrupt_now(thread_id, run_id)
-        if not stopped:
-            await self.store.get_session(thread_id)  # unknown session → SessionNotFound
         return bool(stopped), stopped
 
     def interrupt_now(self, thread_id: str, run_id: str = "") -> str:
@@ -437,17 +493,27 @@ class Engine:
             del self._hubs[hub.session_id]
 
     async def subscribe(
-        self, thread_id: str, after_seq: int, *, until_idle: bool = False
+        self, caller: Caller, thread_id: str, after_seq: int, *, until_idle: bool = False
     ) -> AsyncIterator[ev.Event]:
         """Stored events after ``after_seq``, then live ones: no gap, no duplicate.
 
         With ``until_idle`` the stream ends once it has caught up and no run is active.
         """
-        check_id(thread_id, "thread_id")
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
-        session = await self.store.get_session(thread_id)
-        hub = self._hub(thread_id, session.last_seq)
+        session = await self._session(caller, thread_id, "thread_id")
+        events = self._follow(
+            thread_id, after_seq, until_idle=until_idle, last_seq=session.last_seq
+        )
+        async for event in events:
+            yield event
+
+    async def _follow(
+        self, thread_id: str, after_seq: int, *, until_idle: bool, last_seq: int | None = None
+    ) -> AsyncIterator[ev.Event]:
+        if last_seq is None:
+            last_seq = (await self.store.get_session(thread_id)).last_seq
+        hub = self._hub(thread_id, last_seq)
         hub.followers += 1
         last = after_seq
         try:

@@ -8,6 +8,8 @@
     ├── AlreadyExists            an id the caller chose is taken
     ├── SessionBusy              the session already has a run in flight
     ├── Overloaded               the engine is at its concurrent-run limit
+    ├── RateLimited              the caller is over one of its own limits (retry later)
+    ├── Unauthenticated          no valid credentials
     ├── ShuttingDown             the engine takes no new runs
     ├── RunNotFound              no such run in the session
     ├── LLMError                 the LLM call failed (code says how)
@@ -22,11 +24,13 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "Overloaded",
+    "RateLimited",
     "RunNotFound",
     "SessionBusy",
     "SessionNotFound",
     "ShuttingDown",
     "StorageUnavailable",
+    "Unauthenticated",
 ]
 
 
@@ -77,6 +81,28 @@ class SessionBusy(AgentikError):
 
 class Overloaded(AgentikError):
     code = "overloaded"
+
+
+class RateLimited(AgentikError):
+    """The caller is over a per-caller limit (requests per minute, concurrent runs);
+    ``retry_after`` is the whole number of seconds after which a retry may pass."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)
+
+
+class Unauthenticated(AgentikError):
+    """The request carries no credentials, or ones that are not valid. The message says
+    which, never what a valid token looks like; ``presented`` tells the two apart."""
+
+    code = "unauthenticated"
+
+    def __init__(self, message: str, *, presented: bool) -> None:
+        super().__init__(message)
+        self.presented = presented
 
 
 class ShuttingDown(AgentikError):

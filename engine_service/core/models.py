@@ -128,6 +128,8 @@ class Session:
     """The highest seq an engine may have handed out: at least ``last_seq``. After a crash
     the events between the two were seen by clients but never stored, so their seqs are
     skipped, never reused."""
+    owner: str = ""
+    """The principal that created the session ("" when it was made without credentials)."""
 
 
 @dataclass(slots=True)

@@ -34,16 +34,21 @@ class SessionStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def create_session(self, session_id: str, title: str, now: datetime) -> Session:
-        """Create a session; ``AlreadyExists`` when the id is taken."""
+    async def create_session(
+        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+    ) -> Session:
+        """Create a session belonging to ``owner``; ``AlreadyExists`` when the id is taken."""
 
     @abc.abstractmethod
     async def get_session(self, session_id: str) -> Session:
         """One session with its message count, last seq and active run."""
 
     @abc.abstractmethod
-    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
-        """A page of sessions, most recently updated first, and the total count."""
+    async def list_sessions(
+        self, offset: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[Session], int]:
+        """A page of sessions, most recently updated first, and the total count; only
+        ``owner``'s when it is not None."""
 
     @abc.abstractmethod
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
@@ -68,7 +73,15 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def begin_run(
-        self, session_id: str, run_id: str, now: datetime, *, create: bool, reserve: int = 0
+        self,
+        session_id: str,
+        run_id: str,
+        now: datetime,
+        *,
+        create: bool,
+        reserve: int = 0,
+        owner: str = "",
+        require_owner: bool = False,
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
 
@@ -77,7 +90,8 @@ class SessionStore(abc.ABC):
         before it stores or reserves more (see ``append_events``).
 
         Raises ``SessionBusy`` when another run is active, ``SessionNotFound`` when the
-        session does not exist and ``create`` is false (with ``create`` it is made),
+        session does not exist and ``create`` is false (with ``create`` it is made, owned by
+        ``owner``) or, with ``require_owner``, when it belongs to another owner,
         ``AlreadyExists`` when the run id was used before in this session.
         """
 
@@ -107,17 +121,19 @@ class SessionStore(abc.ABC):
         """The session's runs, oldest first."""
 
     @abc.abstractmethod
-    async def find_run(self, run_id: str) -> RunRecord:
-        """A run by id alone, whatever its session; ``RunNotFound`` when none has it.
+    async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
+        """A run by id alone, whatever its session (of ``owner``'s sessions when it is not
+        None); ``RunNotFound`` when none has it.
 
         When several sessions used the same id the most recent run wins.
         """
 
     @abc.abstractmethod
     async def page_runs(
-        self, session_id: str, offset: int, limit: int
+        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
     ) -> tuple[list[RunRecord], int]:
-        """A page of runs, newest first, of one session (or all when empty), and the total."""
+        """A page of runs, newest first, of one session (or all when empty; then only of
+        ``owner``'s sessions when it is not None), and the total."""
 
     @abc.abstractmethod
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:

@@ -63,6 +63,7 @@ class _Entry:
     last_seq: int = 0
     reserved_seq: int = 0
     active_run_id: str = ""
+    owner: str = ""
     messages: list[tuple[str, str]] = field(default_factory=list)
     """(message id, stored JSON) in history order."""
     runs: dict[str, RunRecord] = field(default_factory=dict)
@@ -81,6 +82,7 @@ class _Entry:
             last_seq=self.last_seq,
             active_run_id=self.active_run_id,
             reserved_seq=max(self.reserved_seq, self.last_seq),
+            owner=self.owner,
         )
 
 
@@ -115,24 +117,29 @@ class MemorySessionStore(SessionStore):
             raise SessionNotFound(session_id)
         return entry
 
-    async def create_session(self, session_id: str, title: str, now: datetime) -> Session:
+    async def create_session(
+        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+    ) -> Session:
         now = _utc(now, "now")
         if not session_id:
             raise InvalidInput("session id must not be empty")
         if session_id in self._sessions:
             raise AlreadyExists(f"session {session_id!r} already exists")
-        entry = _Entry(session_id, title, now, now)
+        entry = _Entry(session_id, title, now, now, owner=owner)
         self._sessions[session_id] = entry
         return entry.session()
 
     async def get_session(self, session_id: str) -> Session:
         return self._entry(session_id).session()
 
-    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+    async def list_sessions(
+        self, offset: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _page_limit(limit)
-        ordered = sorted(self._sessions.values(), key=lambda e: e.id)
+        mine = [e for e in self._sessions.values() if owner is None or e.owner == owner]
+        ordered = sorted(mine, key=lambda e: e.id)
         ordered.sort(key=lambda e: e.updated_at, reverse=True)
         page = ordered[offset : None if size is None else offset + size]
         return [e.session() for e in page], len(ordered)
@@ -170,7 +177,15 @@ class MemorySessionStore(SessionStore):
         return [message_from_dict(json.loads(body)) for _, body in entry.messages]
 
     async def begin_run(
-        self, session_id: str, run_id: str, now: datetime, *, create: bool, reserve: int = 0
+        self,
+        session_id: str,
+        run_id: str,
+        now: datetime,
+        *,
+        create: bool,
+        reserve: int = 0,
+        owner: str = "",
+        require_owner: bool = False,
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -179,12 +194,14 @@ class MemorySessionStore(SessionStore):
             raise InvalidInput("run id must not be empty")
         created = False
         entry = self._sessions.get(session_id)
+        if entry is not None and require_owner and entry.owner != owner:
+            raise SessionNotFound(session_id)
         if entry is None:
             if not create:
                 raise SessionNotFound(session_id)
             if not session_id:
                 raise InvalidInput("session id must not be empty")
-            entry = _Entry(session_id, "", now, now)
+            entry = _Entry(session_id, "", now, now, owner=owner)
             created = True
         elif entry.active_run_id:
             raise SessionBusy(session_id, entry.active_run_id)
@@ -239,18 +256,24 @@ class MemorySessionStore(SessionStore):
         runs.sort(key=lambda r: r.started_at)
         return runs
 
-    async def find_run(self, run_id: str) -> RunRecord:
-        found = [e.runs[run_id] for e in self._sessions.values() if run_id in e.runs]
+    async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
+        found = [
+            e.runs[run_id]
+            for e in self._sessions.values()
+            if run_id in e.runs and (owner is None or e.owner == owner)
+        ]
         if not found:
             raise RunNotFound(run_id)
         return _copy(max(found, key=lambda r: r.started_at))
 
     async def page_runs(
-        self, session_id: str, offset: int, limit: int
+        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
         entries = [self._entry(session_id)] if session_id else list(self._sessions.values())
+        if not session_id and owner is not None:
+            entries = [e for e in entries if e.owner == owner]
         runs = [r for e in entries for r in e.runs.values()]
         runs.sort(key=lambda r: r.started_at, reverse=True)
         page = runs[offset : offset + limit] if limit else runs[offset:]

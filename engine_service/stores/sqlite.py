@@ -113,14 +113,19 @@ CREATE TABLE write_probe (
 INSERT INTO write_probe (id, n) VALUES (1, 0);
 """
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+_SCHEMA_V3 = """
+ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX sessions_by_owner ON sessions (owner, updated_at DESC, id);
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending, start_seq"
@@ -196,6 +201,7 @@ def _session(row: Any) -> Session:
         active_run_id=row[6] or "",
         message_count=row[7],
         reserved_seq=max(row[8], row[5]),
+        owner=row[9],
     )
 
 
@@ -327,12 +333,15 @@ class SqliteSessionStore(SessionStore):
                 if self._conn.in_transaction:
                     self._conn.execute("COMMIT")
 
-    def _require(self, conn: sqlite3.Connection, session_id: str) -> str | None:
-        """The session's active run id; ``SessionNotFound`` when it does not exist."""
+    def _require(
+        self, conn: sqlite3.Connection, session_id: str, owner: str | None = None
+    ) -> str | None:
+        """The session's active run id; ``SessionNotFound`` when it does not exist (or,
+        when ``owner`` is not None, belongs to another owner)."""
         row = conn.execute(
-            "SELECT active_run_id FROM sessions WHERE id = ?", (session_id,)
+            "SELECT active_run_id, owner FROM sessions WHERE id = ?", (session_id,)
         ).fetchone()
-        if row is None:
+        if row is None or (owner is not None and row[1] != owner):
             raise SessionNotFound(session_id)
         active: str | None = row[0]
         return active
@@ -345,15 +354,18 @@ class SqliteSessionStore(SessionStore):
             raise SessionNotFound(session_id)
         return _session(row)
 
-    async def create_session(self, session_id: str, title: str, now: datetime) -> Session:
+    async def create_session(
+        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+    ) -> Session:
         stamp = _iso(now, "now")
         if not session_id:
             raise InvalidInput("session id must not be empty")
         with self._tx() as conn:
             try:
                 conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                    (session_id, title, stamp, stamp),
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (session_id, title, stamp, stamp, owner),
                 )
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists(f"session {session_id!r} already exists") from exc
@@ -363,16 +375,19 @@ class SqliteSessionStore(SessionStore):
         with _mapped_errors():
             return self._load(self._conn, session_id)
 
-    async def list_sessions(self, offset: int, limit: int) -> tuple[list[Session], int]:
+    async def list_sessions(
+        self, offset: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _sql_limit(limit)
+        where, args = ("WHERE s.owner = ?", (owner,)) if owner is not None else ("", ())
         with self._read() as conn:
-            (total,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+            (total,) = conn.execute(f"SELECT count(*) FROM sessions s {where}", args).fetchone()
             rows = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions s"
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s {where}"
                 " ORDER BY s.updated_at DESC, s.id LIMIT ? OFFSET ?",
-                (size, offset),
+                (*args, size, offset),
             ).fetchall()
         return [_session(row) for row in rows], total
 
@@ -420,7 +435,15 @@ class SqliteSessionStore(SessionStore):
         return messages
 
     async def begin_run(
-        self, session_id: str, run_id: str, now: datetime, *, create: bool, reserve: int = 0
+        self,
+        session_id: str,
+        run_id: str,
+        now: datetime,
+        *,
+        create: bool,
+        reserve: int = 0,
+        owner: str = "",
+        require_owner: bool = False,
     ) -> RunBegun:
         stamp = _iso(now, "now")
         if reserve < 0:
@@ -437,10 +460,14 @@ class SqliteSessionStore(SessionStore):
                 if not session_id:
                     raise InvalidInput("session id must not be empty") from None
                 conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at) VALUES (?, '', ?, ?)",
-                    (session_id, stamp, stamp),
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
+                    " VALUES (?, '', ?, ?, ?)",
+                    (session_id, stamp, stamp, owner),
                 )
                 created, active = True, None
+            else:
+                if require_owner:
+                    self._require(conn, session_id, owner)
             if active:
                 raise SessionBusy(session_id, active)
             try:
@@ -528,22 +555,32 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [_run(row) for row in rows]
 
-    async def find_run(self, run_id: str) -> RunRecord:
+    async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
+        mine = (
+            "" if owner is None else " AND session_id IN (SELECT id FROM sessions WHERE owner = ?)"
+        )
+        args = (run_id,) if owner is None else (run_id, owner)
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? ORDER BY started_at DESC LIMIT 1",
-                (run_id,),
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?{mine}"
+                " ORDER BY started_at DESC LIMIT 1",
+                args,
             ).fetchone()
         if row is None:
             raise RunNotFound(run_id)
         return _run(row)
 
     async def page_runs(
-        self, session_id: str, offset: int, limit: int
+        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
         where, args = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        if not session_id and owner is not None:
+            where, args = (
+                "WHERE session_id IN (SELECT id FROM sessions WHERE owner = ?)",
+                (owner,),
+            )
         with self._read() as conn:
             if session_id:
                 self._require(conn, session_id)

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from engine_service.core import events as ev
+from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hub import SessionHub
@@ -55,7 +56,7 @@ async def test_every_event_a_follower_gets_is_stored_or_reserved_when_it_gets_it
     await engine.start()
     message = Message(id="u", role=Role.USER, content=[TextPart("go")])
     handle = await engine.start_run(
-        RunInput(thread_id="t", create_session=True, messages=[message])
+        ANONYMOUS, RunInput(thread_id="t", create_session=True, messages=[message])
     )
 
     seen: list[int] = []

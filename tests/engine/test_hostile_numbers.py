@@ -73,7 +73,7 @@ async def test_an_infinite_or_nan_number_in_a_run_is_invalid_argument_naming_the
 async def test_an_unexpected_exception_in_an_rpc_is_internal_with_a_plain_message_and_logged(
     harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(session_id: str) -> None:
+    async def broken(caller: object, session_id: str) -> None:
         raise RuntimeError("secret detail at /var/lib/agentik")
 
     monkeypatch.setattr(harness.engine, "get_session", broken)

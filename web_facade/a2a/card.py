@@ -4,7 +4,12 @@ The card is built from configuration (``Settings``: ``public_url``, ``agent_name
 ``agent_description``, ``agent_version``, ``agent_skills``; the ``[a2a]`` TOML section or
 ``AGENTIK_PUBLIC_URL``, ``AGENTIK_AGENT_*``), never from the address the facade binds:
 behind a proxy that address is not what peers can reach. Without a public URL the card names
-the URL each request came to (development only).
+the URL each request came to — only while the facade listens on loopback (development);
+off loopback it is not served until a public URL is set, so a forged ``Host`` header can
+never put a stranger's URL in it.
+
+With authentication on, the card declares the bearer scheme (``securitySchemes`` and
+``securityRequirements``) peers must use; the card itself stays public.
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
 URL) and carries the 0.3 top-level fields (``url``, ``protocolVersion``,
@@ -20,19 +25,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from a2a.compat.v0_3.conversions import to_compat_agent_card
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+)
 from google.protobuf import json_format
 
-from engine_service.config import ConfigError, Settings
+from engine_service.config import ConfigError, Settings, is_loopback
 
 __all__ = [
     "CARD_MAX_AGE",
     "INPUT_MODES",
     "OUTPUT_MODES",
+    "SECURITY_SCHEME",
     "CardConfig",
     "card_body",
     "card_config",
 ]
+
+SECURITY_SCHEME = "bearer"
+"""The card's name for the one scheme it declares."""
 
 CARD_MAX_AGE = 300
 """Seconds a peer or a shared cache may keep a card built from a configured public URL."""
@@ -70,6 +87,10 @@ class CardConfig:
     description: str
     version: str
     skills: tuple[AgentSkill, ...]
+    auth: str = ""
+    """"" when callers need no credentials, else the bearer format ("opaque" or "JWT")."""
+    reflect_host: bool = True
+    """Without a public URL: whether the request's own URL may stand in for it."""
 
 
 def _installed_version() -> str:
@@ -97,11 +118,13 @@ def card_config(settings: Settings) -> CardConfig:
         description=settings.agent_description or _DEFAULT_DESCRIPTION,
         version=settings.agent_version or _installed_version(),
         skills=_skills(settings.agent_skills),
+        auth=("JWT" if settings.jwt_key_file else "opaque") if settings.auth_enabled else "",
+        reflect_host=is_loopback(settings.http_addr),
     )
 
 
 def _card(config: CardConfig, url: str) -> AgentCard:
-    return AgentCard(
+    card = AgentCard(
         name=config.name,
         description=config.description,
         version=config.version,
@@ -116,6 +139,20 @@ def _card(config: CardConfig, url: str) -> AgentCard:
         default_output_modes=OUTPUT_MODES,
         skills=config.skills,
     )
+    if config.auth:
+        scheme = HTTPAuthSecurityScheme(
+            scheme="Bearer",
+            description="Authorization: Bearer <token>; every method but the card needs it",
+        )
+        if config.auth == "JWT":
+            scheme.bearer_format = "JWT"
+        card.security_schemes[SECURITY_SCHEME].CopyFrom(
+            SecurityScheme(http_auth_security_scheme=scheme)
+        )
+        requirement = SecurityRequirement()
+        requirement.schemes[SECURITY_SCHEME].SetInParent()
+        card.security_requirements.append(requirement)
+    return card
 
 
 def card_body(config: CardConfig, request_url: str) -> tuple[bytes, str]:

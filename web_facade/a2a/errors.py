@@ -18,10 +18,15 @@ Errors are the a2a-sdk's exception classes (``a2a.utils.errors``)::
      ├─ ExtensionSupportRequiredError  -32008
      └─ VersionNotSupportedError       -32009
 
+and two of ours for what A2A leaves to HTTP, each with its HTTP status:
+:class:`AuthenticationRequired` (401, ``WWW-Authenticate``) and :class:`RateLimitedError`
+(429, ``Retry-After``), both with the JSON-RPC body of an InvalidRequest whose ErrorInfo
+reason says which.
+
 :data:`ERRORS` gives each its code and ``google.rpc.ErrorInfo`` reason; :data:`GRPC_ERRORS`
 maps the engine's gRPC status codes onto them. ``error.data`` is always a list that starts
 with an ErrorInfo (plus a ``google.rpc.BadRequest`` when a field is named). JSON-RPC errors
-travel with HTTP 200.
+travel with HTTP 200 — but for those two.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ from web_facade.errors import from_rpc_error
 
 __all__ = [
     "DOMAIN",
+    "AuthenticationRequired",
+    "RateLimitedError",
     "ERRORS",
     "GRPC_ERRORS",
     "error_object",
@@ -79,6 +86,26 @@ ERRORS: dict[type[A2AError], tuple[int, str]] = {
 }
 """Error class → (JSON-RPC code, ErrorInfo reason)."""
 
+
+class AuthenticationRequired(A2AError):
+    """No valid credentials: HTTP 401."""
+
+    http_status = 401
+
+
+class RateLimitedError(A2AError):
+    """The caller is over its limits: HTTP 429."""
+
+    http_status = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+ERRORS[AuthenticationRequired] = (-32600, "UNAUTHENTICATED")
+ERRORS[RateLimitedError] = (-32600, "RATE_LIMITED")
+
 GRPC_ERRORS: dict[grpc.StatusCode, type[A2AError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidParamsError,
     grpc.StatusCode.OUT_OF_RANGE: InvalidParamsError,
@@ -105,7 +132,12 @@ def from_rpc(exc: grpc.RpcError) -> A2AError:
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     error_class = GRPC_ERRORS.get(code, InternalError) if code is not None else InternalError
     # The /agentik table already words engine failures for clients (never internals).
-    message = from_rpc_error(exc).message
+    mapped = from_rpc_error(exc)
+    message = mapped.message
+    if mapped.status == 401:
+        return AuthenticationRequired(message)
+    if mapped.status == 429:
+        return RateLimitedError(message, mapped.retry_after)
     return error_class(message, data={"grpcStatus": code.name if code is not None else "UNKNOWN"})
 
 

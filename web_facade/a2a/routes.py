@@ -44,11 +44,12 @@ from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.a2a import v03
 from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config
-from web_facade.a2a.errors import invalid_params
+from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.stream import A2aStream, Shape
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
+from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, read_body
 
 __all__ = ["METHODS", "VERSION_HEADER", "bp"]
@@ -86,10 +87,15 @@ def _read_card_config(state: BlueprintSetupState) -> None:
     assert isinstance(app, Flask)
     with app.app_context():
         config = card_config(current_settings())
-    if not config.public_url:
+    if not config.public_url and config.reflect_host:
         log.warning(
             "AGENTIK_PUBLIC_URL is not set: the agent card names the URL each request came "
             "to; set it to the URL peers reach this facade at"
+        )
+    elif not config.public_url:
+        log.warning(
+            "AGENTIK_PUBLIC_URL is not set and the facade listens beyond loopback: the agent "
+            "card is not served until it is set to the URL peers reach this facade at"
         )
     app.extensions[_CARD_KEY] = config
 
@@ -99,6 +105,13 @@ def _read_card_config(state: BlueprintSetupState) -> None:
 def agent_card() -> Response:
     """The agent card; revalidate with ``If-None-Match`` (304 when unchanged)."""
     config: CardConfig = current_app.extensions[_CARD_KEY]
+    if not config.public_url and not config.reflect_host:
+        raise ApiError(
+            503,
+            "not_configured",
+            "this agent's public URL is not configured: set AGENTIK_PUBLIC_URL (or [a2a] "
+            "public_url) to the URL peers reach it at",
+        )
     body, etag = card_body(config, request.url_root)
     response = Response(body, mimetype="application/json")
     response.set_etag(etag)
@@ -336,6 +349,15 @@ def rpc() -> Response:
         # An HTTP-level refusal, before any JSON-RPC is read: HTTP 415, a JSON-RPC body.
         refused = InvalidRequestError(exc.description or "the request body must be JSON")
         return Response(encode(error(None, refused)), 415, mimetype="application/json")
+    except (AuthenticationRequired, RateLimitedError) as exc:
+        response = Response(
+            encode(error(request_id, exc)), exc.http_status, mimetype="application/json"
+        )
+        if isinstance(exc, RateLimitedError):
+            response.headers["Retry-After"] = str(exc.retry_after or 1)
+        else:
+            response.headers["WWW-Authenticate"] = challenge()
+        return response
     except A2AError as exc:
         return Response(encode(error(request_id, exc)), mimetype="application/json")
     except Exception as exc:

@@ -224,6 +224,7 @@ class Session(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     LAST_SEQ_FIELD_NUMBER: _builtins.int
     ACTIVE_RUN_ID_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Session id; also the AG-UI thread id."""
     title: _builtins.str
@@ -234,6 +235,10 @@ class Session(_message.Message):
     """Sequence number of the last stored event; 0 when there is none."""
     active_run_id: _builtins.str
     """Id of the run in flight; empty when the session is idle."""
+    owner: _builtins.str
+    """The principal that created the session (the one that may see it, with admins);
+    empty when it was made on a server without authentication.
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the session was created."""
@@ -257,10 +262,11 @@ class Session(_message.Message):
         state: _struct_pb2.Value | None = ...,
         last_seq: _builtins.int = ...,
         active_run_id: _builtins.str = ...,
+        owner: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "state", b"state", "title", b"title", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "state", b"state", "title", b"title", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

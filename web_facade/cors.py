@@ -18,15 +18,24 @@ Another origin gets none of these headers and the browser refuses the page the a
 ``Access-Control-Allow-Credentials`` is never sent: the facade uses no cookies, and a bearer
 token in ``Authorization`` is a header the page sets itself, allowed by the preflight. With a
 list of origins every response says ``Vary: Origin`` so caches keep the answers apart.
+
+A request that changes something (``POST``, ``PUT``, ``PATCH``, ``DELETE``) from a page of
+an origin that is neither allowed nor the facade's own is refused 403 ``forbidden_origin``
+before it reaches the engine. A browser sends some such requests without a preflight (a
+bodyless ``POST`` to interrupt, say): CORS alone would only hide the answer, not stop the
+request. Clients that are not browsers send no ``Origin`` and are not affected.
 """
 
 from __future__ import annotations
 
 from typing import Final
+from urllib.parse import urlsplit
 
 from flask import Flask, Response, current_app, request
 
-__all__ = ["ALLOW_HEADERS", "EXPOSE_HEADERS", "MAX_AGE", "install_cors"]
+from web_facade.errors import error_response
+
+__all__ = ["ALLOW_HEADERS", "EXPOSE_HEADERS", "MAX_AGE", "UNSAFE_METHODS", "install_cors"]
 
 ALLOW_HEADERS: Final = "Content-Type, Authorization, Last-Event-ID, A2A-Version"
 """Request headers a page may send (``Content-Type`` makes JSON bodies possible)."""
@@ -36,6 +45,33 @@ EXPOSE_HEADERS: Final = "Retry-After, Allow, WWW-Authenticate"
 
 MAX_AGE: Final = 600
 """Seconds a browser may cache a preflight's answer."""
+
+UNSAFE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _same_origin(origin: str) -> bool:
+    """Whether ``origin`` is the facade's own (the page came from the host it calls)."""
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == request.host.lower()
+
+
+def _refuse_foreign_origin(origins: tuple[str, ...]) -> Response | None:
+    """403 for a state-changing request from a page the allow-list does not name."""
+    origin = request.headers.get("Origin")
+    if origin is None or request.method not in UNSAFE_METHODS:
+        return None
+    if _allowed(origins, origin) is not None or _same_origin(origin):
+        return None
+    shown = origin if len(origin) <= 200 and origin.isprintable() else "(unreadable)"
+    return error_response(
+        403,
+        "forbidden_origin",
+        f"requests from pages of {shown} are not allowed; the operator may add that origin "
+        "to AGENTIK_CORS_ORIGINS",
+    )
 
 
 def _allowed(origins: tuple[str, ...], origin: str | None) -> str | None:
@@ -64,7 +100,13 @@ def _preflight(allow_origin: str) -> Response | None:
 
 
 def install_cors(app: Flask, origins: tuple[str, ...]) -> None:
-    """Apply the allow-list ``origins`` to every route of ``app``; empty: no CORS at all."""
+    """Apply the allow-list ``origins`` to every route of ``app``; empty: no CORS at all
+    (and state-changing requests from any foreign page are refused)."""
+
+    @app.before_request
+    def _guard_origin() -> Response | None:
+        return _refuse_foreign_origin(origins)
+
     if not origins:
         return
     vary = origins != ("*",)

@@ -56,21 +56,71 @@ def cors_client(make_app: Callable[..., Flask]) -> FlaskClient:
 # --- request bodies must be JSON -------------------------------------------------------
 
 
-def test_a_cross_origin_text_plain_post_is_refused_with_415_and_creates_nothing(
+def test_a_text_plain_post_is_refused_with_415_and_creates_nothing(
     client: FlaskClient,
 ) -> None:
     before = _total(client)
     response = client.post(
-        "/agentik/conversations",
-        data='{"title": "csrf"}',
-        content_type="text/plain",
-        headers={"Origin": EVIL},
+        "/agentik/conversations", data='{"title": "csrf"}', content_type="text/plain"
     )
     assert response.status_code == 415
     error = response.get_json()["error"]
     assert error["code"] == "unsupported_media_type"
     assert "'text/plain'" in error["message"] and "application/json" in error["message"]
     assert _total(client) == before
+    _no_cors(response.headers)
+
+
+# --- state-changing requests from foreign pages ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "data"),
+    [("text/plain", '{"title": "csrf"}'), ("application/json", '{"title": "csrf"}'), (None, None)],
+)
+def test_a_post_from_a_foreign_page_is_refused_403_and_creates_nothing(
+    client: FlaskClient, content_type: str | None, data: str | None
+) -> None:
+    before = _total(client)
+    response = client.post(
+        "/agentik/conversations", data=data, content_type=content_type, headers={"Origin": EVIL}
+    )
+    assert response.status_code == 403
+    error = response.get_json()["error"]
+    assert error["code"] == "forbidden_origin"
+    assert EVIL in error["message"] and "AGENTIK_CORS_ORIGINS" in error["message"]
+    assert _total(client) == before
+    _no_cors(response.headers)
+
+
+def test_a_bodyless_interrupt_from_a_foreign_page_stops_nothing(client: FlaskClient) -> None:
+    conversation_id = client.post("/agentik/conversations").get_json()["id"]
+    path = f"/agentik/conversations/{conversation_id}"
+    for method in (client.post, client.delete):
+        target = f"{path}/interrupt" if method == client.post else path
+        response = method(target, headers={"Origin": EVIL})
+        assert response.status_code == 403, target
+    assert client.get(path).status_code == 200  # the DELETE did not happen
+    for body, route in ((None, "/agui"), ('{"jsonrpc": "2.0", "id": 1, "method": "x"}', "/")):
+        response = client.post(route, data=body, headers={"Origin": "null"})
+        assert response.status_code == 403, route
+
+
+def test_a_page_of_the_facade_itself_or_an_allowed_origin_may_post(
+    client: FlaskClient, cors_client: FlaskClient
+) -> None:
+    own = client.post("/agentik/conversations", headers={"Origin": "http://localhost"})
+    assert own.status_code == 201  # the test client's host is localhost
+    allowed = cors_client.post("/agentik/conversations", headers={"Origin": APP})
+    assert allowed.status_code == 201
+    assert allowed.headers["Access-Control-Allow-Origin"] == APP
+    other_port = client.post("/agentik/conversations", headers={"Origin": "http://localhost:9"})
+    assert other_port.status_code == 403
+
+
+def test_reading_from_a_foreign_page_is_not_refused_but_gets_no_cors(client: FlaskClient) -> None:
+    response = client.get("/agentik/conversations", headers={"Origin": EVIL})
+    assert response.status_code == 200
     _no_cors(response.headers)
 
 

@@ -1,8 +1,10 @@
 """What the property-based run over openapi.json (test_openapi_fuzz.py) found, one targeted
 test each. All were the document's mistakes, not the server's: it described the SSE bodies as
 a plain string, left out the id rule and the 400 it brings on GET and DELETE, left out the
-largest ``offset``, promised 404 for an unknown ``?after=`` message (the engine answers 400) and
-said nothing of what base64 ``data`` the server takes."""
+largest ``offset`` and event id, promised 404 for an unknown ``?after=`` message (the engine
+answers 400) and said nothing of what base64 ``data`` the server takes. One was the server's:
+an integer query parameter or header of more than 18 digits was refused as "not an integer"
+even when it was one (and in range, for event ids up to int64)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from jsonschema import Draft202012Validator
 from tests.web.agentik.streams import StreamReader
 from tests.web.conftest import ApiClient
 from tests.web.openapi_check import DOCUMENT, assert_event_conforms, operation
+from web_facade.agentik.routes import MAX_SEQ
 
 _COMPONENTS = DOCUMENT["components"]
 
@@ -152,3 +155,42 @@ def test_image_data_is_standard_padded_base64_in_the_document_and_the_server(
     for good in ("YQ==", "YWI=", "YWJj", "iVBORw0KGgo="):
         assert _matches(data_schema, good), good
     assert re.fullmatch(data_schema["pattern"], "iVBORw0KGgo=")
+
+
+# -- integers past 18 digits: named as out of range, not "not an integer" ------------------
+
+
+def test_an_event_id_past_18_digits_is_in_range_up_to_int64_and_named_out_of_range_past_it(
+    api: ApiClient,
+) -> None:
+    largest = _COMPONENTS["parameters"]["AfterEvent"]["schema"]["maximum"]
+    assert largest == MAX_SEQ == _COMPONENTS["parameters"]["LastEventId"]["schema"]["maximum"]
+    path = f"/agentik/conversations/{api.new_conversation()}/events?until_idle=true"
+    # 19 digits, within int64: a valid resume point (past the end: nothing to replay).
+    for resume in ({"query": f"&after={largest}"}, {"header": str(largest)}):
+        headers = {"Last-Event-ID": resume["header"]} if "header" in resume else {}
+        response = api.call("GET", path + resume.get("query", ""), headers=headers, buffered=False)
+        assert StreamReader(response).read_to_end() == []
+    for name, raw in (("after", str(largest + 1)), ("Last-Event-ID", "1066233575744789888123")):
+        headers = {"Last-Event-ID": raw} if name == "Last-Event-ID" else {}
+        query = f"&after={raw}" if name == "after" else ""
+        message = _error(api.call("GET", path + query, headers=headers), 400, "invalid_argument")
+        assert message == f"{name} must be between 0 and {largest}, got {raw}"
+
+
+def test_a_limit_of_many_digits_is_named_out_of_range_and_leading_zeros_are_fine(
+    api: ApiClient,
+) -> None:
+    long = "9" * 5000  # past Python's 4300-digit limit for int(): still a clean 400
+    message = _error(
+        api.call("GET", f"/agentik/conversations?limit={long}"), 400, "invalid_argument"
+    )
+    assert message == f"limit must be between 1 and 1000, got {long[:40]}…"
+    padded = "0" * 5000 + "7"
+    page = api.call("GET", f"/agentik/conversations?limit={padded}")
+    assert page.status_code == 200 and page.get_json()["limit"] == 7
+    for raw in ("1.5", "ten", "-", "%2B3"):
+        message = _error(
+            api.call("GET", f"/agentik/conversations?limit={raw}"), 400, "invalid_argument"
+        )
+        assert message == "limit must be an integer"

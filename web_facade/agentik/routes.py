@@ -20,13 +20,18 @@ from web_facade.errors import invalid
 from web_facade.request_body import parse_json, read_body
 from web_facade.stream import EventRelay, open_relay
 
-__all__ = ["MAX_PAGE", "bp"]
+__all__ = ["MAX_PAGE", "MAX_SEQ", "bp"]
 
 bp = Blueprint("agentik", __name__, url_prefix="/agentik")
 
 MAX_PAGE = 1000
 """Largest ``limit`` of a page (the engine's limit)."""
-_MAX_INT_DIGITS = 18
+MAX_SEQ = 2**63 - 1
+"""Largest event id (``after``, ``Last-Event-ID``): the engine's seq is an int64."""
+_MAX_INT_DIGITS = len(str(MAX_SEQ))
+"""Significant digits past which an integer is out of every range here: refused before
+``int()`` sees it (which would also refuse strings past Python's 4300-digit limit)."""
+_SHOWN = 40
 
 
 def _json_body(*, required: bool) -> dict[str, Any]:
@@ -51,19 +56,25 @@ def _optional_string(body: dict[str, Any], key: str) -> str:
     return value
 
 
-def _integer(raw: str, name: str, minimum: int, maximum: int | None = None) -> int:
+def _integer(raw: str, name: str, minimum: int, maximum: int) -> int:
+    """``raw`` as an integer in ``minimum..maximum``; 400 naming ``name`` and the range when
+    it is not an integer or out of range (however many digits it has)."""
     text = raw.strip()
-    digits = text[1:] if text.startswith("-") else text
-    if not digits.isascii() or not digits.isdigit() or len(digits) > _MAX_INT_DIGITS:
+    negative = text.startswith("-")
+    digits = text[1:] if negative else text
+    if not digits.isascii() or not digits.isdigit():
         invalid(f"{name} must be an integer")
-    value = int(text)
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        invalid(f"{name} must be {bound}, got {value}")
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > _MAX_INT_DIGITS:
+        shown = text if len(text) <= _SHOWN else text[:_SHOWN] + "…"
+        invalid(f"{name} must be between {minimum} and {maximum}, got {shown}")
+    value = -int(significant) if negative else int(significant)
+    if value < minimum or value > maximum:
+        invalid(f"{name} must be between {minimum} and {maximum}, got {value}")
     return value
 
 
-def _int_arg(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+def _int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
@@ -178,10 +189,10 @@ def _resume_point() -> int | None:
     """The seq to resume after: ``Last-Event-ID`` (what EventSource sends), else ``?after=``."""
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
-        return _integer(header, "Last-Event-ID", 0)
+        return _integer(header, "Last-Event-ID", 0, MAX_SEQ)
     raw = request.args.get("after")
     if raw is not None and raw.strip():
-        return _integer(raw, "after", 0)
+        return _integer(raw, "after", 0, MAX_SEQ)
     return None
 
 

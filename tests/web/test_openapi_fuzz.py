@@ -10,6 +10,10 @@ Bounded: derandomized (a fixed seed), :data:`EXAMPLES` per operation. Half the r
 at a conversation that exists (made for the example), so ``send`` streams real turns and
 ``events`` real streams. ``events`` without ``until_idle`` is live and never ends: its body
 is read for :data:`LIVE_STREAM_READ` seconds, then the stream is closed.
+
+Twice: on an open engine, and on one with tokens where each request carries alice's token,
+bob's, a wrong one or none while the conversations made for it are alice's — so 401s and
+the not-found another caller gets are held to the document too.
 """
 
 from __future__ import annotations
@@ -54,26 +58,34 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def fuzz_app(llm: FakeOpenAI) -> Iterator[Flask]:
+TOKENS = {"alice": "fuzz-alice-token", "bob": "fuzz-bob-token"}
+CREDENTIALS: list[str | None] = [
+    f"Bearer {TOKENS['alice']}",
+    f"Bearer {TOKENS['bob']}",
+    "Bearer not-a-token",
+    None,
+]
+
+
+@pytest.fixture(scope="module", params=["open", "tokens"])
+def fuzz_app(request: pytest.FixtureRequest, llm: FakeOpenAI) -> Iterator[Flask]:
     """The facade on an engine of its own, so the run's conversations stay out of the way."""
-    engine = BackgroundEngine(
-        load_settings(
-            None,
-            {
-                "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
-                "AGENTIK_STORE": "memory://",
-                "OPENAI_BASE_URL": llm.base_url,
-                "OPENAI_API_KEY": "test-key",
-                "AGENTIK_LLM_MAX_RETRIES": "0",
-                "AGENTIK_SHUTDOWN_GRACE": "0",
-            },
-        )
-    )
+    env = {
+        "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+        "AGENTIK_STORE": "memory://",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "AGENTIK_LLM_MAX_RETRIES": "0",
+        "AGENTIK_SHUTDOWN_GRACE": "0",
+    }
+    if request.param == "tokens":
+        env["AGENTIK_TOKENS"] = ",".join(f"{name}:{token}" for name, token in TOKENS.items())
+    engine = BackgroundEngine(load_settings(None, env))
     target = engine.start()
     client = EngineClient(target)
     app = create_app(web_settings(target), client)
     app.testing = True
+    app.config["FUZZ_AUTH"] = request.param == "tokens"
     yield app
     client.close()
     engine.stop()
@@ -93,8 +105,8 @@ OPERATIONS = [
 ]
 
 
-def _new_conversation(client: FlaskClient) -> str:
-    response = client.post("/agentik/conversations", json={})
+def _new_conversation(client: FlaskClient, headers: dict[str, str]) -> str:
+    response = client.post("/agentik/conversations", json={}, headers=headers)
     assert response.status_code == 201, response.get_data()
     conversation_id: str = response.get_json()["id"]
     return conversation_id
@@ -118,7 +130,11 @@ def test_every_operation_answers_as_documented_and_never_with_a_server_error(
     )
     client = fuzz_app.test_client()
 
-    @given(case=cases, existing=st.booleans())
+    with_auth = bool(fuzz_app.config["FUZZ_AUTH"])
+    alice = {"Authorization": f"Bearer {TOKENS['alice']}"} if with_auth else {}
+    credentials = st.sampled_from(CREDENTIALS) if with_auth else st.just(None)
+
+    @given(case=cases, existing=st.booleans(), authorization=credentials)
     @settings(
         max_examples=EXAMPLES,
         derandomize=True,
@@ -126,9 +142,11 @@ def test_every_operation_answers_as_documented_and_never_with_a_server_error(
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    def run(case: FuzzCase, existing: bool) -> None:
+    def run(case: FuzzCase, existing: bool, authorization: str | None) -> None:
         if existing and case.path_parameters and "id" in case.path_parameters:
-            case.path_parameters["id"] = _new_conversation(client)
+            case.path_parameters["id"] = _new_conversation(client, alice)
+        if authorization is not None:
+            case.headers = {**(case.headers or {}), "Authorization": authorization}
         timeout = LIVE_STREAM_READ if _is_live_stream(case) else WAIT
         response = case.call_and_validate(checks=CHECKS, timeout=timeout)
         content_type = response.headers.get("content-type", [""])[0]

@@ -146,7 +146,7 @@ def test_every_operation_answers_as_documented_and_never_with_a_server_error(
         if existing and case.path_parameters and "id" in case.path_parameters:
             case.path_parameters["id"] = _new_conversation(client, alice)
         if authorization is not None:
-            case.headers = {**(case.headers or {}), "Authorization": authorization}
+            case.headers["Authorization"] = authorization
         timeout = LIVE_STREAM_READ if _is_live_stream(case) else WAIT
         response = case.call_and_validate(checks=CHECKS, timeout=timeout)
         content_type = response.headers.get("content-type", [""])[0]

@@ -1,11 +1,14 @@
 """gunicorn's ``gthread`` worker, with its own refusals answered in the facade's JSON shape.
 
-gunicorn refuses a request line past ``limit_request_line`` (414) and headers past
-``limit_request_field_size`` / ``limit_request_fields`` (431) before the app sees the
-request, and writes those answers as HTML. gunicorn has no setting for the format, so this
-worker class (a documented extension point: ``worker_class``) overrides ``handle_error``, the
-worker method every gunicorn worker calls with a request it could not parse, for these two
-errors only; every other error goes to gunicorn's own handling unchanged.
+gunicorn refuses a request it cannot parse before the app sees it — a request line past
+``limit_request_line`` (414), headers past ``limit_request_field_size`` /
+``limit_request_fields`` (431), a malformed request line, method, version, header or chunk
+(400), a transfer coding it does not support (501), an ``Expect`` it cannot meet (417) — and
+writes those answers as HTML. gunicorn has no setting for the format, so this worker class (a
+documented extension point: ``worker_class``) overrides ``handle_error``, the worker method
+every gunicorn worker calls with a request it could not parse, and answers each of these in
+the facade's JSON shape with a fixed message (never the raw bytes it refused). Anything else
+goes to gunicorn's own handling unchanged.
 """
 
 from __future__ import annotations
@@ -15,15 +18,38 @@ from typing import Any
 
 # gunicorn ships no type information.
 from gunicorn import util  # type: ignore[import-untyped]
+from gunicorn.http import errors as http_errors  # type: ignore[import-untyped]
 from gunicorn.http.errors import (  # type: ignore[import-untyped]
     LimitRequestHeaders,
     LimitRequestLine,
 )
 from gunicorn.workers.gthread import ThreadWorker  # type: ignore[import-untyped]
 
-__all__ = ["JsonErrorsThreadWorker", "error_bytes", "limit_error"]
+__all__ = ["JsonErrorsThreadWorker", "error_bytes", "limit_error", "parse_error"]
 
-_REASONS = {414: "URI Too Long", 431: "Request Header Fields Too Large"}
+_REASONS = {
+    400: "Bad Request",
+    414: "URI Too Long",
+    417: "Expectation Failed",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+}
+
+_PARSE_ERRORS: tuple[tuple[str, int, str, str], ...] = (
+    ("InvalidRequestLine", 400, "bad_request", "the request line is not valid HTTP"),
+    ("InvalidRequestMethod", 400, "bad_request", "the request method is not valid"),
+    ("InvalidHTTPVersion", 400, "bad_request", "the HTTP version is not supported"),
+    ("InvalidHeaderName", 400, "bad_request", "a header name is not valid"),
+    ("InvalidHeader", 400, "bad_request", "a header is not valid or is repeated"),
+    ("ObsoleteFolding", 400, "bad_request", "a header is folded over lines (obsolete)"),
+    ("InvalidSchemeHeaders", 400, "bad_request", "the scheme headers contradict each other"),
+    ("InvalidChunkSize", 400, "bad_request", "the chunked body has an invalid chunk size"),
+    ("ChunkMissingTerminator", 400, "bad_request", "a chunk of the body is not terminated"),
+    ("InvalidChunkExtension", 400, "bad_request", "a chunk extension is not valid"),
+    ("UnsupportedTransferCoding", 501, "not_implemented", "the transfer coding is not supported"),
+    ("ExpectationFailed", 417, "expectation_failed", "the Expect header cannot be met"),
+)
+"""gunicorn parse error class name → (status, code, message), most specific first."""
 
 
 def limit_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
@@ -40,6 +66,18 @@ def limit_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
     return None
 
 
+def parse_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
+    """(status, code, message) for any request gunicorn refused to parse, None otherwise."""
+    refusal = limit_error(exc, cfg)
+    if refusal is not None:
+        return refusal
+    for name, status, code, message in _PARSE_ERRORS:
+        error_class = getattr(http_errors, name, None)
+        if error_class is not None and isinstance(exc, error_class):
+            return status, code, message
+    return None
+
+
 def error_bytes(status: int, code: str, message: str) -> bytes:
     """A whole HTTP/1.1 response carrying ``{"error": {"code", "message"}}``; closes."""
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
@@ -53,10 +91,10 @@ def error_bytes(status: int, code: str, message: str) -> bytes:
 
 
 class JsonErrorsThreadWorker(ThreadWorker):  # type: ignore[misc]
-    """``gthread`` with 414 and 431 as JSON (see the module doc)."""
+    """``gthread`` with its parse refusals as JSON (see the module doc)."""
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        refusal = limit_error(exc, self.cfg)
+        refusal = parse_error(exc, self.cfg)
         if refusal is None:
             super().handle_error(req, client, addr, exc)
             return

@@ -33,7 +33,7 @@ import sys
 from typing import Any
 
 from flask import request
-from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.errors import ApiError
 
@@ -146,9 +146,24 @@ def media_type_problem(body: bytes) -> str | None:
     return f"the request body must be {ACCEPTED_MEDIA_TYPES}; the request sent {sent}"
 
 
+MALFORMED_BODY = "the request body is malformed: its chunked transfer encoding is not valid"
+
+
 def read_body() -> bytes:
-    """The raw body; ``RequestEntityTooLarge`` past the limit, with or without a length, and
-    ``UnsupportedMediaType`` for a body that is not announced as JSON."""
+    """The raw body; ``RequestEntityTooLarge`` past the limit, with or without a length,
+    ``UnsupportedMediaType`` for a body that is not announced as JSON, and ``BadRequest``
+    when the server cannot read it (a broken chunked encoding)."""
+    try:
+        return _read_body()
+    except Exception as exc:
+        # gunicorn parses a chunked body lazily, as it is read, and raises its own parse
+        # errors here: the client's fault, not the facade's.
+        if type(exc).__module__.startswith("gunicorn.http"):
+            raise BadRequest(MALFORMED_BODY) from None
+        raise
+
+
+def _read_body() -> bytes:
     if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
         data: bytes = request.get_data(cache=False)  # werkzeug checks Content-Length up front
     else:

@@ -40,7 +40,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
-from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.a2a import v03
 from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config
@@ -251,6 +251,8 @@ def _body() -> bytes:
     except RequestEntityTooLarge:
         limit = request.max_content_length
         raise InvalidRequestError(f"the request body is larger than {limit} bytes") from None
+    except BadRequest as exc:
+        raise InvalidRequestError(exc.description or "the request body is malformed") from None
 
 
 def _check(body: object) -> None:

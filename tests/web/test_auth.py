@@ -541,3 +541,16 @@ def test_an_allowed_origins_preflight_allows_authorization_and_last_event_id(
     assert refused.headers["Access-Control-Allow-Origin"] == "https://app.example"
     exposed = refused.headers["Access-Control-Expose-Headers"].lower()
     assert "www-authenticate" in exposed and "retry-after" in exposed
+
+
+@pytest.mark.parametrize("method", ["message/send", "message/stream", "tasks/get"])
+def test_a2a_0_3_methods_refuse_a_missing_token_with_http_401(
+    client: FlaskClient, method: str
+) -> None:
+    params: dict[str, Any] = {"id": "t"}
+    if method.startswith("message/"):
+        message = {"kind": "message", "messageId": "m1", "role": "user"}
+        params = {"message": {**message, "parts": [{"kind": "text", "text": "hi"}]}}
+    response = client.post("/", json=rpc_body(method, params))
+    assert response.headers["WWW-Authenticate"] == CHALLENGE
+    assert_a2a_error(response, 401, "UNAUTHENTICATED")

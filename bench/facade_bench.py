@@ -157,8 +157,16 @@ async def _facade_stream(client: httpx.AsyncClient, base_url: str, chunks: int) 
     return Sample(first_byte, first_token, time.perf_counter() - start, events)
 
 
+BEARER: dict[str, str] = {}
+"""``{"Authorization": "Bearer …"}`` with ``--token``: the stack then requires it."""
+
+
+def _metadata() -> list[tuple[str, str]]:
+    return [(k.lower(), v) for k, v in BEARER.items()]
+
+
 async def _engine_stream(stub: pb_grpc.AgentEngineAsyncStub, chunks: int) -> Sample:
-    session = await stub.CreateSession(pb.CreateSessionRequest())
+    session = await stub.CreateSession(pb.CreateSessionRequest(), metadata=_metadata())
     text = pb.ContentPart(text=pb.TextPart(text=f"go [[chunks:{chunks}]]"))
     request = pb.RunRequest(
         thread_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content=[text])]
@@ -166,7 +174,7 @@ async def _engine_stream(stub: pb_grpc.AgentEngineAsyncStub, chunks: int) -> Sam
     start = time.perf_counter()
     first_byte = first_token = 0.0
     events = 0
-    async for event in stub.Run(request):
+    async for event in stub.Run(request, metadata=_metadata()):
         events += 1
         if not first_byte:
             first_byte = time.perf_counter() - start
@@ -200,7 +208,7 @@ async def _run_timed(
     """``clients`` closed loops of ``one`` for ``seconds``; runs still open then finish."""
     phase = Phase(name)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=WAIT, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=WAIT, limits=limits, headers=BEARER) as client:
         await one(client)  # warm-up
         start = time.perf_counter()
         deadline = start + seconds
@@ -226,7 +234,7 @@ async def _run_phase(
 ) -> Phase:
     phase = Phase(name)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=WAIT, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=WAIT, limits=limits, headers=BEARER) as client:
         await one(client)  # warm-up: connections, imports, first-run costs
         queue: asyncio.Queue[int] = asyncio.Queue()
         for index in range(streams):
@@ -250,9 +258,11 @@ async def _run_phase(
 class Processes:
     """The fake LLM, the engine and gunicorn, each its own process."""
 
-    def __init__(self, workers: int, threads: int) -> None:
+    def __init__(self, workers: int, threads: int, token: str = "") -> None:
         self.http_port = _free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if token:
+            env["AGENTIK_TOKENS"] = f"bench:{token}"
         env.pop("AGENTIK_CONFIG", None)
         self.fake = subprocess.Popen(
             [sys.executable, "-m", "tests.fakes.fake_openai", "--port", "0"],
@@ -410,9 +420,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--rps-clients", type=int, default=64, help="short-turn clients")
     parser.add_argument("--rps-chunks", type=int, default=5, help="text chunks per short turn")
+    parser.add_argument(
+        "--token",
+        default="",
+        help="run the stack with this bearer token required (AGENTIK_TOKENS) and send it",
+    )
     options = parser.parse_args(argv)
+    if options.token:
+        BEARER["Authorization"] = f"Bearer {options.token}"
 
-    processes = Processes(options.workers, options.threads)
+    processes = Processes(options.workers, options.threads, options.token)
     results: dict[str, object] = {"options": vars(options)}
     try:
         results["idle_memory"] = processes.idle_memory(options.workers)

@@ -10,11 +10,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.auth_helpers import (
@@ -56,9 +58,13 @@ def _settings(llm: FakeOpenAI, **env: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-async def engine(llm: FakeOpenAI) -> AsyncIterator[Harness]:
-    async with running_engine(engine_settings(**_settings(llm))) as running:
+@pytest.fixture(params=["memory", "sqlite"])
+async def engine(
+    llm: FakeOpenAI, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """The engine with alice's, bob's and ops' tokens, on each store."""
+    store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'auth.db'}"
+    async with running_engine(engine_settings(**_settings(llm, AGENTIK_STORE=store))) as running:
         yield running
 
 
@@ -125,6 +131,18 @@ async def test_health_check_needs_no_token(engine: Harness) -> None:
     health: Any = health_pb2_grpc.HealthStub(engine.channel)
     reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reflection_needs_no_token(engine: Harness) -> None:
+    stub_type: Any = reflection_pb2_grpc.ServerReflectionStub  # typed for sync channels only
+    reflection = stub_type(engine.channel)
+    call = reflection.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    )
+    reply = await call.read()
+    names = {s.name for s in reply.list_services_response.service}
+    assert "agentik.engine.v1.AgentEngine" in names
+    call.cancel()
 
 
 # -- ownership ------------------------------------------------------------------------
@@ -296,6 +314,11 @@ async def test_bob_cannot_interrupt_alices_live_run_which_finishes(engine: Harne
         error = await rpc_error(engine.stub.Interrupt(request, metadata=as_("bob")))
         assert error.code() == grpc.StatusCode.NOT_FOUND
         assert error.details() == "session 'live' not found"
+    # Not FAILED_PRECONDITION (busy): that would tell bob the thread exists.
+    intrude = pb.RunRequest(thread_id="live", create_session=True, messages=[user("bob")])
+    events, refused = await outcome(engine.stub.Run(intrude, metadata=as_("bob")))
+    assert not events and refused is not None
+    assert refused.code() == grpc.StatusCode.NOT_FOUND, refused.details()
     rest = await collect(call)
     assert rest[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
     assert "eight" in text_of(seen + rest)

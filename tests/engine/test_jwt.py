@@ -8,9 +8,11 @@ errors surface when the authenticator is built.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -230,3 +232,18 @@ def test_a_pem_file_that_holds_no_public_key_is_a_config_error(tmp_path: Path) -
     bad.write_text("-----BEGIN PUBLIC KEY-----\nnot base64 at all\n-----END PUBLIC KEY-----\n")
     with pytest.raises(ConfigError, match="not a PEM public key"):
         Authenticator(engine_settings(AGENTIK_JWT_KEY_FILE=str(bad)))
+
+
+async def test_no_jwt_reaches_the_log(hs_engine: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    tokens = [_hs(), _hs(sub="bob"), *(make() for make in BAD_HS.values())]
+    tokens.append(_hs(exp=int(time.time()) - 120))
+    for token in tokens:
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await hs_engine.stub.ListSessions(pb.ListSessionsRequest(), metadata=bearer(token))
+    assert caplog.records, "nothing was logged at all?"
+    parts = {part for token in tokens for part in token.split(".") if len(part) > 8}
+    parts.add(SECRET)
+    for record in caplog.records:
+        shown = f"{record.getMessage()} {record.exc_text or ''} {record.stack_info or ''}"
+        assert not any(part in shown for part in parts), record

@@ -1,0 +1,237 @@
+"""Ownership survives what the store goes through: a kill -9 mid-run and the schema
+migration that added owners.
+
+- The engine process is killed while alice's run streams; the next engine closes the run
+  as interrupted, and it and its session are still alice's alone.
+- A database from before owners (schema v2) migrates without losing a row; its sessions
+  have no owner: an admin and a server without authentication see them, alice does not.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from engine_service.core.codec import message_to_dict
+from engine_service.core.models import Message, Role, TextPart
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from engine_service.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
+from tests.engine.auth_helpers import TOKENS_ENV, Metadata, as_, rpc_error
+from tests.engine.harness import engine_settings, kind, running_engine, text_of, user
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.faults.procs import NEEDS_SIGNALS
+from tests.web.e2e.conftest import ENGINE_LISTENING, WAIT, Process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Engine:
+    """``python -m engine_service`` with tokens on a SQLite file, and a sync stub to it."""
+
+    def __init__(self, llm: FakeOpenAI, workdir: Path) -> None:
+        env = {
+            "PYTHONPATH": str(ROOT),
+            "PATH": "/usr/bin:/bin",
+            "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+            "AGENTIK_STORE": f"sqlite:///{workdir / 'agentik.db'}",
+            "AGENTIK_TOKENS": TOKENS_ENV,
+            "AGENTIK_ADMINS": "ops",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "AGENTIK_LLM_MAX_RETRIES": "0",
+            "AGENTIK_SHUTDOWN_GRACE": "1",
+        }
+        self.process = Process("engine", [sys.executable, "-m", "engine_service"], env, workdir)
+        port = int(self.process.wait_for_log(ENGINE_LISTENING))
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = pb_grpc.AgentEngineStub(self.channel)
+
+    def kill(self) -> None:
+        self.channel.close()
+        self.process.stop(signal.SIGKILL)
+
+    def stop(self) -> None:
+        self.channel.close()
+        if not self.process.stopped:
+            self.process.stop()
+
+
+def _not_found(call: Any, request: Any, metadata: Metadata) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        result = call(request, metadata=metadata, timeout=WAIT)
+        if not hasattr(result, "SerializeToString"):
+            list(result)  # a stream: the error comes with the first read
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.processes
+@pytest.mark.signals
+@NEEDS_SIGNALS
+@pytest.mark.timeout(120)
+def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) -> None:
+    with FakeOpenAI() as llm:
+        engine = _Engine(llm, tmp_path)
+        try:
+            bobs = list(
+                engine.stub.Run(
+                    pb.RunRequest(thread_id="b1", create_session=True, messages=[user("bob")]),
+                    metadata=as_("bob"),
+                    timeout=WAIT,
+                )
+            )
+            assert kind(bobs[-1]) == "run_finished"
+            call = engine.stub.Run(
+                pb.RunRequest(
+                    thread_id="a1",
+                    create_session=True,
+                    messages=[user("[[chunks:3000]][[slow:0.002]]")],
+                ),
+                metadata=as_("alice"),
+            )
+            seen: list[pb.Event] = []
+            for event in call:
+                seen.append(event)
+                if sum(kind(e) == "text_message_content" for e in seen) >= 100:
+                    break
+            engine.kill()
+            call.cancel()
+        finally:
+            engine.stop()
+        run_id = seen[0].run_id
+
+        engine = _Engine(llm, tmp_path)
+        try:
+            stub = engine.stub
+            deadline = time.monotonic() + WAIT
+            while True:  # the new engine closes the abandoned run as it starts
+                run = stub.GetRun(pb.GetRunRequest(run_id=run_id), metadata=as_("alice"))
+                if run.status != pb.RUN_STATUS_RUNNING or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert run.status == pb.RUN_STATUS_INTERRUPTED and run.session_id == "a1"
+            session = stub.GetSession(pb.GetSessionRequest(session_id="a1"), metadata=as_("alice"))
+            assert session.owner == "alice" and session.active_run_id == ""
+            messages = stub.ListMessages(
+                pb.ListMessagesRequest(session_id="a1"), metadata=as_("alice")
+            ).messages
+            assert messages[-1].status == pb.MESSAGE_STATUS_INTERRUPTED
+            kept = messages[-1].content[0].text.text
+            assert kept and text_of(seen).startswith(kept)
+
+            bob = as_("bob")
+            _not_found(stub.GetSession, pb.GetSessionRequest(session_id="a1"), bob)
+            _not_found(stub.GetRun, pb.GetRunRequest(run_id=run_id), bob)
+            _not_found(stub.GetRun, pb.GetRunRequest(run_id=run_id, session_id="a1"), bob)
+            _not_found(stub.ListMessages, pb.ListMessagesRequest(session_id="a1"), bob)
+            _not_found(stub.ListRuns, pb.ListRunsRequest(session_id="a1"), bob)
+            _not_found(stub.Subscribe, pb.SubscribeRequest(thread_id="a1", until_idle=True), bob)
+            sessions = stub.ListSessions(pb.ListSessionsRequest(), metadata=bob)
+            assert [s.id for s in sessions.sessions] == ["b1"] and sessions.total == 1
+            runs = stub.ListRuns(pb.ListRunsRequest(), metadata=bob)
+            assert [r.session_id for r in runs.runs] == ["b1"] and runs.total == 1
+            everyone = stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("ops"))
+            assert {(s.id, s.owner) for s in everyone.sessions} == {("a1", "alice"), ("b1", "bob")}
+        finally:
+            engine.stop()
+
+
+# -- the migration to owners ----------------------------------------------------------
+
+
+def _v2_database(path: Path) -> None:
+    """A database as an engine before owners left it: one session, two messages, a run."""
+    stamp = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).isoformat(timespec="microseconds")
+    conn = sqlite3.connect(path)
+    try:
+        for script in _MIGRATIONS[:2]:
+            conn.executescript(script)
+        conn.execute(
+            "INSERT INTO sessions (id, title, created_at, updated_at, reserved_seq)"
+            " VALUES ('old', 'from v2', ?, ?, 0)",
+            (stamp, stamp),
+        )
+        for position, (role, text) in enumerate(
+            [(Role.USER, "old question"), (Role.ASSISTANT, "old answer")]
+        ):
+            body = message_to_dict(Message(f"m{position}", role, [TextPart(text)], run_id="r0"))
+            conn.execute(
+                "INSERT INTO messages (session_id, position, id, body) VALUES ('old', ?, ?, ?)",
+                (position, f"m{position}", json.dumps(body)),
+            )
+        conn.execute(
+            "INSERT INTO runs (session_id, id, status, started_at, finished_at, start_seq)"
+            " VALUES ('old', 'r0', 'succeeded', ?, ?, 1)",
+            (stamp, stamp),
+        )
+        conn.execute("PRAGMA user_version = 2")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _counts(path: Path) -> tuple[int, int, int, int, list[str]]:
+    conn = sqlite3.connect(path)
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        counts = [
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("sessions", "messages", "runs")
+        ]
+        owners = [row[0] for row in conn.execute("SELECT owner FROM sessions")]
+    finally:
+        conn.close()
+    return version, counts[0], counts[1], counts[2], owners
+
+
+async def test_a_v2_database_migrates_with_its_sessions_ownerless(tmp_path: Path) -> None:
+    assert SCHEMA_VERSION == 3
+    path = tmp_path / "v2.db"
+    _v2_database(path)
+    store = f"sqlite:///{path}"
+
+    settings = engine_settings(AGENTIK_STORE=store, AGENTIK_TOKENS=TOKENS_ENV, AGENTIK_ADMINS="ops")
+    async with running_engine(settings) as h:
+        listed = await h.stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("ops"))
+        assert [(s.id, s.owner, s.title, s.message_count) for s in listed.sessions] == [
+            ("old", "", "from v2", 2)
+        ]
+        messages = await h.stub.ListMessages(
+            pb.ListMessagesRequest(session_id="old"), metadata=as_("ops")
+        )
+        assert [m.content[0].text.text for m in messages.messages] == [
+            "old question",
+            "old answer",
+        ]
+        run = await h.stub.GetRun(pb.GetRunRequest(run_id="r0"), metadata=as_("ops"))
+        assert run.session_id == "old" and run.status == pb.RUN_STATUS_SUCCEEDED
+
+        error = await rpc_error(
+            h.stub.GetSession(pb.GetSessionRequest(session_id="old"), metadata=as_("alice"))
+        )
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        error = await rpc_error(h.stub.GetRun(pb.GetRunRequest(run_id="r0"), metadata=as_("alice")))
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        mine = await h.stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("alice"))
+        assert mine.total == 0 and not mine.sessions
+        runs = await h.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("alice"))
+        assert runs.total == 0
+
+    assert _counts(path) == (3, 1, 2, 1, [""])
+
+    async with running_engine(engine_settings(AGENTIK_STORE=store)) as h:
+        session = await h.stub.GetSession(pb.GetSessionRequest(session_id="old"))
+        assert session.owner == "" and session.message_count == 2
+        listed = await h.stub.ListSessions(pb.ListSessionsRequest())
+        assert listed.total == 1
+        runs = await h.stub.ListRuns(pb.ListRunsRequest())
+        assert [r.id for r in runs.runs] == ["r0"]

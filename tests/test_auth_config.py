@@ -1,0 +1,295 @@
+"""Auth settings: AGENTIK_TOKENS and ``[[auth.tokens]]`` parsing, masking, and the refusal
+to listen beyond loopback without authentication."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine_service.config import (
+    ConfigError,
+    Settings,
+    TokenEntry,
+    load_settings,
+    refuse_open_exposure,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET_A = "tokA-5s9Lq"
+SECRET_B = "tokB-8Wm2x"
+
+
+def _tokens(value: str) -> tuple[TokenEntry, ...]:
+    return load_settings(None, {"AGENTIK_TOKENS": value}).auth_tokens
+
+
+def _pairs(entries: tuple[TokenEntry, ...]) -> list[tuple[str, str]]:
+    return [(e.principal, e.token) for e in entries]
+
+
+def _refused(value: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        _tokens(value)
+    message = str(caught.value)
+    assert "auth_tokens" in message and "AGENTIK_TOKENS" in message
+    for secret in (SECRET_A, SECRET_B, "to k"):
+        assert secret not in message, message
+    return message
+
+
+# --- AGENTIK_TOKENS ------------------------------------------------------------------
+
+
+def test_tokens_from_the_environment_ignore_spaces_around_entries_and_empty_ones() -> None:
+    parsed = _tokens(f"  alice:{SECRET_A} ,, bob:{SECRET_B}  ,")
+    assert _pairs(parsed) == [("alice", SECRET_A), ("bob", SECRET_B)]
+    settings = load_settings(None, {"AGENTIK_TOKENS": f"alice:{SECRET_A}"})
+    assert settings.auth_enabled
+
+
+def test_a_token_may_hold_a_colon_after_the_first() -> None:
+    assert _pairs(_tokens("svc:a:b:c")) == [("svc", "a:b:c")]
+
+
+def test_no_tokens_means_no_authentication() -> None:
+    assert not load_settings(None, {"AGENTIK_TOKENS": ""}).auth_enabled
+    assert not load_settings(None, {}).auth_enabled
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (f"alice:{SECRET_A},bob", "entry 2 is not PRINCIPAL:TOKEN"),
+        (f"alice{SECRET_A}", "entry 1 is not PRINCIPAL:TOKEN"),
+        (f"al ice:{SECRET_A}", "principal 'al ice'"),
+        (f"a/b:{SECRET_A}", "principal 'a/b'"),
+        (f":{SECRET_A}", "principal ''"),
+        (f"{'x' * 129}:{SECRET_A}", "1-128"),
+        ("alice:to k", "printable ASCII without spaces"),
+        ("alice:", "must be a non-empty string"),
+        (f"alice:{SECRET_A}\u00e9", "printable ASCII"),
+        (f"alice:{SECRET_A},bob:{SECRET_A}", "'alice' and 'bob' have the same token"),
+    ],
+    ids=[
+        "missing-colon",
+        "no-colon-at-all",
+        "space-in-principal",
+        "slash-in-principal",
+        "empty-principal",
+        "long-principal",
+        "space-in-token",
+        "empty-token",
+        "non-ascii-token",
+        "duplicate-token",
+    ],
+)
+def test_a_bad_token_list_is_refused_without_showing_a_token(value: str, hint: str) -> None:
+    message = _refused(value)
+    assert hint in message
+    assert "(hidden)" in message
+
+
+def test_one_principal_may_have_several_tokens_and_repeat_one() -> None:
+    parsed = _tokens(f"alice:{SECRET_A},alice:{SECRET_B},alice:{SECRET_A}")
+    assert {e.principal for e in parsed} == {"alice"}
+    assert {e.token for e in parsed} == {SECRET_A, SECRET_B}
+
+
+# --- [[auth.tokens]] -----------------------------------------------------------------
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agentik.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_toml_tokens_expand_environment_variables(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        """
+        [auth]
+        admins = ["ops"]
+        [[auth.tokens]]
+        principal = "alice"
+        token = "${ALICE_TOKEN}"
+        [[auth.tokens]]
+        principal = "bob"
+        token = "pre-${BOB_PART}-post"
+        [[auth.tokens]]
+        principal = "ops"
+        token = "literal-ops-token"
+        """,
+    )
+    settings = load_settings(path, {"ALICE_TOKEN": SECRET_A, "BOB_PART": "mid"})
+    assert _pairs(settings.auth_tokens) == [
+        ("alice", SECRET_A),
+        ("bob", "pre-mid-post"),
+        ("ops", "literal-ops-token"),
+    ]
+    assert settings.admins == ("ops",)
+
+
+@pytest.mark.parametrize("env", [{}, {"ALICE_TOKEN": ""}], ids=["unset", "empty"])
+def test_an_unset_variable_in_a_toml_token_names_the_variable_only(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    path = _toml(
+        tmp_path,
+        f"""
+        [[auth.tokens]]
+        principal = "bob"
+        token = "{SECRET_B}"
+        [[auth.tokens]]
+        principal = "alice"
+        token = "${{ALICE_TOKEN}}"
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, env)
+    message = str(caught.value)
+    assert "'ALICE_TOKEN'" in message and "unset" in message
+    assert SECRET_B not in message
+
+
+def test_the_same_token_for_two_principals_in_toml_is_refused(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        """
+        [[auth.tokens]]
+        principal = "alice"
+        token = "${SHARED}"
+        [[auth.tokens]]
+        principal = "bob"
+        token = "${SHARED}"
+        """,
+    )
+    with pytest.raises(ConfigError, match="'alice' and 'bob' have the same token") as caught:
+        load_settings(path, {"SHARED": SECRET_A})
+    assert SECRET_A not in str(caught.value)
+
+
+def test_an_unknown_key_in_a_token_table_is_refused(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        f"""
+        [[auth.tokens]]
+        principal = "alice"
+        token = "{SECRET_A}"
+        admin = true
+        """,
+    )
+    with pytest.raises(ConfigError, match="unknown key 'admin'; known: principal, token") as caught:
+        load_settings(path, {})
+    assert SECRET_A not in str(caught.value)
+
+
+def test_tokens_must_be_an_array_of_tables(tmp_path: Path) -> None:
+    path = _toml(tmp_path, f'[auth]\ntokens = "alice:{SECRET_A}"\n')
+    with pytest.raises(ConfigError, match=r"array of tables") as caught:
+        load_settings(path, {})
+    assert SECRET_A not in str(caught.value)
+
+
+def test_the_environment_overrides_toml_tokens(tmp_path: Path) -> None:
+    path = _toml(tmp_path, f'[[auth.tokens]]\nprincipal = "alice"\ntoken = "{SECRET_A}"\n')
+    settings = load_settings(path, {"AGENTIK_TOKENS": f"bob:{SECRET_B}"})
+    assert _pairs(settings.auth_tokens) == [("bob", SECRET_B)]
+
+
+# --- masking -------------------------------------------------------------------------
+
+
+def test_describe_and_repr_never_show_a_token() -> None:
+    settings = load_settings(
+        None, {"AGENTIK_TOKENS": f"alice:{SECRET_A},bob:{SECRET_B}", "AGENTIK_ADMINS": "ops"}
+    )
+    rows = {name: shown for name, _, shown in settings.describe()}
+    assert rows["auth_tokens"] == "***"
+    assert rows["admins"] == "ops"
+    everything = f"{settings.describe()} {settings!r} {settings.auth_tokens!r}"
+    assert SECRET_A not in everything and SECRET_B not in everything
+
+
+# --- refusing open exposure ----------------------------------------------------------
+
+OPEN = ["0.0.0.0:50051", "192.168.1.20:50051", "[::]:50051", "10.0.0.5:8000", "example.com:1"]
+LOOPBACK = ["localhost:50051", "127.0.0.1:50051", "[::1]:50051", "127.0.0.2:50051"]
+
+
+@pytest.mark.parametrize("addr", OPEN)
+def test_listening_beyond_loopback_without_auth_is_refused(addr: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        refuse_open_exposure(Settings(), addr, "engine")
+    message = str(caught.value)
+    assert f"the engine would listen on {addr} with no authentication" in message
+    assert "AGENTIK_TOKENS" in message and "AGENTIK_ALLOW_ANONYMOUS=true" in message
+
+
+@pytest.mark.parametrize("addr", OPEN + LOOPBACK)
+def test_tokens_a_jwt_key_or_allow_anonymous_permit_any_address(addr: str) -> None:
+    refuse_open_exposure(Settings(auth_tokens=(TokenEntry("alice", SECRET_A),)), addr, "engine")
+    refuse_open_exposure(Settings(jwt_key_file="/etc/agentik/jwt.pem"), addr, "engine")
+    refuse_open_exposure(Settings(allow_anonymous=True), addr, "engine")
+
+
+@pytest.mark.parametrize("addr", LOOPBACK)
+def test_loopback_needs_no_auth(addr: str) -> None:
+    refuse_open_exposure(Settings(), addr, "engine")
+
+
+def test_allow_anonymous_comes_from_the_environment() -> None:
+    settings = load_settings(
+        None, {"AGENTIK_GRPC_ADDR": "0.0.0.0:50051", "AGENTIK_ALLOW_ANONYMOUS": "true"}
+    )
+    refuse_open_exposure(settings, settings.grpc_addr, "engine")
+
+
+def _engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTIK_", "OPENAI_"))}
+    env.update(AGENTIK_STORE=f"sqlite:///{tmp_path / 'engine.db'}", **extra)
+    return env
+
+
+def _agentik_engine(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine_service.cli", *args, "engine"],
+        cwd=ROOT,
+        env=_engine_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.processes
+def test_agentik_engine_on_all_interfaces_without_tokens_exits_2(tmp_path: Path) -> None:
+    result = _agentik_engine(tmp_path, AGENTIK_GRPC_ADDR="0.0.0.0:0")
+    assert result.returncode == 2, result.stderr
+    assert "configuration error" in result.stderr
+    assert "would listen on 0.0.0.0:0 with no authentication" in result.stderr
+    assert "AGENTIK_TOKENS" in result.stderr
+    assert "engine listening" not in result.stderr
+
+
+@pytest.mark.processes
+def test_agentik_engine_with_an_unset_token_variable_exits_2(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        f"""
+        [[auth.tokens]]
+        principal = "bob"
+        token = "{SECRET_B}"
+        [[auth.tokens]]
+        principal = "alice"
+        token = "${{AGENTIK_TEST_UNSET_TOKEN}}"
+        """,
+    )
+    result = _agentik_engine(tmp_path, "--config", str(path), AGENTIK_GRPC_ADDR="127.0.0.1:0")
+    assert result.returncode == 2, result.stderr
+    assert "'AGENTIK_TEST_UNSET_TOKEN'" in result.stderr
+    assert SECRET_B not in result.stderr

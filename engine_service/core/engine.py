@@ -361,6 +361,9 @@ class Engine:
         session_id = run_input.thread_id
         if not incoming:
             await self._refuse_empty_history(caller, run_input)
+        if session_id in self._unsettled:
+            # Refused either way; but to anyone else it is not found, never "not stored yet".
+            await self._session(caller, session_id, "thread_id")
         self._refuse_unsettled(session_id)
         begun = await self._writing(
             self.store.begin_run(

@@ -159,3 +159,40 @@ async def test_the_engine_starts_on_a_full_disk_and_closes_the_abandoned_run_whe
     assert closing[0].seq == 65  # after the reserved block, never inside it
     assert messages.messages[-1].content[0].text.text == "half an ans"
     assert messages.messages[-1].status == pb.MESSAGE_STATUS_INTERRUPTED
+
+
+async def test_while_a_run_end_waits_for_the_disk_another_caller_is_told_not_found(
+    llm: FakeOpenAI, disk: SmallDisk
+) -> None:
+    settings = engine_settings(
+        AGENTIK_STORE=f"sqlite:///{disk.path / 'agentik.db'}",
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        AGENTIK_LLM_MAX_RETRIES="0",
+        AGENTIK_TOKENS="alice:alice-token,bob:bob-token",
+    )
+    alice = [("authorization", "Bearer alice-token")]
+    bob = [("authorization", "Bearer bob-token")]
+    async with running_engine(settings) as harness:
+        stub = harness.stub
+        await stub.CreateSession(pb.CreateSessionRequest(session_id="s"), metadata=alice)
+        call = stub.Run(
+            pb.RunRequest(thread_id="s", messages=[user("[[chunks:400]][[slow:0.005]]")]),
+            metadata=alice,
+        )
+        seen = [await next_event(call) for _ in range(40)]
+        disk.fill()
+        seen += await collect(call)
+        assert kind(seen[-1]) == "run_error"
+
+        for metadata, code in ((alice, "UNAVAILABLE"), (bob, "NOT_FOUND")):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await collect(
+                    stub.Run(
+                        pb.RunRequest(thread_id="s", messages=[user("more")]), metadata=metadata
+                    )
+                )
+            assert refused.value.code().name == code, refused.value.details()
+            if code == "NOT_FOUND":
+                assert seen[-1].run_id not in (refused.value.details() or "")
+        disk.free()

@@ -55,19 +55,22 @@ def llm() -> Iterator[FakeOpenAI]:
         yield fake
 
 
+def engine_settings(llm: FakeOpenAI, **env: str) -> Settings:
+    """An in-memory engine on a free port answering with the fake LLM; ``env`` adds to it."""
+    base = {
+        "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+        "AGENTIK_STORE": "memory://",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "AGENTIK_LLM_MAX_RETRIES": "0",
+        "AGENTIK_SHUTDOWN_GRACE": "0",
+    }
+    return load_settings(None, {**base, **env})
+
+
 @pytest.fixture(scope="session")
 def engine_target(llm: FakeOpenAI) -> Iterator[str]:
-    settings = load_settings(
-        None,
-        {
-            "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
-            "AGENTIK_STORE": "memory://",
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "AGENTIK_LLM_MAX_RETRIES": "0",
-            "AGENTIK_SHUTDOWN_GRACE": "0",
-        },
-    )
+    settings = engine_settings(llm)
     engine = BackgroundEngine(settings)
     target = engine.start()
     yield target

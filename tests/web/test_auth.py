@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from engine_service.config import load_settings
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.web.conftest import BackgroundEngine, web_settings
+from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
 from web_facade import create_app
 from web_facade.engine_client import EngineClient
 
@@ -53,19 +52,8 @@ def start_engine(llm: FakeOpenAI) -> Iterator[StartEngine]:
     engines: list[BackgroundEngine] = []
 
     def start(**env: str) -> str:
-        settings = load_settings(
-            None,
-            {
-                "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
-                "AGENTIK_STORE": "memory://",
-                "OPENAI_BASE_URL": llm.base_url,
-                "OPENAI_API_KEY": "test-key",
-                "AGENTIK_LLM_MAX_RETRIES": "0",
-                "AGENTIK_SHUTDOWN_GRACE": "0",
-                "AGENTIK_TOKENS": TOKENS,
-                "AGENTIK_ADMINS": "ops",
-                **env,
-            },
+        settings = engine_settings(
+            llm, **{"AGENTIK_TOKENS": TOKENS, "AGENTIK_ADMINS": "ops", **env}
         )
         engine = BackgroundEngine(settings)
         engines.append(engine)

@@ -36,9 +36,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from engine_service.config import load_settings
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.web.conftest import WAIT, BackgroundEngine, web_settings
+from tests.web.conftest import WAIT, BackgroundEngine, engine_settings, web_settings
 from tests.web.openapi_check import DOCUMENT, assert_response_conforms
 from web_facade import create_app
 from web_facade.engine_client import EngineClient
@@ -70,17 +69,10 @@ CREDENTIALS: list[str | None] = [
 @pytest.fixture(scope="module", params=["open", "tokens"])
 def fuzz_app(request: pytest.FixtureRequest, llm: FakeOpenAI) -> Iterator[Flask]:
     """The facade on an engine of its own, so the run's conversations stay out of the way."""
-    env = {
-        "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
-        "AGENTIK_STORE": "memory://",
-        "OPENAI_BASE_URL": llm.base_url,
-        "OPENAI_API_KEY": "test-key",
-        "AGENTIK_LLM_MAX_RETRIES": "0",
-        "AGENTIK_SHUTDOWN_GRACE": "0",
-    }
+    env = {}
     if request.param == "tokens":
         env["AGENTIK_TOKENS"] = ",".join(f"{name}:{token}" for name, token in TOKENS.items())
-    engine = BackgroundEngine(load_settings(None, env))
+    engine = BackgroundEngine(engine_settings(llm, **env))
     target = engine.start()
     client = EngineClient(target)
     app = create_app(web_settings(target), client)

@@ -107,6 +107,7 @@ def test_a_broken_chunked_body_to_a2a_is_an_invalid_request_not_an_internal_erro
         b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n",
     )
     assert got == 200, body
+    assert headers["content-type"] == "application/json"
     error = json.loads(body)["error"]
     assert error["code"] == -32600
     assert "chunked" in error["message"]

@@ -147,6 +147,10 @@ class RunRecord:
     """Client tool calls the run ended waiting for."""
     start_seq: int = 0
     """Seq of the run's first event (RUN_STARTED)."""
+    replica: str = ""
+    """The engine replica holding the run while it is RUNNING ("" for none, or unknown)."""
+    lease_until: datetime | None = None
+    """Until when that replica's lease on the RUNNING run holds; None: no lease."""
 
 
 @dataclass(slots=True)

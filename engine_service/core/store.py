@@ -2,19 +2,25 @@
 
 The rule "one active run per session" lives here (``begin_run``), not in process
 memory, so that several engine replicas can share one database.
+
+A store several engines may share (``shared``) also carries what they tell each other
+(:class:`Signal`, delivered to every engine's ``watch`` callback, its own included) and
+the leases by which each replica holds its RUNNING runs: a replica renews its leases, and
+a run whose lease expired (its replica died) is claimed by another and closed.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
 
-__all__ = ["RunBegun", "SessionStore"]
+__all__ = ["Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
 
 
 @dataclass(slots=True)
@@ -24,6 +30,35 @@ class RunBegun:
     session: Session
     created: bool
     """True when the session was created by this call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A replica's hold on a RUNNING run, valid until ``until``."""
+
+    replica: str
+    until: datetime
+
+
+class SignalKind(enum.StrEnum):
+    EVENTS = "events"
+    """Events up to ``last_seq`` are stored."""
+    BEGUN = "begun"
+    """Run ``run_id`` took the session."""
+    ENDED = "ended"
+    """Run ``run_id`` ended (its end and last events are stored, up to ``last_seq``)."""
+    INTERRUPT = "interrupt"
+    """Someone asked run ``run_id`` of the session to stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """What one engine sharing a store tells the others about a session."""
+
+    kind: SignalKind
+    session_id: str
+    run_id: str = ""
+    last_seq: int = 0
 
 
 class SessionStore(abc.ABC):
@@ -82,6 +117,7 @@ class SessionStore(abc.ABC):
         reserve: int = 0,
         owner: str = "",
         require_owner: bool = False,
+        lease: Lease | None = None,
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
 
@@ -92,6 +128,8 @@ class SessionStore(abc.ABC):
         Raises ``SessionBusy`` when another run is active, ``SessionNotFound`` when the
         session does not exist and ``create`` is false (with ``create`` it is made, owned by
         ``owner``) or, with ``require_owner``, when it belongs to another owner,
+        The run is held under ``lease`` when one is given (a shared store signals
+        ``BEGUN`` on commit),
         ``AlreadyExists`` when the run id was used before in this session.
         """
 
@@ -109,7 +147,8 @@ class SessionStore(abc.ABC):
     ) -> None:
         """Store the run's last ``events``, record how it ended and clear the active run.
 
-        All in one transaction: whoever sees the run ended also finds all its events.
+        All in one transaction: whoever sees the run ended also finds all its events. A
+        shared store signals ``ENDED`` (with the session's last seq) on commit.
         """
 
     @abc.abstractmethod
@@ -154,7 +193,8 @@ class SessionStore(abc.ABC):
         """Store events (ascending seq, after ``last_seq``) and advance ``last_seq``.
 
         In the same transaction ``reserved_seq`` grows to ``reserve_through`` when that is
-        higher: a crash never lets an engine reuse a seq a client may have seen.
+        higher: a crash never lets an engine reuse a seq a client may have seen. A shared
+        store signals ``EVENTS`` (with the new last seq) on commit.
         """
 
     @abc.abstractmethod
@@ -171,6 +211,31 @@ class SessionStore(abc.ABC):
 
         At start-up a single-replica engine closes them: their engine died.
         """
+
+    # -- several engines on one store ----------------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        """Whether several engine processes may use this store at once."""
+        return False
+
+    async def watch(self, on_signal: Callable[[Signal], None]) -> None:  # noqa: B027
+        """Deliver every signal (other engines' and this one's) to ``on_signal``, from now
+        until ``close``. A store that is not shared has nothing to deliver."""
+
+    async def signal(self, signal: Signal) -> None:  # noqa: B027
+        """Send ``signal`` to every engine watching this store (INTERRUPT requests)."""
+
+    async def renew_leases(self, replica: str, until: datetime) -> int:
+        """Extend the lease of every RUNNING run ``replica`` holds; how many it holds."""
+        return 0
+
+    async def claim_expired_runs(
+        self, replica: str, now: datetime, until: datetime
+    ) -> list[RunRecord]:
+        """Take over RUNNING runs whose lease expired before ``now`` (their replica died):
+        each is leased to ``replica`` until ``until`` and returned, to exactly one caller."""
+        return []
 
     @abc.abstractmethod
     async def check_writable(self) -> None:

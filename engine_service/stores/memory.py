@@ -4,12 +4,18 @@ Messages, events and state are held in their stored JSON form (the same text the
 SQLite store writes), so this store accepts and rejects exactly what a durable one
 does, and nothing a caller holds aliases what the store holds. No method awaits, so
 each one is atomic with respect to the event loop.
+
+``MemorySessionStore(shared=True)`` stands in for a database several engines share, for
+tests of several engines in one process: it signals like a shared store (each watcher's
+callback is called soon after the change, as a notification arrives after a commit) and
+keeps run leases.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -28,7 +34,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import RunBegun, SessionStore
+from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
 
 __all__ = ["MemorySessionStore"]
 
@@ -108,8 +114,53 @@ def _page_limit(limit: int) -> int | None:
 class MemorySessionStore(SessionStore):
     """Sessions in a dict; lost when the process ends. A limit of zero means no limit."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, shared: bool = False) -> None:
         self._sessions: dict[str, _Entry] = {}
+        self._shared = shared
+        self._watchers: list[Callable[[Signal], None]] = []
+
+    # -- several engines ------------------------------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        return self._shared
+
+    async def watch(self, on_signal: Callable[[Signal], None]) -> None:
+        self._watchers.append(on_signal)
+
+    async def signal(self, signal: Signal) -> None:
+        self._send(signal)
+
+    def _send(self, signal: Signal) -> None:
+        if not self._watchers:
+            return
+        loop = asyncio.get_running_loop()
+        for watcher in list(self._watchers):
+            loop.call_soon(watcher, signal)
+
+    async def renew_leases(self, replica: str, until: datetime) -> int:
+        until = _utc(until, "until")
+        held = 0
+        for entry in self._sessions.values():
+            for run in entry.runs.values():
+                if run.status is RunStatus.RUNNING and run.replica == replica:
+                    run.lease_until = until
+                    held += 1
+        return held
+
+    async def claim_expired_runs(
+        self, replica: str, now: datetime, until: datetime
+    ) -> list[RunRecord]:
+        now, until = _utc(now, "now"), _utc(until, "until")
+        claimed = []
+        for entry in self._sessions.values():
+            for run in entry.runs.values():
+                expired = run.lease_until is None or run.lease_until < now
+                if run.status is RunStatus.RUNNING and expired:
+                    run.replica, run.lease_until = replica, until
+                    claimed.append(_copy(run))
+        claimed.sort(key=lambda r: (r.session_id, r.started_at))
+        return claimed
 
     def _entry(self, session_id: str) -> _Entry:
         entry = self._sessions.get(session_id)
@@ -186,6 +237,7 @@ class MemorySessionStore(SessionStore):
         reserve: int = 0,
         owner: str = "",
         require_owner: bool = False,
+        lease: Lease | None = None,
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -209,11 +261,18 @@ class MemorySessionStore(SessionStore):
             raise AlreadyExists(f"run {run_id!r} already exists in session {session_id!r}")
         self._sessions[session_id] = entry
         entry.runs[run_id] = RunRecord(
-            run_id, session_id, RunStatus.RUNNING, now, start_seq=entry.last_seq + 1
+            run_id,
+            session_id,
+            RunStatus.RUNNING,
+            now,
+            start_seq=entry.last_seq + 1,
+            replica=lease.replica if lease else "",
+            lease_until=_utc(lease.until, "lease") if lease else None,
         )
         entry.active_run_id = run_id
         entry.updated_at = now
         entry.reserved_seq = entry.last_seq + reserve
+        self._send(Signal(SignalKind.BEGUN, session_id, run_id, entry.last_seq))
         return RunBegun(entry.session(), created)
 
     async def finish_run(
@@ -234,7 +293,7 @@ class MemorySessionStore(SessionStore):
         run = entry.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
-        await self.append_events(session_id, events)
+        self._append(entry, session_id, events, 0)
         if run.status is RunStatus.RUNNING:
             run.status = status
             run.finished_at = now
@@ -244,6 +303,7 @@ class MemorySessionStore(SessionStore):
             entry.updated_at = now
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
+        self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         run = self._entry(session_id).runs.get(run_id)
@@ -304,6 +364,13 @@ class MemorySessionStore(SessionStore):
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
         entry = self._entry(session_id)
+        self._append(entry, session_id, events, reserve_through)
+        if events:
+            self._send(Signal(SignalKind.EVENTS, session_id, events[-1].run_id, entry.last_seq))
+
+    def _append(
+        self, entry: _Entry, session_id: str, events: Sequence[Event], reserve_through: int
+    ) -> None:
         rows = []
         last = entry.last_seq
         for event in events:

@@ -28,6 +28,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import RunBegun, SessionStore
+from engine_service.core.store import Lease, RunBegun, SessionStore
 
 __all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "storage_error"]
 
@@ -118,7 +119,12 @@ ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 CREATE INDEX sessions_by_owner ON sessions (owner, updated_at DESC, id);
 """
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+_SCHEMA_V4 = """
+ALTER TABLE runs ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN lease_until TEXT;
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -128,7 +134,8 @@ _SESSION_COLUMNS = """
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner
 """
 _RUN_COLUMNS = (
-    "id, session_id, status, started_at, finished_at, error_code, error_message, pending, start_seq"
+    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
+    " start_seq, replica, lease_until"
 )
 
 
@@ -216,6 +223,8 @@ def _run(row: Any) -> RunRecord:
         error_message=row[6],
         pending_tool_call_ids=json.loads(row[7]),
         start_seq=row[8],
+        replica=row[9],
+        lease_until=_time(row[10]) if row[10] is not None else None,
     )
 
 
@@ -444,8 +453,10 @@ class SqliteSessionStore(SessionStore):
         reserve: int = 0,
         owner: str = "",
         require_owner: bool = False,
+        lease: Lease | None = None,
     ) -> RunBegun:
         stamp = _iso(now, "now")
+        lease_until = _iso(lease.until, "lease") if lease else None
         if reserve < 0:
             raise InvalidInput("reserve must not be negative")
         if not run_id:
@@ -472,9 +483,18 @@ class SqliteSessionStore(SessionStore):
                 raise SessionBusy(session_id, active)
             try:
                 conn.execute(
-                    "INSERT INTO runs (session_id, id, status, started_at, start_seq)"
-                    " SELECT ?, ?, ?, ?, last_seq + 1 FROM sessions WHERE id = ?",
-                    (session_id, run_id, RunStatus.RUNNING.value, stamp, session_id),
+                    "INSERT INTO runs"
+                    " (session_id, id, status, started_at, start_seq, replica, lease_until)"
+                    " SELECT ?, ?, ?, ?, last_seq + 1, ?, ? FROM sessions WHERE id = ?",
+                    (
+                        session_id,
+                        run_id,
+                        RunStatus.RUNNING.value,
+                        stamp,
+                        lease.replica if lease else "",
+                        lease_until,
+                        session_id,
+                    ),
                 )
             except sqlite3.IntegrityError as exc:
                 running = conn.execute(
@@ -682,6 +702,32 @@ class SqliteSessionStore(SessionStore):
                 " ORDER BY session_id, started_at, rowid"
             ).fetchall()
         return [_run(row) for row in rows]
+
+    async def renew_leases(self, replica: str, until: datetime) -> int:
+        stamp = _iso(until, "until")
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET lease_until = ? WHERE status = 'running' AND replica = ?",
+                (stamp, replica),
+            )
+            return cursor.rowcount
+
+    async def claim_expired_runs(
+        self, replica: str, now: datetime, until: datetime
+    ) -> list[RunRecord]:
+        now_stamp, until_stamp = _iso(now, "now"), _iso(until, "until")
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
+                " AND (lease_until IS NULL OR lease_until < ?) ORDER BY session_id, started_at",
+                (now_stamp,),
+            ).fetchall()
+            for row in rows:
+                conn.execute(
+                    "UPDATE runs SET replica = ?, lease_until = ? WHERE session_id = ? AND id = ?",
+                    (replica, until_stamp, row[1], row[0]),
+                )
+        return [replace(_run(row), replica=replica, lease_until=_time(until_stamp)) for row in rows]
 
     async def check_writable(self) -> None:
         with self._tx() as conn:

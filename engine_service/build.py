@@ -58,6 +58,7 @@ def build_engine(settings: Settings) -> Engine:
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
         max_runs_per_caller=settings.max_runs_per_caller,
+        lease_seconds=settings.lease_seconds,
         event_retention=settings.event_retention,
     )
     return Engine(open_store(settings.store), build_model(settings), build_tools(settings), limits)

@@ -21,6 +21,8 @@ TOML layout (every key optional)::
     max_message_bytes = 4194304            # AGENTIK_MAX_MESSAGE_BYTES (largest gRPC request)
     event_retention = 604800.0             # AGENTIK_EVENT_RETENTION seconds, 0 = forever
     shutdown_grace = 10.0                  # AGENTIK_SHUTDOWN_GRACE seconds
+    lease_seconds = 10.0                   # AGENTIK_LEASE_SECONDS: with PostgreSQL, a dead
+                                           #   engine's runs are closed by another within this
 
     [llm]
     base_url = "https://api.openai.com/v1"  # OPENAI_BASE_URL (unset: the client's default)
@@ -149,6 +151,8 @@ class Settings:
     event_retention: float = 604800.0
     """Seconds to keep a session's events; 0 keeps them forever."""
     shutdown_grace: float = 10.0
+    lease_seconds: float = 10.0
+    """With a shared store: how soon another engine closes the runs of one that died."""
     max_message_bytes: int = 4 * 1024 * 1024
     log_level: str = "INFO"
     http_addr: str = "127.0.0.1:8000"
@@ -617,6 +621,13 @@ _FIELDS: tuple[_Field, ...] = (
         "engine",
         "shutdown_grace",
         _seconds(zero_ok=True),
+    ),
+    _Field(
+        "lease_seconds",
+        "AGENTIK_LEASE_SECONDS",
+        "engine",
+        "lease_seconds",
+        _seconds(zero_ok=False),
     ),
     _Field(
         "max_message_bytes",

@@ -7,6 +7,11 @@ running, and its owner can pick up the rest with ``subscribe``.
 Every operation takes the ``Caller``: the one place that decides who sees what. A
 session belongs to the principal that created it; to anyone else (but an admin) it does
 not exist — the same ``SessionNotFound`` an unknown id gets, so no answer hints at it.
+
+Several engines may share one store (``store.shared``): each runs its own turns under a
+lease (``core.leases``), follows the others' runs from the store as their signals say
+events were stored (with a poll as a safety net), and forwards an interrupt for a run it
+does not hold to the replica that does.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from engine_service.core.errors import (
 from engine_service.core.history import new_id, prepare_incoming, reconcile
 from engine_service.core.hub import SessionHub
 from engine_service.core.ids import check_id
+from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.models import (
     Message,
     ReconcileMode,
@@ -44,7 +50,7 @@ from engine_service.core.models import (
 )
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import SessionStore
+from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.core.turn import Turn, TurnLimits
 
 __all__ = ["Engine", "EngineLimits", "RunHandle"]
@@ -56,6 +62,8 @@ MAX_PAGE = 1000
 READ_BATCH = 500
 STORAGE_PROBE_INTERVAL = 1.0
 """Seconds between write probes while the store fails."""
+REMOTE_POLL_INTERVAL = 1.0
+"""Seconds a follower of another replica's run waits for a signal before it reads the store."""
 
 T = TypeVar("T")
 
@@ -68,6 +76,8 @@ class EngineLimits:
     """Runs one principal may have in flight at once; 0: no limit of its own."""
     event_retention: float = 7 * 24 * 3600.0
     """Seconds stored events are kept; 0 keeps them forever."""
+    lease_seconds: float = 10.0
+    """With a shared store: a replica that died has its runs closed by another within this."""
 
 
 @dataclass(slots=True)
@@ -110,6 +120,16 @@ class Engine:
         self._storage_ok = True
         self._storage_prober: asyncio.Task[None] | None = None
         self._storage_listeners: list[Callable[[bool], None]] = []
+        self.replica = new_replica_id()
+        self._leases: LeaseKeeper | None = None
+        if store.shared:
+            self._leases = LeaseKeeper(
+                store,
+                self.replica,
+                self.limits.lease_seconds,
+                is_local=lambda session_id: session_id in self._turns,
+                on_lost=self._leases_lost,
+            )
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -119,10 +139,16 @@ class Engine:
         A store that cannot write does not stop the start: reads are served, writes fail
         with ``StorageUnavailable``, and the recovery runs once the store writes again.
         """
-        try:
-            await self._recover()
-        except StorageUnavailable as exc:
-            self._storage_failed(exc)
+        if self._leases is not None:
+            # Shared: the other replicas' runs are alive while their leases are.
+            self._recovered = True
+            await self.store.watch(self._on_signal)
+            self._leases.start()
+        else:
+            try:
+                await self._recover()
+            except StorageUnavailable as exc:
+                self._storage_failed(exc)
         if self.limits.event_retention > 0:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_periodically())
 
@@ -212,6 +238,8 @@ class Engine:
                 await asyncio.wait(pending, timeout=5.0)
         if self._pruner is not None:
             self._pruner.cancel()
+        if self._leases is not None:
+            await self._leases.stop()
         if self._storage_prober is not None:
             self._storage_prober.cancel()
         for turn in list(self._unsettled.values()):
@@ -374,6 +402,7 @@ class Engine:
                 reserve=self.limits.turn.seq_block,
                 owner=caller.principal,
                 require_owner=not caller.admin,
+                lease=self._leases.lease() if self._leases is not None else None,
             )
         )
         try:
@@ -463,8 +492,13 @@ class Engine:
             stopped = self.interrupt_now(thread_id, run_id)  # no store read: it must not wait
             if stopped:
                 return True, stopped
-        await self._session(caller, thread_id, "thread_id")  # not theirs → SessionNotFound
+        session = await self._session(caller, thread_id, "thread_id")  # not theirs → not found
         stopped = self.interrupt_now(thread_id, run_id)
+        remote = session.active_run_id
+        if not stopped and self.store.shared and remote and run_id in ("", remote):
+            # Held by another replica: it stops the run when the signal reaches it.
+            await self.store.signal(Signal(SignalKind.INTERRUPT, thread_id, remote))
+            return True, remote
         return bool(stopped), stopped
 
     def interrupt_now(self, thread_id: str, run_id: str = "") -> str:
@@ -495,6 +529,39 @@ class Engine:
         ):
             del self._hubs[hub.session_id]
 
+    # -- several replicas -----------------------------------------------------------
+
+    def _on_signal(self, signal: Signal) -> None:
+        """What another replica (or this one, through the store) says about a session."""
+        session_id = signal.session_id
+        if signal.kind is SignalKind.INTERRUPT:
+            self.interrupt_now(session_id, signal.run_id)
+            return
+        hub = self._hubs.get(session_id)
+        if hub is None or session_id in self._turns:
+            return  # nobody here follows it, or it is our own run
+        active = hub.active_run_id
+        if signal.kind is SignalKind.BEGUN:
+            active = signal.run_id
+        elif signal.kind is SignalKind.ENDED and active == signal.run_id:
+            active = ""
+        self._catch_up(hub, signal.last_seq, active)
+
+    def _catch_up(self, hub: SessionHub, last_seq: int, active_run_id: str) -> None:
+        """Point a hub that follows another replica's runs at the store's state."""
+        if hub.last_seq < last_seq:
+            if hub.first_seq <= hub.last_seq:  # a buffer of an earlier local run
+                if hub.flushed_seq != hub.last_seq:
+                    return  # not stored yet: the local settle comes first
+                hub.release()
+            hub.resync(last_seq)
+        hub.active_run_id = active_run_id
+        hub.notify()
+
+    def _leases_lost(self) -> None:
+        for turn in list(self._turns.values()):
+            turn.interrupt()
+
     async def subscribe(
         self, caller: Caller, thread_id: str, after_seq: int, *, until_idle: bool = False
     ) -> AsyncIterator[ev.Event]:
@@ -505,18 +572,18 @@ class Engine:
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
         session = await self._session(caller, thread_id, "thread_id")
-        events = self._follow(
-            thread_id, after_seq, until_idle=until_idle, last_seq=session.last_seq
-        )
+        events = self._follow(thread_id, after_seq, until_idle=until_idle, session=session)
         async for event in events:
             yield event
 
     async def _follow(
-        self, thread_id: str, after_seq: int, *, until_idle: bool, last_seq: int | None = None
+        self, thread_id: str, after_seq: int, *, until_idle: bool, session: Session | None = None
     ) -> AsyncIterator[ev.Event]:
-        if last_seq is None:
-            last_seq = (await self.store.get_session(thread_id)).last_seq
-        hub = self._hub(thread_id, last_seq)
+        if session is None:
+            session = await self.store.get_session(thread_id)
+        hub = self._hub(thread_id, session.last_seq)
+        if self.store.shared and thread_id not in self._turns:
+            self._catch_up(hub, session.last_seq, session.active_run_id)
         hub.followers += 1
         last = after_seq
         try:
@@ -544,7 +611,17 @@ class Engine:
                 if not self._accepting and not hub.active_run_id:
                     return
                 # Shielded: one follower going away must not cancel the others' wait.
-                await asyncio.shield(hub.changed())
+                if not self.store.shared or thread_id in self._turns:
+                    await asyncio.shield(hub.changed())
+                    continue
+                # Another replica's run: its signals wake us; a missed one costs a poll.
+                try:
+                    async with asyncio.timeout(REMOTE_POLL_INTERVAL):
+                        await asyncio.shield(hub.changed())
+                except TimeoutError:
+                    if thread_id not in self._turns and self._hubs.get(thread_id) is hub:
+                        polled = await self.store.get_session(thread_id)
+                        self._catch_up(hub, polled.last_seq, polled.active_run_id)
         finally:
             hub.followers -= 1
             self._drop_hub_if_unused(hub)

@@ -1,0 +1,103 @@
+"""Run leases: how engines sharing one store hold their runs and take over a dead one's.
+
+Every RUNNING run is leased to the replica that runs it. The :class:`LeaseKeeper` of each
+replica renews its leases every third of the lease time, and claims the runs whose lease
+expired — their replica died (kill -9, a lost host) — to close them as the single-engine
+restart would: stored as interrupted with what they had said (``close_abandoned_run``),
+their followers ending on the terminal event. A replica that restarts gets a new id, so
+it never touches runs whose lease is alive: their owner is alive.
+
+A replica whose renewals fail for a whole lease time stops its own runs (``on_lost``):
+another replica may already be closing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from engine_service.core.errors import StorageUnavailable
+from engine_service.core.models import RunRecord
+from engine_service.core.recovery import close_abandoned_run
+from engine_service.core.store import Lease, SessionStore
+
+__all__ = ["LeaseKeeper", "new_replica_id"]
+
+log = logging.getLogger(__name__)
+
+
+def new_replica_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LeaseKeeper:
+    """Renews this replica's leases and closes the runs of replicas that died."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        replica: str,
+        seconds: float,
+        *,
+        is_local: Callable[[str], bool],
+        on_lost: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.replica = replica
+        self.seconds = seconds
+        self._is_local = is_local
+        self._on_lost = on_lost
+        self._renewed = _now()
+        self._task: asyncio.Task[None] | None = None
+
+    def lease(self) -> Lease:
+        """A fresh lease for a run this replica starts."""
+        return Lease(self.replica, _now() + timedelta(seconds=self.seconds))
+
+    def start(self) -> None:
+        self._renewed = _now()
+        self._task = asyncio.get_running_loop().create_task(self._keep())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _keep(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except StorageUnavailable as exc:
+                if (_now() - self._renewed).total_seconds() > self.seconds:
+                    log.error("%s; this replica's leases lapsed: stopping its runs", exc.message)
+                    self._on_lost()
+            except Exception:
+                log.exception("lease keeping failed; trying again")
+            await asyncio.sleep(self.seconds / 3)
+
+    async def tick(self) -> list[tuple[RunRecord, int]]:
+        """Renew, then close expired runs; returns each closed run with its last seq."""
+        now = _now()
+        until = now + timedelta(seconds=self.seconds)
+        await self.store.renew_leases(self.replica, until)
+        self._renewed = now
+        closed = []
+        for run in await self.store.claim_expired_runs(self.replica, now, until):
+            if self._is_local(run.session_id):
+                continue  # ours: a renewal raced the expiry; the run goes on
+            last_seq = await close_abandoned_run(self.store, run, _now())
+            log.warning(
+                "run %s of session %s lost its engine (lease expired); stored as interrupted "
+                "with what it had said",
+                run.id,
+                run.session_id,
+            )
+            closed.append((run, last_seq))
+        return closed

@@ -226,7 +226,7 @@ async def test_a_v2_database_migrates_with_its_sessions_ownerless(tmp_path: Path
         runs = await h.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("alice"))
         assert runs.total == 0
 
-    assert _counts(path) == (3, 1, 2, 1, [""])
+    assert _counts(path) == (SCHEMA_VERSION, 1, 2, 1, [""])
 
     async with running_engine(engine_settings(AGENTIK_STORE=store)) as h:
         session = await h.stub.GetSession(pb.GetSessionRequest(session_id="old"))

@@ -39,6 +39,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -258,7 +259,14 @@ async def _run_phase(
 class Processes:
     """The fake LLM, the engine and gunicorn, each its own process."""
 
-    def __init__(self, workers: int, threads: int, token: str = "") -> None:
+    def __init__(
+        self,
+        workers: int,
+        threads: int,
+        token: str = "",
+        store: str = "memory://",
+        engines: int = 1,
+    ) -> None:
         self.http_port = _free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if token:
@@ -273,22 +281,26 @@ class Processes:
         )
         assert self.fake.stdout is not None
         self.llm_url = self.fake.stdout.readline().strip()
-        self.grpc_target = f"127.0.0.1:{_free_port()}"
+        addresses = [f"127.0.0.1:{_free_port()}" for _ in range(engines)]
+        self.grpc_target = addresses[0]
         env.update(
-            AGENTIK_GRPC_ADDR=self.grpc_target,
             AGENTIK_HTTP_ADDR=f"127.0.0.1:{self.http_port}",
-            AGENTIK_STORE="memory://",
+            AGENTIK_ENGINE_TARGET=(addresses[0] if engines == 1 else "ipv4:" + ",".join(addresses)),
+            AGENTIK_STORE=store,
             OPENAI_BASE_URL=self.llm_url,
             OPENAI_API_KEY="bench",
             AGENTIK_WEB_WORKERS=str(workers),
             AGENTIK_WEB_THREADS=str(threads),
             AGENTIK_LOG_LEVEL="WARNING",
         )
-        self.engine = subprocess.Popen(
-            [sys.executable, "-m", "engine_service"],
-            cwd=ROOT,
-            env=env_for_child(env),
-        )
+        self.engines = [
+            subprocess.Popen(
+                [sys.executable, "-m", "engine_service"],
+                cwd=ROOT,
+                env=env_for_child({**env, "AGENTIK_GRPC_ADDR": address}),
+            )
+            for address in addresses
+        ]
         self.web = subprocess.Popen(
             [sys.executable, "-m", "engine_service.cli", "web"],
             cwd=ROOT,
@@ -301,10 +313,14 @@ class Processes:
             self.stop()
             raise
 
+    @staticmethod
+    def _processes(*processes: subprocess.Popen[Any]) -> list[subprocess.Popen[Any]]:
+        return list(processes)
+
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
-            for process in (self.fake, self.engine, self.web):
+            for process in self._processes(self.fake, *self.engines, self.web):
                 if process.poll() is not None:
                     raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
             try:
@@ -318,7 +334,10 @@ class Processes:
     def pids(self) -> dict[str, int]:
         named = {
             "fake LLM": self.fake.pid,
-            "engine": self.engine.pid,
+            **{
+                "engine" if number == 1 else f"engine {number}": engine.pid
+                for number, engine in enumerate(self.engines, start=1)
+            },
             "gunicorn master": self.web.pid,
         }
         for number, pid in enumerate(_children(self.web.pid), start=1):
@@ -348,10 +367,10 @@ class Processes:
         return {name: _cpu_seconds(pid) for name, pid in self.pids().items()}
 
     def stop(self) -> None:
-        for process in (self.web, self.engine, self.fake):
+        for process in self._processes(self.web, *self.engines, self.fake):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM if process is not self.fake else signal.SIGINT)
-        for process in (self.web, self.engine, self.fake):
+        for process in self._processes(self.web, *self.engines, self.fake):
             try:
                 process.wait(WAIT)
             except subprocess.TimeoutExpired:
@@ -425,11 +444,21 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="run the stack with this bearer token required (AGENTIK_TOKENS) and send it",
     )
+    parser.add_argument(
+        "--store",
+        default="memory://",
+        help="the engines' store: memory://, sqlite:///PATH or postgresql://... (shared)",
+    )
+    parser.add_argument(
+        "--engines", type=int, default=1, help="engine processes (several need PostgreSQL)"
+    )
     options = parser.parse_args(argv)
     if options.token:
         BEARER["Authorization"] = f"Bearer {options.token}"
 
-    processes = Processes(options.workers, options.threads, options.token)
+    processes = Processes(
+        options.workers, options.threads, options.token, options.store, options.engines
+    )
     results: dict[str, object] = {"options": vars(options)}
     try:
         results["idle_memory"] = processes.idle_memory(options.workers)

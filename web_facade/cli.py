@@ -25,9 +25,10 @@ _STOP_TIMEOUT = 30.0
 
 def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings:
     """The settings, or exit 2 naming the problem; refuses to listen beyond loopback
-    without authentication (for ``serve``, the engine's address as well)."""
+    without authentication (for ``serve``, the engine's address and MCP servers as well)."""
     try:
-        settings = load_settings(args.config, os.environ)
+        # [mcp] is the engine's: an ${VAR} only it needs must not stop the web.
+        settings = load_settings(args.config, os.environ, mcp=engine_too)
         refuse_open_exposure(settings, settings.http_addr, "web facade")
         if engine_too:
             refuse_open_exposure(settings, settings.grpc_addr, "engine")

@@ -29,6 +29,7 @@ from engine_service.core.engine import Engine
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import AgentEngineServicer
+from engine_service.workers import redact_store
 
 __all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
 
@@ -110,7 +111,8 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     server = EngineServer(engine, settings, reuse_port=reuse_port)
     port = await server.start()
     host = settings.grpc_addr.rsplit(":", 1)[0]
-    log.info("agentik engine listening on %s:%d (store %s)", host, port, settings.store)
+    store = redact_store(settings.store)
+    log.info("agentik engine listening on %s:%d (store %s)", host, port, store)
     if engine.model.name == "offline":
         log.warning(
             "using the built-in OFFLINE model: answers are canned echoes. "

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
 from engine_service.parent_watch import stop_with_parent
+from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
 
 __all__ = ["main"]
 
@@ -38,14 +39,19 @@ def _engine(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _logging(settings)
+    workers = 1 if args.worker else args.workers or settings.engine_workers
     try:
         refuse_open_exposure(settings, settings.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
-        engine = build_engine(settings)
+        check_workers(settings, workers)
+        if workers == 1:
+            engine = build_engine(settings)
     except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(run_engine(settings, engine))
+    if workers > 1:  # engine_service/workers.py: this process supervises N engines
+        return run_workers(settings, workers, worker_argv(args.config))
+    asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
     return 0
 
 
@@ -89,7 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", help="TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("engine", help="run the gRPC engine").set_defaults(handler=_engine)
+    engine = commands.add_parser("engine", help="run the gRPC engine")
+    engine.set_defaults(handler=_engine)
+    engine.add_argument(
+        "--workers",
+        type=worker_count,
+        metavar="N",
+        help="engine processes on one address (default: $AGENTIK_ENGINE_WORKERS, else 1; "
+        "more than 1 needs a PostgreSQL store)",
+    )
+    engine.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # a child
     commands.add_parser("tools", help="list the tools the LLM is offered").set_defaults(
         handler=_tools
     )

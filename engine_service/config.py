@@ -23,6 +23,9 @@ TOML layout (every key optional)::
     shutdown_grace = 10.0                  # AGENTIK_SHUTDOWN_GRACE seconds
     lease_seconds = 10.0                   # AGENTIK_LEASE_SECONDS: with PostgreSQL, a dead
                                            #   engine's runs are closed by another within this
+    workers = 1                            # AGENTIK_ENGINE_WORKERS: engine processes on
+                                           #   grpc_addr (SO_REUSEPORT); more than 1 needs
+                                           #   a PostgreSQL store and a fixed port
 
     [llm]
     base_url = "https://api.openai.com/v1"  # OPENAI_BASE_URL (unset: the client's default)
@@ -77,6 +80,8 @@ TOML layout (every key optional)::
     [[mcp.servers]]                        # one table per MCP server (no env var);
     name = "time"                          #   every key is described in
     command = "mcp-server-time"            #   engine_service/tools/mcp_config.py and docs/mcp.md
+                                           #   (read by the engine only: the web facade
+                                           #   loads with mcp=False and skips this table)
 """
 
 from __future__ import annotations
@@ -90,10 +95,11 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from engine_service.tools.mcp_config import McpConfigError, McpServerConfig, parse_mcp_servers
+if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
+    from engine_service.tools.mcp_config import McpServerConfig
 
 __all__ = [
     "ConfigError",
@@ -153,6 +159,8 @@ class Settings:
     shutdown_grace: float = 10.0
     lease_seconds: float = 10.0
     """With a shared store: how soon another engine closes the runs of one that died."""
+    engine_workers: int = 1
+    """Engine processes sharing ``grpc_addr``; more than one needs a shared store."""
     max_message_bytes: int = 4 * 1024 * 1024
     log_level: str = "INFO"
     http_addr: str = "127.0.0.1:8000"
@@ -622,6 +630,7 @@ _FIELDS: tuple[_Field, ...] = (
         "shutdown_grace",
         _seconds(zero_ok=True),
     ),
+    _Field("engine_workers", "AGENTIK_ENGINE_WORKERS", "engine", "workers", _POSITIVE),
     _Field(
         "lease_seconds",
         "AGENTIK_LEASE_SECONDS",
@@ -728,6 +737,8 @@ def _read_toml(path: str, origin: str) -> dict[str, Any]:
 
 
 def _mcp_servers(table: object, path: str, env: Mapping[str, str]) -> tuple[McpServerConfig, ...]:
+    from engine_service.tools.mcp_config import McpConfigError, parse_mcp_servers
+
     if not isinstance(table, dict):
         raise ConfigError(f"[mcp] in {path!r} must be a table with [[mcp.servers]] entries")
     for key in table:
@@ -764,12 +775,15 @@ def _expand_tokens(raw: object, env: Mapping[str, str], origin: str) -> object:
     return expanded
 
 
-def _from_toml(document: dict[str, Any], path: str, env: Mapping[str, str]) -> dict[str, object]:
+def _from_toml(
+    document: dict[str, Any], path: str, env: Mapping[str, str], mcp: bool
+) -> dict[str, object]:
     values: dict[str, object] = {}
     known_sections = [*_SECTIONS, _MCP_SECTION]
     for section, table in document.items():
         if section == _MCP_SECTION:
-            values["mcp_servers"] = _mcp_servers(table, path, env)
+            if mcp:
+                values["mcp_servers"] = _mcp_servers(table, path, env)
             continue
         keys = _SECTIONS.get(section)
         if keys is None:
@@ -787,19 +801,25 @@ def _from_toml(document: dict[str, Any], path: str, env: Mapping[str, str]) -> d
 
 
 def load_settings(
-    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    mcp: bool = True,
 ) -> Settings:
     """Build the settings from defaults, the TOML file (if named) and ``env`` (default
-    ``os.environ``); raise ``ConfigError`` for anything unusable."""
+    ``os.environ``); raise ``ConfigError`` for anything unusable.
+
+    ``mcp=False`` (the web facade) skips ``[mcp]``: ``mcp_servers`` stays empty, and an
+    ``${VAR}`` only the engine's MCP servers need is neither expanded nor required."""
     if env is None:
         env = os.environ
     values: dict[str, object] = {}
     if path is not None:
         document = _read_toml(os.fspath(path), "the path given")
-        values.update(_from_toml(document, os.fspath(path), env))
+        values.update(_from_toml(document, os.fspath(path), env, mcp))
     elif env.get(CONFIG_ENV):
         file = env[CONFIG_ENV]
-        values.update(_from_toml(_read_toml(file, f"env {CONFIG_ENV}"), file, env))
+        values.update(_from_toml(_read_toml(file, f"env {CONFIG_ENV}"), file, env, mcp))
     for spec in _FIELDS:
         raw = env.get(spec.env)
         if raw is not None and raw != "":

@@ -29,6 +29,7 @@ from engine_service.core.engine import Engine
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import AgentEngineServicer
+from engine_service.workers import redact_store
 
 __all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
 
@@ -40,7 +41,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentEngine"].full_name
 class EngineServer:
     """A started engine behind a gRPC port."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, settings: Settings, *, reuse_port: bool = False) -> None:
+        """``reuse_port``: bind with SO_REUSEPORT, sharing the port with the other
+        workers of ``agentik engine --workers N``; without it a taken port fails."""
         refuse_open_exposure(settings, settings.grpc_addr, "engine")
         self.gate = Gate.from_settings(settings)
         self.engine = engine
@@ -55,7 +58,7 @@ class EngineServer:
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
             ]
         )
         pb_grpc.add_AgentEngineServicer_to_server(
@@ -103,12 +106,13 @@ class EngineServer:
         await self.engine.store.close()
 
 
-async def run_engine(settings: Settings, engine: Engine) -> None:
+async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
-    server = EngineServer(engine, settings)
+    server = EngineServer(engine, settings, reuse_port=reuse_port)
     port = await server.start()
     host = settings.grpc_addr.rsplit(":", 1)[0]
-    log.info("agentik engine listening on %s:%d (store %s)", host, port, settings.store)
+    store = redact_store(settings.store)
+    log.info("agentik engine listening on %s:%d (store %s)", host, port, store)
     if engine.model.name == "offline":
         log.warning(
             "using the built-in OFFLINE model: answers are canned echoes. "

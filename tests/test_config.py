@@ -42,6 +42,7 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.max_concurrent_runs == 512
     assert settings.event_retention == 604800.0
     assert settings.shutdown_grace == 10.0
+    assert settings.engine_workers == 1
     assert settings.max_message_bytes == 4194304
     assert settings.log_level == "INFO"
     assert settings.http_addr == "127.0.0.1:8000"
@@ -71,6 +72,7 @@ max_concurrent_runs = 64
 max_message_bytes = 1000
 event_retention = 0
 shutdown_grace = 2.5
+workers = 4
 
 [llm]
 base_url = "http://localhost:11434/v1"
@@ -125,6 +127,7 @@ def test_a_toml_file_sets_every_setting(tmp_path: Path) -> None:
         max_concurrent_runs=64,
         event_retention=0.0,
         shutdown_grace=2.5,
+        engine_workers=4,
         max_message_bytes=1000,
         log_level="DEBUG",
         http_addr="[::]:8080",
@@ -196,6 +199,34 @@ def test_a_section_that_is_not_a_table_is_an_error(tmp_path: Path) -> None:
         load_settings(_write(tmp_path, "llm = 'x'\n"), {})
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_engine_workers_from_env_must_be_a_positive_integer(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"engine_workers \(from env AGENTIK_ENGINE_WORKERS\)"):
+        load_settings(None, {"AGENTIK_ENGINE_WORKERS": value})
+
+
+MCP_NEEDING_A_SECRET = """
+[web]
+workers = 3
+
+[[mcp.servers]]
+name = "secret"
+command = "mcp-secret"
+env = { TOKEN = "${AGENTIK_TEST_MCP_TOKEN}" }
+"""
+
+
+def test_the_web_loads_settings_without_the_engine_mcp_servers(tmp_path: Path) -> None:
+    path = _write(tmp_path, MCP_NEEDING_A_SECRET)
+    web = load_settings(path, {}, mcp=False)
+    assert web.web_workers == 3
+    assert web.mcp_servers == ()
+    with pytest.raises(ConfigError, match="'AGENTIK_TEST_MCP_TOKEN', which is unset"):
+        load_settings(path, {})
+    engine = load_settings(path, {"AGENTIK_TEST_MCP_TOKEN": "t"})
+    assert [server.name for server in engine.mcp_servers] == ["secret"]
+
+
 def test_mcp_entries_must_be_tables(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="must be an array of tables"):
         load_settings(_write(tmp_path, "[mcp]\nservers = 'x'\n"), {})
@@ -231,6 +262,7 @@ def test_env_sets_every_setting() -> None:
         "AGENTIK_MAX_CONCURRENT_RUNS": "1",
         "AGENTIK_EVENT_RETENTION": "0",
         "AGENTIK_SHUTDOWN_GRACE": "0",
+        "AGENTIK_ENGINE_WORKERS": "3",
         "AGENTIK_MAX_MESSAGE_BYTES": "65536",
         "AGENTIK_LOG_LEVEL": "warning",
         "AGENTIK_HTTP_ADDR": "0.0.0.0:80",
@@ -257,6 +289,7 @@ def test_env_sets_every_setting() -> None:
         max_concurrent_runs=1,
         event_retention=0.0,
         shutdown_grace=0.0,
+        engine_workers=3,
         max_message_bytes=65536,
         log_level="WARNING",
         http_addr="0.0.0.0:80",
@@ -388,6 +421,8 @@ def test_a_bad_env_value_names_the_setting_the_variable_and_the_value(
         ("[tools]\ntimeout = -1", "tool_timeout", "[tools] timeout", "must be positive", "-1"),
         ("[engine]\nstore = 'redis://x'", "store", "[engine] store", "'redis'", "'redis://x'"),
         ("[web]\nworkers = 0", "web_workers", "[web] workers", "must be positive", "0"),
+        ("[engine]\nworkers = 0", "engine_workers", "[engine] workers", "must be positive", "0"),
+        ("[engine]\nworkers = '2'", "engine_workers", "[engine] workers", "str", "'2'"),
         ("[log]\nlevel = 'loud'", "log_level", "[log] level", "must be one of", "'loud'"),
         ("[web]\nhttp_addr = 8000", "http_addr", "[web] http_addr", "must be a string", "8000"),
         (
@@ -467,7 +502,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 39
+    assert len(rows) == 40
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

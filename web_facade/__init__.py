@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     from web_facade.errors import install_error_handlers
 
     if settings is None:
-        settings = load_settings(None, os.environ)
+        settings = load_settings(None, os.environ, mcp=False)  # MCP is the engine's alone
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

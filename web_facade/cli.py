@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import threading
-from types import FrameType
 from typing import Any
 
 from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
-from engine_service.parent_watch import env_for_child
+from engine_service.parent_watch import supervise
 
 __all__ = ["add_commands", "gunicorn_argv"]
 
@@ -25,9 +21,10 @@ _STOP_TIMEOUT = 30.0
 
 def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings:
     """The settings, or exit 2 naming the problem; refuses to listen beyond loopback
-    without authentication (for ``serve``, the engine's address as well)."""
+    without authentication (for ``serve``, the engine's address and MCP servers as well)."""
     try:
-        settings = load_settings(args.config, os.environ)
+        # [mcp] is the engine's: an ${VAR} only it needs must not stop the web.
+        settings = load_settings(args.config, os.environ, mcp=engine_too)
         refuse_open_exposure(settings, settings.http_addr, "web facade")
         if engine_too:
             refuse_open_exposure(settings, settings.grpc_addr, "engine")
@@ -64,53 +61,18 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """Run the engine and the facade as two child processes until a signal or a death."""
+    """Run the engine and the facade as two child processes until a signal or a death;
+    the web stops first (it ends its streams cleanly), then the engine."""
     settings = _settings(args, engine_too=True)
-    env = _child_env(args)
-    children: list[subprocess.Popen[bytes]] = []
-    done = threading.Event()
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        # Own sessions: a Ctrl-C reaches the children once, through us, as SIGTERM.
-        for argv in (_engine_argv(args), gunicorn_argv()):
-            children.append(subprocess.Popen(argv, env=env_for_child(env), start_new_session=True))
+    def started() -> None:
         print(
             f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}",
             file=sys.stderr,
         )
-        watchers = [threading.Thread(target=_watch, args=(c, done), daemon=True) for c in children]
-        for watcher in watchers:
-            watcher.start()
-        done.wait()
-    finally:
-        codes = _stop_all(children)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    failed = [code for code in codes if code not in (0, -signal.SIGTERM)]
-    return 1 if failed else 0
 
-
-def _watch(child: subprocess.Popen[bytes], done: threading.Event) -> None:
-    child.wait()
-    done.set()
-
-
-def _stop_all(children: list[subprocess.Popen[bytes]]) -> list[int]:
-    """Stop the web first (it ends its streams cleanly), then the engine; kill stragglers."""
-    codes = []
-    for child in reversed(children):
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-        try:
-            codes.append(child.wait(_STOP_TIMEOUT))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            codes.append(child.wait())
-    return codes
+    commands = [_engine_argv(args), gunicorn_argv()]
+    return supervise(commands, _child_env(args), stop_timeout=_STOP_TIMEOUT, started=started)
 
 
 def add_commands(subparsers: Any) -> None:

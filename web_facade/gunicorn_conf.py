@@ -21,7 +21,7 @@ from engine_service.parent_watch import stop_with_parent
 stop_with_parent()  # when started by `agentik serve`, a test or a benchmark
 
 try:
-    _settings = load_settings(None, os.environ)
+    _settings = load_settings(None, os.environ, mcp=False)  # [mcp] is the engine's alone
     refuse_open_exposure(_settings, _settings.http_addr, "web facade")
 except ConfigError as _exc:
     print(f"agentik web: configuration error: {_exc}", file=sys.stderr)
@@ -43,6 +43,12 @@ keepalive = 5
 loglevel = _settings.log_level.lower()
 errorlog = "-"
 proc_name = "agentik-web"
+# No control socket (gunicorn >= 25.1 makes one by default, at one path per user:
+# $XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl, so a second `agentik web` on
+# the host would take it from the first). agentik does not use `gunicornc`: the facade is
+# run and stopped with signals (SIGTERM, SIGHUP), and its worker count is a setting; a
+# socket that can resize or stop the server is one more thing to secure for no use.
+control_socket_disable = True
 
 
 def post_worker_init(worker: Any) -> None:

@@ -141,3 +141,24 @@ def test_agentik_tools_lists_the_native_tools(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for name in ("calculate", "current_time", "update_state"):
         assert re.search(rf"^{name}\s+native\s+ready", result.stdout, re.MULTILINE), result.stdout
+
+
+def test_an_mcp_server_naming_an_unset_variable_stops_the_engine_naming_it(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        '[[mcp.servers]]\nname = "secret"\ncommand = "mcp-secret"\n'
+        'env = { TOKEN = "${AGENTIK_TEST_UNSET_MCP_TOKEN}" }\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "engine_service", "--config", str(config), "engine"],
+        cwd=ROOT,
+        env=engine_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert result.returncode == 2
+    assert "configuration error" in result.stderr
+    assert "'AGENTIK_TEST_UNSET_MCP_TOKEN', which is unset" in result.stderr

@@ -71,3 +71,108 @@ def test_web_refuses_a_bad_setting_with_a_message_that_names_it(tmp_path: Path) 
     )
     assert done.returncode == 2
     assert b"AGENTIK_WEB_THREADS" in done.stderr
+
+
+MCP_NEEDING_A_SECRET = """
+[[mcp.servers]]
+name = "secret"
+command = "mcp-secret"
+env = { TOKEN = "${AGENTIK_TEST_UNSET_MCP_TOKEN}" }
+"""
+
+
+def _web_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "AGENTIK_HTTP_ADDR": "127.0.0.1:0",
+        # Nothing listens here: /health answers 503 with the facade itself "ok".
+        "AGENTIK_ENGINE_TARGET": f"127.0.0.1:{free_port()}",
+        "AGENTIK_WEB_WORKERS": "1",
+        "AGENTIK_WEB_THREADS": "2",
+        **extra,
+    }
+    env.pop("AGENTIK_CONFIG", None)
+    env.pop("AGENTIK_TEST_UNSET_MCP_TOKEN", None)
+    return env
+
+
+def _facade_answers(base: str) -> bool:
+    try:
+        reply = httpx.get(f"{base}/health", timeout=2.0)
+    except httpx.TransportError:
+        return False
+    return reply.status_code == 503 and reply.json()["facade"] == "ok"
+
+
+def test_web_starts_with_an_mcp_server_whose_variable_only_the_engine_has(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(MCP_NEEDING_A_SECRET)
+    argv = [sys.executable, "-m", "engine_service.cli", "--config", str(config), "web"]
+    web = Process("web", argv, _web_env(tmp_path), tmp_path)
+    try:
+        base = f"http://127.0.0.1:{web.wait_for_log(GUNICORN_LISTENING)}"
+        wait_for(lambda: _facade_answers(base), "the facade to answer")
+    finally:
+        code = web.stop()
+    assert code == 0, web.log()
+    assert "AGENTIK_TEST_UNSET_MCP_TOKEN" not in web.log()
+
+
+def test_serve_refuses_an_mcp_server_whose_variable_is_unset(tmp_path: Path) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(MCP_NEEDING_A_SECRET)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine_service.cli", "--config", str(config), "serve"],
+        env=_web_env(tmp_path),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 2
+    assert b"'AGENTIK_TEST_UNSET_MCP_TOKEN', which is unset" in done.stderr
+
+
+def test_the_web_process_does_not_import_the_engine_tools(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "import web_facade.gunicorn_conf\n"
+        "from web_facade import create_app\n"
+        "create_app()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('engine_service.tools')))\n"
+    )
+    config = tmp_path / "agentik.toml"
+    config.write_text(MCP_NEEDING_A_SECRET)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=_web_env(tmp_path, AGENTIK_CONFIG=str(config)),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=WAIT,
+        check=True,
+    )
+    assert done.stdout.decode().strip() == "[]", done.stderr.decode()
+
+
+def test_two_facades_on_one_host_start_side_by_side_without_a_control_socket(
+    tmp_path: Path,
+) -> None:
+    home, runtime = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    runtime.mkdir()
+    env = _web_env(tmp_path, HOME=str(home), XDG_RUNTIME_DIR=str(runtime))
+    argv = [sys.executable, "-m", "engine_service.cli", "web"]
+    webs = [Process(f"web{n}", argv, env, tmp_path) for n in (1, 2)]
+    try:
+        bases = [f"http://127.0.0.1:{web.wait_for_log(GUNICORN_LISTENING)}" for web in webs]
+        assert bases[0] != bases[1]
+        for base in bases:
+            wait_for(lambda: _facade_answers(base), f"the facade at {base} to answer")  # noqa: B023
+        assert not [*home.rglob("*.ctl"), *runtime.rglob("*.ctl")]
+    finally:
+        codes = [web.stop() for web in webs]
+    assert codes == [0, 0], [web.log() for web in webs]
+    for web in webs:
+        assert "control socket" not in web.log().lower(), web.log()

@@ -1,0 +1,111 @@
+"""``agentik engine --workers N``: N engine processes serving one address.
+
+With more than one worker the ``agentik engine`` process serves nothing itself: it starts N
+child engines (``agentik engine --worker``), each of which binds ``grpc_addr`` with
+SO_REUSEPORT so the kernel spreads new connections across them. The parent forwards
+SIGTERM/SIGINT to the children and exits once they have stopped; when one of them dies
+on its own it stops the others and exits 1 (:func:`engine_service.parent_watch.supervise`).
+
+The children share nothing but the store, so the store must be one several engines may
+share (PostgreSQL, see ``SessionStore.shared``): the choice is made here from the store
+URL's scheme, without opening the store. A single engine (the default) binds its port
+without SO_REUSEPORT, so a second engine started on a taken port fails loudly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
+
+from engine_service.config import ConfigError, Settings
+from engine_service.parent_watch import supervise
+
+__all__ = [
+    "SHARED_STORE_SCHEMES",
+    "check_workers",
+    "redact_store",
+    "run_workers",
+    "worker_count",
+    "worker_argv",
+]
+
+log = logging.getLogger(__name__)
+
+SHARED_STORE_SCHEMES = ("postgresql", "postgres")
+"""Store URL schemes whose store several engine processes may share."""
+
+_STOP_MARGIN = 15.0
+"""Seconds, beyond ``shutdown_grace``, a worker has to stop before it is killed."""
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: a positive integer (for argparse)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {value}")
+    return value
+
+
+def check_workers(settings: Settings, workers: int) -> None:
+    """``ConfigError`` when ``workers`` engines cannot share the configured store and
+    address: a store only one process may use, or port 0 (each child would bind its own
+    ephemeral port)."""
+    if workers <= 1:
+        return
+    scheme = settings.store.partition("://")[0].lower()
+    if scheme not in SHARED_STORE_SCHEMES:
+        kind = "SQLite" if scheme == "sqlite" else f"the {scheme}:// store"
+        raise ConfigError(
+            f"{workers} engine workers asked for, but {kind} serves one engine process; use "
+            "PostgreSQL for several: AGENTIK_STORE=postgresql://... (or run one worker)"
+        )
+    if settings.grpc_addr.rpartition(":")[2] == "0":
+        raise ConfigError(
+            f"{workers} engine workers asked for, but grpc_addr {settings.grpc_addr} asks for an "
+            "ephemeral port, which the workers could not share; give a fixed port "
+            "(AGENTIK_GRPC_ADDR=HOST:PORT)"
+        )
+
+
+def redact_store(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for the log)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+
+
+def worker_argv(config: str | None) -> list[str]:
+    """The command of one child engine."""
+    named = ["--config", os.path.abspath(config)] if config else []
+    return [sys.executable, "-m", "engine_service.cli", *named, "engine", "--worker"]
+
+
+def run_workers(
+    settings: Settings,
+    workers: int,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``workers`` children ``argv`` until a signal or a death; the exit status."""
+    check_workers(settings, workers)
+    log.info(
+        "starting %d engine workers on %s (store %s)",
+        workers,
+        settings.grpc_addr,
+        redact_store(settings.store),
+    )
+    return supervise(
+        [list(argv)] * workers,
+        os.environ if env is None else env,
+        stop_timeout=settings.shutdown_grace + _STOP_MARGIN,
+        together=True,
+    )

@@ -1,0 +1,218 @@
+"""``agentik engine --workers N``: refusals, the supervisor, and the shared port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine_service.build import build_engine
+from engine_service.config import ConfigError, Settings
+from engine_service.server import EngineServer
+from engine_service.workers import check_workers, redact_store
+from tests.engine.harness import WAIT, engine_settings
+from tests.engine.test_cli import ROOT, engine_env
+
+SHARED = "postgresql://agentik:s3cret@db:5432/agentik"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# --- refusals -----------------------------------------------------------------------
+
+
+def _agentik(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine_service.cli", *args],
+        cwd=ROOT,
+        env=engine_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+
+
+def test_sqlite_with_two_workers_is_refused_at_start_naming_postgresql(tmp_path: Path) -> None:
+    done = _agentik(tmp_path, "engine", "--workers", "2", AGENTIK_GRPC_ADDR="127.0.0.1:50999")
+    assert done.returncode == 2
+    assert (
+        "SQLite serves one engine process; use PostgreSQL for several: "
+        "AGENTIK_STORE=postgresql://..." in done.stderr
+    )
+    assert not (tmp_path / "engine.db").exists()  # refused before the store was opened
+
+
+def test_the_memory_store_with_workers_from_the_environment_is_refused(tmp_path: Path) -> None:
+    done = _agentik(tmp_path, "engine", AGENTIK_STORE="memory://", AGENTIK_ENGINE_WORKERS="3")
+    assert done.returncode == 2
+    assert "serves one engine process; use PostgreSQL for several" in done.stderr
+
+
+def test_port_zero_with_two_workers_is_refused(tmp_path: Path) -> None:
+    done = _agentik(tmp_path, "engine", "--workers", "2", AGENTIK_STORE=SHARED)
+    assert done.returncode == 2
+    assert "ephemeral port, which the workers could not share" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many"])
+def test_workers_must_be_a_positive_integer(tmp_path: Path, value: str) -> None:
+    done = _agentik(tmp_path, "engine", "--workers", value)
+    assert done.returncode == 2
+    assert "--workers: must be a positive integer" in done.stderr
+
+
+@pytest.mark.parametrize("store", [SHARED, "postgres://db/agentik", "POSTGRESQL://db/x"])
+def test_a_shared_store_on_a_fixed_port_may_have_workers(store: str) -> None:
+    check_workers(Settings(store=store, grpc_addr="0.0.0.0:50051"), 8)
+
+
+@pytest.mark.parametrize("store", ["sqlite:///a.db", "memory://"])
+def test_one_worker_is_fine_on_any_store_and_port(store: str) -> None:
+    check_workers(Settings(store=store, grpc_addr="127.0.0.1:0"), 1)
+    with pytest.raises(ConfigError, match="serves one engine process"):
+        check_workers(Settings(store=store, grpc_addr="127.0.0.1:1234"), 2)
+
+
+def test_the_store_password_is_kept_out_of_the_log() -> None:
+    assert redact_store(SHARED) == "postgresql://agentik:***@db:5432/agentik"
+    assert redact_store("postgresql://db/agentik") == "postgresql://db/agentik"
+    assert redact_store("sqlite:///a.db") == "sqlite:///a.db"
+
+
+# --- the supervisor, with tiny children ---------------------------------------------
+
+CHILD = """
+import os, signal, socket, sys
+from engine_service.parent_watch import stop_with_parent
+stop_with_parent()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+sock.bind(("127.0.0.1", {port}))
+sock.listen()
+os.write(1, f"{{os.getpid()}}\\n".encode())  # one write: the children share the pipe
+while True:
+    signal.pause()
+"""
+
+PARENT = """
+import logging, sys
+from engine_service.config import Settings
+from engine_service.workers import run_workers
+logging.basicConfig(level="INFO", format="%(message)s")
+settings = Settings(grpc_addr="127.0.0.1:{port}", store={store!r}, shutdown_grace=1.0)
+sys.exit(run_workers(settings, 2, [sys.executable, "-c", {child!r}]))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def _gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + WAIT
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"children still running: {pids}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def workers() -> Iterator[tuple[subprocess.Popen[str], list[int], int]]:
+    """A ``run_workers`` parent with two children that share one port, and their pids."""
+    port = _free_port()
+    child = textwrap.dedent(CHILD).format(port=port)
+    script = textwrap.dedent(PARENT).format(port=port, store=SHARED, child=child)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    try:
+        pids = [int(parent.stdout.readline()) for _ in range(2)]
+        yield parent, pids, port
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.communicate(timeout=WAIT)
+
+
+def test_two_children_start_and_share_the_port_and_the_parent_logs_once(
+    workers: tuple[subprocess.Popen[str], list[int], int],
+) -> None:
+    parent, pids, port = workers
+    assert len(set(pids)) == 2 and all(_alive(pid) for pid in pids)
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT):
+        pass
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(WAIT) == 0
+    log = parent.stderr.read() if parent.stderr else ""
+    assert log.count("starting 2 engine workers on 127.0.0.1:") == 1, log
+    assert "postgresql://agentik:***@db:5432/agentik" in log and "s3cret" not in log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_stops_every_child_and_the_parent_exits_0(
+    workers: tuple[subprocess.Popen[str], list[int], int], sig: int
+) -> None:
+    parent, pids, _ = workers
+    parent.send_signal(sig)
+    assert parent.wait(WAIT) == 0
+    _gone(pids)
+
+
+def test_a_child_that_dies_stops_the_others_and_the_parent_exits_non_zero(
+    workers: tuple[subprocess.Popen[str], list[int], int],
+) -> None:
+    parent, pids, _ = workers
+    os.kill(pids[0], signal.SIGKILL)
+    assert parent.wait(WAIT) == 1
+    _gone(pids)
+
+
+def test_children_stop_when_the_parent_is_killed(
+    workers: tuple[subprocess.Popen[str], list[int], int],
+) -> None:
+    parent, pids, _ = workers
+    parent.kill()
+    parent.wait(WAIT)
+    _gone(pids)
+
+
+# --- the engine's SO_REUSEPORT --------------------------------------------------------
+
+
+async def test_worker_engines_share_a_port_and_a_single_engine_keeps_it_to_itself() -> None:
+    settings = engine_settings(AGENTIK_GRPC_ADDR=f"127.0.0.1:{_free_port()}")
+    first = EngineServer(build_engine(settings), settings, reuse_port=True)
+    second = EngineServer(build_engine(settings), settings, reuse_port=True)
+    alone = EngineServer(build_engine(settings), settings)
+    try:
+        assert await first.start() == await second.start()
+        with pytest.raises((OSError, RuntimeError)):
+            await alone.start()
+    finally:
+        await first.stop()
+        await second.stop()
+        await alone.engine.store.close()

@@ -28,12 +28,13 @@ __all__ = [
     "SqliteSessionStore",
     "migrate_store",
     "open_store",
+    "redacted_url",
 ]
 
 _SQLITE = "sqlite:///"
 
 
-def _redacted(url: str) -> str:
+def redacted_url(url: str) -> str:
     """``url`` with any password replaced, safe to put in an error message."""
     try:
         parts = urlsplit(url)
@@ -67,9 +68,11 @@ def open_store(url: str) -> SessionStore:
 
         return PostgresSessionStore(url)
     if scheme.startswith("postgresql+"):
-        raise ValueError(f"store URL {_redacted(url)!r}: write postgresql://... (no driver suffix)")
+        raise ValueError(
+            f"store URL {redacted_url(url)!r}: write postgresql://... (no driver suffix)"
+        )
     raise ValueError(
-        f"unsupported store URL {_redacted(url)!r};"
+        f"unsupported store URL {redacted_url(url)!r};"
         " use sqlite:///path.db, postgresql://... or memory://"
     )
 

@@ -467,6 +467,7 @@ class PostgresSessionStore(SessionStore):
         """
         self._dsn = dsn
         self._timeout = timeout
+        self._connect_timeout = max(1, round(timeout))
         self._channel = channel
         self._pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
             dsn,
@@ -475,7 +476,7 @@ class PostgresSessionStore(SessionStore):
             timeout=timeout,
             open=False,
             name="agentik-store",
-            kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout))},
+            kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
             check=AsyncConnectionPool.check_connection,
         )
         self._opened = False
@@ -503,11 +504,17 @@ class PostgresSessionStore(SessionStore):
         async with self._open_lock:
             if self._ready:
                 return
+            # A connection of its own: a bad database name or login, or a server that is
+            # down, fails here at once with its cause rather than as a pool timeout.
+            async with _mapped_errors():
+                conn = await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+                )
+                async with conn:
+                    before, after = await _migrate_async(conn)
             if not self._opened:
                 await self._pool.open(wait=False)
                 self._opened = True
-            async with _mapped_errors(), self._pool.connection() as conn:
-                before, after = await _migrate_async(conn)
             if before != after:
                 log.info("PostgreSQL schema migrated from version %d to %d", before, after)
             self._ready = True
@@ -1026,7 +1033,7 @@ class PostgresSessionStore(SessionStore):
         while not self._closed:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, connect_timeout=max(1, round(self._timeout))
+                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
                 )
             except (psycopg.Error, OSError) as exc:
                 log.warning(

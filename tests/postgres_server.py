@@ -52,7 +52,12 @@ def pg_database() -> Iterator[str]:
     try:
         admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:
-        unavailable(f"no server at $AGENTIK_TEST_POSTGRES_URL or {DEFAULT_URL} ({exc})")
+        from engine_service.stores import redacted_url
+
+        unavailable(
+            f"no PostgreSQL server at {redacted_url(admin_url)}"
+            f" (set AGENTIK_TEST_POSTGRES_URL to use another): {exc}"
+        )
         raise  # unreachable: skip and fail raise
     name = f"agentik_test_{secrets.token_hex(6)}"
     with admin:

@@ -44,6 +44,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -71,6 +72,7 @@ __all__ = [
     "PostgresSessionStore",
     "decode_signal",
     "encode_signal",
+    "check_dsn",
     "migrate",
     "storage_error",
 ]
@@ -334,6 +336,27 @@ def decode_signal(payload: str) -> Signal | None:
     return Signal(_KINDS[kind], session_id, run_id, last_seq)
 
 
+# -- URLs ---------------------------------------------------------------------------
+
+
+def check_dsn(dsn: str) -> None:
+    """``ValueError`` when libpq cannot parse ``dsn``.
+
+    libpq's own message may quote the part it choked on, the password included, so it is
+    not repeated: the URL is named with its password masked.
+    """
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error:
+        from engine_service.stores import redacted_url
+
+        raise ValueError(
+            f"store URL {redacted_url(dsn)!r} is not a PostgreSQL URL libpq can parse"
+            " (postgresql://user:password@host:port/database?option=value, with"
+            " special characters percent-encoded)"
+        ) from None
+
+
 # -- migrations -----------------------------------------------------------------------
 
 _VERSION_QUERY = sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
@@ -398,8 +421,10 @@ def migrate(dsn: str, *, connect_timeout: float = 10.0) -> tuple[int, int]:
     """Migrate the database ``dsn`` names (synchronously, for ``agentik migrate``).
 
     Returns the schema version before and after; ``StorageUnavailable`` when the
-    database cannot be reached, ``RuntimeError`` when its schema is newer than this code.
+    database cannot be reached, ``RuntimeError`` when its schema is newer than this code,
+    ``ValueError`` when ``dsn`` cannot be parsed.
     """
+    check_dsn(dsn)
     try:
         with psycopg.connect(
             dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout))
@@ -463,8 +488,9 @@ class PostgresSessionStore(SessionStore):
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
         ``timeout`` bounds how long a call waits for a connection before it fails with
-        ``StorageUnavailable``.
+        ``StorageUnavailable``. ``ValueError`` when ``dsn`` cannot be parsed.
         """
+        check_dsn(dsn)
         self._dsn = dsn
         self._timeout = timeout
         self._connect_timeout = max(1, round(timeout))

@@ -408,3 +408,18 @@ async def test_a_missing_database_is_named_in_plain_words(
     )
     assert "s3cretpw" not in caplog.text
     assert "s3cretpw" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://agent:s3cret%zz@db.example/agentik", "postgresql://agent:s3cret@h/d?bogus=1"],
+)
+def test_an_unparseable_url_is_a_value_error_without_the_password(url: str) -> None:
+    with pytest.raises(ValueError, match="not a PostgreSQL URL") as caught:
+        open_store(url)
+    assert "s3cret" not in str(caught.value)
+    proc = migrate_cli(url)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "configuration error" in err
+    assert "s3cret" not in out + err

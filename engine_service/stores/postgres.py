@@ -1058,8 +1058,15 @@ class PostgresSessionStore(SessionStore):
         delay = self._reconnect_delay
         while not self._closed:
             try:
+                # Keepalives: a connection that silently died (no RST) is noticed.
                 conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+                    self._dsn,
+                    autocommit=True,
+                    connect_timeout=self._connect_timeout,
+                    keepalives=1,
+                    keepalives_idle=30,
+                    keepalives_interval=10,
+                    keepalives_count=3,
                 )
             except (psycopg.Error, OSError) as exc:
                 log.warning(

@@ -27,6 +27,7 @@ from engine_service.stores.postgres import (
     PostgresSessionStore,
     decode_signal,
     encode_signal,
+    storage_error,
 )
 from tests.postgres_server import with_database
 
@@ -423,3 +424,23 @@ def test_an_unparseable_url_is_a_value_error_without_the_password(url: str) -> N
     assert proc.returncode == 2
     assert "configuration error" in err
     assert "s3cret" not in out + err
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (psycopg.errors.DiskFull("could not extend file"), "the disk is full"),
+        (psycopg.errors.AdminShutdown("terminating"), "the database server is shutting down"),
+        (psycopg.errors.TooManyConnections("sorry"), "the database server has too many"),
+        (psycopg.errors.ReadOnlySqlTransaction("no"), "the database is read-only"),
+        (psycopg.errors.InvalidPassword("for user x"), "the database refused the login"),
+        (
+            psycopg.OperationalError('connection to server at "db.internal" failed'),
+            "the database is unreachable",
+        ),
+    ],
+)
+def test_server_failures_are_named_in_plain_words(error: psycopg.Error, cause: str) -> None:
+    message = storage_error(error).message
+    assert message.startswith(f"storage unavailable: {cause}")
+    assert "db.internal" not in message

@@ -455,17 +455,6 @@ def _current_version_sync(conn: psycopg.Connection[TupleRow]) -> int:
     return int(found[0]) if found else 0
 
 
-def schema_version(dsn: str, *, connect_timeout: float = 10.0) -> int:
-    """The schema version of the database ``dsn`` names (0 when it has none)."""
-    try:
-        with psycopg.connect(
-            dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout))
-        ) as conn:
-            return _current_version_sync(conn)
-    except psycopg.Error as exc:
-        raise storage_error(exc) from exc
-
-
 # -- the store ------------------------------------------------------------------------
 
 _Conn = psycopg.AsyncConnection[TupleRow]

@@ -1,4 +1,4 @@
-"""The ``agentik`` command: ``engine``, ``web``, ``serve`` and ``tools``."""
+"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools`` and ``migrate``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,36 @@ def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    """Apply the configured store's schema migrations, printing the version before/after."""
+    from engine_service.core.errors import StorageUnavailable
+    from engine_service.stores import migrate_store, redacted_url
+
+    settings = _settings(args)
+    _logging(settings)
+    where = redacted_url(settings.store)
+    try:
+        versions = migrate_store(settings.store)
+    except ValueError as exc:
+        print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except StorageUnavailable as exc:
+        print(f"agentik: cannot migrate {where}: {exc.message}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"agentik: cannot migrate {where}: {exc}", file=sys.stderr)
+        return 2
+    if versions is None:
+        print(f"{where}: an in-memory store has no schema to migrate")
+        return 0
+    before, after = versions
+    if before == after:
+        print(f"{where}: schema version {after}, up to date")
+    else:
+        print(f"{where}: schema version {before} -> {after}")
+    return 0
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max([len(header[i]), *(len(row[i]) for row in rows)]) for i in range(len(header))]
     for row in [header, *rows]:
@@ -108,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("tools", help="list the tools the LLM is offered").set_defaults(
         handler=_tools
     )
+    commands.add_parser(
+        "migrate", help="apply the store's schema migrations (SQLite or PostgreSQL)"
+    ).set_defaults(handler=_migrate)
     try:
         from web_facade.cli import add_commands
     except ImportError:  # the facade is optional for an engine-only install

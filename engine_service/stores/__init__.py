@@ -7,6 +7,10 @@
     ``sqlite:///data/agentik.db`` is relative to the working directory and
     ``sqlite:////var/lib/agentik.db`` is absolute. ``sqlite:///:memory:`` is a private
     in-memory database.
+``postgresql://...`` or ``postgres://...``
+    :class:`~engine_service.stores.postgres.PostgresSessionStore`; the URL is handed to
+    libpq as written (``?options=-csearch_path%3Dmyschema`` picks a schema). It connects
+    on first use.
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ __all__ = [
     "RunBegun",
     "SessionStore",
     "SqliteSessionStore",
+    "migrate_store",
     "open_store",
+    "redacted_url",
 ]
 
 _SQLITE = "sqlite:///"
 
 
-def _redacted(url: str) -> str:
+def redacted_url(url: str) -> str:
     """``url`` with any password replaced, safe to put in an error message."""
     try:
         parts = urlsplit(url)
@@ -57,11 +63,35 @@ def open_store(url: str) -> SessionStore:
         raise ValueError(
             f"store URL {url!r} is not sqlite:///relative/path.db or sqlite:////absolute/path.db"
         )
-    if scheme in ("postgres", "postgresql") or scheme.startswith("postgresql+"):
+    if scheme in ("postgres", "postgresql"):
+        from engine_service.stores.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(url)
+    if scheme.startswith("postgresql+"):
         raise ValueError(
-            f"store URL {_redacted(url)!r}: PostgreSQL is not supported yet;"
-            " use sqlite:///path.db or memory://"
+            f"store URL {redacted_url(url)!r}: write postgresql://... (no driver suffix)"
         )
     raise ValueError(
-        f"unsupported store URL {_redacted(url)!r}; use sqlite:///path.db or memory://"
+        f"unsupported store URL {redacted_url(url)!r};"
+        " use sqlite:///path.db, postgresql://... or memory://"
     )
+
+
+def migrate_store(url: str) -> tuple[int, int] | None:
+    """Apply the migrations of the store ``url`` names; the schema version before and
+    after, or None for a store without a schema (``memory://``).
+
+    ``ValueError`` for a URL naming no store, ``StorageUnavailable`` when the database
+    cannot be reached or written, ``RuntimeError`` when its schema is newer than this code.
+    """
+    if url.startswith(_SQLITE) and url[len(_SQLITE) :]:
+        from engine_service.stores.sqlite import migrate as migrate_sqlite
+
+        return migrate_sqlite(url[len(_SQLITE) :])
+    if url.partition(":")[0].lower() in ("postgres", "postgresql"):
+        from engine_service.stores.postgres import migrate as migrate_postgres
+
+        return migrate_postgres(url)
+    opened = open_store(url)  # raises for anything else but memory://
+    assert isinstance(opened, MemorySessionStore)
+    return None

@@ -51,7 +51,7 @@ from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore
 
-__all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "storage_error"]
+__all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "migrate", "migrate_connection", "storage_error"]
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +257,44 @@ def _sql_limit(limit: int) -> int:
     return limit or -1
 
 
+def migrate_connection(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Bring the schema of ``conn`` (in autocommit mode) to ``SCHEMA_VERSION`` in one
+    transaction; the version before and after. ``RuntimeError`` when it is newer."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        return version, version  # nothing to write: an engine can start on a full disk
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"database schema version {version} is newer than this engine's "
+                f"({SCHEMA_VERSION}); upgrade the engine"
+            )
+        for script in _MIGRATIONS[version:]:
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return version, SCHEMA_VERSION
+
+
+def migrate(path: str | Path) -> tuple[int, int]:
+    """Migrate the SQLite file at ``path`` (creating it); the schema version before and
+    after. ``StorageUnavailable`` when it cannot be opened or written."""
+    store = SqliteSessionStore(path)
+    try:
+        return store.migrated
+    finally:
+        store._conn.close()
+
+
 class SqliteSessionStore(SessionStore):
     """Sessions in one SQLite file. A limit of zero means no limit."""
 
@@ -300,21 +338,7 @@ class SqliteSessionStore(SessionStore):
         return conn
 
     def _migrate(self) -> None:
-        (version,) = self._conn.execute("PRAGMA user_version").fetchone()
-        if version == SCHEMA_VERSION:
-            return  # nothing to write: an engine can start on a full disk and serve reads
-        with self._tx():
-            (version,) = self._conn.execute("PRAGMA user_version").fetchone()
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"database schema version {version} is newer than this engine's "
-                    f"({SCHEMA_VERSION}); upgrade the engine"
-                )
-            for script in _MIGRATIONS[version:]:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        self._conn.execute(statement)
-            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.migrated: tuple[int, int] = migrate_connection(self._conn)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -6,6 +6,9 @@ import pytest
 
 from tests.engine.harness import Harness, engine_settings, running_engine
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.postgres_server import pg_database, pg_url
+
+__all__ = ["harness", "llm", "pg_database", "pg_url"]
 
 
 @pytest.fixture

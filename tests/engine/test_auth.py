@@ -58,12 +58,17 @@ def _settings(llm: FakeOpenAI, **env: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def engine(
     llm: FakeOpenAI, request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Harness]:
     """The engine with alice's, bob's and ops' tokens, on each store."""
-    store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'auth.db'}"
+    if request.param == "postgres":
+        store = str(request.getfixturevalue("pg_url"))
+    elif request.param == "sqlite":
+        store = f"sqlite:///{tmp_path / 'auth.db'}"
+    else:
+        store = "memory://"
     async with running_engine(engine_settings(**_settings(llm, AGENTIK_STORE=store))) as running:
         yield running
 

@@ -8,15 +8,22 @@ from pathlib import Path
 import pytest
 
 from engine_service.stores import MemorySessionStore, SessionStore, SqliteSessionStore
+from engine_service.stores.postgres import PostgresSessionStore
+from tests.postgres_server import pg_database, pg_url
+
+__all__ = ["pg_database", "pg_url", "store"]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionStore]:
-    """A fresh, empty store of each kind (the SQLite file in a not-yet-existing folder)."""
+    """A fresh, empty store of each kind (the SQLite file in a not-yet-existing folder, the
+    PostgreSQL store in a fresh schema of a database made for the test session)."""
     made: SessionStore
     if request.param == "memory":
         made = MemorySessionStore()
-    else:
+    elif request.param == "sqlite":
         made = SqliteSessionStore(tmp_path / "nested" / "sessions.db")
+    else:
+        made = PostgresSessionStore(request.getfixturevalue("pg_url"))
     yield made
     await made.close()

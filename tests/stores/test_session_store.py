@@ -654,8 +654,7 @@ async def test_open_store_understands_memory_and_sqlite_urls(
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("postgresql://agent:s3cret@db.example/agentik", "PostgreSQL is not supported yet"),
-        ("postgres://db.example/agentik", "PostgreSQL is not supported yet"),
+        ("postgresql+psycopg://agent:s3cret@db.example/agentik", "no driver suffix"),
         ("mysql://db.example/agentik", "mysql://db.example/agentik"),
         ("sqlite://relative.db", "sqlite://relative.db"),
         ("sqlite:///", "sqlite:///"),

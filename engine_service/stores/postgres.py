@@ -1,0 +1,1115 @@
+"""A ``SessionStore`` in PostgreSQL, which several engine replicas may share.
+
+Built on psycopg 3 rather than asyncpg: psycopg delivers LISTEN/NOTIFY as an async
+iterator (``conn.notifies()``), which is how replicas hear about each other's writes; it
+comes with a maintained async connection pool (``psycopg_pool``); the same library runs
+the migrations synchronously for ``agentik migrate``; and its parameters are plain SQL
+``%s`` placeholders bound server-side.
+
+Every write is one transaction on a pooled connection (autocommit outside explicit
+transactions). The "one active run per session" rule holds across replicas twice over:
+``begin_run`` locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index
+allows one running run per session. Event appends lock the session row too, so
+``last_seq`` and ``reserved_seq`` never go back whatever the number of writers.
+
+Signals travel by ``pg_notify`` on one channel, sent inside the writing transaction so a
+watcher hears of a change only once it is committed. The payload is a compact JSON array
+``[kind, session_id, run_id, last_seq]``: ids are at most 128 characters, so it stays far
+below PostgreSQL's 8000-byte limit. ``watch`` listens on a dedicated connection (outside
+the pool) and reconnects with backoff when it drops; followers poll as well, so a gap
+only delays them.
+
+JSON (state, messages, events) is stored as ``text``, exactly as the other stores write
+it (``jsonb`` would reorder keys and renormalise numbers); times as ``timestamptz``; event
+times as ``double precision`` epoch seconds, as the events carry them. Id columns use
+the "C" collation so that ordering by id matches the SQLite store (bytewise).
+
+The pool opens lazily, on the first call, and the schema is migrated then (see
+:func:`migrate`): ``open_store`` stays synchronous and an engine started while the
+database is down serves ``StorageUnavailable`` until it comes back. ``open()`` does the
+same eagerly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from engine_service.core.codec import (
+    event_from_dict,
+    event_to_dict,
+    message_from_dict,
+    message_to_dict,
+)
+from engine_service.core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    RunNotFound,
+    SessionBusy,
+    SessionNotFound,
+    StorageUnavailable,
+)
+from engine_service.core.events import Event
+from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+
+__all__ = [
+    "CHANNEL",
+    "SCHEMA_VERSION",
+    "PostgresSessionStore",
+    "decode_signal",
+    "encode_signal",
+    "check_dsn",
+    "migrate",
+    "storage_error",
+]
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "agentik"
+"""The NOTIFY channel every store of a database signals on."""
+
+_MIGRATIONS_TABLE = "agentik_schema_migrations"
+_LOCK_KEY = 0x6167656E74696B  # "agentik": the advisory lock serialising migrations
+
+_SCHEMA_V1 = """
+CREATE TABLE sessions (
+    id            text COLLATE "C" PRIMARY KEY,
+    title         text NOT NULL,
+    created_at    timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL,
+    state         text NOT NULL DEFAULT 'null',
+    last_seq      bigint NOT NULL DEFAULT 0,
+    reserved_seq  bigint NOT NULL DEFAULT 0,
+    active_run_id text COLLATE "C",
+    owner         text COLLATE "C" NOT NULL DEFAULT ''
+);
+CREATE INDEX sessions_by_update ON sessions (updated_at DESC, id);
+CREATE INDEX sessions_by_owner ON sessions (owner, updated_at DESC, id);
+
+CREATE TABLE messages (
+    session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    position   integer NOT NULL,
+    id         text COLLATE "C" NOT NULL,
+    body       text NOT NULL,
+    PRIMARY KEY (session_id, position),
+    UNIQUE (session_id, id)
+);
+
+CREATE TABLE runs (
+    n             bigint GENERATED ALWAYS AS IDENTITY,
+    session_id    text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    id            text COLLATE "C" NOT NULL,
+    status        text NOT NULL
+                  CHECK (status IN ('running', 'succeeded', 'failed', 'interrupted')),
+    started_at    timestamptz NOT NULL,
+    finished_at   timestamptz,
+    error_code    text NOT NULL DEFAULT '',
+    error_message text NOT NULL DEFAULT '',
+    pending       text NOT NULL DEFAULT '[]',
+    start_seq     bigint NOT NULL DEFAULT 0,
+    replica       text NOT NULL DEFAULT '',
+    lease_until   timestamptz,
+    PRIMARY KEY (session_id, id)
+);
+CREATE UNIQUE INDEX runs_one_running ON runs (session_id) WHERE status = 'running';
+CREATE INDEX runs_by_id ON runs (id);
+CREATE INDEX runs_by_start ON runs (started_at, n);
+CREATE INDEX runs_leases ON runs (replica) WHERE status = 'running';
+
+CREATE TABLE events (
+    session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    seq        bigint NOT NULL,
+    time       double precision NOT NULL,
+    run_id     text NOT NULL,
+    body       text NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE INDEX events_by_time ON events (time);
+
+CREATE TABLE write_probe (
+    id integer PRIMARY KEY CHECK (id = 1),
+    n  bigint NOT NULL
+);
+INSERT INTO write_probe (id, n) VALUES (1, 0);
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+"""Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_SESSION_COLUMNS = """
+    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner
+"""
+_RUN_COLUMNS = (
+    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
+    " start_seq, replica, lease_until"
+)
+
+# -- errors ---------------------------------------------------------------------------
+
+_UNREACHABLE = "the database is unreachable"
+
+_SQLSTATE_CAUSES: dict[str, str] = {
+    "53100": "the disk is full",
+    "53200": "the database server is out of memory",
+    "53300": "the database server has too many connections",
+    "53400": "the database server hit a configured limit",
+    "57P01": "the database server is shutting down",
+    "57P02": "the database server is shutting down",
+    "57P03": "the database server is starting up or shutting down",
+    "57014": "the database cancelled the statement (a timeout)",
+    "25006": "the database is read-only",
+    "3D000": "the database does not exist",
+    "42501": "permission to the database was denied",
+    "58030": "the database server failed to read or write its disk",
+    "XX001": "the database is corrupt",
+    "XX002": "the database is corrupt",
+}
+"""SQLSTATE → the cause a client and an operator can act on."""
+
+_CLASS_CAUSES: dict[str, str] = {
+    "08": _UNREACHABLE,
+    "28": "the database refused the login",
+    "53": "the database server ran out of resources",
+    "57": "the database server stopped the operation",
+    "58": "the database server failed",
+}
+
+
+def storage_error(exc: BaseException) -> StorageUnavailable:
+    """``exc`` as the core's ``StorageUnavailable``, naming the cause in plain words.
+
+    The message never carries the server's connection text (it names the host).
+    """
+    if isinstance(exc, PoolTimeout | OSError):
+        return StorageUnavailable(f"storage unavailable: {_UNREACHABLE}")
+    state = getattr(exc, "sqlstate", None) or ""
+    cause = _SQLSTATE_CAUSES.get(state) or _CLASS_CAUSES.get(state[:2])
+    if cause is None:
+        if not state or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            cause = _UNREACHABLE
+        else:
+            diag = getattr(exc, "diag", None)
+            primary = (diag.message_primary if diag is not None else None) or "unknown failure"
+            cause = f"the database failed ({state}: {primary})"
+    return StorageUnavailable(f"storage unavailable: {cause}")
+
+
+@asynccontextmanager
+async def _mapped_errors() -> AsyncIterator[None]:
+    """Turn the database's operational failures into ``StorageUnavailable``.
+
+    Integrity errors are the callers' to interpret and pass through untouched.
+    """
+    try:
+        yield
+    except psycopg.IntegrityError:
+        raise
+    except (psycopg.Error, PoolTimeout, OSError) as exc:
+        raise storage_error(exc) from exc
+
+
+# -- values ---------------------------------------------------------------------------
+
+
+def _utc(value: datetime, what: str) -> datetime:
+    """``value`` in UTC; naive datetimes are refused rather than guessed at."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def _time(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _dumps(value: JSON, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def _session(row: Sequence[Any]) -> Session:
+    return Session(
+        id=row[0],
+        title=row[1],
+        created_at=_time(row[2]),
+        updated_at=_time(row[3]),
+        state=json.loads(row[4]),
+        last_seq=row[5],
+        active_run_id=row[6] or "",
+        message_count=row[7],
+        reserved_seq=max(row[8], row[5]),
+        owner=row[9],
+    )
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        session_id=row[1],
+        status=RunStatus(row[2]),
+        started_at=_time(row[3]),
+        finished_at=_time(row[4]) if row[4] is not None else None,
+        error_code=row[5],
+        error_message=row[6],
+        pending_tool_call_ids=json.loads(row[7]),
+        start_seq=row[8],
+        replica=row[9],
+        lease_until=_time(row[10]) if row[10] is not None else None,
+    )
+
+
+def _event_rows(session_id: str, events: Sequence[Event]) -> list[tuple[Any, ...]]:
+    rows = []
+    for event in events:
+        if event.thread_id != session_id:
+            raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
+        body = _dumps(event_to_dict(event), "event")
+        rows.append((session_id, event.seq, event.time, event.run_id, body))
+    return rows
+
+
+def _encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """Validate and encode messages as (id, JSON body); ``InvalidInput`` when bad."""
+    out = []
+    for message in messages:
+        if not message.id:
+            raise InvalidInput("message id must not be empty")
+        if message.created_at is not None:
+            _utc(message.created_at, "message created_at")
+        out.append((message.id, _dumps(message_to_dict(message), "message")))
+    return out
+
+
+def _sql_limit(limit: int) -> int | None:
+    """A page size for SQL ``LIMIT``: zero means no limit (NULL to PostgreSQL)."""
+    if limit < 0:
+        raise InvalidInput("limit must not be negative")
+    return limit or None
+
+
+# -- signals --------------------------------------------------------------------------
+
+_KINDS = {kind.value: kind for kind in SignalKind}
+
+
+def encode_signal(signal: Signal) -> str:
+    """The NOTIFY payload for ``signal``: ``[kind, session_id, run_id, last_seq]``."""
+    return json.dumps(
+        [signal.kind.value, signal.session_id, signal.run_id, signal.last_seq],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def decode_signal(payload: str) -> Signal | None:
+    """The signal a NOTIFY payload carries; None when it is not one of ours."""
+    try:
+        kind, session_id, run_id, last_seq = json.loads(payload)
+    except (ValueError, TypeError):
+        return None
+    if (
+        kind not in _KINDS
+        or not isinstance(session_id, str)
+        or not isinstance(run_id, str)
+        or not isinstance(last_seq, int)
+    ):
+        return None
+    return Signal(_KINDS[kind], session_id, run_id, last_seq)
+
+
+# -- URLs ---------------------------------------------------------------------------
+
+
+def check_dsn(dsn: str) -> None:
+    """``ValueError`` when libpq cannot parse ``dsn``.
+
+    libpq's own message may quote the part it choked on, the password included, so it is
+    not repeated: the URL is named with its password masked.
+    """
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error:
+        from engine_service.stores import redacted_url
+
+        raise ValueError(
+            f"store URL {redacted_url(dsn)!r} is not a PostgreSQL URL libpq can parse"
+            " (postgresql://user:password@host:port/database?option=value, with"
+            " special characters percent-encoded)"
+        ) from None
+
+
+# -- migrations -----------------------------------------------------------------------
+
+_VERSION_QUERY = sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
+    sql.Identifier(_MIGRATIONS_TABLE)
+)
+
+
+def _newer(version: int) -> RuntimeError:
+    return RuntimeError(
+        f"database schema version {version} is newer than this engine's "
+        f"({SCHEMA_VERSION}); upgrade the engine"
+    )
+
+
+def _statements(version: int) -> list[sql.SQL | sql.Composed]:
+    """What takes a schema from ``version`` to ``SCHEMA_VERSION``, recording each step."""
+    out: list[sql.SQL | sql.Composed] = []
+    for index, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+        out.append(sql.SQL(script))
+        out.append(
+            sql.SQL("INSERT INTO {} (version) VALUES ({})").format(
+                sql.Identifier(_MIGRATIONS_TABLE), sql.Literal(index)
+            )
+        )
+    return out
+
+
+_CREATE_TABLE = sql.SQL(
+    "CREATE TABLE IF NOT EXISTS {} ("
+    " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+).format(sql.Identifier(_MIGRATIONS_TABLE))
+_EXISTS = sql.SQL("SELECT to_regclass({})").format(sql.Literal(_MIGRATIONS_TABLE))
+
+
+async def _current_version(conn: psycopg.AsyncConnection[TupleRow]) -> int:
+    row = await (await conn.execute(_EXISTS)).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    found = await (await conn.execute(_VERSION_QUERY)).fetchone()
+    return int(found[0]) if found else 0
+
+
+async def _migrate_async(conn: psycopg.AsyncConnection[TupleRow]) -> tuple[int, int]:
+    """Bring the schema ``conn`` sees to ``SCHEMA_VERSION``; (before, after)."""
+    version = await _current_version(conn)
+    if version == SCHEMA_VERSION:
+        return version, version  # nothing to write
+    if version > SCHEMA_VERSION:
+        raise _newer(version)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        await conn.execute(_CREATE_TABLE)
+        version = await _current_version(conn)  # another engine may have got here first
+        if version > SCHEMA_VERSION:
+            raise _newer(version)
+        for statement in _statements(version):
+            await conn.execute(statement)
+    return version, SCHEMA_VERSION
+
+
+def migrate(dsn: str, *, connect_timeout: float = 10.0) -> tuple[int, int]:
+    """Migrate the database ``dsn`` names (synchronously, for ``agentik migrate``).
+
+    Returns the schema version before and after; ``StorageUnavailable`` when the
+    database cannot be reached, ``RuntimeError`` when its schema is newer than this code,
+    ``ValueError`` when ``dsn`` cannot be parsed.
+    """
+    check_dsn(dsn)
+    try:
+        with psycopg.connect(
+            dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout))
+        ) as conn:
+            version = _current_version_sync(conn)
+            if version > SCHEMA_VERSION:
+                raise _newer(version)
+            if version == SCHEMA_VERSION:
+                return version, version
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                conn.execute(_CREATE_TABLE)
+                version = _current_version_sync(conn)
+                if version > SCHEMA_VERSION:
+                    raise _newer(version)
+                for statement in _statements(version):
+                    conn.execute(statement)
+            return version, SCHEMA_VERSION
+    except psycopg.Error as exc:
+        raise storage_error(exc) from exc
+
+
+def _current_version_sync(conn: psycopg.Connection[TupleRow]) -> int:
+    row = conn.execute(_EXISTS).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    found = conn.execute(_VERSION_QUERY).fetchone()
+    return int(found[0]) if found else 0
+
+
+# -- the store ------------------------------------------------------------------------
+
+_Conn = psycopg.AsyncConnection[TupleRow]
+
+
+class PostgresSessionStore(SessionStore):
+    """Sessions in PostgreSQL. A limit of zero means no limit."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+        channel: str = CHANNEL,
+        reconnect_delay: float = 0.5,
+        max_reconnect_delay: float = 10.0,
+    ) -> None:
+        """Nothing connects yet: the pool opens (and the schema migrates) on first use.
+
+        ``timeout`` bounds how long a call waits for a connection before it fails with
+        ``StorageUnavailable``. ``ValueError`` when ``dsn`` cannot be parsed.
+        """
+        check_dsn(dsn)
+        self._dsn = dsn
+        self._timeout = timeout
+        self._connect_timeout = max(1, round(timeout))
+        self._channel = channel
+        self._pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            open=False,
+            name="agentik-store",
+            kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
+            check=AsyncConnectionPool.check_connection,
+        )
+        self._opened = False
+        self._ready = False
+        self._closed = False
+        self._open_lock = asyncio.Lock()
+        self._watchers: list[Callable[[Signal], None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+        self._reconnect_delay = reconnect_delay
+        self._max_reconnect_delay = max_reconnect_delay
+
+    # -- connections ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the pool and migrate the schema now (otherwise the first call does).
+
+        ``StorageUnavailable`` when the database cannot be reached; ``RuntimeError``
+        when its schema is newer than this engine's.
+        """
+        if self._ready:
+            return
+        if self._closed:
+            raise StorageUnavailable("storage unavailable: the store is closed")
+        async with self._open_lock:
+            if self._ready:
+                return
+            # A connection of its own: a bad database name or login, or a server that is
+            # down, fails here at once with its cause rather than as a pool timeout.
+            async with _mapped_errors():
+                conn = await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+                )
+                async with conn:
+                    before, after = await _migrate_async(conn)
+            if not self._opened:
+                await self._pool.open(wait=False)
+                self._opened = True
+            if before != after:
+                log.info("PostgreSQL schema migrated from version %d to %d", before, after)
+            self._ready = True
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[_Conn]:
+        """A pooled connection in autocommit mode, errors mapped."""
+        await self.open()
+        async with _mapped_errors(), self._pool.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[_Conn]:
+        """One write transaction: committed when the block ends, rolled back on error."""
+        async with self._conn() as conn, conn.transaction():
+            yield conn
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[_Conn]:
+        """A read-only transaction, so several statements see one snapshot."""
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
+
+    async def _notify(self, conn: _Conn, signal: Signal) -> None:
+        """Queue ``signal``; PostgreSQL delivers it when the transaction commits."""
+        await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, encode_signal(signal)))
+
+    @staticmethod
+    async def _one(conn: _Conn, query: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return await (await conn.execute(query, args)).fetchone()
+
+    @staticmethod
+    async def _all(conn: _Conn, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(query, args)).fetchall()
+
+    async def _require(
+        self, conn: _Conn, session_id: str, owner: str | None = None, *, lock: bool = False
+    ) -> str | None:
+        """The session's active run id; ``SessionNotFound`` when it does not exist (or,
+        when ``owner`` is not None, belongs to another owner). ``lock`` holds the session
+        row until the transaction ends."""
+        row = await self._one(
+            conn,
+            "SELECT active_run_id, owner FROM sessions WHERE id = %s"
+            + (" FOR UPDATE" if lock else ""),
+            (session_id,),
+        )
+        if row is None or (owner is not None and row[1] != owner):
+            raise SessionNotFound(session_id)
+        active: str | None = row[0]
+        return active
+
+    async def _load(self, conn: _Conn, session_id: str) -> Session:
+        row = await self._one(
+            conn, f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
+        )
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session(row)
+
+    # -- sessions -------------------------------------------------------------------
+
+    async def create_session(
+        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+    ) -> Session:
+        stamp = _utc(now, "now")
+        if not session_id:
+            raise InvalidInput("session id must not be empty")
+        async with self._tx() as conn:
+            cursor = await conn.execute(
+                "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                (session_id, title, stamp, stamp, owner),
+            )
+            if cursor.rowcount != 1:
+                raise AlreadyExists(f"session {session_id!r} already exists")
+            return await self._load(conn, session_id)
+
+    async def get_session(self, session_id: str) -> Session:
+        async with self._conn() as conn:
+            return await self._load(conn, session_id)
+
+    async def list_sessions(
+        self, offset: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[Session], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        size = _sql_limit(limit)
+        where, args = ("WHERE s.owner = %s", (owner,)) if owner is not None else ("", ())
+        async with self._read() as conn:
+            total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
+            rows = await self._all(
+                conn,
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s {where}"
+                " ORDER BY s.updated_at DESC, s.id LIMIT %s OFFSET %s",
+                (*args, size, offset),
+            )
+        return [_session(row) for row in rows], int(total[0]) if total else 0
+
+    async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
+        stamp = _utc(now, "now")
+        async with self._tx() as conn:
+            await conn.execute(
+                "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
+                (title, stamp, session_id),
+            )
+            return await self._load(conn, session_id)
+
+    async def delete_session(self, session_id: str) -> None:
+        async with self._tx() as conn:
+            active = await self._require(conn, session_id, lock=True)
+            if active:
+                raise SessionBusy(session_id, active)
+            await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+
+    # -- messages -------------------------------------------------------------------
+
+    async def list_messages(
+        self, session_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        size = _sql_limit(limit)
+        async with self._read() as conn:
+            await self._require(conn, session_id)
+            after = -1
+            if after_id:
+                row = await self._one(
+                    conn,
+                    "SELECT position FROM messages WHERE session_id = %s AND id = %s",
+                    (session_id, after_id),
+                )
+                if row is None:
+                    raise InvalidInput(f"after_id {after_id!r} is not a message of the session")
+                after = row[0]
+            rows = await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s AND position > %s"
+                " ORDER BY position LIMIT %s",
+                (session_id, after, size + 1 if size else None),
+            )
+        more = size is not None and size < len(rows)
+        kept = rows[:size] if more else rows
+        return [message_from_dict(json.loads(r[0])) for r in kept], more
+
+    async def all_messages(self, session_id: str) -> list[Message]:
+        messages, _ = await self.list_messages(session_id, "", 0)
+        return messages
+
+    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        encoded = _encode_messages(messages)
+        try:
+            async with self._tx() as conn:
+                await self._require(conn, session_id, lock=True)
+                row = await self._one(
+                    conn,
+                    "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
+                    (session_id,),
+                )
+                last = row[0] if row else -1
+                if encoded:
+                    async with conn.cursor() as cursor:
+                        await cursor.executemany(
+                            "INSERT INTO messages (session_id, position, id, body)"
+                            " VALUES (%s, %s, %s, %s)",
+                            [
+                                (session_id, last + 1 + i, mid, body)
+                                for i, (mid, body) in enumerate(encoded)
+                            ],
+                        )
+        except psycopg.errors.UniqueViolation as exc:
+            raise AlreadyExists("a message id already exists in the session") from exc
+
+    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        encoded = _encode_messages(messages)
+        if len({message_id for message_id, _ in encoded}) != len(encoded):
+            raise InvalidInput("message ids must be unique")
+        async with self._tx() as conn:
+            await self._require(conn, session_id, lock=True)
+            await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
+            if encoded:
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(
+                        "INSERT INTO messages (session_id, position, id, body)"
+                        " VALUES (%s, %s, %s, %s)",
+                        [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
+                    )
+
+    async def set_state(self, session_id: str, state: JSON) -> None:
+        text = _dumps(state, "state")
+        async with self._tx() as conn:
+            await self._require(conn, session_id)
+            await conn.execute("UPDATE sessions SET state = %s WHERE id = %s", (text, session_id))
+
+    # -- runs -----------------------------------------------------------------------
+
+    async def begin_run(
+        self,
+        session_id: str,
+        run_id: str,
+        now: datetime,
+        *,
+        create: bool,
+        reserve: int = 0,
+        owner: str = "",
+        require_owner: bool = False,
+        lease: Lease | None = None,
+    ) -> RunBegun:
+        stamp = _utc(now, "now")
+        lease_until = _utc(lease.until, "lease") if lease else None
+        if reserve < 0:
+            raise InvalidInput("reserve must not be negative")
+        if not run_id:
+            raise InvalidInput("run id must not be empty")
+        async with self._tx() as conn:
+            created = False
+            if create:
+                if not session_id:
+                    raise InvalidInput("session id must not be empty")
+                cursor = await conn.execute(
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
+                    " VALUES (%s, '', %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (session_id, stamp, stamp, owner),
+                )
+                created = cursor.rowcount == 1
+            active = await self._require(
+                conn, session_id, owner if require_owner and not created else None, lock=True
+            )
+            if active:
+                raise SessionBusy(session_id, active)
+            taken = await self._one(
+                conn,
+                "SELECT status FROM runs WHERE session_id = %s AND id = %s",
+                (session_id, run_id),
+            )
+            if taken is not None:
+                raise AlreadyExists(f"run {run_id!r} already exists in session {session_id!r}")
+            try:
+                async with conn.transaction():  # a savepoint: the index is the last word
+                    await conn.execute(
+                        "INSERT INTO runs"
+                        " (session_id, id, status, started_at, start_seq, replica, lease_until)"
+                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s"
+                        " FROM sessions WHERE id = %s",
+                        (
+                            session_id,
+                            run_id,
+                            stamp,
+                            lease.replica if lease else "",
+                            lease_until,
+                            session_id,
+                        ),
+                    )
+            except psycopg.errors.UniqueViolation as exc:
+                running = await self._one(
+                    conn,
+                    "SELECT id FROM runs WHERE session_id = %s AND status = 'running'",
+                    (session_id,),
+                )
+                if running is not None:
+                    raise SessionBusy(session_id, running[0]) from exc
+                raise AlreadyExists(
+                    f"run {run_id!r} already exists in session {session_id!r}"
+                ) from exc
+            await conn.execute(
+                "UPDATE sessions SET active_run_id = %s, updated_at = %s,"
+                " reserved_seq = last_seq + %s WHERE id = %s",
+                (run_id, stamp, reserve, session_id),
+            )
+            session = await self._load(conn, session_id)
+            await self._notify(conn, Signal(SignalKind.BEGUN, session_id, run_id, session.last_seq))
+            return RunBegun(session, created)
+
+    async def finish_run(
+        self,
+        session_id: str,
+        run_id: str,
+        status: RunStatus,
+        now: datetime,
+        error_code: str = "",
+        error_message: str = "",
+        pending_tool_call_ids: Sequence[str] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        stamp = _utc(now, "now")
+        if status is RunStatus.RUNNING:
+            raise InvalidInput("a run cannot finish with status RUNNING")
+        rows = _event_rows(session_id, events)
+        async with self._tx() as conn:
+            last = await self._insert_events(conn, session_id, rows)
+            row = await self._one(
+                conn,
+                "SELECT status FROM runs WHERE session_id = %s AND id = %s FOR UPDATE",
+                (session_id, run_id),
+            )
+            if row is None:
+                raise RunNotFound(run_id)
+            if row[0] == RunStatus.RUNNING.value:
+                await conn.execute(
+                    "UPDATE runs SET status = %s, finished_at = %s, error_code = %s,"
+                    " error_message = %s, pending = %s WHERE session_id = %s AND id = %s",
+                    (
+                        status.value,
+                        stamp,
+                        error_code,
+                        error_message,
+                        json.dumps(list(pending_tool_call_ids)),
+                        session_id,
+                        run_id,
+                    ),
+                )
+                await conn.execute(
+                    "UPDATE sessions SET updated_at = %s WHERE id = %s", (stamp, session_id)
+                )
+            await conn.execute(
+                "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s",
+                (session_id, run_id),
+            )
+            await self._notify(conn, Signal(SignalKind.ENDED, session_id, run_id, last))
+
+    async def get_run(self, session_id: str, run_id: str) -> RunRecord:
+        async with self._read() as conn:
+            await self._require(conn, session_id)
+            row = await self._one(
+                conn,
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = %s AND id = %s",
+                (session_id, run_id),
+            )
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run(row)
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        async with self._read() as conn:
+            await self._require(conn, session_id)
+            rows = await self._all(
+                conn,
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = %s ORDER BY started_at, n",
+                (session_id,),
+            )
+        return [_run(row) for row in rows]
+
+    async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
+        mine = (
+            "" if owner is None else " AND session_id IN (SELECT id FROM sessions WHERE owner = %s)"
+        )
+        args = (run_id,) if owner is None else (run_id, owner)
+        async with self._conn() as conn:
+            row = await self._one(
+                conn,
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s{mine}"
+                " ORDER BY started_at DESC, n DESC LIMIT 1",
+                args,
+            )
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run(row)
+
+    async def page_runs(
+        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[RunRecord], int]:
+        if offset < 0 or limit < 0:
+            raise InvalidInput("offset and limit must not be negative")
+        where, args = ("WHERE session_id = %s", (session_id,)) if session_id else ("", ())
+        if not session_id and owner is not None:
+            where, args = (
+                "WHERE session_id IN (SELECT id FROM sessions WHERE owner = %s)",
+                (owner,),
+            )
+        async with self._read() as conn:
+            if session_id:
+                await self._require(conn, session_id)
+            total = await self._one(conn, f"SELECT count(*) FROM runs {where}", args)
+            rows = await self._all(
+                conn,
+                f"SELECT {_RUN_COLUMNS} FROM runs {where}"
+                " ORDER BY started_at DESC, n DESC LIMIT %s OFFSET %s",
+                (*args, _sql_limit(limit), offset),
+            )
+        return [_run(row) for row in rows], int(total[0]) if total else 0
+
+    async def running_runs(self) -> list[RunRecord]:
+        async with self._conn() as conn:
+            rows = await self._all(
+                conn,
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
+                " ORDER BY session_id, started_at, n",
+            )
+        return [_run(row) for row in rows]
+
+    # -- events ---------------------------------------------------------------------
+
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        rows = _event_rows(session_id, events)
+        async with self._tx() as conn:
+            last = await self._insert_events(conn, session_id, rows)
+            if reserve_through:
+                await conn.execute(
+                    "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
+                    (reserve_through, session_id),
+                )
+            if events:
+                await self._notify(
+                    conn, Signal(SignalKind.EVENTS, session_id, events[-1].run_id, last)
+                )
+
+    async def _insert_events(
+        self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]
+    ) -> int:
+        """Insert ``rows`` after the session's last seq (locking the session row); the
+        new last seq."""
+        found = await self._one(
+            conn, "SELECT last_seq FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
+        )
+        if found is None:
+            raise SessionNotFound(session_id)
+        last = int(found[0])
+        for row in rows:
+            if row[1] <= last:
+                raise InvalidInput(f"event seq {row[1]} does not follow {last}")
+            last = row[1]
+        if rows:
+            async with conn.cursor() as cursor:
+                await cursor.executemany(
+                    "INSERT INTO events (session_id, seq, time, run_id, body)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
+            await conn.execute(
+                "UPDATE sessions SET last_seq = %s WHERE id = %s", (last, session_id)
+            )
+        return last
+
+    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
+        size = _sql_limit(limit)
+        async with self._read() as conn:
+            await self._require(conn, session_id)
+            rows = await self._all(
+                conn,
+                "SELECT seq, time, run_id, body FROM events WHERE session_id = %s AND seq > %s"
+                " ORDER BY seq LIMIT %s",
+                (session_id, after_seq, size),
+            )
+        return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
+
+    async def prune_events(self, before: datetime) -> int:
+        _utc(before, "before")
+        async with self._tx() as conn:
+            cursor = await conn.execute("DELETE FROM events WHERE time < %s", (before.timestamp(),))
+            return cursor.rowcount
+
+    # -- several engines ------------------------------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        return True
+
+    async def signal(self, signal: Signal) -> None:
+        async with self._conn() as conn:
+            await self._notify(conn, signal)
+
+    async def renew_leases(self, replica: str, until: datetime) -> int:
+        stamp = _utc(until, "until")
+        async with self._tx() as conn:
+            cursor = await conn.execute(
+                "UPDATE runs SET lease_until = %s WHERE status = 'running' AND replica = %s",
+                (stamp, replica),
+            )
+            return cursor.rowcount
+
+    async def claim_expired_runs(
+        self, replica: str, now: datetime, until: datetime
+    ) -> list[RunRecord]:
+        now_stamp, until_stamp = _utc(now, "now"), _utc(until, "until")
+        # Rows another replica is claiming right now are skipped, not waited for; a row
+        # is re-checked under its lock, so no run is ever claimed twice.
+        async with self._tx() as conn:
+            rows = await self._all(
+                conn,
+                "UPDATE runs AS r SET replica = %s, lease_until = %s"
+                " FROM (SELECT session_id, id FROM runs WHERE status = 'running'"
+                "       AND (lease_until IS NULL OR lease_until < %s)"
+                "       FOR UPDATE SKIP LOCKED) AS expired"
+                " WHERE r.session_id = expired.session_id AND r.id = expired.id"
+                f" RETURNING {', '.join('r.' + c.strip() for c in _RUN_COLUMNS.split(','))},"
+                " r.n",
+                (replica, until_stamp, now_stamp),
+            )
+        rows.sort(key=lambda row: (row[1], row[3], row[11]))
+        return [_run(row) for row in rows]
+
+    async def watch(self, on_signal: Callable[[Signal], None]) -> None:
+        """Call ``on_signal`` for every signal on the channel from now until ``close``.
+
+        Returns once listening (or, when the database is unreachable, once the first
+        attempt failed: a background task keeps trying).
+        """
+        self._watchers.append(on_signal)
+        if self._listener is None:
+            self._listener = asyncio.get_running_loop().create_task(
+                self._listen(), name="agentik-pg-listen"
+            )
+        first_try = asyncio.ensure_future(self._listening.wait())
+        done, _ = await asyncio.wait(
+            [first_try, self._listener],
+            timeout=self._timeout + 1.0,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if first_try not in done:
+            first_try.cancel()
+
+    async def _listen(self) -> None:
+        """Listen on a dedicated connection, reconnecting with backoff when it drops."""
+        delay = self._reconnect_delay
+        while not self._closed:
+            try:
+                # Keepalives: a connection that silently died (no RST) is noticed.
+                conn = await psycopg.AsyncConnection.connect(
+                    self._dsn,
+                    autocommit=True,
+                    connect_timeout=self._connect_timeout,
+                    keepalives=1,
+                    keepalives_idle=30,
+                    keepalives_interval=10,
+                    keepalives_count=3,
+                )
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "cannot listen for other engines' signals (%s); retrying in %.1f s",
+                    storage_error(exc).message,
+                    delay,
+                )
+                self._listening.set()  # watch() returns; followers poll meanwhile
+            else:
+                try:
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    self._listening.set()
+                    delay = self._reconnect_delay
+                    async for notify in conn.notifies():
+                        signal = decode_signal(notify.payload)
+                        if signal is not None:
+                            self._deliver(signal)
+                except (psycopg.Error, OSError) as exc:
+                    if self._closed:
+                        return
+                    log.warning(
+                        "lost the connection listening for other engines' signals (%s);"
+                        " reconnecting in %.1f s",
+                        storage_error(exc).message,
+                        delay,
+                    )
+                finally:
+                    with suppress(psycopg.Error, OSError):
+                        await conn.close()
+            if self._closed:
+                return
+            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
+            delay = min(delay * 2, self._max_reconnect_delay)
+
+    def _deliver(self, signal: Signal) -> None:
+        for watcher in list(self._watchers):
+            try:
+                watcher(signal)
+            except Exception:
+                log.exception("a signal watcher failed")
+
+    # -- health and shutdown --------------------------------------------------------
+
+    async def check_writable(self) -> None:
+        async with self._tx() as conn:
+            await conn.execute("UPDATE write_probe SET n = n + 1 WHERE id = 1")
+
+    async def close(self) -> None:
+        self._closed = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            with suppress(asyncio.CancelledError):
+                await listener
+        self._watchers.clear()
+        if self._opened:
+            await self._pool.close()

@@ -1,0 +1,446 @@
+"""What only the PostgreSQL store does: several stores (several engines) on one database,
+signals by NOTIFY, migrations, and failures that never show the URL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from engine_service.core import events as ev
+from engine_service.core.errors import SessionBusy, StorageUnavailable
+from engine_service.core.models import RunStatus
+from engine_service.core.store import Lease, Signal, SignalKind
+from engine_service.stores import open_store
+from engine_service.stores.postgres import (
+    SCHEMA_VERSION,
+    PostgresSessionStore,
+    decode_signal,
+    encode_signal,
+    storage_error,
+)
+from tests.postgres_server import with_database
+
+T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def event(seq: int, session_id: str = "s1", run_id: str = "r1") -> ev.Event:
+    return ev.Event(seq, 1_700_000_000.5 + seq, session_id, run_id, ev.StepStarted(str(seq)))
+
+
+@pytest.fixture
+async def two(pg_url: str) -> AsyncIterator[tuple[PostgresSessionStore, PostgresSessionStore]]:
+    """Two stores on one schema, each with its own pool: two engines."""
+    a, b = PostgresSessionStore(pg_url), PostgresSessionStore(pg_url)
+    await a.open()
+    await b.open()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def migrate_cli(store_url: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
+    env["AGENTIK_STORE"] = store_url
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine_service.cli", "migrate"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def versions(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT version FROM agentik_schema_migrations ORDER BY 1").fetchall()
+    return [r[0] for r in rows]
+
+
+# Several engines on one database
+
+
+async def test_open_store_makes_a_postgres_store_for_both_schemes(pg_url: str) -> None:
+    for url in (pg_url, "postgres" + pg_url.removeprefix("postgresql")):
+        store = open_store(url)
+        try:
+            assert isinstance(store, PostgresSessionStore)
+            assert store.shared
+            await store.create_session("s1", "", at(0))
+            assert (await store.get_session("s1")).id == "s1"
+            await store.delete_session("s1")
+        finally:
+            await store.close()
+
+
+async def test_two_stores_racing_begin_run_let_exactly_one_through(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    a, b = two
+    for round_ in range(10):
+        session_id = f"s{round_}"
+        outcomes = await asyncio.gather(
+            *(
+                store.begin_run(session_id, f"r{i}", at(1), create=True)
+                for i in range(6)
+                for store in (a, b)
+            ),
+            return_exceptions=True,
+        )
+        won = [o for o in outcomes if not isinstance(o, BaseException)]
+        assert len(won) == 1, outcomes
+        assert all(isinstance(o, SessionBusy) for o in outcomes if isinstance(o, BaseException))
+        assert sum(o.created for o in won) == 1
+        running = [r for r in await a.list_runs(session_id) if r.status is RunStatus.RUNNING]
+        assert [r.id for r in running] == [won[0].session.active_run_id]
+
+
+async def test_two_stores_claiming_expired_runs_claim_each_run_once(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    a, b = two
+    for i in range(30):
+        await a.begin_run(f"s{i:02}", f"r{i}", at(0), create=True, lease=Lease("dead", at(10)))
+    await a.begin_run("live", "rl", at(0), create=True, lease=Lease("alive", at(1000)))
+
+    claimants = [(a, "A"), (b, "B")] * 3
+    claims = await asyncio.gather(
+        *(store.claim_expired_runs(name, at(100), at(200)) for store, name in claimants)
+    )
+
+    ids = [run.id for claim in claims for run in claim]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(30))
+    for claim, (_, name) in zip(claims, claimants, strict=True):
+        assert all((r.replica, r.lease_until) == (name, at(200)) for r in claim)
+        assert [r.session_id for r in claim] == sorted(r.session_id for r in claim)
+    stored = {r.id: r.replica for r in await a.running_runs()}
+    assert stored["rl"] == "alive"
+    assert all(stored[r.id] == n for c, (_, n) in zip(claims, claimants, strict=True) for r in c)
+    assert await a.claim_expired_runs("C", at(150), at(300)) == []
+
+
+async def test_leases_are_renewed_for_the_replicas_running_runs_only(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    a, b = two
+    await a.begin_run("s1", "r1", at(0), create=True, lease=Lease("A", at(10)))
+    await a.begin_run("s2", "r2", at(0), create=True, lease=Lease("A", at(10)))
+    await b.begin_run("s3", "r3", at(0), create=True, lease=Lease("B", at(10)))
+    await a.finish_run("s2", "r2", RunStatus.SUCCEEDED, at(1))
+
+    assert await b.renew_leases("A", at(50)) == 1
+
+    run = await b.get_run("s1", "r1")
+    assert (run.replica, run.lease_until) == ("A", at(50))
+    assert (await a.get_run("s3", "r3")).lease_until == at(10)
+    assert [r.id for r in await a.claim_expired_runs("B", at(20), at(90))] == ["r3"]
+
+
+# Signals
+
+
+class Heard:
+    """What a watcher was told, with the time each signal came."""
+
+    def __init__(self) -> None:
+        self.signals: list[tuple[float, Signal]] = []
+        self.seen = 0
+        self.arrived = asyncio.Event()
+
+    def __call__(self, signal: Signal) -> None:
+        self.signals.append((time.monotonic(), signal))
+        self.arrived.set()
+
+    async def next(self, within: float = 1.0) -> tuple[float, Signal]:
+        """The first signal not returned yet, waiting ``within`` seconds for it."""
+        deadline = time.monotonic() + within
+        while len(self.signals) <= self.seen:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), max(0.0, deadline - time.monotonic()))
+        self.seen += 1
+        return self.signals[self.seen - 1]
+
+
+async def test_a_watcher_on_one_store_hears_every_write_on_another_within_a_second(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    a, b = two
+    heard = Heard()
+    await b.watch(heard)
+
+    async def expect(write: Callable[[], object], wanted: Signal) -> float:
+        sent = time.monotonic()
+        outcome = write()
+        if asyncio.iscoroutine(outcome):
+            await outcome
+        arrived, signal = await heard.next(1.0)
+        assert signal == wanted
+        return arrived - sent
+
+    latencies = [
+        await expect(
+            lambda: a.begin_run("s1", "r1", at(0), create=True),
+            Signal(SignalKind.BEGUN, "s1", "r1", 0),
+        ),
+        await expect(
+            lambda: a.append_events("s1", [event(1), event(2)]),
+            Signal(SignalKind.EVENTS, "s1", "r1", 2),
+        ),
+        await expect(
+            lambda: a.signal(Signal(SignalKind.INTERRUPT, "s1", "r1")),
+            Signal(SignalKind.INTERRUPT, "s1", "r1", 0),
+        ),
+        await expect(
+            lambda: a.finish_run("s1", "r1", RunStatus.INTERRUPTED, at(1), events=[event(3)]),
+            Signal(SignalKind.ENDED, "s1", "r1", 3),
+        ),
+    ]
+    assert max(latencies) < 1.0
+    # Nothing is signalled for a write that stores no events.
+    await a.append_events("s1", [], reserve_through=9)
+    with pytest.raises(TimeoutError):
+        await heard.next(0.2)
+
+
+async def test_a_signal_arrives_only_once_its_write_is_committed(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = two
+    heard = Heard()
+    await b.watch(heard)
+    await a.create_session("s1", "", at(0))
+    release = asyncio.Event()
+    notified = asyncio.Event()
+    send = a._notify
+
+    async def notify_then_hold(
+        conn: psycopg.AsyncConnection[tuple[object, ...]], s: Signal
+    ) -> None:
+        await send(conn, s)
+        notified.set()
+        await release.wait()  # the transaction stays open
+
+    monkeypatch.setattr(a, "_notify", notify_then_hold)
+    writing = asyncio.create_task(a.append_events("s1", [event(1)]))
+    await notified.wait()
+    with pytest.raises(TimeoutError):
+        await heard.next(0.3)
+    assert (await b.get_session("s1")).last_seq == 0
+
+    release.set()
+    await writing
+    _, signal = await heard.next(1.0)
+    assert signal == Signal(SignalKind.EVENTS, "s1", "r1", 1)
+    assert [e.seq for e in await b.read_events("s1", 0, 0)] == [1]
+
+
+async def test_the_watcher_reconnects_when_its_connection_drops(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = PostgresSessionStore(pg_url, reconnect_delay=0.05)
+    heard = Heard()
+    try:
+        await a.watch(heard)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+                " AND datname = current_database()"
+            ).fetchall()
+        assert killed
+        deadline = time.monotonic() + 5
+        while True:  # signals sent while it reconnects may be lost: followers also poll
+            await a.signal(Signal(SignalKind.INTERRUPT, "s1", "r1"))
+            try:
+                await heard.next(0.2)
+                break
+            except TimeoutError:
+                assert time.monotonic() < deadline
+        assert any("reconnecting" in r.getMessage() for r in caplog.records)
+    finally:
+        await a.close()
+
+
+def test_signal_payloads_stay_small_and_round_trip() -> None:
+    signal = Signal(SignalKind.ENDED, "é" * 128, "r" * 128, 2**62)
+    payload = encode_signal(signal)
+    assert len(payload.encode()) < 8000
+    assert decode_signal(payload) == signal
+    for junk in ("", "{}", "[1,2,3,4]", '["nope","s","r",1]', '["events","s","r","1"]'):
+        assert decode_signal(junk) is None
+
+
+# Migrations
+
+
+async def test_two_stores_opening_a_fresh_database_at_once_make_one_schema(pg_url: str) -> None:
+    stores = [PostgresSessionStore(pg_url) for _ in range(4)]
+    try:
+        await asyncio.gather(*(s.open() for s in stores))
+        await stores[0].create_session("s1", "", at(0))
+        assert (await stores[3].get_session("s1")).id == "s1"
+    finally:
+        for s in stores:
+            await s.close()
+    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_two_migrate_processes_on_a_fresh_database_both_succeed(pg_url: str) -> None:
+    procs = [migrate_cli(pg_url) for _ in range(2)]
+    outputs = [p.communicate(timeout=30) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    said = sorted(out for out, _ in outputs)
+    assert said[0].endswith(f"schema version 0 -> {SCHEMA_VERSION}\n") or said[1].endswith(
+        f"schema version 0 -> {SCHEMA_VERSION}\n"
+    )
+    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+    again = migrate_cli(pg_url)
+    out, _ = again.communicate(timeout=30)
+    assert (again.returncode, out.strip().endswith(f"version {SCHEMA_VERSION}, up to date")) == (
+        0,
+        True,
+    )
+
+
+def test_migrate_applies_the_sqlite_schema(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db' / 'agentik.db'}"
+    first = migrate_cli(url)
+    out, err = first.communicate(timeout=30)
+    assert first.returncode == 0, err
+    assert out.endswith("schema version 0 -> 4\n")
+    second = migrate_cli(url)
+    out, _ = second.communicate(timeout=30)
+    assert out.endswith("schema version 4, up to date\n")
+
+
+def test_migrate_exits_2_on_an_unreachable_database_without_the_password() -> None:
+    url = f"postgresql://agent:s3cretpw@127.0.0.1:{free_port()}/agentik"
+    proc = migrate_cli(url)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "the database is unreachable" in err
+    assert "s3cretpw" not in out + err
+
+
+async def test_a_database_from_a_newer_schema_is_refused(pg_url: str) -> None:
+    first = PostgresSessionStore(pg_url)
+    await first.open()
+    await first.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO agentik_schema_migrations (version) VALUES (%s)", (SCHEMA_VERSION + 1,)
+        )
+    later = PostgresSessionStore(pg_url)
+    try:
+        with pytest.raises(RuntimeError, match="newer"):
+            await later.get_session("s1")
+    finally:
+        await later.close()
+    proc = migrate_cli(pg_url)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "newer" in err
+
+
+# Failures
+
+
+async def test_an_unreachable_server_is_storage_unavailable_naming_no_host_or_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    port = free_port()
+    store = PostgresSessionStore(f"postgresql://agent:s3cretpw@127.0.0.1:{port}/x", timeout=1)
+    heard = Heard()
+    try:
+        with pytest.raises(StorageUnavailable) as caught:
+            await store.get_session("s1")
+        await store.watch(heard)  # returns; keeps trying in the background
+    finally:
+        await store.close()
+    message = caught.value.message
+    assert message == "storage unavailable: the database is unreachable"
+    for secret in ("s3cretpw", "127.0.0.1", str(port), "postgresql://"):
+        assert secret not in message
+    assert "s3cretpw" not in caplog.text
+
+
+async def test_a_missing_database_is_named_in_plain_words(
+    pg_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = with_database(pg_database, "agentik_no_such_db").replace(
+        "postgresql://postgres@", "postgresql://postgres:s3cretpw@"
+    )
+    assert "s3cretpw" in url
+    store = PostgresSessionStore(url, timeout=2)
+    try:
+        with pytest.raises(StorageUnavailable) as caught:
+            await store.create_session("s1", "", at(0))
+    finally:
+        await store.close()
+    assert caught.value.message in (
+        "storage unavailable: the database does not exist",
+        "storage unavailable: the database is unreachable",
+    )
+    assert "s3cretpw" not in caplog.text
+    assert "s3cretpw" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://agent:s3cret%zz@db.example/agentik", "postgresql://agent:s3cret@h/d?bogus=1"],
+)
+def test_an_unparseable_url_is_a_value_error_without_the_password(url: str) -> None:
+    with pytest.raises(ValueError, match="not a PostgreSQL URL") as caught:
+        open_store(url)
+    assert "s3cret" not in str(caught.value)
+    proc = migrate_cli(url)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "configuration error" in err
+    assert "s3cret" not in out + err
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (psycopg.errors.DiskFull("could not extend file"), "the disk is full"),
+        (psycopg.errors.AdminShutdown("terminating"), "the database server is shutting down"),
+        (psycopg.errors.TooManyConnections("sorry"), "the database server has too many"),
+        (psycopg.errors.ReadOnlySqlTransaction("no"), "the database is read-only"),
+        (psycopg.errors.InvalidPassword("for user x"), "the database refused the login"),
+        (
+            psycopg.OperationalError('connection to server at "db.internal" failed'),
+            "the database is unreachable",
+        ),
+    ],
+)
+def test_server_failures_are_named_in_plain_words(error: psycopg.Error, cause: str) -> None:
+    message = storage_error(error).message
+    assert message.startswith(f"storage unavailable: {cause}")
+    assert "db.internal" not in message

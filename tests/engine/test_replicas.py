@@ -1,11 +1,11 @@
 """Several engines on one shared store: any replica serves any RPC.
 
-Two (or three) real engine servers on their own ports share one store that behaves as a
-shared database does (``MemorySessionStore(shared=True)``: signals after each change,
-leases). A run on A is followed live on B with the same seqs, interrupted from B, and —
-when A stops renewing its lease, as a dead replica does — closed by B within the lease
-time with what it had said. The same tests run against PostgreSQL in
-``tests/stores`` / ``tests/faults`` once that store is there.
+Two (or three) real engine servers on their own ports share one store. A run on A is
+followed live on B with the same seqs, interrupted from B, and — when A stops renewing its
+lease, as a dead replica does — closed by B within the lease time with what it had said.
+Every test runs twice: on a memory store shared in process (``shared=True``: signals after
+each change, leases), and on the real PostgreSQL with one store (one pool, one listener)
+per replica, as separate processes have.
 """
 
 from __future__ import annotations
@@ -13,18 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
+import pytest
 
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import SessionStore
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 from engine_service.stores import MemorySessionStore
+from engine_service.stores.postgres import PostgresSessionStore
 from tests.engine.harness import WAIT, collect, engine_settings, kind, next_event, text_of, user
 from tests.fakes.fake_openai import FakeOpenAI
 
@@ -40,9 +43,23 @@ class Replica:
     stub: pb_grpc.AgentEngineAsyncStub
 
 
+StoreFor = Callable[[], SessionStore]
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def store_for(request: pytest.FixtureRequest) -> StoreFor:
+    """Makes the store of each replica: one shared object, or one PostgreSQL pool each."""
+    if request.param == "memory":
+        shared = MemorySessionStore(shared=True)
+        return lambda: shared
+    url: str = request.getfixturevalue("pg_url")
+    return lambda: PostgresSessionStore(url)
+
+
 @contextlib.asynccontextmanager
-async def replicas(llm: FakeOpenAI, count: int = 2) -> AsyncIterator[list[Replica]]:
-    store = MemorySessionStore(shared=True)
+async def replicas(
+    llm: FakeOpenAI, store_for: StoreFor, count: int = 2
+) -> AsyncIterator[list[Replica]]:
     settings = engine_settings(
         OPENAI_BASE_URL=llm.base_url,
         OPENAI_API_KEY="test-key",
@@ -53,7 +70,7 @@ async def replicas(llm: FakeOpenAI, count: int = 2) -> AsyncIterator[list[Replic
     try:
         for _ in range(count):
             engine = Engine(
-                store,
+                store_for(),
                 build_model(settings),
                 ToolRegistry(),
                 EngineLimits(lease_seconds=LEASE, event_retention=0),
@@ -74,8 +91,10 @@ def _bodies(events: list[pb.Event]) -> list[tuple[int, str]]:
     return [(e.seq, e.SerializeToString(deterministic=True).hex()) for e in events]
 
 
-async def test_a_run_on_a_is_followed_live_on_b_with_the_same_seqs(llm: FakeOpenAI) -> None:
-    async with replicas(llm) as (a, b):
+async def test_a_run_on_a_is_followed_live_on_b_with_the_same_seqs(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
             pb.RunRequest(thread_id="s", messages=[user("[[chunks:60]][[slow:0.01]]")])
@@ -96,8 +115,10 @@ async def test_a_run_on_a_is_followed_live_on_b_with_the_same_seqs(llm: FakeOpen
         assert first_latency < 1.0, first_latency
 
 
-async def test_subscribe_until_idle_on_b_ends_with_a_runs_end(llm: FakeOpenAI) -> None:
-    async with replicas(llm) as (a, b):
+async def test_subscribe_until_idle_on_b_ends_with_a_runs_end(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
             pb.RunRequest(thread_id="s", messages=[user("[[chunks:40]][[slow:0.01]]")])
@@ -112,8 +133,10 @@ async def test_subscribe_until_idle_on_b_ends_with_a_runs_end(llm: FakeOpenAI) -
         assert seqs == list(range(1, seqs[-1] + 1))  # no gap, no duplicate
 
 
-async def test_interrupt_sent_to_b_stops_a_run_on_a_at_once(llm: FakeOpenAI) -> None:
-    async with replicas(llm) as (a, b):
+async def test_interrupt_sent_to_b_stops_a_run_on_a_at_once(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
             pb.RunRequest(thread_id="s", messages=[user("[[chunks:500]][[slow:0.02]]")])
@@ -132,8 +155,8 @@ async def test_interrupt_sent_to_b_stops_a_run_on_a_at_once(llm: FakeOpenAI) -> 
         assert info.status == pb.RUN_STATUS_INTERRUPTED
 
 
-async def test_a_second_run_on_b_while_a_runs_is_busy(llm: FakeOpenAI) -> None:
-    async with replicas(llm) as (a, b):
+async def test_a_second_run_on_b_while_a_runs_is_busy(llm: FakeOpenAI, store_for: StoreFor) -> None:
+    async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
             pb.RunRequest(thread_id="s", messages=[user("[[chunks:100]][[slow:0.01]]")])
@@ -157,9 +180,9 @@ async def test_a_second_run_on_b_while_a_runs_is_busy(llm: FakeOpenAI) -> None:
 
 
 async def test_a_dead_replicas_run_is_closed_by_another_within_the_lease(
-    llm: FakeOpenAI,
+    llm: FakeOpenAI, store_for: StoreFor
 ) -> None:
-    async with replicas(llm) as (a, b):
+    async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(pb.RunRequest(thread_id="s", messages=[user("partial [[hang]]")]))
         seen = [await next_event(run)]
@@ -185,8 +208,10 @@ async def test_a_dead_replicas_run_is_closed_by_another_within_the_lease(
         run.cancel()
 
 
-async def test_a_starting_replica_leaves_live_runs_alone(llm: FakeOpenAI) -> None:
-    async with replicas(llm, count=3) as (a, b, c):
+async def test_a_starting_replica_leaves_live_runs_alone(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    async with replicas(llm, store_for, count=3) as (a, b, c):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
             pb.RunRequest(thread_id="s", messages=[user("[[chunks:30]][[slow:0.05]]")])
@@ -204,8 +229,8 @@ async def test_a_starting_replica_leaves_live_runs_alone(llm: FakeOpenAI) -> Non
         del b
 
 
-async def test_lists_and_reads_agree_on_every_replica(llm: FakeOpenAI) -> None:
-    async with replicas(llm) as (a, b):
+async def test_lists_and_reads_agree_on_every_replica(llm: FakeOpenAI, store_for: StoreFor) -> None:
+    async with replicas(llm, store_for) as (a, b):
         for index in range(4):
             replica = (a, b)[index % 2]
             await collect(

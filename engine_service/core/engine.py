@@ -542,6 +542,8 @@ class Engine:
             return  # nobody here follows it, or it is our own run
         active = hub.active_run_id
         if signal.kind is SignalKind.BEGUN:
+            if signal.last_seq < hub.last_seq:
+                return  # late news of a run whose events were already seen (ours, ended)
             active = signal.run_id
         elif signal.kind is SignalKind.ENDED and active == signal.run_id:
             active = ""

@@ -185,13 +185,30 @@ class Turn:
             reserve = hub.last_seq + block if hub.last_seq + block // 2 > hub.reserved_seq else 0
             if not pending and not reserve:
                 return
-            await self.store.append_events(self.session_id, pending, reserve_through=reserve)
-            overdrawn = hub.overdrawn
-            if pending:
-                hub.flushed_seq = pending[-1].seq
-            hub.reserved_seq = max(hub.reserved_seq, reserve)
-            if overdrawn:
-                hub.notify()
+            write = asyncio.ensure_future(
+                self.store.append_events(self.session_id, pending, reserve_through=reserve)
+            )
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The periodic flusher is cancelled when the run ends, perhaps mid-write:
+                # the write goes on (it may already be committed). Wait for it and record
+                # what it stored before the lock goes, or the final store would write the
+                # same events again.
+                await asyncio.wait([write])
+                if not write.cancelled() and write.exception() is None:
+                    self._flushed(pending, reserve)
+                raise
+            self._flushed(pending, reserve)
+
+    def _flushed(self, pending: list[ev.Event], reserve: int) -> None:
+        hub = self.hub
+        overdrawn = hub.overdrawn
+        if pending:
+            hub.flushed_seq = pending[-1].seq
+        hub.reserved_seq = max(hub.reserved_seq, reserve)
+        if overdrawn:
+            hub.notify()
 
     # -- the run ------------------------------------------------------------------
 

@@ -17,7 +17,19 @@ import pytest
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.ledger import Ledger, follow, poll, send_request
 from tests.faults.procs import NEEDS_SIGNALS
+from tests.postgres_server import pg_database, pg_url
 from tests.web.e2e.conftest import Stack
+
+__all__ = [
+    "SIGNAL_MARKS",
+    "WITHIN",
+    "http",
+    "llm",
+    "open_streams",
+    "pg_database",
+    "pg_url",
+    "stack",
+]
 
 SIGNAL_MARKS = [
     pytest.mark.processes,

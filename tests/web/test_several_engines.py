@@ -17,13 +17,15 @@ import contextlib
 import socket
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent import futures
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import grpc
 import pytest
+from ag_ui.core import EventType
 from flask import Flask
 
 from engine_service.build import build_engine, build_model, build_tools
@@ -35,6 +37,7 @@ from engine_service.server import EngineServer
 from engine_service.stores.memory import MemorySessionStore
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.agentik.streams import StreamReader
+from tests.web.agui.agui_reader import AguiReader, assert_well_formed, has, text, types
 from tests.web.conftest import WAIT, ApiClient, engine_settings
 from tests.web.sse_frames import Frame
 from web_facade.stream import relay as relay_module
@@ -442,5 +445,94 @@ def test_a_stream_that_cannot_resume_ends_with_the_error(
         assert 1.0 < time.monotonic() - started < 1.5 + WAIT / 2
         error = next(f for f in follow.events if f.type == "error")
         assert error.data is not None and error.data["code"] == "engine_unavailable"
+    finally:
+        proxy.close()
+
+
+def test_an_agui_run_cut_by_a_dying_engine_ends_through_another(
+    group: EngineGroup,
+    shared_pair: tuple[MemorySessionStore, int, int],
+    make_app: Callable[..., Flask],
+) -> None:
+    """AG-UI frames carry no id: the answer's text deltas, put together, must be the
+    stored answer exactly, and the run has one RUN_STARTED and one RUN_FINISHED."""
+    store, first, second = shared_pair
+    proxy = CuttableProxy(first)
+    try:
+        client = make_app(proxy.target).test_client()
+        thread_id = f"agui-{uuid.uuid4().hex}"
+        body = {
+            "threadId": thread_id,
+            "runId": uuid.uuid4().hex,
+            "messages": [
+                {"id": uuid.uuid4().hex, "role": "user", "content": "[[chunks:20]] [[slow:0.02]]"}
+            ],
+        }
+        response = client.post("/agui", json=body, buffered=False)
+        assert response.status_code == 200, response.get_data()
+        reader = AguiReader(cast("Iterable[bytes]", response.response))
+        reader.read_until(has(EventType.TEXT_MESSAGE_CONTENT))
+        proxy.hold()
+        _wait(_run_store_idle(group, store, thread_id), "the run to end")
+        proxy.cut_to(second)
+        seen = len(reader.events)
+        events = reader.read_to_end()
+        assert len(events) > seen, "nothing came after the cut: the test cut too late"
+        assert_well_formed(events)
+        assert types(events).count("RUN_STARTED") == 1
+        assert types(events)[-1] == "RUN_FINISHED"
+        assert text(events) == "".join(f"w{i} " for i in range(20))
+    finally:
+        proxy.close()
+
+
+def test_a_resumed_stream_keeps_the_callers_credentials(
+    group: EngineGroup, llm: FakeOpenAI, make_app: Callable[..., Flask]
+) -> None:
+    store = MemorySessionStore(shared=True)
+    first = group.start(engine_settings(llm, AGENTIK_TOKENS="alice:token-a"), store)
+    second = group.start(engine_settings(llm, AGENTIK_TOKENS="alice:token-a"), store)
+    proxy = CuttableProxy(first)
+    headers = {"Authorization": "Bearer token-a"}
+    try:
+        api = ApiClient(make_app(proxy.target).test_client())
+        response = api.call("POST", "/agentik/conversations", json={}, headers=headers)
+        assert response.status_code == 201
+        conversation_id = response.get_json()["id"]
+        response = api.call(
+            "POST",
+            f"/agentik/conversations/{conversation_id}/send",
+            json={"content": [{"type": "text", "text": "[[chunks:3]] one"}]},
+            headers=headers,
+        )
+        assert response.status_code == 200
+        follow = StreamReader(
+            api.call(
+                "GET",
+                f"/agentik/conversations/{conversation_id}/events?after=0",
+                headers=headers,
+                buffered=False,
+            )
+        )
+        follow.read_until(lambda frames: any(f.type == "end" for f in frames))
+        proxy.cut_to(second)
+        # The relay thread has no request: it reopens with the header taken at the start.
+        assert (
+            api.call(
+                "GET", f"/agentik/conversations/{conversation_id}", headers=headers
+            ).status_code
+            == 200
+        )
+        response = api.call(
+            "POST",
+            f"/agentik/conversations/{conversation_id}/send",
+            json={"content": [{"type": "text", "text": "[[chunks:3]] two"}]},
+            headers=headers,
+        )
+        assert response.status_code == 200
+        follow.read_until(lambda frames: [f.type for f in frames].count("end") == 2)
+        follow.close()
+        assert not any(f.type == "error" for f in follow.events)
+        assert len(set(_ids(follow.events))) == len(_ids(follow.events))
     finally:
         proxy.close()

@@ -36,6 +36,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 from engine_service.stores.memory import MemorySessionStore
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.web.a2a.conftest import Rpc, user_message
 from tests.web.agentik.streams import StreamReader
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, has, text, types
 from tests.web.conftest import WAIT, ApiClient, engine_settings
@@ -534,5 +535,38 @@ def test_a_resumed_stream_keeps_the_callers_credentials(
         follow.close()
         assert not any(f.type == "error" for f in follow.events)
         assert len(set(_ids(follow.events))) == len(_ids(follow.events))
+    finally:
+        proxy.close()
+
+
+def test_an_a2a_task_stream_cut_by_a_dying_engine_ends_through_another(
+    group: EngineGroup,
+    shared_pair: tuple[MemorySessionStore, int, int],
+    make_app: Callable[..., Flask],
+) -> None:
+    store, first, second = shared_pair
+    proxy = CuttableProxy(first)
+    try:
+        rpc = Rpc(make_app(proxy.target).test_client())
+        message = user_message("[[chunks:20]] [[slow:0.02]]")
+        stream = rpc.open("SendStreamingMessage", {"message": message})
+        replies = [stream.next()]
+        task = replies[0]["result"]["task"]
+        while "artifactUpdate" not in replies[-1]["result"]:
+            replies.append(stream.next())
+        proxy.hold()
+        _wait(_run_store_idle(group, store, task["contextId"]), "the run to end")
+        proxy.cut_to(second)
+        seen = len(replies)
+        replies += stream.rest()
+        stream.close()
+        assert len(replies) > seen, "nothing came after the cut: the test cut too late"
+        assert all("error" not in reply for reply in replies), replies[-1]
+        chunks = [r["result"]["artifactUpdate"] for r in replies if "artifactUpdate" in r["result"]]
+        answer = "".join(c["artifact"]["parts"][0]["text"] for c in chunks)
+        assert answer == "".join(f"w{i} " for i in range(20))
+        final = replies[-1]["result"]["statusUpdate"]
+        assert final["taskId"] == task["id"]
+        assert final["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
         proxy.close()

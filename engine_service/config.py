@@ -58,7 +58,8 @@ TOML layout (every key optional)::
 
     [web]
     http_addr = "127.0.0.1:8000"           # AGENTIK_HTTP_ADDR
-    engine_target = "127.0.0.1:50051"      # AGENTIK_ENGINE_TARGET (unset: from grpc_addr)
+    engine_target = "127.0.0.1:50051"      # AGENTIK_ENGINE_TARGET (unset: from grpc_addr);
+                                           #   any gRPC target, see "Engine targets" below
     workers = 2                            # AGENTIK_WEB_WORKERS
     threads = 64                           # AGENTIK_WEB_THREADS
     heartbeat_interval = 15.0              # AGENTIK_HEARTBEAT seconds
@@ -82,6 +83,20 @@ TOML layout (every key optional)::
     command = "mcp-server-time"            #   engine_service/tools/mcp_config.py and docs/mcp.md
                                            #   (read by the engine only: the web facade
                                            #   loads with mcp=False and skips this table)
+
+Engine targets: ``engine_target`` is where the facade dials the engine, as a gRPC target.
+With several engines behind one facade, the facade balances calls over every address the
+target names (round robin) and retries the safe reads on another one:
+
+- ``HOST:PORT`` or ``[IPv6]:PORT``: one address (a host name is resolved through DNS,
+  and every address it resolves to is used);
+- ``ipv4:A.B.C.D:PORT,A.B.C.D:PORT,...``: a fixed list of IPv4 addresses;
+- ``ipv6:[IPv6]:PORT,[IPv6]:PORT,...``: a fixed list of IPv6 addresses;
+- ``dns:///HOST:PORT`` (or ``dns:HOST:PORT``): every address of a DNS name, re-resolved
+  when connections fail; ``dns://RESOLVER[:PORT]/HOST:PORT`` asks that DNS server;
+- ``unix:PATH`` or ``unix:///ABSOLUTE/PATH``: a Unix domain socket.
+
+Every form needs its port (no implicit 443); anything else is refused with the forms above.
 """
 
 from __future__ import annotations
@@ -381,6 +396,133 @@ def _address(*, port_zero_ok: bool) -> Parser:
     return parse
 
 
+_TARGET_FORMS = (
+    "HOST:PORT, [IPv6]:PORT, ipv4:A.B.C.D:PORT,A.B.C.D:PORT,..., "
+    "ipv6:[IPv6]:PORT,[IPv6]:PORT,..., dns:///HOST:PORT, dns://RESOLVER/HOST:PORT, "
+    "unix:PATH or unix:///ABSOLUTE/PATH"
+)
+_TARGET_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def _engine_target(raw: object, from_env: bool) -> object:
+    """A gRPC target the facade can dial: one address, a list, a DNS name or a socket."""
+    value = _text(raw)
+    if not value:
+        raise _Invalid(f"must not be empty; use {_TARGET_FORMS}")
+    if any(char.isspace() for char in value) or not value.isascii() or not value.isprintable():
+        raise _Invalid(f"must not contain spaces or non-ASCII characters; use {_TARGET_FORMS}")
+    match = _TARGET_SCHEME.match(value)
+    scheme = match[1].lower() if match else ""
+    rest = value[len(scheme) + 1 :]
+    if scheme in _TARGET_SCHEMES:
+        return _TARGET_SCHEMES[scheme](rest)
+    if "," in value:
+        raise _Invalid(f"a list of addresses needs the ipv4: or ipv6: prefix; use {_TARGET_FORMS}")
+    # "localhost:50051" looks like a scheme and a port; "http://..." or "grpc:x:1" not.
+    if scheme and (rest.startswith("/") or ":" in rest):
+        raise _Invalid(f"has unknown scheme {scheme!r}; use {_TARGET_FORMS}")
+    return _part(_address(port_zero_ok=False), value)
+
+
+def _part(parse: Parser, text: str, what: str = "") -> str:
+    """``text`` through an address parser, the refusal naming the target forms."""
+    try:
+        parse(text, True)
+    except _Invalid as exc:
+        where = f"{what} {text!r}: " if what else ""
+        raise _Invalid(f"{where}{exc}; a target is one of {_TARGET_FORMS}") from None
+    return text
+
+
+def _address_list(rest: str, *, v6: bool) -> str:
+    scheme = "ipv6" if v6 else "ipv4"
+    if not rest:
+        raise _Invalid(f"{scheme}: needs at least one address; use {_TARGET_FORMS}")
+    items = rest.split(",")
+    for item in items:
+        if not item:
+            raise _Invalid(f"{scheme}: has an empty entry (a stray comma); use {_TARGET_FORMS}")
+        host, sep, port = item.rpartition(":")
+        if v6:
+            inside = host[1:-1] if host.startswith("[") and host.endswith("]") else None
+            if inside is None or not sep:
+                raise _Invalid(
+                    f"ipv6: entry {item!r} must be [IPv6]:PORT, e.g. [::1]:50051; "
+                    f"use {_TARGET_FORMS}"
+                )
+            try:
+                ipaddress.IPv6Address(inside)
+            except ValueError:
+                raise _Invalid(
+                    f"ipv6: entry {item!r} has no valid IPv6 address; use {_TARGET_FORMS}"
+                ) from None
+        else:
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise _Invalid(
+                    f"ipv4: entry {item!r} must be A.B.C.D:PORT with an IPv4 address "
+                    f"(a host name goes in dns:///HOST:PORT); use {_TARGET_FORMS}"
+                ) from None
+        _check_port(port if sep else "", item, scheme)
+    return f"{scheme}:{rest}"
+
+
+def _check_port(port: str, item: str, scheme: str) -> None:
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _Invalid(
+            f"{scheme}: entry {item!r} needs a port between 1 and 65535; use {_TARGET_FORMS}"
+        )
+
+
+def _ipv4_target(rest: str) -> str:
+    return _address_list(rest, v6=False)
+
+
+def _ipv6_target(rest: str) -> str:
+    return _address_list(rest, v6=True)
+
+
+def _dns_target(rest: str) -> str:
+    name = rest
+    if rest.startswith("//"):
+        authority, slash, name = rest[2:].partition("/")
+        if not slash:
+            raise _Invalid(
+                f"dns:// needs dns:///HOST:PORT or dns://RESOLVER/HOST:PORT; use {_TARGET_FORMS}"
+            )
+        if authority:
+            bracketed = authority.startswith("[")
+            has_port = "]:" in authority if bracketed else ":" in authority
+            resolver = authority if has_port else f"{authority}:53"
+            _part(_address(port_zero_ok=False), resolver, "the DNS resolver")
+    if not name:
+        raise _Invalid(f"dns: needs HOST:PORT after the scheme; use {_TARGET_FORMS}")
+    _part(_address(port_zero_ok=False), name, "dns: name")
+    return f"dns:{rest}"
+
+
+def _unix_target(rest: str) -> str:
+    path = rest
+    if rest.startswith("//"):
+        if not rest.startswith("///"):
+            raise _Invalid(
+                f"unix:// needs an absolute path, unix:///run/agentik.sock; use {_TARGET_FORMS}"
+            )
+        path = rest[2:]
+    if not path or path.endswith("/"):
+        raise _Invalid(f"unix: needs the path of a socket file; use {_TARGET_FORMS}")
+    return f"unix:{rest}"
+
+
+_TARGET_SCHEMES: dict[str, Callable[[str], str]] = {
+    "ipv4": _ipv4_target,
+    "ipv6": _ipv6_target,
+    "dns": _dns_target,
+    "unix": _unix_target,
+}
+
+
 def _valid_host(host: str) -> bool:
     if not _HOSTNAME.match(host):
         return False
@@ -652,7 +794,7 @@ _FIELDS: tuple[_Field, ...] = (
         "AGENTIK_ENGINE_TARGET",
         "web",
         "engine_target",
-        _address(port_zero_ok=False),
+        _engine_target,
     ),
     _Field("web_workers", "AGENTIK_WEB_WORKERS", "web", "workers", _POSITIVE),
     _Field("web_threads", "AGENTIK_WEB_THREADS", "web", "threads", _POSITIVE),

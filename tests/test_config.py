@@ -335,6 +335,80 @@ def test_an_explicit_engine_target_is_kept() -> None:
     assert load_settings(None, env).engine_target == "engine:6000"
 
 
+@pytest.mark.parametrize(
+    ("target", "kept"),
+    [
+        ("127.0.0.1:50051", "127.0.0.1:50051"),
+        ("localhost:50051", "localhost:50051"),
+        ("engine-1.internal:6000", "engine-1.internal:6000"),
+        ("[::1]:50051", "[::1]:50051"),
+        ("ipv4:10.0.0.1:50051", "ipv4:10.0.0.1:50051"),
+        ("ipv4:10.0.0.1:50051,10.0.0.2:50051", "ipv4:10.0.0.1:50051,10.0.0.2:50051"),
+        ("IPv4:10.0.0.1:1", "ipv4:10.0.0.1:1"),
+        ("ipv6:[::1]:1,[::1]:2", "ipv6:[::1]:1,[::1]:2"),
+        ("ipv6:[fe80::1]:50051", "ipv6:[fe80::1]:50051"),
+        ("dns:///engine:50051", "dns:///engine:50051"),
+        ("dns:engine:50051", "dns:engine:50051"),
+        ("dns://10.0.0.53/engine:50051", "dns://10.0.0.53/engine:50051"),
+        ("dns://resolver:5353/engine:50051", "dns://resolver:5353/engine:50051"),
+        ("dns://[::1]/engine:50051", "dns://[::1]/engine:50051"),
+        ("unix:/run/agentik/engine.sock", "unix:/run/agentik/engine.sock"),
+        ("unix:///run/agentik/engine.sock", "unix:///run/agentik/engine.sock"),
+        ("unix:engine.sock", "unix:engine.sock"),
+    ],
+)
+def test_every_grpc_target_form_is_accepted(target: str, kept: str) -> None:
+    assert load_settings(None, {"AGENTIK_ENGINE_TARGET": target}).engine_target == kept
+
+
+def test_a_target_list_in_toml(tmp_path: Path) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text('[web]\nengine_target = "ipv4:127.0.0.1:1,127.0.0.1:2"\n')
+    assert load_settings(path, {}).engine_target == "ipv4:127.0.0.1:1,127.0.0.1:2"
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("engine", "must be HOST:PORT"),
+        ("engine:", "must be HOST:PORT"),
+        ("engine:0", "between 1 and 65535"),
+        ("engine:http", "must be HOST:PORT"),
+        ("::1:50051", "IPv6 address in brackets"),
+        ("10.0.0.1:1,10.0.0.2:2", "needs the ipv4: or ipv6: prefix"),
+        ("engine a:1", "must not contain spaces"),
+        ("ipv4:", "needs at least one address"),
+        ("ipv4:10.0.0.1", "must be A.B.C.D:PORT"),
+        ("ipv4:engine:50051", "a host name goes in dns:///HOST:PORT"),
+        ("ipv4:10.0.0.1:1,,10.0.0.2:2", "empty entry"),
+        ("ipv4:10.0.0.1:1,", "empty entry"),
+        ("ipv4:10.0.0.1:70000", "port between 1 and 65535"),
+        ("ipv4:300.0.0.1:1", "must be A.B.C.D:PORT"),
+        ("ipv6:::1:50051", "must be [IPv6]:PORT"),
+        ("ipv6:[::1]", "must be [IPv6]:PORT"),
+        ("ipv6:[nope]:1", "no valid IPv6 address"),
+        ("ipv6:[::1]:0", "port between 1 and 65535"),
+        ("dns:///", "needs HOST:PORT"),
+        ("dns:///engine", "must be HOST:PORT"),
+        ("dns://resolver", "dns://RESOLVER/HOST:PORT"),
+        ("dns://bad_resolver!/engine:1", "the DNS resolver"),
+        ("unix:", "path of a socket file"),
+        ("unix:///", "path of a socket file"),
+        ("unix://relative.sock", "needs an absolute path"),
+        ("http://engine:80", "unknown scheme 'http'"),
+        ("grpc:engine:1", "unknown scheme 'grpc'"),
+        ("xds:///engine", "unknown scheme 'xds'"),
+    ],
+)
+def test_a_bad_engine_target_names_the_forms(target: str, why: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"AGENTIK_ENGINE_TARGET": target})
+    message = str(caught.value)
+    assert "engine_target" in message and "env AGENTIK_ENGINE_TARGET" in message
+    assert why in message
+    assert "ipv4:A.B.C.D:PORT" in message and "dns:///HOST:PORT" in message
+
+
 # --- validation ---------------------------------------------------------------------
 
 

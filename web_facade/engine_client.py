@@ -9,10 +9,18 @@ Every engine call made while a request is handled carries that request's
 ``Authorization`` header as the ``authorization`` metadata: the facade checks no
 credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
 which the engine refuses like any malformed one).
+
+The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
+addresses, ...; see :mod:`engine_service.config`). The channel balances calls over all of
+them (``round_robin``: each call goes to the next ready engine; one that is down is left
+out until it reconnects) and retries the calls that are safe to repeat when an engine was
+unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the relay
+(:mod:`web_facade.stream.relay`), not by the channel.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -26,12 +34,58 @@ from grpc_health.v1 import health_pb2_grpc
 from engine_service.config import Settings
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
-__all__ = ["UNARY_TIMEOUT", "EngineClient", "current_engine", "current_settings", "install"]
+__all__ = [
+    "RETRIED_METHODS",
+    "SERVICE_CONFIG",
+    "UNARY_TIMEOUT",
+    "EngineClient",
+    "current_engine",
+    "current_settings",
+    "forwarded_authorization",
+    "install",
+]
 
 UNARY_TIMEOUT = 30.0
 """Deadline of the engine's unary calls (sessions, messages, interrupt), in seconds."""
 
 _EXTENSION = "agentik"
+_SERVICE = "agentik.engine.v1.AgentEngine"
+
+RETRIED_METHODS = (
+    "GetSession",
+    "ListSessions",
+    "ListMessages",
+    "GetRun",
+    "ListRuns",
+    "RenameSession",
+    "Interrupt",
+    "Subscribe",
+)
+"""The engine methods the channel tries again (on another engine, if there are several)
+when the one it picked was unavailable. Reads are safe to repeat. ``RenameSession`` is
+too: setting the same title twice leaves the same session. ``Interrupt`` is: a second
+one finds the run stopped and answers ``interrupted: false``. ``Subscribe`` is only a
+read, and gRPC retries a stream only until its first answer arrives. Not retried:
+``CreateSession`` (a repeat would make a second session), ``Run`` (a second run), and
+``DeleteSession``: a repeat after a delete that took effect would turn the success into
+NOT_FOUND, so a caller that saw UNAVAILABLE looks and deletes again itself."""
+
+SERVICE_CONFIG: dict[str, Any] = {
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [
+        {
+            "name": [{"service": _SERVICE, "method": method} for method in RETRIED_METHODS],
+            "retryPolicy": {
+                "maxAttempts": 5,
+                "initialBackoff": "0.05s",
+                "maxBackoff": "0.5s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }
+    ],
+}
+"""The channel's service config: round robin over every engine address, and retries."""
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     # A history page of 1000 messages with images can pass the 4 MiB default.
@@ -43,6 +97,11 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     # Event streams are read by the relay thread that waits for them, not handed over by
     # the channel's spin thread: one thread switch less per event.
     (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+    # Round robin over the engines and retries of the safe calls; the target's resolver
+    # gives no service config of its own that could replace this one.
+    ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+    ("grpc.service_config_disable_resolution", 1),
+    ("grpc.enable_retries", 1),
 ]
 
 
@@ -53,6 +112,18 @@ class _CallDetails(NamedTuple):
     credentials: Any
     wait_for_ready: bool | None
     compression: Any
+
+
+def forwarded_authorization() -> str | None:
+    """The ``authorization`` metadata value for the request being handled, or None.
+
+    A relay thread has no request context: a stream that may reopen its engine call
+    takes this value when it opens and passes it as metadata itself.
+    """
+    if not has_request_context():
+        return None
+    value = request.headers.get("Authorization")
+    return None if value is None else _forwardable(value)
 
 
 def _forwardable(value: str) -> str:
@@ -67,12 +138,10 @@ class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
 
     @staticmethod
     def _details(details: Any) -> Any:
-        if not has_request_context():
-            return details
-        value = request.headers.get("Authorization")
+        value = forwarded_authorization()
         if value is None:
             return details
-        metadata = [*(details.metadata or ()), ("authorization", _forwardable(value))]
+        metadata = [*(details.metadata or ()), ("authorization", value)]
         return _CallDetails(
             details.method,
             details.timeout,

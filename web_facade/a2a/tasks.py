@@ -41,7 +41,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a.convert import RunStream, engine_content, task_from_run
 from web_facade.a2a.errors import from_rpc, invalid_params
 from web_facade.engine_client import UNARY_TIMEOUT
-from web_facade.stream import OPEN_WAIT, POLL, EventRelay, open_relay
+from web_facade.stream import OPEN_WAIT, POLL, EventRelay, Resume, open_relay
 
 __all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TEXT_MODES", "TaskFollow", "TaskService"]
 
@@ -220,7 +220,9 @@ class TaskService:
     def _start(self, request: SendMessageRequest) -> tuple[EventRelay, RunStream]:
         run_request, task = self._prepare(request)
         try:
-            relay = open_relay(self._engine.Run(run_request))
+            relay = open_relay(
+                self._engine.Run(run_request), resume=Resume.of_run(self._engine, run_request)
+            )
         except grpc.RpcError as exc:  # the engine's refusal (busy, overloaded, ...)
             raise from_rpc(exc) from None
         first = relay.peek(0)
@@ -332,10 +334,13 @@ class TaskService:
         window = _FIRST_WINDOW
         while True:
             after = max(0, last_seq - window)
-            call = self._engine.Subscribe(
-                pb.SubscribeRequest(thread_id=run.session_id, after_seq=after, until_idle=True)
+            subscription = pb.SubscribeRequest(
+                thread_id=run.session_id, after_seq=after, until_idle=True
             )
-            relay = EventRelay(call)
+            relay = EventRelay(
+                self._engine.Subscribe(subscription),
+                Resume.of_subscription(self._engine, subscription),
+            )
             try:
                 first = _first_of_run(relay, run.id)
             except BaseException:

@@ -18,7 +18,7 @@ from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import invalid
 from web_facade.request_body import parse_json, read_body
-from web_facade.stream import EventRelay, open_relay
+from web_facade.stream import EventRelay, Resume, open_relay
 
 __all__ = ["MAX_PAGE", "MAX_SEQ", "bp"]
 
@@ -173,16 +173,17 @@ def send(conversation_id: str) -> Response:
     """Start a turn with one user message and stream its events."""
     message = pb.Message(role=pb.ROLE_USER, content=parts_from_json(_json_body(required=True)))
     settings = current_settings()
-    call = current_engine().engine.Run(
-        pb.RunRequest(
-            thread_id=conversation_id,
-            messages=[message],
-            create_session=False,
-            cancel_on_disconnect=settings.on_disconnect == "cancel",
-        )
+    engine = current_engine().engine
+    run_request = pb.RunRequest(
+        thread_id=conversation_id,
+        messages=[message],
+        create_session=False,
+        cancel_on_disconnect=settings.on_disconnect == "cancel",
     )
+    call = engine.Run(run_request)
     # A refusal (404, 409 busy, 503 ...) is an HTTP error, raised before the stream opens.
-    return AgentikStream(open_relay(call), settings.heartbeat_interval).response()
+    relay = open_relay(call, resume=Resume.of_run(engine, run_request))
+    return AgentikStream(relay, settings.heartbeat_interval).response()
 
 
 def _resume_point() -> int | None:
@@ -202,14 +203,14 @@ def events(conversation_id: str) -> Response:
     after = _resume_point()
     until_idle = _bool_arg("until_idle")
     session = _get_session(conversation_id)  # 404 before the stream opens
-    call = current_engine().engine.Subscribe(
-        pb.SubscribeRequest(
-            thread_id=conversation_id,
-            after_seq=session.last_seq if after is None else after,
-            until_idle=until_idle,
-        )
+    engine = current_engine().engine
+    subscription = pb.SubscribeRequest(
+        thread_id=conversation_id,
+        after_seq=session.last_seq if after is None else after,
+        until_idle=until_idle,
     )
-    return AgentikStream(EventRelay(call), current_settings().heartbeat_interval).response()
+    relay = EventRelay(engine.Subscribe(subscription), Resume.of_subscription(engine, subscription))
+    return AgentikStream(relay, current_settings().heartbeat_interval).response()
 
 
 @bp.post("/conversations/<conversation_id>/interrupt")

@@ -23,7 +23,7 @@ from web_facade.agui.input import parse_input, run_options, run_request
 from web_facade.agui.stream import AguiStream
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.request_body import read_json
-from web_facade.stream import open_relay
+from web_facade.stream import Resume, open_relay
 
 __all__ = ["bp"]
 
@@ -41,5 +41,6 @@ def run() -> Response:
         cancel = settings.on_disconnect == "cancel"
     request = run_request(run_input, options, cancel_on_disconnect=cancel)
     # A refusal (409 busy, 503 overloaded ...) is an HTTP error, raised before the stream opens.
-    relay = open_relay(current_engine().engine.Run(request))
+    engine = current_engine().engine
+    relay = open_relay(engine.Run(request), resume=Resume.of_run(engine, request))
     return AguiStream(relay, settings.heartbeat_interval).response()

@@ -16,7 +16,16 @@ from web_facade.stream.event_stream import (
     EventStream,
     sse_response,
 )
-from web_facade.stream.relay import END, OPEN_WAIT, POLL, End, EventRelay, Item, open_relay
+from web_facade.stream.relay import (
+    END,
+    OPEN_WAIT,
+    POLL,
+    End,
+    EventRelay,
+    Item,
+    Resume,
+    open_relay,
+)
 
 __all__ = [
     "BATCH",
@@ -30,6 +39,7 @@ __all__ = [
     "EventRelay",
     "EventStream",
     "Item",
+    "Resume",
     "open_relay",
     "sse_response",
 ]

@@ -5,6 +5,15 @@ when a write fails. So a relay thread reads the call into a queue, and the respo
 waits on the queue with a timeout: that is what lets it write heartbeats, notice a
 draining worker, and batch the events that are already waiting. Cancelling the relay
 cancels the gRPC call.
+
+With several engines behind the facade, the engine serving a stream may die under it: the
+call then ends with UNAVAILABLE before the stream's end. A relay given a :class:`Resume`
+reopens the stream as ``Subscribe`` after the last seq it relayed — on whichever engine
+the channel picks — a few times within :data:`RESUME_WINDOW`, so the reader sees neither
+a gap nor a duplicate. A run's stream is a follow of its session until it is idle, so a
+cut ``Run`` resumes as ``Subscribe(until_idle=True)``; the run itself goes on in the
+engines (or one of them ends it once its lease lapsed) and its last event comes through
+the subscription. When the stream cannot be resumed, the error is relayed as before.
 """
 
 from __future__ import annotations
@@ -12,13 +21,28 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any, Final
 
 import grpc
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.engine_client import forwarded_authorization
 
-__all__ = ["END", "OPEN_WAIT", "POLL", "QUEUE_SIZE", "End", "EventRelay", "Item", "open_relay"]
+__all__ = [
+    "END",
+    "MAX_RESUMES",
+    "OPEN_WAIT",
+    "POLL",
+    "QUEUE_SIZE",
+    "RESUME_BACKOFF",
+    "RESUME_WINDOW",
+    "End",
+    "EventRelay",
+    "Item",
+    "Resume",
+    "open_relay",
+]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +53,105 @@ QUEUE_SIZE: Final = 4096
 OPEN_WAIT: Final = 10.0
 """How long a new stream waits for the engine to accept its call, in seconds: a refusal
 (404, 409, ...) within this time is answered as an error response, not in the stream."""
+
+
+RESUME_WINDOW: Final = 10.0
+"""How long a cut stream keeps trying to reopen before it gives up, in seconds."""
+RESUME_BACKOFF: Final = (0.05, 1.0)
+"""The first and the longest wait between two attempts to reopen, in seconds."""
+MAX_RESUMES: Final = 20
+"""Most reopenings of one stream: a stream cut again and again ends with the error."""
+INTERRUPT_TIMEOUT: Final = 5.0
+"""Deadline of the Interrupt sent for a resumed run whose client left, in seconds."""
+
+
+_RUN_ENDS: Final = frozenset({"run_finished", "run_error"})
+
+
+class Resume:
+    """How a relay reopens its engine stream: ``Subscribe`` after the last relayed seq.
+
+    Made while the request is handled (it keeps the request's ``Authorization`` for the
+    relay thread, which has no request context). For a run the session and the seq to
+    resume after are known from the run's first event; a run cut before it has none is
+    not resumed.
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        thread_id: str,
+        after_seq: int | None,
+        *,
+        until_idle: bool,
+        run_id: str = "",
+        interrupt_on_cancel: bool = False,
+    ) -> None:
+        self._engine = engine
+        self.thread_id = thread_id
+        self.after_seq = after_seq
+        self.until_idle = until_idle
+        self.run_id = run_id
+        self.interrupt_on_cancel = interrupt_on_cancel
+        self.resumed = 0
+        """How many times the stream was reopened."""
+        self.run_ended = False
+        """Whether the run's last event (RUN_FINISHED or RUN_ERROR) was relayed."""
+        authorization = forwarded_authorization()
+        self._metadata = None if authorization is None else (("authorization", authorization),)
+
+    @classmethod
+    def of_run(cls, engine: Any, request: pb.RunRequest) -> Resume:
+        """For the stream of ``engine.Run(request)``."""
+        return cls(
+            engine,
+            request.thread_id,
+            None,
+            until_idle=True,
+            run_id=request.run_id,
+            interrupt_on_cancel=request.cancel_on_disconnect,
+        )
+
+    @classmethod
+    def of_subscription(cls, engine: Any, request: pb.SubscribeRequest) -> Resume:
+        """For the stream of ``engine.Subscribe(request)``."""
+        return cls(engine, request.thread_id, request.after_seq, until_idle=request.until_idle)
+
+    @property
+    def possible(self) -> bool:
+        """Whether the stream knows where to resume."""
+        return bool(self.thread_id) and self.after_seq is not None
+
+    def take(self, event: pb.Event) -> bool:
+        """Note a relayed event; False for one already relayed before a reopening."""
+        if event.seq > 0:
+            if self.resumed and self.after_seq is not None and event.seq <= self.after_seq:
+                return False
+            self.after_seq = event.seq
+        if not self.thread_id:
+            self.thread_id = event.thread_id
+        if not self.run_id:
+            self.run_id = event.run_id
+        if event.run_id == self.run_id and event.WhichOneof("kind") in _RUN_ENDS:
+            self.run_ended = True
+        return True
+
+    def reopen(self) -> Any:
+        """A new ``Subscribe`` call after the last relayed seq."""
+        request = pb.SubscribeRequest(
+            thread_id=self.thread_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
+        )
+        self.resumed += 1
+        return self._engine.Subscribe(request, metadata=self._metadata)
+
+    def interrupt(self) -> None:
+        """Stop the run: its client left, and the call whose cancel would have stopped it
+        (``cancel_on_disconnect``) was replaced by a subscription."""
+        request = pb.InterruptRequest(thread_id=self.thread_id, run_id=self.run_id)
+        try:
+            self._engine.Interrupt(request, timeout=INTERRUPT_TIMEOUT, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            log.warning("could not interrupt run %s after its client left: %s", self.run_id, exc)
 
 
 class End:
@@ -44,11 +167,15 @@ Item = pb.Event | grpc.RpcError | End
 class EventRelay:
     """Reads a gRPC event stream on its own thread into a bounded queue."""
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, resume: Resume | None = None) -> None:
         self._call = call
+        self._resume = resume
+        self._lock = threading.Lock()
         self._queue: queue.Queue[Item] = queue.Queue(QUEUE_SIZE)
         self._cancelled = threading.Event()
         self._held: Item | None = None
+        self._deadline: float | None = None
+        self._delay = RESUME_BACKOFF[0]
         self._thread = threading.Thread(target=self._pump, name="agentik-relay", daemon=True)
         self._thread.start()
 
@@ -62,17 +189,72 @@ class EventRelay:
         return False
 
     def _pump(self) -> None:
-        try:
-            for event in self._call:
-                if not self._put(event):
+        call = self._call
+        while True:
+            try:
+                for event in call:
+                    if self._resume is not None:
+                        if not self._resume.take(event):
+                            continue
+                        self._deadline = None  # progress: a later cut gets a new window
+                    if not self._put(event):
+                        self._left()
+                        return
+            except grpc.RpcError as exc:
+                if self._cancelled.is_set():
+                    self._left()
                     return
-        except grpc.RpcError as exc:
-            if not self._cancelled.is_set():
-                self._put(exc)
+                reopened = self._reopen(exc)
+                if reopened is None:
+                    self._put(exc)
+                    return
+                call = reopened
+                continue
+            except Exception:  # never leave the consumer waiting on a dead relay
+                log.exception("reading the engine's event stream failed")
+            self._put(END)
             return
-        except Exception:  # never leave the consumer waiting on a dead relay
-            log.exception("reading the engine's event stream failed")
-        self._put(END)
+
+    def _reopen(self, error: grpc.RpcError) -> Any:
+        """A new call that goes on where ``error`` cut the stream, or None."""
+        resume = self._resume
+        if (
+            resume is None
+            or error.code() != grpc.StatusCode.UNAVAILABLE
+            or not resume.possible
+            or resume.resumed >= MAX_RESUMES
+        ):
+            return None
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + RESUME_WINDOW
+            self._delay = RESUME_BACKOFF[0]
+        wait = min(self._delay, self._deadline - now)
+        if wait <= 0 or self._cancelled.wait(wait):
+            return None
+        self._delay = min(self._delay * 2, RESUME_BACKOFF[1])
+        with self._lock:
+            if self._cancelled.is_set():
+                return None
+            log.info(
+                "the engine stream of session %s broke (%s); resuming after seq %s",
+                resume.thread_id,
+                error.code().name,
+                resume.after_seq,
+            )
+            self._call = resume.reopen()
+            return self._call
+
+    def _left(self) -> None:
+        """The reader cancelled: stop a resumed run if its client asked for that."""
+        resume = self._resume
+        if (
+            resume is not None
+            and resume.resumed
+            and resume.interrupt_on_cancel
+            and not resume.run_ended
+        ):
+            resume.interrupt()
 
     def get(self, timeout: float) -> Item | None:
         """The next item, or None when nothing came within ``timeout`` seconds."""
@@ -102,8 +284,9 @@ class EventRelay:
 
     def cancel(self) -> None:
         """Cancel the gRPC call; the relay thread ends soon after. Safe to repeat."""
-        self._cancelled.set()
-        self._call.cancel()
+        with self._lock:
+            self._cancelled.set()
+            self._call.cancel()
 
     def join(self, timeout: float) -> bool:
         """Wait for the relay thread to end; True when it has."""
@@ -111,7 +294,7 @@ class EventRelay:
         return not self._thread.is_alive()
 
 
-def open_relay(call: Any, wait: float = OPEN_WAIT) -> EventRelay:
+def open_relay(call: Any, wait: float = OPEN_WAIT, resume: Resume | None = None) -> EventRelay:
     """Relay ``call`` once the engine has taken it.
 
     The engine refuses a run (busy, unknown thread, overloaded) as the call's first
@@ -119,7 +302,7 @@ def open_relay(call: Any, wait: float = OPEN_WAIT) -> EventRelay:
     error response, before any stream is open; the ``grpc.RpcError`` is raised as is, for
     each protocol's error table. An event, the stream's end, or silence opens the stream.
     """
-    relay = EventRelay(call)
+    relay = EventRelay(call, resume)
     first = relay.peek(wait)
     if isinstance(first, grpc.RpcError):
         relay.cancel()

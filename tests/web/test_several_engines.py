@@ -400,11 +400,6 @@ def test_a_run_stream_cut_by_a_dying_engine_ends_through_another(
         proxy.close()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="an engine follows a run of another engine live only once the engines share "
-    "live events through the store's signals (being built in the engine)",
-)
 def test_a_run_stream_cut_mid_run_follows_the_run_live_on_another_engine(
     shared_pair: tuple[MemorySessionStore, int, int], make_app: Callable[..., Flask]
 ) -> None:

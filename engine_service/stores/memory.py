@@ -17,13 +17,12 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from engine_service.core.codec import (
     event_from_dict,
     event_to_dict,
     message_from_dict,
-    message_to_dict,
 )
 from engine_service.core.errors import (
     AlreadyExists,
@@ -35,22 +34,11 @@ from engine_service.core.errors import (
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.stores.encoding import dumps as _dumps
+from engine_service.stores.encoding import encode_messages as _encode_messages
+from engine_service.stores.encoding import utc as _utc
 
 __all__ = ["MemorySessionStore"]
-
-
-def _utc(value: datetime, what: str) -> datetime:
-    """``value`` in UTC; naive datetimes are refused rather than guessed at."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(f"{what} must be a timezone-aware datetime")
-    return value.astimezone(UTC)
-
-
-def _dumps(value: JSON, what: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
 
 
 def _copy(run: RunRecord) -> RunRecord:
@@ -90,18 +78,6 @@ class _Entry:
             reserved_seq=max(self.reserved_seq, self.last_seq),
             owner=self.owner,
         )
-
-
-def _encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
-    """Validate and encode messages; ``InvalidInput`` for bad ids or times."""
-    out = []
-    for message in messages:
-        if not message.id:
-            raise InvalidInput("message id must not be empty")
-        if message.created_at is not None:
-            _utc(message.created_at, "message created_at")
-        out.append((message.id, _dumps(message_to_dict(message), "message")))
-    return out
 
 
 def _page_limit(limit: int) -> int | None:

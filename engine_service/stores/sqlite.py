@@ -35,9 +35,7 @@ from typing import Any
 
 from engine_service.core.codec import (
     event_from_dict,
-    event_to_dict,
     message_from_dict,
-    message_to_dict,
 )
 from engine_service.core.errors import (
     AlreadyExists,
@@ -50,6 +48,10 @@ from engine_service.core.errors import (
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore
+from engine_service.stores.encoding import dumps as _dumps
+from engine_service.stores.encoding import encode_messages as _encode_messages
+from engine_service.stores.encoding import event_rows as _event_rows
+from engine_service.stores.encoding import run_from_row, session_from_row
 
 __all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "migrate", "migrate_connection", "storage_error"]
 
@@ -190,64 +192,12 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
-def _dumps(value: JSON, what: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
-
-
 def _session(row: Any) -> Session:
-    return Session(
-        id=row[0],
-        title=row[1],
-        created_at=_time(row[2]),
-        updated_at=_time(row[3]),
-        state=json.loads(row[4]),
-        last_seq=row[5],
-        active_run_id=row[6] or "",
-        message_count=row[7],
-        reserved_seq=max(row[8], row[5]),
-        owner=row[9],
-    )
+    return session_from_row(row, _time)
 
 
 def _run(row: Any) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        session_id=row[1],
-        status=RunStatus(row[2]),
-        started_at=_time(row[3]),
-        finished_at=_time(row[4]) if row[4] is not None else None,
-        error_code=row[5],
-        error_message=row[6],
-        pending_tool_call_ids=json.loads(row[7]),
-        start_seq=row[8],
-        replica=row[9],
-        lease_until=_time(row[10]) if row[10] is not None else None,
-    )
-
-
-def _event_rows(session_id: str, events: Sequence[Event]) -> list[tuple[Any, ...]]:
-    rows = []
-    for event in events:
-        if event.thread_id != session_id:
-            raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
-        body = _dumps(event_to_dict(event), "event")
-        rows.append((session_id, event.seq, event.time, event.run_id, body))
-    return rows
-
-
-def _encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
-    """Validate and encode messages as (id, JSON body); ``InvalidInput`` when bad."""
-    out = []
-    for message in messages:
-        if not message.id:
-            raise InvalidInput("message id must not be empty")
-        if message.created_at is not None:
-            _iso(message.created_at, "message created_at")
-        out.append((message.id, _dumps(message_to_dict(message), "message")))
-    return out
+    return run_from_row(row, _time)
 
 
 def _sql_limit(limit: int) -> int:

@@ -1,6 +1,7 @@
-"""kill -9 of the engine with 20 streams open through the facade: clients resume with
-``Last-Event-ID`` once a new engine is up, get the closing events of their turns, and see
-no id twice; the partial answers are kept."""
+"""kill -9 of the engine with 20 streams open through the facade: the streams go on once a
+new engine is up — the facade reopens each cut stream after its last relayed id within its
+retry window, and a client whose stream still ends resumes with ``Last-Event-ID`` — and get
+the closing events of their turns, with no id twice; the partial answers are kept."""
 
 from __future__ import annotations
 
@@ -74,7 +75,6 @@ async def test_streams_cut_by_an_engine_kill_resume_on_the_new_engine_without_a_
     assert not finished, f"turns ended before the kill: {sorted(finished)}"
     for name, ledger in ledgers.items():
         assert ledger.frames[-1].type == "interrupted", name
-        assert ledger.resumes >= 1, f"{name} did not need to resume?"
         after = [f.id for f in ledger.frames if f.id is not None and f.id > seen_before[name]]
         assert after, f"{name} got nothing after the crash"
         kept = views[ledger.conversation_id].assistant_text()

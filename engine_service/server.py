@@ -20,7 +20,7 @@ import signal
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from engine_service.auth import Gate
 from engine_service.build import build_mcp_sources
@@ -36,6 +36,27 @@ __all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentEngine"].full_name
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+"""Reflection under its stable name, which newer tools ask first; grpcio-reflection serves
+only ``v1alpha``, whose messages are the same on the wire."""
+
+
+def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
+    """Serve reflection as ``v1alpha`` (grpcio-reflection) and as ``v1``."""
+    names = (*names, reflection.SERVICE_NAME, REFLECTION_V1)
+    reflection.enable_server_reflection(names, server)
+    v1 = reflection.aio.ReflectionServicer(names)
+    handler = grpc.method_handlers_generic_handler(
+        REFLECTION_V1,
+        {
+            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                v1.ServerReflectionInfo,
+                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((handler,))
 
 
 class EngineServer:
@@ -65,13 +86,9 @@ class EngineServer:
             AgentEngineServicer(engine, self.gate), self.server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
+        _enable_reflection(
             self.server,
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
         )
 
     async def start(self) -> int:

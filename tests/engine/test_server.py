@@ -43,6 +43,31 @@ async def test_reflection_lists_the_engine_and_health_services(harness: Harness)
     assert {"agentik.engine.v1.AgentEngine", "grpc.health.v1.Health"} <= names
 
 
+async def test_reflection_is_served_as_v1_too_with_the_contract(harness: Harness) -> None:
+    """Newer tools (grpcurl, grpcui, Postman) ask ``grpc.reflection.v1`` first."""
+    call = harness.channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="agentik.engine.v1.AgentEngine"
+        ),
+    ]
+    async with asyncio.timeout(WAIT):
+        replies = [reply async for reply in call(iter(requests))]
+    names = {s.name for s in replies[0].list_services_response.service}
+    assert {
+        "agentik.engine.v1.AgentEngine",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= names
+    files = replies[1].file_descriptor_response.file_descriptor_proto
+    assert files and any(b"AgentEngine" in f for f in files)
+
+
 async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: FakeOpenAI) -> None:
     settings = engine_settings(OPENAI_BASE_URL=llm.base_url, AGENTIK_SHUTDOWN_GRACE="5")
     async with running_engine(settings) as harness:

@@ -171,7 +171,7 @@ def test_agui_runs_on_alices_thread_with_any_run_id_or_resume_are_refused_alike(
 def test_bob_may_use_alices_run_id_in_his_own_thread(client: FlaskClient) -> None:
     alice_thread = "t-" + uuid.uuid4().hex
     first = agui_input(alice_thread, "alice secret")
-    assert client.post("/agui", json=first, headers=ALICE).status_code == 200
+    assert "RUN_FINISHED" in client.post("/agui", json=first, headers=ALICE).get_data(as_text=True)
     bob_thread = "t-" + uuid.uuid4().hex
     body = {**agui_input(bob_thread, "bob words"), "runId": first["runId"]}
     response = client.post("/agui", json=body, headers=BOB)
@@ -188,7 +188,8 @@ def test_a_task_id_bob_reuses_as_his_own_run_id_keeps_each_principal_on_their_ow
     alices = _task(client, ALICE, "alice secret")
     bob_thread = "t-" + uuid.uuid4().hex
     body = {**agui_input(bob_thread, "bob words"), "runId": alices["id"]}
-    assert client.post("/agui", json=body, headers=BOB).status_code == 200
+    answer = client.post("/agui", json=body, headers=BOB).get_data(as_text=True)
+    assert "RUN_FINISHED" in answer and "alice secret" not in answer
 
     hers = rpc(client, ALICE, "GetTask", {"id": alices["id"]})["result"]
     assert hers["contextId"] == alices["contextId"]

@@ -93,6 +93,11 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _incarnation(session: Session) -> tuple[object, ...]:
+    """What tells a session from a later one made under the same id."""
+    return (session.created_at, session.owner)
+
+
 class Engine:
     """Sessions, runs, interrupts and subscriptions over a store, a model and tools."""
 
@@ -415,7 +420,7 @@ class Engine:
                 self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
             )
             raise
-        hub = self._hub(session_id, begun.session.last_seq)
+        hub = self._hub(begun.session)
         if hub.flushed_seq == hub.last_seq:
             hub.release()  # the previous run's events, kept for followers still reading them
         if hub.last_seq != begun.session.last_seq:
@@ -514,10 +519,17 @@ class Engine:
 
     # -- subscriptions ------------------------------------------------------------
 
-    def _hub(self, session_id: str, last_seq: int) -> SessionHub:
-        hub = self._hubs.get(session_id)
+    def _hub(self, session: Session) -> SessionHub:
+        hub = self._hubs.get(session.id)
+        if hub is not None and hub.incarnation != _incarnation(session):
+            # The hub of a session deleted on another replica, whose id was taken again:
+            # its followers end, as at a delete here, and never see the new session.
+            del self._hubs[session.id]
+            hub.notify()
+            hub = None
         if hub is None:
-            hub = self._hubs[session_id] = SessionHub(session_id, last_seq)
+            hub = self._hubs[session.id] = SessionHub(session.id, session.last_seq)
+            hub.incarnation = _incarnation(session)
         return hub
 
     def _drop_hub_if_unused(self, hub: SessionHub) -> None:
@@ -578,12 +590,25 @@ class Engine:
         async for event in events:
             yield event
 
+    async def _same_session(self, hub: SessionHub) -> bool:
+        """Whether ``hub`` still stands for the session stored under its id.
+
+        A delete here drops the hub. With a shared store the delete may happen on another
+        replica, and the id be taken again by anyone: ask the store.
+        """
+        if self._hubs.get(hub.session_id) is not hub:
+            return False
+        if not self.store.shared:
+            return True
+        current = await self.store.get_session(hub.session_id)
+        return _incarnation(current) == hub.incarnation and self._hubs.get(hub.session_id) is hub
+
     async def _follow(
         self, thread_id: str, after_seq: int, *, until_idle: bool, session: Session | None = None
     ) -> AsyncIterator[ev.Event]:
         if session is None:
             session = await self.store.get_session(thread_id)
-        hub = self._hub(thread_id, session.last_seq)
+        hub = self._hub(session)
         if self.store.shared and thread_id not in self._turns:
             self._catch_up(hub, session.last_seq, session.active_run_id)
         hub.followers += 1
@@ -594,6 +619,8 @@ class Engine:
                     return  # the session was deleted
                 if last + 1 < hub.first_seq:
                     stored = await self.store.read_events(thread_id, last, READ_BATCH)
+                    if not await self._same_session(hub):
+                        return  # deleted meanwhile: what was read may be the id's next owner's
                     stored = [e for e in stored if e.seq < hub.first_seq]
                     if not stored:
                         last = hub.first_seq - 1  # retention removed them
@@ -623,6 +650,8 @@ class Engine:
                 except TimeoutError:
                     if thread_id not in self._turns and self._hubs.get(thread_id) is hub:
                         polled = await self.store.get_session(thread_id)
+                        if _incarnation(polled) != hub.incarnation:
+                            return  # deleted, and its id taken again
                         self._catch_up(hub, polled.last_seq, polled.active_run_id)
         finally:
             hub.followers -= 1

@@ -34,6 +34,7 @@ class SessionHub:
         "flush_lock",
         "flushed_seq",
         "followers",
+        "incarnation",
         "reserved_seq",
         "session_id",
     )
@@ -49,6 +50,9 @@ class SessionHub:
         self.reserved_seq = last_seq
         """The highest seq the store holds or has reserved: followers see up to here."""
         self.followers = 0
+        self.incarnation: tuple[object, ...] = ()
+        """Which session of this id the hub is for (its creation time and owner): an id
+        deleted on another replica and made again names another session."""
         self.flush_lock = asyncio.Lock()
         """Held while events are being stored, so they are stored in order."""
 

@@ -246,3 +246,46 @@ async def test_interrupt_on_b_for_a_run_that_just_ended_on_a(
         final = events[-1].body
         assert isinstance(final, ev.RunFinished) and final.outcome is not ev.Outcome.CANCELLED
         check_seqs(events, 1, events[-1].seq)
+
+
+async def test_a_zombie_whose_run_was_closed_elsewhere_stops_and_writes_nothing_more(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """A's lease keeper stops (a stalled replica) while its turn keeps streaming: B closes
+    the run; A must stop it without writing, and every follower ends on B's closing end."""
+    async with engines(llm, store_for) as (a, b):
+        await a.create_session(ANONYMOUS, session_id="s")
+        run_id = await start(a, "s", "[[chunks:150]][[slow:0.01]]")
+        on_a = [asyncio.create_task(follow_until_runs_end(a, "s", 0, {run_id})) for _ in range(3)]
+        on_b = [asyncio.create_task(follow_until_runs_end(b, "s", 0, {run_id})) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        turn = a.active_run("s")
+        assert turn is not None and turn.task is not None and a._leases is not None
+        await a._leases.stop()  # a zombie: its turn goes on, its lease lapses
+        followed = await asyncio.gather(*on_a, *on_b)
+        async with asyncio.timeout(WAIT):
+            await asyncio.wait([turn.task])
+        assert turn.task.exception() is None
+        await asyncio.sleep(2.0)  # the LLM stream would have ended by now: nothing more is written
+        stored = await a.store.read_events("s", 0, 100_000)
+        seqs = [e.seq for e in stored]
+        assert seqs == sorted(set(seqs))
+        end = stored[-1]
+        assert isinstance(end.body, ev.RunFinished) and end.body.outcome is ev.Outcome.CANCELLED
+        run = await b.store.get_run("s", run_id)
+        assert (run.status.value, run.error_code) == ("interrupted", "abandoned")
+        for events in followed:
+            got = [e.seq for e in events]
+            assert got == sorted(set(got)), "a follower saw a seq twice or out of order"
+            assert events[-1] == end, "a follower did not end on the stored end"
+        for events in followed[3:]:
+            assert [e.seq for e in events] == seqs  # B reads the store: exactly its events
+        messages = await b.store.all_messages("s")
+        assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT]
+        session = await b.store.get_session("s")
+        assert not session.active_run_id and session.last_seq == end.seq
+        # The session goes on: the next run (on A) numbers after the close.
+        second = await start(a, "s", "hi")
+        after = await finish(a, "s", second)
+        tail = [e.seq for e in after if e.run_id == second]
+        assert tail == list(range(end.seq + 1, end.seq + 1 + len(tail)))

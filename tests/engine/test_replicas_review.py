@@ -18,7 +18,7 @@ from engine_service.build import build_model
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.engine import Engine, EngineLimits
-from engine_service.core.models import Message, Role, RunInput, TextPart
+from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.stores import MemorySessionStore
@@ -289,3 +289,79 @@ async def test_a_zombie_whose_run_was_closed_elsewhere_stops_and_writes_nothing_
         after = await finish(a, "s", second)
         tail = [e.seq for e in after if e.run_id == second]
         assert tail == list(range(end.seq + 1, end.seq + 1 + len(tail)))
+
+
+async def test_followers_on_b_finish_when_its_listener_connection_is_killed(
+    llm: FakeOpenAI, pg_store_for: StoreFor
+) -> None:
+    import psycopg
+
+    async with engines(llm, pg_store_for) as (a, b):
+        assert isinstance(b.store, PostgresSessionStore)
+        await a.create_session(ANONYMOUS, session_id="s")
+        run_id = await start(a, "s", "[[chunks:200]][[slow:0.005]]")
+        followers = [
+            asyncio.create_task(follow_until_runs_end(b, "s", 0, {run_id})) for _ in range(5)
+        ]
+        await asyncio.sleep(0.1)
+        async with await psycopg.AsyncConnection.connect(b.store._dsn, autocommit=True) as conn:
+            cursor = await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+            )
+            assert len(await cursor.fetchall()) >= 1
+        on_a = await finish(a, "s", run_id)
+        for events in await asyncio.gather(*followers):
+            check_seqs(events, 1, on_a[-1].seq)
+
+
+async def test_a_claim_racing_a_renewal_takes_the_run_or_leaves_it(
+    store_for: StoreFor,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from engine_service.core.store import Lease
+
+    store = store_for()
+    other = store_for()
+    try:
+        for index in range(20):
+            session_id = f"s{index}"
+            now = datetime.now(UTC)
+            expired = Lease("r", now - timedelta(seconds=1))
+            await store.begin_run(session_id, "run", now, create=True, lease=expired)
+            until = now + timedelta(seconds=30)
+            renewed, claimed = await asyncio.gather(
+                store.renew_leases("r", until),
+                other.claim_expired_runs("s", datetime.now(UTC), until),
+            )
+            run = await store.get_run(session_id, "run")
+            mine = [c for c in claimed if c.session_id == session_id]
+            if mine:
+                assert run.replica == "s" and len(mine) == 1
+            else:
+                assert run.replica == "r" and renewed >= 1
+            await store.finish_run(session_id, "run", RunStatus.INTERRUPTED, now)
+    finally:
+        await store.close()
+        if other is not store:
+            await other.close()
+
+
+async def test_retention_pruning_on_two_replicas_at_once(pg_store_for: StoreFor) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    first, second = pg_store_for(), pg_store_for()
+    try:
+        await first.create_session("s", "", datetime.now(UTC))
+        old = [ev.Event(seq, 1.0, "s", "run", ev.RunStarted()) for seq in range(1, 501)]
+        await first.append_events("s", old)
+        before = datetime.now(UTC) - timedelta(seconds=10)
+        counts = await asyncio.gather(
+            *(store.prune_events(before) for store in (first, second, first, second))
+        )
+        assert sum(counts) == 500
+        assert await second.read_events("s", 0, 1000) == []
+    finally:
+        await first.close()
+        await second.close()

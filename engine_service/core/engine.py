@@ -478,7 +478,7 @@ class Engine:
             self._unsettled[turn.session_id] = turn
         # Followers may still be behind (the run's own caller usually is): they read the
         # rest from memory. The buffer goes when they do, or when the next run starts.
-        hub.notify()
+        hub.reveal()
         self._drop_hub_if_unused(hub)
 
     async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:

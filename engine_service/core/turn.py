@@ -290,7 +290,7 @@ class Turn:
             return
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
             self.emit(ev.MessagesSnapshot(messages=list(self._history)))
-        self.hub.publish(self.run_id, final, wake=False)
+        self.hub.publish(self.run_id, final, hold=True)
         self.final = final
         try:
             await self.settle()

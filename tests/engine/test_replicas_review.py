@@ -365,3 +365,21 @@ async def test_retention_pruning_on_two_replicas_at_once(pg_store_for: StoreFor)
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_run_whose_end_a_follower_saw_is_stored_as_ended(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """The terminal event is stored before anyone sees it: a client that got RUN_FINISHED
+    may start the next turn at once, on any replica, without being told the session is
+    busy."""
+    async with engines(llm, store_for) as (a, b):
+        await a.create_session(ANONYMOUS, session_id="s")
+        for index in range(15):
+            run_id = await start(a, "s", f"[[chunks:{5 + index % 4}]]")
+            events = await follow_until_runs_end(a, "s", 0, {run_id})
+            assert isinstance(events[-1].body, ev.RunFinished)
+            run = await b.store.get_run("s", run_id)
+            assert run.status is RunStatus.SUCCEEDED, (index, run.status)
+            next_id = await start(b, "s", "next")
+            await follow_until_runs_end(b, "s", 0, {next_id})

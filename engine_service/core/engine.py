@@ -472,11 +472,18 @@ class Engine:
         hub = turn.hub
         if hub.active_run_id == turn.run_id:
             hub.active_run_id = ""
+        if turn.lost_at:
+            # Another replica closed the run: its unstored events never will be. Followers
+            # read the rest (that replica's closing events) from the store.
+            hub.flushed_seq = hub.last_seq
+            hub.release()
+            if hub.last_seq < turn.lost_at:
+                hub.resync(turn.lost_at)
         if not turn.settled:
             self._unsettled[turn.session_id] = turn
         # Followers may still be behind (the run's own caller usually is): they read the
         # rest from memory. The buffer goes when they do, or when the next run starts.
-        hub.notify()
+        hub.reveal()
         self._drop_hub_if_unused(hub)
 
     async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
@@ -549,9 +556,26 @@ class Engine:
         if signal.kind is SignalKind.INTERRUPT:
             self.interrupt_now(session_id, signal.run_id)
             return
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            if (
+                signal.kind is SignalKind.ENDED
+                and signal.run_id == turn.run_id
+                and turn.final is None
+                and not turn.lost_at
+            ):
+                # Our run, ended by someone else: another replica took it over when our
+                # lease lapsed (a stalled loop, a partition). Stop without writing more.
+                log.warning(
+                    "run %s of session %s was closed by another replica; stopping it here",
+                    turn.run_id,
+                    session_id,
+                )
+                turn.lose(signal.last_seq)
+            return  # our own run
         hub = self._hubs.get(session_id)
-        if hub is None or session_id in self._turns:
-            return  # nobody here follows it, or it is our own run
+        if hub is None:
+            return  # nobody here follows it
         active = hub.active_run_id
         if signal.kind is SignalKind.BEGUN:
             if signal.last_seq < hub.last_seq:

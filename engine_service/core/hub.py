@@ -28,6 +28,7 @@ class SessionHub:
     __slots__ = (
         "_buffer",
         "_first_seq",
+        "_held",
         "_next_seq",
         "_waiter",
         "active_run_id",
@@ -45,6 +46,8 @@ class SessionHub:
         self._first_seq = last_seq + 1
         self._next_seq = last_seq + 1
         self._waiter: asyncio.Future[None] | None = None
+        self._held = 0
+        """Seq of an event published with ``hold``: hidden from followers until ``reveal``."""
         self.active_run_id = ""
         self.flushed_seq = last_seq
         self.reserved_seq = last_seq
@@ -70,23 +73,35 @@ class SessionHub:
         if self._buffer:
             raise RuntimeError("resync with buffered events")
         self._first_seq = self._next_seq = last_seq + 1
+        self._held = 0
         self.flushed_seq = last_seq
         self.reserved_seq = max(self.reserved_seq, last_seq)
 
-    def publish(self, run_id: str, body: EventBody, *, wake: bool = True) -> Event:
-        """Number the event and buffer it; ``wake=False`` holds followers back until the
-        caller calls ``notify`` (the terminal event is stored before anyone sees it)."""
+    def publish(
+        self, run_id: str, body: EventBody, *, wake: bool = True, hold: bool = False
+    ) -> Event:
+        """Number the event and buffer it; ``wake=False`` does not wake followers, and
+        ``hold`` hides the event from them until ``reveal`` (the terminal event is stored
+        before anyone sees it)."""
         event = Event(self._next_seq, time.time(), self.session_id, run_id, body)
         self._next_seq += 1
         self._buffer.append(event)
-        if wake:
+        if hold:
+            self._held = event.seq
+        elif wake:
             self.notify()
         return event
 
+    def reveal(self) -> None:
+        """Show the event held back by ``publish(hold=True)`` and wake the followers."""
+        self._held = 0
+        self.notify()
+
     @property
     def visible_seq(self) -> int:
-        """The last seq followers may see: stored or reserved."""
-        return min(self.last_seq, max(self.reserved_seq, self.flushed_seq))
+        """The last seq followers may see: stored or reserved, and not held back."""
+        visible = min(self.last_seq, max(self.reserved_seq, self.flushed_seq))
+        return min(visible, self._held - 1) if self._held else visible
 
     @property
     def overdrawn(self) -> bool:
@@ -110,6 +125,7 @@ class SessionHub:
         if self.flushed_seq != self.last_seq:
             raise RuntimeError("release before flush")
         self._buffer = []
+        self._held = 0
         self._first_seq = self._next_seq
 
     @property

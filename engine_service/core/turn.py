@@ -115,6 +115,9 @@ class Turn:
         self.task: asyncio.Task[None] | None = None
         self._work: asyncio.Task[ev.RunFinished] | None = None
         self._interrupt_requested = False
+        self.lost_at = 0
+        """Non-zero once another replica closed this run (the store's last seq then): the
+        run stops without writing anything more."""
         self._followers_woken = False
         self._history = history
         self._usage = ev.Usage()
@@ -136,6 +139,11 @@ class Turn:
         self._interrupt_requested = True
         if self._work is not None:
             self._work.cancel()
+
+    def lose(self, last_seq: int) -> None:
+        """Another replica closed this run (our lease lapsed): stop, and write nothing more."""
+        self.lost_at = max(last_seq, 1)
+        self.interrupt()
 
     def emit(self, body: ev.EventBody) -> ev.Event:
         if self.hub.waiting:
@@ -232,7 +240,9 @@ class Turn:
             else:
                 raise asyncio.CancelledError
         except asyncio.CancelledError:
-            if self._storage_failure is not None:
+            if self.lost_at:
+                final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
+            elif self._storage_failure is not None:
                 await self._close_open(interrupted=False)
                 final = _storage_error(self._storage_failure)
                 self.status = RunStatus.FAILED
@@ -272,9 +282,15 @@ class Turn:
             flusher.cancel()
             if self._topping_up is not None:
                 self._topping_up.cancel()
+        if self.lost_at:
+            # The store holds the run's end as the other replica wrote it; ours would
+            # contradict it (and its seqs are taken).
+            self.status = RunStatus.INTERRUPTED
+            self._on_done(self)
+            return
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
             self.emit(ev.MessagesSnapshot(messages=list(self._history)))
-        self.hub.publish(self.run_id, final, wake=False)
+        self.hub.publish(self.run_id, final, hold=True)
         self.final = final
         try:
             await self.settle()

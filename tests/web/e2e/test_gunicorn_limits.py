@@ -72,12 +72,17 @@ def _raw(stack: Stack, request: bytes) -> tuple[int, dict[str, str], bytes]:
     ("request_bytes", "status", "code"),
     [
         (b"GARBAGE\r\n\r\n", 400, "bad_request"),
-        (b"GET / HTTP/9.9\r\nHost: x\r\n\r\n", 400, "bad_request"),
-        (b"G<T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request"),
-        (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header: <script>\r\n\r\n", 400, "bad_request"),
+        (b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n", 400, "bad_request"),
+        (b"G<T / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400, "bad_request"),
         (
-            b"POST /agentik/conversations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-            b"\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n",
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header: <script>\r\n\r\n",
+            400,
+            "bad_request",
+        ),
+        (
+            b"POST /agentik/conversations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"ZZ\r\n{}\r\n0\r\n\r\n",
             400,
             "bad_request",
         ),
@@ -103,7 +108,8 @@ def test_a_broken_chunked_body_to_a2a_is_an_invalid_request_not_an_internal_erro
 ) -> None:
     got, headers, body = _raw(
         stack,
-        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+        b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"A2A-Version: 1.0\r\n"
         b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n",
     )
     assert got == 200, body

@@ -71,6 +71,7 @@ from engine_service.stores.encoding import utc as _utc
 
 __all__ = [
     "CHANNEL",
+    "channel_for",
     "SCHEMA_VERSION",
     "PostgresSessionStore",
     "decode_signal",
@@ -404,6 +405,19 @@ def _current_version_sync(conn: psycopg.Connection[TupleRow]) -> int:
 _Conn = psycopg.AsyncConnection[TupleRow]
 
 
+def channel_for(dsn: str) -> str:
+    """The NOTIFY channel of the store ``dsn`` names: ``agentik``, or ``agentik_<schema>``
+    when the DSN sets a ``search_path`` (``options=-csearch_path=...``), so that stores in
+    different schemas of one database do not hear each other."""
+    options = str(conninfo_to_dict(dsn).get("options") or "")
+    for option in options.split():
+        name, _, value = option.removeprefix("-c").partition("=")
+        if name.strip() == "search_path" and value.strip():
+            schema = value.split(",")[0].strip().strip('"')
+            return f"{CHANNEL}_{schema}"[:63]
+    return CHANNEL
+
+
 class PostgresSessionStore(SessionStore):
     """Sessions in PostgreSQL. A limit of zero means no limit."""
 
@@ -427,7 +441,7 @@ class PostgresSessionStore(SessionStore):
         self._dsn = dsn
         self._timeout = timeout
         self._connect_timeout = max(1, round(timeout))
-        self._channel = channel
+        self._channel = channel if channel != CHANNEL else channel_for(dsn)
         self._pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
             dsn,
             min_size=min_size,

@@ -25,11 +25,12 @@ from engine_service.stores import open_store
 from engine_service.stores.postgres import (
     SCHEMA_VERSION,
     PostgresSessionStore,
+    channel_for,
     decode_signal,
     encode_signal,
     storage_error,
 )
-from tests.postgres_server import with_database
+from tests.postgres_server import with_database, with_schema
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
@@ -444,3 +445,33 @@ def test_server_failures_are_named_in_plain_words(error: psycopg.Error, cause: s
     message = storage_error(error).message
     assert message.startswith(f"storage unavailable: {cause}")
     assert "db.internal" not in message
+
+
+def test_the_channel_follows_the_schema_the_dsn_names() -> None:
+    assert channel_for("postgresql://db/agentik") == "agentik"
+    assert channel_for(with_schema("postgresql://db/agentik", "tenant_a")) == "agentik_tenant_a"
+    assert channel_for("host=db options='-c search_path=b,public'") == "agentik_b"
+    assert len(channel_for(with_schema("postgresql://db/x", "s" * 100))) == 63
+
+
+async def test_stores_in_two_schemas_of_one_database_do_not_hear_each_other(
+    pg_database: str,
+) -> None:
+    urls = []
+    for schema in ("iso_a", "iso_b"):
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        urls.append(with_schema(pg_database, schema))
+    a, b = PostgresSessionStore(urls[0]), PostgresSessionStore(urls[1])
+    try:
+        heard = Heard()
+        await b.watch(heard)
+        await a.begin_run("same-id", "r1", at(0), create=True)
+        with pytest.raises(TimeoutError):
+            await heard.next(0.3)
+        await b.begin_run("same-id", "r1", at(0), create=True)
+        _, signal = await heard.next(1.0)
+        assert signal == Signal(SignalKind.BEGUN, "same-id", "r1", 0)
+    finally:
+        await a.close()
+        await b.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,10 +15,14 @@ from engine_service.build import build_engine
 from engine_service.config import Settings, load_settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine
+from engine_service.core.store import SessionStore
 from engine_service.core.tool import Tool
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
+
+StoreFor = Callable[[], SessionStore]
+"""Makes the store of each replica in tests of several engines (fixture ``store_for``)."""
 
 WAIT = 10.0
 """Upper bound for every wait in these tests, in seconds."""

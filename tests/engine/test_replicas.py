@@ -13,22 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
-import pytest
 
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import SessionStore
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
-from engine_service.stores import MemorySessionStore
-from engine_service.stores.postgres import PostgresSessionStore
-from tests.engine.harness import WAIT, collect, engine_settings, kind, next_event, text_of, user
+from tests.engine.harness import (
+    WAIT,
+    StoreFor,
+    collect,
+    engine_settings,
+    kind,
+    next_event,
+    text_of,
+    user,
+)
 from tests.fakes.fake_openai import FakeOpenAI
 
 LEASE = 0.6
@@ -41,19 +46,6 @@ class Replica:
     server: EngineServer
     channel: grpc.aio.Channel
     stub: pb_grpc.AgentEngineAsyncStub
-
-
-StoreFor = Callable[[], SessionStore]
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def store_for(request: pytest.FixtureRequest) -> StoreFor:
-    """Makes the store of each replica: one shared object, or one PostgreSQL pool each."""
-    if request.param == "memory":
-        shared = MemorySessionStore(shared=True)
-        return lambda: shared
-    url: str = request.getfixturevalue("pg_url")
-    return lambda: PostgresSessionStore(url)
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -20,25 +20,13 @@ from engine_service.core.caller import ANONYMOUS
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import SessionStore, Signal, SignalKind
-from engine_service.stores import MemorySessionStore
+from engine_service.core.store import Signal, SignalKind
 from engine_service.stores.postgres import PostgresSessionStore
-from tests.engine.harness import engine_settings
+from tests.engine.harness import StoreFor, engine_settings
 from tests.fakes.fake_openai import FakeOpenAI
 
 LEASE = 0.6
 WAIT = 8.0
-
-StoreFor = Callable[[], SessionStore]
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def store_for(request: pytest.FixtureRequest) -> StoreFor:
-    if request.param == "memory":
-        shared = MemorySessionStore(shared=True)
-        return lambda: shared
-    url: str = request.getfixturevalue("pg_url")
-    return lambda: PostgresSessionStore(url)
 
 
 @pytest.fixture

@@ -105,8 +105,30 @@ async def open_streams(
             "every stream to be mid-turn",
             WITHIN,
         )
+    except AssertionError as exc:
+        for task in tasks:
+            task.cancel()
+        raise AssertionError(f"{exc}; {_behind(ledgers, tasks, mid_turn)}") from None
     except BaseException:
         for task in tasks:
             task.cancel()
         raise
     return ledgers, tasks
+
+
+def _behind(ledgers: dict[str, Ledger], tasks: list[asyncio.Task[bool]], mid_turn: int) -> str:
+    """The streams that did not get far enough, and how each fared (for a diagnosis)."""
+    lines = []
+    for (name, ledger), task in zip(ledgers.items(), tasks, strict=True):
+        if ledger.count("append_text") >= mid_turn:
+            continue
+        outcome = "running"
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            outcome = f"ended: {type(error).__name__}: {error}" if error else "ended"
+        frames = [frame.type for frame in ledger.frames[-3:]]
+        lines.append(
+            f"{name}: {ledger.count('append_text')} texts, {len(ledger.frames)} frames, last "
+            f"{frames}, {ledger.resumes} resumes, {ledger.failed_attempts} failed, {outcome}"
+        )
+    return f"{len(lines)} behind: " + " | ".join(lines[:10])

@@ -10,9 +10,7 @@ migration that added owners.
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,46 +22,15 @@ import pytest
 from engine_service.core.codec import message_to_dict
 from engine_service.core.models import Message, Role, TextPart
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
 from tests.engine.auth_helpers import TOKENS_ENV, Metadata, as_, rpc_error
 from tests.engine.harness import engine_settings, kind, running_engine, text_of, user
+from tests.engine.test_crash import EngineProcess
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.procs import NEEDS_SIGNALS
-from tests.web.e2e.conftest import ENGINE_LISTENING, WAIT, Process
+from tests.web.e2e.conftest import WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Engine:
-    """``python -m engine_service`` with tokens on a SQLite file, and a sync stub to it."""
-
-    def __init__(self, llm: FakeOpenAI, workdir: Path) -> None:
-        env = {
-            "PYTHONPATH": str(ROOT),
-            "PATH": "/usr/bin:/bin",
-            "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
-            "AGENTIK_STORE": f"sqlite:///{workdir / 'agentik.db'}",
-            "AGENTIK_TOKENS": TOKENS_ENV,
-            "AGENTIK_ADMINS": "ops",
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "AGENTIK_LLM_MAX_RETRIES": "0",
-            "AGENTIK_SHUTDOWN_GRACE": "1",
-        }
-        self.process = Process("engine", [sys.executable, "-m", "engine_service"], env, workdir)
-        port = int(self.process.wait_for_log(ENGINE_LISTENING))
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = pb_grpc.AgentEngineStub(self.channel)
-
-    def kill(self) -> None:
-        self.channel.close()
-        self.process.stop(signal.SIGKILL)
-
-    def stop(self) -> None:
-        self.channel.close()
-        if not self.process.stopped:
-            self.process.stop()
 
 
 def _not_found(call: Any, request: Any, metadata: Metadata) -> None:
@@ -80,7 +47,7 @@ def _not_found(call: Any, request: Any, metadata: Metadata) -> None:
 @pytest.mark.timeout(120)
 def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) -> None:
     with FakeOpenAI() as llm:
-        engine = _Engine(llm, tmp_path)
+        engine = EngineProcess(llm, tmp_path, AGENTIK_TOKENS=TOKENS_ENV, AGENTIK_ADMINS="ops")
         try:
             bobs = list(
                 engine.stub.Run(
@@ -109,7 +76,7 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) 
             engine.stop()
         run_id = seen[0].run_id
 
-        engine = _Engine(llm, tmp_path)
+        engine = EngineProcess(llm, tmp_path, AGENTIK_TOKENS=TOKENS_ENV, AGENTIK_ADMINS="ops")
         try:
             stub = engine.stub
             deadline = time.monotonic() + WAIT

@@ -40,6 +40,7 @@ from tests.web.a2a.conftest import Rpc, user_message
 from tests.web.agentik.streams import StreamReader
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, has, text, types
 from tests.web.conftest import WAIT, ApiClient, engine_settings
+from tests.web.e2e.conftest import wait_for
 from tests.web.sse_frames import Frame
 from web_facade.stream import relay as relay_module
 
@@ -214,13 +215,6 @@ def _assert_no_loss_no_duplicate(got: list[int], stored: list[int]) -> None:
     assert got == stored
 
 
-def _wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 # --- round robin -----------------------------------------------------------------------
 
 
@@ -388,7 +382,7 @@ def test_a_run_stream_cut_by_a_dying_engine_ends_through_another(
         stream = _send(api, conversation_id, "[[chunks:20]] [[slow:0.02]] go")
         stream.read_until(lambda frames: len(frames) >= 1)
         proxy.hold()  # the engine's answers stop reaching the facade ...
-        _wait(_run_store_idle(group, store, conversation_id), "the run to end")
+        wait_for(_run_store_idle(group, store, conversation_id), "the run to end")
         proxy.cut_to(second)  # ... and it dies with the run's end unsent
         seen = len(stream.events)
         events = stream.read_to_end()
@@ -469,7 +463,7 @@ def test_an_agui_run_cut_by_a_dying_engine_ends_through_another(
         reader = AguiReader(cast("Iterable[bytes]", response.response))
         reader.read_until(has(EventType.TEXT_MESSAGE_CONTENT))
         proxy.hold()
-        _wait(_run_store_idle(group, store, thread_id), "the run to end")
+        wait_for(_run_store_idle(group, store, thread_id), "the run to end")
         proxy.cut_to(second)
         seen = len(reader.events)
         events = reader.read_to_end()
@@ -550,7 +544,7 @@ def test_an_a2a_task_stream_cut_by_a_dying_engine_ends_through_another(
         while "artifactUpdate" not in replies[-1]["result"]:
             replies.append(stream.next())
         proxy.hold()
-        _wait(_run_store_idle(group, store, task["contextId"]), "the run to end")
+        wait_for(_run_store_idle(group, store, task["contextId"]), "the run to end")
         proxy.cut_to(second)
         seen = len(replies)
         replies += stream.rest()

@@ -30,8 +30,6 @@ from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.procs import NEEDS_SIGNALS
 from tests.web.e2e.conftest import WAIT
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _not_found(call: Any, request: Any, metadata: Metadata) -> None:
     with pytest.raises(grpc.RpcError) as caught:

@@ -49,13 +49,10 @@ node-deps:
 		npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: node conformance tests will be skipped"; fi
 
-## Regenerate the gRPC stubs from the .proto (a test fails when they drift).
+## Regenerate the gRPC stubs from the .proto (a test fails when they drift). The descriptor is
+## named agentik/engine/v1/engine.proto, the modules live in engine_service.rpc: see the script.
 proto: install
-	$(BIN)/python -m grpc_tools.protoc -Iengine_service/rpc=proto \
-		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
-		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
-		--python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
-		engine_service/rpc/agentik/engine/v1/engine.proto
+	$(BIN)/python tools/gen_proto.py
 
 bench: install
 	$(BIN)/python -m bench.engine_bench

@@ -15,28 +15,42 @@ FILES = ("engine_pb2.py", "engine_pb2.pyi", "engine_pb2_grpc.py", "engine_pb2_gr
 
 
 def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
-    bin_dir = Path(sys.executable).parent
-    plugins = {name: bin_dir / f"protoc-gen-{name}" for name in ("mypy", "mypy_grpc")}
-    missing = [str(p) for p in plugins.values() if not p.exists()]
-    if missing:
-        pytest.fail(f"mypy-protobuf plugins missing (install the dev extras): {missing}")
-    command = [
-        sys.executable,
-        "-m",
-        "grpc_tools.protoc",
-        "-Iengine_service/rpc=proto",
-        *(f"--plugin=protoc-gen-{name}={path}" for name, path in plugins.items()),
-        f"--python_out={tmp_path}",
-        f"--grpc_python_out={tmp_path}",
-        f"--mypy_out={tmp_path}",
-        f"--mypy_grpc_out={tmp_path}",
-        "engine_service/rpc/agentik/engine/v1/engine.proto",
-    ]
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=60)
+    """Runs the very script `make proto` runs (tools/gen_proto.py), into a scratch directory."""
+    command = [sys.executable, "tools/gen_proto.py", str(tmp_path)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
     for name in FILES:
         fresh = (tmp_path / GENERATED / name).read_text()
         committed = (ROOT / GENERATED / name).read_text()
         assert fresh == committed, f"{GENERATED / name} drifted from the .proto: run `make proto`"
+
+
+def test_the_descriptor_has_the_public_path_and_the_modules_stay_in_engine_service() -> None:
+    """Clients see the contract's public path; the code imports it from engine_service.rpc.
+
+    a2a-sdk registers its own files (``a2a.proto``, ``a2a_v0_3.proto``) in the same default
+    pool: loading them next to ours must clash on neither a file name nor a symbol.
+    """
+    from a2a.compat.v0_3 import a2a_v0_3_pb2
+    from a2a.types import a2a_pb2
+    from google.protobuf import descriptor_pool
+
+    from engine_service.rpc.agentik.engine.v1 import engine_pb2, engine_pb2_grpc
+
+    pool = descriptor_pool.Default()
+    assert engine_pb2.DESCRIPTOR.name == "agentik/engine/v1/engine.proto"
+    assert engine_pb2.DESCRIPTOR.package == "agentik.engine.v1"
+    assert pool.FindFileByName("agentik/engine/v1/engine.proto") is engine_pb2.DESCRIPTOR
+    symbol = pool.FindFileContainingSymbol("agentik.engine.v1.AgentEngine")
+    assert symbol is engine_pb2.DESCRIPTOR
+    with pytest.raises(KeyError):
+        pool.FindFileByName("engine_service/rpc/agentik/engine/v1/engine.proto")
+    assert {a2a_pb2.DESCRIPTOR.name, a2a_v0_3_pb2.DESCRIPTOR.name}.isdisjoint(
+        {engine_pb2.DESCRIPTOR.name}
+    )
+    assert engine_pb2.Session.__module__ == "engine_service.rpc.agentik.engine.v1.engine_pb2"
+    assert engine_pb2_grpc.AgentEngineStub.__module__.startswith("engine_service.rpc.")
+    assert "agentik" not in sys.modules, "a generated import escaped engine_service.rpc"
 
 
 def test_the_proto_is_lint_clean() -> None:

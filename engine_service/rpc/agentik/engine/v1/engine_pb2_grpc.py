@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as agentik_dot_engine_dot_v1_dot_engine__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -37,58 +37,58 @@ class AgentEngineStub:
         """
         self.Run = channel.unary_stream(
                 '/agentik.engine.v1.AgentEngine/Run',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.RunRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
                 _registered_method=True)
         self.Interrupt = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/Interrupt',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptResponse.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptResponse.FromString,
                 _registered_method=True)
         self.Subscribe = channel.unary_stream(
                 '/agentik.engine.v1.AgentEngine/Subscribe',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.SubscribeRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
                 _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/CreateSession',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.CreateSessionRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
                 _registered_method=True)
         self.GetSession = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/GetSession',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetSessionRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
                 _registered_method=True)
         self.ListSessions = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/ListSessions',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsResponse.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
         self.RenameSession = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/RenameSession',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RenameSessionRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.RenameSessionRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
                 _registered_method=True)
         self.DeleteSession = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/DeleteSession',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionResponse.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
         self.ListMessages = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/ListMessages',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.FromString,
                 _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/GetRun',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.FromString,
                 _registered_method=True)
         self.ListRuns = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/ListRuns',
-                request_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
-                response_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
 
 
@@ -189,58 +189,58 @@ def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Run': grpc.unary_stream_rpc_method_handler(
                     servicer.Run,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Event.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.RunRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Event.SerializeToString,
             ),
             'Interrupt': grpc.unary_unary_rpc_method_handler(
                     servicer.Interrupt,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptResponse.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptResponse.SerializeToString,
             ),
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.SubscribeRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Event.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SubscribeRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Event.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.CreateSessionRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.CreateSessionRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
             ),
             'GetSession': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSession,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetSessionRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetSessionRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
             ),
             'ListSessions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessions,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsResponse.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsResponse.SerializeToString,
             ),
             'RenameSession': grpc.unary_unary_rpc_method_handler(
                     servicer.RenameSession,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RenameSessionRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.RenameSessionRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
             ),
             'DeleteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSession,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionResponse.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionResponse.SerializeToString,
             ),
             'ListMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.ListMessages,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.SerializeToString,
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuns,
-                    request_deserializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.FromString,
-                    response_serializer=engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.SerializeToString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,8 +269,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/Run',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.RunRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
             options,
             channel_credentials,
             insecure,
@@ -296,8 +296,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/Interrupt',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptResponse.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.InterruptResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -323,8 +323,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/Subscribe',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.SubscribeRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.SubscribeRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Event.FromString,
             options,
             channel_credentials,
             insecure,
@@ -350,8 +350,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/CreateSession',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.CreateSessionRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.CreateSessionRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,
@@ -377,8 +377,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/GetSession',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetSessionRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.GetSessionRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,
@@ -404,8 +404,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/ListSessions',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsResponse.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -431,8 +431,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/RenameSession',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RenameSessionRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.RenameSessionRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,
@@ -458,8 +458,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/DeleteSession',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionResponse.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.DeleteSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -485,8 +485,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/ListMessages',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -512,8 +512,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/GetRun',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.GetRunRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.RunInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -539,8 +539,8 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/ListRuns',
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
-            engine__service_dot_rpc_dot_agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

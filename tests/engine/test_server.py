@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -66,6 +67,55 @@ async def test_reflection_is_served_as_v1_too_with_the_contract(harness: Harness
     } <= names
     files = replies[1].file_descriptor_response.file_descriptor_proto
     assert files and any(b"AgentEngine" in f for f in files)
+
+
+CONTRACT = "agentik/engine/v1/engine.proto"
+
+
+@pytest.mark.parametrize(
+    "reflection_service",
+    ["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"],
+)
+async def test_reflection_describes_the_contract_under_its_public_path(
+    harness: Harness, reflection_service: str
+) -> None:
+    """grpcurl ``describe`` and friends see ``agentik/engine/v1/engine.proto``, the path of the
+    public contract (not the stubs' package path), and can fetch each of its imports by name."""
+    call = harness.channel.stream_stream(
+        f"/{reflection_service}/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+
+    async def ask(*requests: reflection_pb2.ServerReflectionRequest) -> list[FileDescriptorProto]:
+        """The first file of each reply: the one asked for (the rest are its imports)."""
+        async with asyncio.timeout(WAIT):
+            replies = [reply async for reply in call(iter(requests))]
+        assert len(replies) == len(requests)
+        first = []
+        for reply in replies:
+            assert not reply.HasField("error_response"), reply.error_response.error_message
+            files = reply.file_descriptor_response.file_descriptor_proto
+            assert files
+            first.append(FileDescriptorProto.FromString(files[0]))
+        return first
+
+    by_symbol, by_name = await ask(
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="agentik.engine.v1.AgentEngine"
+        ),
+        reflection_pb2.ServerReflectionRequest(file_by_filename=CONTRACT),
+    )
+    for contract in (by_symbol, by_name):
+        assert contract.name == CONTRACT
+        assert contract.package == "agentik.engine.v1"
+        assert "AgentEngine" in {service.name for service in contract.service}
+    imports = list(by_name.dependency)
+    assert {"google/protobuf/struct.proto", "google/protobuf/timestamp.proto"} <= set(imports)
+    fetched = await ask(
+        *(reflection_pb2.ServerReflectionRequest(file_by_filename=name) for name in imports)
+    )
+    assert [dependency.name for dependency in fetched] == imports
 
 
 async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: FakeOpenAI) -> None:

@@ -382,7 +382,7 @@ class DirectClient:
 def run_request(text: str) -> pb.RunRequest:
     """A run of one user message on a new session."""
     return pb.RunRequest(
-        thread_id=f"bench-{uuid.uuid4().hex}",
+        session_id=f"bench-{uuid.uuid4().hex}",
         create_session=True,
         messages=[
             pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))])
@@ -510,7 +510,7 @@ async def hanging_run(
     call = stub.Run(request, timeout=WAIT)
     while (event := await next_event(call)) is not None:
         if event.WhichOneof("kind") == "text_message_content":
-            return request.thread_id, call
+            return request.session_id, call
     raise RuntimeError("the hanging run ended before its first text")
 
 
@@ -573,7 +573,7 @@ async def measure_interrupts(
     for _ in range(tries):
         thread_id, call = await hanging_run(stub)
         start = time.perf_counter()
-        reply = asyncio.ensure_future(stub.Interrupt(pb.InterruptRequest(thread_id=thread_id)))
+        reply = asyncio.ensure_future(stub.Interrupt(pb.InterruptRequest(session_id=thread_id)))
         outcome = ""
         while (event := await next_event(call)) is not None:
             if event.WhichOneof("kind") == "run_finished":
@@ -585,7 +585,7 @@ async def measure_interrupts(
     for _ in range(max(10, tries // 2)):
         thread_id, call = await hanging_run(stub)
         start = time.perf_counter()
-        await stub.Interrupt(pb.InterruptRequest(thread_id=thread_id))
+        await stub.Interrupt(pb.InterruptRequest(session_id=thread_id))
         result.acked.append(time.perf_counter() - start)
         while await next_event(call) is not None:
             pass
@@ -601,7 +601,7 @@ async def floor_run(
     what ``grpc.aio`` itself costs per streamed event, with no engine behind it."""
     event = pb.Event(
         seq=1,
-        thread_id=request.thread_id,
+        session_id=request.session_id,
         run_id=request.run_id,
         text_message_content=pb.TextMessageContent(message_id="m", delta="w1 "),
     )
@@ -633,7 +633,7 @@ async def serve_floor(address: str) -> None:
 async def floor_stream(stub: pb_grpc.AgentEngineAsyncStub, events: int) -> Sample:
     sample = Sample()
     start = time.perf_counter()
-    async for _ in stub.Run(pb.RunRequest(thread_id="floor", run_id=str(events)), timeout=WAIT):
+    async for _ in stub.Run(pb.RunRequest(session_id="floor", run_id=str(events)), timeout=WAIT):
         sample.events += 1
         if sample.events == 1:
             sample.first_event = sample.first_token = time.perf_counter() - start

@@ -170,7 +170,7 @@ async def _engine_stream(stub: pb_grpc.AgentEngineAsyncStub, chunks: int) -> Sam
     session = await stub.CreateSession(pb.CreateSessionRequest(), metadata=_metadata())
     text = pb.ContentPart(text=pb.TextPart(text=f"go [[chunks:{chunks}]]"))
     request = pb.RunRequest(
-        thread_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content=[text])]
+        session_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content=[text])]
     )
     start = time.perf_counter()
     first_byte = first_token = 0.0

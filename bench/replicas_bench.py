@@ -50,9 +50,9 @@ def _stats(values: list[float]) -> dict[str, float]:
 async def _follow_delay(a: Any, b: Any, thread: str) -> float:
     """Median delay, over one run's text events, between A's caller and B's follower."""
     await a.CreateSession(pb.CreateSessionRequest(session_id=thread))
-    run = a.Run(pb.RunRequest(thread_id=thread, messages=[_message("[[chunks:40]][[slow:0.01]]")]))
+    run = a.Run(pb.RunRequest(session_id=thread, messages=[_message("[[chunks:40]][[slow:0.01]]")]))
     first = await run.read()
-    follow = b.Subscribe(pb.SubscribeRequest(thread_id=thread, after_seq=first.seq))
+    follow = b.Subscribe(pb.SubscribeRequest(session_id=thread, after_seq=first.seq))
     on_a: dict[int, float] = {}
     on_b: dict[int, float] = {}
 
@@ -74,12 +74,12 @@ async def _follow_delay(a: Any, b: Any, thread: str) -> float:
 async def _interrupt_delay(a: Any, target: Any, thread: str) -> float:
     await a.CreateSession(pb.CreateSessionRequest(session_id=thread))
     run = a.Run(
-        pb.RunRequest(thread_id=thread, messages=[_message("[[chunks:2000]][[slow:0.01]]")])
+        pb.RunRequest(session_id=thread, messages=[_message("[[chunks:2000]][[slow:0.01]]")])
     )
     for _ in range(5):
         await run.read()
     asked = time.perf_counter()
-    await target.Interrupt(pb.InterruptRequest(thread_id=thread))
+    await target.Interrupt(pb.InterruptRequest(session_id=thread))
     while (event := await run.read()) is not grpc.aio.EOF:
         if event.WhichOneof("kind") in ("run_finished", "run_error"):
             break

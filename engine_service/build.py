@@ -7,6 +7,7 @@ import logging
 from engine_service.config import Settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.hitl import AskUserTool
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.turn import TurnLimits
 from engine_service.llm.offline import OfflineChatModel
@@ -39,6 +40,8 @@ def build_tools(settings: Settings) -> ToolRegistry:
     registry = ToolRegistry()
     for tool in builtin_tools():
         registry.register(tool)
+    if settings.tools_ask_user:
+        registry.register(AskUserTool())
     return registry
 
 
@@ -55,6 +58,8 @@ def build_engine(settings: Settings) -> Engine:
             system_prompt=settings.system_prompt,
             max_tool_rounds=settings.max_tool_rounds,
             tool_timeout=settings.tool_timeout,
+            approval=settings.tools_approval,
+            interrupt_expiry=settings.interrupt_expiry,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
         max_runs_per_caller=settings.max_runs_per_caller,

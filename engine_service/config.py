@@ -39,6 +39,11 @@ TOML layout (every key optional)::
 
     [tools]
     timeout = 30.0                         # AGENTIK_TOOL_TIMEOUT seconds per tool call
+    approval = ["calculate", "time__*"]    # AGENTIK_TOOLS_APPROVAL="calculate,time__*":
+                                           #   engine tools whose calls wait for a person
+    ask_user = true                        # AGENTIK_TOOLS_ASK_USER: offer the LLM ask_user
+    interrupt_expiry = 0.0                 # AGENTIK_INTERRUPT_EXPIRY seconds until an
+                                           #   unanswered request counts as declined (0 = never)
 
     [log]
     level = "INFO"                         # AGENTIK_LOG_LEVEL
@@ -168,6 +173,12 @@ class Settings:
     llm_first_token_timeout: float = 60.0
     llm_max_retries: int = 2
     tool_timeout: float = 30.0
+    tools_approval: tuple[str, ...] = ()
+    """Engine tools (names or globs) whose calls wait for a person's approval."""
+    tools_ask_user: bool = False
+    """Offer the LLM the ``ask_user`` tool (a question a person answers)."""
+    interrupt_expiry: float = 0.0
+    """Seconds after which an unanswered interrupt counts as declined; 0: never."""
     max_concurrent_runs: int = 512
     event_retention: float = 604800.0
     """Seconds to keep a session's events; 0 keeps them forever."""
@@ -707,6 +718,23 @@ def _tokens(raw: object, from_env: bool) -> object:
     return tuple(entries)
 
 
+_TOOL_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,128}")
+
+
+def _tool_patterns(raw: object, from_env: bool) -> object:
+    """Tool names or globs (``*``, ``?``, ``[...]``), from a list or a comma-separated env."""
+    if from_env:
+        raw = [item.strip() for item in _text(raw).split(",") if item.strip()]
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise _Invalid('must be an array of tool names or globs, e.g. ["calculate", "time__*"]')
+    for item in raw:
+        if not _TOOL_PATTERN.fullmatch(item.strip()):
+            raise _Invalid(
+                f"{item!r} is not a tool name or glob (letters, digits, _ . - and * ? [ ] !)"
+            )
+    return tuple(dict.fromkeys(item.strip() for item in raw))
+
+
 def _algorithms(raw: object, from_env: bool) -> object:
     if from_env:
         raw = [item.strip() for item in _text(raw).split(",") if item.strip()]
@@ -751,6 +779,15 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("llm_max_retries", "AGENTIK_LLM_MAX_RETRIES", "llm", "max_retries", _integer(0)),
     _Field("tool_timeout", "AGENTIK_TOOL_TIMEOUT", "tools", "timeout", _seconds(zero_ok=False)),
+    _Field("tools_approval", "AGENTIK_TOOLS_APPROVAL", "tools", "approval", _tool_patterns),
+    _Field("tools_ask_user", "AGENTIK_TOOLS_ASK_USER", "tools", "ask_user", _boolean),
+    _Field(
+        "interrupt_expiry",
+        "AGENTIK_INTERRUPT_EXPIRY",
+        "tools",
+        "interrupt_expiry",
+        _seconds(zero_ok=True),
+    ),
     _Field(
         "max_concurrent_runs",
         "AGENTIK_MAX_CONCURRENT_RUNS",

@@ -15,6 +15,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput
+from engine_service.core.hitl import RESPONSE_SCHEMAS
 from engine_service.core.models import (
     JSON,
     UNSET,
@@ -22,9 +23,13 @@ from engine_service.core.models import (
     ContentPart,
     ContextItem,
     ImagePart,
+    Interrupt,
+    InterruptKind,
     Message,
     MessageStatus,
     ReconcileMode,
+    ResumeEntry,
+    ResumeStatus,
     Role,
     RunInput,
     RunRecord,
@@ -37,6 +42,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 __all__ = [
     "event_to_pb",
+    "interrupt_to_pb",
     "message_from_pb",
     "message_to_pb",
     "run_input_from_pb",
@@ -122,6 +128,28 @@ def message_to_pb(message: Message) -> pb.Message:
     return out
 
 
+INTERRUPT_KIND_TO_PB = {
+    InterruptKind.APPROVAL: pb.INTERRUPT_KIND_APPROVAL,
+    InterruptKind.QUESTION: pb.INTERRUPT_KIND_QUESTION,
+}
+
+
+def interrupt_to_pb(interrupt: Interrupt) -> pb.Interrupt:
+    call = interrupt.tool_call
+    out = pb.Interrupt(
+        id=interrupt.id,
+        kind=INTERRUPT_KIND_TO_PB[interrupt.kind],
+        message=interrupt.message,
+        tool_call=pb.ToolCall(id=call.id, name=call.name, arguments=call.arguments),
+        run_id=interrupt.run_id,
+    )
+    out.payload.CopyFrom(_value(interrupt.payload))
+    out.response_schema.update(RESPONSE_SCHEMAS[interrupt.kind])
+    if interrupt.expires_at is not None:
+        out.expire_time.CopyFrom(timestamp(interrupt.expires_at))
+    return out
+
+
 def session_to_pb(session: Session) -> pb.Session:
     out = pb.Session(
         id=session.id,
@@ -132,6 +160,7 @@ def session_to_pb(session: Session) -> pb.Session:
         last_seq=session.last_seq,
         active_run_id=session.active_run_id,
         owner=session.owner,
+        pending_interrupts=[interrupt_to_pb(i) for i in session.interrupts],
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))
@@ -143,6 +172,7 @@ RUN_STATUS_TO_PB = {
     RunStatus.SUCCEEDED: pb.RUN_STATUS_SUCCEEDED,
     RunStatus.FAILED: pb.RUN_STATUS_FAILED,
     RunStatus.INTERRUPTED: pb.RUN_STATUS_INTERRUPTED,
+    RunStatus.INPUT_REQUIRED: pb.RUN_STATUS_INPUT_REQUIRED,
 }
 
 
@@ -156,6 +186,9 @@ def run_to_pb(run: RunRecord) -> pb.RunInfo:
         error_message=run.error_message,
         pending_tool_call_ids=run.pending_tool_call_ids,
         start_seq=run.start_seq,
+        interrupts=[interrupt_to_pb(i) for i in run.interrupts],
+        resumed_by_run_id=run.resumed_by,
+        parent_run_id=run.parent_run_id,
     )
     if run.finished_at is not None:
         out.end_time.CopyFrom(timestamp(run.finished_at))
@@ -177,6 +210,7 @@ def _run_finished(b: ev.RunFinished) -> dict[str, Any]:
         outcome=OUTCOME_TO_PB[b.outcome],
         pending_tool_call_ids=b.pending_tool_call_ids,
         usage=_usage(b.usage),
+        interrupts=[interrupt_to_pb(i) for i in b.interrupts],
     )
     if b.result is not None:
         finished.result.CopyFrom(_value(b.result))
@@ -255,7 +289,7 @@ def event_to_pb(event: ev.Event) -> pb.Event:
     return pb.Event(
         seq=event.seq,
         time=timestamp_pb2.Timestamp(seconds=seconds, nanos=int((event.time - seconds) * 1e9)),
-        thread_id=event.thread_id,
+        session_id=event.thread_id,
         run_id=event.run_id,
         **_BODY_TO_PB[type(event.body)](event.body),
     )
@@ -309,7 +343,7 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
     else:
         raise InvalidInput(f"reconcile has an unknown value {request.reconcile}")
     return RunInput(
-        thread_id=request.thread_id,
+        thread_id=request.session_id,
         run_id=request.run_id,
         messages=[message_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)],
         tools=[
@@ -324,7 +358,22 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
         cancel_on_disconnect=request.cancel_on_disconnect,
         parent_run_id=request.parent_run_id,
         messages_snapshot=request.messages_snapshot,
+        resume=[_resume_from_pb(e, f"resume[{i}]") for i, e in enumerate(request.resume)],
     )
+
+
+RESUME_STATUS_FROM_PB = {
+    pb.RESUME_STATUS_RESOLVED: ResumeStatus.RESOLVED,
+    pb.RESUME_STATUS_CANCELLED: ResumeStatus.CANCELLED,
+}
+
+
+def _resume_from_pb(entry: pb.ResumeEntry, where: str) -> ResumeEntry:
+    status = RESUME_STATUS_FROM_PB.get(entry.status)
+    if status is None:
+        raise InvalidInput(f"{where}.status must be RESUME_STATUS_RESOLVED or _CANCELLED")
+    payload = _from_value(entry.payload, f"{where}.payload") if entry.HasField("payload") else None
+    return ResumeEntry(entry.interrupt_id, status, payload)
 
 
 def datetime_from_pb(value: timestamp_pb2.Timestamp) -> datetime:

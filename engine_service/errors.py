@@ -14,6 +14,7 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.RunNotFound: grpc.StatusCode.NOT_FOUND,
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.SessionBusy: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.InputRequired: grpc.StatusCode.FAILED_PRECONDITION,
     errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,

@@ -112,7 +112,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     ) -> pb.InterruptResponse:
         caller = await self._caller(context)
         interrupted, run_id = await _mapped(
-            context, lambda: self.engine.interrupt(caller, request.thread_id, request.run_id)
+            context, lambda: self.engine.interrupt(caller, request.session_id, request.run_id)
         )
         return pb.InterruptResponse(interrupted=interrupted, run_id=run_id)
 
@@ -121,7 +121,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     ) -> AsyncIterator[pb.Event]:
         caller = await self._caller(context)
         events = self.engine.subscribe(
-            caller, request.thread_id, request.after_seq, until_idle=request.until_idle
+            caller, request.session_id, request.after_seq, until_idle=request.until_idle
         )
         first = await _mapped(context, lambda: _first(events))
         if first is None:

@@ -16,6 +16,8 @@ from engine_service.core import events as ev
 from engine_service.core.models import (
     ContentPart,
     ImagePart,
+    Interrupt,
+    InterruptKind,
     Message,
     MessageStatus,
     Role,
@@ -27,6 +29,9 @@ __all__ = [
     "EVENT_TYPES",
     "event_from_dict",
     "event_to_dict",
+    "interrupt_from_dict",
+    "interrupt_to_dict",
+    "interrupts_from_list",
     "message_from_dict",
     "message_to_dict",
     "part_from_dict",
@@ -116,13 +121,46 @@ def message_from_dict(raw: dict[str, Any]) -> Message:
     )
 
 
+def interrupt_to_dict(interrupt: Interrupt) -> dict[str, Any]:
+    call = interrupt.tool_call
+    return {
+        "id": interrupt.id,
+        "kind": interrupt.kind.value,
+        "run_id": interrupt.run_id,
+        "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments},
+        "message": interrupt.message,
+        "payload": interrupt.payload,
+        "expires_at": interrupt.expires_at.isoformat() if interrupt.expires_at else None,
+    }
+
+
+def interrupt_from_dict(raw: dict[str, Any]) -> Interrupt:
+    call = raw["tool_call"]
+    expires = raw.get("expires_at")
+    return Interrupt(
+        id=raw["id"],
+        kind=InterruptKind(raw["kind"]),
+        run_id=raw.get("run_id", ""),
+        tool_call=ToolCall(call["id"], call["name"], call["arguments"]),
+        message=raw.get("message", ""),
+        payload=raw.get("payload"),
+        expires_at=datetime.fromisoformat(expires).astimezone(UTC) if expires else None,
+    )
+
+
+def interrupts_from_list(raw: Any) -> list[Interrupt]:
+    """Interrupts from their stored JSON list (None or absent: none)."""
+    return [interrupt_from_dict(i) for i in raw or []]
+
+
 def _body_to_dict(body: ev.EventBody) -> dict[str, Any]:
     out: dict[str, Any] = {"type": EVENT_TYPES[type(body)]}
     for name in _FIELDS[type(body)]:
         out[name] = getattr(body, name)
     match body:
-        case ev.RunFinished(usage=usage):
+        case ev.RunFinished(usage=usage, interrupts=interrupts):
             out["usage"] = dataclasses.asdict(usage) if usage else None
+            out["interrupts"] = [interrupt_to_dict(i) for i in interrupts]
         case ev.ToolCallResult(parts=parts):
             out["parts"] = [part_to_dict(p) for p in parts]
         case ev.MessagesSnapshot(messages=messages):
@@ -140,6 +178,7 @@ def _body_from_dict(raw: dict[str, Any]) -> ev.EventBody:
     if cls is ev.RunFinished:
         kwargs["outcome"] = ev.Outcome(kwargs["outcome"])
         kwargs["usage"] = ev.Usage(**kwargs["usage"]) if kwargs.get("usage") else None
+        kwargs["interrupts"] = interrupts_from_list(kwargs.get("interrupts"))
     elif cls is ev.ToolCallResult:
         kwargs["parts"] = [part_from_dict(p) for p in kwargs.get("parts", [])]
     elif cls is ev.MessagesSnapshot:

@@ -37,10 +37,12 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.history import new_id, prepare_incoming, reconcile
+from engine_service.core.hitl import Decision, admit
 from engine_service.core.hub import SessionHub
 from engine_service.core.ids import check_id
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.models import (
+    Interrupt,
     Message,
     ReconcileMode,
     RunInput,
@@ -366,7 +368,7 @@ class Engine:
 
     async def start_run(self, caller: Caller, run_input: RunInput) -> RunHandle:
         """Accept a run and start it; raises before anything is streamed when it cannot run."""
-        check_id(run_input.thread_id, "thread_id")
+        check_id(run_input.thread_id, "session_id")
         if run_input.run_id:
             check_id(run_input.run_id, "run_id")
         else:
@@ -391,12 +393,19 @@ class Engine:
                 raise InvalidInput(
                     f"tools[{index}].name {tool.name!r} collides with an engine tool"
                 )
+        for index, entry in enumerate(run_input.resume):
+            check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
         session_id = run_input.thread_id
-        if not incoming:
+        if not incoming and not run_input.resume:
             await self._refuse_empty_history(caller, run_input)
+        decisions: list[Decision] = []
+
+        def admit_run(pending: list[Interrupt]) -> None:
+            decisions[:] = admit(pending, run_input.resume, _now())
+
         if session_id in self._unsettled:
             # Refused either way; but to anyone else it is not found, never "not stored yet".
-            await self._session(caller, session_id, "thread_id")
+            await self._session(caller, session_id, "session_id")
         self._refuse_unsettled(session_id)
         begun = await self._writing(
             self.store.begin_run(
@@ -408,6 +417,8 @@ class Engine:
                 owner=caller.principal,
                 require_owner=not caller.admin,
                 lease=self._leases.lease() if self._leases is not None else None,
+                parent_run_id=run_input.parent_run_id,
+                admit=admit_run,
             )
         )
         try:
@@ -439,6 +450,7 @@ class Engine:
             state=begun.session.state,
             on_done=self._turn_done,
             on_storage_error=self._storage_failed,
+            decisions=decisions,
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)
@@ -450,7 +462,7 @@ class Engine:
         """A run without new messages answers the stored history; with none, refuse."""
         if run_input.reconcile is ReconcileMode.APPEND:
             try:
-                session = await self._session(caller, run_input.thread_id, "thread_id")
+                session = await self._session(caller, run_input.thread_id, "session_id")
             except SessionNotFound:
                 if not run_input.create_session:
                     raise
@@ -498,13 +510,13 @@ class Engine:
 
     async def interrupt(self, caller: Caller, thread_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
-        check_id(thread_id, "thread_id")
+        check_id(thread_id, "session_id")
         started = self._turn_callers.get(thread_id)
         if started is not None and caller.owns(started[1]):
             stopped = self.interrupt_now(thread_id, run_id)  # no store read: it must not wait
             if stopped:
                 return True, stopped
-        session = await self._session(caller, thread_id, "thread_id")  # not theirs → not found
+        session = await self._session(caller, thread_id, "session_id")  # not theirs → not found
         stopped = self.interrupt_now(thread_id, run_id)
         remote = session.active_run_id
         if not stopped and self.store.shared and remote and run_id in ("", remote):
@@ -609,7 +621,7 @@ class Engine:
         """
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
-        session = await self._session(caller, thread_id, "thread_id")
+        session = await self._session(caller, thread_id, "session_id")
         events = self._follow(thread_id, after_seq, until_idle=until_idle, session=session)
         async for event in events:
             yield event

@@ -7,6 +7,7 @@
     ├── SessionNotFound          no such session
     ├── AlreadyExists            an id the caller chose is taken
     ├── SessionBusy              the session already has a run in flight
+    ├── InputRequired            the session waits for a person's answer (resume it)
     ├── Overloaded               the engine is at its concurrent-run limit
     ├── RateLimited              the caller is over one of its own limits (retry later)
     ├── Unauthenticated          no valid credentials
@@ -21,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "AgentikError",
     "AlreadyExists",
+    "InputRequired",
     "InvalidInput",
     "LLMError",
     "Overloaded",
@@ -77,6 +79,12 @@ class SessionBusy(AgentikError):
         )
         self.session_id = session_id
         self.run_id = run_id
+
+
+class InputRequired(AgentikError):
+    """A run without ``resume`` on a session whose interrupts await a person."""
+
+    code = "input_required"
 
 
 class Overloaded(AgentikError):

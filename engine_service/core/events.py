@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from engine_service.core.models import JSON, ContentPart, Message
+from engine_service.core.models import JSON, ContentPart, Interrupt, Message
 
 __all__ = [
     "Custom",
@@ -70,6 +70,8 @@ class RunFinished:
     pending_tool_call_ids: list[str] = field(default_factory=list)
     usage: Usage | None = None
     result: JSON = None
+    interrupts: list[Interrupt] = field(default_factory=list)
+    """What the run waits for (outcome INTERRUPT)."""
 
 
 @dataclass(slots=True)

@@ -16,10 +16,14 @@ __all__ = [
     "ContentPart",
     "ContextItem",
     "ImagePart",
+    "Interrupt",
+    "InterruptKind",
     "JSON",
     "Message",
     "MessageStatus",
     "ReconcileMode",
+    "ResumeEntry",
+    "ResumeStatus",
     "Role",
     "RunInput",
     "RunRecord",
@@ -64,6 +68,8 @@ class RunStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    INPUT_REQUIRED = "input_required"
+    """Ended waiting for a person (outcome interrupt); see ``RunRecord.interrupts``."""
 
 
 class ReconcileMode(enum.StrEnum):
@@ -109,6 +115,46 @@ class Message:
     name: str = ""
 
 
+class InterruptKind(enum.StrEnum):
+    APPROVAL = "approval"
+    """A tool call that needs a person's approval before it runs."""
+    QUESTION = "question"
+    """A question the LLM asks the person (the ``ask_user`` tool)."""
+
+
+@dataclass(slots=True)
+class Interrupt:
+    """What a run stopped to ask a person; pending on the session until resumed."""
+
+    id: str
+    kind: InterruptKind
+    run_id: str
+    tool_call: ToolCall
+    message: str
+    """What is asked, for a person."""
+    payload: JSON = None
+    """The structured request: {"tool", "arguments"} or {"question", "choices"?}."""
+    expires_at: datetime | None = None
+    """When it counts as declined if still unanswered; None: never."""
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+
+class ResumeStatus(enum.StrEnum):
+    RESOLVED = "resolved"
+    CANCELLED = "cancelled"
+
+
+@dataclass(slots=True)
+class ResumeEntry:
+    """A person's answer to one pending interrupt (AG-UI ``ResumeEntry``)."""
+
+    interrupt_id: str
+    status: ResumeStatus
+    payload: JSON = None
+
+
 def message_text(message: Message) -> str:
     """The text parts of a message joined together."""
     return "".join(p.text for p in message.content if isinstance(p, TextPart))
@@ -130,6 +176,8 @@ class Session:
     skipped, never reused."""
     owner: str = ""
     """The principal that created the session ("" when it was made without credentials)."""
+    interrupts: list[Interrupt] = field(default_factory=list)
+    """What the session waits for from a person (not yet resumed)."""
 
 
 @dataclass(slots=True)
@@ -151,6 +199,11 @@ class RunRecord:
     """The engine replica holding the run while it is RUNNING ("" for none, or unknown)."""
     lease_until: datetime | None = None
     """Until when that replica's lease on the RUNNING run holds; None: no lease."""
+    interrupts: list[Interrupt] = field(default_factory=list)
+    """What the run ended waiting for (status INPUT_REQUIRED)."""
+    resumed_by: str = ""
+    """The run that resumed this one's interrupts ("" while none has)."""
+    parent_run_id: str = ""
 
 
 @dataclass(slots=True)
@@ -184,3 +237,4 @@ class RunInput:
     cancel_on_disconnect: bool = False
     parent_run_id: str = ""
     messages_snapshot: bool = False
+    resume: list[ResumeEntry] = field(default_factory=list)

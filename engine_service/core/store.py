@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine_service.core.events import Event
-from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
 __all__ = ["Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
 
@@ -118,8 +118,13 @@ class SessionStore(abc.ABC):
         owner: str = "",
         require_owner: bool = False,
         lease: Lease | None = None,
+        parent_run_id: str = "",
+        admit: Callable[[list[Interrupt]], None] | None = None,
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
+
+        ``admit`` is called, inside the transaction, with the session's pending
+        interrupts; what it raises refuses the run and writes nothing.
 
         The run's ``start_seq`` is the session's ``last_seq + 1``; the session's
         ``reserved_seq`` becomes ``last_seq + reserve``: the seqs the run may hand out
@@ -130,7 +135,8 @@ class SessionStore(abc.ABC):
         ``owner``) or, with ``require_owner``, when it belongs to another owner,
         The run is held under ``lease`` when one is given (a shared store signals
         ``BEGUN`` on commit),
-        ``AlreadyExists`` when the run id was used before in this session.
+        ``AlreadyExists`` when the run id was used before, in any session (run ids are
+        unique in the store; the message does not say where it was used).
         """
 
     @abc.abstractmethod
@@ -144,12 +150,21 @@ class SessionStore(abc.ABC):
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
+        interrupts: Sequence[Interrupt] = (),
     ) -> None:
         """Store the run's last ``events``, record how it ended and clear the active run.
+
+        ``interrupts`` (a run that ends waiting for a person) are kept on the run and
+        become the session's pending interrupts.
 
         All in one transaction: whoever sees the run ended also finds all its events. A
         shared store signals ``ENDED`` (with the session's last seq) on commit.
         """
+
+    @abc.abstractmethod
+    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+        """The session's pending interrupts were carried out by ``run_id``: clear them,
+        and mark the runs that asked them as resumed by it."""
 
     @abc.abstractmethod
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:

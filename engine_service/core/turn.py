@@ -30,11 +30,13 @@ from engine_service.core.chat import (
 )
 from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.history import chat_messages, new_id
+from engine_service.core.hitl import ASK_USER, AskUserTool, Decision, interrupt_for, needs_approval
 from engine_service.core.hub import SessionHub
 from engine_service.core.ids import is_valid_id
 from engine_service.core.models import (
     JSON,
     UNSET,
+    Interrupt,
     Message,
     MessageStatus,
     ReconcileMode,
@@ -62,6 +64,10 @@ class TurnLimits:
     seq_block: int = 512
     """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
     them. The run tops the reservation up at every flush when half of it is used."""
+    approval: tuple[str, ...] = ()
+    """Engine tools (names or globs) whose calls wait for a person's approval."""
+    interrupt_expiry: float = 0.0
+    """Seconds after which an unanswered interrupt counts as declined; 0: never."""
 
 
 @dataclass(slots=True)
@@ -93,6 +99,7 @@ class Turn:
         state: JSON,
         on_done: Callable[[Turn], None],
         on_storage_error: Callable[[StorageUnavailable], None] = lambda exc: None,
+        decisions: Sequence[Decision] = (),
     ) -> None:
         self.store = store
         self.model = model
@@ -104,6 +111,10 @@ class Turn:
         self.run_id = run_input.run_id
         self.incoming = incoming
         self.state = state
+        self.decisions = list(decisions)
+        """A person's answers to the session's pending interrupts, carried out first."""
+        self._resolving = False
+        self._input_taken = False
         self._on_done = on_done
         self._on_storage_error = on_storage_error
         self._storage_failure: StorageUnavailable | None = None
@@ -229,14 +240,20 @@ class Turn:
             if self.input.state is UNSET and self.state is not None:
                 # The client sent no state: give it the thread's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state))
-            # The client's messages are stored even if an interrupt comes right away.
-            await self._take_input()
+            # The client's messages are stored even if an interrupt comes right away (after
+            # the person's answers, when there are some: a tool result follows its call).
+            if not self.decisions:
+                await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure
             if not self._interrupt_requested:
                 self._work = asyncio.get_running_loop().create_task(self._turn())
                 final = await self._work
-                self.status = RunStatus.SUCCEEDED
+                self.status = (
+                    RunStatus.INPUT_REQUIRED
+                    if final.outcome is ev.Outcome.INTERRUPT
+                    else RunStatus.SUCCEEDED
+                )
             else:
                 raise asyncio.CancelledError
         except asyncio.CancelledError:
@@ -251,6 +268,8 @@ class Turn:
             else:
                 try:
                     await self._close_open(interrupted=True)
+                    if not self._input_taken:
+                        await self._take_input()
                     final = ev.RunFinished(
                         outcome=ev.Outcome.CANCELLED, usage=self._usage_or_none()
                     )
@@ -320,6 +339,7 @@ class Turn:
                 error.message if error else "",
                 final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
                 events=pending,
+                interrupts=final.interrupts if isinstance(final, ev.RunFinished) else (),
             )
             if pending:
                 self.hub.flushed_seq = pending[-1].seq
@@ -339,6 +359,9 @@ class Turn:
         specs = self.tools.specs() + [
             ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools
         ]
+        if self.decisions:
+            await self._carry_out(self.decisions)
+            await self._take_input()
         rounds = 0
         while True:
             offer = specs if rounds < self.limits.max_tool_rounds else []
@@ -354,12 +377,23 @@ class Turn:
             if not assistant.tool_calls or not offer:
                 return ev.RunFinished(usage=self._usage_or_none())
             pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
-            await self._run_tools([c for c in assistant.tool_calls if c.name not in client_tools])
+            ours = [c for c in assistant.tool_calls if c.name not in client_tools]
+            gated = [c for c in ours if self._needs_person(c)]
+            await self._run_tools([c for c in ours if c not in gated])
+            interrupts = await self._ask(gated)
+            if interrupts:
+                return ev.RunFinished(
+                    outcome=ev.Outcome.INTERRUPT,
+                    pending_tool_call_ids=pending,
+                    usage=self._usage_or_none(),
+                    interrupts=interrupts,
+                )
             if pending:
                 return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
             rounds += 1
 
     async def _take_input(self) -> None:
+        self._input_taken = True
         if self.input.state is not UNSET:
             self.state = self.input.state
             await self.store.set_state(self.session_id, self.state)
@@ -470,6 +504,51 @@ class Turn:
             self.emit(ev.TextMessageEnd(self._message_id))
             self._text_open = False
 
+    # -- a person in the loop -------------------------------------------------------
+
+    def _needs_person(self, call: ToolCall) -> bool:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return False
+        if isinstance(tool, AskUserTool):
+            return True
+        return call.name != ASK_USER and needs_approval(call.name, self.limits.approval)
+
+    async def _ask(self, calls: Sequence[ToolCall]) -> list[Interrupt]:
+        """The interrupts the gated calls raise (a malformed question is answered with an
+        error instead, and the LLM goes on)."""
+        interrupts = []
+        now = _now()
+        for call in calls:
+            asked = interrupt_for(call, new_id(), self.run_id, now, self.limits.interrupt_expiry)
+            if isinstance(asked, Interrupt):
+                interrupts.append(asked)
+            else:
+                await self._store_result(call, asked)
+        return interrupts
+
+    async def _carry_out(self, decisions: Sequence[Decision]) -> None:
+        """Carry out a person's answers: approved calls run (with edited arguments where
+        given), the rest become tool results; then the interrupts are no longer pending.
+
+        A call that already has a result (a resume cut short by a crash, and resumed
+        again) is not run twice.
+        """
+        answered = {m.tool_call_id for m in self._history if m.role is Role.TOOL}
+        self._resolving = True
+        to_run = []
+        for decision in decisions:
+            call = decision.interrupt.tool_call
+            if call.id in answered:
+                continue
+            if decision.run is not None:
+                to_run.append(decision.run)
+            else:
+                await self._store_result(call, ToolResult(decision.result))
+        await self._run_tools(to_run)
+        await self.store.resolve_interrupts(self.session_id, self.run_id)
+        self._resolving = False
+
     # -- tools --------------------------------------------------------------------
 
     async def _run_tools(self, calls: Sequence[ToolCall]) -> None:
@@ -565,6 +644,10 @@ class Turn:
             await self._store_result(
                 call, ToolResult("error: interrupted before the tool finished", is_error=True)
             )
+        if self._resolving:
+            # Every answered call has its result now: the person is not asked again.
+            await self.store.resolve_interrupts(self.session_id, self.run_id)
+            self._resolving = False
 
     def _usage_or_none(self) -> ev.Usage | None:
         return self._usage if self._usage.total_tokens else None

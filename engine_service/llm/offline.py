@@ -1,7 +1,9 @@
 """``OfflineChatModel``: the built-in model that answers when no LLM endpoint is configured.
 
 It is deterministic and honest about what it is: it echoes the user, calls ``current_time``
-or ``calculate`` when asked and offered, and turns tool results into a sentence. Enough for
+or ``calculate`` when asked and offered, asks the user a question with ``ask_user`` when
+told "ask me ..." (and the tool is offered), and turns tool results — answers and declined
+calls included — into a sentence. Enough for
 the product (and its tests) to run end to end with no network and no key.
 """
 
@@ -31,6 +33,8 @@ NOTICE = "(offline model — set OPENAI_BASE_URL/OPENAI_API_KEY to use a real LL
 _WORD = re.compile(r"\S+\s*")
 _TIME = re.compile(r"\btime\b", re.IGNORECASE)
 _THINK = re.compile(r"\bthink", re.IGNORECASE)
+_ASK = re.compile(r"\bask me\b[\s:,]*(?P<question>[^?]*)", re.IGNORECASE)
+_DECLINED = ("The user declined", "The user did not answer")
 _ZONE = re.compile(r"\b(?:[A-Z][A-Za-z_]+/[A-Za-z_]+(?:/[A-Za-z_]+)?|UTC|GMT)\b")
 _CALCULATION = re.compile(
     r"\b(?:calculate|compute|evaluate|what\s+is|what's)\s+(?P<expression>[^?=]+)", re.IGNORECASE
@@ -95,6 +99,10 @@ def _trailing_tool_results(messages: list[Message]) -> list[Message]:
 
 def _tool_call(asked: str, offered: set[str]) -> tuple[str, dict[str, JSON]] | None:
     """The tool call the user's words ask for, if that tool is on offer."""
+    if "ask_user" in offered and (ask := _ASK.search(asked)):
+        topic = ask.group("question").strip().rstrip(".!")
+        question = f"{topic[:1].upper()}{topic[1:]}?" if topic else "What should I do next?"
+        return "ask_user", {"question": question}
     if "current_time" in offered and _TIME.search(asked):
         zone = _ZONE.search(asked)
         return "current_time", ({"timezone": zone.group(0)} if zone else {})
@@ -127,6 +135,10 @@ def _describe_result(messages: list[Message], result: Message) -> str:
         "the tool",
     )
     content = message_text(result).strip()
+    if name == "ask_user":
+        return f'You answered: "{content}". Thank you.'
+    if content.startswith(_DECLINED):
+        return content
     try:
         value = json.loads(content)
     except ValueError:

@@ -13,12 +13,27 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from engine_service.core.codec import event_to_dict, message_to_dict
+from engine_service.core.codec import (
+    event_to_dict,
+    interrupt_to_dict,
+    interrupts_from_list,
+    message_to_dict,
+)
 from engine_service.core.errors import InvalidInput
 from engine_service.core.events import Event
-from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
-__all__ = ["dumps", "encode_messages", "event_rows", "run_from_row", "session_from_row", "utc"]
+__all__ = [
+    "decode_interrupts",
+    "dumps",
+    "encode_interrupts",
+    "encode_messages",
+    "event_rows",
+    "run_from_row",
+    "run_taken",
+    "session_from_row",
+    "utc",
+]
 
 TimeReader = Callable[[Any], datetime]
 
@@ -50,6 +65,25 @@ def encode_messages(messages: Sequence[Message]) -> list[tuple[str, str]]:
     return out
 
 
+def encode_interrupts(interrupts: Sequence[Interrupt]) -> str | None:
+    """The JSON list of ``interrupts``; None (SQL NULL) for none."""
+    if not interrupts:
+        return None
+    return dumps([interrupt_to_dict(i) for i in interrupts], "interrupts")
+
+
+def decode_interrupts(text: str | None) -> list[Interrupt]:
+    return interrupts_from_list(json.loads(text)) if text else []
+
+
+def run_taken(run_id: str) -> str:
+    """Why a run id used before is refused (never where it was used: that is another's)."""
+    return (
+        f"run_id {run_id!r} is already taken: run ids are unique on the server, "
+        "send a new one for every run"
+    )
+
+
 def event_rows(session_id: str, events: Sequence[Event]) -> list[tuple[Any, ...]]:
     """(session id, seq, time, run id, JSON body) per event of ``session_id``."""
     rows = []
@@ -73,6 +107,7 @@ def session_from_row(row: Sequence[Any], time: TimeReader) -> Session:
         message_count=row[7],
         reserved_seq=max(row[8], row[5]),
         owner=row[9],
+        interrupts=decode_interrupts(row[10]),
     )
 
 
@@ -89,4 +124,7 @@ def run_from_row(row: Sequence[Any], time: TimeReader) -> RunRecord:
         start_seq=row[8],
         replica=row[9],
         lease_until=time(row[10]) if row[10] is not None else None,
+        interrupts=decode_interrupts(row[11]),
+        resumed_by=row[12],
+        parent_run_id=row[13],
     )

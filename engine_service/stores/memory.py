@@ -32,8 +32,9 @@ from engine_service.core.errors import (
     SessionNotFound,
 )
 from engine_service.core.events import Event
-from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.stores.encoding import decode_interrupts, encode_interrupts, run_taken
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import utc as _utc
@@ -42,7 +43,11 @@ __all__ = ["MemorySessionStore"]
 
 
 def _copy(run: RunRecord) -> RunRecord:
-    return replace(run, pending_tool_call_ids=list(run.pending_tool_call_ids))
+    return replace(
+        run,
+        pending_tool_call_ids=list(run.pending_tool_call_ids),
+        interrupts=decode_interrupts(encode_interrupts(run.interrupts)),
+    )
 
 
 @dataclass(slots=True)
@@ -58,6 +63,8 @@ class _Entry:
     reserved_seq: int = 0
     active_run_id: str = ""
     owner: str = ""
+    interrupts: str | None = None
+    """The pending interrupts, encoded (``encoding.encode_interrupts``)."""
     messages: list[tuple[str, str]] = field(default_factory=list)
     """(message id, stored JSON) in history order."""
     runs: dict[str, RunRecord] = field(default_factory=dict)
@@ -77,6 +84,7 @@ class _Entry:
             active_run_id=self.active_run_id,
             reserved_seq=max(self.reserved_seq, self.last_seq),
             owner=self.owner,
+            interrupts=decode_interrupts(self.interrupts),
         )
 
 
@@ -92,6 +100,8 @@ class MemorySessionStore(SessionStore):
 
     def __init__(self, *, shared: bool = False) -> None:
         self._sessions: dict[str, _Entry] = {}
+        self._run_ids: set[str] = set()
+        """Every stored run's id: they are unique in the store."""
         self._shared = shared
         self._watchers: list[Callable[[Signal], None]] = []
 
@@ -183,6 +193,7 @@ class MemorySessionStore(SessionStore):
         if entry.active_run_id:
             raise SessionBusy(session_id, entry.active_run_id)
         del self._sessions[session_id]
+        self._run_ids.difference_update(entry.runs)
 
     async def list_messages(
         self, session_id: str, after_id: str, limit: int
@@ -214,6 +225,8 @@ class MemorySessionStore(SessionStore):
         owner: str = "",
         require_owner: bool = False,
         lease: Lease | None = None,
+        parent_run_id: str = "",
+        admit: Callable[[list[Interrupt]], None] | None = None,
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -233,8 +246,10 @@ class MemorySessionStore(SessionStore):
             created = True
         elif entry.active_run_id:
             raise SessionBusy(session_id, entry.active_run_id)
-        elif run_id in entry.runs:
-            raise AlreadyExists(f"run {run_id!r} already exists in session {session_id!r}")
+        if run_id in self._run_ids:
+            raise AlreadyExists(run_taken(run_id))
+        if admit is not None:
+            admit(decode_interrupts(entry.interrupts))
         self._sessions[session_id] = entry
         entry.runs[run_id] = RunRecord(
             run_id,
@@ -244,7 +259,9 @@ class MemorySessionStore(SessionStore):
             start_seq=entry.last_seq + 1,
             replica=lease.replica if lease else "",
             lease_until=_utc(lease.until, "lease") if lease else None,
+            parent_run_id=parent_run_id,
         )
+        self._run_ids.add(run_id)
         entry.active_run_id = run_id
         entry.updated_at = now
         entry.reserved_seq = entry.last_seq + reserve
@@ -261,10 +278,12 @@ class MemorySessionStore(SessionStore):
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
+        interrupts: Sequence[Interrupt] = (),
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
+        asked = encode_interrupts(interrupts)
         entry = self._entry(session_id)
         run = entry.runs.get(run_id)
         if run is None:
@@ -276,10 +295,21 @@ class MemorySessionStore(SessionStore):
             run.error_code = error_code
             run.error_message = error_message
             run.pending_tool_call_ids = list(pending_tool_call_ids)
+            run.interrupts = decode_interrupts(asked)
             entry.updated_at = now
+            if asked is not None:
+                entry.interrupts = asked
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
         self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))
+
+    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+        entry = self._entry(session_id)
+        for interrupt in decode_interrupts(entry.interrupts):
+            asker = entry.runs.get(interrupt.run_id)
+            if asker is not None:
+                asker.resumed_by = run_id
+        entry.interrupts = None
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         run = self._entry(session_id).runs.get(run_id)

@@ -61,12 +61,18 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.events import Event
-from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.stores.encoding import (
+    decode_interrupts,
+    encode_interrupts,
+    run_from_row,
+    run_taken,
+    session_from_row,
+)
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
-from engine_service.stores.encoding import run_from_row, session_from_row
 from engine_service.stores.encoding import utc as _utc
 
 __all__ = [
@@ -151,18 +157,31 @@ CREATE TABLE write_probe (
 INSERT INTO write_probe (id, n) VALUES (1, 0);
 """
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+_SCHEMA_V2 = """
+ALTER TABLE sessions ADD COLUMN interrupts text;
+ALTER TABLE runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK
+    (status IN ('running', 'succeeded', 'failed', 'interrupted', 'input_required'));
+ALTER TABLE runs ADD COLUMN interrupts text;
+ALTER TABLE runs ADD COLUMN resumed_by text NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN parent_run_id text NOT NULL DEFAULT '';
+"""
+"""Human in the loop: pending interrupts on the session, status ``input_required``, and
+who resumed a run."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
+    s.interrupts
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until"
+    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id"
 )
 
 # -- errors ---------------------------------------------------------------------------
@@ -694,6 +713,8 @@ class PostgresSessionStore(SessionStore):
         owner: str = "",
         require_owner: bool = False,
         lease: Lease | None = None,
+        parent_run_id: str = "",
+        admit: Callable[[list[Interrupt]], None] | None = None,
     ) -> RunBegun:
         stamp = _utc(now, "now")
         lease_until = _utc(lease.until, "lease") if lease else None
@@ -717,19 +738,23 @@ class PostgresSessionStore(SessionStore):
             )
             if active:
                 raise SessionBusy(session_id, active)
-            taken = await self._one(
-                conn,
-                "SELECT status FROM runs WHERE session_id = %s AND id = %s",
-                (session_id, run_id),
-            )
+            # Run ids are unique in the store: two sessions starting the same id at once
+            # queue on this lock, and the second finds the first's run.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+            taken = await self._one(conn, "SELECT 1 FROM runs WHERE id = %s", (run_id,))
             if taken is not None:
-                raise AlreadyExists(f"run {run_id!r} already exists in session {session_id!r}")
+                raise AlreadyExists(run_taken(run_id))
+            if admit is not None:
+                pending = await self._one(
+                    conn, "SELECT interrupts FROM sessions WHERE id = %s", (session_id,)
+                )
+                admit(decode_interrupts(pending[0] if pending else None))
             try:
                 async with conn.transaction():  # a savepoint: the index is the last word
                     await conn.execute(
-                        "INSERT INTO runs"
-                        " (session_id, id, status, started_at, start_seq, replica, lease_until)"
-                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s"
+                        "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
+                        " replica, lease_until, parent_run_id)"
+                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s"
                         " FROM sessions WHERE id = %s",
                         (
                             session_id,
@@ -737,6 +762,7 @@ class PostgresSessionStore(SessionStore):
                             stamp,
                             lease.replica if lease else "",
                             lease_until,
+                            parent_run_id,
                             session_id,
                         ),
                     )
@@ -748,9 +774,7 @@ class PostgresSessionStore(SessionStore):
                 )
                 if running is not None:
                     raise SessionBusy(session_id, running[0]) from exc
-                raise AlreadyExists(
-                    f"run {run_id!r} already exists in session {session_id!r}"
-                ) from exc
+                raise AlreadyExists(run_taken(run_id)) from exc
             await conn.execute(
                 "UPDATE sessions SET active_run_id = %s, updated_at = %s,"
                 " reserved_seq = last_seq + %s WHERE id = %s",
@@ -770,11 +794,13 @@ class PostgresSessionStore(SessionStore):
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
+        interrupts: Sequence[Interrupt] = (),
     ) -> None:
         stamp = _utc(now, "now")
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
         rows = _event_rows(session_id, events)
+        asked = encode_interrupts(interrupts)
         async with self._tx() as conn:
             last = await self._insert_events(conn, session_id, rows)
             row = await self._one(
@@ -787,25 +813,44 @@ class PostgresSessionStore(SessionStore):
             if row[0] == RunStatus.RUNNING.value:
                 await conn.execute(
                     "UPDATE runs SET status = %s, finished_at = %s, error_code = %s,"
-                    " error_message = %s, pending = %s WHERE session_id = %s AND id = %s",
+                    " error_message = %s, pending = %s, interrupts = %s"
+                    " WHERE session_id = %s AND id = %s",
                     (
                         status.value,
                         stamp,
                         error_code,
                         error_message,
                         json.dumps(list(pending_tool_call_ids)),
+                        asked,
                         session_id,
                         run_id,
                     ),
                 )
                 await conn.execute(
-                    "UPDATE sessions SET updated_at = %s WHERE id = %s", (stamp, session_id)
+                    "UPDATE sessions SET updated_at = %s, interrupts = coalesce(%s, interrupts)"
+                    " WHERE id = %s",
+                    (stamp, asked, session_id),
                 )
             await conn.execute(
                 "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s",
                 (session_id, run_id),
             )
             await self._notify(conn, Signal(SignalKind.ENDED, session_id, run_id, last))
+
+    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+        async with self._tx() as conn:
+            pending = await self._one(
+                conn, "SELECT interrupts FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
+            )
+            if pending is None:
+                raise SessionNotFound(session_id)
+            asked_by = sorted({i.run_id for i in decode_interrupts(pending[0])})
+            if asked_by:
+                await conn.execute(
+                    "UPDATE runs SET resumed_by = %s WHERE session_id = %s AND id = ANY(%s)",
+                    (run_id, session_id, asked_by),
+                )
+            await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         async with self._read() as conn:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -46,12 +46,18 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.events import Event
-from engine_service.core.models import JSON, Message, RunRecord, RunStatus, Session
+from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore
+from engine_service.stores.encoding import (
+    decode_interrupts,
+    encode_interrupts,
+    run_from_row,
+    run_taken,
+    session_from_row,
+)
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
-from engine_service.stores.encoding import run_from_row, session_from_row
 
 __all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "migrate", "migrate_connection", "storage_error"]
 
@@ -126,18 +132,53 @@ ALTER TABLE runs ADD COLUMN replica TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN lease_until TEXT;
 """
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+_SCHEMA_V5 = """
+ALTER TABLE sessions ADD COLUMN interrupts TEXT;
+CREATE TABLE runs_v5 (
+    session_id    TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    id            TEXT NOT NULL,
+    status        TEXT NOT NULL CHECK (status IN
+                  ('running', 'succeeded', 'failed', 'interrupted', 'input_required')),
+    started_at    TEXT NOT NULL,
+    finished_at   TEXT,
+    error_code    TEXT NOT NULL DEFAULT '',
+    error_message TEXT NOT NULL DEFAULT '',
+    pending       TEXT NOT NULL DEFAULT '[]',
+    start_seq     INTEGER NOT NULL DEFAULT 0,
+    replica       TEXT NOT NULL DEFAULT '',
+    lease_until   TEXT,
+    interrupts    TEXT,
+    resumed_by    TEXT NOT NULL DEFAULT '',
+    parent_run_id TEXT NOT NULL DEFAULT '',
+    UNIQUE (session_id, id)
+);
+INSERT INTO runs_v5 (rowid, session_id, id, status, started_at, finished_at, error_code,
+    error_message, pending, start_seq, replica, lease_until)
+    SELECT rowid, session_id, id, status, started_at, finished_at, error_code, error_message,
+    pending, start_seq, replica, lease_until FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v5 RENAME TO runs;
+CREATE UNIQUE INDEX runs_one_running ON runs (session_id) WHERE status = 'running';
+CREATE INDEX runs_by_id ON runs (id);
+CREATE INDEX runs_by_start ON runs (started_at);
+"""
+"""Human in the loop: pending interrupts on the session, the run's status
+``input_required`` (a CHECK constraint: the table is rebuilt, rowids kept), and who
+resumed it."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
+    s.interrupts
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until"
+    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id"
 )
 
 
@@ -428,6 +469,8 @@ class SqliteSessionStore(SessionStore):
         owner: str = "",
         require_owner: bool = False,
         lease: Lease | None = None,
+        parent_run_id: str = "",
+        admit: Callable[[list[Interrupt]], None] | None = None,
     ) -> RunBegun:
         stamp = _iso(now, "now")
         lease_until = _iso(lease.until, "lease") if lease else None
@@ -455,11 +498,18 @@ class SqliteSessionStore(SessionStore):
                     self._require(conn, session_id, owner)
             if active:
                 raise SessionBusy(session_id, active)
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+                raise AlreadyExists(run_taken(run_id))
+            if admit is not None:
+                (pending,) = conn.execute(
+                    "SELECT interrupts FROM sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+                admit(decode_interrupts(pending))
             try:
                 conn.execute(
-                    "INSERT INTO runs"
-                    " (session_id, id, status, started_at, start_seq, replica, lease_until)"
-                    " SELECT ?, ?, ?, ?, last_seq + 1, ?, ? FROM sessions WHERE id = ?",
+                    "INSERT INTO runs (session_id, id, status, started_at, start_seq, replica,"
+                    " lease_until, parent_run_id)"
+                    " SELECT ?, ?, ?, ?, last_seq + 1, ?, ?, ? FROM sessions WHERE id = ?",
                     (
                         session_id,
                         run_id,
@@ -467,6 +517,7 @@ class SqliteSessionStore(SessionStore):
                         stamp,
                         lease.replica if lease else "",
                         lease_until,
+                        parent_run_id,
                         session_id,
                     ),
                 )
@@ -497,11 +548,13 @@ class SqliteSessionStore(SessionStore):
         error_message: str = "",
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
+        interrupts: Sequence[Interrupt] = (),
     ) -> None:
         stamp = _iso(now, "now")
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
         rows = _event_rows(session_id, events)
+        asked = encode_interrupts(interrupts)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows)
             row = conn.execute(
@@ -512,22 +565,41 @@ class SqliteSessionStore(SessionStore):
             if row[0] == RunStatus.RUNNING.value:
                 conn.execute(
                     "UPDATE runs SET status = ?, finished_at = ?, error_code = ?,"
-                    " error_message = ?, pending = ? WHERE session_id = ? AND id = ?",
+                    " error_message = ?, pending = ?, interrupts = ?"
+                    " WHERE session_id = ? AND id = ?",
                     (
                         status.value,
                         stamp,
                         error_code,
                         error_message,
                         json.dumps(list(pending_tool_call_ids)),
+                        asked,
                         session_id,
                         run_id,
                     ),
                 )
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+                if asked is not None:
+                    conn.execute(
+                        "UPDATE sessions SET interrupts = ? WHERE id = ?", (asked, session_id)
+                    )
             conn.execute(
                 "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?",
                 (session_id, run_id),
             )
+
+    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            (pending,) = conn.execute(
+                "SELECT interrupts FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            asked_by = sorted({i.run_id for i in decode_interrupts(pending)})
+            conn.executemany(
+                "UPDATE runs SET resumed_by = ? WHERE session_id = ? AND id = ?",
+                [(run_id, session_id, asker) for asker in asked_by],
+            )
+            conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         with self._read() as conn:

@@ -67,7 +67,7 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
         "Run": lambda s, md: collect(
             s.Run(
                 pb.RunRequest(
-                    thread_id=session_id,
+                    session_id=session_id,
                     create_session=True,
                     messages=[pb.Message(role=pb.ROLE_USER, content=[text("hi")])],
                 ),
@@ -75,10 +75,10 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
             )
         ),
         "Interrupt": lambda s, md: s.Interrupt(
-            pb.InterruptRequest(thread_id=session_id), metadata=md
+            pb.InterruptRequest(session_id=session_id), metadata=md
         ),
         "Subscribe": lambda s, md: collect(
-            s.Subscribe(pb.SubscribeRequest(thread_id=session_id, until_idle=True), metadata=md)
+            s.Subscribe(pb.SubscribeRequest(session_id=session_id, until_idle=True), metadata=md)
         ),
         "CreateSession": lambda s, md: s.CreateSession(
             pb.CreateSessionRequest(session_id=session_id), metadata=md

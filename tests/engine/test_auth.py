@@ -76,7 +76,7 @@ async def engine(
 async def _run(
     h: Harness, who: str, thread_id: str, words: str = "hello", *, create: bool = True
 ) -> list[pb.Event]:
-    request = pb.RunRequest(thread_id=thread_id, create_session=create, messages=[user(words)])
+    request = pb.RunRequest(session_id=thread_id, create_session=create, messages=[user(words)])
     events = await collect(h.stub.Run(request, metadata=as_(who)))
     assert kinds(events)[-1] == "run_finished", kinds(events)
     return events
@@ -85,7 +85,7 @@ async def _run(
 async def _started(h: Harness, who: str, thread_id: str) -> tuple[object, list[pb.Event]]:
     """A slow run by ``who``, read up to its first text chunk."""
     call = h.stub.Run(
-        pb.RunRequest(thread_id=thread_id, create_session=True, messages=[user(SLOW)]),
+        pb.RunRequest(session_id=thread_id, create_session=True, messages=[user(SLOW)]),
         metadata=as_(who),
     )
     seen = [await next_event(call)]
@@ -185,10 +185,10 @@ async def test_bob_gets_the_not_found_of_an_unknown_id_on_each_of_alices_ids(
         pb.ListRunsRequest(session_id="sess-alice"), metadata=md
     )
     calls["Run(no create)"] = lambda s, md: collect(
-        s.Run(pb.RunRequest(thread_id="sess-alice", messages=[user("x")]), metadata=md)
+        s.Run(pb.RunRequest(session_id="sess-alice", messages=[user("x")]), metadata=md)
     )
     calls["Interrupt(run)"] = lambda s, md: s.Interrupt(
-        pb.InterruptRequest(thread_id="sess-alice", run_id=run_id), metadata=md
+        pb.InterruptRequest(session_id="sess-alice", run_id=run_id), metadata=md
     )
     unknown = every_rpc("sess-nobody", "run-nobody")
     unknown["GetRun(session)"] = lambda s, md: s.GetRun(
@@ -198,10 +198,10 @@ async def test_bob_gets_the_not_found_of_an_unknown_id_on_each_of_alices_ids(
         pb.ListRunsRequest(session_id="sess-nobody"), metadata=md
     )
     unknown["Run(no create)"] = lambda s, md: collect(
-        s.Run(pb.RunRequest(thread_id="sess-nobody", messages=[user("x")]), metadata=md)
+        s.Run(pb.RunRequest(session_id="sess-nobody", messages=[user("x")]), metadata=md)
     )
     unknown["Interrupt(run)"] = lambda s, md: s.Interrupt(
-        pb.InterruptRequest(thread_id="sess-nobody", run_id="run-nobody"), metadata=md
+        pb.InterruptRequest(session_id="sess-nobody", run_id="run-nobody"), metadata=md
     )
     for name in ("CreateSession", "ListSessions", "ListRuns"):  # not about one id
         del calls[name]
@@ -273,7 +273,7 @@ async def test_bobs_run_with_create_session_on_alices_thread_leaves_her_history_
     before = await engine.stub.ListMessages(
         pb.ListMessagesRequest(session_id="shared"), metadata=as_("alice")
     )
-    request = pb.RunRequest(thread_id="shared", create_session=True, messages=[user("bob here")])
+    request = pb.RunRequest(session_id="shared", create_session=True, messages=[user("bob here")])
     events, error = await outcome(engine.stub.Run(request, metadata=as_("bob")))
     assert not events
     assert error is not None and error.code() == grpc.StatusCode.NOT_FOUND
@@ -313,14 +313,14 @@ async def test_bob_cannot_interrupt_alices_live_run_which_finishes(engine: Harne
     call, seen = await _started(engine, "alice", "live")
     run_id = seen[0].run_id
     for request in (
-        pb.InterruptRequest(thread_id="live"),
-        pb.InterruptRequest(thread_id="live", run_id=run_id),
+        pb.InterruptRequest(session_id="live"),
+        pb.InterruptRequest(session_id="live", run_id=run_id),
     ):
         error = await rpc_error(engine.stub.Interrupt(request, metadata=as_("bob")))
         assert error.code() == grpc.StatusCode.NOT_FOUND
         assert error.details() == "session 'live' not found"
     # Not FAILED_PRECONDITION (busy): that would tell bob the thread exists.
-    intrude = pb.RunRequest(thread_id="live", create_session=True, messages=[user("bob")])
+    intrude = pb.RunRequest(session_id="live", create_session=True, messages=[user("bob")])
     events, refused = await outcome(engine.stub.Run(intrude, metadata=as_("bob")))
     assert not events and refused is not None
     assert refused.code() == grpc.StatusCode.NOT_FOUND, refused.details()
@@ -332,7 +332,7 @@ async def test_bob_cannot_interrupt_alices_live_run_which_finishes(engine: Harne
 @pytest.mark.parametrize("who", ["alice", "ops"])
 async def test_the_owner_and_an_admin_can_interrupt_a_live_run(engine: Harness, who: str) -> None:
     call, seen = await _started(engine, "alice", "live")
-    reply = await engine.stub.Interrupt(pb.InterruptRequest(thread_id="live"), metadata=as_(who))
+    reply = await engine.stub.Interrupt(pb.InterruptRequest(session_id="live"), metadata=as_(who))
     assert reply.interrupted and reply.run_id == seen[0].run_id
     rest = await collect(call)
     assert rest[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
@@ -341,12 +341,12 @@ async def test_the_owner_and_an_admin_can_interrupt_a_live_run(engine: Harness, 
 async def test_only_the_owner_follows_a_live_session(engine: Harness) -> None:
     call, seen = await _started(engine, "alice", "live")
     error = await rpc_error(
-        collect(engine.stub.Subscribe(pb.SubscribeRequest(thread_id="live"), metadata=as_("bob")))
+        collect(engine.stub.Subscribe(pb.SubscribeRequest(session_id="live"), metadata=as_("bob")))
     )
     assert error.code() == grpc.StatusCode.NOT_FOUND
     followed = await collect(
         engine.stub.Subscribe(
-            pb.SubscribeRequest(thread_id="live", until_idle=True), metadata=as_("alice")
+            pb.SubscribeRequest(session_id="live", until_idle=True), metadata=as_("alice")
         )
     )
     rest = await collect(call)
@@ -364,7 +364,7 @@ async def test_racing_creators_get_one_owner_per_thread_and_see_only_their_own_e
 
         async def attempt(who: str, thread_id: str) -> tuple[list[pb.Event], object]:
             request = pb.RunRequest(
-                thread_id=thread_id, create_session=True, messages=[user(f"{who} {thread_id}")]
+                session_id=thread_id, create_session=True, messages=[user(f"{who} {thread_id}")]
             )
             return await outcome(h.stub.Run(request, metadata=as_(who)))
 
@@ -428,7 +428,7 @@ async def test_runs_per_caller_limit_refuses_a_second_concurrent_run(llm: FakeOp
     settings = engine_settings(**_settings(llm, AGENTIK_MAX_RUNS_PER_CALLER="1"))
     async with running_engine(settings) as h:
         call, _ = await _started(h, "alice", "first")
-        second = pb.RunRequest(thread_id="second", create_session=True, messages=[user("x")])
+        second = pb.RunRequest(session_id="second", create_session=True, messages=[user("x")])
         events, error = await outcome(h.stub.Run(second, metadata=as_("alice")))
         assert not events and error is not None
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

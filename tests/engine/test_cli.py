@@ -76,7 +76,7 @@ def test_the_engine_starts_on_defaults_says_it_is_offline_and_answers_a_turn(
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.AgentEngineStub(channel)
         request = pb.RunRequest(
-            thread_id="cli",
+            session_id="cli",
             create_session=True,
             messages=[
                 pb.Message(

@@ -63,7 +63,7 @@ class EngineProcess:
     def follow(self, thread_id: str, after: int) -> list[pb.Event]:
         """The session's events after ``after`` until it is idle."""
         call = self.stub.Subscribe(
-            pb.SubscribeRequest(thread_id=thread_id, after_seq=after, until_idle=True),
+            pb.SubscribeRequest(session_id=thread_id, after_seq=after, until_idle=True),
             timeout=WAIT,
         )
         return list(call)
@@ -106,7 +106,7 @@ def test_kill_9_mid_text_skips_the_seen_ids_and_keeps_the_partial_answer(
     try:
         call = engine.stub.Run(
             pb.RunRequest(
-                thread_id="t", create_session=True, messages=[user("[[chunks:3000]][[slow:0.002]]")]
+                session_id="t", create_session=True, messages=[user("[[chunks:3000]][[slow:0.002]]")]
             )
         )
         seen = _read_until(call, "text_message_content", 150)
@@ -127,7 +127,7 @@ def test_kill_9_mid_text_skips_the_seen_ids_and_keeps_the_partial_answer(
         session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"), timeout=WAIT)
         run = engine.stub.GetRun(pb.GetRunRequest(run_id=seen[0].run_id), timeout=WAIT)
         after = list(
-            engine.stub.Run(pb.RunRequest(thread_id="t", messages=[user("again")]), timeout=WAIT)
+            engine.stub.Run(pb.RunRequest(session_id="t", messages=[user("again")]), timeout=WAIT)
         )
     finally:
         engine.stop()
@@ -171,7 +171,7 @@ def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
             )
         )
         call = engine.stub.Run(
-            pb.RunRequest(thread_id="t", create_session=True, messages=[user("wait please")])
+            pb.RunRequest(session_id="t", create_session=True, messages=[user("wait please")])
         )
         seen = _read_until(call, "custom", 2)  # the tool's progress: it is running
         engine.kill()
@@ -186,7 +186,7 @@ def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
         stored = engine.follow("t", 0)
         messages = engine.messages("t")
         after = list(
-            engine.stub.Run(pb.RunRequest(thread_id="t", messages=[user("and now?")]), timeout=WAIT)
+            engine.stub.Run(pb.RunRequest(session_id="t", messages=[user("and now?")]), timeout=WAIT)
         )
     finally:
         engine.stop()

@@ -16,7 +16,7 @@ from tests.fakes.fake_openai import FakeOpenAI
 
 
 async def test_a_run_with_no_messages_on_a_new_session_is_refused(harness: Harness) -> None:
-    details = await refused(harness, pb.RunRequest(thread_id="empty", create_session=True))
+    details = await refused(harness, pb.RunRequest(session_id="empty", create_session=True))
 
     assert details.startswith("messages: a run needs at least one message")
     assert (await harness.stub.ListSessions(pb.ListSessionsRequest())).total == 0
@@ -27,7 +27,7 @@ async def test_a_run_with_no_messages_on_a_session_without_history_is_refused(
 ) -> None:
     await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="bare"))
 
-    details = await refused(harness, pb.RunRequest(thread_id="bare"))
+    details = await refused(harness, pb.RunRequest(session_id="bare"))
 
     assert details.startswith("messages: a run needs at least one message")
     assert llm.requests == []
@@ -36,10 +36,10 @@ async def test_a_run_with_no_messages_on_a_session_without_history_is_refused(
 
 
 async def test_a_run_replacing_the_history_with_nothing_is_refused(harness: Harness) -> None:
-    await run(harness, pb.RunRequest(thread_id="h", create_session=True, messages=[user("a")]))
+    await run(harness, pb.RunRequest(session_id="h", create_session=True, messages=[user("a")]))
 
     details = await refused(
-        harness, pb.RunRequest(thread_id="h", reconcile=pb.RECONCILE_MODE_REPLACE)
+        harness, pb.RunRequest(session_id="h", reconcile=pb.RECONCILE_MODE_REPLACE)
     )
 
     assert details.startswith("messages: a run needs at least one message")
@@ -48,8 +48,8 @@ async def test_a_run_replacing_the_history_with_nothing_is_refused(harness: Harn
 async def test_a_run_with_no_new_messages_on_a_session_with_history_answers_again(
     harness: Harness,
 ) -> None:
-    await run(harness, pb.RunRequest(thread_id="h", create_session=True, messages=[user("a")]))
+    await run(harness, pb.RunRequest(session_id="h", create_session=True, messages=[user("a")]))
 
-    events = await run(harness, pb.RunRequest(thread_id="h"))
+    events = await run(harness, pb.RunRequest(session_id="h"))
 
     assert kinds(events)[-1] == "run_finished"

@@ -46,7 +46,7 @@ async def test_an_llm_failure_tells_the_client_what_failed_and_logs_where_with_t
     with caplog.at_level(logging.WARNING):
         events = await run(
             harness,
-            pb.RunRequest(thread_id="f", run_id="run-1", create_session=True, messages=[user("x")]),
+            pb.RunRequest(session_id="f", run_id="run-1", create_session=True, messages=[user("x")]),
         )
 
     error = events[-1].run_error
@@ -69,7 +69,7 @@ async def test_an_unreachable_llm_tells_the_client_it_cannot_be_reached_without_
             events = await run(
                 harness,
                 pb.RunRequest(
-                    thread_id="u", run_id="run-u", create_session=True, messages=[user("x")]
+                    session_id="u", run_id="run-u", create_session=True, messages=[user("x")]
                 ),
             )
 
@@ -96,7 +96,7 @@ async def test_a_bug_in_a_turn_is_an_internal_run_error_naming_the_run_not_the_c
             events = await run(
                 harness,
                 pb.RunRequest(
-                    thread_id="b", run_id="run-b", create_session=True, messages=[user("x")]
+                    session_id="b", run_id="run-b", create_session=True, messages=[user("x")]
                 ),
             )
 

@@ -34,10 +34,10 @@ def _struct_with(value: float) -> struct_pb2.Struct:
 @pytest.mark.parametrize(
     ("request_", "field"),
     [
-        (pb.RunRequest(thread_id="s", create_session=True, state=_inf()), "state"),
+        (pb.RunRequest(session_id="s", create_session=True, state=_inf()), "state"),
         (
             pb.RunRequest(
-                thread_id="s",
+                session_id="s",
                 create_session=True,
                 state=struct_pb2.Value(struct_value=_struct_with(math.nan)),
             ),
@@ -45,13 +45,13 @@ def _struct_with(value: float) -> struct_pb2.Struct:
         ),
         (
             pb.RunRequest(
-                thread_id="s", create_session=True, forwarded_props=_struct_with(-math.inf)
+                session_id="s", create_session=True, forwarded_props=_struct_with(-math.inf)
             ),
             "forwarded_props",
         ),
         (
             pb.RunRequest(
-                thread_id="s",
+                session_id="s",
                 create_session=True,
                 tools=[pb.Tool(name="client_tool", parameters=_struct_with(math.inf))],
             ),
@@ -94,7 +94,7 @@ async def test_an_unexpected_exception_while_a_run_streams_is_internal_naming_th
         raise ValueError("cannot convert this event")
 
     monkeypatch.setattr("engine_service.servicer.event_to_pb", broken)
-    request = pb.RunRequest(thread_id="s", run_id="run-7", create_session=True)
+    request = pb.RunRequest(session_id="s", run_id="run-7", create_session=True)
     request.messages.append(user("hi"))
     with caplog.at_level(logging.ERROR), pytest.raises(grpc.aio.AioRpcError) as caught:
         await run(harness, request)

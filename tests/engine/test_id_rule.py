@@ -23,19 +23,19 @@ from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 @pytest.mark.parametrize(
     ("request_", "field"),
     [
-        (pb.RunRequest(thread_id="a/b", create_session=True), "thread_id"),
-        (pb.RunRequest(thread_id="a\x00b", create_session=True), "thread_id"),
-        (pb.RunRequest(thread_id="..", create_session=True), "thread_id"),
-        (pb.RunRequest(thread_id="a b", create_session=True), "thread_id"),
-        (pb.RunRequest(thread_id="x" * 129, create_session=True), "thread_id"),
-        (pb.RunRequest(thread_id="ok", run_id="r/1", create_session=True), "run_id"),
+        (pb.RunRequest(session_id="a/b", create_session=True), "session_id"),
+        (pb.RunRequest(session_id="a\x00b", create_session=True), "session_id"),
+        (pb.RunRequest(session_id="..", create_session=True), "session_id"),
+        (pb.RunRequest(session_id="a b", create_session=True), "session_id"),
+        (pb.RunRequest(session_id="x" * 129, create_session=True), "session_id"),
+        (pb.RunRequest(session_id="ok", run_id="r/1", create_session=True), "run_id"),
         (
-            pb.RunRequest(thread_id="ok", create_session=True, messages=[user("hi", "m/1")]),
+            pb.RunRequest(session_id="ok", create_session=True, messages=[user("hi", "m/1")]),
             "messages[0].id",
         ),
         (
             pb.RunRequest(
-                thread_id="ok",
+                session_id="ok",
                 create_session=True,
                 messages=[
                     user("hi"),
@@ -49,7 +49,7 @@ from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
         ),
         (
             pb.RunRequest(
-                thread_id="ok",
+                session_id="ok",
                 create_session=True,
                 messages=[
                     user("hi"),
@@ -99,7 +99,7 @@ async def test_uuids_ulids_and_common_client_ids_are_accepted(
     events = await run(
         harness,
         pb.RunRequest(
-            thread_id=thread_id,
+            session_id=thread_id,
             run_id=thread_id,
             create_session=True,
             messages=[user("hi", thread_id)],
@@ -116,7 +116,7 @@ async def test_a_tool_call_id_from_the_llm_outside_the_id_rule_is_replaced(
         FakeReply(tool_calls=[FakeToolCall("client_tool", "{}", id="call/odd id")]),
     )
     request = pb.RunRequest(
-        thread_id="t",
+        session_id="t",
         create_session=True,
         messages=[user("x")],
         tools=[pb.Tool(name="client_tool")],
@@ -131,5 +131,5 @@ async def test_a_tool_call_id_from_the_llm_outside_the_id_rule_is_replaced(
         tool_call_id=pending[0],
         content=[pb.ContentPart(text=pb.TextPart(text="done"))],
     )
-    events = await run(harness, pb.RunRequest(thread_id="t", messages=[answer]))
+    events = await run(harness, pb.RunRequest(session_id="t", messages=[answer]))
     assert kinds(events)[-1] == "run_finished"

@@ -17,7 +17,7 @@ from tests.engine.harness import (
 
 def _image_run(image: pb.ImagePart) -> pb.RunRequest:
     return pb.RunRequest(
-        thread_id="img",
+        session_id="img",
         create_session=True,
         messages=[
             pb.Message(

@@ -48,7 +48,7 @@ async def test_interrupt_mid_text_closes_the_llm_stream_and_keeps_the_partial_an
     harness: Harness, llm: FakeOpenAI
 ) -> None:
     llm.enqueue(FakeReply(text="partial words then nothing", hang_after=3))
-    call = harness.stub.Run(pb.RunRequest(thread_id="i", create_session=True, messages=[user("x")]))
+    call = harness.stub.Run(pb.RunRequest(session_id="i", create_session=True, messages=[user("x")]))
     seen: list[pb.Event] = []
     async with asyncio.timeout(WAIT):
         while True:
@@ -56,7 +56,7 @@ async def test_interrupt_mid_text_closes_the_llm_stream_and_keeps_the_partial_an
             seen.append(event)
             if kind(event) == "text_message_content":
                 break
-        reply = await harness.stub.Interrupt(pb.InterruptRequest(thread_id="i"))
+        reply = await harness.stub.Interrupt(pb.InterruptRequest(session_id="i"))
     assert reply.interrupted
     assert reply.run_id == seen[0].run_id
     rest = await collect(call)
@@ -77,7 +77,7 @@ async def test_interrupt_mid_text_closes_the_llm_stream_and_keeps_the_partial_an
 
     session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="i"))
     assert session.active_run_id == ""
-    follow = await collect(harness.stub.Run(pb.RunRequest(thread_id="i", messages=[user("again")])))
+    follow = await collect(harness.stub.Run(pb.RunRequest(session_id="i", messages=[user("again")])))
     assert kinds(follow)[-1] == "run_finished"
 
 
@@ -89,11 +89,11 @@ async def test_interrupt_mid_tool_cancels_the_tool_and_stores_an_error_result(
     llm.enqueue(FakeReply(tool_calls=[FakeToolCall("block", {}, id="blk")]))
     async with running_engine(settings, tools=[tool]) as harness:
         call = harness.stub.Run(
-            pb.RunRequest(thread_id="mt", create_session=True, messages=[user("x")])
+            pb.RunRequest(session_id="mt", create_session=True, messages=[user("x")])
         )
         async with asyncio.timeout(WAIT):
             await tool.started.wait()
-            reply = await harness.stub.Interrupt(pb.InterruptRequest(thread_id="mt"))
+            reply = await harness.stub.Interrupt(pb.InterruptRequest(session_id="mt"))
             await tool.cancelled.wait()
         events = await collect(call)
 
@@ -108,17 +108,17 @@ async def test_interrupt_mid_tool_cancels_the_tool_and_stores_an_error_result(
 
 async def test_interrupting_an_idle_session_says_so_without_error(harness: Harness) -> None:
     await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="idle"))
-    reply = await harness.stub.Interrupt(pb.InterruptRequest(thread_id="idle"))
+    reply = await harness.stub.Interrupt(pb.InterruptRequest(session_id="idle"))
     assert not reply.interrupted
     assert reply.run_id == ""
 
 
 async def test_interrupt_of_another_run_id_leaves_the_run_alone(harness: Harness) -> None:
     call = harness.stub.Run(
-        pb.RunRequest(thread_id="o", create_session=True, messages=[user("[[slow:0.05]] a b c")])
+        pb.RunRequest(session_id="o", create_session=True, messages=[user("[[slow:0.05]] a b c")])
     )
     await next_event(call)
-    reply = await harness.stub.Interrupt(pb.InterruptRequest(thread_id="o", run_id="other"))
+    reply = await harness.stub.Interrupt(pb.InterruptRequest(session_id="o", run_id="other"))
     assert not reply.interrupted
     events = await collect(call)
     assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
@@ -128,7 +128,7 @@ async def test_interrupting_an_unknown_session_is_not_found(harness: Harness) ->
     import grpc
 
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await harness.stub.Interrupt(pb.InterruptRequest(thread_id="ghost"))
+        await harness.stub.Interrupt(pb.InterruptRequest(session_id="ghost"))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -136,10 +136,10 @@ async def test_an_interrupt_right_after_the_start_still_keeps_the_users_message(
     harness: Harness,
 ) -> None:
     call = harness.stub.Run(
-        pb.RunRequest(thread_id="early", create_session=True, messages=[user("[[hang]] hi", "u")])
+        pb.RunRequest(session_id="early", create_session=True, messages=[user("[[hang]] hi", "u")])
     )
     assert kind(await next_event(call)) == "run_started"
-    await harness.stub.Interrupt(pb.InterruptRequest(thread_id="early"))
+    await harness.stub.Interrupt(pb.InterruptRequest(session_id="early"))
     events = await collect(call)
     assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
     stored = (await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="early"))).messages

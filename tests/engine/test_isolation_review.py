@@ -71,7 +71,7 @@ async def _run(
     message_id: str = "",
 ) -> list[pb.Event]:
     request = pb.RunRequest(
-        thread_id=thread_id,
+        session_id=thread_id,
         run_id=run_id,
         create_session=True,
         messages=[user(words, message_id)],
@@ -151,12 +151,12 @@ async def test_run_ids_and_message_ids_of_alices_are_unknown_inside_bobs_session
             engine,
             collect(
                 stub.Subscribe(
-                    pb.SubscribeRequest(thread_id="sa", after_seq=after), metadata=as_("bob")
+                    pb.SubscribeRequest(session_id="sa", after_seq=after), metadata=as_("bob")
                 )
             ),
             collect(
                 stub.Subscribe(
-                    pb.SubscribeRequest(thread_id="s-none", after_seq=after), metadata=as_("bob")
+                    pb.SubscribeRequest(session_id="s-none", after_seq=after), metadata=as_("bob")
                 )
             ),
             "sa",
@@ -164,7 +164,7 @@ async def test_run_ids_and_message_ids_of_alices_are_unknown_inside_bobs_session
         )
     # Interrupt of alice's run id on bob's own (idle) session: nothing to stop.
     reply = await stub.Interrupt(
-        pb.InterruptRequest(thread_id="sb", run_id=alice_run), metadata=as_("bob")
+        pb.InterruptRequest(session_id="sb", run_id=alice_run), metadata=as_("bob")
     )
     assert not reply.interrupted and reply.run_id == ""
 
@@ -175,7 +175,7 @@ async def test_bob_may_reuse_alices_run_and_message_ids_in_his_own_session(
     await _run(engine, "alice", "sa", "alice secret", run_id="r-same", message_id="m-same")
     # Bob picks the same ids: no ALREADY_EXISTS, nothing of alice's leaks or changes.
     events = await _run(engine, "bob", "sb", "bob words", run_id="r-same", message_id="m-same")
-    assert {e.thread_id for e in events} == {"sb"}
+    assert {e.session_id for e in events} == {"sb"}
     for who, session in (("alice", "sa"), ("bob", "sb")):
         run = await engine.stub.GetRun(pb.GetRunRequest(run_id="r-same"), metadata=as_(who))
         assert run.session_id == session
@@ -206,7 +206,7 @@ async def test_bobs_run_on_alices_thread_is_the_refusal_of_an_unknown_thread(
         def attempt(thread: str, create: bool = create) -> object:
             return engine.stub.Run(
                 pb.RunRequest(
-                    thread_id=thread,
+                    session_id=thread,
                     create_session=create,
                     reconcile=reconcile,
                     messages=messages,

@@ -89,11 +89,11 @@ async def test_a_run_on_a_is_followed_live_on_b_with_the_same_seqs(
     async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
-            pb.RunRequest(thread_id="s", messages=[user("[[chunks:60]][[slow:0.01]]")])
+            pb.RunRequest(session_id="s", messages=[user("[[chunks:60]][[slow:0.01]]")])
         )
         first = await next_event(run)
         assert kind(first) == "run_started"
-        follow = b.stub.Subscribe(pb.SubscribeRequest(thread_id="s", after_seq=first.seq - 1))
+        follow = b.stub.Subscribe(pb.SubscribeRequest(session_id="s", after_seq=first.seq - 1))
         started = time.perf_counter()
         followed = [await next_event(follow)]
         first_latency = time.perf_counter() - started
@@ -113,10 +113,10 @@ async def test_subscribe_until_idle_on_b_ends_with_a_runs_end(
     async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
-            pb.RunRequest(thread_id="s", messages=[user("[[chunks:40]][[slow:0.01]]")])
+            pb.RunRequest(session_id="s", messages=[user("[[chunks:40]][[slow:0.01]]")])
         )
         await next_event(run)
-        follow = b.stub.Subscribe(pb.SubscribeRequest(thread_id="s", until_idle=True))
+        follow = b.stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True))
         followed = await collect(follow)
         on_a = await collect(run)
         assert kind(followed[-1]) == "run_finished"
@@ -131,12 +131,12 @@ async def test_interrupt_sent_to_b_stops_a_run_on_a_at_once(
     async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
-            pb.RunRequest(thread_id="s", messages=[user("[[chunks:500]][[slow:0.02]]")])
+            pb.RunRequest(session_id="s", messages=[user("[[chunks:500]][[slow:0.02]]")])
         )
         started = await next_event(run)
         await next_event(run)
         asked = time.perf_counter()
-        reply = await b.stub.Interrupt(pb.InterruptRequest(thread_id="s"))
+        reply = await b.stub.Interrupt(pb.InterruptRequest(session_id="s"))
         assert reply.interrupted and reply.run_id == started.run_id
         rest = await collect(run)
         stopped = time.perf_counter() - asked
@@ -151,20 +151,20 @@ async def test_a_second_run_on_b_while_a_runs_is_busy(llm: FakeOpenAI, store_for
     async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
-            pb.RunRequest(thread_id="s", messages=[user("[[chunks:100]][[slow:0.01]]")])
+            pb.RunRequest(session_id="s", messages=[user("[[chunks:100]][[slow:0.01]]")])
         )
         await next_event(run)
         try:
-            await collect(b.stub.Run(pb.RunRequest(thread_id="s", messages=[user("me too")])))
+            await collect(b.stub.Run(pb.RunRequest(session_id="s", messages=[user("me too")])))
         except grpc.aio.AioRpcError as exc:
             assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION
         else:
             raise AssertionError("a second run on the session was accepted")
         await collect(run)
         # Then B runs the next turn, its seqs after A's.
-        after = await collect(b.stub.Run(pb.RunRequest(thread_id="s", messages=[user("next")])))
+        after = await collect(b.stub.Run(pb.RunRequest(session_id="s", messages=[user("next")])))
         history = await collect(
-            a.stub.Subscribe(pb.SubscribeRequest(thread_id="s", until_idle=True))
+            a.stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True))
         )
         seqs = [e.seq for e in history]
         assert seqs == sorted(set(seqs))
@@ -176,11 +176,11 @@ async def test_a_dead_replicas_run_is_closed_by_another_within_the_lease(
 ) -> None:
     async with replicas(llm, store_for) as (a, b):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
-        run = a.stub.Run(pb.RunRequest(thread_id="s", messages=[user("partial [[hang]]")]))
+        run = a.stub.Run(pb.RunRequest(session_id="s", messages=[user("partial [[hang]]")]))
         seen = [await next_event(run)]
         while kind(seen[-1]) != "text_message_content":
             seen.append(await next_event(run))
-        follow = b.stub.Subscribe(pb.SubscribeRequest(thread_id="s", until_idle=True))
+        follow = b.stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True))
         await asyncio.sleep(0.2)  # the first chunk is stored (write-behind)
         # A "dies": it stops renewing its lease (its LLM call hangs, it writes nothing).
         assert a.engine._leases is not None
@@ -206,7 +206,7 @@ async def test_a_starting_replica_leaves_live_runs_alone(
     async with replicas(llm, store_for, count=3) as (a, b, c):
         await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
         run = a.stub.Run(
-            pb.RunRequest(thread_id="s", messages=[user("[[chunks:30]][[slow:0.05]]")])
+            pb.RunRequest(session_id="s", messages=[user("[[chunks:30]][[slow:0.05]]")])
         )
         await next_event(run)
         # C restarts (stop, start a fresh engine on the same store) while A runs.
@@ -227,7 +227,7 @@ async def test_lists_and_reads_agree_on_every_replica(llm: FakeOpenAI, store_for
             replica = (a, b)[index % 2]
             await collect(
                 replica.stub.Run(
-                    pb.RunRequest(thread_id=f"t{index}", create_session=True, messages=[user("hi")])
+                    pb.RunRequest(session_id=f"t{index}", create_session=True, messages=[user("hi")])
                 )
             )
         for replica in (a, b):

@@ -26,7 +26,7 @@ async def test_a_text_turn_streams_ag_ui_events_in_order_and_stores_both_message
     harness: Harness,
 ) -> None:
     events = await run(
-        harness, pb.RunRequest(thread_id="t1", create_session=True, messages=[user("hello there")])
+        harness, pb.RunRequest(session_id="t1", create_session=True, messages=[user("hello there")])
     )
 
     assert kinds(events) == [
@@ -39,7 +39,7 @@ async def test_a_text_turn_streams_ag_ui_events_in_order_and_stores_both_message
         "run_finished",
     ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert {e.thread_id for e in events} == {"t1"}
+    assert {e.session_id for e in events} == {"t1"}
     assert len({e.run_id for e in events}) == 1
     assert text_of(events) == "Echo: hello there"
     finished = events[-1].run_finished
@@ -57,12 +57,12 @@ async def test_a_text_turn_streams_ag_ui_events_in_order_and_stores_both_message
 async def test_the_run_id_from_the_request_is_used_and_a_reused_one_is_refused(
     harness: Harness,
 ) -> None:
-    request = pb.RunRequest(thread_id="t", run_id="r-1", create_session=True, messages=[user("a")])
+    request = pb.RunRequest(session_id="t", run_id="r-1", create_session=True, messages=[user("a")])
     events = await run(harness, request)
     assert {e.run_id for e in events} == {"r-1"}
 
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run(harness, pb.RunRequest(thread_id="t", run_id="r-1", messages=[user("b")]))
+        await run(harness, pb.RunRequest(session_id="t", run_id="r-1", messages=[user("b")]))
     assert caught.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
@@ -71,7 +71,7 @@ async def test_reasoning_deltas_become_reasoning_events_before_the_answer(
 ) -> None:
     llm.enqueue(FakeReply(reasoning="let me think", text="42"))
     events = await run(
-        harness, pb.RunRequest(thread_id="r", create_session=True, messages=[user("q")])
+        harness, pb.RunRequest(session_id="r", create_session=True, messages=[user("q")])
     )
 
     names = kinds(events)
@@ -96,7 +96,7 @@ async def test_a_native_tool_round_streams_the_call_and_its_result_then_answers(
 ) -> None:
     llm.enqueue(FakeReply(tool_calls=[FakeToolCall("calculate", {"expression": "6*7"}, id="c1")]))
     events = await run(
-        harness, pb.RunRequest(thread_id="tool", create_session=True, messages=[user("6*7?")])
+        harness, pb.RunRequest(session_id="tool", create_session=True, messages=[user("6*7?")])
     )
 
     names = kinds(events)
@@ -142,7 +142,7 @@ async def test_parallel_tool_calls_are_assembled_by_index_and_run_concurrently(
         )
     )
     events = await run(
-        harness, pb.RunRequest(thread_id="p", create_session=True, messages=[user("x")])
+        harness, pb.RunRequest(session_id="p", create_session=True, messages=[user("x")])
     )
 
     args: dict[str, str] = {}
@@ -167,7 +167,7 @@ async def test_a_failing_tool_gives_the_llm_an_error_result_and_the_run_goes_on(
 ) -> None:
     llm.enqueue(FakeReply(tool_calls=[FakeToolCall("calculate", {"expression": "1/0"}, id="z")]))
     events = await run(
-        harness, pb.RunRequest(thread_id="e", create_session=True, messages=[user("x")])
+        harness, pb.RunRequest(session_id="e", create_session=True, messages=[user("x")])
     )
 
     result = next(e.tool_call_result for e in events if kind(e) == "tool_call_result")
@@ -189,7 +189,7 @@ async def test_a_call_of_an_unknown_tool_or_with_bad_json_is_an_error_result(
         )
     )
     events = await run(
-        harness, pb.RunRequest(thread_id="u", create_session=True, messages=[user("x")])
+        harness, pb.RunRequest(session_id="u", create_session=True, messages=[user("x")])
     )
     results = {
         e.tool_call_result.tool_call_id: e.tool_call_result
@@ -208,7 +208,7 @@ async def test_a_client_tool_call_ends_the_run_pending_and_the_next_run_continue
     llm.enqueue(FakeReply(tool_calls=[FakeToolCall("confirm", {"q": "sure?"}, id="fc1")]))
     events = await run(
         harness,
-        pb.RunRequest(thread_id="ft", create_session=True, messages=[user("go")], tools=[confirm]),
+        pb.RunRequest(session_id="ft", create_session=True, messages=[user("go")], tools=[confirm]),
     )
 
     assert "tool_call_result" not in kinds(events)
@@ -224,7 +224,7 @@ async def test_a_client_tool_call_ends_the_run_pending_and_the_next_run_continue
         tool_call_id="fc1",
         content=[pb.ContentPart(text=pb.TextPart(text="yes"))],
     )
-    follow = await run(harness, pb.RunRequest(thread_id="ft", messages=[answer], tools=[confirm]))
+    follow = await run(harness, pb.RunRequest(session_id="ft", messages=[answer], tools=[confirm]))
     assert text_of(follow) == "Result: yes"
     assert follow[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
     sent = llm.requests[-1]["messages"]
@@ -246,7 +246,7 @@ async def test_mixed_client_and_engine_tool_calls_answer_the_engine_ones_and_pen
     )
     events = await run(
         harness,
-        pb.RunRequest(thread_id="mx", create_session=True, messages=[user("x")], tools=[confirm]),
+        pb.RunRequest(session_id="mx", create_session=True, messages=[user("x")], tools=[confirm]),
     )
     results = [e.tool_call_result.tool_call_id for e in events if kind(e) == "tool_call_result"]
     assert results == ["be"]
@@ -265,7 +265,7 @@ async def test_max_tool_rounds_makes_the_llm_answer_without_tools(llm: FakeOpenA
     )
     async with running_engine(settings) as harness:
         events = await run(
-            harness, pb.RunRequest(thread_id="m", create_session=True, messages=[user("x")])
+            harness, pb.RunRequest(session_id="m", create_session=True, messages=[user("x")])
         )
     assert "tools" in llm.requests[0]
     assert "tools" not in llm.requests[1]
@@ -288,7 +288,7 @@ async def test_an_llm_failure_is_a_run_error_with_a_code_and_leaves_no_half_mess
 ) -> None:
     llm.enqueue(reply)
     events = await run(
-        harness, pb.RunRequest(thread_id="f", create_session=True, messages=[user("x")])
+        harness, pb.RunRequest(session_id="f", create_session=True, messages=[user("x")])
     )
 
     assert kinds(events)[0] == "run_started"
@@ -309,7 +309,7 @@ async def test_an_unreachable_llm_is_a_run_error_llm_unavailable() -> None:
     settings = engine_settings(OPENAI_BASE_URL=url, OPENAI_API_KEY="k", AGENTIK_LLM_MAX_RETRIES="0")
     async with running_engine(settings) as harness:
         events = await run(
-            harness, pb.RunRequest(thread_id="d", create_session=True, messages=[user("x")])
+            harness, pb.RunRequest(session_id="d", create_session=True, messages=[user("x")])
         )
     assert events[-1].run_error.code == "llm_unavailable"
 
@@ -318,26 +318,26 @@ async def test_a_second_run_on_a_busy_session_fails_at_once_with_failed_precondi
     harness: Harness,
 ) -> None:
     first = harness.stub.Run(
-        pb.RunRequest(thread_id="b", create_session=True, messages=[user("[[slow:0.2]] a b c d")])
+        pb.RunRequest(session_id="b", create_session=True, messages=[user("[[slow:0.2]] a b c d")])
     )
     assert kind(await next_event(first)) == "run_started"
 
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run(harness, pb.RunRequest(thread_id="b", messages=[user("again")]))
+        await run(harness, pb.RunRequest(session_id="b", messages=[user("again")]))
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "busy" in str(caught.value.details())
-    await harness.stub.Interrupt(pb.InterruptRequest(thread_id="b"))
+    await harness.stub.Interrupt(pb.InterruptRequest(session_id="b"))
     await collect(first)
 
 
 async def test_an_unknown_session_is_not_found_unless_asked_to_create_it(harness: Harness) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run(harness, pb.RunRequest(thread_id="nope", messages=[user("x")]))
+        await run(harness, pb.RunRequest(session_id="nope", messages=[user("x")]))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert "nope" in str(caught.value.details())
 
     events = await run(
-        harness, pb.RunRequest(thread_id="nope", create_session=True, messages=[user("x")])
+        harness, pb.RunRequest(session_id="nope", create_session=True, messages=[user("x")])
     )
     assert kinds(events)[-1] == "run_finished"
 
@@ -345,15 +345,15 @@ async def test_an_unknown_session_is_not_found_unless_asked_to_create_it(harness
 @pytest.mark.parametrize(
     ("request_", "field"),
     [
-        (pb.RunRequest(messages=[user("x")]), "thread_id"),
-        (pb.RunRequest(thread_id="x" * 300, create_session=True), "thread_id"),
+        (pb.RunRequest(messages=[user("x")]), "session_id"),
+        (pb.RunRequest(session_id="x" * 300, create_session=True), "session_id"),
         (
-            pb.RunRequest(thread_id="v", create_session=True, messages=[pb.Message(id="m")]),
+            pb.RunRequest(session_id="v", create_session=True, messages=[pb.Message(id="m")]),
             "messages[0].role",
         ),
         (
             pb.RunRequest(
-                thread_id="v",
+                session_id="v",
                 create_session=True,
                 messages=[
                     pb.Message(
@@ -366,23 +366,23 @@ async def test_an_unknown_session_is_not_found_unless_asked_to_create_it(harness
         ),
         (
             pb.RunRequest(
-                thread_id="v", create_session=True, messages=[user("a", "same"), user("b", "same")]
+                session_id="v", create_session=True, messages=[user("a", "same"), user("b", "same")]
             ),
             "messages[1].id",
         ),
         (
             pb.RunRequest(
-                thread_id="v", create_session=True, messages=[pb.Message(role=pb.ROLE_TOOL)]
+                session_id="v", create_session=True, messages=[pb.Message(role=pb.ROLE_TOOL)]
             ),
             "messages[0].tool_call_id",
         ),
         (
-            pb.RunRequest(thread_id="v", create_session=True, tools=[pb.Tool(name="calculate")]),
+            pb.RunRequest(session_id="v", create_session=True, tools=[pb.Tool(name="calculate")]),
             "tools[0].name",
         ),
         (
             pb.RunRequest(
-                thread_id="v",
+                session_id="v",
                 create_session=True,
                 messages=[pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart()])],
             ),
@@ -408,7 +408,7 @@ async def test_an_oversized_request_is_refused_with_resource_exhausted(llm: Fake
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await run(
                 harness,
-                pb.RunRequest(thread_id="big", create_session=True, messages=[user("x" * 100_000)]),
+                pb.RunRequest(session_id="big", create_session=True, messages=[user("x" * 100_000)]),
             )
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert (await harness.stub.ListSessions(pb.ListSessionsRequest())).total == 0
@@ -418,12 +418,12 @@ async def test_resending_the_whole_history_appends_only_new_messages(
     harness: Harness, llm: FakeOpenAI
 ) -> None:
     await run(
-        harness, pb.RunRequest(thread_id="h", create_session=True, messages=[user("one", "u1")])
+        harness, pb.RunRequest(session_id="h", create_session=True, messages=[user("one", "u1")])
     )
     stored = await history(harness, "h")
     await run(
         harness,
-        pb.RunRequest(thread_id="h", messages=[*stored, user("two", "u2")]),
+        pb.RunRequest(session_id="h", messages=[*stored, user("two", "u2")]),
     )
     after = await history(harness, "h")
     assert [m.id for m in after[:3]] == ["u1", stored[1].id, "u2"]
@@ -434,12 +434,12 @@ async def test_resending_the_whole_history_appends_only_new_messages(
 
 async def test_replace_makes_the_request_messages_the_whole_history(harness: Harness) -> None:
     await run(
-        harness, pb.RunRequest(thread_id="rp", create_session=True, messages=[user("one", "u1")])
+        harness, pb.RunRequest(session_id="rp", create_session=True, messages=[user("one", "u1")])
     )
     await run(
         harness,
         pb.RunRequest(
-            thread_id="rp", messages=[user("fresh", "n1")], reconcile=pb.RECONCILE_MODE_REPLACE
+            session_id="rp", messages=[user("fresh", "n1")], reconcile=pb.RECONCILE_MODE_REPLACE
         ),
     )
     after = await history(harness, "rp")
@@ -452,16 +452,16 @@ async def test_state_sent_with_a_run_is_kept_on_the_session(harness: Harness) ->
     state.struct_value.update({"count": 3})
     await run(
         harness,
-        pb.RunRequest(thread_id="s", create_session=True, messages=[user("x")], state=state),
+        pb.RunRequest(session_id="s", create_session=True, messages=[user("x")], state=state),
     )
     session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="s"))
     assert session.state.struct_value["count"] == 3
 
     # A later run that sends no state starts by telling the client the thread's state.
-    events = await run(harness, pb.RunRequest(thread_id="s", messages=[user("y")]))
+    events = await run(harness, pb.RunRequest(session_id="s", messages=[user("y")]))
     assert kinds(events)[:2] == ["run_started", "state_snapshot"]
     assert events[1].state_snapshot.snapshot.struct_value["count"] == 3
-    resent = await run(harness, pb.RunRequest(thread_id="s", messages=[user("z")], state=state))
+    resent = await run(harness, pb.RunRequest(session_id="s", messages=[user("z")], state=state))
     assert "state_snapshot" not in kinds(resent)
 
 
@@ -469,7 +469,7 @@ async def test_a_messages_snapshot_closes_the_run_when_asked(harness: Harness) -
     events = await run(
         harness,
         pb.RunRequest(
-            thread_id="ms", create_session=True, messages=[user("x")], messages_snapshot=True
+            session_id="ms", create_session=True, messages=[user("x")], messages_snapshot=True
         ),
     )
     assert kinds(events)[-2:] == ["messages_snapshot", "run_finished"]

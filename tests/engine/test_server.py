@@ -123,7 +123,7 @@ async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: F
     async with running_engine(settings) as harness:
         call = harness.stub.Run(
             pb.RunRequest(
-                thread_id="g", create_session=True, messages=[user("[[slow:0.02]] a b c")]
+                session_id="g", create_session=True, messages=[user("[[slow:0.02]] a b c")]
             )
         )
         await next_event(call)
@@ -131,7 +131,7 @@ async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: F
         stopping = asyncio.create_task(harness.engine.shutdown(settings.shutdown_grace))
         await asyncio.sleep(0)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await collect(harness.stub.Run(pb.RunRequest(thread_id="n", create_session=True)))
+            await collect(harness.stub.Run(pb.RunRequest(session_id="n", create_session=True)))
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
         events = await collect(call)
         assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
@@ -146,7 +146,7 @@ async def test_shutdown_interrupts_runs_that_outlast_the_grace_period(llm: FakeO
     settings = engine_settings(OPENAI_BASE_URL=llm.base_url, AGENTIK_SHUTDOWN_GRACE="0.2")
     async with running_engine(settings) as harness:
         call = harness.stub.Run(
-            pb.RunRequest(thread_id="long", create_session=True, messages=[user("[[hang]] a b")])
+            pb.RunRequest(session_id="long", create_session=True, messages=[user("[[hang]] a b")])
         )
         first = await next_event(call)
         assert kind(first) == "run_started"
@@ -167,7 +167,7 @@ async def test_history_survives_an_engine_restart_on_sqlite(
     async with running_engine(settings) as harness:
         before = await collect(
             harness.stub.Run(
-                pb.RunRequest(thread_id="keep", create_session=True, messages=[user("hi")])
+                pb.RunRequest(session_id="keep", create_session=True, messages=[user("hi")])
             )
         )
     async with running_engine(settings) as harness:
@@ -175,10 +175,10 @@ async def test_history_survives_an_engine_restart_on_sqlite(
             await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="keep"))
         ).messages
         replay = await collect(
-            harness.stub.Subscribe(pb.SubscribeRequest(thread_id="keep", until_idle=True))
+            harness.stub.Subscribe(pb.SubscribeRequest(session_id="keep", until_idle=True))
         )
         after = await collect(
-            harness.stub.Run(pb.RunRequest(thread_id="keep", messages=[user("again")]))
+            harness.stub.Run(pb.RunRequest(session_id="keep", messages=[user("again")]))
         )
     assert [m.role for m in stored] == [pb.ROLE_USER, pb.ROLE_ASSISTANT]
     assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in before]
@@ -200,11 +200,11 @@ async def test_a_run_left_running_by_a_dead_engine_is_stored_as_interrupted_at_s
         session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="crash"))
         assert session.active_run_id == ""
         events = await collect(
-            harness.stub.Subscribe(pb.SubscribeRequest(thread_id="crash", until_idle=True))
+            harness.stub.Subscribe(pb.SubscribeRequest(session_id="crash", until_idle=True))
         )
         assert events[-1].run_id == "r-dead"
         assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
         follow = await collect(
-            harness.stub.Run(pb.RunRequest(thread_id="crash", messages=[user("x")]))
+            harness.stub.Run(pb.RunRequest(session_id="crash", messages=[user("x")]))
         )
         assert kind(follow[-1]) == "run_finished"

@@ -85,7 +85,7 @@ async def test_list_messages_pages_after_a_message_id(harness: Harness) -> None:
     for text in ("a", "b", "c"):
         await collect(
             harness.stub.Run(
-                pb.RunRequest(thread_id="pg", create_session=True, messages=[user(text)])
+                pb.RunRequest(session_id="pg", create_session=True, messages=[user(text)])
             )
         )
     everything = (await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="pg"))).messages
@@ -110,22 +110,22 @@ async def test_list_messages_pages_after_a_message_id(harness: Harness) -> None:
 
 async def test_a_session_with_a_run_in_flight_cannot_be_deleted(harness: Harness) -> None:
     call = harness.stub.Run(
-        pb.RunRequest(thread_id="busy", create_session=True, messages=[user("[[slow:0.1]] a b c")])
+        pb.RunRequest(session_id="busy", create_session=True, messages=[user("[[slow:0.1]] a b c")])
     )
     await next_event(call)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await harness.stub.DeleteSession(pb.DeleteSessionRequest(session_id="busy"))
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    await harness.stub.Interrupt(pb.InterruptRequest(thread_id="busy"))
+    await harness.stub.Interrupt(pb.InterruptRequest(session_id="busy"))
     await collect(call)
     await harness.stub.DeleteSession(pb.DeleteSessionRequest(session_id="busy"))
 
 
 async def test_runs_are_kept_as_records_that_can_be_read_and_listed(harness: Harness) -> None:
     first = await collect(
-        harness.stub.Run(pb.RunRequest(thread_id="rr", create_session=True, messages=[user("a")]))
+        harness.stub.Run(pb.RunRequest(session_id="rr", create_session=True, messages=[user("a")]))
     )
-    await collect(harness.stub.Run(pb.RunRequest(thread_id="rr", messages=[user("b")])))
+    await collect(harness.stub.Run(pb.RunRequest(session_id="rr", messages=[user("b")])))
     run_id = first[0].run_id
 
     run = await harness.stub.GetRun(pb.GetRunRequest(run_id=run_id))
@@ -151,15 +151,15 @@ async def test_a_run_is_stored_as_ended_before_its_terminal_event_reaches_anyone
     harness: Harness,
 ) -> None:
     call = harness.stub.Run(
-        pb.RunRequest(thread_id="order", create_session=True, messages=[user("a b c")])
+        pb.RunRequest(session_id="order", create_session=True, messages=[user("a b c")])
     )
     events = await collect(call)
     run = await harness.stub.GetRun(pb.GetRunRequest(run_id=events[-1].run_id))
     assert run.status == pb.RUN_STATUS_SUCCEEDED
     stored = await collect(
-        harness.stub.Subscribe(pb.SubscribeRequest(thread_id="order", until_idle=True))
+        harness.stub.Subscribe(pb.SubscribeRequest(session_id="order", until_idle=True))
     )
     assert [e.seq for e in stored] == [e.seq for e in events]
-    second = await collect(harness.stub.Run(pb.RunRequest(thread_id="order", messages=[user("d")])))
+    second = await collect(harness.stub.Run(pb.RunRequest(session_id="order", messages=[user("d")])))
     again = await harness.stub.GetRun(pb.GetRunRequest(run_id=second[0].run_id))
     assert again.start_seq == events[-1].seq + 1 == second[0].seq

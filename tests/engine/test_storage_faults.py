@@ -82,9 +82,9 @@ async def test_a_full_disk_fails_the_run_clearly_and_the_conversation_recovers(
 ) -> None:
     stub = harness.stub
     await stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
-    seen = await collect(stub.Run(pb.RunRequest(thread_id="s", messages=[user("hello")])))
+    seen = await collect(stub.Run(pb.RunRequest(session_id="s", messages=[user("hello")])))
     assert kind(seen[-1]) == "run_finished"
-    call = stub.Run(pb.RunRequest(thread_id="s", messages=[user("[[chunks:400]][[slow:0.005]]")]))
+    call = stub.Run(pb.RunRequest(session_id="s", messages=[user("[[chunks:400]][[slow:0.005]]")]))
     while len(seen) < 40:  # the run is streaming: now the disk fills up under it
         seen.append(await next_event(call))
     disk.fill()
@@ -98,9 +98,9 @@ async def test_a_full_disk_fails_the_run_clearly_and_the_conversation_recovers(
 
     await _wait_health(harness, health_pb2.HealthCheckResponse.NOT_SERVING)
     # Not wedged: nothing runs, and each refusal says why.
-    assert not (await stub.Interrupt(pb.InterruptRequest(thread_id="s"))).interrupted
+    assert not (await stub.Interrupt(pb.InterruptRequest(session_id="s"))).interrupted
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await collect(stub.Run(pb.RunRequest(thread_id="s", messages=[user("more")])))
+        await collect(stub.Run(pb.RunRequest(session_id="s", messages=[user("more")])))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "storage unavailable" in (refused.value.details() or "")
     with pytest.raises(grpc.aio.AioRpcError) as not_deleted:
@@ -111,11 +111,11 @@ async def test_a_full_disk_fails_the_run_clearly_and_the_conversation_recovers(
 
     disk.free()
     await _wait_health(harness, health_pb2.HealthCheckResponse.SERVING)
-    after = await collect(stub.Run(pb.RunRequest(thread_id="s", messages=[user("back")])))
+    after = await collect(stub.Run(pb.RunRequest(session_id="s", messages=[user("back")])))
     assert kind(after[-1]) == "run_finished"
     seen += after
 
-    stored = await collect(stub.Subscribe(pb.SubscribeRequest(thread_id="s", until_idle=True)))
+    stored = await collect(stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True)))
     assert _lost_and_duplicated(seen, stored) == (0, 0)
     seqs = [e.seq for e in stored]
     assert seqs == sorted(set(seqs))
@@ -151,7 +151,7 @@ async def test_the_engine_starts_on_a_full_disk_and_closes_the_abandoned_run_whe
         disk.free()
         await _wait_health(harness, health_pb2.HealthCheckResponse.SERVING)
         closing = await collect(
-            harness.stub.Subscribe(pb.SubscribeRequest(thread_id="s", after_seq=3, until_idle=True))
+            harness.stub.Subscribe(pb.SubscribeRequest(session_id="s", after_seq=3, until_idle=True))
         )
         messages = await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="s"))
 
@@ -177,7 +177,7 @@ async def test_while_a_run_end_waits_for_the_disk_another_caller_is_told_not_fou
         stub = harness.stub
         await stub.CreateSession(pb.CreateSessionRequest(session_id="s"), metadata=alice)
         call = stub.Run(
-            pb.RunRequest(thread_id="s", messages=[user("[[chunks:400]][[slow:0.005]]")]),
+            pb.RunRequest(session_id="s", messages=[user("[[chunks:400]][[slow:0.005]]")]),
             metadata=alice,
         )
         seen = [await next_event(call) for _ in range(40)]
@@ -189,7 +189,7 @@ async def test_while_a_run_end_waits_for_the_disk_another_caller_is_told_not_fou
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await collect(
                     stub.Run(
-                        pb.RunRequest(thread_id="s", messages=[user("more")]), metadata=metadata
+                        pb.RunRequest(session_id="s", messages=[user("more")]), metadata=metadata
                     )
                 )
             assert refused.value.code().name == code, refused.value.details()

@@ -21,14 +21,14 @@ async def read_until_finished(call: object) -> list[pb.Event]:
 
 async def test_subscribe_replays_stored_events_then_follows_live_ones(harness: Harness) -> None:
     first = await collect(
-        harness.stub.Run(pb.RunRequest(thread_id="s", create_session=True, messages=[user("one")]))
+        harness.stub.Run(pb.RunRequest(session_id="s", create_session=True, messages=[user("one")]))
     )
-    follower = harness.stub.Subscribe(pb.SubscribeRequest(thread_id="s", after_seq=0))
+    follower = harness.stub.Subscribe(pb.SubscribeRequest(session_id="s", after_seq=0))
     replayed = await read_until_finished(follower)
     assert [e.SerializeToString() for e in replayed] == [e.SerializeToString() for e in first]
 
     second = await collect(
-        harness.stub.Run(pb.RunRequest(thread_id="s", messages=[user("[[slow:0.01]] two three")]))
+        harness.stub.Run(pb.RunRequest(session_id="s", messages=[user("[[slow:0.01]] two three")]))
     )
     live = await read_until_finished(follower)
     follower.cancel()
@@ -40,13 +40,13 @@ async def test_subscribe_replays_stored_events_then_follows_live_ones(harness: H
 async def test_two_subscribers_that_join_mid_run_see_identical_sequences(harness: Harness) -> None:
     runner = harness.stub.Run(
         pb.RunRequest(
-            thread_id="two", create_session=True, messages=[user("[[slow:0.02]] a b c d e f")]
+            session_id="two", create_session=True, messages=[user("[[slow:0.02]] a b c d e f")]
         )
     )
     head = [await next_event(runner), await next_event(runner), await next_event(runner)]
-    a = harness.stub.Subscribe(pb.SubscribeRequest(thread_id="two", after_seq=0, until_idle=True))
+    a = harness.stub.Subscribe(pb.SubscribeRequest(session_id="two", after_seq=0, until_idle=True))
     first_of_a = await next_event(a)
-    b = harness.stub.Subscribe(pb.SubscribeRequest(thread_id="two", after_seq=0, until_idle=True))
+    b = harness.stub.Subscribe(pb.SubscribeRequest(session_id="two", after_seq=0, until_idle=True))
     rest = await collect(runner)
     seen_a = [first_of_a, *await collect(a)]
     seen_b = await collect(b)
@@ -60,12 +60,12 @@ async def test_two_subscribers_that_join_mid_run_see_identical_sequences(harness
 async def test_subscribe_after_a_seq_returns_exactly_the_events_after_it(harness: Harness) -> None:
     events = await collect(
         harness.stub.Run(
-            pb.RunRequest(thread_id="x", create_session=True, messages=[user("a b c")])
+            pb.RunRequest(session_id="x", create_session=True, messages=[user("a b c")])
         )
     )
     cut = events[3].seq
     resumed = await collect(
-        harness.stub.Subscribe(pb.SubscribeRequest(thread_id="x", after_seq=cut, until_idle=True))
+        harness.stub.Subscribe(pb.SubscribeRequest(session_id="x", after_seq=cut, until_idle=True))
     )
     assert [e.seq for e in resumed] == [e.seq for e in events[4:]]
 
@@ -75,7 +75,7 @@ async def test_a_run_whose_caller_went_away_completes_and_can_be_picked_up(
 ) -> None:
     call = harness.stub.Run(
         pb.RunRequest(
-            thread_id="gone", create_session=True, messages=[user("[[slow:0.03]] a b c d")]
+            session_id="gone", create_session=True, messages=[user("[[slow:0.03]] a b c d")]
         )
     )
     seen = [await next_event(call), await next_event(call)]
@@ -83,7 +83,7 @@ async def test_a_run_whose_caller_went_away_completes_and_can_be_picked_up(
 
     rest = await collect(
         harness.stub.Subscribe(
-            pb.SubscribeRequest(thread_id="gone", after_seq=seen[-1].seq, until_idle=True)
+            pb.SubscribeRequest(session_id="gone", after_seq=seen[-1].seq, until_idle=True)
         )
     )
     assert rest[0].seq == seen[-1].seq + 1
@@ -99,7 +99,7 @@ async def test_cancel_on_disconnect_interrupts_the_run_when_its_caller_goes(
 ) -> None:
     call = harness.stub.Run(
         pb.RunRequest(
-            thread_id="cod",
+            session_id="cod",
             create_session=True,
             cancel_on_disconnect=True,
             messages=[user("[[slow:0.05]] a b c d e f g h")],
@@ -110,7 +110,7 @@ async def test_cancel_on_disconnect_interrupts_the_run_when_its_caller_goes(
             pass
     call.cancel()
     rest = await collect(
-        harness.stub.Subscribe(pb.SubscribeRequest(thread_id="cod", after_seq=1, until_idle=True))
+        harness.stub.Subscribe(pb.SubscribeRequest(session_id="cod", after_seq=1, until_idle=True))
     )
     assert rest[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
     assert await llm.wait_connection_closed_async(within=WAIT)
@@ -122,7 +122,7 @@ async def test_subscribe_to_an_idle_session_with_until_idle_ends_after_the_repla
     await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="quiet"))
     assert (
         await collect(
-            harness.stub.Subscribe(pb.SubscribeRequest(thread_id="quiet", until_idle=True))
+            harness.stub.Subscribe(pb.SubscribeRequest(session_id="quiet", until_idle=True))
         )
         == []
     )

@@ -328,7 +328,7 @@ def engine_events(grpc_target: str, conversation_id: str, within: float) -> list
     with grpc.insecure_channel(grpc_target) as channel:
         stub = pb_grpc.AgentEngineStub(channel)
         stream = stub.Subscribe(
-            pb.SubscribeRequest(thread_id=conversation_id, after_seq=0, until_idle=True),
+            pb.SubscribeRequest(session_id=conversation_id, after_seq=0, until_idle=True),
             timeout=within,
         )
         return [(event.seq, event.WhichOneof("kind") or "") for event in stream]

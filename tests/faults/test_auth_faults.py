@@ -49,7 +49,7 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) 
         try:
             bobs = list(
                 engine.stub.Run(
-                    pb.RunRequest(thread_id="b1", create_session=True, messages=[user("bob")]),
+                    pb.RunRequest(session_id="b1", create_session=True, messages=[user("bob")]),
                     metadata=as_("bob"),
                     timeout=WAIT,
                 )
@@ -57,7 +57,7 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) 
             assert kind(bobs[-1]) == "run_finished"
             call = engine.stub.Run(
                 pb.RunRequest(
-                    thread_id="a1",
+                    session_id="a1",
                     create_session=True,
                     messages=[user("[[chunks:3000]][[slow:0.002]]")],
                 ),
@@ -99,7 +99,7 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) 
             _not_found(stub.GetRun, pb.GetRunRequest(run_id=run_id, session_id="a1"), bob)
             _not_found(stub.ListMessages, pb.ListMessagesRequest(session_id="a1"), bob)
             _not_found(stub.ListRuns, pb.ListRunsRequest(session_id="a1"), bob)
-            _not_found(stub.Subscribe, pb.SubscribeRequest(thread_id="a1", until_idle=True), bob)
+            _not_found(stub.Subscribe, pb.SubscribeRequest(session_id="a1", until_idle=True), bob)
             sessions = stub.ListSessions(pb.ListSessionsRequest(), metadata=bob)
             assert [s.id for s in sessions.sessions] == ["b1"] and sessions.total == 1
             runs = stub.ListRuns(pb.ListRunsRequest(), metadata=bob)

@@ -42,7 +42,7 @@ def _settings(llm: FakeOpenAI, *servers: McpServerConfig) -> Settings:
 
 
 def _run(thread_id: str, text: str) -> pb.RunRequest:
-    return pb.RunRequest(thread_id=thread_id, create_session=True, messages=[user(text)])
+    return pb.RunRequest(session_id=thread_id, create_session=True, messages=[user(text)])
 
 
 def _result(events: list[pb.Event]) -> pb.ToolCallResult:
@@ -76,7 +76,7 @@ async def test_interrupting_a_run_cancels_its_mcp_call_on_the_server(llm: FakeOp
             seen = [await next_event(run)]
             while kind(seen[-1]) != "custom":
                 seen.append(await next_event(run))
-            reply = await harness.stub.Interrupt(pb.InterruptRequest(thread_id="mcp-interrupt"))
+            reply = await harness.stub.Interrupt(pb.InterruptRequest(session_id="mcp-interrupt"))
             events = seen + await collect(run)
             await stderr.wait_for("cancelled")
             assert harness.server.mcp["demo"].connections == 1

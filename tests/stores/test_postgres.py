@@ -105,7 +105,7 @@ async def test_two_stores_racing_begin_run_let_exactly_one_through(
         session_id = f"s{round_}"
         outcomes = await asyncio.gather(
             *(
-                store.begin_run(session_id, f"r{i}", at(1), create=True)
+                store.begin_run(session_id, f"r{round_}-{i}", at(1), create=True)
                 for i in range(6)
                 for store in (a, b)
             ),
@@ -332,10 +332,10 @@ def test_migrate_applies_the_sqlite_schema(tmp_path: Path) -> None:
     first = migrate_cli(url)
     out, err = first.communicate(timeout=30)
     assert first.returncode == 0, err
-    assert out.endswith("schema version 0 -> 4\n")
+    assert out.endswith("schema version 0 -> 5\n")
     second = migrate_cli(url)
     out, _ = second.communicate(timeout=30)
-    assert out.endswith("schema version 4, up to date\n")
+    assert out.endswith("schema version 5, up to date\n")
 
 
 def test_migrate_exits_2_on_an_unreachable_database_without_the_password() -> None:

@@ -20,6 +20,8 @@ from engine_service.core.errors import (
 )
 from engine_service.core.models import (
     ImagePart,
+    Interrupt,
+    InterruptKind,
     Message,
     MessageStatus,
     Role,
@@ -276,7 +278,78 @@ async def test_reusing_a_run_id_in_a_session_raises_already_exists(store: Sessio
     with pytest.raises(AlreadyExists):
         await store.begin_run("s1", "r1", at(2), create=False)
     assert (await store.get_session("s1")).active_run_id == ""
-    await store.begin_run("s2", "r1", at(3), create=True)
+
+
+async def test_run_ids_are_unique_across_sessions_and_the_refusal_hides_where(
+    store: SessionStore,
+) -> None:
+    await store.begin_run("s1", "r1", at(0), create=True)
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1))
+    await store.create_session("s2", "", at(2))
+    with pytest.raises(AlreadyExists) as caught:
+        await store.begin_run("s2", "r1", at(3), create=False)
+    assert "r1" in str(caught.value) and "s1" not in str(caught.value)
+    assert [r.id for r in await store.list_runs("s2")] == []
+    with pytest.raises(AlreadyExists):  # nor does a session made for the run survive
+        await store.begin_run("s3", "r1", at(3), create=True)
+    assert (await store.get_run("s1", "r1")).session_id == "s1"
+    # Once its session is deleted, the id is free again.
+    await store.delete_session("s1")
+    await store.begin_run("s2", "r1", at(4), create=False)
+
+
+def _interrupt(interrupt_id: str, run_id: str) -> Interrupt:
+    return Interrupt(
+        interrupt_id,
+        InterruptKind.APPROVAL,
+        run_id,
+        ToolCall("call-" + interrupt_id, "calculate", '{"expression": "1+1"}'),
+        "Approve calling calculate?",
+        {"tool": "calculate", "arguments": {"expression": "1+1"}},
+        at(60),
+    )
+
+
+async def test_interrupts_of_a_finished_run_are_pending_until_resolved(
+    store: SessionStore,
+) -> None:
+    asked = [_interrupt("i1", "r1"), _interrupt("i2", "r1")]
+    await store.begin_run("s1", "r1", at(0), create=True, parent_run_id="p0")
+    await store.finish_run("s1", "r1", RunStatus.INPUT_REQUIRED, at(1), interrupts=asked)
+    assert (await store.get_session("s1")).interrupts == asked
+    run = await store.get_run("s1", "r1")
+    assert (run.status, run.interrupts, run.resumed_by, run.parent_run_id) == (
+        RunStatus.INPUT_REQUIRED,
+        asked,
+        "",
+        "p0",
+    )
+    seen: list[list[Interrupt]] = []
+    await store.begin_run("s1", "r2", at(2), create=False, admit=seen.append)
+    assert seen == [asked]
+    await store.resolve_interrupts("s1", "r2")
+    assert (await store.get_session("s1")).interrupts == []
+    assert (await store.get_run("s1", "r1")).resumed_by == "r2"
+    assert (await store.get_run("s1", "r1")).interrupts == asked  # the record keeps them
+    await store.finish_run("s1", "r2", RunStatus.SUCCEEDED, at(3))
+    assert (await store.get_session("s1")).interrupts == []
+
+
+async def test_a_refusing_admit_writes_nothing(store: SessionStore) -> None:
+    await store.begin_run("s1", "r1", at(0), create=True)
+    await store.finish_run(
+        "s1", "r1", RunStatus.INPUT_REQUIRED, at(1), interrupts=[_interrupt("i1", "r1")]
+    )
+
+    def refuse(pending: list[Interrupt]) -> None:
+        raise InvalidInput("no")
+
+    with pytest.raises(InvalidInput):
+        await store.begin_run("s1", "r2", at(2), create=False, admit=refuse)
+    session = await store.get_session("s1")
+    assert (session.active_run_id, len(session.interrupts)) == ("", 1)
+    assert [r.id for r in await store.list_runs("s1")] == ["r1"]
+    await store.begin_run("s1", "r2", at(3), create=False)  # the id was not taken
 
 
 async def test_finish_run_records_the_outcome_and_frees_the_session(store: SessionStore) -> None:

@@ -273,7 +273,7 @@ def test_a_resumed_stream_keeps_the_identity_of_the_request_that_opened_it(
 ) -> None:
     app = client.application
     recorder = _Recorder()
-    request = pb.SubscribeRequest(thread_id="t", after_seq=3)
+    request = pb.SubscribeRequest(session_id="t", after_seq=3)
     with app.test_request_context("/", headers=ALICE):
         resume = Resume.of_subscription(recorder, request)
     with app.test_request_context("/", headers=BOB):  # another request is being handled

@@ -208,7 +208,7 @@ class TaskService:
         sent.context_id, sent.task_id = task.context_id, task.id
         task.history.append(sent)
         run_request = pb.RunRequest(
-            thread_id=context_id,
+            session_id=context_id,
             run_id=task.id,
             messages=[pb.Message(id=message.message_id, role=pb.ROLE_USER, content=content)],
             create_session=True,
@@ -265,7 +265,7 @@ class TaskService:
         answer could still read WORKING.
         """
         call = self._engine.Subscribe(
-            pb.SubscribeRequest(thread_id=context_id, after_seq=after_seq, until_idle=True),
+            pb.SubscribeRequest(session_id=context_id, after_seq=after_seq, until_idle=True),
             timeout=SETTLE_WAIT,
         )
         try:
@@ -296,7 +296,7 @@ class TaskService:
         last_seq = self._last_seq(run.session_id)
         try:
             self._engine.Interrupt(
-                pb.InterruptRequest(thread_id=run.session_id, run_id=task_id),
+                pb.InterruptRequest(session_id=run.session_id, run_id=task_id),
                 timeout=UNARY_TIMEOUT,
             )
         except grpc.RpcError as exc:
@@ -335,7 +335,7 @@ class TaskService:
         while True:
             after = max(0, last_seq - window)
             subscription = pb.SubscribeRequest(
-                thread_id=run.session_id, after_seq=after, until_idle=True
+                session_id=run.session_id, after_seq=after, until_idle=True
             )
             relay = EventRelay(
                 self._engine.Subscribe(subscription),

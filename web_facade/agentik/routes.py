@@ -175,7 +175,7 @@ def send(conversation_id: str) -> Response:
     settings = current_settings()
     engine = current_engine().engine
     run_request = pb.RunRequest(
-        thread_id=conversation_id,
+        session_id=conversation_id,
         messages=[message],
         create_session=False,
         cancel_on_disconnect=settings.on_disconnect == "cancel",
@@ -205,7 +205,7 @@ def events(conversation_id: str) -> Response:
     session = _get_session(conversation_id)  # 404 before the stream opens
     engine = current_engine().engine
     subscription = pb.SubscribeRequest(
-        thread_id=conversation_id,
+        session_id=conversation_id,
         after_seq=session.last_seq if after is None else after,
         until_idle=until_idle,
     )
@@ -218,7 +218,7 @@ def interrupt(conversation_id: str) -> dict[str, Any]:
     """Stop the turn in flight (or only ``run_id``); idle is not an error."""
     body = _json_body(required=False)
     reply = current_engine().engine.Interrupt(
-        pb.InterruptRequest(thread_id=conversation_id, run_id=_optional_string(body, "run_id")),
+        pb.InterruptRequest(session_id=conversation_id, run_id=_optional_string(body, "run_id")),
         timeout=UNARY_TIMEOUT,
     )
     out: dict[str, Any] = {"interrupted": reply.interrupted}

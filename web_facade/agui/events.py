@@ -136,7 +136,7 @@ def message_to_agui(message: pb.Message) -> Message:
 
 def _run_started(event: pb.Event) -> BaseEvent:
     return RunStartedEvent(
-        thread_id=event.thread_id,
+        thread_id=event.session_id,
         run_id=event.run_id,
         protocol_version=PROTOCOL_VERSION,
         parent_run_id=event.run_started.parent_run_id or None,
@@ -164,7 +164,7 @@ def _run_finished(event: pb.Event) -> BaseEvent:
             )
         ]
     return RunFinishedEvent(
-        thread_id=event.thread_id,
+        thread_id=event.session_id,
         run_id=event.run_id,
         outcome=_outcome(body),
         usage=usage,

@@ -325,7 +325,7 @@ def run_request(
             "resume: this agent never pauses on an interrupt, so there is nothing to resume"
         )
     request = pb.RunRequest(
-        thread_id=run_input.thread_id,
+        session_id=run_input.thread_id,
         run_id=run_input.run_id,
         messages=_messages(run_input.messages),
         tools=_tools(run_input),

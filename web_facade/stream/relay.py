@@ -105,7 +105,7 @@ class Resume:
         """For the stream of ``engine.Run(request)``."""
         return cls(
             engine,
-            request.thread_id,
+            request.session_id,
             None,
             until_idle=True,
             run_id=request.run_id,
@@ -115,7 +115,7 @@ class Resume:
     @classmethod
     def of_subscription(cls, engine: Any, request: pb.SubscribeRequest) -> Resume:
         """For the stream of ``engine.Subscribe(request)``."""
-        return cls(engine, request.thread_id, request.after_seq, until_idle=request.until_idle)
+        return cls(engine, request.session_id, request.after_seq, until_idle=request.until_idle)
 
     @property
     def possible(self) -> bool:
@@ -129,7 +129,7 @@ class Resume:
                 return False
             self.after_seq = event.seq
         if not self.thread_id:
-            self.thread_id = event.thread_id
+            self.session_id = event.session_id
         if not self.run_id:
             self.run_id = event.run_id
         if event.run_id == self.run_id and event.WhichOneof("kind") in _RUN_ENDS:
@@ -139,7 +139,7 @@ class Resume:
     def reopen(self) -> Any:
         """A new ``Subscribe`` call after the last relayed seq."""
         request = pb.SubscribeRequest(
-            thread_id=self.thread_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
+            session_id=self.thread_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
         )
         self.resumed += 1
         return self._engine.Subscribe(request, metadata=self._metadata)
@@ -147,7 +147,7 @@ class Resume:
     def interrupt(self) -> None:
         """Stop the run: its client left, and the call whose cancel would have stopped it
         (``cancel_on_disconnect``) was replaced by a subscription."""
-        request = pb.InterruptRequest(thread_id=self.thread_id, run_id=self.run_id)
+        request = pb.InterruptRequest(session_id=self.session_id, run_id=self.run_id)
         try:
             self._engine.Interrupt(request, timeout=INTERRUPT_TIMEOUT, metadata=self._metadata)
         except grpc.RpcError as exc:

@@ -14,7 +14,7 @@ from web_facade.agentik.events import EVENT_TABLE, event_frame, to_agentik
 
 
 def _event(seq: int = 7, **kind: Any) -> pb.Event:
-    return pb.Event(seq=seq, thread_id="t1", run_id="r1", **kind)
+    return pb.Event(seq=seq, session_id="t1", run_id="r1", **kind)
 
 
 def _user_message() -> pb.Message:

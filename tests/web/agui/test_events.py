@@ -19,7 +19,7 @@ from web_facade.stream import DRAINING, EventRelay
 
 
 def _event(**kind: Any) -> pb.Event:
-    event = pb.Event(seq=3, thread_id="t1", run_id="r1", **kind)
+    event = pb.Event(seq=3, session_id="t1", run_id="r1", **kind)
     event.time.FromMilliseconds(1_780_000_000_123)
     return event
 

@@ -243,7 +243,7 @@ def test_an_interrupt_over_grpc_also_finishes_the_run_cancelled(
     reader.read_until(has(EventType.TEXT_MESSAGE_CONTENT))
     with grpc.insecure_channel(engine_target) as channel:
         stub = pb_grpc.AgentEngineStub(channel)
-        reply = stub.Interrupt(pb.InterruptRequest(thread_id=thread_id), timeout=WAIT)
+        reply = stub.Interrupt(pb.InterruptRequest(session_id=thread_id), timeout=WAIT)
     events = reader.read_to_end()
 
     assert reply.interrupted

@@ -46,7 +46,7 @@ class WaitingCall:
 
 
 def _event(seq: int, thread_id: str, run_id: str, **kind: Any) -> pb.Event:
-    return pb.Event(seq=seq, thread_id=thread_id, run_id=run_id, **kind)
+    return pb.Event(seq=seq, session_id=thread_id, run_id=run_id, **kind)
 
 
 def _run_events(thread_id: str, run_id: str) -> list[pb.Event]:
@@ -80,7 +80,7 @@ class FakeStub:
         self.calls: list[WaitingCall] = []
 
     def Run(self, request: pb.RunRequest, **_: Any) -> WaitingCall:
-        call = WaitingCall(_run_events(request.thread_id, request.run_id or "r1"))
+        call = WaitingCall(_run_events(request.session_id, request.run_id or "r1"))
         self.calls.append(call)
         return call
 

@@ -15,9 +15,12 @@ Conventions:
   event within that session. `Subscribe(after_seq = N)` resumes after N.
 - JSON values (state, tool parameters, custom values) travel as
   google.protobuf.Value / Struct.
+- Every message names the session `session_id` (AG-UI calls it threadId).
 - Errors use standard gRPC status codes: INVALID_ARGUMENT for malformed
   requests (the message names the field), NOT_FOUND for an unknown
-  session, FAILED_PRECONDITION for a session that is busy with another run,
+  session, FAILED_PRECONDITION for a session that is busy with another run
+  or waits for a person (see Interrupt), ALREADY_EXISTS for a run id that
+  is taken (run ids are unique on the whole server),
   RESOURCE_EXHAUSTED when the engine is at its concurrent-run limit,
   UNAVAILABLE while the engine shuts down.
 """
@@ -141,6 +144,60 @@ RECONCILE_MODE_REPLACE: ReconcileMode.ValueType  # 2
 """The request's messages become the whole history."""
 Global___ReconcileMode: _TypeAlias = ReconcileMode  # noqa: Y015
 
+class _InterruptKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _InterruptKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InterruptKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    INTERRUPT_KIND_UNSPECIFIED: _InterruptKind.ValueType  # 0
+    """Not set."""
+    INTERRUPT_KIND_APPROVAL: _InterruptKind.ValueType  # 1
+    """A tool call that needs approval before it runs (`[tools] approval`)."""
+    INTERRUPT_KIND_QUESTION: _InterruptKind.ValueType  # 2
+    """A question the LLM asks the person (the `ask_user` tool)."""
+
+class InterruptKind(_InterruptKind, metaclass=_InterruptKindEnumTypeWrapper):
+    """What needs a person."""
+
+INTERRUPT_KIND_UNSPECIFIED: InterruptKind.ValueType  # 0
+"""Not set."""
+INTERRUPT_KIND_APPROVAL: InterruptKind.ValueType  # 1
+"""A tool call that needs approval before it runs (`[tools] approval`)."""
+INTERRUPT_KIND_QUESTION: InterruptKind.ValueType  # 2
+"""A question the LLM asks the person (the `ask_user` tool)."""
+Global___InterruptKind: _TypeAlias = InterruptKind  # noqa: Y015
+
+class _ResumeStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResumeStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResumeStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESUME_STATUS_UNSPECIFIED: _ResumeStatus.ValueType  # 0
+    """Not set; rejected."""
+    RESUME_STATUS_RESOLVED: _ResumeStatus.ValueType  # 1
+    """Approved (payload may hold {"arguments": {...}} to edit the call, or
+    {"approved": false} to decline), or answered (payload {"answer": "..."}
+    or the answer as a JSON string).
+    """
+    RESUME_STATUS_CANCELLED: _ResumeStatus.ValueType  # 2
+    """Declined, or left unanswered: the LLM is told the person declined."""
+
+class ResumeStatus(_ResumeStatus, metaclass=_ResumeStatusEnumTypeWrapper):
+    """How a person answered an interrupt (AG-UI ResumeEntry status)."""
+
+RESUME_STATUS_UNSPECIFIED: ResumeStatus.ValueType  # 0
+"""Not set; rejected."""
+RESUME_STATUS_RESOLVED: ResumeStatus.ValueType  # 1
+"""Approved (payload may hold {"arguments": {...}} to edit the call, or
+{"approved": false} to decline), or answered (payload {"answer": "..."}
+or the answer as a JSON string).
+"""
+RESUME_STATUS_CANCELLED: ResumeStatus.ValueType  # 2
+"""Declined, or left unanswered: the LLM is told the person declined."""
+Global___ResumeStatus: _TypeAlias = ResumeStatus  # noqa: Y015
+
 class _OutcomeType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -187,6 +244,10 @@ class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.V
     """Ended by Interrupt or shutdown (RUN_FINISHED, outcome CANCELLED), or
     left running by an engine that died.
     """
+    RUN_STATUS_INPUT_REQUIRED: _RunStatus.ValueType  # 5
+    """Ended waiting for a person (RUN_FINISHED, outcome INTERRUPT); see
+    RunInfo.interrupts and resumed_by_run_id.
+    """
 
 class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
     """Where a run stands."""
@@ -202,6 +263,10 @@ RUN_STATUS_FAILED: RunStatus.ValueType  # 3
 RUN_STATUS_INTERRUPTED: RunStatus.ValueType  # 4
 """Ended by Interrupt or shutdown (RUN_FINISHED, outcome CANCELLED), or
 left running by an engine that died.
+"""
+RUN_STATUS_INPUT_REQUIRED: RunStatus.ValueType  # 5
+"""Ended waiting for a person (RUN_FINISHED, outcome INTERRUPT); see
+RunInfo.interrupts and resumed_by_run_id.
 """
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
@@ -225,6 +290,7 @@ class Session(_message.Message):
     LAST_SEQ_FIELD_NUMBER: _builtins.int
     ACTIVE_RUN_ID_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
+    PENDING_INTERRUPTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Session id; also the AG-UI thread id."""
     title: _builtins.str
@@ -251,6 +317,13 @@ class Session(_message.Message):
     def state(self) -> _struct_pb2.Value:
         """The shared state of the session (AG-UI state); null when never set."""
 
+    @_builtins.property
+    def pending_interrupts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interrupt]:
+        """What the session waits for from a person: the interrupts of its last
+        run that no Run has resumed yet. A Run without `resume` is refused while
+        any of them has not expired.
+        """
+
     def __init__(
         self,
         *,
@@ -263,10 +336,11 @@ class Session(_message.Message):
         last_seq: _builtins.int = ...,
         active_run_id: _builtins.str = ...,
         owner: _builtins.str = ...,
+        pending_interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "state", b"state", "title", b"title", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -519,7 +593,7 @@ class RunRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    THREAD_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
@@ -531,10 +605,13 @@ class RunRequest(_message.Message):
     CANCEL_ON_DISCONNECT_FIELD_NUMBER: _builtins.int
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_SNAPSHOT_FIELD_NUMBER: _builtins.int
-    thread_id: _builtins.str
+    RESUME_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
     """Session id (AG-UI threadId). Required."""
     run_id: _builtins.str
-    """Run id (AG-UI runId); generated when empty. Must be new for the session."""
+    """Run id (AG-UI runId); generated when empty. Must be new on the server:
+    a run id used before, in any session, is ALREADY_EXISTS.
+    """
     reconcile: Global___ReconcileMode.ValueType
     """How `messages` combine with the stored history."""
     create_session: _builtins.bool
@@ -569,10 +646,19 @@ class RunRequest(_message.Message):
     def forwarded_props(self) -> _struct_pb2.Struct:
         """AG-UI forwardedProps, passed through untouched."""
 
+    @_builtins.property
+    def resume(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResumeEntry]:
+        """Answers to the session's pending interrupts (AG-UI `resume`): one entry
+        per pending interrupt; expired ones may be left out (they count as
+        declined). The decisions are carried out first — approved tools run,
+        declined ones and answers become tool results — then `messages` are
+        added and the LLM goes on.
+        """
+
     def __init__(
         self,
         *,
-        thread_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
         messages: _abc.Iterable[Global___Message] | None = ...,
         tools: _abc.Iterable[Global___Tool] | None = ...,
@@ -584,14 +670,111 @@ class RunRequest(_message.Message):
         cancel_on_disconnect: _builtins.bool = ...,
         parent_run_id: _builtins.str = ...,
         messages_snapshot: _builtins.bool = ...,
+        resume: _abc.Iterable[Global___ResumeEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "reconcile", b"reconcile", "run_id", b"run_id", "state", b"state", "thread_id", b"thread_id", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunRequest: _TypeAlias = RunRequest  # noqa: Y015
+
+@_typing.final
+class Interrupt(_message.Message):
+    """A request for a person's decision or answer; the run that made it ended
+    with outcome INTERRUPT (AG-UI `Interrupt`).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RESPONSE_SCHEMA_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Interrupt id, unique on the server; resume entries name it."""
+    kind: Global___InterruptKind.ValueType
+    """Approval or question."""
+    message: _builtins.str
+    """What is asked, for a person: "Approve calling calculate?" or the
+    question itself.
+    """
+    run_id: _builtins.str
+    """The run that asked."""
+    @_builtins.property
+    def tool_call(self) -> Global___ToolCall:
+        """The tool call waiting: the call to approve, or the `ask_user` call."""
+
+    @_builtins.property
+    def payload(self) -> _struct_pb2.Value:
+        """Structured request: for an approval {"tool": name, "arguments": {...}};
+        for a question {"question": "..."} (and "choices" when the LLM gave some).
+        """
+
+    @_builtins.property
+    def expire_time(self) -> _timestamp_pb2.Timestamp:
+        """When an unanswered interrupt counts as declined; unset: never."""
+
+    @_builtins.property
+    def response_schema(self) -> _struct_pb2.Struct:
+        """JSON Schema of the payload a resume entry may carry."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        kind: Global___InterruptKind.ValueType = ...,
+        message: _builtins.str = ...,
+        tool_call: Global___ToolCall | None = ...,
+        payload: _struct_pb2.Value | None = ...,
+        expire_time: _timestamp_pb2.Timestamp | None = ...,
+        run_id: _builtins.str = ...,
+        response_schema: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "payload", b"payload", "response_schema", b"response_schema", "tool_call", b"tool_call"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "id", b"id", "kind", b"kind", "message", b"message", "payload", b"payload", "response_schema", b"response_schema", "run_id", b"run_id", "tool_call", b"tool_call"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Interrupt: _TypeAlias = Interrupt  # noqa: Y015
+
+@_typing.final
+class ResumeEntry(_message.Message):
+    """One answer to a pending interrupt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTERRUPT_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    interrupt_id: _builtins.str
+    """The interrupt answered. Required."""
+    status: Global___ResumeStatus.ValueType
+    """Resolved or cancelled. Required."""
+    @_builtins.property
+    def payload(self) -> _struct_pb2.Value:
+        """The decision's details (see ResumeStatus)."""
+
+    def __init__(
+        self,
+        *,
+        interrupt_id: _builtins.str = ...,
+        status: Global___ResumeStatus.ValueType = ...,
+        payload: _struct_pb2.Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interrupt_id", b"interrupt_id", "payload", b"payload", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeEntry: _TypeAlias = ResumeEntry  # noqa: Y015
 
 @_typing.final
 class InterruptRequest(_message.Message):
@@ -599,21 +782,21 @@ class InterruptRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    THREAD_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
-    thread_id: _builtins.str
+    session_id: _builtins.str
     """Session id. Required."""
     run_id: _builtins.str
     """When set, only this run is stopped; another run in flight is left alone."""
     def __init__(
         self,
         *,
-        thread_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -651,10 +834,10 @@ class SubscribeRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    THREAD_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQ_FIELD_NUMBER: _builtins.int
     UNTIL_IDLE_FIELD_NUMBER: _builtins.int
-    thread_id: _builtins.str
+    session_id: _builtins.str
     """Session id. Required."""
     after_seq: _builtins.int
     """Replay the stored events with seq greater than this; 0 replays all that
@@ -667,13 +850,13 @@ class SubscribeRequest(_message.Message):
     def __init__(
         self,
         *,
-        thread_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
         after_seq: _builtins.int = ...,
         until_idle: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "thread_id", b"thread_id", "until_idle", b"until_idle"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "session_id", b"session_id", "until_idle", b"until_idle"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -692,7 +875,7 @@ class Event(_message.Message):
 
     SEQ_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
-    THREAD_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     RUN_STARTED_FIELD_NUMBER: _builtins.int
     RUN_FINISHED_FIELD_NUMBER: _builtins.int
@@ -719,8 +902,8 @@ class Event(_message.Message):
     MESSAGE_STORED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Position within the session: +1 per event, starting at 1."""
-    thread_id: _builtins.str
-    """Session id."""
+    session_id: _builtins.str
+    """Session id (AG-UI threadId)."""
     run_id: _builtins.str
     """Run that emitted the event."""
     @_builtins.property
@@ -827,7 +1010,7 @@ class Event(_message.Message):
         *,
         seq: _builtins.int = ...,
         time: _timestamp_pb2.Timestamp | None = ...,
-        thread_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
         run_started: Global___RunStarted | None = ...,
         run_finished: Global___RunFinished | None = ...,
@@ -855,7 +1038,7 @@ class Event(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "kind", b"kind", "message_stored", b"message_stored", "messages_snapshot", b"messages_snapshot", "raw", b"raw", "reasoning_end", b"reasoning_end", "reasoning_message_content", b"reasoning_message_content", "reasoning_message_end", b"reasoning_message_end", "reasoning_message_start", b"reasoning_message_start", "reasoning_start", b"reasoning_start", "run_error", b"run_error", "run_finished", b"run_finished", "run_started", b"run_started", "state_delta", b"state_delta", "state_snapshot", b"state_snapshot", "step_finished", b"step_finished", "step_started", b"step_started", "text_message_content", b"text_message_content", "text_message_end", b"text_message_end", "text_message_start", b"text_message_start", "time", b"time", "tool_call_args", b"tool_call_args", "tool_call_end", b"tool_call_end", "tool_call_result", b"tool_call_result", "tool_call_start", b"tool_call_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "kind", b"kind", "message_stored", b"message_stored", "messages_snapshot", b"messages_snapshot", "raw", b"raw", "reasoning_end", b"reasoning_end", "reasoning_message_content", b"reasoning_message_content", "reasoning_message_end", b"reasoning_message_end", "reasoning_message_start", b"reasoning_message_start", "reasoning_start", b"reasoning_start", "run_error", b"run_error", "run_finished", b"run_finished", "run_id", b"run_id", "run_started", b"run_started", "seq", b"seq", "state_delta", b"state_delta", "state_snapshot", b"state_snapshot", "step_finished", b"step_finished", "step_started", b"step_started", "text_message_content", b"text_message_content", "text_message_end", b"text_message_end", "text_message_start", b"text_message_start", "thread_id", b"thread_id", "time", b"time", "tool_call_args", b"tool_call_args", "tool_call_end", b"tool_call_end", "tool_call_result", b"tool_call_result", "tool_call_start", b"tool_call_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "kind", b"kind", "message_stored", b"message_stored", "messages_snapshot", b"messages_snapshot", "raw", b"raw", "reasoning_end", b"reasoning_end", "reasoning_message_content", b"reasoning_message_content", "reasoning_message_end", b"reasoning_message_end", "reasoning_message_start", b"reasoning_message_start", "reasoning_start", b"reasoning_start", "run_error", b"run_error", "run_finished", b"run_finished", "run_id", b"run_id", "run_started", b"run_started", "seq", b"seq", "session_id", b"session_id", "state_delta", b"state_delta", "state_snapshot", b"state_snapshot", "step_finished", b"step_finished", "step_started", b"step_started", "text_message_content", b"text_message_content", "text_message_end", b"text_message_end", "text_message_start", b"text_message_start", "time", b"time", "tool_call_args", b"tool_call_args", "tool_call_end", b"tool_call_end", "tool_call_result", b"tool_call_result", "tool_call_start", b"tool_call_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["run_started", "run_finished", "run_error", "step_started", "step_finished", "text_message_start", "text_message_content", "text_message_end", "tool_call_start", "tool_call_args", "tool_call_end", "tool_call_result", "reasoning_start", "reasoning_message_start", "reasoning_message_content", "reasoning_message_end", "reasoning_end", "state_snapshot", "state_delta", "messages_snapshot", "custom", "raw", "message_stored"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
@@ -925,12 +1108,13 @@ class RunFinished(_message.Message):
     PENDING_TOOL_CALL_IDS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    INTERRUPTS_FIELD_NUMBER: _builtins.int
     outcome: Global___OutcomeType.ValueType
     """How the run ended."""
     @_builtins.property
     def pending_tool_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Calls of client tools that await a result from the client (outcome
-        SUCCESS only).
+        SUCCESS, or INTERRUPT when the same LLM turn also called client tools).
         """
 
     @_builtins.property
@@ -941,6 +1125,10 @@ class RunFinished(_message.Message):
     def result(self) -> _struct_pb2.Value:
         """Optional result value (AG-UI `result`)."""
 
+    @_builtins.property
+    def interrupts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interrupt]:
+        """What the run waits for (outcome INTERRUPT only; at least one)."""
+
     def __init__(
         self,
         *,
@@ -948,10 +1136,11 @@ class RunFinished(_message.Message):
         pending_tool_call_ids: _abc.Iterable[_builtins.str] | None = ...,
         usage: Global___Usage | None = ...,
         result: _struct_pb2.Value | None = ...,
+        interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "pending_tool_call_ids", b"pending_tool_call_ids", "result", b"result", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interrupts", b"interrupts", "outcome", b"outcome", "pending_tool_call_ids", b"pending_tool_call_ids", "result", b"result", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1675,6 +1864,9 @@ class RunInfo(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     PENDING_TOOL_CALL_IDS_FIELD_NUMBER: _builtins.int
     START_SEQ_FIELD_NUMBER: _builtins.int
+    INTERRUPTS_FIELD_NUMBER: _builtins.int
+    RESUMED_BY_RUN_ID_FIELD_NUMBER: _builtins.int
+    PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Run id."""
     session_id: _builtins.str
@@ -1689,6 +1881,10 @@ class RunInfo(_message.Message):
     """Seq of the run's first event (RUN_STARTED): Subscribe with
     after_seq = start_seq - 1 replays the run from its start.
     """
+    resumed_by_run_id: _builtins.str
+    """The run that resumed this one's interrupts; empty while none has."""
+    parent_run_id: _builtins.str
+    """The run this one follows (RunRequest.parent_run_id)."""
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp:
         """When the run started."""
@@ -1700,6 +1896,10 @@ class RunInfo(_message.Message):
     @_builtins.property
     def pending_tool_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Calls of client tools the run ended waiting for (see RunFinished)."""
+
+    @_builtins.property
+    def interrupts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interrupt]:
+        """The interrupts the run ended with (status INPUT_REQUIRED)."""
 
     def __init__(
         self,
@@ -1713,10 +1913,13 @@ class RunInfo(_message.Message):
         error_message: _builtins.str = ...,
         pending_tool_call_ids: _abc.Iterable[_builtins.str] | None = ...,
         start_seq: _builtins.int = ...,
+        interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
+        resumed_by_run_id: _builtins.str = ...,
+        parent_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "pending_tool_call_ids", b"pending_tool_call_ids", "session_id", b"session_id", "start_seq", b"start_seq", "start_time", b"start_time", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "interrupts", b"interrupts", "parent_run_id", b"parent_run_id", "pending_tool_call_ids", b"pending_tool_call_ids", "resumed_by_run_id", b"resumed_by_run_id", "session_id", b"session_id", "start_seq", b"start_seq", "start_time", b"start_time", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -102,7 +102,13 @@ class AgentEngineServicer:
         call: if the caller goes away the run still completes and is stored
         (unless `cancel_on_disconnect` is set); its events can be picked up with
         Subscribe. Fails with FAILED_PRECONDITION when the session already has a
-        run in flight.
+        run in flight, or waits for a person and the request carries no `resume`.
+
+        Human in the loop: when the LLM calls a tool that needs approval, or asks
+        the person a question (`ask_user`), the run ends with RUN_FINISHED,
+        outcome INTERRUPT, listing the interrupts; they stay pending on the
+        session (Session.pending_interrupts, stored, so they outlive engine
+        restarts) until a Run whose `resume` answers every one of them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

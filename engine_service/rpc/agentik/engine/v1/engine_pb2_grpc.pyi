@@ -15,9 +15,12 @@ Conventions:
   event within that session. `Subscribe(after_seq = N)` resumes after N.
 - JSON values (state, tool parameters, custom values) travel as
   google.protobuf.Value / Struct.
+- Every message names the session `session_id` (AG-UI calls it threadId).
 - Errors use standard gRPC status codes: INVALID_ARGUMENT for malformed
   requests (the message names the field), NOT_FOUND for an unknown
-  session, FAILED_PRECONDITION for a session that is busy with another run,
+  session, FAILED_PRECONDITION for a session that is busy with another run
+  or waits for a person (see Interrupt), ALREADY_EXISTS for a run id that
+  is taken (run ids are unique on the whole server),
   RESOURCE_EXHAUSTED when the engine is at its concurrent-run limit,
   UNAVAILABLE while the engine shuts down.
 """
@@ -58,7 +61,13 @@ class AgentEngineStub:
     call: if the caller goes away the run still completes and is stored
     (unless `cancel_on_disconnect` is set); its events can be picked up with
     Subscribe. Fails with FAILED_PRECONDITION when the session already has a
-    run in flight.
+    run in flight, or waits for a person and the request carries no `resume`.
+
+    Human in the loop: when the LLM calls a tool that needs approval, or asks
+    the person a question (`ask_user`), the run ends with RUN_FINISHED,
+    outcome INTERRUPT, listing the interrupts; they stay pending on the
+    session (Session.pending_interrupts, stored, so they outlive engine
+    restarts) until a Run whose `resume` answers every one of them.
     """
     Interrupt: _grpc.UnaryUnaryMultiCallable[_engine_pb2.InterruptRequest, _engine_pb2.InterruptResponse]
     """Stops the run in flight on a session: the LLM stream and running tools
@@ -102,7 +111,13 @@ class AgentEngineAsyncStub(AgentEngineStub):
     call: if the caller goes away the run still completes and is stored
     (unless `cancel_on_disconnect` is set); its events can be picked up with
     Subscribe. Fails with FAILED_PRECONDITION when the session already has a
-    run in flight.
+    run in flight, or waits for a person and the request carries no `resume`.
+
+    Human in the loop: when the LLM calls a tool that needs approval, or asks
+    the person a question (`ask_user`), the run ends with RUN_FINISHED,
+    outcome INTERRUPT, listing the interrupts; they stay pending on the
+    session (Session.pending_interrupts, stored, so they outlive engine
+    restarts) until a Run whose `resume` answers every one of them.
     """
     Interrupt: _aio.UnaryUnaryMultiCallable[_engine_pb2.InterruptRequest, _engine_pb2.InterruptResponse]  # type: ignore[assignment]
     """Stops the run in flight on a session: the LLM stream and running tools
@@ -149,7 +164,13 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         call: if the caller goes away the run still completes and is stored
         (unless `cancel_on_disconnect` is set); its events can be picked up with
         Subscribe. Fails with FAILED_PRECONDITION when the session already has a
-        run in flight.
+        run in flight, or waits for a person and the request carries no `resume`.
+
+        Human in the loop: when the LLM calls a tool that needs approval, or asks
+        the person a question (`ask_user`), the run ends with RUN_FINISHED,
+        outcome INTERRUPT, listing the interrupts; they stay pending on the
+        session (Session.pending_interrupts, stored, so they outlive engine
+        restarts) until a Run whose `resume` answers every one of them.
         """
 
     @_abc_1.abstractmethod

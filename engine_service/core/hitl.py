@@ -1,0 +1,238 @@
+"""Human in the loop: which tool calls need a person, what the run asks, and what the
+person's answers mean.
+
+A run stops (outcome INTERRUPT) when the LLM calls a tool listed for approval, or the
+``ask_user`` tool. Each such call becomes an :class:`Interrupt`, stored on the session
+until a later run *resumes* it: the run's ``resume`` entries are checked here
+(:func:`admit`, inside the store's transaction, so two resumes cannot both pass) and
+turned into :class:`Decision` s the turn carries out before the LLM goes on. Pure rules,
+no I/O.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from engine_service.core.errors import InputRequired, InvalidInput
+from engine_service.core.models import (
+    JSON,
+    Interrupt,
+    InterruptKind,
+    ResumeEntry,
+    ResumeStatus,
+    ToolCall,
+)
+from engine_service.core.tool import Tool, ToolContext, ToolError, ToolResult
+
+__all__ = [
+    "ASK_USER",
+    "RESPONSE_SCHEMAS",
+    "AskUserTool",
+    "Decision",
+    "admit",
+    "decide",
+    "interrupt_for",
+    "needs_approval",
+]
+
+ASK_USER = "ask_user"
+
+RESPONSE_SCHEMAS: dict[InterruptKind, dict[str, JSON]] = {
+    InterruptKind.APPROVAL: {
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean", "description": "false declines the call"},
+            "arguments": {"type": "object", "description": "edited arguments for the call"},
+            "reason": {"type": "string", "description": "why it was declined, for the agent"},
+        },
+    },
+    InterruptKind.QUESTION: {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    },
+}
+"""JSON Schema of the payload a resume entry may carry, per kind."""
+
+
+class AskUserTool(Tool):
+    """The ``ask_user`` tool as the LLM sees it; a person answers it, never this code."""
+
+    name = ASK_USER
+    description = (
+        "Ask the user a question and wait for the answer. Use it when you need information "
+        "or a choice only the user can give; the answer comes back as this tool's result."
+    )
+    def __init__(self) -> None:
+        self.parameters: dict[str, JSON] = {
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "description": "The question, in full."},
+                "choices": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Answers to offer, if the question has a few obvious ones.",
+                },
+            },
+            "required": ["question"],
+        }
+
+    async def call(self, arguments: dict[str, JSON], context: ToolContext) -> ToolResult:
+        raise ToolError("ask_user is answered by a person, not run")
+
+
+def needs_approval(name: str, patterns: Sequence[str]) -> bool:
+    """Whether a tool named ``name`` is listed (names or globs) for approval."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _arguments(call: ToolCall) -> JSON:
+    """The call's arguments as JSON, or their text when they are not JSON."""
+    try:
+        return json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        return call.arguments
+
+
+def interrupt_for(
+    call: ToolCall, interrupt_id: str, run_id: str, now: datetime, expiry: float
+) -> Interrupt | ToolResult:
+    """The interrupt a gated call raises; a ``ToolResult`` (an error the LLM reads) for an
+    ``ask_user`` call without a question."""
+    expires = now + timedelta(seconds=expiry) if expiry > 0 else None
+    arguments = _arguments(call)
+    if call.name == ASK_USER:
+        question = arguments.get("question") if isinstance(arguments, dict) else None
+        if not isinstance(question, str) or not question.strip():
+            return ToolResult(
+                'error: ask_user needs {"question": "..."} with the question', is_error=True
+            )
+        payload: dict[str, JSON] = {"question": question}
+        choices = arguments.get("choices") if isinstance(arguments, dict) else None
+        if isinstance(choices, list) and all(isinstance(c, str) for c in choices) and choices:
+            payload["choices"] = choices
+        return Interrupt(
+            interrupt_id, InterruptKind.QUESTION, run_id, call, question, payload, expires
+        )
+    shown = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else ""
+    message = f"Approve calling {call.name}" + (f" with {shown}" if shown else "") + "?"
+    payload = {"tool": call.name, "arguments": arguments}
+    return Interrupt(interrupt_id, InterruptKind.APPROVAL, run_id, call, message, payload, expires)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with one interrupted call: run it (``run`` holds the call to run, with
+    any edited arguments), or give the LLM ``result`` as its tool result."""
+
+    interrupt: Interrupt
+    run: ToolCall | None = None
+    result: str = ""
+
+
+def _declined(interrupt: Interrupt, why: str) -> Decision:
+    if interrupt.kind is InterruptKind.QUESTION:
+        return Decision(interrupt, result=f"The user did not answer ({why}).")
+    return Decision(
+        interrupt,
+        result=f"The user declined this call of {interrupt.tool_call.name} ({why}); "
+        "it was not run.",
+    )
+
+
+def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decision:
+    """The decision a resume entry makes (None: the interrupt expired unanswered).
+
+    ``InvalidInput`` naming ``where`` when the payload does not fit the interrupt.
+    """
+    if entry is None:
+        return _declined(interrupt, "the request expired")
+    if entry.status is ResumeStatus.CANCELLED:
+        reason = _reason(entry.payload)
+        return _declined(interrupt, f"declined: {reason}" if reason else "cancelled")
+    payload = entry.payload
+    if interrupt.kind is InterruptKind.QUESTION:
+        answer = payload.get("answer") if isinstance(payload, dict) else payload
+        if not isinstance(answer, str):
+            raise InvalidInput(
+                f'{where}.payload: the answer to a question is {{"answer": "..."}} or a string'
+            )
+        return Decision(interrupt, result=answer)
+    if payload is None or payload is True:
+        return Decision(interrupt, run=interrupt.tool_call)
+    if payload is False:
+        return _declined(interrupt, "declined")
+    if not isinstance(payload, dict):
+        raise InvalidInput(
+            f"{where}.payload: an approval is "
+            '{"approved": true|false, "arguments"?: {...}, "reason"?: "..."} or a boolean'
+        )
+    approved = payload.get("approved", True)
+    if not isinstance(approved, bool):
+        raise InvalidInput(f"{where}.payload.approved must be true or false")
+    if not approved:
+        reason = _reason(payload)
+        return _declined(interrupt, f"declined: {reason}" if reason else "declined")
+    call = interrupt.tool_call
+    if "arguments" in payload:
+        arguments = payload["arguments"]
+        if not isinstance(arguments, dict):
+            raise InvalidInput(f"{where}.payload.arguments must be a JSON object")
+        call = ToolCall(call.id, call.name, json.dumps(arguments, ensure_ascii=False))
+    return Decision(interrupt, run=call)
+
+
+def _reason(payload: JSON) -> str:
+    reason = payload.get("reason") if isinstance(payload, dict) else None
+    return reason.strip() if isinstance(reason, str) else ""
+
+
+def _describe(interrupt: Interrupt) -> str:
+    if interrupt.kind is InterruptKind.QUESTION:
+        return f"{interrupt.id!r} (a question)"
+    return f"{interrupt.id!r} (approve {interrupt.tool_call.name})"
+
+
+def admit(
+    pending: Sequence[Interrupt], resume: Sequence[ResumeEntry], now: datetime
+) -> list[Decision]:
+    """Check a run's ``resume`` against the session's pending interrupts; the decisions.
+
+    Every pending interrupt that has not expired must be answered, and every entry must
+    answer a pending interrupt, once. Raises ``InputRequired`` for a run that brings no
+    resume while a person is awaited, ``InvalidInput`` (naming the entry) otherwise.
+    """
+    by_id = {interrupt.id: interrupt for interrupt in pending}
+    answered: dict[str, tuple[ResumeEntry, str]] = {}
+    for index, entry in enumerate(resume):
+        where = f"resume[{index}]"
+        if entry.interrupt_id not in by_id:
+            held = "" if pending else " (the conversation waits for no answer)"
+            raise InvalidInput(
+                f"{where}.interrupt_id {entry.interrupt_id!r} is not pending in this "
+                f"conversation{held}"
+            )
+        if entry.interrupt_id in answered:
+            raise InvalidInput(f"{where}.interrupt_id {entry.interrupt_id!r} is answered twice")
+        answered[entry.interrupt_id] = (entry, where)
+    open_ = [i for i in pending if i.id not in answered and not i.expired(now)]
+    if open_:
+        names = ", ".join(_describe(i) for i in open_)
+        if not resume:
+            raise InputRequired(
+                f"this conversation waits for a person: answer interrupt {names} "
+                "with resume entries before sending anything else"
+            )
+        raise InvalidInput(f"resume must answer every pending interrupt; missing {names}")
+    decisions = []
+    for interrupt in pending:
+        if interrupt.id in answered:
+            entry, where = answered[interrupt.id]
+            decisions.append(decide(interrupt, entry, where))
+        else:
+            decisions.append(decide(interrupt, None, ""))
+    return decisions

@@ -173,7 +173,7 @@ def _card(config: CardConfig, url: str) -> AgentCard:
     return card
 
 
-_ASKED_VERSION: Final = re.compile(r"^\s*(\d{1,4})\.(\d{1,4})(?:\.\d{1,4})?\s*$")
+_ASKED_VERSION: Final = re.compile(r"^\s*(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?\s*$")
 
 
 def card_shape(asked: str | None, *, legacy_path: bool) -> CardShape:
@@ -181,15 +181,15 @@ def card_shape(asked: str | None, *, legacy_path: bool) -> CardShape:
     ``A2A-Version`` query parameter, else its ``A2A-Version`` header) and its path.
 
     At ``/.well-known/agent-card.json`` the card is the strict 1.0 card unless the request
-    asks for 0.3 (``0.3`` or ``0.3.x``). ``/.well-known/agent.json`` is the path of the
-    clients that predate 1.0, and there, as for every A2A request without a version, no
-    version means 0.3; asking for 1.x gets the 1.0 card. A version this agent does not
+    asks for 0.3 (``0.3`` or ``0.3.x``). ``/.well-known/agent.json`` is the older path (A2A
+    before 0.3.0), and there, as for every A2A request without a version, no version means
+    0.3; asking for 1.x gets the 1.0 card. A version this agent does not
     speak is not refused — the card is how a peer learns which ones it does — and gets the
     path's default.
     """
     match = _ASKED_VERSION.match(asked or "")
     if match is not None:
-        major, minor = int(match[1]), int(match[2])
+        major, minor = int(match[1]), int(match[2] or 0)
         if (major, minor) == (0, 3):
             return "0.3"
         if major == 1:

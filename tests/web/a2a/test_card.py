@@ -146,6 +146,7 @@ def test_the_0_3_card_carries_its_security_in_both_forms(make_app: Callable[...,
         (CARD, {"A2A-Version": "nonsense"}),
         (LEGACY_CARD, {"A2A-Version": "1.0"}),
         (LEGACY_CARD, {"A2A-Version": "1.2"}),
+        (LEGACY_CARD, {"A2A-Version": "1"}),
     ],
 )
 def test_every_other_request_gets_the_strict_1_0_card(

@@ -496,7 +496,11 @@ def test_with_a_public_url_the_card_names_it_whatever_the_host(
     assert "evil.example" not in response.get_data(as_text=True)
     card = response.get_json()
     assert {i["url"] for i in card["supportedInterfaces"]} == {"https://agent.example/"}
-    assert card["url"] == "https://agent.example/"
+    legacy = client.get(
+        "/.well-known/agent-card.json",
+        headers={"Host": "evil.example:666", "A2A-Version": "0.3"},
+    ).get_json()
+    assert legacy["url"] == "https://agent.example/"
 
 
 def test_an_allowed_origins_preflight_allows_authorization_and_last_event_id(

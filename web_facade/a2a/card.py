@@ -12,8 +12,11 @@ With authentication on, the card declares the bearer scheme (``securitySchemes``
 ``securityRequirements``) peers must use; the card itself stays public.
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
-URL) and carries the 0.3 top-level fields (``url``, ``protocolVersion``,
-``preferredTransport``) too, so 0.3 peers read it as well.
+URL). It comes in two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0
+card, which the 1.0 JSON schema accepts (no field it does not name, so none of 0.3's), and
+the 0.3 card — the 1.0 card plus the 0.3 fields (``url``, ``protocolVersion``,
+``preferredTransport``, ``security``, the 0.3 form of each security scheme) — for peers that
+ask for A2A 0.3.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-from dataclasses import dataclass
-from typing import Any
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
 
-from a2a.compat.v0_3.conversions import to_compat_agent_card
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -44,9 +49,14 @@ __all__ = [
     "OUTPUT_MODES",
     "SECURITY_SCHEME",
     "CardConfig",
+    "CardShape",
     "card_body",
     "card_config",
+    "card_shape",
 ]
+
+CardShape = Literal["1.0", "0.3"]
+"""The strict A2A 1.0 card, or the 1.0 card with the 0.3 fields beside."""
 
 SECURITY_SCHEME = "bearer"
 """The card's name for the one scheme it declares."""
@@ -78,6 +88,11 @@ _DEFAULT_SKILL: dict[str, Any] = {
 }
 
 
+def _whole_seconds(moment: datetime) -> datetime:
+    """``moment`` at HTTP-date precision, so ``If-Modified-Since`` compares exactly."""
+    return moment.replace(microsecond=0)
+
+
 @dataclass(frozen=True, slots=True)
 class CardConfig:
     """The configured parts of the card."""
@@ -91,6 +106,9 @@ class CardConfig:
     """"" when callers need no credentials, else the bearer format ("opaque" or "JWT")."""
     reflect_host: bool = True
     """Without a public URL: whether the request's own URL may stand in for it."""
+    modified: datetime = field(default_factory=lambda: _whole_seconds(datetime.now(UTC)))
+    """When these settings were read: the card's ``Last-Modified``. The card is built from
+    them alone and they are read once per process, so it cannot have changed later."""
 
 
 def _installed_version() -> str:
@@ -155,12 +173,36 @@ def _card(config: CardConfig, url: str) -> AgentCard:
     return card
 
 
-def card_body(config: CardConfig, request_url: str) -> tuple[bytes, str]:
-    """The card's JSON and its ETag; ``request_url`` serves only when no public URL is set."""
+_ASKED_VERSION: Final = re.compile(r"^\s*(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?\s*$")
+
+
+def card_shape(asked: str | None, *, legacy_path: bool) -> CardShape:
+    """The shape of card a request gets, from the A2A version it asks for (its
+    ``A2A-Version`` query parameter, else its ``A2A-Version`` header) and its path.
+
+    At ``/.well-known/agent-card.json`` the card is the strict 1.0 card unless the request
+    asks for 0.3 (``0.3`` or ``0.3.x``). ``/.well-known/agent.json`` is the older path (A2A
+    before 0.3.0), and there, as for every A2A request without a version, no version means
+    0.3; asking for 1.x gets the 1.0 card. A version this agent does not
+    speak is not refused — the card is how a peer learns which ones it does — and gets the
+    path's default.
+    """
+    match = _ASKED_VERSION.match(asked or "")
+    if match is not None:
+        major, minor = int(match[1]), int(match[2] or 0)
+        if (major, minor) == (0, 3):
+            return "0.3"
+        if major == 1:
+            return "1.0"
+    return "0.3" if legacy_path else "1.0"
+
+
+def card_body(config: CardConfig, request_url: str, shape: CardShape) -> tuple[bytes, str]:
+    """The card's JSON in ``shape`` and its ETag (one per body, so one per shape);
+    ``request_url`` serves only when no public URL is set."""
     card = _card(config, config.public_url or request_url)
-    body: dict[str, Any] = json_format.MessageToDict(card)
-    legacy = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
-    for key, value in legacy.items():
-        body.setdefault(key, value)  # the 1.0 field wins where both name one
+    # The 0.3 shape is the SDK's own server's merge: it adds the 0.3 fields and, inside each
+    # security scheme, the 0.3 form beside the 1.0 one, so 0.3 and 1.0 parsers both read it.
+    body = json_format.MessageToDict(card) if shape == "1.0" else agent_card_to_dict(card)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     return data, hashlib.sha256(data).hexdigest()[:32]

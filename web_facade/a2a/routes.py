@@ -43,7 +43,7 @@ from google.protobuf.message import Message as ProtoMessage
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.a2a import v03
-from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config
+from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config, card_shape
 from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.stream import A2aStream, Shape
@@ -100,10 +100,14 @@ def _read_card_config(state: BlueprintSetupState) -> None:
     app.extensions[_CARD_KEY] = config
 
 
+_LEGACY_CARD_PATH: Final = "/.well-known/agent.json"
+
+
 @bp.get("/.well-known/agent-card.json")
-@bp.get("/.well-known/agent.json")
+@bp.get(_LEGACY_CARD_PATH)
 def agent_card() -> Response:
-    """The agent card; revalidate with ``If-None-Match`` (304 when unchanged)."""
+    """The agent card: strict A2A 1.0 unless the request asks for 0.3 (see
+    :func:`card_shape`); revalidate with ``If-None-Match`` or ``If-Modified-Since``."""
     config: CardConfig = current_app.extensions[_CARD_KEY]
     if not config.public_url and not config.reflect_host:
         raise ApiError(
@@ -112,15 +116,21 @@ def agent_card() -> Response:
             "this agent's public URL is not configured: set AGENTIK_PUBLIC_URL (or [a2a] "
             "public_url) to the URL peers reach it at",
         )
-    body, etag = card_body(config, request.url_root)
+    asked = request.args.get(VERSION_HEADER) or request.headers.get(VERSION_HEADER)
+    shape = card_shape(asked, legacy_path=request.path == _LEGACY_CARD_PATH)
+    body, etag = card_body(config, request.url_root, shape)
     response = Response(body, mimetype="application/json")
     response.set_etag(etag)
+    response.last_modified = config.modified
+    response.vary.add(VERSION_HEADER)  # the shape follows it (the query is in the URL)
     if config.public_url:
         response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
     else:  # the card depends on the Host header: no shared cache may keep it
         response.headers["Cache-Control"] = "no-cache"
         response.vary.add("Host")
-    response.make_conditional(request)  # 304 without a body when If-None-Match matches
+    # 304 without a body when the ETag matches If-None-Match or, only when the request
+    # has no If-None-Match (RFC 9110 13.1.3), when it is not newer than If-Modified-Since.
+    response.make_conditional(request)
     return response
 
 

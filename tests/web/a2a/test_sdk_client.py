@@ -196,3 +196,29 @@ async def test_the_sdk_0_3_client_gets_one_agent_message_from_message_send(
     assert _kinds(events) == ["message"]
     answer = events[0].message
     assert answer.role == Role.ROLE_AGENT and answer.parts[0].text == "Echo: hello, old friend"
+
+
+@pytest.mark.parametrize(
+    ("card_path", "headers"),
+    [
+        ("/.well-known/agent-card.json", {"A2A-Version": "0.3"}),
+        ("/.well-known/agent.json", {}),
+    ],
+    ids=["version-header", "legacy-path"],
+)
+async def test_the_sdk_resolves_the_0_3_card_a_0_3_peer_asks_for_and_speaks_0_3_by_it(
+    stack: Stack, connect: Connect, card_path: str, headers: dict[str, str]
+) -> None:
+    async with httpx.AsyncClient(timeout=WAIT) as http:
+        response = await http.get(stack.base_url + card_path, headers=headers)
+        assert response.json()["url"] == f"http://localhost:{stack.http_port}/"
+        resolver = A2ACardResolver(http, stack.base_url, agent_card_path=card_path)
+        card = await resolver.get_agent_card(http_kwargs={"headers": headers})
+    legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+    assert legacy, "the 0.3 card still lists the 0.3 interface"
+    del card.supported_interfaces[:]
+    card.supported_interfaces.extend(legacy)
+    async with connect(streaming=False, card=card) as client:
+        events = await _collect(client.send_message(_request("hello again")))
+    assert _kinds(events) == ["message"]
+    assert events[0].message.parts[0].text == "Echo: hello again"

@@ -48,7 +48,7 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.PERMISSION_DENIED: (403, "forbidden"),
     grpc.StatusCode.NOT_FOUND: (404, "not_found"),
     grpc.StatusCode.ALREADY_EXISTS: (409, "already_exists"),
-    # The engine's only precondition: the conversation has a turn in flight.
+    # The conversation has a turn in flight (or waits for a person: see REFINED).
     grpc.StatusCode.FAILED_PRECONDITION: (409, "busy"),
     grpc.StatusCode.ABORTED: (409, "conflict"),
     grpc.StatusCode.UNIMPLEMENTED: (501, "not_implemented"),
@@ -65,6 +65,8 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
 
 REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limited"): (429, "rate_limited"),
+    # The conversation waits for a person's answer: resume it (see docs/agentik-api.md).
+    (grpc.StatusCode.FAILED_PRECONDITION, "input_required"): (409, "input_required"),
 }
 """(gRPC status, the engine's ``agentik-error`` trailer) → (HTTP status, error code), where
 it differs from :data:`GRPC_TO_HTTP`."""

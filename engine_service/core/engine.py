@@ -523,6 +523,13 @@ class Engine:
             # Held by another replica: it stops the run when the signal reaches it.
             await self.store.signal(Signal(SignalKind.INTERRUPT, thread_id, remote))
             return True, remote
+        asked_by = {i.run_id for i in session.interrupts}
+        if not stopped and not remote and asked_by and run_id in ("", *asked_by):
+            # Waiting for a person: stop waiting. The run that asked ends interrupted; its
+            # unanswered calls read as unanswered to the LLM on the next turn.
+            cancelled = await self._writing(self.store.cancel_interrupts(thread_id))
+            if cancelled:
+                return True, cancelled[-1]
         return bool(stopped), stopped
 
     def interrupt_now(self, thread_id: str, run_id: str = "") -> str:

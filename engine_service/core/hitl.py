@@ -67,6 +67,7 @@ class AskUserTool(Tool):
         "Ask the user a question and wait for the answer. Use it when you need information "
         "or a choice only the user can give; the answer comes back as this tool's result."
     )
+
     def __init__(self) -> None:
         self.parameters: dict[str, JSON] = {
             "type": "object",

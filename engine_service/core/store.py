@@ -167,6 +167,12 @@ class SessionStore(abc.ABC):
         and mark the runs that asked them as resumed by it."""
 
     @abc.abstractmethod
+    async def cancel_interrupts(self, session_id: str) -> list[str]:
+        """Stop waiting for a person: clear the pending interrupts of an idle session and
+        mark the runs that asked them INTERRUPTED. The ids of those runs; none when the
+        session waits for nothing or has a run in flight."""
+
+    @abc.abstractmethod
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         """One run; ``RunNotFound`` when the session has no such run."""
 

@@ -311,6 +311,18 @@ class MemorySessionStore(SessionStore):
                 asker.resumed_by = run_id
         entry.interrupts = None
 
+    async def cancel_interrupts(self, session_id: str) -> list[str]:
+        entry = self._entry(session_id)
+        if entry.active_run_id:
+            return []
+        asked_by = sorted({i.run_id for i in decode_interrupts(entry.interrupts)})
+        for asker in asked_by:
+            run = entry.runs.get(asker)
+            if run is not None and run.status is RunStatus.INPUT_REQUIRED:
+                run.status = RunStatus.INTERRUPTED
+        entry.interrupts = None
+        return asked_by
+
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         run = self._entry(session_id).runs.get(run_id)
         if run is None:

@@ -852,6 +852,27 @@ class PostgresSessionStore(SessionStore):
                 )
             await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
 
+    async def cancel_interrupts(self, session_id: str) -> list[str]:
+        async with self._tx() as conn:
+            row = await self._one(
+                conn,
+                "SELECT interrupts, active_run_id FROM sessions WHERE id = %s FOR UPDATE",
+                (session_id,),
+            )
+            if row is None:
+                raise SessionNotFound(session_id)
+            if row[1]:
+                return []  # a run in flight: it is the one to interrupt
+            asked_by = sorted({i.run_id for i in decode_interrupts(row[0])})
+            if asked_by:
+                await conn.execute(
+                    "UPDATE runs SET status = 'interrupted' WHERE session_id = %s"
+                    " AND id = ANY(%s) AND status = 'input_required'",
+                    (session_id, asked_by),
+                )
+            await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
+            return asked_by
+
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         async with self._read() as conn:
             await self._require(conn, session_id)

@@ -601,6 +601,22 @@ class SqliteSessionStore(SessionStore):
             )
             conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
 
+    async def cancel_interrupts(self, session_id: str) -> list[str]:
+        with self._tx() as conn:
+            if self._require(conn, session_id):
+                return []  # a run in flight: it is the one to interrupt
+            (pending,) = conn.execute(
+                "SELECT interrupts FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            asked_by = sorted({i.run_id for i in decode_interrupts(pending)})
+            conn.executemany(
+                "UPDATE runs SET status = 'interrupted'"
+                " WHERE session_id = ? AND id = ? AND status = 'input_required'",
+                [(session_id, asker) for asker in asked_by],
+            )
+            conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
+            return asked_by
+
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         with self._read() as conn:
             self._require(conn, session_id)

@@ -169,26 +169,36 @@ async def test_run_ids_and_message_ids_of_alices_are_unknown_inside_bobs_session
     assert not reply.interrupted and reply.run_id == ""
 
 
-async def test_bob_may_reuse_alices_run_and_message_ids_in_his_own_session(
+async def test_bob_may_reuse_alices_message_ids_but_not_her_run_id(
     engine: Harness,
 ) -> None:
     await _run(engine, "alice", "sa", "alice secret", run_id="r-same", message_id="m-same")
-    # Bob picks the same ids: no ALREADY_EXISTS, nothing of alice's leaks or changes.
-    events = await _run(engine, "bob", "sb", "bob words", run_id="r-same", message_id="m-same")
+    # Run ids are unique on the server (A2A looks tasks up by them): Bob's reuse is refused,
+    # and the refusal names neither alice nor her conversation.
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _run(engine, "bob", "sb", "bob words", run_id="r-same", message_id="m-same")
+    assert caught.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    details = str(caught.value.details())
+    assert "r-same" in details and "sa" not in details.split() and "alice" not in details
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await engine.stub.GetSession(pb.GetSessionRequest(session_id="sb"), metadata=as_("bob"))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND  # nothing made for the refusal
+    # Message ids are per conversation: Bob's own run may use alice's.
+    events = await _run(engine, "bob", "sb", "bob words", run_id="r-bob", message_id="m-same")
     assert {e.session_id for e in events} == {"sb"}
-    for who, session in (("alice", "sa"), ("bob", "sb")):
-        run = await engine.stub.GetRun(pb.GetRunRequest(run_id="r-same"), metadata=as_(who))
-        assert run.session_id == session
-        page = await engine.stub.ListMessages(
-            pb.ListMessagesRequest(session_id=session, run_id="r-same"), metadata=as_(who)
-        )
-        texts = [m.content[0].text.text for m in page.messages if m.content]
-        assert texts[0] == ("alice secret" if who == "alice" else "bob words")
+    with pytest.raises(grpc.aio.AioRpcError) as hidden:
+        await engine.stub.GetRun(pb.GetRunRequest(run_id="r-same"), metadata=as_("bob"))
+    assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    run = await engine.stub.GetRun(pb.GetRunRequest(run_id="r-same"), metadata=as_("alice"))
+    assert run.session_id == "sa"
+    page = await engine.stub.ListMessages(
+        pb.ListMessagesRequest(session_id="sb", run_id="r-bob"), metadata=as_("bob")
+    )
+    assert [m.content[0].text.text for m in page.messages if m.content][0] == "bob words"
     listed = await engine.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("bob"))
-    assert [(r.id, r.session_id) for r in listed.runs] == [("r-same", "sb")]
-    # The admin sees both runs.
+    assert [(r.id, r.session_id) for r in listed.runs] == [("r-bob", "sb")]
     everyone = await engine.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("ops"))
-    assert {(r.id, r.session_id) for r in everyone.runs} == {("r-same", "sa"), ("r-same", "sb")}
+    assert {(r.id, r.session_id) for r in everyone.runs} == {("r-same", "sa"), ("r-bob", "sb")}
 
 
 @pytest.mark.parametrize("reconcile", [pb.RECONCILE_MODE_APPEND, pb.RECONCILE_MODE_REPLACE])

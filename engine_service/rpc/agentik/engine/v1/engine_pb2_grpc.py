@@ -117,8 +117,11 @@ class AgentEngineServicer:
     def Interrupt(self, request, context):
         """Stops the run in flight on a session: the LLM stream and running tools
         are cancelled, the partial answer is stored with status INTERRUPTED, and
-        the run ends with RUN_FINISHED (outcome CANCELLED). Interrupting an idle
-        session is not an error: `interrupted` is false.
+        the run ends with RUN_FINISHED (outcome CANCELLED). On a session that
+        waits for a person (pending interrupts, no run in flight) it stops the
+        wait: the interrupts are dropped and the run that asked them becomes
+        RUN_STATUS_INTERRUPTED. Interrupting an idle session is not an error:
+        `interrupted` is false.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -72,8 +72,11 @@ class AgentEngineStub:
     Interrupt: _grpc.UnaryUnaryMultiCallable[_engine_pb2.InterruptRequest, _engine_pb2.InterruptResponse]
     """Stops the run in flight on a session: the LLM stream and running tools
     are cancelled, the partial answer is stored with status INTERRUPTED, and
-    the run ends with RUN_FINISHED (outcome CANCELLED). Interrupting an idle
-    session is not an error: `interrupted` is false.
+    the run ends with RUN_FINISHED (outcome CANCELLED). On a session that
+    waits for a person (pending interrupts, no run in flight) it stops the
+    wait: the interrupts are dropped and the run that asked them becomes
+    RUN_STATUS_INTERRUPTED. Interrupting an idle session is not an error:
+    `interrupted` is false.
     """
     Subscribe: _grpc.UnaryStreamMultiCallable[_engine_pb2.SubscribeRequest, _engine_pb2.Event]
     """Streams the stored events of a session after `after_seq`, then the live
@@ -122,8 +125,11 @@ class AgentEngineAsyncStub(AgentEngineStub):
     Interrupt: _aio.UnaryUnaryMultiCallable[_engine_pb2.InterruptRequest, _engine_pb2.InterruptResponse]  # type: ignore[assignment]
     """Stops the run in flight on a session: the LLM stream and running tools
     are cancelled, the partial answer is stored with status INTERRUPTED, and
-    the run ends with RUN_FINISHED (outcome CANCELLED). Interrupting an idle
-    session is not an error: `interrupted` is false.
+    the run ends with RUN_FINISHED (outcome CANCELLED). On a session that
+    waits for a person (pending interrupts, no run in flight) it stops the
+    wait: the interrupts are dropped and the run that asked them becomes
+    RUN_STATUS_INTERRUPTED. Interrupting an idle session is not an error:
+    `interrupted` is false.
     """
     Subscribe: _aio.UnaryStreamMultiCallable[_engine_pb2.SubscribeRequest, _engine_pb2.Event]  # type: ignore[assignment]
     """Streams the stored events of a session after `after_seq`, then the live
@@ -181,8 +187,11 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_engine_pb2.InterruptResponse, _abc.Awaitable[_engine_pb2.InterruptResponse]]:
         """Stops the run in flight on a session: the LLM stream and running tools
         are cancelled, the partial answer is stored with status INTERRUPTED, and
-        the run ends with RUN_FINISHED (outcome CANCELLED). Interrupting an idle
-        session is not an error: `interrupted` is false.
+        the run ends with RUN_FINISHED (outcome CANCELLED). On a session that
+        waits for a person (pending interrupts, no run in flight) it stops the
+        wait: the interrupts are dropped and the run that asked them becomes
+        RUN_STATUS_INTERRUPTED. Interrupting an idle session is not an error:
+        `interrupted` is false.
         """
 
     @_abc_1.abstractmethod

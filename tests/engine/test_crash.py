@@ -106,7 +106,9 @@ def test_kill_9_mid_text_skips_the_seen_ids_and_keeps_the_partial_answer(
     try:
         call = engine.stub.Run(
             pb.RunRequest(
-                session_id="t", create_session=True, messages=[user("[[chunks:3000]][[slow:0.002]]")]
+                session_id="t",
+                create_session=True,
+                messages=[user("[[chunks:3000]][[slow:0.002]]")],
             )
         )
         seen = _read_until(call, "text_message_content", 150)
@@ -186,7 +188,9 @@ def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
         stored = engine.follow("t", 0)
         messages = engine.messages("t")
         after = list(
-            engine.stub.Run(pb.RunRequest(session_id="t", messages=[user("and now?")]), timeout=WAIT)
+            engine.stub.Run(
+                pb.RunRequest(session_id="t", messages=[user("and now?")]), timeout=WAIT
+            )
         )
     finally:
         engine.stop()

@@ -46,7 +46,9 @@ async def test_an_llm_failure_tells_the_client_what_failed_and_logs_where_with_t
     with caplog.at_level(logging.WARNING):
         events = await run(
             harness,
-            pb.RunRequest(session_id="f", run_id="run-1", create_session=True, messages=[user("x")]),
+            pb.RunRequest(
+                session_id="f", run_id="run-1", create_session=True, messages=[user("x")]
+            ),
         )
 
     error = events[-1].run_error

@@ -48,7 +48,9 @@ async def test_interrupt_mid_text_closes_the_llm_stream_and_keeps_the_partial_an
     harness: Harness, llm: FakeOpenAI
 ) -> None:
     llm.enqueue(FakeReply(text="partial words then nothing", hang_after=3))
-    call = harness.stub.Run(pb.RunRequest(session_id="i", create_session=True, messages=[user("x")]))
+    call = harness.stub.Run(
+        pb.RunRequest(session_id="i", create_session=True, messages=[user("x")])
+    )
     seen: list[pb.Event] = []
     async with asyncio.timeout(WAIT):
         while True:
@@ -77,7 +79,9 @@ async def test_interrupt_mid_text_closes_the_llm_stream_and_keeps_the_partial_an
 
     session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="i"))
     assert session.active_run_id == ""
-    follow = await collect(harness.stub.Run(pb.RunRequest(session_id="i", messages=[user("again")])))
+    follow = await collect(
+        harness.stub.Run(pb.RunRequest(session_id="i", messages=[user("again")]))
+    )
     assert kinds(follow)[-1] == "run_finished"
 
 

@@ -194,7 +194,7 @@ async def test_bob_may_reuse_alices_message_ids_but_not_her_run_id(
     page = await engine.stub.ListMessages(
         pb.ListMessagesRequest(session_id="sb", run_id="r-bob"), metadata=as_("bob")
     )
-    assert [m.content[0].text.text for m in page.messages if m.content][0] == "bob words"
+    assert next(m.content[0].text.text for m in page.messages if m.content) == "bob words"
     listed = await engine.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("bob"))
     assert [(r.id, r.session_id) for r in listed.runs] == [("r-bob", "sb")]
     everyone = await engine.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("ops"))

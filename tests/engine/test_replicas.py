@@ -227,7 +227,9 @@ async def test_lists_and_reads_agree_on_every_replica(llm: FakeOpenAI, store_for
             replica = (a, b)[index % 2]
             await collect(
                 replica.stub.Run(
-                    pb.RunRequest(session_id=f"t{index}", create_session=True, messages=[user("hi")])
+                    pb.RunRequest(
+                        session_id=f"t{index}", create_session=True, messages=[user("hi")]
+                    )
                 )
             )
         for replica in (a, b):

@@ -408,7 +408,9 @@ async def test_an_oversized_request_is_refused_with_resource_exhausted(llm: Fake
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await run(
                 harness,
-                pb.RunRequest(session_id="big", create_session=True, messages=[user("x" * 100_000)]),
+                pb.RunRequest(
+                    session_id="big", create_session=True, messages=[user("x" * 100_000)]
+                ),
             )
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert (await harness.stub.ListSessions(pb.ListSessionsRequest())).total == 0

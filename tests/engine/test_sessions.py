@@ -160,6 +160,8 @@ async def test_a_run_is_stored_as_ended_before_its_terminal_event_reaches_anyone
         harness.stub.Subscribe(pb.SubscribeRequest(session_id="order", until_idle=True))
     )
     assert [e.seq for e in stored] == [e.seq for e in events]
-    second = await collect(harness.stub.Run(pb.RunRequest(session_id="order", messages=[user("d")])))
+    second = await collect(
+        harness.stub.Run(pb.RunRequest(session_id="order", messages=[user("d")]))
+    )
     again = await harness.stub.GetRun(pb.GetRunRequest(run_id=second[0].run_id))
     assert again.start_seq == events[-1].seq + 1 == second[0].seq

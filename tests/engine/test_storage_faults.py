@@ -151,7 +151,9 @@ async def test_the_engine_starts_on_a_full_disk_and_closes_the_abandoned_run_whe
         disk.free()
         await _wait_health(harness, health_pb2.HealthCheckResponse.SERVING)
         closing = await collect(
-            harness.stub.Subscribe(pb.SubscribeRequest(session_id="s", after_seq=3, until_idle=True))
+            harness.stub.Subscribe(
+                pb.SubscribeRequest(session_id="s", after_seq=3, until_idle=True)
+            )
         )
         messages = await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="s"))
 

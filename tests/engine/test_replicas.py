@@ -21,9 +21,11 @@ import grpc
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.turn import TurnLimits
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
+from engine_service.tools.builtin import builtin_tools
 from tests.engine.harness import (
     WAIT,
     StoreFor,
@@ -50,7 +52,7 @@ class Replica:
 
 @contextlib.asynccontextmanager
 async def replicas(
-    llm: FakeOpenAI, store_for: StoreFor, count: int = 2
+    llm: FakeOpenAI, store_for: StoreFor, count: int = 2, approval: tuple[str, ...] = ()
 ) -> AsyncIterator[list[Replica]]:
     settings = engine_settings(
         OPENAI_BASE_URL=llm.base_url,
@@ -64,8 +66,10 @@ async def replicas(
             engine = Engine(
                 store_for(),
                 build_model(settings),
-                ToolRegistry(),
-                EngineLimits(lease_seconds=LEASE, event_retention=0),
+                ToolRegistry(builtin_tools() if approval else ()),
+                EngineLimits(
+                    turn=TurnLimits(approval=approval), lease_seconds=LEASE, event_retention=0
+                ),
             )
             server = EngineServer(engine, settings)
             await server.start()
@@ -235,3 +239,44 @@ async def test_lists_and_reads_agree_on_every_replica(llm: FakeOpenAI, store_for
         for replica in (a, b):
             listed = await replica.stub.ListSessions(pb.ListSessionsRequest(), timeout=WAIT)
             assert sorted(s.id for s in listed.sessions) == ["t0", "t1", "t2", "t3"]
+
+
+async def test_a_run_that_waits_for_a_person_on_a_is_resumed_on_b(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    async with replicas(llm, store_for, approval=("calculate",)) as (a, b):
+        await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
+        asked = await collect(
+            a.stub.Run(
+                pb.RunRequest(
+                    session_id="s",
+                    messages=[user('[[tool:calculate {"expression": "2+2"}]]')],
+                )
+            )
+        )
+        assert asked[-1].run_finished.outcome == pb.OUTCOME_TYPE_INTERRUPT
+        [interrupt] = asked[-1].run_finished.interrupts
+        on_b = await b.stub.GetSession(pb.GetSessionRequest(session_id="s"))
+        assert [i.id for i in on_b.pending_interrupts] == [interrupt.id]
+        with contextlib.suppress(grpc.aio.AioRpcError):  # refused on A as on B
+            await collect(a.stub.Run(pb.RunRequest(session_id="s", messages=[user("hi")])))
+        follow = a.stub.Subscribe(
+            pb.SubscribeRequest(session_id="s", after_seq=asked[-1].seq, until_idle=False)
+        )
+        resumed = await collect(
+            b.stub.Run(
+                pb.RunRequest(
+                    session_id="s",
+                    resume=[
+                        pb.ResumeEntry(interrupt_id=interrupt.id, status=pb.RESUME_STATUS_RESOLVED)
+                    ],
+                )
+            )
+        )
+        assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        assert [kind(e) for e in resumed].count("tool_call_result") == 1
+        followed = [await next_event(follow) for _ in resumed]
+        follow.cancel()
+        assert _bodies(followed) == _bodies(resumed)  # A's follower saw B's resume live
+        on_a = await a.stub.GetSession(pb.GetSessionRequest(session_id="s"))
+        assert list(on_a.pending_interrupts) == []

@@ -317,19 +317,20 @@ async def test_a_claim_racing_a_renewal_takes_the_run_or_leaves_it(
             session_id = f"s{index}"
             now = datetime.now(UTC)
             expired = Lease("r", now - timedelta(seconds=1))
-            await store.begin_run(session_id, "run", now, create=True, lease=expired)
+            run_id = f"run{index}"
+            await store.begin_run(session_id, run_id, now, create=True, lease=expired)
             until = now + timedelta(seconds=30)
             renewed, claimed = await asyncio.gather(
                 store.renew_leases("r", until),
                 other.claim_expired_runs("s", datetime.now(UTC), until),
             )
-            run = await store.get_run(session_id, "run")
+            run = await store.get_run(session_id, run_id)
             mine = [c for c in claimed if c.session_id == session_id]
             if mine:
                 assert run.replica == "s" and len(mine) == 1
             else:
                 assert run.replica == "r" and renewed >= 1
-            await store.finish_run(session_id, "run", RunStatus.INTERRUPTED, now)
+            await store.finish_run(session_id, run_id, RunStatus.INTERRUPTED, now)
     finally:
         await store.close()
         if other is not store:

@@ -31,7 +31,7 @@ function unary(method, request) {
 
 const events = [];
 const call = client.Run({
-  thread_id: threadId,
+  session_id: threadId,
   create_session: true,
   messages: [{ role: "ROLE_USER", content: [{ text: { text } }] }],
 });

@@ -43,7 +43,7 @@ def _no_cors(headers: Any) -> None:
 def _agui_body() -> dict[str, Any]:
     return {
         "threadId": f"cors-{uuid.uuid4().hex}",
-        "runId": "r1",
+        "runId": f"r-{uuid.uuid4().hex}",
         "messages": [{"id": "u1", "role": "user", "content": "hi"}],
     }
 

@@ -44,7 +44,7 @@ def _agentik_error(response: Any, status: int = 400) -> str:
 def _agui(**fields: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "threadId": f"agui-{uuid.uuid4().hex}",
-        "runId": "r1",
+        "runId": f"r-{uuid.uuid4().hex}",
         "messages": [{"id": "u1", "role": "user", "content": "hi"}],
     }
     body.update(fields)

@@ -168,39 +168,42 @@ def test_agui_runs_on_alices_thread_with_any_run_id_or_resume_are_refused_alike(
     assert_not_found(client.get(f"/agentik/conversations/{unknown_thread}", headers=ALICE))
 
 
-def test_bob_may_use_alices_run_id_in_his_own_thread(client: FlaskClient) -> None:
+def test_bob_cannot_take_alices_run_id_and_is_not_told_whose_it_is(client: FlaskClient) -> None:
     alice_thread = "t-" + uuid.uuid4().hex
     first = agui_input(alice_thread, "alice secret")
     assert "RUN_FINISHED" in client.post("/agui", json=first, headers=ALICE).get_data(as_text=True)
     bob_thread = "t-" + uuid.uuid4().hex
     body = {**agui_input(bob_thread, "bob words"), "runId": first["runId"]}
     response = client.post("/agui", json=body, headers=BOB)
-    assert response.status_code == 200, response.get_data()
-    assert "secret" not in response.get_data(as_text=True)
+    assert response.status_code == 409, response.get_data()
+    error = response.get_json()["error"]
+    assert error["code"] == "already_exists" and first["runId"] in error["message"]
+    assert alice_thread not in error["message"] and "alice" not in error["message"]
+    assert client.get(f"/agentik/conversations/{bob_thread}", headers=BOB).status_code == 404
 
 
 # -- A2A ---------------------------------------------------------------------------------
 
 
-def test_a_task_id_bob_reuses_as_his_own_run_id_keeps_each_principal_on_their_own(
+def test_a_task_id_bob_reuses_as_his_own_run_id_is_refused_and_her_task_stays_hers(
     client: FlaskClient,
 ) -> None:
     alices = _task(client, ALICE, "alice secret")
     bob_thread = "t-" + uuid.uuid4().hex
     body = {**agui_input(bob_thread, "bob words"), "runId": alices["id"]}
-    answer = client.post("/agui", json=body, headers=BOB).get_data(as_text=True)
-    assert "RUN_FINISHED" in answer and "alice secret" not in answer
+    refused = client.post("/agui", json=body, headers=BOB)
+    assert refused.status_code == 409 and "alice" not in refused.get_data(as_text=True)
 
     hers = rpc(client, ALICE, "GetTask", {"id": alices["id"]})["result"]
     assert hers["contextId"] == alices["contextId"]
     assert "alice secret" in json.dumps(hers) and "bob words" not in json.dumps(hers)
-    his = rpc(client, BOB, "GetTask", {"id": alices["id"]})["result"]
-    assert his["contextId"] == bob_thread and "alice secret" not in json.dumps(his)
+    his = rpc(client, BOB, "GetTask", {"id": alices["id"]})
+    assert his["error"]["code"] == -32001 and "alice" not in json.dumps(his)
     listed = rpc(client, ALICE, "ListTasks", {})["result"]
     assert [t["contextId"] for t in listed["tasks"]] == [alices["contextId"]]
-    # Bob's cancel of "his" task id touches only his (finished) run.
+    # Bob's cancel of her task id is the cancel of an unknown task.
     cancel = rpc(client, BOB, "CancelTask", {"id": alices["id"]})
-    assert cancel["error"]["code"] == -32002, cancel
+    assert cancel["error"]["code"] == -32001, cancel
     assert "alice" not in json.dumps(cancel)
 
 

@@ -80,7 +80,7 @@ class Resume:
     def __init__(
         self,
         engine: Any,
-        thread_id: str,
+        session_id: str,
         after_seq: int | None,
         *,
         until_idle: bool,
@@ -88,7 +88,7 @@ class Resume:
         interrupt_on_cancel: bool = False,
     ) -> None:
         self._engine = engine
-        self.thread_id = thread_id
+        self.session_id = session_id
         self.after_seq = after_seq
         self.until_idle = until_idle
         self.run_id = run_id
@@ -120,7 +120,7 @@ class Resume:
     @property
     def possible(self) -> bool:
         """Whether the stream knows where to resume."""
-        return bool(self.thread_id) and self.after_seq is not None
+        return bool(self.session_id) and self.after_seq is not None
 
     def take(self, event: pb.Event) -> bool:
         """Note a relayed event; False for one already relayed before a reopening."""
@@ -128,7 +128,7 @@ class Resume:
             if self.resumed and self.after_seq is not None and event.seq <= self.after_seq:
                 return False
             self.after_seq = event.seq
-        if not self.thread_id:
+        if not self.session_id:
             self.session_id = event.session_id
         if not self.run_id:
             self.run_id = event.run_id
@@ -139,7 +139,7 @@ class Resume:
     def reopen(self) -> Any:
         """A new ``Subscribe`` call after the last relayed seq."""
         request = pb.SubscribeRequest(
-            session_id=self.thread_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
+            session_id=self.session_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
         )
         self.resumed += 1
         return self._engine.Subscribe(request, metadata=self._metadata)
@@ -238,7 +238,7 @@ class EventRelay:
                 return None
             log.info(
                 "the engine stream of session %s broke (%s); resuming after seq %s",
-                resume.thread_id,
+                resume.session_id,
                 error.code().name,
                 resume.after_seq,
             )

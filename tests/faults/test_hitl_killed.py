@@ -1,0 +1,136 @@
+"""kill -9 around a person's approval: the request survives, nothing is lost or run twice.
+
+A real engine process on an SQLite file, a real MCP server whose ``slow`` tool needs
+approval, the fake LLM. The run stops for approval; the engine is killed; a new one on the
+same file still waits for the person. Approved, the call starts — and the engine is killed
+again mid-call. The next engine still waits (the call has no result), and a second approval
+with edited arguments finishes the turn. The client's view is held against the stored log:
+zero lost, zero duplicated events, one result for the call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.engine.harness import kind, user
+from tests.engine.test_crash import MCP_CONNECTED, EngineProcess
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
+from tests.mcp.servers import DEMO
+from tests.web.e2e.conftest import WAIT
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def _approve(interrupt_id: str, arguments: dict[str, object] | None = None) -> pb.ResumeEntry:
+    entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_RESOLVED)
+    if arguments is not None:
+        json_format.ParseDict({"arguments": arguments}, entry.payload)
+    return entry
+
+
+def _engine(llm: FakeOpenAI, workdir: Path, config: Path) -> EngineProcess:
+    engine = EngineProcess(
+        llm, workdir, AGENTIK_CONFIG=str(config), AGENTIK_TOOLS_APPROVAL="demo__slow"
+    )
+    engine.process.wait_for_log(re.compile(f"({MCP_CONNECTED})"))
+    return engine
+
+
+def test_a_pending_approval_survives_kill_9_twice_and_the_call_runs_once(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        "[[mcp.servers]]\n"
+        'name = "demo"\n'
+        f"command = {json.dumps(sys.executable)}\n"
+        f'args = [{json.dumps(DEMO)}, "stdio"]\n'
+    )
+    seen: list[pb.Event] = []
+
+    # 1. The run stops for approval; kill -9 once it has ended.
+    engine = _engine(llm, tmp_path, config)
+    try:
+        llm.enqueue(
+            FakeReply(
+                text="this needs a slow tool",
+                tool_calls=[FakeToolCall("demo__slow", {"seconds": 60}, id="slow1")],
+            )
+        )
+        first = list(
+            engine.stub.Run(
+                pb.RunRequest(session_id="t", create_session=True, messages=[user("go")]),
+                timeout=WAIT,
+            )
+        )
+        seen += first
+        engine.kill()
+    finally:
+        engine.stop()
+    assert first[-1].run_finished.outcome == pb.OUTCOME_TYPE_INTERRUPT
+    [asked] = first[-1].run_finished.interrupts
+    assert asked.tool_call.id == "slow1"
+
+    # 2. A new engine still waits; approve; kill -9 while the approved call runs.
+    engine = _engine(llm, tmp_path, config)
+    try:
+        session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"), timeout=WAIT)
+        assert [i.id for i in session.pending_interrupts] == [asked.id]
+        call = engine.stub.Run(
+            pb.RunRequest(session_id="t", resume=[_approve(asked.id)]), timeout=WAIT
+        )
+        for event in call:
+            seen.append(event)
+            if sum(kind(e) == "custom" for e in seen) >= 2:  # the tool's progress: it runs
+                break
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+
+    # 3. The next engine closed the cut run and still waits for the person: the call has
+    # no result. Approving again with edited arguments finishes the turn.
+    engine = _engine(llm, tmp_path, config)
+    try:
+        seen += engine.follow("t", seen[-1].seq)
+        session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"), timeout=WAIT)
+        assert [i.id for i in session.pending_interrupts] == [asked.id]
+        llm.enqueue(FakeReply(text="the slow tool is done"))
+        last = list(
+            engine.stub.Run(
+                pb.RunRequest(session_id="t", resume=[_approve(asked.id, {"seconds": 0.05})]),
+                timeout=WAIT,
+            )
+        )
+        seen += last
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+        session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"), timeout=WAIT)
+    finally:
+        engine.stop()
+
+    got = [e.seq for e in seen]
+    assert len(got) == len(set(got)), "duplicated events"
+    assert {e.seq for e in stored} - set(got) == set(), "lost events"
+    assert [e.seq for e in stored] == sorted(e.seq for e in stored)
+    assert last[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+    results = [e.tool_call_result for e in last if kind(e) == "tool_call_result"]
+    assert [(r.tool_call_id, r.is_error) for r in results] == [("slow1", False)]
+    tool_messages = [m for m in messages if m.role == pb.ROLE_TOOL]
+    assert [m.tool_call_id for m in tool_messages] == ["slow1"], "the call has one result"
+    assert list(session.pending_interrupts) == []
+    assert "the slow tool is done" in "".join(
+        e.text_message_content.delta for e in last if kind(e) == "text_message_content"
+    )

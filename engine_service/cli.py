@@ -75,11 +75,24 @@ def _tools(args: argparse.Namespace) -> int:
             await sources.stop()
 
     tools, servers = asyncio.run(snapshot()) if len(sources) else (registry.describe(), [])
-    _table(("TOOL", "SOURCE", "STATUS"), tools)
+    gated = [
+        (name, source, status, _gate(name, settings.tools_approval))
+        for name, source, status in tools
+    ]
+    _table(("TOOL", "SOURCE", "STATUS", "A PERSON"), gated)
     if servers:
         print()
         _table(("MCP SERVER", "TRANSPORT", "TARGET", "STATUS"), servers)
     return 0
+
+
+def _gate(name: str, approval: tuple[str, ...]) -> str:
+    """Whether a call of the tool waits for a person, for the ``tools`` table."""
+    from engine_service.core.hitl import ASK_USER, needs_approval
+
+    if name == ASK_USER:
+        return "answers"
+    return "approves" if needs_approval(name, approval) else "-"
 
 
 def _migrate(args: argparse.Namespace) -> int:

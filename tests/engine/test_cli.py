@@ -140,7 +140,31 @@ def test_agentik_tools_lists_the_native_tools(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     for name in ("calculate", "current_time", "update_state"):
-        assert re.search(rf"^{name}\s+native\s+ready", result.stdout, re.MULTILINE), result.stdout
+        assert re.search(rf"^{name}\s+native\s+ready\s+-$", result.stdout, re.MULTILINE), (
+            result.stdout
+        )
+    assert "ask_user" not in result.stdout
+
+
+def test_agentik_tools_says_which_calls_wait_for_a_person(tmp_path: Path) -> None:
+    env = {
+        **engine_env(tmp_path),
+        "AGENTIK_TOOLS_APPROVAL": "calc*",
+        "AGENTIK_TOOLS_ASK_USER": "true",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "engine_service.cli", "tools"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout
+    assert re.search(r"^calculate\s+native\s+ready\s+approves$", lines, re.MULTILINE), lines
+    assert re.search(r"^current_time\s+native\s+ready\s+-$", lines, re.MULTILINE), lines
+    assert re.search(r"^ask_user\s+native\s+ready\s+answers$", lines, re.MULTILINE), lines
 
 
 def test_an_mcp_server_naming_an_unset_variable_stops_the_engine_naming_it(

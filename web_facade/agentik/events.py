@@ -15,7 +15,8 @@ reasoning_message_content         ``append_text``       ``message_id``, ``text``
 text_message_content              ``append_text``       ``message_id``, ``text``
 run_finished, outcome success     ``end``               ``outcome`` "success", ``usage``?,
                                                         ``pending_tool_call_ids``?, ``result``?
-run_finished, outcome interrupt   ``end``               ``outcome`` "interrupt", as above
+run_finished, outcome interrupt   ``input_required``    ``interrupts`` (see below), then
+                                  ``end``               ``outcome`` "input_required", as above
 run_finished, outcome cancelled   ``interrupted``       ``usage``?
 run_error                         ``error``             ``code``, ``message``
 tool_call_start                   ``tool_call_start``   ``tool_call_id``, ``name``, ``message_id``
@@ -27,6 +28,11 @@ state_snapshot                    ``state_snapshot``    ``snapshot``
 state_delta                       ``state_delta``       ``delta`` (RFC 6902 operations)
 custom                            ``custom``            ``name``, ``value`` (e.g. ``tool_progress``)
 ================================  ====================  ====================================
+
+A run that stops for a person (outcome INTERRUPT) gives two frames: ``input_required``
+with the interrupts (:func:`~web_facade.agentik.shapes.interrupt_json`) and no ``id`` of
+its own, then ``end`` with the engine event's seq. A client that drops between the two
+resumes from the id before them and gets both again.
 
 No row (skipped): run_started, step_started/_finished, text_message_end,
 reasoning_message_start/_end, reasoning_end, messages_snapshot, raw.
@@ -42,10 +48,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agentik.shapes import message_json, part_json
+from web_facade.agentik.shapes import interrupt_json, message_json, part_json
 from web_facade.proto_json import json_value
 
-__all__ = ["EVENT_TABLE", "event_frame", "frame", "to_agentik"]
+__all__ = ["EVENT_TABLE", "event_frame", "frame", "input_required", "to_agentik"]
 
 Mapper = Callable[[pb.Event], tuple[str, dict[str, Any]]]
 
@@ -89,7 +95,7 @@ def _finished(event: pb.Event) -> tuple[str, dict[str, Any]]:
     body = event.run_finished
     if body.outcome == pb.OUTCOME_TYPE_CANCELLED:
         return "interrupted", _usage(body)
-    outcome = "interrupt" if body.outcome == pb.OUTCOME_TYPE_INTERRUPT else "success"
+    outcome = "input_required" if body.outcome == pb.OUTCOME_TYPE_INTERRUPT else "success"
     data: dict[str, Any] = {"outcome": outcome, **_usage(body)}
     if body.pending_tool_call_ids:
         data["pending_tool_call_ids"] = list(body.pending_tool_call_ids)
@@ -176,6 +182,20 @@ def to_agentik(event: pb.Event) -> tuple[str, dict[str, Any]] | None:
     return name, {"type": name, "run_id": event.run_id, **fields}
 
 
+def input_required(event: pb.Event) -> dict[str, Any] | None:
+    """The ``input_required`` data that precedes ``end`` when a run stops for a person."""
+    if event.WhichOneof("kind") != "run_finished":
+        return None
+    body = event.run_finished
+    if body.outcome != pb.OUTCOME_TYPE_INTERRUPT:
+        return None
+    return {
+        "type": "input_required",
+        "run_id": event.run_id,
+        "interrupts": [interrupt_json(i) for i in body.interrupts],
+    }
+
+
 def frame(seq: int | None, name: str, data: Mapping[str, Any]) -> bytes:
     """One SSE frame, LF line ends only. ``json.dumps`` escapes newlines, so ``data`` is a
     single line; ``id`` (the engine's seq) is left out for frames that are no event."""
@@ -185,8 +205,13 @@ def frame(seq: int | None, name: str, data: Mapping[str, Any]) -> bytes:
 
 
 def event_frame(event: pb.Event) -> bytes | None:
-    """The SSE frame of an engine event (``id`` = its seq), or None to skip it."""
+    """The SSE frame of an engine event (``id`` = its seq), or None to skip it; for a run
+    that stops for a person, the ``input_required`` frame (no id) and then ``end``."""
     mapped = to_agentik(event)
     if mapped is None:
         return None
-    return frame(event.seq, *mapped)
+    encoded = frame(event.seq, *mapped)
+    asked = input_required(event)
+    if asked is not None:
+        encoded = frame(None, "input_required", asked) + encoded
+    return encoded

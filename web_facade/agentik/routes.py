@@ -10,13 +10,15 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import grpc
 from flask import Blueprint, Response, request
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import conversation_json, message_json, parts_from_json
 from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
-from web_facade.errors import invalid
+from web_facade.errors import ApiError, from_rpc_error, invalid
 from web_facade.request_body import parse_json, read_body
 from web_facade.stream import EventRelay, Resume, open_relay
 
@@ -168,22 +170,53 @@ def delete_conversation(conversation_id: str) -> tuple[str, int]:
     return "", 204
 
 
+_WAITING = (
+    "this conversation waits for a person's answer (its pending_interrupts): answer them with "
+    "POST /agentik/conversations/{id}/resume, or stop waiting with "
+    "POST /agentik/conversations/{id}/interrupt"
+)
+
+
+def _run(run_request: pb.RunRequest) -> Response:
+    """Start a turn and stream its events. A refusal (404, 409 busy or input_required,
+    503 ...) is an HTTP error, raised before the stream opens."""
+    settings = current_settings()
+    run_request.create_session = False
+    run_request.cancel_on_disconnect = settings.on_disconnect == "cancel"
+    engine = current_engine().engine
+    call = engine.Run(run_request)
+    try:
+        relay = open_relay(call, resume=Resume.of_run(engine, run_request))
+    except grpc.RpcError as exc:
+        refused = from_rpc_error(exc)
+        if refused.code != "input_required":
+            raise
+        # The engine speaks of resume entries; here the answer is the /resume endpoint.
+        raise ApiError(409, "input_required", _WAITING) from exc
+    return AgentikStream(relay, settings.heartbeat_interval).response()
+
+
 @bp.post("/conversations/<conversation_id>/send")
 def send(conversation_id: str) -> Response:
     """Start a turn with one user message and stream its events."""
     message = pb.Message(role=pb.ROLE_USER, content=parts_from_json(_json_body(required=True)))
-    settings = current_settings()
-    engine = current_engine().engine
-    run_request = pb.RunRequest(
-        session_id=conversation_id,
-        messages=[message],
-        create_session=False,
-        cancel_on_disconnect=settings.on_disconnect == "cancel",
-    )
-    call = engine.Run(run_request)
-    # A refusal (404, 409 busy, 503 ...) is an HTTP error, raised before the stream opens.
-    relay = open_relay(call, resume=Resume.of_run(engine, run_request))
-    return AgentikStream(relay, settings.heartbeat_interval).response()
+    return _run(pb.RunRequest(session_id=conversation_id, messages=[message]))
+
+
+@bp.post("/conversations/<conversation_id>/resume")
+def resume(conversation_id: str) -> Response:
+    """Answer what the conversation waits for (``decisions``, optionally a new user
+    ``message``) and stream the turn that carries the answers out."""
+    body = _json_body(required=True)
+    text = _optional_string(body, "message")
+    session = _get_session(conversation_id)  # 404 before anything is checked against it
+    entries = resume_entries(body, session.pending_interrupts)
+    run_request = pb.RunRequest(session_id=conversation_id, resume=entries)
+    if text:
+        run_request.messages.append(
+            pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))])
+        )
+    return _run(run_request)
 
 
 def _resume_point() -> int | None:

@@ -1,4 +1,4 @@
-"""The ``/agentik`` JSON shapes: conversations, messages and content parts.
+"""The ``/agentik`` JSON shapes: conversations, messages, content parts and interrupts.
 
 Output converters turn engine messages into the contract's snake_case JSON (times as
 ISO-8601 UTC with ``Z``). :func:`parts_from_json` reads the content of a ``send`` body
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,11 +17,14 @@ from google.protobuf import timestamp_pb2
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import invalid
+from web_facade.proto_json import json_value
 
 __all__ = [
+    "INTERRUPT_KINDS",
     "ROLE_NAMES",
     "STATUS_NAMES",
     "conversation_json",
+    "interrupt_json",
     "iso_time",
     "message_json",
     "part_json",
@@ -39,6 +43,10 @@ STATUS_NAMES: dict[int, str] = {
     pb.MESSAGE_STATUS_COMPLETE: "complete",
     pb.MESSAGE_STATUS_INTERRUPTED: "interrupted",
     pb.MESSAGE_STATUS_ERROR: "error",
+}
+INTERRUPT_KINDS: dict[int, str] = {
+    pb.INTERRUPT_KIND_APPROVAL: "approval",
+    pb.INTERRUPT_KIND_QUESTION: "question",
 }
 MAX_PARTS = 100
 
@@ -59,7 +67,40 @@ def conversation_json(session: pb.Session) -> dict[str, Any]:
         "count": session.message_count,
         "last_event_id": session.last_seq,
         "active_run_id": session.active_run_id or None,
+        "pending_interrupts": [interrupt_json(i) for i in session.pending_interrupts],
     }
+
+
+def _arguments(text: str) -> dict[str, Any] | str:
+    """A tool call's arguments as a JSON object, or as the LLM's text when they are not one."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def interrupt_json(interrupt: pb.Interrupt) -> dict[str, Any]:
+    """What a conversation waits for from a person: an approval of a tool call, or a
+    question (``question``, ``choices``?) asked through the ``ask_user`` call."""
+    call = interrupt.tool_call
+    out: dict[str, Any] = {
+        "id": interrupt.id,
+        "kind": INTERRUPT_KINDS.get(interrupt.kind, "approval"),
+        "message": interrupt.message,
+        "run_id": interrupt.run_id,
+        "tool_call": {"id": call.id, "name": call.name, "arguments": _arguments(call.arguments)},
+    }
+    if interrupt.kind == pb.INTERRUPT_KIND_QUESTION:
+        payload = json_value(interrupt.payload) if interrupt.HasField("payload") else {}
+        question = payload.get("question") if isinstance(payload, dict) else None
+        out["question"] = question if isinstance(question, str) else interrupt.message
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if isinstance(choices, list) and all(isinstance(c, str) for c in choices):
+            out["choices"] = choices
+    if interrupt.HasField("expire_time"):
+        out["expires_at"] = iso_time(interrupt.expire_time)
+    return out
 
 
 def part_json(part: pb.ContentPart) -> dict[str, Any]:

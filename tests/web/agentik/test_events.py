@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.openapi_check import assert_event_conforms
 from tests.web.sse_frames import SseParser
-from web_facade.agentik.events import EVENT_TABLE, event_frame, to_agentik
+from web_facade.agentik.events import EVENT_TABLE, event_frame, input_required, to_agentik
 
 
 def _event(seq: int = 7, **kind: Any) -> pb.Event:
@@ -89,7 +89,7 @@ ROWS: list[tuple[pb.Event, str, dict[str, Any]]] = [
     (
         _event(run_finished=pb.RunFinished(outcome=pb.OUTCOME_TYPE_INTERRUPT)),
         "end",
-        {"outcome": "interrupt"},
+        {"outcome": "input_required"},
     ),
     (_event(run_finished=pb.RunFinished(outcome=pb.OUTCOME_TYPE_CANCELLED)), "interrupted", {}),
     (
@@ -222,3 +222,79 @@ def test_a_frame_has_the_seq_as_id_the_name_as_event_and_one_line_of_json() -> N
     (frame,) = SseParser().feed(encoded)
     assert frame.id == 41
     assert frame.data == {"type": "append_text", "run_id": "r1", "message_id": "a", "text": text}
+
+
+def _interrupted_run(seq: int = 9) -> pb.Event:
+    approval = pb.Interrupt(
+        id="i1",
+        kind=pb.INTERRUPT_KIND_APPROVAL,
+        message="Approve calling calculate?",
+        run_id="r1",
+        tool_call=pb.ToolCall(id="c1", name="calculate", arguments='{"expression": "2+2"}'),
+    )
+    question = pb.Interrupt(
+        id="i2",
+        kind=pb.INTERRUPT_KIND_QUESTION,
+        message="Colour?",
+        run_id="r1",
+        tool_call=pb.ToolCall(id="c2", name="ask_user", arguments="not json"),
+        payload=struct_pb2.Value(
+            struct_value=struct_pb2.Struct(
+                fields={
+                    "question": struct_pb2.Value(string_value="Colour?"),
+                    "choices": struct_pb2.Value(
+                        list_value=struct_pb2.ListValue(
+                            values=[struct_pb2.Value(string_value="teal")]
+                        )
+                    ),
+                }
+            )
+        ),
+    )
+    question.expire_time.FromSeconds(1_780_000_000)
+    finished = pb.RunFinished(outcome=pb.OUTCOME_TYPE_INTERRUPT, interrupts=[approval, question])
+    return _event(seq=seq, run_finished=finished)
+
+
+def test_a_run_that_stops_for_a_person_gives_input_required_with_its_interrupts() -> None:
+    data = input_required(_interrupted_run())
+    assert data == {
+        "type": "input_required",
+        "run_id": "r1",
+        "interrupts": [
+            {
+                "id": "i1",
+                "kind": "approval",
+                "message": "Approve calling calculate?",
+                "run_id": "r1",
+                "tool_call": {"id": "c1", "name": "calculate", "arguments": {"expression": "2+2"}},
+            },
+            {
+                "id": "i2",
+                "kind": "question",
+                "message": "Colour?",
+                "run_id": "r1",
+                "tool_call": {"id": "c2", "name": "ask_user", "arguments": "not json"},
+                "question": "Colour?",
+                "choices": ["teal"],
+                "expires_at": "2026-05-28T20:26:40.000Z",
+            },
+        ],
+    }
+    assert_event_conforms(data)
+
+
+def test_input_required_comes_before_end_without_an_id_so_a_resume_gets_both() -> None:
+    encoded = event_frame(_interrupted_run(seq=9))
+    assert encoded is not None
+    first, second = SseParser().feed(encoded)
+    assert (first.type, first.id) == ("input_required", None)
+    assert (second.type, second.id) == ("end", 9)
+    assert second.data == {"type": "end", "run_id": "r1", "outcome": "input_required"}
+
+
+@pytest.mark.parametrize(
+    "outcome", [pb.OUTCOME_TYPE_SUCCESS, pb.OUTCOME_TYPE_CANCELLED, pb.OUTCOME_TYPE_UNSPECIFIED]
+)
+def test_no_input_required_for_runs_that_did_not_stop_for_a_person(outcome: int) -> None:
+    assert input_required(_event(run_finished=pb.RunFinished(outcome=outcome))) is None  # type: ignore[arg-type]

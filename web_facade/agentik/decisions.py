@@ -1,0 +1,160 @@
+"""The body of ``POST /agentik/conversations/{id}/resume``: a person's decisions on the
+interrupts a conversation waits for, as the engine's resume entries.
+
+A decision is ``{"interrupt_id", "approve": bool, "arguments"?: {...}, "reason"?: "..."}``
+(an approval; ``approve: false`` also declines to answer a question) or
+``{"interrupt_id", "answer": "..."}`` (a question). They become ``pb.ResumeEntry`` s:
+
+===============================  ============  ================================
+decision                         status        payload
+===============================  ============  ================================
+approve true                     RESOLVED      none
+approve true, arguments          RESOLVED      ``{"arguments": {...}}``
+approve false (reason?)          CANCELLED     ``{"reason": "..."}`` when given
+answer                           RESOLVED      ``{"answer": "..."}``
+===============================  ============  ================================
+
+Unknown keys in a decision are refused, unlike elsewhere in the API: a misspelled
+``arguments`` must not approve the call as the LLM wrote it. Each decision is checked
+against the conversation's pending interrupts too, so a mistake is named as the client
+wrote it (``decisions[1].answer``); the engine checks again, and has the last word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.errors import invalid
+
+__all__ = ["MAX_DECISIONS", "resume_entries"]
+
+MAX_DECISIONS = 100
+_KEYS = ("interrupt_id", "approve", "arguments", "reason", "answer")
+_SHOWN = 40
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "…")
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
+
+
+def _value(value: Any) -> struct_pb2.Value:
+    out = struct_pb2.Value()
+    json_format.ParseDict(value, out)
+    return out
+
+
+def _entry(raw: object, where: str) -> tuple[str, pb.ResumeEntry, bool]:
+    """``(interrupt_id, entry, answers_a_question)`` of one decision, or a 400 naming it."""
+    if not isinstance(raw, dict):
+        invalid(f"{where} must be an object, got {_kind(raw)}")
+    unknown = [key for key in raw if key not in _KEYS]
+    if unknown:
+        invalid(
+            f"{where} has an unknown key {_shown(unknown[0])}; a decision has "
+            "interrupt_id with approve (and arguments or reason), or with answer"
+        )
+    interrupt_id = raw.get("interrupt_id")
+    if not isinstance(interrupt_id, str) or not interrupt_id:
+        got = "missing" if interrupt_id is None else _kind(interrupt_id)
+        invalid(f"{where}.interrupt_id must be a non-empty string, got {got}")
+    if ("approve" in raw) == ("answer" in raw):
+        invalid(f"{where} must have exactly one of approve and answer")
+    if "answer" in raw:
+        for key in ("arguments", "reason"):
+            if key in raw:
+                invalid(f"{where}.{key} goes with approve, not with answer")
+        answer = raw["answer"]
+        if not isinstance(answer, str):
+            invalid(f"{where}.answer must be a string, got {_kind(answer)}")
+        entry = pb.ResumeEntry(
+            interrupt_id=interrupt_id,
+            status=pb.RESUME_STATUS_RESOLVED,
+            payload=_value({"answer": answer}),
+        )
+        return interrupt_id, entry, True
+    approve = raw["approve"]
+    if not isinstance(approve, bool):
+        invalid(f"{where}.approve must be true or false")
+    if approve:
+        if "reason" in raw:
+            invalid(f"{where}.reason goes with approve: false")
+        entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_RESOLVED)
+        if "arguments" in raw:
+            arguments = raw["arguments"]
+            if not isinstance(arguments, dict):
+                invalid(f"{where}.arguments must be a JSON object, got {_kind(arguments)}")
+            entry.payload.CopyFrom(_value({"arguments": arguments}))
+        return interrupt_id, entry, False
+    if "arguments" in raw:
+        invalid(f"{where}.arguments goes with approve: true")
+    entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_CANCELLED)
+    reason = raw.get("reason")
+    if reason is not None:
+        if not isinstance(reason, str):
+            invalid(f"{where}.reason must be a string, got {_kind(reason)}")
+        if reason.strip():
+            entry.payload.CopyFrom(_value({"reason": reason}))
+    return interrupt_id, entry, False
+
+
+def _expired(interrupt: pb.Interrupt, now: datetime) -> bool:
+    return interrupt.HasField("expire_time") and interrupt.expire_time.ToDatetime(UTC) <= now
+
+
+def _describe(interrupt: pb.Interrupt) -> str:
+    if interrupt.kind == pb.INTERRUPT_KIND_QUESTION:
+        return f"{_shown(interrupt.id)} (a question)"
+    return f"{_shown(interrupt.id)} (approve {interrupt.tool_call.name})"
+
+
+def resume_entries(body: dict[str, Any], pending: Sequence[pb.Interrupt]) -> list[pb.ResumeEntry]:
+    """The resume entries of a ``resume`` body, in the order of its ``decisions``; a 400
+    naming the field when a decision is malformed or does not fit what is pending."""
+    decisions = body.get("decisions")
+    if not isinstance(decisions, list):
+        got = "missing" if decisions is None else _kind(decisions)
+        invalid(f"decisions is required and must be an array, got {got}")
+    if not decisions:
+        invalid("decisions must have at least one decision")
+    if len(decisions) > MAX_DECISIONS:
+        invalid(f"decisions has more than {MAX_DECISIONS} items")
+    parsed = [_entry(raw, f"decisions[{i}]") for i, raw in enumerate(decisions)]
+    if not pending:
+        invalid("this conversation waits for no answer: there is nothing to resume")
+    by_id = {interrupt.id: interrupt for interrupt in pending}
+    seen: set[str] = set()
+    for index, (interrupt_id, _, answers) in enumerate(parsed):
+        where = f"decisions[{index}]"
+        interrupt = by_id.get(interrupt_id)
+        if interrupt is None:
+            waiting = ", ".join(_describe(i) for i in pending)
+            invalid(
+                f"{where}.interrupt_id {_shown(interrupt_id)} is not pending in this "
+                f"conversation; it waits for {waiting}"
+            )
+        if interrupt_id in seen:
+            invalid(f"{where}.interrupt_id {_shown(interrupt_id)} is answered twice")
+        seen.add(interrupt_id)
+        question = interrupt.kind == pb.INTERRUPT_KIND_QUESTION
+        if answers and not question:
+            invalid(f"{where} answers an approval: give approve (true or false), not answer")
+        if question and not answers and parsed[index][1].status == pb.RESUME_STATUS_RESOLVED:
+            invalid(f"{where} answers a question: give answer, or approve: false to decline it")
+    now = datetime.now(UTC)
+    missing = [i for i in pending if i.id not in seen and not _expired(i, now)]
+    if missing:
+        names = ", ".join(_describe(i) for i in missing)
+        invalid(f"decisions must answer every pending interrupt; missing {names}")
+    return [entry for _, entry, _ in parsed]

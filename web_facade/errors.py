@@ -164,8 +164,9 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     status, name = GRPC_TO_HTTP.get(code, (502, "engine_error")) if code else (502, "engine_error")
     retry_after = 0
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if code is not None:
         status, name = REFINED.get((code, _trailer(exc, "agentik-error")), (status, name))
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         seconds = _trailer(exc, "retry-after")
         retry_after = int(seconds) if seconds.isdigit() and len(seconds) < 7 else 0
     details = exc.details() if callable(getattr(exc, "details", None)) else None

@@ -60,6 +60,7 @@ def _scenario(stack: Stack, name: str) -> dict[str, Any]:
 def _interrupted(run: dict[str, Any], reason: str) -> dict[str, Any]:
     """The one interrupt a first run ended with, as the client handed it over."""
     assert run["finished"]["outcome"] == "interrupt"
+    interrupt: dict[str, Any]
     (interrupt,) = run["finished"]["interrupts"]
     assert interrupt["reason"] == reason
     assert run["pendingInterrupts"] == [interrupt["id"]]

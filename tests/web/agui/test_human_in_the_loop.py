@@ -280,3 +280,16 @@ def test_a_run_id_used_on_another_thread_is_409_naming_the_run_id_only(
     assert error["code"] == "already_exists"
     assert run_id in error["message"]
     assert first not in error["message"], "the other thread must not be disclosed"
+
+
+def test_interrupting_a_waiting_thread_drops_the_wait_and_the_next_run_needs_no_resume(
+    client: FlaskClient,
+) -> None:
+    thread_id = _thread()
+    _paused(client, thread_id, "calculate 2+2")
+
+    stopped = client.post(f"/agentik/conversations/{thread_id}/interrupt")
+    assert stopped.status_code == 200, stopped.get_data()
+
+    after = _run(client, _body(thread_id, "hello again"))
+    assert _outcome(after) == {"type": "success"}

@@ -20,7 +20,7 @@ from web_facade.agui.input import RunOptions, run_options, run_request
 def _body(**fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "threadId": f"agui-{uuid.uuid4().hex}",
-        "runId": "r1",
+        "runId": uuid.uuid4().hex,
         "messages": [{"id": "u1", "role": "user", "content": "hi"}],
     }
     base.update(fields)

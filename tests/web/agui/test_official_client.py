@@ -153,7 +153,7 @@ def _leave_early(http: httpx.Client, text: str, **props: Any) -> list[dict[str, 
     thread_id = f"gone-{uuid.uuid4().hex}"
     body = {
         "threadId": thread_id,
-        "runId": "r1",
+        "runId": uuid.uuid4().hex,
         "messages": [{"id": "u1", "role": "user", "content": text}],
         "forwardedProps": props,
     }

@@ -147,7 +147,7 @@ class Resume:
     def interrupt(self) -> None:
         """Stop the run: its client left, and the call whose cancel would have stopped it
         (``cancel_on_disconnect``) was replaced by a subscription."""
-        request = pb.InterruptRequest(session_id=self.session_id, run_id=self.run_id)
+        request = pb.InterruptRequest(session_id=self.thread_id, run_id=self.run_id)
         try:
             self._engine.Interrupt(request, timeout=INTERRUPT_TIMEOUT, metadata=self._metadata)
         except grpc.RpcError as exc:

@@ -4,7 +4,8 @@ The engine already speaks AG-UI: each ``Event.kind`` becomes the ``ag_ui.core`` 
 same name, with ``threadId``/``runId`` on the run events, ``protocolVersion: "1.0"`` on
 RUN_STARTED and the event's time as ``timestamp`` (ms). Three rows do more than rename:
 
-- ``run_finished``: the outcome becomes ``{"type": "success", "pendingToolCallIds"?}`` or
+- ``run_finished``: the outcome becomes ``{"type": "success", "pendingToolCallIds"?}``,
+  ``{"type": "interrupt", "interrupts": [...]}`` (see :func:`interrupt_to_agui`) or
   ``{"type": "cancelled"}``; usage becomes a one-entry ``TokenUsage`` list;
 - ``tool_call_result``: content is the text, or text and image parts when the tool
   returned images;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from typing import Any
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
@@ -28,6 +30,7 @@ from ag_ui.core import (
     DeveloperMessage,
     FunctionCall,
     ImagePart,
+    Interrupt,
     Message,
     MessagesSnapshotEvent,
     RawEvent,
@@ -39,6 +42,7 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
     RunFinishedOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
@@ -66,7 +70,15 @@ from ag_ui.core.events import TextMessageRole
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.proto_json import json_value
 
-__all__ = ["EVENT_TABLE", "message_to_agui", "run_error", "to_agui"]
+__all__ = [
+    "EVENT_TABLE",
+    "INTERRUPT_KINDS",
+    "INTERRUPT_REASONS",
+    "interrupt_to_agui",
+    "message_to_agui",
+    "run_error",
+    "to_agui",
+]
 
 Mapper = Callable[[pb.Event], BaseEvent]
 
@@ -75,6 +87,19 @@ _TEXT_ROLES: dict[int, TextMessageRole] = {
     pb.ROLE_SYSTEM: "system",
     pb.ROLE_DEVELOPER: "developer",
 }
+
+
+INTERRUPT_REASONS: dict[int, str] = {
+    pb.INTERRUPT_KIND_APPROVAL: "tool_approval",
+    pb.INTERRUPT_KIND_QUESTION: "question",
+}
+"""The engine's interrupt kind → AG-UI ``Interrupt.reason``."""
+
+INTERRUPT_KINDS: dict[int, str] = {
+    pb.INTERRUPT_KIND_APPROVAL: "approval",
+    pb.INTERRUPT_KIND_QUESTION: "question",
+}
+"""The engine's interrupt kind → ``Interrupt.metadata.kind``."""
 
 
 def _millis(event: pb.Event) -> int:
@@ -143,11 +168,38 @@ def _run_started(event: pb.Event) -> BaseEvent:
     )
 
 
+def interrupt_to_agui(interrupt: pb.Interrupt) -> Interrupt:
+    """An engine interrupt as AG-UI's: ``reason`` from :data:`INTERRUPT_REASONS`,
+    ``toolCallId`` the waiting call, ``metadata`` the kind and the structured request
+    (``tool``/``arguments`` for an approval, ``question``/``choices`` for a question)."""
+    kind = INTERRUPT_KINDS.get(interrupt.kind, "unspecified")
+    metadata: dict[str, Any] = {"kind": kind}
+    if interrupt.HasField("payload"):
+        payload = json_value(interrupt.payload)
+        metadata.update(payload if isinstance(payload, dict) else {"payload": payload})
+    expires_at = None
+    if interrupt.HasField("expire_time"):
+        expires_at = interrupt.expire_time.ToJsonString()
+    return Interrupt(
+        id=interrupt.id,
+        reason=INTERRUPT_REASONS.get(interrupt.kind, kind),
+        message=interrupt.message or None,
+        tool_call_id=interrupt.tool_call.id or None,
+        response_schema=(
+            json_value(interrupt.response_schema) if interrupt.HasField("response_schema") else None
+        ),
+        expires_at=expires_at,
+        metadata=metadata,
+    )
+
+
 def _outcome(body: pb.RunFinished) -> RunFinishedOutcome:
     if body.outcome == pb.OUTCOME_TYPE_CANCELLED:
         return RunFinishedCancelledOutcome()
-    # The engine has no interrupt payloads (AG-UI needs at least one), so INTERRUPT
-    # cannot be told apart from success here.
+    if body.outcome == pb.OUTCOME_TYPE_INTERRUPT and body.interrupts:
+        return RunFinishedInterruptOutcome(
+            interrupts=[interrupt_to_agui(i) for i in body.interrupts]
+        )
     pending = list(body.pending_tool_call_ids)
     return RunFinishedSuccessOutcome(pending_tool_call_ids=pending or None)
 

@@ -11,6 +11,11 @@ Messages map one to one, with two exceptions: ``activity`` and ``reasoning`` mes
 views the client builds from events, which the engine neither stores nor sends to the LLM,
 so they are dropped; audio, video and document parts, and media given as a provider
 ``file`` handle, are refused (the engine holds text and images only).
+
+``resume`` entries answer the thread's pending interrupts (see docs/agui.md, "Human in the
+loop"): ``status`` maps to the engine's ``ResumeStatus``, ``payload`` to a JSON ``Value``.
+Whether the entries answer what the thread waits for is the engine's to judge (400 naming
+``resume[i]``; 409 ``input_required`` for a run without them while the thread waits).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ag_ui.core import (
     DeveloperMessage,
     ImagePart,
     Message,
+    ResumeEntry,
     RunAgentInput,
     SystemMessage,
     TextPart,
@@ -288,6 +294,22 @@ def _value(value: Any) -> struct_pb2.Value:
     return out
 
 
+_RESUME_STATUS: dict[str, pb.ResumeStatus.ValueType] = {
+    "resolved": pb.RESUME_STATUS_RESOLVED,
+    "cancelled": pb.RESUME_STATUS_CANCELLED,
+}
+"""AG-UI ``ResumeEntry.status`` → the engine's (the model admits no other value)."""
+
+
+def _resume_entry(entry: ResumeEntry) -> pb.ResumeEntry:
+    """One answer to a pending interrupt. ``payload`` travels as JSON (a ``null`` one counts
+    as absent); ``metadata`` is the client's own and does not reach the engine."""
+    out = pb.ResumeEntry(interrupt_id=entry.interrupt_id, status=_RESUME_STATUS[entry.status])
+    if entry.payload is not None:
+        out.payload.CopyFrom(_value(entry.payload))
+    return out
+
+
 def _tools(run_input: RunAgentInput) -> list[pb.Tool]:
     tools = []
     for index, tool in enumerate(run_input.tools or []):
@@ -320,10 +342,6 @@ def run_request(
     run_input: RunAgentInput, options: RunOptions, *, cancel_on_disconnect: bool
 ) -> pb.RunRequest:
     """The engine's ``RunRequest`` for a validated input."""
-    if run_input.resume:
-        unprocessable(
-            "resume: this agent never pauses on an interrupt, so there is nothing to resume"
-        )
     request = pb.RunRequest(
         session_id=run_input.thread_id,
         run_id=run_input.run_id,
@@ -339,6 +357,7 @@ def run_request(
         cancel_on_disconnect=cancel_on_disconnect,
         parent_run_id=run_input.parent_run_id or "",
         messages_snapshot=options.messages_snapshot,
+        resume=[_resume_entry(entry) for entry in run_input.resume or []],
     )
     if sends_state(run_input, options):
         request.state.CopyFrom(_value(run_input.state))

@@ -6,7 +6,7 @@ streamed by :class:`web_facade.agui.stream.AguiStream` as ``data: <json>`` SSE f
 
 Errors: a request the facade or the engine refuses before the run starts is an HTTP error
 (422 for input that does not validate; the engine's refusals through
-``web_facade.errors``: 400, 409 busy, 503 ...). Once the stream is open every failure is a
+``web_facade.errors``: 400, 409 busy / input_required / already_exists, 503 ...). Once the stream is open every failure is a
 RUN_ERROR, and the stream always ends with RUN_FINISHED or RUN_ERROR — also when the engine
 connection breaks or the worker shuts down mid-run.
 

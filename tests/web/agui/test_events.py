@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
@@ -66,6 +66,64 @@ def test_run_started_declares_protocol_version_1_0_and_the_events_time_in_ms() -
 )
 def test_run_finished_carries_the_outcome(finished: pb.RunFinished, outcome: Any) -> None:
     assert _wire(_event(run_finished=finished))["outcome"] == outcome
+
+
+def _interrupt(kind: pb.InterruptKind.ValueType, payload: Any, **fields: Any) -> pb.Interrupt:
+    interrupt = pb.Interrupt(id="i1", kind=kind, run_id="r1", **fields)
+    json_format.ParseDict(payload, interrupt.payload)
+    json_format.ParseDict({"type": "object"}, interrupt.response_schema)
+    return interrupt
+
+
+def test_an_interrupted_run_finishes_with_each_interrupt_and_its_structured_request() -> None:
+    approval = _interrupt(
+        pb.INTERRUPT_KIND_APPROVAL,
+        {"tool": "calculate", "arguments": {"expression": "2+2"}},
+        message="Approve calling calculate?",
+        tool_call=pb.ToolCall(id="c1", name="calculate", arguments='{"expression": "2+2"}'),
+    )
+    approval.expire_time.FromMilliseconds(1_780_000_060_500)
+    question = _interrupt(
+        pb.INTERRUPT_KIND_QUESTION,
+        {"question": "Tea or coffee?", "choices": ["tea", "coffee"]},
+        message="Tea or coffee?",
+        tool_call=pb.ToolCall(id="c2", name="ask_user"),
+    )
+    question.id = "i2"
+    finished = pb.RunFinished(outcome=pb.OUTCOME_TYPE_INTERRUPT, interrupts=[approval, question])
+
+    outcome = _wire(_event(run_finished=finished))["outcome"]
+
+    assert outcome == {
+        "type": "interrupt",
+        "interrupts": [
+            {
+                "id": "i1",
+                "reason": "tool_approval",
+                "message": "Approve calling calculate?",
+                "toolCallId": "c1",
+                "responseSchema": {"type": "object"},
+                "expiresAt": "2026-05-28T20:27:40.500Z",
+                "metadata": {
+                    "kind": "approval",
+                    "tool": "calculate",
+                    "arguments": {"expression": "2+2"},
+                },
+            },
+            {
+                "id": "i2",
+                "reason": "question",
+                "message": "Tea or coffee?",
+                "toolCallId": "c2",
+                "responseSchema": {"type": "object"},
+                "metadata": {
+                    "kind": "question",
+                    "question": "Tea or coffee?",
+                    "choices": ["tea", "coffee"],
+                },
+            },
+        ],
+    }
 
 
 def test_usage_and_result_of_a_finished_run_are_kept() -> None:

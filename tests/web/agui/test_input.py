@@ -20,7 +20,7 @@ from web_facade.agui.input import RunOptions, run_options, run_request
 def _body(**fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "threadId": f"agui-{uuid.uuid4().hex}",
-        "runId": "r1",
+        "runId": uuid.uuid4().hex,
         "messages": [{"id": "u1", "role": "user", "content": "hi"}],
     }
     base.update(fields)
@@ -130,10 +130,26 @@ def test_malformed_agentik_options_are_refused_naming_the_key(
     assert named in _refusal(client, _body(forwardedProps=props))
 
 
-def test_resume_entries_are_refused_since_the_agent_never_pauses(client: FlaskClient) -> None:
-    resume = [{"interruptId": "i1", "status": "resolved"}]
+def test_resume_entries_reach_the_engine_with_their_status_and_payload() -> None:
+    resume = [
+        {"interruptId": "i1", "status": "resolved"},
+        {"interruptId": "i2", "status": "resolved", "payload": {"arguments": {"n": 1}}},
+        {"interruptId": "i3", "status": "cancelled", "metadata": {"by": "ann"}},
+        {"interruptId": "i4", "status": "resolved", "payload": "teal"},
+    ]
 
-    assert _refusal(client, _body(resume=resume)).startswith("resume:")
+    request = _request(_body(messages=[], resume=resume))
+
+    assert [(e.interrupt_id, e.status) for e in request.resume] == [
+        ("i1", pb.RESUME_STATUS_RESOLVED),
+        ("i2", pb.RESUME_STATUS_RESOLVED),
+        ("i3", pb.RESUME_STATUS_CANCELLED),
+        ("i4", pb.RESUME_STATUS_RESOLVED),
+    ]
+    assert [e.HasField("payload") for e in request.resume] == [False, True, False, True]
+    assert json_format.MessageToDict(request.resume[1].payload) == {"arguments": {"n": 1.0}}
+    assert request.resume[3].payload.string_value == "teal"
+    assert list(request.messages) == []
 
 
 def test_a_frontend_tool_named_like_an_engine_tool_is_refused_by_the_engine_with_400(

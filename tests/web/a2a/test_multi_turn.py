@@ -3,6 +3,7 @@ a run that stops for a person makes the task INPUT_REQUIRED; a message on the ta
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,7 +12,7 @@ from flask import Flask
 
 from engine_service.config import load_settings
 from tests.web.a2a.conftest import Rpc, user_message
-from tests.web.conftest import BackgroundEngine
+from tests.web.conftest import WAIT, BackgroundEngine
 
 HITL = {
     "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
@@ -257,3 +258,20 @@ def test_0_3_message_stream_marks_input_required_final(rpc: Rpc) -> None:
     replies = rpc.stream("message/stream", {"message": message}, headers={})
     last = replies[-1]["result"]
     assert last["status"]["state"] == "input-required" and last["final"] is True
+
+
+def test_a_reply_that_returns_immediately_is_followed_by_get_task_to_completed(rpc: Rpc) -> None:
+    task = _paused(rpc)
+    reply = _reply(task, {"text": "yes"})
+    params = {"message": reply, "configuration": {"returnImmediately": True}}
+    started = rpc.result("SendMessage", params)["task"]
+    assert started["id"] == task["id"]
+    assert started["status"]["state"] in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED")
+    deadline = time.monotonic() + WAIT
+    while (got := rpc.result("GetTask", {"id": task["id"]}))["status"]["state"] != (
+        "TASK_STATE_COMPLETED"
+    ):
+        assert got["status"]["state"] == "TASK_STATE_WORKING", got
+        assert time.monotonic() < deadline, "the reply did not complete in time"
+        time.sleep(0.02)
+    assert _answer(got) == "2+2 = 4."

@@ -1,16 +1,19 @@
 """Pure conversions between A2A (the a2a-sdk's protobuf types) and the engine's runs.
 
-A task is one run of the engine; its context is the run's session. A task's history is
-the run's user and assistant messages; its artifacts are the assistant's text answers,
-one per assistant message, with the message's id as the artifact id. :class:`RunStream`
-folds a run's engine events into A2A stream responses: the task, WORKING, artifact
-updates as the text streams, then the final state.
+A task is a chain of runs of the engine: its first run (whose id is the task's), then each
+run that resumed the one before it after it stopped for a person (``resumed_by_run_id``);
+its context is their session, its state the latest run's. A task's history is the runs'
+user and assistant messages, with the agent's request for input of each run that was
+answered; its artifacts are the assistant's text answers, one per assistant message, with
+the message's id as the artifact id. :class:`RunStream` folds one run's engine events into
+A2A stream responses: the task, WORKING, artifact updates as the text streams, then the
+run's end state (INPUT_REQUIRED when it stopped for a person).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from a2a.types import (
     Artifact,
@@ -29,6 +32,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from engine_service.core.ids import ID_RULE, is_valid_id
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import invalid_params
+from web_facade.a2a.interrupts import input_required_message
 from web_facade.proto_json import json_value
 
 __all__ = [
@@ -38,9 +42,11 @@ __all__ = [
     "TASK_STATES",
     "RunStream",
     "answer_message",
+    "check_message",
     "engine_content",
     "record_message",
     "task_from_run",
+    "task_from_runs",
 ]
 
 ANSWER = "answer"
@@ -55,14 +61,14 @@ TASK_STATES: dict[int, TaskState] = {
     pb.RUN_STATUS_SUCCEEDED: TaskState.TASK_STATE_COMPLETED,
     pb.RUN_STATUS_FAILED: TaskState.TASK_STATE_FAILED,
     pb.RUN_STATUS_INTERRUPTED: TaskState.TASK_STATE_CANCELED,
+    pb.RUN_STATUS_INPUT_REQUIRED: TaskState.TASK_STATE_INPUT_REQUIRED,
 }
 """Engine run status → A2A task state."""
 _OUTCOME_STATES: dict[int, TaskState] = {
     pb.OUTCOME_TYPE_UNSPECIFIED: TaskState.TASK_STATE_COMPLETED,
     pb.OUTCOME_TYPE_SUCCESS: TaskState.TASK_STATE_COMPLETED,
     pb.OUTCOME_TYPE_CANCELLED: TaskState.TASK_STATE_CANCELED,
-    # The engine stores a run that stopped for human input as succeeded; so does A2A here.
-    pb.OUTCOME_TYPE_INTERRUPT: TaskState.TASK_STATE_COMPLETED,
+    pb.OUTCOME_TYPE_INTERRUPT: TaskState.TASK_STATE_INPUT_REQUIRED,
 }
 
 
@@ -89,8 +95,9 @@ def _content_part(part: Part, where: str) -> pb.ContentPart:
     raise invalid_params(where, "needs one of text, data, raw or url")
 
 
-def engine_content(message: Message) -> list[pb.ContentPart]:
-    """The content of the peer's message for the engine; refuses what it cannot take."""
+def check_message(message: Message) -> None:
+    """Refuse a peer's message without an id, with malformed ids, not from the user, or
+    without parts."""
     if not message.message_id:
         raise invalid_params("message.messageId", "is required")
     ids = (("messageId", message.message_id), ("contextId", message.context_id))
@@ -103,6 +110,11 @@ def engine_content(message: Message) -> list[pb.ContentPart]:
         raise invalid_params("message.parts", "must not be empty")
     if len(message.parts) > MAX_PARTS:
         raise invalid_params("message.parts", f"has more than {MAX_PARTS} parts")
+
+
+def engine_content(message: Message) -> list[pb.ContentPart]:
+    """The content of the peer's message for the engine; refuses what it cannot take."""
+    check_message(message)
     return [_content_part(part, f"message.parts[{i}]") for i, part in enumerate(message.parts)]
 
 
@@ -163,28 +175,43 @@ def _failure(task: Task, code: str, text: str) -> Message:
     )
 
 
-def task_from_run(run: pb.RunInfo, messages: Iterable[pb.Message]) -> Task:
-    """The task a stored run is: state, history and answer."""
-    task = Task(id=run.id, context_id=run.session_id)
-    task.status.state = TASK_STATES.get(run.status, TaskState.TASK_STATE_UNSPECIFIED)
-    task.status.timestamp.CopyFrom(run.end_time if run.HasField("end_time") else run.start_time)
-    if run.status == pb.RUN_STATUS_FAILED:
-        task.status.message.CopyFrom(_failure(task, run.error_code, run.error_message))
-    for message in messages:
-        record_message(task, message)
+def task_from_runs(runs: Sequence[pb.RunInfo], messages: Sequence[Iterable[pb.Message]]) -> Task:
+    """The task a chain of stored runs is (the first run's id, the latest run's state):
+    history and answers of every run, ``messages`` holding each run's messages."""
+    root, latest = runs[0], runs[-1]
+    task = Task(id=root.id, context_id=root.session_id)
+    for run, stored in zip(runs, messages, strict=True):
+        for message in stored:
+            record_message(task, message)
+        if run is not latest and run.interrupts:  # answered by the next run
+            task.history.append(input_required_message(task, run.id, run.interrupts))
+    task.status.state = TASK_STATES.get(latest.status, TaskState.TASK_STATE_UNSPECIFIED)
+    stamp = latest.end_time if latest.HasField("end_time") else latest.start_time
+    task.status.timestamp.CopyFrom(stamp)
+    if latest.status == pb.RUN_STATUS_FAILED:
+        task.status.message.CopyFrom(_failure(task, latest.error_code, latest.error_message))
+    elif latest.status == pb.RUN_STATUS_INPUT_REQUIRED:
+        task.status.message.CopyFrom(input_required_message(task, latest.id, latest.interrupts))
     return task
+
+
+def task_from_run(run: pb.RunInfo, messages: Iterable[pb.Message]) -> Task:
+    """The task one stored run is: state, history and answer."""
+    return task_from_runs([run], [messages])
 
 
 class RunStream:
     """Folds one run's engine events into A2A stream responses, keeping the task current.
 
-    Each text chunk becomes at once an artifact update of its message's answer artifact
-    (the first creates it, the others append); when the message ends, an empty chunk
-    carries ``lastChunk``.
+    The run is ``run_id``: the task's own first run, or a later run of the task that
+    resumed it. Each text chunk becomes at once an artifact update of its message's answer
+    artifact (the first creates it, the others append); when the message ends, an empty
+    chunk carries ``lastChunk``.
     """
 
-    def __init__(self, task: Task, *, announce: bool) -> None:
+    def __init__(self, task: Task, run_id: str, *, announce: bool) -> None:
         self.task = task
+        self.run_id = run_id
         self.done = False
         self._announce = announce
         self._artifact = ""
@@ -193,6 +220,8 @@ class RunStream:
     def _status(self, state: TaskState, stamp: timestamp_pb2.Timestamp) -> StreamResponse:
         self.task.status.state = state
         self.task.status.timestamp.CopyFrom(stamp)
+        if state == TaskState.TASK_STATE_WORKING:
+            self.task.status.ClearField("message")
         update = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id)
         update.status.CopyFrom(self.task.status)
         return StreamResponse(status_update=update)
@@ -211,7 +240,7 @@ class RunStream:
 
     def feed(self, event: pb.Event) -> list[StreamResponse]:
         """The stream responses for one engine event (events of other runs give none)."""
-        if event.run_id != self.task.id or self.done:
+        if event.run_id != self.run_id or self.done:
             return []
         kind = event.WhichOneof("kind")
         if kind == "run_started":
@@ -229,7 +258,11 @@ class RunStream:
             record_message(self.task, event.message_stored.message)
         elif kind == "run_finished":
             self.done = True
-            state = _OUTCOME_STATES.get(event.run_finished.outcome, TaskState.TASK_STATE_COMPLETED)
+            finished = event.run_finished
+            state = _OUTCOME_STATES.get(finished.outcome, TaskState.TASK_STATE_COMPLETED)
+            if state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                asked = input_required_message(self.task, self.run_id, finished.interrupts)
+                self.task.status.message.CopyFrom(asked)
             return [self._status(state, event.time)]
         elif kind == "run_error":
             self.done = True

@@ -25,7 +25,9 @@ from a2a.types import (
     ListTasksRequest,
     SendMessageRequest,
     SendMessageResponse,
+    StreamResponse,
     SubscribeToTaskRequest,
+    Task,
 )
 from a2a.utils.errors import (
     A2AError,
@@ -51,6 +53,7 @@ from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, read_body
+from web_facade.stream import sse_response
 
 __all__ = ["METHODS", "VERSION_HEADER", "bp"]
 
@@ -67,9 +70,10 @@ P = TypeVar("P", bound=ProtoMessage)
 
 @dataclass(frozen=True, slots=True)
 class _Stream:
-    """A streamed result: the live task and how to shape each of its stream responses."""
+    """A streamed result: the live task (or a task that waits for input: only itself) and
+    how to shape each of its stream responses."""
 
-    follow: TaskFollow
+    follow: TaskFollow | Task
     shape: Shape
 
 
@@ -375,6 +379,10 @@ def rpc() -> Response:
     except Exception as exc:
         return Response(encode(error(request_id, unexpected(exc))), mimetype="application/json")
     if isinstance(result, _Stream):
+        if isinstance(result.follow, Task):
+            # Nothing happens to a task that waits for input until the peer answers.
+            snapshot = result.shape(StreamResponse(task=result.follow))
+            return sse_response(iter([A2aStream.frame(reply(request_id, snapshot))]))
         heartbeat = current_settings().heartbeat_interval
         return A2aStream(result.follow, heartbeat, request_id, result.shape).response()
     return Response(encode(reply(request_id, result)), mimetype="application/json")

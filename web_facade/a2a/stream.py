@@ -41,14 +41,15 @@ class A2aStream(EventStream):
         self._shape = shape
 
     def _responses(self, responses: list[StreamResponse]) -> bytes:
-        return b"".join(self._frame(reply(self._request_id, self._shape(r))) for r in responses)
+        return b"".join(self.frame(reply(self._request_id, self._shape(r))) for r in responses)
 
     @staticmethod
-    def _frame(payload: dict[str, Any]) -> bytes:
+    def frame(payload: dict[str, Any]) -> bytes:
+        """One SSE frame holding one JSON-RPC response."""
         return b"data: " + encode(payload) + b"\n\n"
 
     def _error(self, exc: A2AError) -> bytes:
-        return self._frame(error(self._request_id, exc))
+        return self.frame(error(self._request_id, exc))
 
     def opening(self) -> bytes:
         return self._responses(self._follow.first)

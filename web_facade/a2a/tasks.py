@@ -1,4 +1,9 @@
-"""A2A task operations over the engine: a task is one run, its context the run's session.
+"""A2A task operations over the engine: a task is a chain of runs, its context their session.
+
+A task starts as one run, whose id is the task's. When that run stops for a person
+(INPUT_REQUIRED), the peer's next message on the task resumes it with a new run, linked
+from the one it answered by ``RunInfo.resumed_by_run_id``; the task is the whole chain, in
+the state of its latest run.
 
 Nothing is kept here: every answer is built from the engine (``GetRun`` + ``ListMessages``
 for a stored task, the run's events for a live one), so any worker of any facade process
@@ -27,6 +32,7 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import (
+    A2AError,
     ContentTypeNotSupportedError,
     InternalError,
     PushNotificationNotSupportedError,
@@ -38,8 +44,15 @@ from a2a.utils.task import apply_history_length
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from web_facade.a2a.convert import RunStream, engine_content, task_from_run
+from web_facade.a2a.convert import (
+    RunStream,
+    check_message,
+    engine_content,
+    task_from_run,
+    task_from_runs,
+)
 from web_facade.a2a.errors import from_rpc, invalid_params
+from web_facade.a2a.interrupts import resume_entries
 from web_facade.engine_client import UNARY_TIMEOUT
 from web_facade.stream import OPEN_WAIT, POLL, EventRelay, Resume, open_relay
 
@@ -54,6 +67,8 @@ _FIRST_WINDOW: Final = 64
 """Events looked back at first when a subscriber searches a live run's first event."""
 TEXT_MODES: Final = frozenset({"text/plain", "text/*", "*/*", "text"})
 """``acceptedOutputModes`` values our text answers satisfy."""
+MAX_TURNS: Final = 1000
+"""Most runs followed in one task's chain (a bound on a walk through stored links)."""
 
 
 class TaskService:
@@ -74,6 +89,43 @@ class TaskService:
                 raise TaskNotFoundError(f"task {task_id!r} not found") from None
             raise from_rpc(exc) from None
 
+    def _get_run(self, run_id: str) -> pb.RunInfo:
+        try:
+            return self._engine.GetRun(pb.GetRunRequest(run_id=run_id), timeout=UNARY_TIMEOUT)
+        except grpc.RpcError as exc:
+            raise from_rpc(exc) from None
+
+    def _chain_from(self, run: pb.RunInfo) -> list[pb.RunInfo]:
+        """``run`` and each run that resumed the one before it: the latest is last."""
+        runs = [run]
+        while runs[-1].resumed_by_run_id and len(runs) < MAX_TURNS:
+            runs.append(self._get_run(runs[-1].resumed_by_run_id))
+        return runs
+
+    def _chain(self, task_id: str) -> list[pb.RunInfo]:
+        """The runs of task ``task_id``, its first run first; TaskNotFound if none."""
+        return self._chain_from(self._run(task_id))
+
+    def _resumes(self, run: pb.RunInfo) -> bool:
+        """Whether ``run`` continues another run's task (it resumed its parent)."""
+        if not run.parent_run_id:
+            return False
+        try:
+            parent = self._engine.GetRun(
+                pb.GetRunRequest(run_id=run.parent_run_id), timeout=UNARY_TIMEOUT
+            )
+        except grpc.RpcError:
+            return False
+        return parent.resumed_by_run_id == run.id
+
+    def _task_of(self, run: pb.RunInfo) -> str:
+        """The task a run belongs to: the first run of its chain."""
+        for _ in range(MAX_TURNS):
+            if not self._resumes(run):
+                break
+            run = self._get_run(run.parent_run_id)
+        return run.id
+
     def _messages(self, run: pb.RunInfo) -> list[pb.Message]:
         out: list[pb.Message] = []
         after = ""
@@ -92,20 +144,25 @@ class TaskService:
                 return out
             after = page.messages[-1].id
 
-    def _task(self, run: pb.RunInfo, *, with_messages: bool = True) -> Task:
-        return task_from_run(run, self._messages(run) if with_messages else ())
+    def _task(self, runs: list[pb.RunInfo], *, with_messages: bool = True) -> Task:
+        messages = [self._messages(run) if with_messages else [] for run in runs]
+        return task_from_runs(runs, messages)
 
     def get_task(self, task_id: str, history_length: int | None = None) -> Task:
-        """GetTask: the stored run as a task; its last ``history_length`` messages."""
+        """GetTask: the stored runs as a task; its last ``history_length`` messages."""
         if history_length is not None and history_length < 0:
             raise invalid_params("historyLength", "must not be negative")
-        task = self._task(self._run(task_id))
+        task = self._task(self._chain(task_id))
         if history_length is not None and len(task.history) > history_length:
             del task.history[: len(task.history) - history_length]
         return task
 
     def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
-        """ListTasks: the runs of one context (or of all), newest first."""
+        """ListTasks: the tasks of one context (or of all), newest first.
+
+        Pages are pages of runs: a run that resumed another is part of that run's task,
+        not a task of its own, so a page may hold fewer tasks than ``pageSize``.
+        """
         if request.status or request.HasField("status_timestamp_after"):
             raise UnsupportedOperationError(
                 "ListTasks cannot filter by status or statusTimestampAfter yet; "
@@ -134,9 +191,16 @@ class TaskService:
             or not request.HasField("history_length")
             or request.history_length > 0
         )
+        resumed = {run.resumed_by_run_id for run in page.runs}
+        listed = {run.id for run in page.runs}
         tasks = []
         for run in page.runs:
-            task = apply_history_length(self._task(run, with_messages=with_messages), request)
+            # A run that resumed another is part of that run's task; asking the engine
+            # only when the parent is not on this page.
+            if run.id in resumed or (run.parent_run_id not in listed and self._resumes(run)):
+                continue
+            chain = self._chain_from(run)
+            task = apply_history_length(self._task(chain, with_messages=with_messages), request)
             if not request.include_artifacts:
                 task.ClearField("artifacts")
             tasks.append(task)
@@ -183,20 +247,10 @@ class TaskService:
                 f"this agent answers in text/plain only; acceptedOutputModes has {sorted(accepted)}"
             )
         message = request.message
+        if message.task_id:
+            return self._reply(message)
         content = engine_content(message)
         context_id = message.context_id
-        if message.task_id:
-            run = self._run(message.task_id)
-            if context_id and context_id != run.session_id:
-                raise invalid_params(
-                    "message.contextId",
-                    f"{context_id!r} is not the context of task {message.task_id!r}",
-                )
-            raise UnsupportedOperationError(
-                f"task {message.task_id!r} is {_state_of(run)} and takes no more messages; "
-                f"to go on, send a message with contextId {run.session_id!r} and no taskId",
-                data={"contextId": run.session_id},
-            )
         if context_id:
             self._check_fresh(context_id, message.message_id)
         else:
@@ -217,6 +271,70 @@ class TaskService:
         )
         return run_request, task
 
+    def _reply(self, message: Message) -> tuple[pb.RunRequest, Task]:
+        """A message on an existing task: the answer to what it waits for (a run that
+        resumes its latest run), refused when the task does not wait for input."""
+        check_message(message)
+        runs = self._chain(message.task_id)
+        root, latest = runs[0], runs[-1]
+        if message.context_id and message.context_id != root.session_id:
+            raise invalid_params(
+                "message.contextId",
+                f"{message.context_id!r} is not the context of task {root.id!r}",
+            )
+        if latest.status != pb.RUN_STATUS_INPUT_REQUIRED or latest.resumed_by_run_id:
+            state = _state_of(latest)
+            if latest.status == pb.RUN_STATUS_RUNNING:
+                raise UnsupportedOperationError(
+                    f"task {root.id!r} is working and takes no message until it waits for "
+                    "input or ends; follow it with SubscribeToTask",
+                    data={"contextId": root.session_id},
+                )
+            raise UnsupportedOperationError(
+                f"task {root.id!r} is {state} and takes no more messages; "
+                f"to go on, send a message with contextId {root.session_id!r} and no taskId",
+                data={"contextId": root.session_id},
+            )
+        entries = resume_entries(message, latest.interrupts)
+        task = self._task(runs)
+        # The request for input is answered: it moves from the status to the history.
+        task.history.append(task.status.message)
+        task.status.ClearField("message")
+        task.status.state = TaskState.TASK_STATE_SUBMITTED
+        run_request = pb.RunRequest(
+            session_id=root.session_id,
+            run_id=uuid.uuid4().hex,
+            parent_run_id=latest.id,
+            resume=entries,
+            cancel_on_disconnect=False,
+        )
+        return run_request, task
+
+    def _waiting_task(self, context_id: str) -> str:
+        """The task the context waits for a person's answer on; "" when it waits for none."""
+        try:
+            session = self._engine.GetSession(
+                pb.GetSessionRequest(session_id=context_id), timeout=UNARY_TIMEOUT
+            )
+            if not session.pending_interrupts:
+                return ""
+            return self._task_of(self._get_run(session.pending_interrupts[0].run_id))
+        except (grpc.RpcError, A2AError):
+            return ""
+
+    def _refused(self, run_request: pb.RunRequest, exc: grpc.RpcError) -> A2AError:
+        """The A2A error for the engine's refusal to start a run."""
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not run_request.resume:
+            waiting = self._waiting_task(run_request.session_id)
+            if waiting:
+                return invalid_params(
+                    "message.taskId",
+                    f"context {run_request.session_id!r} waits for an answer on task "
+                    f"{waiting!r}: send your reply as a message with taskId {waiting!r} "
+                    "(see its status message)",
+                )
+        return from_rpc(exc)
+
     def _start(self, request: SendMessageRequest) -> tuple[EventRelay, RunStream]:
         run_request, task = self._prepare(request)
         try:
@@ -224,14 +342,16 @@ class TaskService:
                 self._engine.Run(run_request), resume=Resume.of_run(self._engine, run_request)
             )
         except grpc.RpcError as exc:  # the engine's refusal (busy, overloaded, ...)
-            raise from_rpc(exc) from None
+            raise self._refused(run_request, exc) from None
         first = relay.peek(0)
         if not isinstance(first, pb.Event):
             relay.cancel()
             if first is None:
                 raise InternalError("the engine did not start the task in time")
+            if isinstance(first, grpc.RpcError):
+                raise self._refused(run_request, first)
             _relayed(first)  # the stream ended before the run started
-        return relay, RunStream(task, announce=True)
+        return relay, RunStream(task, run_request.run_id, announce=True)
 
     def send_message(self, request: SendMessageRequest) -> Task:
         """SendMessage: run the task to its end (or, with ``returnImmediately``, until it
@@ -244,7 +364,7 @@ class TaskService:
                     continue
                 stream.feed(event)
                 if stream.done:
-                    self.settle(stream.task.context_id, stream.task.id, event.seq)
+                    self.settle(stream.task.context_id, stream.run_id, event.seq)
                 elif request.configuration.return_immediately:
                     break
         finally:
@@ -289,36 +409,50 @@ class TaskService:
         return session.last_seq
 
     def cancel_task(self, task_id: str) -> Task:
-        """CancelTask: interrupt the run (its partial answer is kept) → CANCELED."""
-        run = self._run(task_id)
-        if run.status != pb.RUN_STATUS_RUNNING:
-            raise TaskNotCancelableError(f"task {task_id!r} is already {_state_of(run)}")
-        last_seq = self._last_seq(run.session_id)
+        """CancelTask: interrupt the task's run in flight (its partial answer is kept), or
+        stop waiting for a person's answer → CANCELED."""
+        runs = self._chain(task_id)
+        latest = runs[-1]
+        waiting = latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id
+        if latest.status != pb.RUN_STATUS_RUNNING and not waiting:
+            raise TaskNotCancelableError(f"task {task_id!r} is already {_state_of(latest)}")
+        last_seq = 0 if waiting else self._last_seq(latest.session_id)
         try:
             self._engine.Interrupt(
-                pb.InterruptRequest(session_id=run.session_id, run_id=task_id),
+                pb.InterruptRequest(session_id=latest.session_id, run_id=latest.id),
                 timeout=UNARY_TIMEOUT,
             )
         except grpc.RpcError as exc:
             raise from_rpc(exc) from None
-        self.settle(run.session_id, task_id, last_seq)
-        task = self._task(self._run(task_id))
+        if not waiting:  # a waiting run is stored stopped when Interrupt answers
+            self.settle(latest.session_id, latest.id, last_seq)
+        task = self._task(self._chain(task_id))
         if task.status.state != TaskState.TASK_STATE_CANCELED:
             state = _state_name(task.status.state)
             raise TaskNotCancelableError(f"task {task_id!r} ended as {state} before it stopped")
         return task
 
-    def subscribe_to_task(self, task_id: str) -> TaskFollow:
-        """SubscribeToTask: the task now, then its updates from its first event on."""
-        run = self._run(task_id)
-        if run.status != pb.RUN_STATUS_RUNNING:
+    def subscribe_to_task(self, task_id: str) -> TaskFollow | Task:
+        """SubscribeToTask: the task now, then its updates from its latest run's first
+        event on. A task that waits for input is only the task: nothing happens until the
+        peer answers, and the stream of that answer follows the task on."""
+        runs = self._chain(task_id)
+        latest = runs[-1]
+        if latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id:
+            return self._task(runs)
+        if latest.status != pb.RUN_STATUS_RUNNING:
             raise UnsupportedOperationError(
-                f"task {task_id!r} is {_state_of(run)}: nothing more will happen; use GetTask"
+                f"task {task_id!r} is {_state_of(latest)}: nothing more will happen; use GetTask"
             )
-        snapshot = self._task(run)
-        snapshot.ClearField("artifacts")  # they come again, whole, from the replay
-        relay, replayed = self._replay_from_start(run)
-        stream = RunStream(snapshot, announce=False)
+        messages = [self._messages(run) for run in runs]
+        snapshot = task_from_runs(runs, messages)
+        # The running run's answers come again, whole, from the replay.
+        replayed_ids = {message.id for message in messages[-1]}
+        kept = [a for a in snapshot.artifacts if a.artifact_id not in replayed_ids]
+        del snapshot.artifacts[:]
+        snapshot.artifacts.extend(kept)
+        relay, replayed = self._replay_from_start(latest)
+        stream = RunStream(snapshot, latest.id, announce=False)
         first = [StreamResponse(task=snapshot)]
         for event in replayed:
             first.extend(stream.feed(event))
@@ -382,7 +516,7 @@ class TaskFollow:
         out = self._stream.feed(event)
         if self._stream.done:
             task = self._stream.task
-            self._service.settle(task.context_id, task.id, event.seq)
+            self._service.settle(task.context_id, self._stream.run_id, event.seq)
         return out
 
 

@@ -23,6 +23,8 @@ __all__ = ["send_request", "send_result", "stream_json", "task_id", "task_json",
 
 M = TypeVar("M", bound=BaseModel)
 
+_WAITING = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+
 
 def _field(location: tuple[int | str, ...]) -> str:
     """``('message', 'parts', 0, 'TextPart', 'text')`` → ``message.parts[0].text``."""
@@ -83,5 +85,9 @@ def send_result(task: Task) -> dict[str, Any]:
 
 
 def stream_json(response: StreamResponse) -> dict[str, Any]:
-    """One ``message/stream`` result in 0.3 shape."""
-    return _dump(conversions.to_compat_stream_response(response).result)
+    """One ``message/stream`` result in 0.3 shape. A status update that waits for input
+    is ``final`` as in 0.3 (the stream ends there; the SDK marks only terminal states)."""
+    out = _dump(conversions.to_compat_stream_response(response).result)
+    if response.status_update.status.state in _WAITING:
+        out["final"] = True
+    return out

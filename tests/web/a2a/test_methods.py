@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from flask.testing import FlaskClient
@@ -235,3 +236,25 @@ def test_the_stream_is_json_rpc_over_sse_with_no_cache(rpc: Rpc) -> None:
         if line.startswith("data: ")
     ]
     assert all(f["id"] == 9 and "result" in f for f in frames)
+
+
+def test_get_task_by_a_run_id_reused_on_another_thread_is_the_first_threads_task(
+    rpc: Rpc, client: FlaskClient
+) -> None:
+    run_id = uuid.uuid4().hex
+
+    def agui_run(thread_id: str, text: str) -> Any:
+        body = {
+            "threadId": thread_id,
+            "runId": run_id,
+            "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": text}],
+        }
+        return client.post("/agui", json=body, headers={"Accept": "text/event-stream"})
+
+    first = agui_run("thread-1-" + run_id, "first thread")
+    assert first.status_code == 200 and b"RUN_FINISHED" in first.get_data()
+    second = agui_run("thread-2-" + run_id, "second thread")
+    assert second.status_code == 409, second.get_data()
+    task = rpc.result("GetTask", {"id": run_id})
+    assert task["contextId"] == "thread-1-" + run_id
+    assert _answer(task) == "Echo: first thread"

@@ -1,0 +1,172 @@
+"""Multi-turn tasks judged by the a2a-sdk's own client, against the whole stack (engine
+process with the offline model and approvals on, gunicorn facade)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from google.protobuf import json_format, struct_pb2
+
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.web.a2a.conftest import ConfiguredStack
+from tests.web.e2e.conftest import WAIT, Stack
+
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+
+
+@pytest.fixture(scope="module")
+def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # No LLM endpoint: the engine answers with the offline model.
+    running = ConfiguredStack(
+        llm,
+        tmp_path_factory.mktemp("a2a-hitl-stack"),
+        OPENAI_BASE_URL="",
+        OPENAI_API_KEY="",
+        AGENTIK_TOOLS_APPROVAL="calculate",
+        AGENTIK_TOOLS_ASK_USER="true",
+    )
+    yield running
+    running.stop()
+
+
+@asynccontextmanager
+async def _client(stack: Stack, *, streaming: bool) -> AsyncIterator[Client]:
+    async with httpx.AsyncClient(timeout=WAIT) as http:
+        card = await A2ACardResolver(http, stack.base_url).get_agent_card()
+        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def _message(*parts: Part, task: Task | None = None) -> SendMessageRequest:
+    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=list(parts))
+    if task is not None:
+        message.task_id, message.context_id = task.id, task.context_id
+    return SendMessageRequest(message=message)
+
+
+def _data(value: dict[str, object]) -> Part:
+    data = struct_pb2.Value()
+    json_format.ParseDict(value, data)
+    return Part(data=data)
+
+
+async def _collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    async with asyncio.timeout(WAIT):
+        return [event async for event in events]
+
+
+async def _task(client: Client, request: SendMessageRequest) -> Task:
+    events = await _collect(client.send_message(request))
+    assert [e.WhichOneof("payload") for e in events] == ["task"], events
+    return events[0].task
+
+
+def _answer(task: Task) -> str:
+    return "".join(p.text for a in task.artifacts for p in a.parts)
+
+
+def _interrupts(task: Task) -> list[dict[str, object]]:
+    data = json_format.MessageToDict(task.status.message.parts[1].data)
+    interrupts: list[dict[str, object]] = data["interrupts"]
+    return interrupts
+
+
+async def test_an_approval_as_data_completes_the_same_task_with_both_turns(stack: Stack) -> None:
+    async with _client(stack, streaming=False) as client:
+        paused = await _task(client, _message(Part(text="calculate 2+2")))
+        assert paused.status.state == INPUT_REQUIRED
+        assert paused.status.message.role == Role.ROLE_AGENT
+        assert paused.status.message.parts[0].text.startswith("Approve calling calculate")
+        [interrupt] = _interrupts(paused)
+        assert interrupt["kind"] == "approval" and interrupt["tool"] == "calculate"
+        done = await _task(client, _message(_data({"approved": True}), task=paused))
+        got = await client.get_task(GetTaskRequest(id=paused.id))
+    assert done.id == paused.id and done.status.state == COMPLETED
+    assert _answer(done) == "2+2 = 4."
+    assert got.status.state == COMPLETED and got.history == done.history
+    roles_texts = [(m.role, m.parts[0].text) for m in got.history]
+    assert roles_texts[0] == (Role.ROLE_USER, "calculate 2+2")
+    assert roles_texts[-1] == (Role.ROLE_AGENT, "2+2 = 4.")
+
+
+async def test_no_in_text_completes_the_task_with_the_decline(stack: Stack) -> None:
+    async with _client(stack, streaming=False) as client:
+        paused = await _task(client, _message(Part(text="calculate 2+2")))
+        done = await _task(client, _message(Part(text="no"), task=paused))
+    assert done.id == paused.id and done.status.state == COMPLETED
+    assert _answer(done).startswith("The user declined this call of calculate")
+
+
+async def test_a_question_answered_in_text_completes_the_task(stack: Stack) -> None:
+    async with _client(stack, streaming=False) as client:
+        paused = await _task(client, _message(Part(text="ask me your favourite colour")))
+        assert _interrupts(paused)[0]["question"] == "Your favourite colour?"
+        done = await _task(client, _message(Part(text="teal"), task=paused))
+    assert _answer(done) == 'You answered: "teal". Thank you.'
+
+
+async def test_streaming_stops_at_input_required_and_the_streamed_reply_completes(
+    stack: Stack,
+) -> None:
+    async with _client(stack, streaming=True) as client:
+        first = await _collect(client.send_message(_message(Part(text="calculate 2+2"))))
+        last = first[-1].status_update
+        assert last.status.state == INPUT_REQUIRED
+        assert last.status.message.parts[0].text.startswith("Approve calling calculate")
+        task = first[0].task
+        second = await _collect(client.send_message(_message(Part(text="yes"), task=task)))
+    assert second[0].task.id == task.id
+    assert second[1].status_update.status.state == TaskState.TASK_STATE_WORKING
+    assert second[-1].status_update.status.state == COMPLETED
+    text = "".join(
+        p.text
+        for e in second
+        if e.HasField("artifact_update")
+        for p in e.artifact_update.artifact.parts
+    )
+    assert text == "2+2 = 4."
+
+
+async def test_cancel_task_on_a_task_waiting_for_input_cancels_it(stack: Stack) -> None:
+    async with _client(stack, streaming=False) as client:
+        paused = await _task(client, _message(Part(text="calculate 2+2")))
+        canceled = await client.cancel_task(CancelTaskRequest(id=paused.id))
+        got = await client.get_task(GetTaskRequest(id=paused.id))
+    assert canceled.status.state == got.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_subscribe_to_task_answers_a_waiting_task_then_follows_the_reply(
+    stack: Stack,
+) -> None:
+    async with _client(stack, streaming=True) as client:
+        paused = (await _collect(client.send_message(_message(Part(text="calculate 2+2")))))[0]
+        watched = await _collect(client.subscribe(SubscribeToTaskRequest(id=paused.task.id)))
+        assert [e.WhichOneof("payload") for e in watched] == ["task"]
+        assert watched[0].task.status.state == INPUT_REQUIRED
+        reply = client.send_message(_message(Part(text="yes"), task=paused.task))
+        opened = await anext(reply)
+        assert opened.task.id == paused.task.id
+        rest = await _collect(reply)
+    assert rest[-1].status_update.status.state == COMPLETED

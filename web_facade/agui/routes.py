@@ -5,10 +5,10 @@ convert (``RunAgentInput`` → ``RunRequest``, :mod:`web_facade.agui.input`) →
 streamed by :class:`web_facade.agui.stream.AguiStream` as ``data: <json>`` SSE frames.
 
 Errors: a request the facade or the engine refuses before the run starts is an HTTP error
-(422 for input that does not validate; the engine's refusals through
-``web_facade.errors``: 400, 409 busy / input_required / already_exists, 503 ...). Once the stream is open every failure is a
-RUN_ERROR, and the stream always ends with RUN_FINISHED or RUN_ERROR — also when the engine
-connection breaks or the worker shuts down mid-run.
+(422 for input that does not validate; the engine's refusals through ``web_facade.errors``:
+400, 409 busy / input_required / already_exists, 503 ...). Once the stream is open every
+failure is a RUN_ERROR, and the stream always ends with RUN_FINISHED or RUN_ERROR — also
+when the engine connection breaks or the worker shuts down mid-run.
 
 The thread id is the engine's session id, so a thread is also an ``/agentik`` conversation.
 The run belongs to the engine: a client that disconnects does not stop it (unless the

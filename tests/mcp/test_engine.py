@@ -140,8 +140,8 @@ def test_agentik_tools_lists_mcp_tools_and_says_why_a_server_is_absent(
     assert main(["--config", str(config), "tools"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in lines]
-    assert ["time__get_current_time", "mcp:time", "ready"] in rows
-    assert ["current_time", "native", "ready"] in rows
+    assert ["time__get_current_time", "mcp:time", "ready", "-"] in rows
+    assert ["current_time", "native", "ready", "-"] in rows
     broken = next(line for line in lines if line.startswith("broken "))
     assert "unavailable: cannot start" in broken and "No such file or directory" in broken
     assert any(line.startswith("time ") and "ready (2 tools" in line for line in lines)

@@ -1,9 +1,10 @@
 """``OpenAIChatModel``: Chat Completions streaming against any OpenAI-compatible endpoint.
 
-The request goes through ``openai.AsyncOpenAI`` (auth, headers, base URL handling), but the
-SSE body is read raw and each event parsed with ``json.loads``: building the SDK's pydantic
-chunk models costs far more per chunk than the JSON itself. Retries are ours, not the SDK's,
-so that a stream is retried only before its first delta.
+The request is one POST through the engine's own small HTTP/1.1 client
+(``engine_service.llm.http``), and the SSE body is parsed here with ``json.loads`` per
+event: the ``openai`` SDK's transport (httpx, httpcore, anyio) and its pydantic chunk models
+cost far more CPU per chunk than the JSON itself, and its import ~28 MB of memory. Retries
+are ours, so that a stream is retried only before its first delta.
 """
 
 from __future__ import annotations
@@ -13,11 +14,7 @@ import base64
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from typing import Any, TypeVar, cast
-
-import httpx2
-import openai
-from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from engine_service.core.chat import (
     ChatDelta,
@@ -32,6 +29,17 @@ from engine_service.core.chat import (
 )
 from engine_service.core.errors import LLMError
 from engine_service.core.models import ImagePart, Message, Role, TextPart, message_text
+from engine_service.llm.http import (
+    BrokenStream,
+    ConnectFailed,
+    HttpClient,
+    HttpError,
+    ReadTimedOut,
+    Response,
+)
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 __all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools"]
 
@@ -72,17 +80,18 @@ class OpenAIChatModel(ChatModel):
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self._endpoint = f"{self.base_url}/chat/completions"
-        # Local servers (Ollama, vLLM, llama.cpp) take any key, but the SDK wants one.
-        self._client = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "not-needed",
-            max_retries=0,
-            timeout=timeout,
-        )
+        # Local servers (Ollama, vLLM, llama.cpp) take any key; send one all the same.
+        self._headers = {
+            "Authorization": f"Bearer {api_key or 'not-needed'}",
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "User-Agent": f"agentik/{_version()}",
+        }
+        self._http = HttpClient(connect_timeout=timeout, read_timeout=timeout)
 
     async def aclose(self) -> None:
         """Close the pooled HTTP connections."""
-        await self._client.close()
+        await self._http.aclose()
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
         """Stream one completion, retrying only failures that happen before any delta."""
@@ -105,78 +114,72 @@ class OpenAIChatModel(ChatModel):
     async def _attempt(self, request: ChatRequest) -> AsyncGenerator[ChatDelta, None]:
         """One HTTP request: send it, then turn its SSE events into deltas."""
         deadline: float | None = asyncio.get_running_loop().time() + self.first_token_timeout
-        tools = to_openai_tools(request.tools)
-        # Messages and tools go in extra_body: the SDK then sends them as they are instead
-        # of walking them against its TypedDicts, which cost ~8 ms per request (20 messages).
-        extra: dict[str, object] = {"messages": to_openai_messages(request.messages)}
-        if tools:
-            extra["tools"] = tools
-        manager = self._client.chat.completions.with_streaming_response.create(
-            model=self.model,
-            messages=[],
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body=extra,
-        )
+        payload: dict[str, object] = {
+            "model": self.model,
+            "messages": to_openai_messages(request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            payload["tools"] = to_openai_tools(request.tools)
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        response: Response | None = None
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                response = await self._bounded(stack.enter_async_context(manager), deadline)
-                content_type = response.headers.get("content-type", "")
-                if not content_type.startswith("text/event-stream"):
-                    raise _error(
-                        "llm_bad_stream",
-                        "the LLM endpoint answered with something other than an event stream",
-                        f"LLM endpoint {self._endpoint} answered"
-                        f" {content_type or 'no content type'} instead of an event stream",
-                    )
-                body = cast(AsyncGenerator[bytes, None], response.iter_bytes())
-                stack.push_async_callback(body.aclose)
-                decoder = _SSEDecoder()
-                parser = _ChunkParser(self._endpoint)
-                ended = False
-                while not (parser.done or ended):
-                    try:
-                        if deadline is None:
-                            chunk = await anext(body)
-                        else:
-                            chunk = await self._bounded(anext(body), deadline)
-                        payloads = decoder.feed(chunk)
-                    except StopAsyncIteration:
-                        payloads, ended = decoder.end(), True
-                    if deltas := parser.feed(payloads):
-                        deadline = None  # the first delta is in: only read timeouts from now
-                        for delta in deltas:
-                            yield delta
-                finish = parser.finish()
-                if parser.done:
-                    await _drain(body)
-                yield finish
-        except openai.APIStatusError as exc:
-            raise self._status_error(exc) from exc
-        except openai.APITimeoutError as exc:
-            raise _error(
-                "llm_timeout",
-                "the LLM endpoint timed out",
-                f"LLM endpoint {self._endpoint} timed out",
-            ) from exc
-        except openai.APIConnectionError as exc:
+            response = await self._bounded(
+                self._http.post(self._endpoint, self._headers, body), deadline
+            )
+            if response.status >= 400:
+                raise await self._status_error(response)
+            content_type = response.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                raise _error(
+                    "llm_bad_stream",
+                    "the LLM endpoint answered with something other than an event stream",
+                    f"LLM endpoint {self._endpoint} answered"
+                    f" {content_type or 'no content type'} instead of an event stream",
+                )
+            chunks = response.chunks()
+            decoder = _SSEDecoder()
+            parser = _ChunkParser(self._endpoint)
+            ended = False
+            while not (parser.done or ended):
+                try:
+                    if deadline is None:
+                        chunk = await anext(chunks)
+                    else:
+                        chunk = await self._bounded(anext(chunks), deadline)
+                    payloads = decoder.feed(chunk)
+                except StopAsyncIteration:
+                    payloads, ended = decoder.end(), True
+                if deltas := parser.feed(payloads):
+                    deadline = None  # the first delta is in: only read timeouts from now
+                    for delta in deltas:
+                        yield delta
+            finish = parser.finish()
+            if parser.done:
+                await _drain(chunks)
+            yield finish
+        except ConnectFailed as exc:
             raise _error(
                 "llm_unavailable",
                 "cannot reach the LLM endpoint",
-                f"cannot reach the LLM endpoint {self._endpoint}: {exc.__cause__ or exc}",
+                f"cannot reach the LLM endpoint {self._endpoint}: {exc}",
             ) from exc
-        except httpx2.TimeoutException as exc:
+        except ReadTimedOut as exc:
             raise _error(
                 "llm_timeout",
                 f"the stream from the LLM stalled: nothing for {self.timeout:g}s",
                 f"the stream from {self._endpoint} stalled: nothing for {self.timeout:g}s",
             ) from exc
-        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+        except (BrokenStream, HttpError) as exc:
             raise _error(
                 "llm_bad_stream",
                 "the stream from the LLM broke off",
-                f"the stream from {self._endpoint} broke: {type(exc).__name__}: {exc}",
+                f"the stream from {self._endpoint} broke: {exc}",
             ) from exc
+        finally:
+            if response is not None:
+                await response.aclose()
 
     async def _bounded(self, awaitable: Awaitable[_T], deadline: float | None) -> _T:
         """Await, bounded by the first-token deadline while there is one."""
@@ -192,9 +195,13 @@ class OpenAIChatModel(ChatModel):
                 f"LLM endpoint {self._endpoint} sent nothing for {self.first_token_timeout:g}s",
             ) from None
 
-    def _status_error(self, exc: openai.APIStatusError) -> LLMError:
-        status = exc.status_code
-        detail = _error_detail(exc.body) or exc.message
+    async def _status_error(self, response: Response) -> LLMError:
+        status = response.status
+        try:
+            raw = await response.read_all(64 * 1024)
+            detail = _error_detail(json.loads(raw)) or raw[:300].decode("utf-8", "replace")
+        except (HttpError, ValueError):
+            detail = ""
         message = f"the LLM endpoint answered HTTP {status}"
         logged = f"LLM endpoint {self._endpoint} answered HTTP {status}: {detail}"
         if status in (401, 403):
@@ -204,6 +211,15 @@ class OpenAIChatModel(ChatModel):
         if status >= 500:
             return _error("llm_server_error", message, logged)
         return _error("llm_bad_request", message, logged)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentik")
+    except PackageNotFoundError:
+        return "dev"
 
 
 def _error(code: str, message: str, detail: str = "") -> LLMError:
@@ -222,7 +238,7 @@ def _error_detail(body: object) -> str:
 
 async def _drain(body: AsyncIterator[bytes]) -> None:
     """Read what follows ``[DONE]`` (the body's end) so the connection can be reused."""
-    with contextlib.suppress(TimeoutError, StopAsyncIteration, httpx2.HTTPError):
+    with contextlib.suppress(TimeoutError, StopAsyncIteration, HttpError):
         async with asyncio.timeout(_DRAIN_SECONDS):
             while True:
                 await anext(body)
@@ -378,7 +394,7 @@ def to_openai_tools(tools: list[ToolSpec]) -> list[ChatCompletionToolUnionParam]
 
 def to_openai_messages(messages: list[Message]) -> list[ChatCompletionMessageParam]:
     """Our messages as Chat Completions messages (images as ``image_url`` parts)."""
-    return [cast(ChatCompletionMessageParam, _to_openai_message(m)) for m in messages]
+    return [cast("ChatCompletionMessageParam", _to_openai_message(m)) for m in messages]
 
 
 def _to_openai_message(message: Message) -> dict[str, Any]:

@@ -440,7 +440,7 @@ async def test_a_connection_dropped_mid_stream_is_llm_bad_stream_after_the_delta
     assert error.code == "llm_bad_stream"
     assert error.message == "the stream from the LLM broke off"
     assert fake.base_url in error.detail
-    assert "RemoteProtocolError" in error.detail
+    assert "the connection closed inside a chunked body" in error.detail
     assert len(fake.requests) == 1
 
 

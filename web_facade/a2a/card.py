@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -203,6 +202,12 @@ def card_body(config: CardConfig, request_url: str, shape: CardShape) -> tuple[b
     card = _card(config, config.public_url or request_url)
     # The 0.3 shape is the SDK's own server's merge: it adds the 0.3 fields and, inside each
     # security scheme, the 0.3 form beside the 1.0 one, so 0.3 and 1.0 parsers both read it.
-    body = json_format.MessageToDict(card) if shape == "1.0" else agent_card_to_dict(card)
+    if shape == "1.0":
+        body = json_format.MessageToDict(card)
+    else:
+        # The SDK's server stack (~20 MB) is loaded only when a 0.3 peer asks.
+        from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+        body = agent_card_to_dict(card)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     return data, hashlib.sha256(data).hexdigest()[:32]

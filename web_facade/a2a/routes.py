@@ -44,7 +44,6 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
-from web_facade.a2a import v03
 from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config, card_shape
 from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
@@ -201,23 +200,33 @@ def _no_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _v03_send(tasks: TaskService, params: dict[str, Any]) -> Result:
+    from web_facade.a2a import v03  # the 0.3 dialect (pydantic types) only when a peer uses it
+
     return v03.send_result(tasks.send_message(v03.send_request(params)))
 
 
 def _v03_stream(tasks: TaskService, params: dict[str, Any]) -> Result:
+    from web_facade.a2a import v03  # the 0.3 dialect (pydantic types) only when a peer uses it
+
     stream = tasks.send_streaming_message(v03.send_request(params))
     return _Stream(stream, v03.stream_json)
 
 
 def _v03_get(tasks: TaskService, params: dict[str, Any]) -> Result:
+    from web_facade.a2a import v03  # the 0.3 dialect (pydantic types) only when a peer uses it
+
     return v03.task_json(tasks.get_task(*v03.task_query(params)))
 
 
 def _v03_cancel(tasks: TaskService, params: dict[str, Any]) -> Result:
+    from web_facade.a2a import v03  # the 0.3 dialect (pydantic types) only when a peer uses it
+
     return v03.task_json(tasks.cancel_task(v03.task_id(params)))
 
 
 def _v03_resubscribe(tasks: TaskService, params: dict[str, Any]) -> Result:
+    from web_facade.a2a import v03  # the 0.3 dialect (pydantic types) only when a peer uses it
+
     return _Stream(tasks.subscribe_to_task(v03.task_id(params)), v03.stream_json)
 
 

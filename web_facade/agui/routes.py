@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from web_facade.agui.input import parse_input, run_options, run_request
-from web_facade.agui.stream import AguiStream
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.request_body import read_json
 from web_facade.stream import Resume, open_relay
@@ -33,6 +31,11 @@ bp = Blueprint("agui", __name__)
 @bp.post("/agui")
 def run() -> Response:
     """Run one AG-UI turn and stream its events."""
+    # The AG-UI SDK (pydantic models, ~14 MB) is loaded by the first AG-UI request, not by
+    # every worker at start.
+    from web_facade.agui.input import parse_input, run_options, run_request
+    from web_facade.agui.stream import AguiStream
+
     run_input = parse_input(read_json(unacceptable=422))
     options = run_options(run_input.forwarded_props)
     settings = current_settings()

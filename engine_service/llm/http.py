@@ -23,7 +23,7 @@ import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 __all__ = [
     "BrokenStream",
@@ -244,7 +244,14 @@ class HttpClient:
         except OSError as exc:
             connection.close()
             raise BrokenStream(f"{type(exc).__name__}: {exc}") from exc
-        status, response_headers = _parse_head(raw)
+        except BaseException:  # cancelled (the run was interrupted): the answer is unread
+            connection.close()
+            raise
+        try:
+            status, response_headers = _parse_head(raw)
+        except BrokenStream:
+            connection.close()
+            raise
         return Response(status, response_headers, connection, self, self.read_timeout)
 
     def _take(self, origin: _Origin) -> _Connection | None:
@@ -289,6 +296,19 @@ class HttpClient:
         reader, writer = await asyncio.open_connection(
             parts.hostname, parts.port or 80, limit=_MAX_HEAD
         )
+        try:
+            return await self._tunnel(parts, origin, reader, writer)
+        except BaseException:
+            writer.close()
+            raise
+
+    async def _tunnel(
+        self,
+        parts: SplitResult,
+        origin: _Origin,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> _Connection:
         authorization = ""
         if parts.username:
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"

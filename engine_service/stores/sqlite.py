@@ -23,15 +23,19 @@ ordered as text); event times as REAL epoch seconds, as the events carry them.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
+import queue
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from engine_service.core.codec import (
     event_from_dict,
@@ -286,6 +290,150 @@ def migrate(path: str | Path) -> tuple[int, int]:
         store._conn.close()
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_BATCH = 256
+"""Operations one transaction may carry (group commit)."""
+
+
+@dataclass(slots=True)
+class _Op:
+    run: Callable[[], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return  # its caller went away (cancelled); the operation ran all the same
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class _Writer:
+    """The thread that owns the connection: it runs the store's operations in the order
+    they were asked, off the event loop, and every batch of operations that queued up
+    meanwhile in one transaction — one commit for many runs' writes (group commit). Each
+    operation keeps its own atomicity inside the batch through a savepoint; a caller gets
+    its result only once the batch is committed."""
+
+    def __init__(self, store: SqliteSessionStore) -> None:
+        self._store = store
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
+        self._thread.start()
+
+    async def submit(self, run: Callable[[], R]) -> R:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        self._queue.put(_Op(run, loop, future))
+        return await future
+
+    async def stop(self) -> None:
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+
+    def _serve(self) -> None:
+        while True:
+            op = self._queue.get()
+            if op is None:
+                return
+            batch = [op]
+            stopping = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            if len(batch) == 1:
+                self._alone(op)
+            else:
+                self._together(batch)
+            if stopping:
+                return
+
+    @staticmethod
+    def _reply(op: _Op, result: Any, error: BaseException | None) -> None:
+        with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            op.loop.call_soon_threadsafe(_settle, op.future, result, error)
+
+    def _alone(self, op: _Op) -> None:
+        try:
+            result = op.run()
+        except BaseException as exc:
+            self._reply(op, None, exc)
+        else:
+            self._reply(op, result, None)
+
+    def _together(self, batch: list[_Op]) -> None:
+        store = self._store
+        conn = store._conn
+        try:
+            with _mapped_errors():
+                conn.execute("BEGIN IMMEDIATE")
+        except StorageUnavailable:
+            for op in batch:  # each on its own: each gets its own answer
+                self._alone(op)
+            return
+        store._batched = True
+        done: list[tuple[_Op, Any]] = []
+        try:
+            for index, op in enumerate(batch):
+                try:
+                    done.append((op, op.run()))
+                except BaseException as exc:
+                    self._reply(op, None, exc)  # its savepoint was rolled back
+                    if not conn.in_transaction:
+                        # SQLite rolled the whole transaction back (a full disk does that):
+                        # what the batch did so far is gone too.
+                        lost = exc if isinstance(exc, StorageUnavailable) else _lost()
+                        for earlier, _ in done:
+                            self._reply(earlier, None, lost)
+                        done = []
+                        store._batched = False
+                        for rest in batch[index + 1 :]:
+                            self._alone(rest)
+                        return
+            try:
+                with _mapped_errors():
+                    conn.execute("COMMIT")
+            except StorageUnavailable as exc:
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                for op, _ in done:
+                    self._reply(op, None, exc)
+                return
+            for op, result in done:
+                self._reply(op, result, None)
+        finally:
+            store._batched = False
+
+
+def _lost() -> StorageUnavailable:
+    return StorageUnavailable("storage unavailable: the database rolled the write back")
+
+
+def _off_loop(
+    method: Callable[Concatenate[SqliteSessionStore, P], R],
+) -> Callable[Concatenate[SqliteSessionStore, P], Coroutine[Any, Any, R]]:
+    """Make a store operation run on the store's writer thread (see :class:`_Writer`)."""
+
+    async def call(self: SqliteSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._writer.submit(functools.partial(method, self, *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
+
+
 class SqliteSessionStore(SessionStore):
     """Sessions in one SQLite file. A limit of zero means no limit."""
 
@@ -313,10 +461,14 @@ class SqliteSessionStore(SessionStore):
         except BaseException:
             self._conn.close()
             raise
+        self._batched = False
+        """True while the writer runs a batch: ``_tx`` and ``_read`` then nest in it."""
+        self._writer = _Writer(self)
 
     @staticmethod
     def _open(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        # Made here, used by the store's writer thread alone (see _Writer).
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             if exclusive:
                 conn.execute("PRAGMA locking_mode = EXCLUSIVE")
@@ -333,7 +485,21 @@ class SqliteSessionStore(SessionStore):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: commit on success, roll back on any exception."""
+        """One write transaction: commit on success, roll back on any exception. Inside a
+        batch (group commit) it is a savepoint of the batch's transaction."""
+        if self._batched:
+            with _mapped_errors():
+                self._conn.execute("SAVEPOINT op")
+                try:
+                    yield self._conn
+                    self._conn.execute("RELEASE op")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        with suppress(sqlite3.Error):
+                            self._conn.execute("ROLLBACK TO op")
+                            self._conn.execute("RELEASE op")
+                    raise
+            return
         with _mapped_errors():
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -349,6 +515,10 @@ class SqliteSessionStore(SessionStore):
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction, so several statements see one snapshot."""
+        if self._batched:
+            with _mapped_errors():
+                yield self._conn  # the batch's transaction is the snapshot
+            return
         with _mapped_errors():
             self._conn.execute("BEGIN")
             try:
@@ -378,7 +548,8 @@ class SqliteSessionStore(SessionStore):
             raise SessionNotFound(session_id)
         return _session(row)
 
-    async def create_session(
+    @_off_loop
+    def create_session(
         self, session_id: str, title: str, now: datetime, *, owner: str = ""
     ) -> Session:
         stamp = _iso(now, "now")
@@ -395,11 +566,13 @@ class SqliteSessionStore(SessionStore):
                 raise AlreadyExists(f"session {session_id!r} already exists") from exc
             return self._load(conn, session_id)
 
-    async def get_session(self, session_id: str) -> Session:
+    @_off_loop
+    def get_session(self, session_id: str) -> Session:
         with _mapped_errors():
             return self._load(self._conn, session_id)
 
-    async def list_sessions(
+    @_off_loop
+    def list_sessions(
         self, offset: int, limit: int, *, owner: str | None = None
     ) -> tuple[list[Session], int]:
         if offset < 0:
@@ -415,7 +588,8 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [_session(row) for row in rows], total
 
-    async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
+    @_off_loop
+    def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = _iso(now, "now")
         with self._tx() as conn:
             conn.execute(
@@ -424,14 +598,21 @@ class SqliteSessionStore(SessionStore):
             )
             return self._load(conn, session_id)
 
-    async def delete_session(self, session_id: str) -> None:
+    @_off_loop
+    def delete_session(self, session_id: str) -> None:
         with self._tx() as conn:
             active = self._require(conn, session_id)
             if active:
                 raise SessionBusy(session_id, active)
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
-    async def list_messages(
+    @_off_loop
+    def list_messages(
+        self, session_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        return self._list_messages(session_id, after_id, limit)
+
+    def _list_messages(
         self, session_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
         size = _sql_limit(limit)
@@ -454,11 +635,13 @@ class SqliteSessionStore(SessionStore):
         more = 0 < size < len(rows)
         return [message_from_dict(json.loads(r[0])) for r in rows[: len(rows) - more]], more
 
-    async def all_messages(self, session_id: str) -> list[Message]:
-        messages, _ = await self.list_messages(session_id, "", 0)
+    @_off_loop
+    def all_messages(self, session_id: str) -> list[Message]:
+        messages, _ = self._list_messages(session_id, "", 0)
         return messages
 
-    async def begin_run(
+    @_off_loop
+    def begin_run(
         self,
         session_id: str,
         run_id: str,
@@ -538,7 +721,8 @@ class SqliteSessionStore(SessionStore):
             )
             return RunBegun(self._load(conn, session_id), created)
 
-    async def finish_run(
+    @_off_loop
+    def finish_run(
         self,
         session_id: str,
         run_id: str,
@@ -588,7 +772,8 @@ class SqliteSessionStore(SessionStore):
                 (session_id, run_id),
             )
 
-    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+    @_off_loop
+    def resolve_interrupts(self, session_id: str, run_id: str) -> None:
         with self._tx() as conn:
             self._require(conn, session_id)
             (pending,) = conn.execute(
@@ -601,7 +786,8 @@ class SqliteSessionStore(SessionStore):
             )
             conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
 
-    async def cancel_interrupts(self, session_id: str) -> list[str]:
+    @_off_loop
+    def cancel_interrupts(self, session_id: str) -> list[str]:
         with self._tx() as conn:
             if self._require(conn, session_id):
                 return []  # a run in flight: it is the one to interrupt
@@ -617,7 +803,8 @@ class SqliteSessionStore(SessionStore):
             conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
             return asked_by
 
-    async def get_run(self, session_id: str, run_id: str) -> RunRecord:
+    @_off_loop
+    def get_run(self, session_id: str, run_id: str) -> RunRecord:
         with self._read() as conn:
             self._require(conn, session_id)
             row = conn.execute(
@@ -628,7 +815,8 @@ class SqliteSessionStore(SessionStore):
             raise RunNotFound(run_id)
         return _run(row)
 
-    async def list_runs(self, session_id: str) -> list[RunRecord]:
+    @_off_loop
+    def list_runs(self, session_id: str) -> list[RunRecord]:
         with self._read() as conn:
             self._require(conn, session_id)
             rows = conn.execute(
@@ -637,7 +825,8 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [_run(row) for row in rows]
 
-    async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
+    @_off_loop
+    def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
         mine = (
             "" if owner is None else " AND session_id IN (SELECT id FROM sessions WHERE owner = ?)"
         )
@@ -652,7 +841,8 @@ class SqliteSessionStore(SessionStore):
             raise RunNotFound(run_id)
         return _run(row)
 
-    async def page_runs(
+    @_off_loop
+    def page_runs(
         self, session_id: str, offset: int, limit: int, *, owner: str | None = None
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
@@ -674,7 +864,8 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [_run(row) for row in rows], int(total)
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    @_off_loop
+    def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
         with self._tx() as conn:
             self._require(conn, session_id)
@@ -693,7 +884,8 @@ class SqliteSessionStore(SessionStore):
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists("a message id already exists in the session") from exc
 
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    @_off_loop
+    def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
@@ -705,13 +897,15 @@ class SqliteSessionStore(SessionStore):
                 [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
             )
 
-    async def set_state(self, session_id: str, state: JSON) -> None:
+    @_off_loop
+    def set_state(self, session_id: str, state: JSON) -> None:
         text = _dumps(state, "state")
         with self._tx() as conn:
             self._require(conn, session_id)
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
 
-    async def append_events(
+    @_off_loop
+    def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
         rows = _event_rows(session_id, events)
@@ -740,7 +934,8 @@ class SqliteSessionStore(SessionStore):
         )
         conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (last, session_id))
 
-    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
+    @_off_loop
+    def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = _sql_limit(limit)
         with self._read() as conn:
             self._require(conn, session_id)
@@ -751,13 +946,15 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
 
-    async def prune_events(self, before: datetime) -> int:
+    @_off_loop
+    def prune_events(self, before: datetime) -> int:
         _iso(before, "before")
         with self._tx() as conn:
             cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
             return cursor.rowcount
 
-    async def running_runs(self) -> list[RunRecord]:
+    @_off_loop
+    def running_runs(self) -> list[RunRecord]:
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
@@ -765,7 +962,8 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [_run(row) for row in rows]
 
-    async def renew_leases(self, replica: str, until: datetime) -> int:
+    @_off_loop
+    def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _iso(until, "until")
         with self._tx() as conn:
             cursor = conn.execute(
@@ -774,9 +972,8 @@ class SqliteSessionStore(SessionStore):
             )
             return cursor.rowcount
 
-    async def claim_expired_runs(
-        self, replica: str, now: datetime, until: datetime
-    ) -> list[RunRecord]:
+    @_off_loop
+    def claim_expired_runs(self, replica: str, now: datetime, until: datetime) -> list[RunRecord]:
         now_stamp, until_stamp = _iso(now, "now"), _iso(until, "until")
         with self._tx() as conn:
             rows = conn.execute(
@@ -791,9 +988,11 @@ class SqliteSessionStore(SessionStore):
                 )
         return [replace(_run(row), replica=replica, lease_until=_time(until_stamp)) for row in rows]
 
-    async def check_writable(self) -> None:
+    @_off_loop
+    def check_writable(self) -> None:
         with self._tx() as conn:
             conn.execute("UPDATE write_probe SET n = n + 1 WHERE id = 1")
 
     async def close(self) -> None:
+        await self._writer.stop()
         self._conn.close()

@@ -219,3 +219,50 @@ async def test_interrupt_racing_the_end_of_a_run_that_asks_stops_the_wait(hitl: 
     assert info.status == pb.RUN_STATUS_INTERRUPTED
     after = await run(hitl, pb.RunRequest(session_id=session, messages=[user("hi")]))
     assert after[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+
+
+async def test_a_follower_sees_every_event_once_across_pause_fault_and_resume(
+    hitl: Harness,
+) -> None:
+    session = _id()
+    await hitl.stub.CreateSession(pb.CreateSessionRequest(session_id=session))
+    follow = hitl.stub.Subscribe(
+        pb.SubscribeRequest(session_id=session, after_seq=0, until_idle=False)
+    )
+    seen: list[pb.Event] = []
+
+    async def read() -> None:
+        while (event := await follow.read()) is not grpc.aio.EOF:
+            seen.append(event)
+
+    reading = asyncio.ensure_future(read())
+    ran = await run(hitl, pb.RunRequest(session_id=session, messages=[user("calculate 2+2")]))
+    [interrupt] = ran[-1].run_finished.interrupts
+    store = hitl.engine.store
+    real = store.resolve_interrupts
+    failures = [StorageUnavailable("the database is unavailable")]
+
+    async def flaky(session_id: str, run_id: str) -> None:
+        if failures:
+            raise failures.pop()
+        await real(session_id, run_id)
+
+    store.resolve_interrupts = flaky  # type: ignore[method-assign]
+    resume = pb.RunRequest(session_id=session, resume=[resolved(interrupt.id)])
+    ran += await run(hitl, resume)
+    assert ran[-1].WhichOneof("kind") == "run_error"
+    ran += await run(hitl, resume)
+    assert ran[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+    async with asyncio.timeout(5):
+        while len(seen) < len(ran):
+            await asyncio.sleep(0.01)
+    follow.cancel()
+    reading.cancel()
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    assert [e.SerializeToString() for e in seen] == [e.SerializeToString() for e in ran]
+    assert len(await _tool_messages(hitl, session)) == 1
+    # A late reader from the store gets the same.
+    replay = await collect(
+        hitl.stub.Subscribe(pb.SubscribeRequest(session_id=session, after_seq=0, until_idle=True))
+    )
+    assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in ran]

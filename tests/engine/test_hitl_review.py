@@ -18,6 +18,7 @@ from tests.engine.harness import (
     collect,
     engine_settings,
     kinds,
+    next_event,
     run,
     running_engine,
     user,
@@ -229,13 +230,6 @@ async def test_a_follower_sees_every_event_once_across_pause_fault_and_resume(
     follow = hitl.stub.Subscribe(
         pb.SubscribeRequest(session_id=session, after_seq=0, until_idle=False)
     )
-    seen: list[pb.Event] = []
-
-    async def read() -> None:
-        while (event := await follow.read()) is not grpc.aio.EOF:
-            seen.append(event)
-
-    reading = asyncio.ensure_future(read())
     ran = await run(hitl, pb.RunRequest(session_id=session, messages=[user("calculate 2+2")]))
     [interrupt] = ran[-1].run_finished.interrupts
     store = hitl.engine.store
@@ -253,11 +247,8 @@ async def test_a_follower_sees_every_event_once_across_pause_fault_and_resume(
     assert ran[-1].WhichOneof("kind") == "run_error"
     ran += await run(hitl, resume)
     assert ran[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
-    async with asyncio.timeout(5):
-        while len(seen) < len(ran):
-            await asyncio.sleep(0.01)
+    seen = [await next_event(follow) for _ in ran]
     follow.cancel()
-    reading.cancel()
     assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
     assert [e.SerializeToString() for e in seen] == [e.SerializeToString() for e in ran]
     assert len(await _tool_messages(hitl, session)) == 1

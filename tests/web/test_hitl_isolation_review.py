@@ -148,3 +148,27 @@ def test_an_a2a_reply_on_a_waiting_task_of_another_principal_is_not_found(
     assert "error" in cancel, cancel
     got = rpc(client, ALICE, "GetTask", {"id": task["id"]})
     assert got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"approved": True, "argument": {"expression": "9*9"}}, "data.argument"),
+        ({"aproved": False}, "data"),  # not an approval at all
+        ({"decisions": [{"approved": True, "answer": "no"}]}, "data.decisions[0].answer"),
+    ],
+    ids=["misspelled-arguments", "misspelled-approved", "approval-with-answer"],
+)
+def test_an_a2a_decision_with_a_key_it_does_not_know_is_invalid_params(
+    make_client: Any, start_engine: Any, data: dict[str, Any], field: str
+) -> None:
+    client: FlaskClient = make_client(start_engine(AGENTIK_TOOLS_APPROVAL="calculate"))
+    task = rpc(client, ALICE, "SendMessage", {"message": user_message(GATED)})["result"]["task"]
+    reply = user_message("", taskId=task["id"], contextId=task["contextId"])
+    reply["parts"] = [{"data": data}]
+    error = rpc(client, ALICE, "SendMessage", {"message": reply})["error"]
+    assert error["code"] == -32602, error
+    assert error["data"][0]["metadata"]["field"] == f"message.parts[0].{field}"
+    got = rpc(client, ALICE, "GetTask", {"id": task["id"]})["result"]
+    assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert not [a for a in got.get("artifacts", [])]

@@ -257,3 +257,31 @@ async def test_a_follower_sees_every_event_once_across_pause_fault_and_resume(
         hitl.stub.Subscribe(pb.SubscribeRequest(session_id=session, after_seq=0, until_idle=True))
     )
     assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in ran]
+
+
+async def test_an_interrupt_id_of_another_session_of_the_same_owner_is_not_pending(
+    hitl: Harness,
+) -> None:
+    first, second = _id(), _id()
+    theirs, _ = await paused(hitl, first, "calculate 2+2")
+    ours, _ = await paused(hitl, second, "calculate 2+2")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(hitl, pb.RunRequest(session_id=second, resume=[resolved(theirs.id)]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "resume[0].interrupt_id" in str(caught.value.details())
+    assert first not in str(caught.value.details())
+    for session, interrupt in ((first, theirs), (second, ours)):
+        got = await hitl.stub.GetSession(pb.GetSessionRequest(session_id=session))
+        assert [i.id for i in got.pending_interrupts] == [interrupt.id]
+
+
+async def test_a_session_deleted_while_it_waits_cannot_be_resumed(hitl: Harness) -> None:
+    session = _id()
+    interrupt, _ = await paused(hitl, session, "calculate 2+2")
+    await hitl.stub.DeleteSession(pb.DeleteSessionRequest(session_id=session))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(hitl, pb.RunRequest(session_id=session, resume=[resolved(interrupt.id)]))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as gone:
+        await hitl.stub.Interrupt(pb.InterruptRequest(session_id=session))
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND

@@ -513,9 +513,15 @@ class Engine:
         check_id(thread_id, "session_id")
         started = self._turn_callers.get(thread_id)
         if started is not None and caller.owns(started[1]):
-            stopped = self.interrupt_now(thread_id, run_id)  # no store read: it must not wait
-            if stopped:
-                return True, stopped
+            ending = self._turns.get(thread_id)
+            if ending is not None and ending.final is not None and ending.task is not None:
+                # The run has ended and its end is being stored: nothing is left to stop
+                # but what it may have asked a person, pending once that is stored.
+                await asyncio.wait([ending.task])
+            else:
+                stopped = self.interrupt_now(thread_id, run_id)  # no store read: no waiting
+                if stopped:
+                    return True, stopped
         session = await self._session(caller, thread_id, "session_id")  # not theirs → not found
         stopped = self.interrupt_now(thread_id, run_id)
         remote = session.active_run_id

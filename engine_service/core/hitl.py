@@ -168,9 +168,19 @@ def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decis
     if payload is False:
         return _declined(interrupt, "declined")
     if not isinstance(payload, dict):
+        raise InvalidInput(f"{where}.payload: an approval is {_APPROVAL_SHAPE} or a boolean")
+    # A key the rules do not know is refused, never ignored: {"aproved": false} or
+    # {"answer": "no"} must not approve the call as the LLM wrote it.
+    unknown = [key for key in payload if key not in _APPROVAL_KEYS]
+    if unknown:
         raise InvalidInput(
-            f"{where}.payload: an approval is "
-            '{"approved": true|false, "arguments"?: {...}, "reason"?: "..."} or a boolean'
+            f"{where}.payload has an unknown key {unknown[0]!r}; an approval is {_APPROVAL_SHAPE}"
+        )
+    tool = payload.get("tool", interrupt.tool_call.name)
+    if tool != interrupt.tool_call.name:
+        raise InvalidInput(
+            f"{where}.payload.tool {tool!r} is not the tool this interrupt asks about "
+            f"({interrupt.tool_call.name!r}); an edit may change the arguments only"
         )
     approved = payload.get("approved", True)
     if not isinstance(approved, bool):
@@ -185,6 +195,12 @@ def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decis
             raise InvalidInput(f"{where}.payload.arguments must be a JSON object")
         call = ToolCall(call.id, call.name, json.dumps(arguments, ensure_ascii=False))
     return Decision(interrupt, run=call)
+
+
+_APPROVAL_KEYS = frozenset({"approved", "arguments", "reason", "tool"})
+"""What an approval's payload may hold (``tool``, echoed from the interrupt's payload, must
+name the call's own tool)."""
+_APPROVAL_SHAPE = '{"approved": true|false, "arguments"?: {...}, "reason"?: "..."}'
 
 
 def _reason(payload: JSON) -> str:
@@ -231,9 +247,11 @@ def admit(
         raise InvalidInput(f"resume must answer every pending interrupt; missing {names}")
     decisions = []
     for interrupt in pending:
+        decision = decide(interrupt, None, "")
         if interrupt.id in answered:
             entry, where = answered[interrupt.id]
-            decisions.append(decide(interrupt, entry, where))
-        else:
-            decisions.append(decide(interrupt, None, ""))
+            answer = decide(interrupt, entry, where)  # a malformed entry is refused either way
+            if not interrupt.expired(now):
+                decision = answer  # past its expiry it counts as declined, even if approved
+        decisions.append(decision)
     return decisions

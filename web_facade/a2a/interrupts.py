@@ -95,8 +95,28 @@ def _pending(interrupts: Sequence[pb.Interrupt]) -> str:
     return ", ".join(f"{i.id!r} ({_kind(i)})" for i in interrupts)
 
 
+_DECISION_KEYS: Final = {
+    pb.INTERRUPT_KIND_APPROVAL: frozenset({"interruptId", "approved", "arguments", "reason"}),
+    pb.INTERRUPT_KIND_QUESTION: frozenset({"interruptId", "answer", "approved", "reason"}),
+}
+"""What a decision on each kind may hold: any other key is refused, never ignored (a
+misspelled ``arguments``, or an ``answer`` beside ``approved``, must not approve the call
+as the LLM wrote it)."""
+
+
 def _entry(where: str, interrupt: pb.Interrupt, decision: dict[str, Any]) -> pb.ResumeEntry:
     """The resume entry one decision object makes for ``interrupt``."""
+    question = interrupt.kind == pb.INTERRUPT_KIND_QUESTION
+    if question or "approved" in decision:  # else: refused below, as not an approval
+        allowed = _DECISION_KEYS[
+            pb.INTERRUPT_KIND_QUESTION if question else pb.INTERRUPT_KIND_APPROVAL
+        ]
+        unknown = [key for key in decision if key not in allowed]
+        if unknown:
+            shape = _ANSWER_SHAPE if question else _APPROVAL_SHAPE
+            raise invalid_params(
+                f"{where}.{unknown[0]}", f"is not part of a decision: send {shape}"
+            )
     reason = decision.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise invalid_params(f"{where}.reason", "must be a string")

@@ -911,6 +911,26 @@ async def test_a_proxy_refusing_the_tunnel_is_unavailable(
     assert origin.accepted == 0
 
 
+async def test_an_untrusted_certificate_through_the_tunnel_is_unavailable(
+    proxy: TinyProxy, certificate: Certificate, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """And the tunnel's socket is closed, not leaked (see the gc fixture)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nothing.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url())
+    tls = certificate.server_context()
+    async with (
+        TinyServer(serve(), host="127.0.0.2", tls=tls) as origin,
+        model_at(origin.url) as chat,
+    ):
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_unavailable"
+    assert "certificate" in error.detail
+    assert proxy.log[0][0] == f"CONNECT 127.0.0.2:{origin.port} HTTP/1.1"
+
+
 async def test_a_proxy_answering_connect_with_an_endless_head_is_unavailable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

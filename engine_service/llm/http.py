@@ -70,6 +70,8 @@ class _Connection:
     writer: asyncio.StreamWriter
     via_proxy: bool = False
     """A plain-http request through a proxy: the request line holds the absolute URL."""
+    proxy_authorization: str = ""
+    """The ``Proxy-Authorization`` value each request through that proxy carries."""
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -220,6 +222,8 @@ class HttpClient:
             f"Host: {host_header}",
             f"Content-Length: {len(body)}",
         ]
+        if connection.proxy_authorization:
+            lines.append(f"Proxy-Authorization: {connection.proxy_authorization}")
         lines += [f"{name}: {value}" for name, value in headers.items()]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
@@ -244,7 +248,7 @@ class HttpClient:
         except OSError as exc:
             connection.close()
             raise BrokenStream(f"{type(exc).__name__}: {exc}") from exc
-        except BaseException:  # cancelled (the run was interrupted): the answer is unread
+        except BaseException:  # cancelled (an interrupt, the first-token deadline): unread
             connection.close()
             raise
         try:
@@ -312,24 +316,32 @@ class HttpClient:
         authorization = ""
         if parts.username:
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-            token = base64.b64encode(secret.encode()).decode()
-            authorization = f"Proxy-Authorization: Basic {token}\r\n"
+            authorization = "Basic " + base64.b64encode(secret.encode()).decode()
         if origin.scheme == "http":
-            return _Connection(origin, reader, writer, via_proxy=True)
-        writer.write(
-            f"CONNECT {origin.host}:{origin.port} HTTP/1.1\r\nHost: {origin.host}:{origin.port}\r\n"
-            f"{authorization}\r\n".encode("latin-1")
-        )
-        await writer.drain()
+            return _Connection(
+                origin, reader, writer, via_proxy=True, proxy_authorization=authorization
+            )
         try:
-            status, _ = _parse_head(await reader.readuntil(b"\r\n\r\n"))
-        except (asyncio.IncompleteReadError, BrokenStream) as exc:
+            authorization_line = (
+                f"Proxy-Authorization: {authorization}\r\n" if authorization else ""
+            )
+            writer.write(
+                f"CONNECT {origin.host}:{origin.port} HTTP/1.1\r\n"
+                f"Host: {origin.host}:{origin.port}\r\n{authorization_line}\r\n".encode("latin-1")
+            )
+            await writer.drain()
+            try:
+                status, _ = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+            except (asyncio.IncompleteReadError, BrokenStream) as exc:
+                raise ConnectFailed("the proxy closed the tunnel") from exc
+            except asyncio.LimitOverrunError as exc:
+                raise ConnectFailed("the proxy's answer to CONNECT is too long") from exc
+            if status != 200:
+                raise ConnectFailed(f"the proxy refused the tunnel with HTTP {status}")
+            await writer.start_tls(self._context(), server_hostname=origin.host)
+        except BaseException:  # failed or cancelled: the socket is not left open
             writer.close()
-            raise ConnectFailed("the proxy closed the tunnel") from exc
-        if status != 200:
-            writer.close()
-            raise ConnectFailed(f"the proxy refused the tunnel with HTTP {status}")
-        await writer.start_tls(self._context(), server_hostname=origin.host)
+            raise
         return _Connection(origin, reader, writer)
 
     def _context(self) -> ssl.SSLContext:

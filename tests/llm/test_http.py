@@ -1,0 +1,1059 @@
+"""The engine's own HTTP/1.1 client (``engine_service/llm/http.py``) beyond what the fake
+OpenAI server covers: connection reuse, every body framing, stale connections, error
+mapping, TLS, proxies and byte-for-byte compatibility with the official ``openai`` client.
+
+Every server here is a small asyncio server on a free 127.0.0.x port, written in this file
+so that it can misbehave on purpose; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import gc
+import ipaddress
+import json
+import ssl
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+from urllib.parse import urlsplit
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from engine_service.core.chat import ChatDelta, ChatRequest, TextDelta, ToolSpec
+from engine_service.core.errors import LLMError
+from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
+from engine_service.llm.http import BrokenStream, HttpClient
+from engine_service.llm.openai_chat import OpenAIChatModel, to_openai_messages, to_openai_tools
+
+WAIT = 5.0
+"""Bound on every wait for something that should happen promptly."""
+
+HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+
+_PROXY_VARIABLES = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "REQUEST_METHOD",
+)
+
+
+@pytest.fixture(autouse=True)
+def _leaks_show_in_their_own_test() -> Iterator[None]:
+    """A socket left open warns (ResourceWarning, an error here) when it is collected:
+    collect now, so that the warning fails the test that leaked it, not a later one."""
+    yield
+    gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests set the proxy variables they mean; none leak in from the machine."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- a tiny HTTP server ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Request:
+    line: str
+    headers: dict[str, str]
+    body: bytes
+    connection: int
+    """The number of the connection it came on (0 for the first accepted)."""
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One accepted connection, as a handler sees it."""
+
+    number: int
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    server: TinyServer
+
+    async def request(self) -> Request | None:
+        """The next request on this connection, or None when the client closed it."""
+        head = await read_head(self.reader)
+        if head is None:
+            return None
+        line, headers, _ = head
+        body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        request = Request(line, headers, body, self.number)
+        self.server.requests.append(request)
+        return request
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def trickle(self, data: bytes, pause: float = 0.001) -> None:
+        """Send ``data`` one byte per TCP write, with a pause after each."""
+        for position in range(len(data)):
+            await self.send(data[position : position + 1])
+            await asyncio.sleep(pause)
+
+    async def wait_client_closed(self) -> None:
+        """Until the client closes the connection; then note it."""
+        with contextlib.suppress(OSError):
+            while await self.reader.read(65536):
+                pass
+        self.server.client_closed.append(self.number)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+
+Handler = Callable[[Exchange], Awaitable[None]]
+
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes] | None:
+    try:
+        raw = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = raw.decode("latin-1").split("\r\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    return lines[0], headers, raw
+
+
+class TinyServer:
+    """Runs ``handler`` for every accepted connection; counts connections, logs requests."""
+
+    def __init__(
+        self, handler: Handler, *, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.tls = tls
+        self.accepted = 0
+        self.requests: list[Request] = []
+        self.client_closed: list[int] = []
+        self.port = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}/v1"
+
+    async def __aenter__(self) -> TinyServer:
+        self._server = await asyncio.start_server(self._accept, self.host, 0, ssl=self.tls)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.append(writer)
+        number = self.accepted
+        self.accepted += 1
+        # Cancelled at the end of the test: swallowed, or asyncio logs the cancellation.
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            await self.handler(Exchange(number, reader, writer, self))
+        writer.close()
+
+
+def sse_body(text: str = "Hello") -> bytes:
+    """A whole Chat Completions event stream answering ``text``, usage and ``[DONE]``."""
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    events = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+    ]
+    data = b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+    return data + b"data: [DONE]\n\n"
+
+
+def chunked(body: bytes, size: int = 40, *, extensions: bool = False) -> bytes:
+    """``body`` in ``chunked`` transfer coding; with chunk extensions and trailers if asked."""
+    extension = b';ext=1;name="a value"' if extensions else b""
+    out = b""
+    for start in range(0, len(body), size):
+        piece = body[start : start + size]
+        out += b"%x%s\r\n%s\r\n" % (len(piece), extension, piece)
+    out += b"0" + extension + b"\r\n"
+    if extensions:
+        out += b"X-Checksum: abc\r\nX-Other: 1\r\n"
+    return out + b"\r\n"
+
+
+def answer(
+    body: bytes,
+    framing: str = "chunked",
+    *,
+    status: int = 200,
+    content_type: str = "text/event-stream",
+) -> bytes:
+    """A whole HTTP answer with ``body`` framed by ``length``, ``chunked``, ``chunked+ext``
+    (extensions and trailers) or ``close`` (no length: the server closes after it)."""
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
+    if framing == "length":
+        head += f"Content-Length: {len(body)}\r\n"
+    elif framing.startswith("chunked"):
+        head += "Transfer-Encoding: chunked\r\n"
+        body = chunked(body, extensions=framing == "chunked+ext")
+    else:
+        assert framing == "close"
+        head += "Connection: close\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+def first_event_only() -> bytes:
+    """The head of a chunked event stream and its first event as one chunk; no end."""
+    first = sse_body().split(b"\n\n")[0] + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    return head + b"\r\n" + b"%x\r\n%s\r\n" % (len(first), first)
+
+
+def serve(framing: str = "chunked", text: str = "Hello") -> Handler:
+    """Answers every request on a connection with an event stream in ``framing``."""
+
+    async def handler(exchange: Exchange) -> None:
+        while await exchange.request() is not None:
+            await exchange.send(answer(sse_body(text), framing))
+            if framing == "close":
+                return
+
+    return handler
+
+
+# --- the model -------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def model_at(
+    url: str, *, read_timeout: float = WAIT, first_token: float = WAIT, api_key: str = "sk-t"
+) -> AsyncIterator[OpenAIChatModel]:
+    chat = OpenAIChatModel(
+        base_url=url,
+        api_key=api_key,
+        model="gpt-test",
+        timeout=read_timeout,
+        first_token_timeout=first_token,
+        max_retries=0,
+        retry_backoff=0.01,
+    )
+    try:
+        yield chat
+    finally:
+        await chat.aclose()
+
+
+def ask(text: str = "hi") -> ChatRequest:
+    return ChatRequest([Message("m1", Role.USER, [TextPart(text)])], [])
+
+
+async def run(
+    chat: OpenAIChatModel, request: ChatRequest | None = None
+) -> tuple[list[ChatDelta], LLMError | None]:
+    """Every delta the model yields, and the LLMError it ended with (if any)."""
+    deltas: list[ChatDelta] = []
+    try:
+        async with asyncio.timeout(WAIT):
+            async for delta in chat.stream(request or ask()):
+                deltas.append(delta)
+    except LLMError as exc:
+        return deltas, exc
+    return deltas, None
+
+
+def text_of(deltas: list[ChatDelta]) -> str:
+    return "".join(d.text for d in deltas if isinstance(d, TextDelta))
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Polls ``condition`` for up to WAIT seconds."""
+    for _ in range(int(WAIT / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition did not hold in time")
+
+
+# --- keep-alive ------------------------------------------------------------------------
+
+
+async def test_two_streams_in_a_row_share_one_connection() -> None:
+    async with TinyServer(serve("chunked")) as server, model_at(server.url) as chat:
+        for _ in range(2):
+            deltas, error = await run(chat)
+            assert error is None
+            assert text_of(deltas) == "Hello"
+
+    assert server.accepted == 1
+    assert [r.connection for r in server.requests] == [0, 0]
+
+
+async def test_a_body_not_read_to_its_end_is_closed_not_reused() -> None:
+    async def handler(exchange: Exchange) -> None:
+        if exchange.number == 0:  # the head and the first chunk, then nothing
+            await exchange.request()
+            await exchange.send(first_event_only())
+            await exchange.wait_client_closed()
+        else:
+            await serve("chunked")(exchange)
+
+    async with TinyServer(handler) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT)
+        try:
+            response = await client.post(server.url + "/chat/completions", HEADERS, b"{}")
+            assert response.status == 200
+            body = cast(AsyncGenerator[bytes, None], response.chunks())
+            assert await anext(body)
+            await body.aclose()
+            await response.aclose()
+            await until(lambda: server.client_closed == [0])
+
+            again = await client.post(server.url + "/chat/completions", HEADERS, b"{}")
+            assert (await again.read_all()).endswith(b"data: [DONE]\n\n")
+            await again.aclose()
+        finally:
+            await client.aclose()
+
+    assert server.accepted == 2
+    assert [r.connection for r in server.requests] == [0, 1]
+
+
+async def test_a_consumer_that_stops_early_closes_the_connection() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(first_event_only())
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        stream = cast(AsyncGenerator[ChatDelta, None], chat.stream(ask()))
+        async with contextlib.aclosing(stream) as deltas:
+            first = await asyncio.wait_for(anext(deltas), WAIT)
+        assert first == TextDelta("Hello")
+        await until(lambda: server.client_closed == [0])
+
+
+# --- bodies ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("framing", "connections"), [("length", 1), ("chunked+ext", 1), ("close", 2)]
+)
+async def test_every_body_framing_streams_and_only_delimited_ones_keep_the_connection(
+    framing: str, connections: int
+) -> None:
+    async with TinyServer(serve(framing)) as server, model_at(server.url) as chat:
+        for _ in range(2):
+            deltas, error = await run(chat)
+            assert error is None
+            assert text_of(deltas) == "Hello"
+
+    assert server.accepted == connections
+
+
+async def test_a_chunked_body_trickled_byte_by_byte_still_parses() -> None:
+    async def handler(exchange: Exchange) -> None:
+        while await exchange.request() is not None:
+            await exchange.trickle(answer(sse_body("Hi"), "chunked+ext"))
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        deltas, error = await run(chat)
+        assert error is None
+        assert text_of(deltas) == "Hi"
+        deltas, error = await run(chat)  # and the connection, read to its end, is reused
+        assert error is None
+
+    assert server.accepted == 1
+
+
+async def test_raw_chunks_are_the_decoded_body_without_extensions_or_trailers() -> None:
+    body = sse_body("x" * 300)
+    async with TinyServer(serve("chunked+ext", "x" * 300)) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT)
+        try:
+            response = await client.post(server.url + "/chat/completions", HEADERS, b"{}")
+            assert await response.read_all() == body
+            await response.aclose()
+        finally:
+            await client.aclose()
+
+
+# --- stale connections -----------------------------------------------------------------
+
+
+async def test_a_kept_alive_connection_the_server_closed_while_idle_is_replaced() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(answer(sse_body(), "chunked"))  # keep-alive, but then...
+        if exchange.number == 0:
+            await exchange.close()  # ...closes it while idle
+        else:
+            await serve("chunked")(exchange)
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+        assert error is None
+        await asyncio.sleep(0.05)  # the FIN reaches the client's idle connection
+
+        deltas, error = await run(chat)
+
+        assert error is None
+        assert text_of(deltas) == "Hello"
+    assert [r.connection for r in server.requests] == [0, 1]
+
+
+async def test_a_kept_alive_connection_closed_as_the_request_arrives_is_retried_once() -> None:
+    """The race the idle check cannot see: the server closes just as the request arrives."""
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(answer(sse_body(), "chunked"))
+        if exchange.number == 0:
+            await exchange.request()  # the second request: closed without an answer
+            await exchange.close()
+        else:
+            await serve("chunked")(exchange)
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+        assert error is None
+
+        deltas, error = await run(chat)
+
+        assert error is None
+        assert text_of(deltas) == "Hello"
+    assert [r.connection for r in server.requests] == [0, 0, 1]
+
+
+async def test_a_fresh_connection_closed_without_an_answer_is_a_broken_stream() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.close()
+
+    async with TinyServer(handler) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT)
+        try:
+            with pytest.raises(BrokenStream, match="without answering"):
+                await client.post(server.url + "/chat/completions", HEADERS, b"{}")
+        finally:
+            await client.aclose()
+
+        async with model_at(server.url) as chat:
+            _, error = await run(chat)
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert not error.retryable
+    assert server.accepted == 2  # not retried on yet another connection
+
+
+# --- errors as the model maps them -----------------------------------------------------
+
+
+async def test_connection_refused_is_unavailable_within_the_connect_timeout() -> None:
+    async with TinyServer(serve()) as server:
+        url = server.url  # a port that was just free; nothing listens once closed
+    started = time.monotonic()
+    async with model_at(url, read_timeout=2.0) as chat:
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_unavailable"
+    assert time.monotonic() - started < 2.0
+    assert str(error) == "cannot reach the LLM endpoint"
+    assert "127.0.0.1" in error.detail and "127.0.0.1" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("read_timeout", "first_token"), [(0.3, WAIT), (WAIT, 0.3)], ids=["read", "first-token"]
+)
+async def test_a_server_that_never_answers_is_a_timeout(
+    read_timeout: float, first_token: float
+) -> None:
+    """The first-token deadline cancels the request mid-head: the socket is closed then,
+    not leaked (a leak fails the test through ResourceWarning, see the gc fixture)."""
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server:
+        started = time.monotonic()
+        async with model_at(server.url, read_timeout=read_timeout, first_token=first_token) as chat:
+            _, error = await run(chat)
+        elapsed = time.monotonic() - started
+
+    assert error is not None
+    assert error.code == "llm_timeout"
+    assert 0.25 < elapsed < 2.0
+
+
+async def test_a_stream_that_stalls_after_its_head_is_a_timeout() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(first_event_only())
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url, read_timeout=0.3) as chat:
+        deltas, error = await run(chat)
+
+    assert text_of(deltas) == "Hello"
+    assert error is not None
+    assert error.code == "llm_timeout"
+
+
+@pytest.mark.parametrize(
+    ("garbage", "close"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", False),
+        (b"HTTP/1.1 abc OK\r\n\r\n", False),
+        (b"hello", True),
+    ],
+    ids=["not-http", "bad-status", "truncated"],
+)
+async def test_garbage_instead_of_a_status_line_is_a_bad_stream(
+    garbage: bytes, close: bool
+) -> None:
+    """And the connection is closed, not leaked (see the gc fixture)."""
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(garbage)
+        if close:
+            await exchange.close()
+        else:
+            await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (400, "llm_bad_request"),
+        (401, "llm_auth"),
+        (429, "llm_rate_limited"),
+        (500, "llm_server_error"),
+    ],
+)
+async def test_an_error_status_maps_to_its_code_with_the_message_in_the_detail(
+    status: int, code: str
+) -> None:
+    secret = f"Invalid thing number {status} (org-4711)"
+    error_body = json.dumps(
+        {"error": {"message": secret, "type": "invalid_request_error", "code": None}}
+    ).encode()
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(
+            answer(error_body, "length", status=status, content_type="application/json")
+        )
+        await serve("chunked")(exchange)  # the error body was read whole: the same connection
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+        assert error is not None
+        assert error.code == code
+        assert secret in error.detail
+        assert secret not in str(error)
+        assert str(error) == f"the LLM endpoint answered HTTP {status}"
+
+        deltas, again = await run(chat)
+        assert again is None
+        assert text_of(deltas) == "Hello"
+    assert server.accepted == 1
+
+
+async def test_a_head_larger_than_the_limit_is_a_clear_error_not_a_hang() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n")
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server:
+        started = time.monotonic()
+        async with model_at(server.url) as chat:
+            _, error = await run(chat)
+        elapsed = time.monotonic() - started
+
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert "too long" in error.detail
+    assert elapsed < 2.0
+
+
+async def test_a_chunk_size_line_larger_than_the_limit_is_a_bad_stream() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        await exchange.send(head + b"Transfer-Encoding: chunked\r\n\r\n" + b"1" * 200_000)
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+
+
+# --- TLS -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Certificate:
+    cert: Path
+    key: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
+    """A self-signed certificate for localhost, 127.0.0.1 and 127.0.0.2."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentik test")])
+    now = datetime.datetime.now(datetime.UTC)
+    public = key.public_key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.2")),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    directory = tmp_path_factory.mktemp("tls")
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return Certificate(cert_path, key_path)
+
+
+@pytest.fixture
+def trusted(certificate: Certificate, monkeypatch: pytest.MonkeyPatch) -> Certificate:
+    """The certificate trusted through ``SSL_CERT_FILE``: ``ssl.create_default_context()``
+    reads it when it is called, and each HttpClient creates its context on first use."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate.cert))
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    return certificate
+
+
+@pytest.mark.parametrize(("framing", "connections"), [("chunked", 1), ("length", 1), ("close", 2)])
+async def test_a_stream_over_https_with_a_trusted_certificate(
+    trusted: Certificate, framing: str, connections: int
+) -> None:
+    tls = trusted.server_context()
+    async with TinyServer(serve(framing), tls=tls) as server, model_at(server.url) as chat:
+        for _ in range(2):
+            deltas, error = await run(chat)
+            assert error is None
+            assert text_of(deltas) == "Hello"
+
+    assert server.accepted == connections
+
+
+async def test_an_untrusted_certificate_is_unavailable_naming_the_certificate(
+    certificate: Certificate, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nothing.pem"))  # trust nothing
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    tls = certificate.server_context()
+    async with TinyServer(serve("chunked"), tls=tls) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_unavailable"
+    assert "certificate" in error.detail
+    assert server.requests == []
+
+
+# --- proxies ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TinyProxy:
+    """An HTTP proxy: absolute-form requests are forwarded, ``CONNECT`` opens a tunnel.
+    Logs the first request line and headers of each connection (the rest is piped)."""
+
+    refuse_with: int = 0
+    accepted: int = 0
+    log: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    port: int = 0
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def url(self, credentials: str = "") -> str:
+        return f"http://{credentials + '@' if credentials else ''}127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> TinyProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self.accepted += 1
+        try:
+            head = await read_head(reader)
+            if head is None:
+                return
+            line, headers, raw = head
+            self.log.append((line, headers))
+            if self.refuse_with:
+                writer.write(b"HTTP/1.1 %d No\r\nContent-Length: 0\r\n\r\n" % self.refuse_with)
+                await writer.drain()
+                return
+            method, target, _ = line.split(" ", 2)
+            if method == "CONNECT":
+                host, _, port = target.rpartition(":")
+                up_reader, up_writer = await asyncio.open_connection(host, int(port))
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                parts = urlsplit(target)
+                assert parts.hostname
+                up_reader, up_writer = await asyncio.open_connection(
+                    parts.hostname, parts.port or 80
+                )
+                up_writer.write(raw)
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    except OSError:
+        pass
+    finally:
+        sink.close()
+
+
+def basic(credentials: str) -> str:
+    return "Basic " + base64.b64encode(credentials.encode()).decode()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[TinyProxy]:
+    async with TinyProxy() as running:
+        yield running
+
+
+# The origin behind a proxy listens on 127.0.0.2: still this machine, but not one of the
+# loopback names (127.0.0.1, localhost, ::1) the client always reaches directly.
+
+
+async def test_an_http_origin_is_requested_in_absolute_form_through_http_proxy(
+    proxy: TinyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url())
+    async with (
+        TinyServer(serve("chunked"), host="127.0.0.2") as origin,
+        model_at(origin.url) as chat,
+    ):
+        for _ in range(2):
+            deltas, error = await run(chat)
+            assert error is None
+            assert text_of(deltas) == "Hello"
+
+    absolute = f"POST http://127.0.0.2:{origin.port}/v1/chat/completions HTTP/1.1"
+    assert proxy.accepted == 1  # the connection to the proxy is kept alive too
+    line, headers = proxy.log[0]
+    assert line == absolute
+    assert headers["host"] == f"127.0.0.2:{origin.port}"
+    assert "proxy-authorization" not in headers
+    assert [r.line for r in origin.requests] == [absolute, absolute]
+
+
+async def test_the_proxy_url_credentials_are_sent_as_basic_auth_to_an_http_proxy(
+    proxy: TinyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url("ada:s%3Acret"))
+    async with (
+        TinyServer(serve("chunked"), host="127.0.0.2") as origin,
+        model_at(origin.url) as chat,
+    ):
+        _, error = await run(chat)
+
+    assert error is None
+    _, headers = proxy.log[0]
+    assert headers.get("proxy-authorization") == basic("ada:s:cret")
+
+
+async def test_an_https_origin_is_tunnelled_with_connect_then_tls(
+    proxy: TinyProxy, trusted: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url("ada:pw"))
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # not for https
+    tls = trusted.server_context()
+    async with (
+        TinyServer(serve("chunked"), host="127.0.0.2", tls=tls) as origin,
+        model_at(origin.url) as chat,
+    ):
+        for _ in range(2):
+            deltas, error = await run(chat)
+            assert error is None
+            assert text_of(deltas) == "Hello"
+
+    assert proxy.accepted == 1
+    line, headers = proxy.log[0]
+    assert line == f"CONNECT 127.0.0.2:{origin.port} HTTP/1.1"
+    assert headers["proxy-authorization"] == basic("ada:pw")
+    # Through the tunnel, the origin sees an ordinary origin-form request over TLS.
+    assert [r.line for r in origin.requests] == ["POST /v1/chat/completions HTTP/1.1"] * 2
+    assert "proxy-authorization" not in origin.requests[0].headers
+
+
+async def test_a_proxy_refusing_the_tunnel_is_unavailable(
+    trusted: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with TinyProxy(refuse_with=407) as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url())
+        async with (
+            TinyServer(serve(), host="127.0.0.2", tls=trusted.server_context()) as origin,
+            model_at(origin.url) as chat,
+        ):
+            _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_unavailable"
+    assert "407" in error.detail
+    assert origin.accepted == 0
+
+
+async def test_an_untrusted_certificate_through_the_tunnel_is_unavailable(
+    proxy: TinyProxy, certificate: Certificate, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """And the tunnel's socket is closed, not leaked (see the gc fixture)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nothing.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url())
+    tls = certificate.server_context()
+    async with (
+        TinyServer(serve(), host="127.0.0.2", tls=tls) as origin,
+        model_at(origin.url) as chat,
+    ):
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_unavailable"
+    assert "certificate" in error.detail
+    assert proxy.log[0][0] == f"CONNECT 127.0.0.2:{origin.port} HTTP/1.1"
+
+
+async def test_a_proxy_answering_connect_with_an_endless_head_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def endless(exchange: Exchange) -> None:
+        await read_head(exchange.reader)
+        await exchange.send(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 200_000)
+        await exchange.wait_client_closed()
+
+    async with TinyServer(endless) as fake_proxy:
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{fake_proxy.port}")
+        async with model_at("https://127.0.0.2:9/v1") as chat:
+            _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_unavailable"
+
+
+@pytest.mark.parametrize("no_proxy", ["127.0.0.2", "example.com,127.0.0.2", "*"])
+async def test_no_proxy_bypasses_the_proxy(
+    proxy: TinyProxy, monkeypatch: pytest.MonkeyPatch, no_proxy: str
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url())
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    async with (
+        TinyServer(serve("chunked"), host="127.0.0.2") as origin,
+        model_at(origin.url) as chat,
+    ):
+        _, error = await run(chat)
+
+    assert error is None
+    assert proxy.accepted == 0
+    assert origin.requests[0].line == "POST /v1/chat/completions HTTP/1.1"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+async def test_loopback_origins_bypass_the_proxy_without_no_proxy(
+    proxy: TinyProxy, monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    """A local LLM server (Ollama, vLLM, llama.cpp on this machine) is reached directly even
+    when the environment names a proxy and no NO_PROXY: a proxy elsewhere could not reach
+    this machine's loopback, and on Linux ``urllib.request.proxy_bypass`` only reads
+    NO_PROXY, so the client adds the loopback names itself."""
+    monkeypatch.setenv("HTTP_PROXY", proxy.url())
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url())
+    async with (
+        TinyServer(serve("chunked")) as origin,
+        model_at(f"http://{host}:{origin.port}/v1") as chat,
+    ):
+        _, error = await run(chat)
+
+    assert error is None
+    assert proxy.accepted == 0
+
+
+# --- the official client ---------------------------------------------------------------
+
+
+def conversation() -> tuple[list[Message], list[ToolSpec]]:
+    messages = [
+        Message("1", Role.SYSTEM, [TextPart("Be brief.")]),
+        Message(
+            "2",
+            Role.USER,
+            [
+                TextPart("What is in these? é ✓"),
+                ImagePart(url="https://example.com/cat.png"),
+                ImagePart(data=b"\x89PNG\r\n", mime_type="image/png"),
+            ],
+        ),
+        Message(
+            "3",
+            Role.ASSISTANT,
+            [TextPart("Let me check.")],
+            tool_calls=[
+                ToolCall("call_1", "calculate", '{"expression": "1+1"}'),
+                ToolCall("call_2", "current_time", "{}"),
+            ],
+        ),
+        Message("4", Role.TOOL, [TextPart('{"result": 2}')], tool_call_id="call_1"),
+        Message("5", Role.TOOL, [TextPart("12:00")], tool_call_id="call_2"),
+        Message("6", Role.ASSISTANT, [], tool_calls=[ToolCall("call_3", "noop", "{}")]),
+        Message("7", Role.TOOL, [TextPart("")], tool_call_id="call_3"),
+        Message("8", Role.USER, [TextPart("Thanks")], name="ada"),
+    ]
+    tools = [
+        ToolSpec(
+            "calculate",
+            "Evaluate arithmetic.",
+            {"type": "object", "properties": {"expression": {"type": "string"}}},
+        ),
+        ToolSpec("current_time", "The time.", {}),
+    ]
+    return messages, tools
+
+
+async def test_the_request_matches_what_the_official_openai_client_sends() -> None:
+    from openai import AsyncOpenAI
+
+    messages, tools = conversation()
+    async with TinyServer(serve("chunked")) as server:
+        async with model_at(server.url, api_key="sk-same") as chat:
+            _, error = await run(chat, ChatRequest(messages, tools))
+            assert error is None
+
+        official = AsyncOpenAI(base_url=server.url, api_key="sk-same", max_retries=0, timeout=WAIT)
+        try:
+            async with asyncio.timeout(WAIT):
+                stream = await official.chat.completions.create(
+                    model="gpt-test",
+                    messages=to_openai_messages(messages),
+                    tools=to_openai_tools(tools),
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                async for _ in stream:
+                    pass
+        finally:
+            await official.close()
+
+    ours, theirs = server.requests
+    assert ours.line == theirs.line == "POST /v1/chat/completions HTTP/1.1"
+    assert json.loads(ours.body) == json.loads(theirs.body)
+    for request in (ours, theirs):
+        assert request.headers["authorization"] == "Bearer sk-same"
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers["host"] == f"127.0.0.1:{server.port}"

@@ -44,7 +44,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -253,6 +253,10 @@ class Scenario:
             for name, seconds in self.cpu.items()
         }
         out["cpu_s"] = {name: round(seconds, 2) for name, seconds in self.cpu.items()}
+        out["cpu_busy"] = {  # share of one core over the scenario: near 1.0 is saturated
+            name: round(seconds / self.wall, 2) if self.wall else math.nan
+            for name, seconds in self.cpu.items()
+        }
         return out
 
 
@@ -264,14 +268,15 @@ def short_error(exc: BaseException) -> str:
 async def run_scenario(
     one: Driver,
     scenario: Scenario,
-    client: httpx.AsyncClient,
+    pools: Sequence[httpx.AsyncClient],
     text: str,
     runs_per_client: int,
     limit: float,
 ) -> None:
-    """``scenario.clients`` clients started at once, each doing ``runs_per_client`` runs."""
+    """One client per entry of ``pools``, all started at once, each doing ``runs_per_client``
+    runs one after another."""
 
-    async def worker() -> None:
+    async def worker(client: httpx.AsyncClient) -> None:
         for _ in range(runs_per_client):
             try:
                 scenario.runs.append(await asyncio.wait_for(one(client, text), limit))
@@ -282,7 +287,7 @@ async def run_scenario(
                 scenario.errors[kind] += 1
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(scenario.clients)))
+    await asyncio.gather(*(worker(client) for client in pools))
     scenario.wall = time.perf_counter() - start
 
 
@@ -294,18 +299,21 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 async def interrupt_phase(
-    client: httpx.AsyncClient, base_url: str, tries: int, load: int, load_text: str
+    pools: Sequence[httpx.AsyncClient], base_url: str, tries: int, load_text: str
 ) -> dict[str, Any]:
-    """Interrupt a ``[[hang]]`` run once its first token arrived, with ``load`` streams running:
-    from the interrupt request to its stream's end, and to the interrupt's answer."""
+    """Interrupt a ``[[hang]]`` run once its first token arrived (on ``pools[0]``) while every
+    other client of ``pools`` keeps a stream running: from the interrupt request to its
+    stream's end, and to the interrupt's answer."""
+    client, *others = pools
+    load = len(others)
     send = driver("agentik", "", base_url)
     stop = asyncio.Event()
     errors: Counter[str] = Counter()
 
-    async def background() -> None:
+    async def background(other: httpx.AsyncClient) -> None:
         while not stop.is_set():
             try:
-                await asyncio.wait_for(send(client, load_text), WAIT * 2)
+                await asyncio.wait_for(send(other, load_text), WAIT * 2)
             except (httpx.HTTPError, StreamError, TimeoutError) as exc:
                 errors[f"load: {short_error(exc)}"] += 1
 
@@ -334,7 +342,7 @@ async def interrupt_phase(
                 raise StreamError(f"not interrupted (answer {acked}): {seen[-200:]!r}")
             return ended, answered
 
-    workers = [asyncio.ensure_future(background()) for _ in range(load)]
+    workers = [asyncio.ensure_future(background(other)) for other in others]
     ended: list[float] = []
     answered: list[float] = []
     try:
@@ -393,39 +401,67 @@ def idle_memory(processes: Processes, workers: int) -> dict[str, Any]:
     return memory
 
 
+async def warm_up(one: Driver, pools: Sequence[httpx.AsyncClient], cold: bool, limit: float) -> int:
+    """One short run per client, all at once, so the measured runs find their keep-alive
+    connections open (as steady clients do; with ``cold`` a single run, for the imports);
+    the number that failed."""
+    outcomes = await asyncio.gather(
+        *(asyncio.wait_for(one(c, prompt(1, 0.0)), limit) for c in pools[: 1 if cold else None]),
+        return_exceptions=True,
+    )
+    return sum(isinstance(o, BaseException) for o in outcomes)
+
+
+@contextlib.asynccontextmanager
+async def client_pools(clients: int, shared: bool) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """The httpx clients of ``clients`` simulated clients: by default one AsyncClient (one
+    keep-alive connection) each; with ``shared``, one AsyncClient for all of them.
+
+    One pool for all is what a single client process would do, but httpcore's pool scans
+    its connections for each request it assigns, which at 256 connections costs the bench
+    process more CPU than the servers it measures (256 slow floor streams: 5.4 s of client
+    CPU warm, 2.2 s cold, against 0.9 s with a client each), on the same cores."""
+    async with contextlib.AsyncExitStack() as stack:
+        if shared:
+            client = await stack.enter_async_context(client_for(clients + 8))
+            yield [client] * clients
+        else:
+            yield [await stack.enter_async_context(client_for(2)) for _ in range(clients)]
+
+
 async def drive(
     processes: Processes, options: argparse.Namespace, clients: int, interrupts: bool
 ) -> dict[str, Any]:
+    """Every scenario at this level, each with fresh clients (and so fresh connections)."""
     text = prompt(options.tokens, options.token_delay)
     runs_per_client = options.runs_per_client or max(1, 64 // clients)
     limit = WAIT + options.tokens * options.token_delay * 3
-    connections = max(clients, options.interrupt_load + 1) + 8
     out: dict[str, Any] = {"runs_per_client": runs_per_client}
-    async with client_for(connections) as client:
-        floor: Scenario | None = None
-        for facade in ("floor", *options.facades):
-            one = driver(facade, processes.llm_url, processes.base_url)
-            with contextlib.suppress(httpx.HTTPError, StreamError, TimeoutError):
-                await asyncio.wait_for(one(client, text), limit)  # warm-up, not counted
+    floor: Scenario | None = None
+    for facade in ("floor", *options.facades):
+        one = driver(facade, processes.llm_url, processes.base_url)
+        async with client_pools(clients, options.shared_pool) as pools:
+            if failed := await warm_up(one, pools, options.cold, limit):
+                print(f"  {facade}: {failed} warm-up runs failed", file=sys.stderr)
             scenario = Scenario(facade, clients)
             before = processes.cpu()
-            await run_scenario(one, scenario, client, text, runs_per_client, limit)
+            await run_scenario(one, scenario, pools, text, runs_per_client, limit)
             scenario.cpu = cpu_delta(before, processes.cpu())
-            out[facade] = scenario.summary(floor if facade != "floor" else None)
-            floor = floor or scenario
-            s = out[facade]
-            print(
-                f"  {facade:8} {clients:4} clients x {runs_per_client}: first token p50/p99 "
-                f"{s['first_token_p50_ms']}/{s['first_token_p99_ms']} ms, first frame p50 "
-                f"{s['first_frame_p50_ms']} ms, errors {s['errors']}",
-                file=sys.stderr,
-            )
-        if interrupts and options.interrupts:
-            load_text = prompt(200, 0.02)
+        out[facade] = scenario.summary(floor if facade != "floor" else None)
+        floor = floor or scenario
+        s = out[facade]
+        print(
+            f"  {facade:8} {clients:4} clients x {runs_per_client}: first token p50/p99 "
+            f"{s['first_token_p50_ms']}/{s['first_token_p99_ms']} ms, first frame p50 "
+            f"{s['first_frame_p50_ms']} ms, errors {s['errors']}",
+            file=sys.stderr,
+        )
+    if interrupts and options.interrupts:
+        async with client_pools(options.interrupt_load + 1, options.shared_pool) as pools:
             out["interrupt"] = await interrupt_phase(
-                client, processes.base_url, options.interrupts, options.interrupt_load, load_text
+                pools, processes.base_url, options.interrupts, prompt(200, 0.02)
             )
-            print(f"  interrupt: {out['interrupt']}", file=sys.stderr)
+        print(f"  interrupt: {out['interrupt']}", file=sys.stderr)
     return out
 
 
@@ -544,7 +580,7 @@ def detail_table(results: dict[str, Any], options: argparse.Namespace) -> str:
     """Every scenario's medians, and CPU per run of the engine and the web workers."""
     head = (
         "| clients | facade | first byte p50/p99 | first frame p50/p99 | first token p50/p99 "
-        "| over floor p50/p99 | stream p50 | errors | CPU ms/run |"
+        "| over floor p50/p99 | stream p50 | errors | CPU ms per run (share of a core) |"
     )
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for clients in options.clients:
@@ -567,8 +603,9 @@ def detail_table(results: dict[str, Any], options: argparse.Namespace) -> str:
             names = sorted({n for r in reps for n in r[facade]["cpu_ms_per_run"]})
             cpu = ", ".join(
                 f"{n} {statistics.median(values(reps, facade, 'cpu_ms_per_run', n)):.1f}"
+                f" ({statistics.median(values(reps, facade, 'cpu_busy', n)):.0%})"
                 for n in names
-                if n.startswith(("engine", "gunicorn worker"))
+                if n.startswith(("engine", "gunicorn worker", "bench client"))
                 and values(reps, facade, "cpu_ms_per_run", n)
             )
             total = values(reps, facade, "total_p50_ms")
@@ -576,7 +613,7 @@ def detail_table(results: dict[str, Any], options: argparse.Namespace) -> str:
             lines.append(
                 f"| {clients} | {facade} | {pair('first_byte')} | {pair('first_frame')} | "
                 f"{pair('first_token')} | {over} | {statistics.median(total):.1f} | "
-                f"{errors:g} | {cpu if facade != 'floor' else '—'} |"
+                f"{errors:g} | {cpu} |"
             )
     return "\n".join(lines)
 
@@ -627,6 +664,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--store", choices=("sqlite", "postgres"), default="sqlite")
     add("--dsn", default="postgresql://127.0.0.1:5432/test", help="PostgreSQL for --store postgres")
     add("--engine-workers", type=int, default=1, help="engine processes (needs --store postgres)")
+    add("--cold", action="store_true", help="no warm-up: clients connect during the runs")
+    add("--shared-pool", action="store_true", help="one httpx client for all (slow at 256)")
     add("--interrupts", type=int, default=20, help="interrupt tries per repetition (0: skip)")
     add("--interrupt-load", type=int, default=32, help="streams running during the interrupts")
     add("--out", type=Path, default=Path("load_bench.json"), help="JSON results")

@@ -385,19 +385,17 @@ def client_for(connections: int) -> httpx.AsyncClient:
 
 
 def idle_memory(processes: Processes, workers: int) -> dict[str, Any]:
+    """Every process's idle VmRSS and PSS (MiB), plus "engine + 1 worker" (one engine
+    process, the first engine worker under a supervisor, and one web worker) and the sum
+    of every engine and gunicorn process."""
     memory: dict[str, Any] = processes.idle_memory(workers)
-    engine = {k: v for k, v in memory.items() if k.startswith("engine")}
-    worker = next((v for k, v in memory.items() if k.startswith("gunicorn worker")), None)
-    if worker is not None:
-        memory["engine + 1 worker"] = {
-            key: round(sum(v[key] for v in engine.values()) + worker[key], 1)
-            for key in ("rss_mib", "pss_mib")
-        }
-    memory["all processes but the fake"] = {
-        key: round(sum(v[key] for k, v in memory.items() if k.startswith(("engine", "gunicorn"))
-                       and k != "engine + 1 worker"), 1)
-        for key in ("rss_mib", "pss_mib")
-    }  # fmt: skip
+    engine = memory.get("engine") or memory.get("engine worker 1")
+    worker = memory.get("gunicorn worker 1")
+    ours = [v for k, v in memory.items() if k.startswith(("engine", "gunicorn"))]
+    keys = ("rss_mib", "pss_mib")
+    if engine is not None and worker is not None:
+        memory["engine + 1 worker"] = {k: round(engine[k] + worker[k], 1) for k in keys}
+    memory["all processes but the fake"] = {k: round(sum(v[k] for v in ours), 1) for k in keys}
     return memory
 
 
@@ -499,8 +497,8 @@ def values(reps: list[dict[str, Any]], *path: str) -> list[float]:
     return out
 
 
-def cell(numbers: list[float], unit: str = " ms", sign: bool = False) -> str:
-    """The median, then each repetition's value when there are several."""
+def cell(numbers: list[float], unit: str = " ms", sign: bool = False, runs: bool = True) -> str:
+    """The median, then (with ``runs``) each repetition's value when there are several."""
     if not numbers:
         return "—"
 
@@ -509,7 +507,7 @@ def cell(numbers: list[float], unit: str = " ms", sign: bool = False) -> str:
         return ("+" if sign and x >= 0 else "") + text
 
     text = fmt(statistics.median(numbers)) + unit
-    if len(numbers) > 1:
+    if runs and len(numbers) > 1:
         text += " (runs: " + ", ".join(fmt(x) for x in numbers) + ")"
     return text
 
@@ -536,7 +534,7 @@ def markdown(results: dict[str, Any], options: argparse.Namespace) -> str:
         per = reps[0]["runs_per_client"]
         for facade in options.facades:
             who = f"{LABEL[facade]}, {clients} client{'s' if clients > 1 else ''} x {per} runs, "
-            frame = cell(values(reps, facade, "first_frame_p50_ms"))
+            frame = cell(values(reps, facade, "first_frame_p50_ms"), runs=False)
             first = "RUN_STARTED" if facade == "agui" else "first frame"
             errors = sum(values(reps, facade, "errors"))
             note = f"{first} p50 {frame}" + (f"; {errors:g} errors" if errors else "")
@@ -556,9 +554,13 @@ def markdown(results: dict[str, Any], options: argparse.Namespace) -> str:
             )
     first_level = results["levels"][str(options.clients[0])]
     both = cell(values(first_level, "idle_memory_mib", "engine + 1 worker", "rss_mib"), " MiB")
-    pss = cell(values(first_level, "idle_memory_mib", "engine + 1 worker", "pss_mib"), " MiB")
+    pss = cell(
+        values(first_level, "idle_memory_mib", "engine + 1 worker", "pss_mib"), " MiB", runs=False
+    )
     total = cell(
-        values(first_level, "idle_memory_mib", "all processes but the fake", "rss_mib"), " MiB"
+        values(first_level, "idle_memory_mib", "all processes but the fake", "rss_mib"),
+        " MiB",
+        runs=False,
     )
     lines.append(
         f"| idle RSS, engine + 1 worker (PSS) | — | {both} (PSS {pss}; all processes {total}) "
@@ -567,7 +569,7 @@ def markdown(results: dict[str, Any], options: argparse.Namespace) -> str:
     interrupt_reps = [r for level in results["levels"].values() for r in level if "interrupt" in r]
     if interrupt_reps:
         p99 = cell(values(interrupt_reps, "interrupt", "stream_end_p99_ms"))
-        p50 = cell(values(interrupt_reps, "interrupt", "stream_end_p50_ms"))
+        p50 = cell(values(interrupt_reps, "interrupt", "stream_end_p50_ms"), runs=False)
         lines.append(
             f"| interrupt → stream end with {options.interrupt_load} other streams | — | "
             f"p99 {p99} (p50 {p50}) | ≤ 20 ms |"

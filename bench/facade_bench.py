@@ -381,7 +381,7 @@ class Processes:
     def stop(self) -> None:
         for process in self._processes(self.web, *self.engines, self.fake):
             if process.poll() is None:
-                process.send_signal(signal.SIGTERM if process is not self.fake else signal.SIGINT)
+                process.send_signal(signal.SIGTERM)  # SIGINT: ignored in background jobs
         for process in self._processes(self.web, *self.engines, self.fake):
             try:
                 process.wait(WAIT)

@@ -699,14 +699,19 @@ def main(argv: list[str] | None = None) -> None:
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(options).items()},
         "levels": {},
     }
-    with sigterm_as_interrupt():
-        for repetition in range(options.repeat):
-            for index, clients in enumerate(options.clients):
-                print(f"repetition {repetition + 1}, {clients} clients", file=sys.stderr)
-                # The interrupt test once per repetition, on the first level's stack.
-                rep = one_repetition(options, clients, interrupts=index == 0)
-                results["levels"].setdefault(str(clients), []).append(rep)
-                options.out.write_text(json.dumps(results, indent=2))
+    try:
+        with sigterm_as_interrupt():
+            for repetition in range(options.repeat):
+                for index, clients in enumerate(options.clients):
+                    print(f"repetition {repetition + 1}, {clients} clients", file=sys.stderr)
+                    # The interrupt test once per repetition, on the first level's stack.
+                    rep = one_repetition(options, clients, interrupts=index == 0)
+                    results["levels"].setdefault(str(clients), []).append(rep)
+                    options.out.write_text(json.dumps(results, indent=2))
+    except KeyboardInterrupt:
+        # Every stack is stopped by its ``finally``; what finished is already in --out.
+        print(f"interrupted: the finished levels are in {options.out}", file=sys.stderr)
+        raise SystemExit(130) from None
     results["markdown"] = markdown(results, options)
     options.out.write_text(json.dumps(results, indent=2))
     print(results["markdown"])

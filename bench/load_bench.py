@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import signal
 import statistics
 import sys
@@ -60,7 +61,16 @@ WAIT = 60.0
 
 
 class StreamError(Exception):
-    """A stream that failed: a refusal, an error frame, or an end without a terminal frame."""
+    """A stream that failed: a refusal, an error frame, or an end without a terminal frame.
+
+    ``kind`` is short and stable (errors are counted by it); the message has the detail."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+_CODE = re.compile(rb'"code":\s*"?([\w.-]+)')
 
 
 # -- one stream -----------------------------------------------------------------------------
@@ -105,7 +115,7 @@ async def read_stream(
     """Scan the raw body for the markers (no per-line parsing: the client shares the cores)."""
     if response.status_code != 200:
         body = (await response.aread())[:300]
-        raise StreamError(f"HTTP {response.status_code}: {body!r}")
+        raise StreamError(f"HTTP {response.status_code}", repr(body))
     first_frame = first_token = 0.0
     events = 0
     ended = False
@@ -121,13 +131,15 @@ async def read_stream(
         for error in markers.error:
             if error in window:
                 at = window.index(error)
-                raise StreamError(f"error frame: {window[max(0, at - 80) : at + 200]!r}")
+                code = _CODE.search(window, at)
+                kind = error.decode().strip('":') + (f" {code[1].decode()}" if code else "")
+                raise StreamError(kind, repr(window[max(0, at - 80) : at + 300]))
         if not ended and any(t in window for t in markers.terminal):
             ended = True
         carry = window[-(width + 2) :]
     total = time.perf_counter() - start
     if not ended:
-        raise StreamError("the stream ended without its terminal frame")
+        raise StreamError("the stream ended without its terminal frame", repr(carry))
     if not first_token:
         raise StreamError("the stream ended without a text token")
     return Run(first_byte, first_frame or first_token, first_token, total, events)
@@ -179,7 +191,7 @@ def driver(facade: str, llm_url: str, base_url: str) -> Driver:
         created = await client.post(f"{base_url}/agentik/conversations", json={})
         create = time.perf_counter() - start
         if created.status_code != 201:
-            raise StreamError(f"create answered {created.status_code}: {created.text[:300]!r}")
+            raise StreamError(f"create: HTTP {created.status_code}", created.text[:300])
         path = f"{base_url}/agentik/conversations/{created.json()['id']}/send"
         run = await timed_stream(client, path, {"text": text}, markers)
         run.create = create
@@ -264,8 +276,12 @@ class Scenario:
 
 
 def short_error(exc: BaseException) -> str:
+    """What errors are counted by: a StreamError's kind, else the exception's type and the
+    start of its message."""
+    if isinstance(exc, StreamError):
+        return exc.kind
     text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return text[:160]
+    return text[:80]
 
 
 async def run_scenario(
@@ -285,8 +301,9 @@ async def run_scenario(
                 scenario.runs.append(await asyncio.wait_for(one(client, text), limit))
             except (httpx.HTTPError, StreamError, TimeoutError, KeyError, ValueError) as exc:
                 kind = short_error(exc)
-                if not scenario.errors[kind]:
-                    print(f"  {scenario.facade}: stream error: {kind}", file=sys.stderr)
+                if not scenario.errors[kind]:  # the first of each kind, with its detail
+                    detail = f"{type(exc).__name__}: {exc}"[:400]
+                    print(f"  {scenario.facade}: stream error: {detail}", file=sys.stderr)
                 scenario.errors[kind] += 1
 
     start = time.perf_counter()
@@ -340,7 +357,7 @@ async def interrupt_phase(
         path = f"{base_url}/agentik/conversations/{conversation}"
         async with client.stream("POST", f"{path}/send", json={"text": "[[hang]]"}) as response:
             if response.status_code != 200:
-                raise StreamError(f"send answered {response.status_code}")
+                raise StreamError(f"send: HTTP {response.status_code}")
             chunks = response.aiter_raw()
             seen = b""
             async for chunk in chunks:
@@ -356,7 +373,7 @@ async def interrupt_phase(
             acked = (await answer).json().get("interrupted")
             answered = time.perf_counter() - start
             if b"event: interrupted" not in seen or not acked:
-                raise StreamError(f"not interrupted (answer {acked}): {seen[-200:]!r}")
+                raise StreamError("not interrupted", f"answer {acked}: {seen[-200:]!r}")
             return ended, answered
 
     workers = [asyncio.ensure_future(background(other)) for other in others]

@@ -2,9 +2,10 @@
 
 For each ``--clients`` level and each ``--repeat`` repetition a fresh stack (the fake LLM,
 the engine and gunicorn, from :class:`bench.facade_bench.Processes`) is started on free
-ports; before any traffic every process's idle VmRSS and PSS is read. Then, with one
-``httpx.AsyncClient`` and all clients started at once, each doing ``--runs-per-client``
-runs one after another:
+ports; before any traffic every process's idle VmRSS and PSS is read. Then all clients
+start at once, each with its own ``httpx.AsyncClient`` (one keep-alive connection, opened by
+a warm-up run; ``--shared-pool`` puts them all on one, see :func:`client_pools`), each doing
+``--runs-per-client`` runs one after another:
 
 1. **floor**: the same streams read straight from the fake LLM by a bare httpx client;
 2. **agui**: ``POST /agui`` (first frame: RUN_STARTED; first token: TEXT_MESSAGE_CONTENT);

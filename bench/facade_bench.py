@@ -266,14 +266,25 @@ class Processes:
         token: str = "",
         store: str = "memory://",
         engines: int = 1,
+        *,
+        fake_backlog: int = 0,
+        engine_workers: int = 1,
     ) -> None:
+        """``fake_backlog``: the fake LLM's listen backlog (0: socketserver's 5, which drops
+        SYNs when hundreds of runs connect at once). ``engine_workers``: processes behind each
+        engine address (``AGENTIK_ENGINE_WORKERS``; more than one needs PostgreSQL)."""
         self.http_port = _free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if token:
             env["AGENTIK_TOKENS"] = f"bench:{token}"
         env.pop("AGENTIK_CONFIG", None)
+        boot = (
+            "import sys; from tests.fakes import fake_openai as f; "
+            f"f._Server.request_queue_size = {fake_backlog} or f._Server.request_queue_size; "
+            "f.main(sys.argv[1:])"
+        )
         self.fake = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.fake_openai", "--port", "0"],
+            [sys.executable, "-c", boot, "--port", "0"],
             cwd=ROOT,
             env=env_for_child(env),
             stdout=subprocess.PIPE,
@@ -292,6 +303,7 @@ class Processes:
             AGENTIK_WEB_WORKERS=str(workers),
             AGENTIK_WEB_THREADS=str(threads),
             AGENTIK_LOG_LEVEL="WARNING",
+            AGENTIK_ENGINE_WORKERS=str(engine_workers),
         )
         self.engines = [
             subprocess.Popen(
@@ -332,14 +344,14 @@ class Processes:
         raise RuntimeError("the stack did not become healthy")
 
     def pids(self) -> dict[str, int]:
-        named = {
-            "fake LLM": self.fake.pid,
-            **{
-                "engine" if number == 1 else f"engine {number}": engine.pid
-                for number, engine in enumerate(self.engines, start=1)
-            },
-            "gunicorn master": self.web.pid,
-        }
+        named = {"fake LLM": self.fake.pid}
+        for number, engine in enumerate(self.engines, start=1):
+            name = "engine" if number == 1 else f"engine {number}"
+            workers = _children(engine.pid)  # AGENTIK_ENGINE_WORKERS > 1: a supervisor
+            named[f"{name} supervisor" if workers else name] = engine.pid
+            for index, pid in enumerate(workers, start=1):
+                named[f"{name} worker {index}"] = pid
+        named["gunicorn master"] = self.web.pid
         for number, pid in enumerate(_children(self.web.pid), start=1):
             named[f"gunicorn worker {number}"] = pid
         named["bench client"] = os.getpid()
@@ -369,7 +381,7 @@ class Processes:
     def stop(self) -> None:
         for process in self._processes(self.web, *self.engines, self.fake):
             if process.poll() is None:
-                process.send_signal(signal.SIGTERM if process is not self.fake else signal.SIGINT)
+                process.send_signal(signal.SIGTERM)  # SIGINT: ignored in background jobs
         for process in self._processes(self.web, *self.engines, self.fake):
             try:
                 process.wait(WAIT)

@@ -25,11 +25,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from engine_service.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
 
 
 def _engine(args: argparse.Namespace) -> int:
@@ -44,6 +42,11 @@ def _engine(args: argparse.Namespace) -> int:
         refuse_open_exposure(settings, settings.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
         check_workers(settings, workers)
+        if workers > 1 and settings.metrics_addr:
+            raise ConfigError(
+                "metrics_addr is set with more than one engine worker: each worker would "
+                "need a port of its own; run one engine per metrics port instead"
+            )
         if workers == 1:
             engine = build_engine(settings)
     except (ValueError, ConfigError) as exc:

@@ -45,8 +45,12 @@ TOML layout (every key optional)::
     interrupt_expiry = 0.0                 # AGENTIK_INTERRUPT_EXPIRY seconds until an
                                            #   unanswered request counts as declined (0 = never)
 
+    metrics_addr = "127.0.0.1:9464"        # AGENTIK_METRICS_ADDR: Prometheus /metrics of
+                                           #   the engine ("" = off, the default)
+
     [log]
     level = "INFO"                         # AGENTIK_LOG_LEVEL
+    format = "text"                        # AGENTIK_LOG_FORMAT: text | json (JSON lines)
 
     [auth]                                 # who may call; docs/security.md
     allow_anonymous = false                # AGENTIK_ALLOW_ANONYMOUS: no tokens off loopback
@@ -141,6 +145,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _ON_DISCONNECT = ("continue", "cancel")
+_LOG_FORMATS = ("text", "json")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
 _ENV_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
@@ -189,6 +194,10 @@ class Settings:
     """Engine processes sharing ``grpc_addr``; more than one needs a shared store."""
     max_message_bytes: int = 4 * 1024 * 1024
     log_level: str = "INFO"
+    log_format: str = "text"
+    """``text`` (one readable line per record) or ``json`` (one JSON object per line)."""
+    metrics_addr: str = ""
+    """Where the engine serves Prometheus ``/metrics``; empty: not served."""
     http_addr: str = "127.0.0.1:8000"
     engine_target: str = ""
     """Where the web facade reaches the engine; empty means derived from ``grpc_addr``."""
@@ -575,6 +584,20 @@ def _log_level(raw: object, from_env: bool) -> object:
     return value
 
 
+def _log_format(raw: object, from_env: bool) -> object:
+    value = _text(raw).lower()
+    if value not in _LOG_FORMATS:
+        raise _Invalid(f"must be one of {', '.join(_LOG_FORMATS)}")
+    return value
+
+
+def _optional_address(raw: object, from_env: bool) -> object:
+    """HOST:PORT, or "" for off."""
+    if _text(raw) == "":
+        return ""
+    return _address(port_zero_ok=True)(raw, from_env)
+
+
 def _on_disconnect(raw: object, from_env: bool) -> object:
     value = _text(raw).lower()
     if value not in _ON_DISCONNECT:
@@ -825,6 +848,8 @@ _FIELDS: tuple[_Field, ...] = (
         _POSITIVE,
     ),
     _Field("log_level", "AGENTIK_LOG_LEVEL", "log", "level", _log_level),
+    _Field("log_format", "AGENTIK_LOG_FORMAT", "log", "format", _log_format),
+    _Field("metrics_addr", "AGENTIK_METRICS_ADDR", "engine", "metrics_addr", _optional_address),
     _Field("http_addr", "AGENTIK_HTTP_ADDR", "web", "http_addr", _address(port_zero_ok=True)),
     _Field(
         "engine_target",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -75,12 +76,26 @@ class EngineServer:
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
         limit = settings.max_message_bytes
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        self.metrics: Any = None
+        self._metrics_server: Any = None
+        self.metrics_port = 0
+        if settings.metrics_addr:
+            refuse_open_exposure(settings, settings.metrics_addr, "metrics endpoint")
+            # Loaded only when metrics are on: prometheus_client costs memory otherwise.
+            from engine_service.metrics import EngineMetrics, GrpcMetrics
+
+            self.metrics = EngineMetrics()
+            engine.observe(self.metrics)
+            self.metrics.watch_mcp(self.mcp)
+            interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
-            ]
+            ],
         )
         pb_grpc.add_AgentEngineServicer_to_server(
             AgentEngineServicer(engine, self.gate), self.server
@@ -98,6 +113,17 @@ class EngineServer:
             raise OSError(f"cannot bind the engine to {self.settings.grpc_addr}")
         await self.engine.start()
         await self.server.start()
+        if self.metrics is not None:
+            from engine_service.metrics import serve_metrics
+
+            try:
+                self._metrics_server = serve_metrics(self.metrics, self.settings.metrics_addr)
+            except OSError as exc:
+                await self.server.stop(grace=None)
+                raise OSError(
+                    f"cannot serve metrics on {self.settings.metrics_addr}: {exc.strerror}"
+                ) from exc
+            self.metrics_port = self._metrics_server.server_port
         self.mcp.start()
         await self._set_health(self.engine.storage_ok)
         return self.port
@@ -120,6 +146,9 @@ class EngineServer:
         await self.engine.shutdown(self.settings.shutdown_grace)
         await self.mcp.stop()
         await self.server.stop(grace=1.0)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         await self.engine.store.close()
 
 
@@ -130,6 +159,9 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     host = settings.grpc_addr.rsplit(":", 1)[0]
     store = redact_store(settings.store)
     log.info("agentik engine listening on %s:%d (store %s)", host, port, store)
+    if server.metrics_port:
+        metrics_host = settings.metrics_addr.rsplit(":", 1)[0]
+        log.info("engine metrics on http://%s:%d/metrics", metrics_host, server.metrics_port)
     if engine.model.name == "offline":
         log.warning(
             "using the built-in OFFLINE model: answers are canned echoes. "

@@ -33,6 +33,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     from web_facade.engine_client import EngineClient, install
     from web_facade.errors import install_error_handlers
     from web_facade.hosts import install_host_guard
+    from web_facade.observe import install_observability
 
     if settings is None:
         settings = load_settings(None, os.environ, mcp=False)  # MCP is the engine's alone
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     install(app, settings, engine or EngineClient(settings.engine_target))
+    install_observability(app)
     install_error_handlers(app)
     install_host_guard(app, settings)
     install_cors(app, settings.cors_origins)

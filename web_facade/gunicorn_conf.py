@@ -10,12 +10,15 @@ This file imports no gRPC and makes no channel: workers make theirs after the fo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from types import FrameType
 from typing import Any
 
 from engine_service.config import ConfigError, load_settings, refuse_open_exposure
+from engine_service.logs import gunicorn_logconfig
 from engine_service.parent_watch import stop_with_parent
 
 stop_with_parent()  # when started by `agentik serve`, a test or a benchmark
@@ -42,6 +45,14 @@ graceful_timeout = 10
 keepalive = 5
 loglevel = _settings.log_level.lower()
 errorlog = "-"
+# gunicorn's lines and the app's (the access log is the app's: web_facade.observe) go to
+# stderr in the configured format, text or JSON lines.
+logconfig_dict = gunicorn_logconfig(_settings.log_level, _settings.log_format)
+# Prometheus multi-process mode: each worker writes its metrics to files in this private,
+# new (so empty) directory, and GET /metrics sums them; removed when the master exits.
+# Set before any worker imports prometheus_client, which reads it at import.
+_metrics_dir = tempfile.mkdtemp(prefix="agentik-web-metrics-")
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 proc_name = "agentik-web"
 # No control socket (gunicorn >= 25.1 makes one by default, at one path per user:
 # $XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl, so a second `agentik web` on
@@ -49,6 +60,17 @@ proc_name = "agentik-web"
 # run and stopped with signals (SIGTERM, SIGHUP), and its worker count is a setting; a
 # socket that can resize or stop the server is one more thing to secure for no use.
 control_socket_disable = True
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A dead worker's live gauges (open streams) stop counting."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def on_exit(server: Any) -> None:
+    shutil.rmtree(_metrics_dir, ignore_errors=True)
 
 
 def post_worker_init(worker: Any) -> None:

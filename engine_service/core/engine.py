@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -50,6 +50,7 @@ from engine_service.core.models import (
     RunStatus,
     Session,
 )
+from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, Signal, SignalKind
@@ -109,11 +110,14 @@ class Engine:
         model: ChatModel,
         tools: ToolRegistry,
         limits: EngineLimits | None = None,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
+        """``observers`` hear of each run's start and end, after the run log."""
         self.store = store
         self.model = model
         self.tools = tools
         self.limits = limits or EngineLimits()
+        self.observer = RunObservers([RunLog(), *observers])
         self._turns: dict[str, Turn] = {}
         self._turn_callers: dict[str, tuple[str, str]] = {}
         """(principal that started it, session owner) of each session's run in flight."""
@@ -137,6 +141,10 @@ class Engine:
                 is_local=lambda session_id: session_id in self._turns,
                 on_lost=self._leases_lost,
             )
+
+    def observe(self, observer: RunObserver) -> None:
+        """Tell ``observer`` of every run started from now on (its start and its end)."""
+        self.observer = RunObservers([*self.observer.observers, observer])
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -451,6 +459,8 @@ class Engine:
             on_done=self._turn_done,
             on_storage_error=self._storage_failed,
             decisions=decisions,
+            observer=self.observer,
+            principal=caller.principal,
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)

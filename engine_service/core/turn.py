@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
+from engine_service.core.observe import RunLog, RunObserver, RunReport, ToolOutcome
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore
 from engine_service.core.tool import ToolContext, ToolError, ToolResult
@@ -100,6 +102,8 @@ class Turn:
         on_done: Callable[[Turn], None],
         on_storage_error: Callable[[StorageUnavailable], None] = lambda exc: None,
         decisions: Sequence[Decision] = (),
+        observer: RunObserver | None = None,
+        principal: str = "",
     ) -> None:
         self.store = store
         self.model = model
@@ -139,6 +143,9 @@ class Turn:
         self._reasoning_id = ""
         self._calls: dict[int, _OpenCall] = {}
         self._pending_results: dict[str, ToolCall] = {}
+        self.report = RunReport(self.session_id, self.run_id, principal)
+        """What the log and the metrics get at the run's start and end."""
+        self._observer: RunObserver = observer or RunLog()
 
     # -- control ------------------------------------------------------------------
 
@@ -234,6 +241,8 @@ class Turn:
     async def main(self) -> None:
         flusher = asyncio.get_running_loop().create_task(self._flush_periodically())
         final: ev.RunFinished | ev.RunError
+        self.report.started = time.monotonic()
+        self._observer.run_started(self.report)
         try:
             self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
             await self._let_followers_send()
@@ -264,6 +273,7 @@ class Turn:
                 final = _storage_error(self._storage_failure)
                 self.status = RunStatus.FAILED
             elif not self._interrupt_requested:
+                self._report_end(ev.RunFinished(outcome=ev.Outcome.CANCELLED), "task cancelled")
                 raise
             else:
                 try:
@@ -286,11 +296,14 @@ class Turn:
         except LLMError as exc:
             # The client is told what failed; where (endpoint, cause) goes to the log.
             log.warning("run %s failed: %s: %s", self.run_id, exc.code, exc.detail)
+            self.report.error_cause, self.report.failed_in = exc.detail, "llm"
             await self._close_open(interrupted=False)
             final = ev.RunError(message=exc.message, code=exc.code)
             self.status = RunStatus.FAILED
-        except Exception:
+        except Exception as exc:
             log.exception("run %s failed", self.run_id)
+            self.report.error_cause = f"{type(exc).__name__}: {exc}"
+            self.report.failed_in = "internal"
             await self._close_open(interrupted=False)
             final = ev.RunError(
                 message=f"internal error (see the engine log for run {self.run_id})",
@@ -305,12 +318,14 @@ class Turn:
             # The store holds the run's end as the other replica wrote it; ours would
             # contradict it (and its seqs are taken).
             self.status = RunStatus.INTERRUPTED
+            self._report_end(final, "another replica closed the run")
             self._on_done(self)
             return
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
             self.emit(ev.MessagesSnapshot(messages=list(self._history)))
         self.hub.publish(self.run_id, final, hold=True)
         self.final = final
+        self._report_end(final)
         try:
             await self.settle()
         except StorageUnavailable as exc:
@@ -322,6 +337,25 @@ class Turn:
             log.warning("run %s ended but could not be stored: %s", self.run_id, exc.message)
         finally:
             self._on_done(self)
+
+    def _report_end(self, final: ev.RunFinished | ev.RunError, cause: str = "") -> None:
+        report = self.report
+        report.ended = time.monotonic()
+        report.input_tokens = self._usage.input_tokens
+        report.output_tokens = self._usage.output_tokens
+        if isinstance(final, ev.RunError):
+            report.outcome = "error"
+            report.error_code = final.code
+            report.failed_in = report.failed_in or "storage"
+            if not report.error_cause:
+                report.error_cause = (
+                    self._storage_failure.message if self._storage_failure else final.message
+                )
+        else:
+            report.outcome = final.outcome.value
+            if cause:
+                report.error_cause = cause
+        self._observer.run_finished(report)
 
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""
@@ -435,6 +469,8 @@ class Turn:
                 if self._reasoning_id:
                     self._end_reasoning()
                 if not self._text_open:
+                    if not self.report.first_token:
+                        self.report.first_token = time.monotonic()
                     emit(ev.TextMessageStart(message_id))
                     self._text_open = True
                 self._text.append(text)
@@ -473,6 +509,8 @@ class Turn:
         elif delta.name and not call.name:
             call.name = delta.name
         if not call.started and call.name:
+            if not self.report.first_token:
+                self.report.first_token = time.monotonic()
             self._end_text()
             self.emit(ev.ToolCallStart(call.id, call.name, self._message_id))
             call.started = True
@@ -487,6 +525,8 @@ class Turn:
         if not text:
             return
         if not self._reasoning_id:
+            if not self.report.first_token:
+                self.report.first_token = time.monotonic()
             self._end_text()
             self._reasoning_id = new_id()
             self.emit(ev.ReasoningStart(self._reasoning_id))
@@ -577,15 +617,27 @@ class Turn:
         await self._store(message)
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:
+        outcome = ToolOutcome.ERROR  # also if the call is cut short (an interrupt)
+        try:
+            result, outcome = await self._call_tool_once(call)
+            return result
+        finally:
+            self.report.tool_calls.append((call.name, outcome))
+
+    async def _call_tool_once(self, call: ToolCall) -> tuple[ToolResult, str]:
+        """The tool's result and its ``ToolOutcome``."""
         tool = self.tools.get(call.name)
         if tool is None:
-            return ToolResult(f"error: unknown tool {call.name!r}", is_error=True)
+            message = f"error: unknown tool {call.name!r}"
+            return ToolResult(message, is_error=True), ToolOutcome.UNKNOWN
         try:
             arguments = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return ToolResult(f"error: arguments are not valid JSON ({exc})", is_error=True)
+            message = f"error: arguments are not valid JSON ({exc})"
+            return ToolResult(message, is_error=True), ToolOutcome.ERROR
         if not isinstance(arguments, dict):
-            return ToolResult("error: arguments must be a JSON object", is_error=True)
+            message = "error: arguments must be a JSON object"
+            return ToolResult(message, is_error=True), ToolOutcome.ERROR
         context = ToolContext(
             session_id=self.session_id,
             run_id=self.run_id,
@@ -597,16 +649,17 @@ class Turn:
         limit = tool.timeout if tool.timeout is not None else self.limits.tool_timeout
         try:
             async with asyncio.timeout(limit):
-                return await tool.call(arguments, context)
+                result = await tool.call(arguments, context)
         except ToolError as exc:
-            return ToolResult(f"error: {exc}", is_error=True)
+            return ToolResult(f"error: {exc}", is_error=True), ToolOutcome.ERROR
         except TimeoutError:
-            return ToolResult(
-                f"error: tool {call.name!r} timed out after {limit:g} s", is_error=True
-            )
+            message = f"error: tool {call.name!r} timed out after {limit:g} s"
+            return ToolResult(message, is_error=True), ToolOutcome.TIMEOUT
         except Exception as exc:
             log.warning("tool %s raised", call.name, exc_info=True)
-            return ToolResult(f"error: tool {call.name!r} failed: {exc}", is_error=True)
+            message = f"error: tool {call.name!r} failed: {exc}"
+            return ToolResult(message, is_error=True), ToolOutcome.ERROR
+        return result, ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
 
     def _set_state(self, state: JSON) -> None:
         self.state = state

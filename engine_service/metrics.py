@@ -1,0 +1,256 @@
+"""The engine's Prometheus metrics, served on ``metrics_addr`` (``AGENTIK_METRICS_ADDR``).
+
+Imported only when metrics are on: ``prometheus_client`` is not loaded otherwise, and
+nothing here runs per streamed event. Runs are counted once at their start and once at
+their end (tokens from the LLM's usage, tool calls from the run's list); gRPC calls once
+each (``GrpcMetrics``); MCP servers are read when Prometheus scrapes. docs/operations.md
+lists every metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import grpc
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from engine_service.core.observe import RunReport, ToolOutcome
+
+if TYPE_CHECKING:
+    from engine_service.tools.mcp_sources import McpToolSources
+
+__all__ = ["EngineMetrics", "GrpcMetrics", "serve_metrics"]
+
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60, 300, 900)
+"""Streams (Run, Subscribe) last as long as a run: the buckets reach that far."""
+
+
+class _McpStatus(Collector):
+    """``agentik_mcp_server_up``, read from the sources at scrape time."""
+
+    def __init__(self, sources: McpToolSources) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "agentik_mcp_server_up",
+            "1 while the MCP server is connected and its tools are offered, else 0.",
+            labels=["server", "state"],
+        )
+        for source in self.sources:
+            up = 1.0 if source.state.value == "ready" else 0.0
+            family.add_metric([source.config.name, source.state.value], up)
+        yield family
+
+
+class EngineMetrics:
+    """The engine's metrics, in a registry of their own; also the run observer."""
+
+    def __init__(self) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.runs_started = Counter("agentik_runs_started", "Runs started.", registry=r)
+        self.runs_finished = Counter(
+            "agentik_runs_finished", "Runs ended, by outcome.", ["outcome"], registry=r
+        )
+        self.runs_active = Gauge("agentik_runs_active", "Runs in flight.", registry=r)
+        self.run_duration = Histogram(
+            "agentik_run_duration_seconds",
+            "Run duration from start to end, by outcome.",
+            ["outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.first_token = Histogram(
+            "agentik_run_first_token_seconds",
+            "Time from a run's start to the LLM's first text, reasoning or tool call.",
+            buckets=FIRST_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "agentik_llm_tokens",
+            "LLM tokens as the LLM's usage reports them; direction is input or output.",
+            ["direction"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "agentik_tool_calls",
+            "Engine tool calls, by tool and outcome (ok, error, timeout, unknown_tool).",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self.llm_errors = Counter(
+            "agentik_llm_errors", "Runs failed by the LLM, by error code.", ["code"], registry=r
+        )
+        self.rpc_seconds = Histogram(
+            "agentik_grpc_server_handling_seconds",
+            "gRPC calls served, by method and status code (streams: until they end).",
+            ["method", "code"],
+            buckets=RPC_BUCKETS,
+            registry=r,
+        )
+        self.streams_open = Gauge(
+            "agentik_grpc_streams_open", "Server streams open, by method.", ["method"], registry=r
+        )
+        self.runs_finished.labels("success")  # the usual series exist from the start
+        self.tokens.labels("input")
+        self.tokens.labels("output")
+
+    def watch_mcp(self, sources: McpToolSources) -> None:
+        if len(sources):
+            self.registry.register(_McpStatus(sources))
+
+    # -- RunObserver ----------------------------------------------------------------
+
+    def run_started(self, report: RunReport) -> None:
+        self.runs_started.inc()
+        self.runs_active.inc()
+
+    def run_finished(self, report: RunReport) -> None:
+        self.runs_active.dec()
+        self.runs_finished.labels(report.outcome).inc()
+        self.run_duration.labels(report.outcome).observe(report.duration)
+        ttft = report.time_to_first_token
+        if ttft is not None:
+            self.first_token.observe(ttft)
+        if report.input_tokens:
+            self.tokens.labels("input").inc(report.input_tokens)
+        if report.output_tokens:
+            self.tokens.labels("output").inc(report.output_tokens)
+        for name, outcome in report.tool_calls:
+            # A name the LLM made up is not a label: the series would be unbounded.
+            tool = "(unknown)" if outcome == ToolOutcome.UNKNOWN else name
+            self.tool_calls.labels(tool, outcome).inc()
+        if report.failed_in == "llm":
+            self.llm_errors.labels(report.error_code).inc()
+
+
+def serve_metrics(metrics: EngineMetrics, addr: str) -> Any:
+    """Serve ``GET /metrics`` on ``addr`` from a thread; returns the server (``shutdown``)."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    server, _thread = start_http_server(int(port), host, registry=metrics.registry)
+    return server
+
+
+Behavior = Callable[..., Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class GrpcMetrics(grpc.aio.ServerInterceptor):
+    """Times every gRPC call by method and status code; counts open streams."""
+
+    def __init__(self, metrics: EngineMetrics) -> None:
+        self.metrics = metrics
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method: str = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, method.lstrip("/"))
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: Handler, method: str) -> Handler:
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(handler.unary_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._stream(handler.unary_stream, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:  # reflection
+            return grpc.stream_stream_rpc_method_handler(
+                self._stream(handler.stream_stream, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _observe(
+        self, method: str, started: float, context: Any, error: BaseException | None
+    ) -> None:
+        code = _code(context, error)
+        self.metrics.rpc_seconds.labels(method, code).observe(time.monotonic() - started)
+
+    def _unary(self, behavior: Behavior, method: str) -> Behavior:
+        async def timed(request: Any, context: Any) -> Any:
+            started = time.monotonic()
+            error: BaseException | None = None
+            try:
+                return await behavior(request, context)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self._observe(method, started, context, error)
+
+        return timed
+
+    def _stream(self, behavior: Behavior, method: str) -> Behavior:
+        streams = self.metrics.streams_open.labels(method)
+
+        async def timed(request: Any, context: Any) -> AsyncIterator[Any]:
+            started = time.monotonic()
+            error: BaseException | None = None
+            streams.inc()
+            try:
+                # One hop per message; the serialization and the write cost far more.
+                async for response in behavior(request, context):
+                    yield response
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                streams.dec()
+                self._observe(method, started, context, error)
+
+        return timed
+
+
+def _code(context: Any, error: BaseException | None) -> str:
+    """The status the call ended with, as its name (OK, NOT_FOUND, ...)."""
+    try:
+        code = context.code()
+    except Exception:
+        code = None
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    if isinstance(code, int) and not isinstance(code, bool):
+        for status in grpc.StatusCode:
+            if status.value[0] == code:
+                return status.name
+    if error is None:
+        return "OK"
+    if isinstance(error, GeneratorExit | asyncio.CancelledError):
+        return "CANCELLED"
+    return "UNKNOWN"

@@ -1,0 +1,174 @@
+"""The facade's access log and Prometheus metrics (``GET /metrics``).
+
+A WSGI middleware around the Flask app times every request to its last byte — an SSE
+stream is logged and measured when it ends — and counts the bytes sent. One access line
+per request, on the ``agentik.access`` logger: method, path (never the query string),
+route, status, duration, bytes and the client address; never a header, so never a token.
+
+Metrics are labelled by the route template (``/agentik/conversations/<conversation_id>``),
+never the raw path, so ids do not multiply the series. Under gunicorn every worker writes
+its values to ``PROMETHEUS_MULTIPROC_DIR`` (a private directory ``gunicorn_conf`` makes),
+and ``GET /metrics`` sums them over the workers. docs/operations.md lists the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from flask import Flask, Response, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as prometheus_multiprocess
+
+from engine_service.logs import FIELDS
+
+__all__ = ["ROUTE_KEY", "install_observability"]
+
+access_log = logging.getLogger("agentik.access")
+
+ROUTE_KEY = "agentik.route"
+"""The WSGI environ key where the matched route template is left for the middleware."""
+UNMATCHED = "(unmatched)"
+
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+REQUEST_SECONDS = Histogram(
+    "agentik_http_request_duration_seconds",
+    "HTTP requests served, by method, route template and status (streams: until they end).",
+    ["method", "route", "status"],
+    buckets=HTTP_BUCKETS,
+)
+STREAMS_OPEN = Gauge(
+    "agentik_http_streams_open",
+    "SSE streams open, by route template.",
+    ["route"],
+    multiprocess_mode="livesum",
+)
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class _Exchange:
+    """One request's response on its way out: counts bytes, ends the measure at close."""
+
+    __slots__ = ("body", "environ", "sent", "started", "status", "stream_route")
+
+    def __init__(self, environ: dict[str, Any], started: float) -> None:
+        self.environ = environ
+        self.started = started
+        self.status = 0
+        self.sent = 0
+        self.body: Iterable[bytes] = ()
+        self.stream_route = ""
+
+    def __iter__(self) -> Iterator[bytes]:
+        sent = 0
+        try:
+            for chunk in self.body:
+                sent += len(chunk)
+                yield chunk
+        finally:
+            self.sent += sent
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        duration = time.monotonic() - self.started
+        environ = self.environ
+        method = environ.get("REQUEST_METHOD", "")
+        route = environ.get(ROUTE_KEY) or UNMATCHED
+        status = self.status or 500
+        if self.stream_route:
+            STREAMS_OPEN.labels(self.stream_route).dec()
+        REQUEST_SECONDS.labels(method, route, str(status)).observe(duration)
+        if access_log.isEnabledFor(logging.INFO):
+            path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+            remote = environ.get("REMOTE_ADDR", "")
+            access_log.info(
+                '%s "%s %s" %d %.3fs %dB',
+                remote or "-",
+                method,
+                path,
+                status,
+                duration,
+                self.sent,
+                extra={
+                    FIELDS: {
+                        "event": "http_request",
+                        "remote": remote,
+                        "method": method,
+                        "path": path,
+                        "route": route,
+                        "status": status,
+                        "duration_s": round(duration, 4),
+                        "bytes": self.sent,
+                    }
+                },
+            )
+
+
+class _Observed:
+    """The WSGI middleware (see the module doc)."""
+
+    def __init__(self, app: WsgiApp) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        exchange = _Exchange(environ, time.monotonic())
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            exchange.status = int(status[:3])
+            if not exchange.stream_route:
+                for name, value in headers:
+                    if name.lower() == "content-type" and value.startswith("text/event-stream"):
+                        exchange.stream_route = environ.get(ROUTE_KEY) or UNMATCHED
+                        STREAMS_OPEN.labels(exchange.stream_route).inc()
+                        break
+            return start_response(status, headers, exc_info)
+
+        try:
+            exchange.body = self.app(environ, start)
+        except BaseException:
+            exchange.finish()
+            raise
+        return exchange
+
+
+def _remember_route() -> None:
+    rule = request.url_rule
+    request.environ[ROUTE_KEY] = rule.rule if rule is not None else UNMATCHED
+
+
+def metrics_response() -> Response:
+    """The metrics of every worker (multi-process mode) or of this process."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        payload = generate_latest(registry)
+    else:
+        payload = generate_latest(REGISTRY)
+    return Response(payload, content_type=CONTENT_TYPE_LATEST)
+
+
+def install_observability(app: Flask) -> None:
+    """The access log, the HTTP metrics and ``GET /metrics``; call before the other hooks."""
+    app.before_request_funcs.setdefault(None, []).insert(0, _remember_route)
+    app.add_url_rule("/metrics", "metrics", metrics_response, methods=["GET"])
+    app.wsgi_app = _Observed(app.wsgi_app)  # type: ignore[method-assign]

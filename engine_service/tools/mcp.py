@@ -182,7 +182,7 @@ class McpToolSource:
         client = self._client
         name = self.config.name
         if client is None:
-            return _error(f"MCP server {name!r} is not connected ({self.describe()})")
+            return self._failed(f"MCP server {name!r} is not connected ({self.describe()})")
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
             value = {"tool_call_id": context.tool_call_id, "progress": progress}
@@ -194,24 +194,32 @@ class McpToolSource:
             )
         except MCPError as exc:
             if exc.code == mcp_types.REQUEST_TIMEOUT:
-                return _error(
+                return self._failed(
                     f"MCP tool {remote!r} of server {name!r} timed out after "
                     f"{self.call_timeout:g} s; the server was asked to cancel it"
                 )
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost("the connection closed during a call")
-                return _error(f"MCP server {name!r} disconnected during the call; reconnecting")
+                return self._failed(
+                    f"MCP server {name!r} disconnected during the call; reconnecting"
+                )
+            # The server answered: a tool error like any other, not a server failure.
             return _error(f"MCP server {name!r} refused the call: {exc.error.message}")
         except ValidationError as exc:
-            return _error(f"MCP server {name!r} sent an invalid result: {exc}")
+            return self._failed(f"MCP server {name!r} sent an invalid result: {exc}")
         except (httpx2.HTTPError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost(_describe(exc, self.config))
-            return _error(f"MCP server {name!r} is unreachable: {exc}")
+            return self._failed(f"MCP server {name!r} is unreachable: {exc}")
         except RuntimeError:
             if self._client is client:
                 raise
-            return _error(f"MCP server {name!r} disconnected during the call; reconnecting")
+            return self._failed(f"MCP server {name!r} disconnected during the call; reconnecting")
         return tool_result(result)
+
+    def _failed(self, message: str) -> ToolResult:
+        """A call the server failed (not answered, timed out, cut): logged, and the result."""
+        self.log.warning("MCP tool call failed: %s", message)
+        return _error(message)
 
     # -- the connection -------------------------------------------------------------
 

@@ -64,9 +64,14 @@ def observed(
     request: pytest.FixtureRequest, llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Observed]:
     log_format: str = request.param
+    logs = tmp_path_factory.mktemp(f"observability-{log_format}")
+    config = logs / "agentik.toml"
+    # An MCP server that cannot start: its status metric and its WARNING line.
+    config.write_text(f'[[mcp.servers]]\nname = "broken"\ncommand = "{logs / "no-such-server"}"\n')
     stack = Stack(
         llm,
-        tmp_path_factory.mktemp(f"observability-{log_format}"),
+        logs,
+        AGENTIK_CONFIG=str(config),
         AGENTIK_METRICS_ADDR="127.0.0.1:0",
         AGENTIK_LOG_FORMAT=log_format,
         AGENTIK_TOKENS=f"alice:{TOKEN}",
@@ -231,3 +236,23 @@ def test_the_access_log_names_each_request_and_never_the_token(observed: Observe
     for process in ("web", "engine"):
         text = getattr(observed.stack, process).log()
         assert TOKEN not in text and "Bearer" not in text, process
+
+
+def test_an_mcp_server_that_cannot_start_is_down_in_the_metrics_and_warned_of(
+    observed: Observed,
+) -> None:
+    def failed() -> bool:
+        samples = scrape(observed.engine_metrics)
+        return (
+            "agentik_mcp_server_up",
+            frozenset({("server", "broken"), ("state", "unavailable")}),
+        ) in samples
+
+    wait_for(failed, "the MCP server to be reported unavailable")
+    samples = scrape(observed.engine_metrics)
+    assert value(samples, "agentik_mcp_server_up", server="broken") == 0
+    assert value(samples, "agentik_mcp_server_up", server="broken", state="unavailable") == 0
+    records = log_records(observed, "engine")
+    text = [json.dumps(r) for r in records]
+    warned = [t for t in text if "WARNING" in t and "'broken' unavailable" in t]
+    assert warned and "cannot start" in warned[0], text

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
@@ -66,10 +67,13 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args, engine_too=True)
 
     def started() -> None:
-        print(
-            f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}",
-            file=sys.stderr,
-        )
+        line = f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}"
+        if settings.log_format == "json":  # every line on stderr is then JSON
+            from engine_service.logs import JsonFormatter
+
+            record = logging.LogRecord("agentik", logging.INFO, "", 0, line, None, None)
+            line = JsonFormatter().format(record)
+        print(line, file=sys.stderr)
 
     commands = [_engine_argv(args), gunicorn_argv()]
     return supervise(commands, _child_env(args), stop_timeout=_STOP_TIMEOUT, started=started)

@@ -48,10 +48,36 @@ errorlog = "-"
 # gunicorn's lines and the app's (the access log is the app's: web_facade.observe) go to
 # stderr in the configured format, text or JSON lines.
 logconfig_dict = gunicorn_logconfig(_settings.log_level, _settings.log_format)
-# Prometheus multi-process mode: each worker writes its metrics to files in this private,
-# new (so empty) directory, and GET /metrics sums them; removed when the master exits.
-# Set before any worker imports prometheus_client, which reads it at import.
-_metrics_dir = tempfile.mkdtemp(prefix="agentik-web-metrics-")
+
+
+def _new_metrics_dir() -> str:
+    """A private, new (so empty) directory for the workers' metric files, named after this
+    master; the directories of masters that died without cleaning up are removed."""
+    prefix = "agentik-web-metrics-"
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if name.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# Prometheus multi-process mode: each worker writes its metrics to files in this directory
+# and GET /metrics sums them; removed when the master exits. Set before any worker
+# imports prometheus_client, which reads it at import.
+_metrics_dir = _new_metrics_dir()
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 proc_name = "agentik-web"
 # No control socket (gunicorn >= 25.1 makes one by default, at one path per user:

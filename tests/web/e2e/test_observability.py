@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import stat
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -256,3 +259,22 @@ def test_an_mcp_server_that_cannot_start_is_down_in_the_metrics_and_warned_of(
     text = [json.dumps(r) for r in records]
     warned = [t for t in text if "WARNING" in t and "'broken' unavailable" in t]
     assert warned and "cannot start" in warned[0], text
+
+
+def test_the_facade_metrics_directory_is_private_and_goes_with_gunicorn(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    stale = Path(tempfile.gettempdir()) / "agentik-web-metrics-999999999-left"
+    stale.mkdir(exist_ok=True)
+    (stale / "counter_1.db").write_bytes(b"old")
+    stack = Stack(llm, tmp_path)
+    try:
+        master = stack.web.wait_for_log(re.compile(r"Listening at: \S+ \((\d+)\)"))
+        [ours] = Path(tempfile.gettempdir()).glob(f"agentik-web-metrics-{master}-*")
+        assert stat.S_IMODE(ours.stat().st_mode) == 0o700
+        assert not stale.exists(), "a dead master's directory is removed at start"
+        assert httpx.get(f"{stack.base_url}/metrics", timeout=WAIT).status_code == 200
+        assert any(ours.iterdir()), "the workers write their metrics there"
+    finally:
+        stack.stop()
+    assert not ours.exists()

@@ -60,14 +60,11 @@ def formatter_for(log_format: str) -> logging.Formatter:
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
-    """Send every record at ``level`` and above to stderr in ``log_format``."""
+    """Send every record at ``level`` and above to stderr in ``log_format``; like
+    ``logging.basicConfig``, a no-op where the root logger has handlers already."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter_for(log_format))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def gunicorn_logconfig(level: str, log_format: str) -> dict[str, Any]:

@@ -40,7 +40,9 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
-    install(app, settings, engine or EngineClient(settings.engine_target))
+    # Engine workers on one port: a few connections each, so the kernel spreads them.
+    channels = 1 if settings.engine_workers == 1 else 2 * settings.engine_workers
+    install(app, settings, engine or EngineClient(settings.engine_target, channels))
     install_error_handlers(app)
     install_host_guard(app, settings)
     install_cors(app, settings.cors_origins)

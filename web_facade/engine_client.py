@@ -20,6 +20,7 @@ unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the rela
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -163,34 +164,55 @@ class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
 
 
 class EngineClient:
-    """Stubs for the engine's services over a lazily made, per-process channel."""
+    """Stubs for the engine's services over lazily made, per-process channels.
 
-    def __init__(self, target: str) -> None:
+    ``channels`` > 1 opens that many connections and spreads the calls over them in turn:
+    engine workers sharing one port (``agentik engine --workers N``, SO_REUSEPORT) each
+    take the connections the kernel gives them, so one connection per facade worker would
+    leave all of its calls on one engine process.
+    """
+
+    def __init__(self, target: str, channels: int = 1) -> None:
         self.target = target
+        self.channels = max(1, channels)
         self._lock = threading.Lock()
         self._pid = 0
         self._channel: Any = None
-        self._engine: pb_grpc.AgentEngineStub | None = None
+        self._channels: list[Any] = []
+        self._stubs: list[pb_grpc.AgentEngineStub] = []
+        self._turn = itertools.count()
         self._health: Any = None
 
     def _connect(self) -> None:
         with self._lock:
             if self._channel is not None and self._pid == os.getpid():
                 return
-            # A channel inherited through fork is unusable; drop it without closing.
-            self._channel = grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
-            forwarding = grpc.intercept_channel(self._channel, _ForwardCredentials())
-            self._engine = pb_grpc.AgentEngineStub(forwarding)
+            # Channels inherited through fork are unusable; drop them without closing.
+            self._channels = [
+                grpc.insecure_channel(
+                    self.target,
+                    # Each its own connection: channels with equal options share one.
+                    options=[*_CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+                    if self.channels > 1
+                    else _CHANNEL_OPTIONS,
+                )
+                for _ in range(self.channels)
+            ]
+            self._channel = self._channels[0]
+            self._stubs = [
+                pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, _ForwardCredentials()))
+                for channel in self._channels
+            ]
             self._health = health_pb2_grpc.HealthStub(self._channel)
             self._pid = os.getpid()
 
     @property
     def engine(self) -> pb_grpc.AgentEngineStub:
-        """The ``agentik.engine.v1.AgentEngine`` stub."""
+        """The ``agentik.engine.v1.AgentEngine`` stub (the next connection's, in turn)."""
         if self._pid != os.getpid():
             self._connect()
-        assert self._engine is not None
-        return self._engine
+        stubs = self._stubs
+        return stubs[0] if len(stubs) == 1 else stubs[next(self._turn) % len(stubs)]
 
     @property
     def health(self) -> Any:
@@ -200,11 +222,13 @@ class EngineClient:
         return self._health
 
     def close(self) -> None:
-        """Close this process's channel (a later call makes a new one)."""
+        """Close this process's channels (a later call makes new ones)."""
         with self._lock:
             if self._channel is not None and self._pid == os.getpid():
-                self._channel.close()
-            self._channel = self._engine = self._health = None
+                for channel in self._channels:
+                    channel.close()
+            self._channel = self._health = None
+            self._channels, self._stubs = [], []
             self._pid = 0
 
 

@@ -9,7 +9,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
+from engine_service.config import (
+    ConfigError,
+    Settings,
+    load_settings,
+    refuse_open_exposure,
+    refuse_taken_address,
+)
 from engine_service.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
 
@@ -44,6 +50,8 @@ def _engine(args: argparse.Namespace) -> int:
         refuse_open_exposure(settings, settings.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
         check_workers(settings, workers)
+        if not args.worker:  # workers share the port their supervisor checked
+            refuse_taken_address(settings.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
         if workers == 1:
             engine = build_engine(settings)
     except (ValueError, ConfigError) as exc:
@@ -51,7 +59,17 @@ def _engine(args: argparse.Namespace) -> int:
         return 2
     if workers > 1:  # engine_service/workers.py: this process supervises N engines
         return run_workers(settings, workers, worker_argv(args.config))
-    asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+    try:
+        asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+    except RuntimeError as exc:  # grpc's bind failure, if the address was taken meanwhile
+        if "Failed to bind" not in str(exc):
+            raise
+        print(
+            f"agentik: the engine cannot listen on {settings.grpc_addr}: the address is in "
+            "use (another agentik?) or not this machine's; set AGENTIK_GRPC_ADDR",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

@@ -186,3 +186,40 @@ def test_an_mcp_server_naming_an_unset_variable_stops_the_engine_naming_it(
     assert result.returncode == 2
     assert "configuration error" in result.stderr
     assert "'AGENTIK_TEST_UNSET_MCP_TOKEN', which is unset" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "what"),
+    [
+        ("engine", "AGENTIK_GRPC_ADDR", "engine"),
+        ("web", "AGENTIK_HTTP_ADDR", "web facade"),
+        ("serve", "AGENTIK_HTTP_ADDR", "web facade"),
+        ("serve", "AGENTIK_GRPC_ADDR", "engine"),
+    ],
+)
+def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
+    tmp_path: Path, command: str, variable: str, what: str
+) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        env = engine_env(tmp_path, **{variable: taken})
+        if variable == "AGENTIK_GRPC_ADDR":
+            env["AGENTIK_HTTP_ADDR"] = "127.0.0.1:0"  # not the one this case is about
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "engine_service.cli", command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+    assert result.returncode == 2, result.stderr
+    assert f"{taken} is already in use, so the {what} cannot listen there" in result.stderr
+    assert variable in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert time.monotonic() - started < WAIT / 2

@@ -142,6 +142,19 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
-    log.info("shutting down: waiting up to %gs for runs in flight", settings.shutdown_grace)
+
+    def now() -> None:  # a second signal: do not wait for the runs
+        stopped = engine.interrupt_all()
+        log.warning("stopping now: %d runs in flight interrupted (their answers kept)", stopped)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, now)
+    if engine.runs_in_flight:
+        log.info(
+            "shutting down: waiting up to %gs for %d runs in flight (signal again to stop "
+            "them now)",
+            settings.shutdown_grace,
+            engine.runs_in_flight,
+        )
     await server.stop()
     log.info("engine stopped")

@@ -79,8 +79,21 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
+    def stopping() -> None:
+        print(
+            f"agentik: stopping; runs in flight get up to {settings.shutdown_grace:g}s to "
+            "finish (press Ctrl-C again to stop them now)",
+            file=sys.stderr,
+        )
+
     commands = [_engine_argv(args), gunicorn_argv()]
-    return supervise(commands, _child_env(args), stop_timeout=_STOP_TIMEOUT, started=started)
+    return supervise(
+        commands,
+        _child_env(args),
+        stop_timeout=_STOP_TIMEOUT,
+        started=started,
+        stopping=stopping,
+    )
 
 
 def add_commands(subparsers: Any) -> None:

@@ -258,6 +258,17 @@ class Engine:
             hub.notify()
         await self.model.aclose()
 
+    def interrupt_all(self) -> int:
+        """Interrupt every local run now (a shutdown told not to wait); how many."""
+        turns = list(self._turns.values())
+        for turn in turns:
+            turn.interrupt()
+        return len(turns)
+
+    @property
+    def runs_in_flight(self) -> int:
+        return len(self._turns)
+
     @property
     def accepting(self) -> bool:
         return self._accepting

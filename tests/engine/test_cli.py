@@ -223,3 +223,25 @@ def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
     assert variable in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert time.monotonic() - started < WAIT / 2
+
+
+def test_an_mcp_server_installed_beside_agentik_is_found_without_the_virtualenv_on_path(
+    tmp_path: Path,
+) -> None:
+    """As docs/mcp.md's example runs under `make run`: `.venv/bin` is not on PATH."""
+    config = tmp_path / "agentik.toml"
+    config.write_text('[[mcp.servers]]\nname = "time"\ncommand = "mcp-server-time"\n')
+    env = {**engine_env(tmp_path), "PATH": "/usr/bin:/bin"}
+    assert str(Path(sys.executable).parent) not in env["PATH"]
+    result = subprocess.run(
+        [sys.executable, "-m", "engine_service.cli", "--config", str(config), "tools"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^time__get_current_time\s+mcp:time\s+ready", result.stdout, re.MULTILINE), (
+        result.stdout
+    )

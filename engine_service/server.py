@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -123,6 +124,16 @@ class EngineServer:
         await self.engine.store.close()
 
 
+def _redacted(url: str) -> str:
+    """``url`` without credentials it may carry (``https://user:key@host`` → ``host``)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
     server = EngineServer(engine, settings, reuse_port=reuse_port)
@@ -136,7 +147,8 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
             "Set OPENAI_BASE_URL and/or OPENAI_API_KEY to use a real LLM."
         )
     else:
-        log.info("LLM: %s", engine.model.name)
+        endpoint = getattr(engine.model, "base_url", "")
+        log.info("LLM: %s%s", engine.model.name, f" at {_redacted(endpoint)}" if endpoint else "")
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -228,3 +228,20 @@ def test_a_second_ctrl_c_stops_a_run_in_flight_now_and_keeps_its_answer(tmp_path
     import asyncio
 
     assert asyncio.run(stored())[-1] == MessageStatus.INTERRUPTED
+
+
+def test_a_local_start_says_nothing_about_the_public_url(tmp_path: Path) -> None:
+    with FakeOpenAI() as llm:
+        argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+        env = {**_env(llm, tmp_path), "AGENTIK_WEB_WORKERS": "2"}
+        serve = Process("serve", argv, env, tmp_path)
+        try:
+            base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
+            wait_for(lambda: _healthy(base), "serve to be healthy")
+            card = httpx.get(f"{base}/.well-known/agent-card.json", timeout=WAIT)
+            assert card.status_code == 200
+        finally:
+            serve.stop()
+    assert "AGENTIK_PUBLIC_URL" not in serve.log()
+    # The start-up lines say which LLM endpoint the engine talks to.
+    assert f"LLM: openai:gpt-4o-mini at {llm.base_url}" in serve.log()

@@ -1,4 +1,4 @@
-"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools`` and ``migrate``."""
+"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate`` and ``grpc``."""
 
 from __future__ import annotations
 
@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "migrate", help="apply the store's schema migrations (SQLite or PostgreSQL)"
     ).set_defaults(handler=_migrate)
+    from engine_service.grpc_call import add_command as add_grpc
+
+    add_grpc(commands)
     try:
         from web_facade.cli import add_commands
     except ImportError:  # the facade is optional for an engine-only install

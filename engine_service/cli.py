@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from engine_service import tracing
 from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
 from engine_service.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
@@ -45,14 +46,24 @@ def _engine(args: argparse.Namespace) -> int:
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
         check_workers(settings, workers)
         if workers == 1:
+            _tracing()
             engine = build_engine(settings)
     except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2
     if workers > 1:  # engine_service/workers.py: this process supervises N engines
         return run_workers(settings, workers, worker_argv(args.config))
-    asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+    try:
+        asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+    finally:
+        tracing.shutdown()  # exports the spans still waiting
     return 0
+
+
+def _tracing() -> None:
+    """Traces on when OTEL_* variables configure an exporter (docs/tracing.md)."""
+    if tracing.setup("agentik-engine"):
+        logging.getLogger("engine_service").info("%s", tracing.describe(os.environ))
 
 
 def _tools(args: argparse.Namespace) -> int:

@@ -194,7 +194,10 @@ def test_one_trace_links_the_http_request_the_rpc_the_run_the_llm_and_the_tool(
 
 @pytest.mark.parametrize(
     "off",
-    [{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, {"OTEL_TRACES_EXPORTER": "none"}],
+    [
+        {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"},
+        {"OTEL_TRACES_EXPORTER": "none"},
+    ],
     ids=["sdk-disabled", "exporter-none"],
 )
 def test_the_otel_variables_that_turn_tracing_off_export_nothing(
@@ -266,9 +269,7 @@ def test_without_otel_variables_no_sdk_is_imported_and_no_exporter_made() -> Non
     assert loaded == []
 
 
-def test_the_console_exporter_prints_the_turns_spans(
-    llm: FakeOpenAI, tmp_path: Path
-) -> None:
+def test_the_console_exporter_prints_the_turns_spans(llm: FakeOpenAI, tmp_path: Path) -> None:
     stack = Stack(llm, tmp_path, **OFFLINE, **QUICK_EXPORT, OTEL_TRACES_EXPORTER="console")
     try:
         _turn(stack, "calculate 2+2")

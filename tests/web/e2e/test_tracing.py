@@ -116,10 +116,19 @@ def collector() -> Iterator[Collector]:
     receiver.close()
 
 
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CLIENT_SPAN = "b7ad6b7169203331"
+CLIENT_TRACEPARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+"""A trace the client already is in, sent with the conversation's creation."""
+
+
 def _turn(stack: Stack, text: str) -> str:
     """Send ``text`` in a new conversation and read the answer to its end; the id."""
     with stack.client() as http:
-        conversation_id: str = http.post("/agentik/conversations", json={}).json()["id"]
+        created = http.post(
+            "/agentik/conversations", json={}, headers={"traceparent": CLIENT_TRACEPARENT}
+        )
+        conversation_id: str = created.json()["id"]
         stream = SseStream(
             http, "POST", f"/agentik/conversations/{conversation_id}/send", json={"text": text}
         )
@@ -184,9 +193,9 @@ def test_one_trace_links_the_http_request_the_rpc_the_run_the_llm_and_the_tool(
     assert tool.parent_id == run.span_id
     assert tool.attributes["gen_ai.tool.name"] == "calculate"
     assert tool.attributes["agentik.tool.outcome"] == "ok" and not tool.failed
-    # The conversation's creation is a trace of its own, with its own RPC under it.
+    # The conversation's creation joined the client's trace, with its own RPC under it.
     create = _one(spans, "POST /agentik/conversations")
-    assert create.trace_id != run.trace_id
+    assert (create.trace_id, create.parent_id) == (CLIENT_TRACE, CLIENT_SPAN)
     assert any(s.parent_id == create.span_id and s.name.endswith("/CreateSession") for s in spans)
     # Probes are not traced.
     assert not [s for s in spans if s.attributes.get("url.path") == "/health"]

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from engine_service import tracing
 from engine_service.config import (
     ConfigError,
     Settings,
@@ -53,6 +54,7 @@ def _engine(args: argparse.Namespace) -> int:
         if not args.worker:  # workers share the port their supervisor checked
             refuse_taken_address(settings.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
         if workers == 1:
+            _tracing()
             engine = build_engine(settings)
     except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
@@ -70,7 +72,15 @@ def _engine(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        tracing.shutdown()  # exports the spans still waiting
     return 0
+
+
+def _tracing() -> None:
+    """Traces on when OTEL_* variables configure an exporter (docs/tracing.md)."""
+    if tracing.setup("agentik-engine"):
+        logging.getLogger("engine_service").info("%s", tracing.describe(os.environ))
 
 
 def _tools(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from engine_service import tracing
 from engine_service.auth import Gate
 from engine_service.build import build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
@@ -60,6 +61,15 @@ def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
     server.add_generic_rpc_handlers((handler,))
 
 
+def _interceptors() -> list[grpc.aio.ServerInterceptor]:
+    """A server span per RPC while tracing is on (``engine_service.tracing``), else none."""
+    if not tracing.enabled():
+        return []
+    from engine_service.tracing_rpc import TracingInterceptor
+
+    return [TracingInterceptor(SERVICE_NAME)]
+
+
 class EngineServer:
     """A started engine behind a gRPC port."""
 
@@ -77,11 +87,12 @@ class EngineServer:
         engine.on_storage_change(self._storage_changed)
         limit = settings.max_message_bytes
         self.server = grpc.aio.server(
+            interceptors=_interceptors(),
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
-            ]
+            ],
         )
         pb_grpc.add_AgentEngineServicer_to_server(
             AgentEngineServicer(engine, self.gate), self.server

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from engine_service import tracing
 from engine_service.config import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -50,4 +51,8 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)
+    if tracing.enabled():  # set up per worker by gunicorn_conf.post_fork
+        from web_facade.tracing import install_tracing
+
+        install_tracing(app)
     return app

@@ -8,7 +8,9 @@ share it. If the process forked after the channel was made, the child makes its 
 Every engine call made while a request is handled carries that request's
 ``Authorization`` header as the ``authorization`` metadata: the facade checks no
 credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
-which the engine refuses like any malformed one).
+which the engine refuses like any malformed one). While tracing is on
+(``engine_service.tracing``) it also carries the current span as W3C ``traceparent``
+metadata, so the engine's spans join the request's trace.
 
 The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
 addresses, ...; see :mod:`engine_service.config`). The channel balances calls over all of
@@ -32,6 +34,7 @@ import grpc.experimental
 from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
+from engine_service import tracing
 from engine_service.config import Settings
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
@@ -43,6 +46,7 @@ __all__ = [
     "current_engine",
     "current_settings",
     "forwarded_authorization",
+    "forwarded_metadata",
     "install",
 ]
 
@@ -134,15 +138,31 @@ def _forwardable(value: str) -> str:
     return "Bearer"
 
 
+def forwarded_metadata() -> tuple[tuple[str, str], ...] | None:
+    """The metadata :class:`_ForwardCredentials` would add now (authorization, trace
+    context), for a call made later on a thread without the request (a relay's reopening)."""
+    authorization = forwarded_authorization()
+    metadata = [] if authorization is None else [("authorization", authorization)]
+    if tracing.enabled():
+        metadata += tracing.trace_metadata()
+    return tuple(metadata) or None
+
+
 class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the current request's ``Authorization`` header to each engine call."""
+    """Adds the current request's ``Authorization`` header to each engine call, and the
+    current span's trace context while tracing is on."""
 
     @staticmethod
     def _details(details: Any) -> Any:
         value = forwarded_authorization()
-        if value is None:
+        traced = tracing.enabled()
+        if value is None and not traced:
             return details
-        metadata = [*(details.metadata or ()), ("authorization", value)]
+        metadata = list(details.metadata or ())
+        if value is not None:
+            metadata.append(("authorization", value))
+        if traced and not any(key == "traceparent" for key, _ in metadata):
+            metadata += tracing.trace_metadata()
         return _CallDetails(
             details.method,
             details.timeout,

@@ -53,6 +53,7 @@ from engine_service.core.models import (
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Turn, TurnLimits
 
 __all__ = ["Engine", "EngineLimits", "RunHandle"]
@@ -109,8 +110,11 @@ class Engine:
         model: ChatModel,
         tools: ToolRegistry,
         limits: EngineLimits | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self.store = store
+        self.tracer = tracer
+        """Opens each run's spans (``core.trace``); records nothing unless tracing is on."""
         self.model = model
         self.tools = tools
         self.limits = limits or EngineLimits()
@@ -462,6 +466,7 @@ class Engine:
             on_done=self._turn_done,
             on_storage_error=self._storage_failed,
             decisions=decisions,
+            tracer=self.tracer,
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)

@@ -9,8 +9,11 @@ log carries everything anyway. A second Ctrl-C propagates: the caller quits.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from agentik_chat.api import AgentikClient, Event
@@ -95,12 +98,17 @@ class ChatSession:
                 assert self.conversation_id is not None
                 self._show(self.client.follow(self.conversation_id, progress.last_id), progress)
         except KeyboardInterrupt:
-            # The stream is closed by now (the generator's finally); a second Ctrl-C while
-            # the interrupt goes out propagates to the caller, which quits.
-            self.renderer.notice("^C interrupting the turn (Ctrl-C again quits)")
+            # The stream is closed by now (the generator's finally). The interrupt goes out
+            # even if Ctrl-C comes again meanwhile: quitting must not leave the turn running.
             assert self.conversation_id is not None
-            self.client.interrupt(self.conversation_id, progress.run_id)
+            self.renderer.notice("^C interrupting the turn (Ctrl-C again quits)")
+            with _deferred_sigint() as again:
+                self.client.interrupt(self.conversation_id, progress.run_id)
+            if again:
+                raise
             self._show(self.client.follow(self.conversation_id, progress.last_id), progress)
+            if progress.result is None:  # it ended before the follow began
+                self.renderer.notice("[interrupted]")
         self.renderer.finish()
         return progress.result or TurnResult("interrupted")
 
@@ -115,6 +123,21 @@ class ChatSession:
             elif event.type in _TERMINAL:
                 progress.result = _result(event, progress.interrupts)
                 return
+
+
+@contextmanager
+def _deferred_sigint() -> Iterator[list[bool]]:
+    """Hold Ctrl-C back for the block; the list yielded says whether it came."""
+    came: list[bool] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        came.append(True)
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _result(event: Event, interrupts: list[dict[str, Any]]) -> TurnResult:

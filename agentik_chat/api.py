@@ -117,6 +117,11 @@ class AgentikClient:
     def conversation(self, conversation_id: str) -> dict[str, Any]:
         return self._json("GET", f"/agentik/conversations/{conversation_id}")
 
+    def is_idle(self, conversation_id: str) -> bool:
+        """No turn in flight (one waiting for a person has ended)."""
+        conversation = self.conversation(conversation_id)
+        return conversation.get("active_run_id") is None
+
     def interrupt(self, conversation_id: str, run_id: str | None) -> None:
         body = {"run_id": run_id} if run_id else {}
         self._json("POST", f"/agentik/conversations/{conversation_id}/interrupt", json=body)

@@ -27,11 +27,14 @@ class Renderer:
         self._text = text
         self._aside = aside
         self._color = color
+        # One screen: a line left open on one stream is ended before the other writes.
+        # Two destinations (stdout to a file): the answer gets no line breaks of the aside's.
+        self._one_screen = text is aside or (text.isatty() and aside.isatty())
         self._reasoning: set[str] = set()
         self._args: dict[str, list[str]] = {}
         self._names: dict[str, str] = {}
-        self._mid_line: TextIO | None = None
-        """The stream whose last line is not finished yet, if any."""
+        self._open: dict[int, TextIO] = {}
+        """The streams whose last line is not finished, by ``id``."""
         self._in_reasoning = False
 
     def event(self, event: Event) -> None:
@@ -46,10 +49,14 @@ class Renderer:
         self._line(self._aside, line)
 
     def finish(self) -> None:
-        """End the line the answer left open."""
-        self._end_line()
+        """End the lines the turn left open."""
+        for stream in list(self._open.values()):
+            self._end_line(stream)
 
     # --- events ----------------------------------------------------------------------
+
+    def _on_start_response(self, data: dict[str, Any]) -> None:
+        self._end_line(self._text)  # each answer of the turn starts on a line of its own
 
     def _on_start_reasoning(self, data: dict[str, Any]) -> None:
         self._reasoning.add(str(data.get("message_id")))
@@ -58,13 +65,13 @@ class Renderer:
         text = str(data.get("text", ""))
         if str(data.get("message_id")) in self._reasoning:
             if not self._in_reasoning:
-                self._end_line()
+                self._end_line(self._aside)
                 self._write(self._aside, "thinking: ", dim=True)
                 self._in_reasoning = True
             self._write(self._aside, text, dim=True)
             return
         if self._in_reasoning:
-            self._end_line()
+            self._end_line(self._aside)
             self._in_reasoning = False
         self._write(self._text, text)
 
@@ -103,31 +110,34 @@ class Renderer:
         self._line(self._aside, f"error: {data.get('message')} ({data.get('code')})")
 
     def _on_input_required(self, data: dict[str, Any]) -> None:
-        self._end_line()
+        self.finish()
 
     # --- output ----------------------------------------------------------------------
 
     def _write(self, stream: TextIO, text: str, *, dim: bool = False) -> None:
         if not text:
             return
-        if self._mid_line is not None and self._mid_line is not stream:
-            self._end_line()
+        if self._one_screen:
+            for other in [o for o in self._open.values() if o is not stream]:
+                self._end_line(other)
         if dim and self._color:
             text = f"{_DIM}{text}{_RESET}"
         stream.write(text)
         stream.flush()
-        self._mid_line = None if text.endswith("\n") else stream
+        if text.endswith("\n"):
+            self._open.pop(id(stream), None)
+        else:
+            self._open[id(stream)] = stream
 
     def _line(self, stream: TextIO, line: str, *, dim: bool = False) -> None:
-        self._end_line()
+        self._end_line(stream)
         self._in_reasoning = False
         self._write(stream, line + "\n", dim=dim)
 
-    def _end_line(self) -> None:
-        if self._mid_line is not None:
-            self._mid_line.write("\n")
-            self._mid_line.flush()
-            self._mid_line = None
+    def _end_line(self, stream: TextIO) -> None:
+        if self._open.pop(id(stream), None) is not None:
+            stream.write("\n")
+            stream.flush()
 
 
 def arguments_text(arguments: object) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from agentik_chat.api import AgentikClient, Event
+from agentik_chat.api import AgentikClient, ChatError, Event
 from agentik_chat.render import Renderer, arguments_text
 
 __all__ = ["Ask", "ChatSession", "TurnResult", "decide", "describe"]
@@ -25,9 +26,9 @@ Ask = Callable[[str], str]
 """Reads one answer from the person (``input``); raises EOFError or KeyboardInterrupt to stop."""
 
 _TERMINAL = frozenset({"end", "interrupted", "error"})
-_FOLLOW_ATTEMPTS = 3
-"""How often a stream that ended without its last event is picked up again from ``/events``
-(the facade restarted or was redeployed mid-turn)."""
+_PICK_UP_WITHIN = 30.0
+"""Seconds to keep trying to pick up a turn whose stream ended before its last event (the
+facade was restarted or redeployed mid-turn: the turn goes on in the engine)."""
 
 
 @dataclass(slots=True)
@@ -92,11 +93,8 @@ class ChatSession:
         progress = _Progress()
         try:
             self._show(events, progress)
-            attempts = 0
-            while progress.result is None and attempts < _FOLLOW_ATTEMPTS:
-                attempts += 1
-                assert self.conversation_id is not None
-                self._show(self.client.follow(self.conversation_id, progress.last_id), progress)
+            if progress.result is None:
+                self._pick_up(progress)
         except KeyboardInterrupt:
             # The stream is closed by now (the generator's finally). The interrupt goes out
             # even if Ctrl-C comes again meanwhile: quitting must not leave the turn running.
@@ -111,6 +109,27 @@ class ChatSession:
                 self.renderer.notice("[interrupted]")
         self.renderer.finish()
         return progress.result or TurnResult("interrupted")
+
+    def _pick_up(self, progress: _Progress) -> None:
+        """Follow ``/events`` after the last event seen until the turn ends, retrying with a
+        backoff while the facade is away; the error once ``_PICK_UP_WITHIN`` has passed."""
+        assert self.conversation_id is not None
+        self.renderer.notice("the stream broke; picking the turn up again")
+        deadline = time.monotonic() + _PICK_UP_WITHIN
+        pause = 0.25
+        while progress.result is None:
+            try:
+                self._show(self.client.follow(self.conversation_id, progress.last_id), progress)
+                # Ended without the turn's end: the facade went away again, or the turn was
+                # over before the follow began (then the conversation is idle: stop there).
+                if progress.result is None and self.client.is_idle(self.conversation_id):
+                    progress.result = TurnResult("ended")
+            except ChatError:
+                if time.monotonic() + pause > deadline:
+                    raise
+            if progress.result is None:
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     def _show(self, events: Iterator[Event], progress: _Progress) -> None:
         for event in events:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from agentik_chat.cli import EXIT_INPUT_REQUIRED, EXIT_USAGE
-from tests.chat.conftest import run_chat
+from tests.chat.conftest import CHAT, chat_env, run_chat
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.web.e2e.conftest import Stack, free_port
+from tests.web.e2e.conftest import ROOT, WAIT, Stack, free_port, wait_for
 
-pytestmark = [pytest.mark.processes]
+pytestmark = [pytest.mark.processes, pytest.mark.signals]
 
 
 def _messages(stack: Stack, conversation_id: str) -> list[dict[str, object]]:
@@ -149,3 +151,31 @@ def test_the_token_from_agentik_token_is_sent_as_bearer(auth_stack: Stack) -> No
     headers = {"Authorization": "Bearer tokenA"}
     listed = httpx.get(f"{auth_stack.base_url}/agentik/conversations", headers=headers).json()
     assert listed["total"] == 1
+
+
+def test_a_turn_whose_stream_breaks_is_picked_up_again_without_loss_or_repeat(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The facade restarts mid-turn: the client follows /events after the last event it saw."""
+    (tmp_path / "in").write_text("[[chunks:400]][[slow:0.01]]")
+    out, err = tmp_path / "out", tmp_path / "err"
+    with (tmp_path / "in").open() as stdin, out.open("w") as stdout, err.open("w") as stderr:
+        chat = subprocess.Popen(
+            [*CHAT, "--url", stack.base_url],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=chat_env(),
+            cwd=ROOT,
+        )
+    try:
+        wait_for(lambda: "w3 " in out.read_text(), "the answer to stream")
+        stack.web.stop()
+        stack.start_web()
+        assert chat.wait(WAIT) == 0, err.read_text()
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            chat.wait(WAIT)
+    assert out.read_text() == "".join(f"w{i} " for i in range(400)) + "\n"
+    assert "picking the turn up again" in err.read_text()

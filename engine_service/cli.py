@@ -145,7 +145,8 @@ class _Version(argparse.Action):
             installed = version("agentik")
         except PackageNotFoundError:  # run from a source tree that was never installed
             installed = "unknown (not installed)"
-        parser.exit(message=f"agentik {installed}\n")
+        print(f"agentik {installed}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -157,6 +157,8 @@ class AgentikClient:
             yield from _frames(response.iter_lines())
         except httpx.TransportError as exc:
             raise ChatError(f"the connection to agentik at {self.url} broke: {exc}") from exc
+        except ValueError as exc:  # only the parser's: a consumer's errors never enter here
+            raise ChatError(f"{self.url} sent an event that is not JSON: {exc}") from exc
         finally:
             response.close()
 

@@ -7,6 +7,7 @@ runs (the parser is built for every ``agentik`` command).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,9 @@ def _chat(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return EXIT_INTERRUPTED
+    except EOFError:  # Ctrl-D at a question: leave, the conversation keeps waiting
+        print()
+        return 0
     finally:
         client.close()
 
@@ -80,10 +84,7 @@ def _session(client: AgentikClient, conversation_id: str | None, *, piped: bool)
 
     aside = sys.stderr if piped else sys.stdout
     color = aside.isatty() and not os.environ.get("NO_COLOR")
-    session = ChatSession(client, Renderer(sys.stdout, aside, color=color), conversation_id)
-    if conversation_id is not None:
-        client.conversation(conversation_id)  # an unknown id stops here, named
-    return session
+    return ChatSession(client, Renderer(sys.stdout, aside, color=color), conversation_id)
 
 
 def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int:
@@ -93,7 +94,7 @@ def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int
         print("agentik: nothing to send: stdin was empty", file=sys.stderr)
         return EXIT_USAGE
     session = _session(client, conversation_id, piped=True)
-    waiting = session.pending()
+    waiting = session.pending()  # an unknown --conversation stops here, named
     result = session.send(text.rstrip("\n")) if not waiting else None
     if result is not None and result.outcome == "input_required":
         waiting = result.interrupts
@@ -109,18 +110,22 @@ def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int
         )
         return EXIT_INPUT_REQUIRED
     assert result is not None
-    return 0 if result.outcome == "success" else 1
+    if result.outcome == "ended":
+        print("agentik: the turn ended out of sight: its messages tell how", file=sys.stderr)
+    return {"success": 0, "interrupted": EXIT_INTERRUPTED}.get(result.outcome, 1)
 
 
 def _interactive(client: AgentikClient, conversation_id: str | None) -> int:
-    import readline  # noqa: F401  line editing and history for input()
+    with contextlib.suppress(ImportError):  # not on every platform; input() works without
+        import readline  # noqa: F401  line editing and history for input()
 
     from agentik_chat.api import ChatError, WaitingForPerson
 
     session = _session(client, conversation_id, piped=False)
+    waiting = session.pending()  # an unknown --conversation stops here, named
     where = f"conversation {conversation_id}" if conversation_id else "a new conversation"
     print(f"agentik chat at {client.url}, {where}. /help for commands.")
-    _answer_pending(session)
+    _answer_pending(session, waiting)
     while True:
         try:
             line = input("> ")
@@ -144,8 +149,10 @@ def _interactive(client: AgentikClient, conversation_id: str | None) -> int:
             session.renderer.notice(f"agentik: {exc.message}")
 
 
-def _answer_pending(session: ChatSession) -> None:
-    waiting = session.pending()
+def _answer_pending(session: ChatSession, waiting: list[dict[str, Any]] | None = None) -> None:
+    """Ask the person what the conversation waits for, if anything, and resume."""
+    if waiting is None:
+        waiting = session.pending()
     if waiting:
         print("this conversation waits for you:")
         session.answer(waiting, input)

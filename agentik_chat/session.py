@@ -135,7 +135,8 @@ class ChatSession:
         for event in events:
             if event.id is not None:
                 progress.last_id = event.id
-            progress.run_id = str(event.data.get("run_id") or progress.run_id or "") or None
+            if event.data.get("run_id"):
+                progress.run_id = str(event.data["run_id"])
             self.renderer.event(event)
             if event.type == "input_required":
                 progress.interrupts = list(event.data.get("interrupts", []))

@@ -21,13 +21,14 @@ PROMPT = "> "
 class Terminal:
     """``agentik chat`` on a pty; every expectation is bounded by WAIT."""
 
-    def __init__(self, stack: Stack, *args: str) -> None:
+    def __init__(self, stack: Stack, *args: str, prompt: bool = True) -> None:
         argv = [*CHAT, "--url", stack.base_url, *args]
         self.child = pexpect.spawn(
             argv[0], argv[1:], env=chat_env(), cwd=str(ROOT), encoding="utf-8", timeout=WAIT
         )
         self.child.expect_exact("/help for commands.")
-        self.prompt()
+        if prompt:
+            self.prompt()
 
     def prompt(self) -> None:
         self.child.expect_exact(PROMPT)
@@ -217,3 +218,22 @@ def test_ctrl_c_at_the_prompt_quits(terminal: Terminal) -> None:
 def test_ctrl_d_at_the_prompt_leaves(terminal: Terminal) -> None:
     terminal.child.sendeof()
     assert terminal.exit_code() == 0
+
+
+def test_a_conversation_that_waits_asks_its_question_when_opened(stack: Stack) -> None:
+    with stack.client() as http:
+        conversation_id = http.post("/agentik/conversations", json={}).json()["id"]
+        base = f"/agentik/conversations/{conversation_id}"
+        with http.stream(
+            "POST", f"{base}/send", json={"text": '[[tool:calculate {"expression": "3*3"}]]'}
+        ) as paused:
+            paused.read()
+    opened = Terminal(stack, "--conversation", conversation_id, prompt=False)
+    try:
+        opened.expect("this conversation waits for you:")
+        opened.expect('Approve calling calculate with {"expression": "3*3"}? [y/N/e(dit)] ')
+        opened.say("y")
+        opened.expect('"result": 9}')
+        opened.prompt()
+    finally:
+        opened.close()

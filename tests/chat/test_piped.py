@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentik_chat.cli import EXIT_INPUT_REQUIRED, EXIT_USAGE
+from agentik_chat.cli import EXIT_INPUT_REQUIRED, EXIT_INTERRUPTED, EXIT_USAGE
 from tests.chat.conftest import CHAT, chat_env, run_chat
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import ROOT, WAIT, Stack, free_port, wait_for
@@ -179,3 +180,31 @@ def test_a_turn_whose_stream_breaks_is_picked_up_again_without_loss_or_repeat(
             chat.wait(WAIT)
     assert out.read_text() == "".join(f"w{i} " for i in range(400)) + "\n"
     assert "picking the turn up again" in err.read_text()
+
+
+def test_ctrl_c_interrupts_a_piped_turn_and_exits_130(stack: Stack, tmp_path: Path) -> None:
+    (tmp_path / "in").write_text("[[chunks:2000]][[slow:0.01]]")
+    out, err = tmp_path / "out", tmp_path / "err"
+    with (tmp_path / "in").open() as stdin, out.open("w") as stdout, err.open("w") as stderr:
+        chat = subprocess.Popen(
+            [*CHAT, "--url", stack.base_url],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=chat_env(),
+            cwd=ROOT,
+        )
+    try:
+        wait_for(lambda: "w3 " in out.read_text(), "the answer to stream")
+        chat.send_signal(signal.SIGINT)
+        assert chat.wait(WAIT) == EXIT_INTERRUPTED, err.read_text()
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            chat.wait(WAIT)
+    assert "[interrupted]" in err.read_text()
+    with stack.client() as http:
+        conversation = http.get("/agentik/conversations").json()["items"][0]  # the latest
+        assert conversation["active_run_id"] is None
+        answer = http.get(f"/agentik/conversations/{conversation['id']}/messages").json()
+    assert answer["items"][-1]["status"] == "interrupted"

@@ -2,8 +2,9 @@
 turns an HTTP refusal into a message a person can act on.
 
 Exceptions: :class:`ChatError` (anything that ends what the user asked for, with a message and
-an exit code) and its subclass :class:`WaitingForPerson` (``send`` refused with 409
-``input_required``: the conversation must be answered first).
+an exit code) and its subclasses :class:`Unreachable` (no connection, or it broke) and
+:class:`WaitingForPerson` (``send`` refused with 409 ``input_required``: the conversation
+must be answered first).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "AgentikClient",
     "ChatError",
     "Event",
+    "Unreachable",
     "WaitingForPerson",
     "default_url",
 ]
@@ -41,6 +43,10 @@ class ChatError(Exception):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+
+
+class Unreachable(ChatError):
+    """The facade could not be reached, or the connection broke: worth trying again."""
 
 
 class WaitingForPerson(ChatError):
@@ -156,7 +162,7 @@ class AgentikClient:
                 raise self._refused(response)
             yield from _frames(response.iter_lines())
         except httpx.TransportError as exc:
-            raise ChatError(f"the connection to agentik at {self.url} broke: {exc}") from exc
+            raise Unreachable(f"the connection to agentik at {self.url} broke: {exc}") from exc
         except ValueError as exc:  # only the parser's: a consumer's errors never enter here
             raise ChatError(f"{self.url} sent an event that is not JSON: {exc}") from exc
         finally:
@@ -177,10 +183,10 @@ class AgentikClient:
 
     # --- errors ----------------------------------------------------------------------
 
-    def _unreachable(self, exc: httpx.TransportError) -> ChatError:
+    def _unreachable(self, exc: httpx.TransportError) -> Unreachable:
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return ChatError(f"cannot reach agentik at {self.url}: is `make run` running?")
-        return ChatError(f"agentik at {self.url} did not answer: {exc}")
+            return Unreachable(f"cannot reach agentik at {self.url}: is `make run` running?")
+        return Unreachable(f"agentik at {self.url} did not answer: {exc}")
 
     def _refused(self, response: httpx.Response) -> ChatError:
         try:

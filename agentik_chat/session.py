@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from agentik_chat.api import AgentikClient, ChatError, Event
+from agentik_chat.api import AgentikClient, Event, Unreachable
 from agentik_chat.render import Renderer, arguments_text
 
 __all__ = ["Ask", "ChatSession", "TurnResult", "decide", "describe"]
@@ -92,7 +92,11 @@ class ChatSession:
     def _turn(self, events: Iterator[Event]) -> TurnResult:
         progress = _Progress()
         try:
-            self._show(events, progress)
+            try:
+                self._show(events, progress)
+            except Unreachable:
+                if progress.last_id is None:  # the turn never started, or cannot be found
+                    raise
             if progress.result is None:
                 self._pick_up(progress)
         except KeyboardInterrupt:
@@ -124,7 +128,7 @@ class ChatSession:
                 # over before the follow began (then the conversation is idle: stop there).
                 if progress.result is None and self.client.is_idle(self.conversation_id):
                     progress.result = TurnResult("ended")
-            except ChatError:
+            except Unreachable:
                 if time.monotonic() + pause > deadline:
                     raise
             if progress.result is None:

@@ -1,4 +1,5 @@
-"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate`` and ``grpc``."""
+"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate``, ``grpc``
+and ``chat``; ``agentik --version``."""
 
 from __future__ import annotations
 
@@ -160,8 +161,26 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         print("  ".join([*cells, row[-1]]))
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("agentik")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown (not installed)"
+        print(f"agentik {installed}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentik", description="The agentik agent runtime.")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument(
         "--config", help="TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
     )
@@ -191,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_commands(commands)
+    from agentik_chat.cli import add_command as add_chat
+
+    add_chat(commands)
     return parser
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from engine_service import tracing
 from engine_service.config import Settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hitl import AskUserTool
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.trace import NO_TRACER
 from engine_service.core.turn import TurnLimits
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
@@ -66,4 +68,7 @@ def build_engine(settings: Settings) -> Engine:
         lease_seconds=settings.lease_seconds,
         event_retention=settings.event_retention,
     )
-    return Engine(open_store(settings.store), build_model(settings), build_tools(settings), limits)
+    tracer = tracing.tracer() if tracing.enabled() else NO_TRACER
+    return Engine(
+        open_store(settings.store), build_model(settings), build_tools(settings), limits, tracer
+    )

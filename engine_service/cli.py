@@ -1,4 +1,5 @@
-"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools`` and ``migrate``."""
+"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate``, ``grpc``
+and ``chat``; ``agentik --version``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
+from engine_service import tracing
+from engine_service.config import (
+    ConfigError,
+    Settings,
+    load_settings,
+    refuse_open_exposure,
+    refuse_taken_address,
+)
 from engine_service.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
 
@@ -42,20 +50,41 @@ def _engine(args: argparse.Namespace) -> int:
         refuse_open_exposure(settings, settings.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
         check_workers(settings, workers)
+        if not args.worker:  # workers share the port their supervisor checked
+            refuse_taken_address(settings.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
         if workers > 1 and settings.metrics_addr:
             raise ConfigError(
                 "metrics_addr is set with more than one engine worker: each worker would "
                 "need a port of its own; run one engine per metrics port instead"
             )
         if workers == 1:
+            _tracing()
             engine = build_engine(settings)
     except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2
     if workers > 1:  # engine_service/workers.py: this process supervises N engines
         return run_workers(settings, workers, worker_argv(args.config))
-    asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+    try:
+        asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+    except RuntimeError as exc:  # grpc's bind failure, if the address was taken meanwhile
+        if "Failed to bind" not in str(exc):
+            raise
+        print(
+            f"agentik: the engine cannot listen on {settings.grpc_addr}: the address is in "
+            "use (another agentik?) or not this machine's; set AGENTIK_GRPC_ADDR",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        tracing.shutdown()  # exports the spans still waiting
     return 0
+
+
+def _tracing() -> None:
+    """Traces on when OTEL_* variables configure an exporter (docs/tracing.md)."""
+    if tracing.setup("agentik-engine"):
+        logging.getLogger("engine_service").info("%s", tracing.describe(os.environ))
 
 
 def _tools(args: argparse.Namespace) -> int:
@@ -135,8 +164,26 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         print("  ".join([*cells, row[-1]]))
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("agentik")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown (not installed)"
+        print(f"agentik {installed}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentik", description="The agentik agent runtime.")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument(
         "--config", help="TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
     )
@@ -157,12 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "migrate", help="apply the store's schema migrations (SQLite or PostgreSQL)"
     ).set_defaults(handler=_migrate)
+    from engine_service.grpc_call import add_command as add_grpc
+
+    add_grpc(commands)
     try:
         from web_facade.cli import add_commands
     except ImportError:  # the facade is optional for an engine-only install
         pass
     else:
         add_commands(commands)
+    from agentik_chat.cli import add_command as add_chat
+
+    add_chat(commands)
     return parser
 
 

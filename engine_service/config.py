@@ -111,11 +111,13 @@ Every form needs its port (no implicit 443); anything else is refused with the f
 from __future__ import annotations
 
 import difflib
+import errno
 import ipaddress
 import json
 import math
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -269,6 +271,30 @@ def is_loopback(addr: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def refuse_taken_address(addr: str, what: str, env: str) -> None:
+    """``ConfigError`` naming the setting when ``HOST:PORT`` is already taken (another
+    agentik, most likely): found before any server starts, instead of a bind traceback."""
+    host, _, port = addr.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, int(port)))
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise ConfigError(
+                f"{addr} is already in use, so the {what} cannot listen there: is another "
+                f"agentik running? Stop it, or set {env} to another address"
+            ) from None
+        # Other failures (a host name that does not resolve here, ...) are the server's to
+        # report with its own words.
+    finally:
+        probe.close()
 
 
 def refuse_open_exposure(settings: Settings, addr: str, what: str) -> None:

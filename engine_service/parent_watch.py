@@ -51,6 +51,7 @@ def supervise(
     stop_timeout: float,
     together: bool = False,
     started: Callable[[], None] | None = None,
+    stopping: Callable[[], None] | None = None,
 ) -> int:
     """Run ``commands`` as child processes until SIGTERM/SIGINT or until one of them exits,
     then stop them all; 0 when they stopped because we were told to and ended cleanly,
@@ -60,14 +61,25 @@ def supervise(
     stops with this process (``env_for_child``). Stopping sends SIGTERM and waits up to
     ``stop_timeout`` seconds before SIGKILL: in reverse order, one after the other (the
     last started stops first), or with ``together`` all at once. ``started`` is called
-    once every child has been started."""
+    once every child has been started, ``stopping`` at the first signal. A second signal
+    makes the children stop at once (SIGINT to each)."""
     children: list[subprocess.Popen[bytes]] = []
     signalled = threading.Event()
     done = threading.Event()
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        if signalled.is_set():
+            # Told twice (a second Ctrl-C): the children stop now, not after their grace.
+            # The engine takes a second signal as "interrupt the runs", gunicorn SIGINT as
+            # its quick shutdown.
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGINT)
+            return
         signalled.set()
         done.set()
+        if stopping is not None:
+            stopping()
 
     def watch(child: subprocess.Popen[bytes]) -> None:
         child.wait()

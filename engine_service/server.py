@@ -17,12 +17,14 @@ import asyncio
 import logging
 import signal
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from engine_service import tracing
 from engine_service.auth import Gate
 from engine_service.build import build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
@@ -60,6 +62,15 @@ def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
     server.add_generic_rpc_handlers((handler,))
 
 
+def _interceptors() -> list[grpc.aio.ServerInterceptor]:
+    """A server span per RPC while tracing is on (``engine_service.tracing``), else none."""
+    if not tracing.enabled():
+        return []
+    from engine_service.tracing_rpc import TracingInterceptor
+
+    return [TracingInterceptor(SERVICE_NAME)]
+
+
 class EngineServer:
     """A started engine behind a gRPC port."""
 
@@ -90,7 +101,7 @@ class EngineServer:
             self.metrics.watch_mcp(self.mcp)
             interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(
-            interceptors=interceptors,
+            interceptors=[*_interceptors(), *interceptors],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
@@ -152,6 +163,16 @@ class EngineServer:
         await self.engine.store.close()
 
 
+def _redacted(url: str) -> str:
+    """``url`` without credentials it may carry (``https://user:key@host`` → ``host``)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
     server = EngineServer(engine, settings, reuse_port=reuse_port)
@@ -168,12 +189,26 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
             "Set OPENAI_BASE_URL and/or OPENAI_API_KEY to use a real LLM."
         )
     else:
-        log.info("LLM: %s", engine.model.name)
+        endpoint = getattr(engine.model, "base_url", "")
+        log.info("LLM: %s%s", engine.model.name, f" at {_redacted(endpoint)}" if endpoint else "")
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
-    log.info("shutting down: waiting up to %gs for runs in flight", settings.shutdown_grace)
+
+    def now() -> None:  # a second signal: do not wait for the runs
+        stopped = engine.interrupt_all()
+        log.warning("stopping now: %d runs in flight interrupted (their answers kept)", stopped)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, now)
+    if engine.runs_in_flight:
+        log.info(
+            "shutting down: waiting up to %gs for %d runs in flight (signal again to stop "
+            "them now)",
+            settings.shutdown_grace,
+            engine.runs_in_flight,
+        )
     await server.stop()
     log.info("engine stopped")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from engine_service import tracing
 from engine_service.config import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
-    install(app, settings, engine or EngineClient(settings.engine_target))
+    # Engine workers on one port: a few connections each, so the kernel spreads them.
+    channels = 1 if settings.engine_workers == 1 else 2 * settings.engine_workers
+    install(app, settings, engine or EngineClient(settings.engine_target, channels))
     install_observability(app)
     install_error_handlers(app)
     install_host_guard(app, settings)
@@ -50,4 +53,8 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)
+    if tracing.enabled():  # set up per worker by gunicorn_conf.post_fork
+        from web_facade.tracing import install_tracing
+
+        install_tracing(app)
     return app

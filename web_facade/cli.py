@@ -11,7 +11,13 @@ import os
 import sys
 from typing import Any
 
-from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
+from engine_service.config import (
+    ConfigError,
+    Settings,
+    load_settings,
+    refuse_open_exposure,
+    refuse_taken_address,
+)
 from engine_service.parent_watch import supervise
 
 __all__ = ["add_commands", "gunicorn_argv"]
@@ -27,8 +33,10 @@ def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings
         # [mcp] is the engine's: an ${VAR} only it needs must not stop the web.
         settings = load_settings(args.config, os.environ, mcp=engine_too)
         refuse_open_exposure(settings, settings.http_addr, "web facade")
+        refuse_taken_address(settings.http_addr, "web facade", "AGENTIK_HTTP_ADDR")
         if engine_too:
             refuse_open_exposure(settings, settings.grpc_addr, "engine")
+            refuse_taken_address(settings.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
         return settings
     except ConfigError as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
@@ -75,8 +83,21 @@ def _serve(args: argparse.Namespace) -> int:
             line = JsonFormatter().format(record)
         print(line, file=sys.stderr)
 
+    def stopping() -> None:
+        print(
+            f"agentik: stopping; runs in flight get up to {settings.shutdown_grace:g}s to "
+            "finish (press Ctrl-C again to stop them now)",
+            file=sys.stderr,
+        )
+
     commands = [_engine_argv(args), gunicorn_argv()]
-    return supervise(commands, _child_env(args), stop_timeout=_STOP_TIMEOUT, started=started)
+    return supervise(
+        commands,
+        _child_env(args),
+        stop_timeout=_STOP_TIMEOUT,
+        started=started,
+        stopping=stopping,
+    )
 
 
 def add_commands(subparsers: Any) -> None:

@@ -8,7 +8,9 @@ share it. If the process forked after the channel was made, the child makes its 
 Every engine call made while a request is handled carries that request's
 ``Authorization`` header as the ``authorization`` metadata: the facade checks no
 credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
-which the engine refuses like any malformed one).
+which the engine refuses like any malformed one). While tracing is on
+(``engine_service.tracing``) it also carries the current span as W3C ``traceparent``
+metadata, so the engine's spans join the request's trace.
 
 The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
 addresses, ...; see :mod:`engine_service.config`). The channel balances calls over all of
@@ -20,6 +22,7 @@ unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the rela
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -31,6 +34,7 @@ import grpc.experimental
 from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
+from engine_service import tracing
 from engine_service.config import Settings
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
@@ -42,6 +46,7 @@ __all__ = [
     "current_engine",
     "current_settings",
     "forwarded_authorization",
+    "forwarded_metadata",
     "install",
 ]
 
@@ -133,15 +138,31 @@ def _forwardable(value: str) -> str:
     return "Bearer"
 
 
+def forwarded_metadata() -> tuple[tuple[str, str], ...] | None:
+    """The metadata :class:`_ForwardCredentials` would add now (authorization, trace
+    context), for a call made later on a thread without the request (a relay's reopening)."""
+    authorization = forwarded_authorization()
+    metadata = [] if authorization is None else [("authorization", authorization)]
+    if tracing.enabled():
+        metadata += tracing.trace_metadata()
+    return tuple(metadata) or None
+
+
 class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the current request's ``Authorization`` header to each engine call."""
+    """Adds the current request's ``Authorization`` header to each engine call, and the
+    current span's trace context while tracing is on."""
 
     @staticmethod
     def _details(details: Any) -> Any:
         value = forwarded_authorization()
-        if value is None:
+        traced = tracing.enabled()
+        if value is None and not traced:
             return details
-        metadata = [*(details.metadata or ()), ("authorization", value)]
+        metadata = list(details.metadata or ())
+        if value is not None:
+            metadata.append(("authorization", value))
+        if traced and not any(key == "traceparent" for key, _ in metadata):
+            metadata += tracing.trace_metadata()
         return _CallDetails(
             details.method,
             details.timeout,
@@ -163,34 +184,55 @@ class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
 
 
 class EngineClient:
-    """Stubs for the engine's services over a lazily made, per-process channel."""
+    """Stubs for the engine's services over lazily made, per-process channels.
 
-    def __init__(self, target: str) -> None:
+    ``channels`` > 1 opens that many connections and spreads the calls over them in turn:
+    engine workers sharing one port (``agentik engine --workers N``, SO_REUSEPORT) each
+    take the connections the kernel gives them, so one connection per facade worker would
+    leave all of its calls on one engine process.
+    """
+
+    def __init__(self, target: str, channels: int = 1) -> None:
         self.target = target
+        self.channels = max(1, channels)
         self._lock = threading.Lock()
         self._pid = 0
         self._channel: Any = None
-        self._engine: pb_grpc.AgentEngineStub | None = None
+        self._channels: list[Any] = []
+        self._stubs: list[pb_grpc.AgentEngineStub] = []
+        self._turn = itertools.count()
         self._health: Any = None
 
     def _connect(self) -> None:
         with self._lock:
             if self._channel is not None and self._pid == os.getpid():
                 return
-            # A channel inherited through fork is unusable; drop it without closing.
-            self._channel = grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
-            forwarding = grpc.intercept_channel(self._channel, _ForwardCredentials())
-            self._engine = pb_grpc.AgentEngineStub(forwarding)
+            # Channels inherited through fork are unusable; drop them without closing.
+            self._channels = [
+                grpc.insecure_channel(
+                    self.target,
+                    # Each its own connection: channels with equal options share one.
+                    options=[*_CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+                    if self.channels > 1
+                    else _CHANNEL_OPTIONS,
+                )
+                for _ in range(self.channels)
+            ]
+            self._channel = self._channels[0]
+            self._stubs = [
+                pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, _ForwardCredentials()))
+                for channel in self._channels
+            ]
             self._health = health_pb2_grpc.HealthStub(self._channel)
             self._pid = os.getpid()
 
     @property
     def engine(self) -> pb_grpc.AgentEngineStub:
-        """The ``agentik.engine.v1.AgentEngine`` stub."""
+        """The ``agentik.engine.v1.AgentEngine`` stub (the next connection's, in turn)."""
         if self._pid != os.getpid():
             self._connect()
-        assert self._engine is not None
-        return self._engine
+        stubs = self._stubs
+        return stubs[0] if len(stubs) == 1 else stubs[next(self._turn) % len(stubs)]
 
     @property
     def health(self) -> Any:
@@ -200,11 +242,13 @@ class EngineClient:
         return self._health
 
     def close(self) -> None:
-        """Close this process's channel (a later call makes a new one)."""
+        """Close this process's channels (a later call makes new ones)."""
         with self._lock:
             if self._channel is not None and self._pid == os.getpid():
-                self._channel.close()
-            self._channel = self._engine = self._health = None
+                for channel in self._channels:
+                    channel.close()
+            self._channel = self._health = None
+            self._channels, self._stubs = [], []
             self._pid = 0
 
 

@@ -99,6 +99,29 @@ def on_exit(server: Any) -> None:
     shutil.rmtree(_metrics_dir, ignore_errors=True)
 
 
+def when_ready(server: Any) -> None:
+    """Say once (not per worker) where the workers' traces go, when they are on."""
+    from engine_service import tracing
+
+    where = tracing.describe(os.environ)
+    if where is not None:
+        server.log.info("%s", where)
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """Start tracing in the new worker (the exporter's thread does not survive a fork)."""
+    from engine_service import tracing
+
+    tracing.setup("agentik-web")
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """Export the worker's spans still waiting before it exits."""
+    from engine_service import tracing
+
+    tracing.shutdown()
+
+
 def post_worker_init(worker: Any) -> None:
     """On SIGTERM, also tell open SSE streams to end cleanly (``web_facade.stream.DRAINING``)."""
     from web_facade.stream import DRAINING

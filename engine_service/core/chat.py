@@ -82,6 +82,8 @@ class ChatModel(abc.ABC):
 
     name: str
     """What the engine reports at start-up, e.g. ``openai:gpt-4o-mini`` or ``offline``."""
+    endpoint_host: str = ""
+    """The host the model is reached at (traces name it); empty for an in-process model."""
 
     @abc.abstractmethod
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:

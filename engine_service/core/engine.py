@@ -54,6 +54,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Turn, TurnLimits
 
 __all__ = ["Engine", "EngineLimits", "RunHandle"]
@@ -110,10 +111,13 @@ class Engine:
         model: ChatModel,
         tools: ToolRegistry,
         limits: EngineLimits | None = None,
+        tracer: Tracer = NO_TRACER,
         observers: Sequence[RunObserver] = (),
     ) -> None:
         """``observers`` hear of each run's start and end, after the run log."""
         self.store = store
+        self.tracer = tracer
+        """Opens each run's spans (``core.trace``); records nothing unless tracing is on."""
         self.model = model
         self.tools = tools
         self.limits = limits or EngineLimits()
@@ -265,6 +269,17 @@ class Engine:
         for hub in self._hubs.values():
             hub.notify()
         await self.model.aclose()
+
+    def interrupt_all(self) -> int:
+        """Interrupt every local run now (a shutdown told not to wait); how many."""
+        turns = list(self._turns.values())
+        for turn in turns:
+            turn.interrupt()
+        return len(turns)
+
+    @property
+    def runs_in_flight(self) -> int:
+        return len(self._turns)
 
     @property
     def accepting(self) -> bool:
@@ -459,6 +474,7 @@ class Engine:
             on_done=self._turn_done,
             on_storage_error=self._storage_failed,
             decisions=decisions,
+            tracer=self.tracer,
             observer=self.observer,
             principal=caller.principal,
         )

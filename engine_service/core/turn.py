@@ -51,6 +51,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunReport, ToolOutc
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore
 from engine_service.core.tool import ToolContext, ToolError, ToolResult
+from engine_service.core.trace import NO_TRACER, Span, Tracer
 
 __all__ = ["Turn", "TurnLimits"]
 
@@ -102,10 +103,12 @@ class Turn:
         on_done: Callable[[Turn], None],
         on_storage_error: Callable[[StorageUnavailable], None] = lambda exc: None,
         decisions: Sequence[Decision] = (),
+        tracer: Tracer = NO_TRACER,
         observer: RunObserver | None = None,
         principal: str = "",
     ) -> None:
         self.store = store
+        self.tracer = tracer
         self.model = model
         self.tools = tools
         self.limits = limits
@@ -150,7 +153,9 @@ class Turn:
     # -- control ------------------------------------------------------------------
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self.main(), name=f"run {self.run_id}")
+        self.task = asyncio.get_running_loop().create_task(
+            self._traced_main(), name=f"run {self.run_id}"
+        )
 
     def interrupt(self) -> None:
         """Stop the work in flight; ``main`` closes the run as cancelled."""
@@ -237,6 +242,17 @@ class Turn:
             hub.notify()
 
     # -- the run ------------------------------------------------------------------
+
+    async def _traced_main(self) -> None:
+        """``main`` inside the run's span (a child of the RPC that started the run)."""
+        attributes = {"agentik.session.id": self.session_id, "agentik.run.id": self.run_id}
+        with self.tracer.span("agentik.run", attributes) as span:
+            await self.main()
+            span.set("agentik.run.outcome", self.status.value)
+            span.set("gen_ai.usage.input_tokens", self._usage.input_tokens)
+            span.set("gen_ai.usage.output_tokens", self._usage.output_tokens)
+            if isinstance(self.final, ev.RunError):
+                span.fail(self.final.code, self.final.message)
 
     async def main(self) -> None:
         flusher = asyncio.get_running_loop().create_task(self._flush_periodically())
@@ -455,13 +471,35 @@ class Turn:
     # -- one LLM round ------------------------------------------------------------
 
     async def _stream_round(self, request: ChatRequest) -> Message:
+        """One LLM round in its span: model, endpoint, first token, tokens, error code."""
+        model = self.model
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model.name}
+        if model.endpoint_host:
+            attributes["server.address"] = model.endpoint_host
+        usage = self._usage
+        input_before, output_before = usage.input_tokens, usage.output_tokens
+        with self.tracer.span(f"chat {model.name}", attributes) as span:
+            try:
+                return await self._read_round(request, span)
+            except LLMError as exc:
+                span.fail(exc.code, exc.message)
+                raise
+            finally:
+                span.set("gen_ai.usage.input_tokens", usage.input_tokens - input_before)
+                span.set("gen_ai.usage.output_tokens", usage.output_tokens - output_before)
+
+    async def _read_round(self, request: ChatRequest, span: Span) -> Message:
         self._message_id = new_id()
         self._text = []
         self._calls = {}
         message_id = self._message_id
         emit = self.emit
+        waiting = True  # for the first token
         async for delta in self.model.stream(request):
             kind = type(delta)
+            if waiting and kind is not UsageDelta:
+                span.event("first_token")
+                waiting = False
             if kind is TextDelta:
                 text = delta.text  # type: ignore[union-attr]
                 if not text:
@@ -617,14 +655,24 @@ class Turn:
         await self._store(message)
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:
-        outcome = ToolOutcome.ERROR  # also if the call is cut short (an interrupt)
-        try:
-            result, outcome = await self._call_tool_once(call)
+        """The tool's result, in a span: tool name, outcome (its duration is the span's)."""
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+        }
+        with self.tracer.span(f"execute_tool {call.name}", attributes) as span:
+            outcome = ToolOutcome.ERROR  # also if the call is cut short (an interrupt)
+            try:
+                result, outcome = await self._invoke_tool(call)
+            finally:
+                self.report.tool_calls.append((call.name, outcome))
+            span.set("agentik.tool.outcome", "error" if result.is_error else "ok")
+            if result.is_error:
+                span.fail("tool_error", result.content[:200])
             return result
-        finally:
-            self.report.tool_calls.append((call.name, outcome))
 
-    async def _call_tool_once(self, call: ToolCall) -> tuple[ToolResult, str]:
+    async def _invoke_tool(self, call: ToolCall) -> tuple[ToolResult, str]:
         """The tool's result and its ``ToolOutcome``."""
         tool = self.tools.get(call.name)
         if tool is None:

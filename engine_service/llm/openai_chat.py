@@ -15,6 +15,7 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 from engine_service.core.chat import (
     ChatDelta,
@@ -75,6 +76,7 @@ class OpenAIChatModel(ChatModel):
         self.name = f"openai:{model}"
         self.model = model
         self.base_url = base_url.rstrip("/")
+        self.endpoint_host = urlsplit(self.base_url).hostname or ""
         self.timeout = timeout
         self.first_token_timeout = first_token_timeout
         self.max_retries = max_retries

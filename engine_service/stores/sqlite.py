@@ -487,29 +487,22 @@ class SqliteSessionStore(SessionStore):
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: commit on success, roll back on any exception. Inside a
         batch (group commit) it is a savepoint of the batch's transaction."""
+        undo: tuple[str, ...]
         if self._batched:
-            with _mapped_errors():
-                self._conn.execute("SAVEPOINT op")
-                try:
-                    yield self._conn
-                    self._conn.execute("RELEASE op")
-                except BaseException:
-                    if self._conn.in_transaction:
-                        with suppress(sqlite3.Error):
-                            self._conn.execute("ROLLBACK TO op")
-                            self._conn.execute("RELEASE op")
-                    raise
-            return
+            begin, end, undo = "SAVEPOINT op", "RELEASE op", ("ROLLBACK TO op", "RELEASE op")
+        else:
+            begin, end, undo = "BEGIN IMMEDIATE", "COMMIT", ("ROLLBACK",)
         with _mapped_errors():
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(begin)
             try:
                 yield self._conn
-                self._conn.execute("COMMIT")
+                self._conn.execute(end)
             except BaseException:
                 if self._conn.in_transaction:
                     # SQLite may have rolled back itself (a full disk does that).
                     with suppress(sqlite3.Error):
-                        self._conn.execute("ROLLBACK")
+                        for statement in undo:
+                            self._conn.execute(statement)
                 raise
 
     @contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -80,7 +81,7 @@ async def _stdio(
     config: McpServerConfig, on_stderr: Callable[[str], None]
 ) -> AsyncIterator[TransportStreams]:
     parameters = StdioServerParameters(
-        command=config.command, args=list(config.args), env=dict(config.env), cwd=config.cwd
+        command=config.command, args=list(config.args), env=_child_env(config), cwd=config.cwd
     )
     stderr = _StderrLines(on_stderr)
     try:
@@ -89,6 +90,20 @@ async def _stdio(
             yield streams
     finally:
         stderr.close()
+
+
+def _child_env(config: McpServerConfig) -> dict[str, str]:
+    """The server's environment: its configured variables, and — unless it sets PATH — a
+    PATH that ends with this Python's own ``bin`` directory, so servers installed beside
+    agentik (``pip install mcp-server-time`` into its virtualenv) are found when agentik runs
+    without the virtualenv activated (``make run``)."""
+    env = dict(config.env)
+    if "PATH" not in env:
+        here = os.path.dirname(sys.executable)
+        path = os.environ.get("PATH", os.defpath)
+        if here not in path.split(os.pathsep):
+            env["PATH"] = f"{path}{os.pathsep}{here}" if path else here
+    return env
 
 
 class _StderrLines:

@@ -186,3 +186,62 @@ def test_an_mcp_server_naming_an_unset_variable_stops_the_engine_naming_it(
     assert result.returncode == 2
     assert "configuration error" in result.stderr
     assert "'AGENTIK_TEST_UNSET_MCP_TOKEN', which is unset" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "what"),
+    [
+        ("engine", "AGENTIK_GRPC_ADDR", "engine"),
+        ("web", "AGENTIK_HTTP_ADDR", "web facade"),
+        ("serve", "AGENTIK_HTTP_ADDR", "web facade"),
+        ("serve", "AGENTIK_GRPC_ADDR", "engine"),
+    ],
+)
+def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
+    tmp_path: Path, command: str, variable: str, what: str
+) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        env = engine_env(tmp_path, **{variable: taken})
+        if variable == "AGENTIK_GRPC_ADDR":
+            env["AGENTIK_HTTP_ADDR"] = "127.0.0.1:0"  # not the one this case is about
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "engine_service.cli", command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+    assert result.returncode == 2, result.stderr
+    assert f"{taken} is already in use, so the {what} cannot listen there" in result.stderr
+    assert variable in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert time.monotonic() - started < WAIT / 2
+
+
+def test_an_mcp_server_installed_beside_agentik_is_found_without_the_virtualenv_on_path(
+    tmp_path: Path,
+) -> None:
+    """As docs/mcp.md's example runs under `make run`: `.venv/bin` is not on PATH."""
+    config = tmp_path / "agentik.toml"
+    config.write_text('[[mcp.servers]]\nname = "time"\ncommand = "mcp-server-time"\n')
+    env = {**engine_env(tmp_path), "PATH": "/usr/bin:/bin"}
+    assert str(Path(sys.executable).parent) not in env["PATH"]
+    result = subprocess.run(
+        [sys.executable, "-m", "engine_service.cli", "--config", str(config), "tools"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^time__get_current_time\s+mcp:time\s+ready", result.stdout, re.MULTILINE), (
+        result.stdout
+    )

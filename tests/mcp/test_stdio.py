@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,11 @@ async def test_a_stdio_server_gets_only_the_configured_environment(
         assert (await env.call({"name": "GIVEN"}, tool_context())).content == "to-the-server"
         unset = await env.call({"name": "AGENTIK_TEST_SECRET"}, tool_context())
         assert unset.content == "<unset>"
-        assert (await env.call({"name": "PATH"}, tool_context())).content == os.environ["PATH"]
+        # The engine's PATH, and this Python's bin directory if it is not on it (make run).
+        here = os.path.dirname(sys.executable)
+        path = os.environ["PATH"]
+        expected = path if here in path.split(os.pathsep) else f"{path}{os.pathsep}{here}"
+        assert (await env.call({"name": "PATH"}, tool_context())).content == expected
 
 
 async def test_killing_the_server_fails_the_call_in_flight_and_a_later_call_succeeds() -> None:

@@ -90,12 +90,9 @@ def _read_card_config(state: BlueprintSetupState) -> None:
     assert isinstance(app, Flask)
     with app.app_context():
         config = card_config(current_settings())
-    if not config.public_url and config.reflect_host:
-        log.warning(
-            "AGENTIK_PUBLIC_URL is not set: the agent card names the URL each request came "
-            "to; set it to the URL peers reach this facade at"
-        )
-    elif not config.public_url:
+    # On loopback without a public URL the card names the URL each request came to: the
+    # usual local setup, so nothing is said (it was once per worker at every start).
+    if not config.public_url and not config.reflect_host:
         log.warning(
             "AGENTIK_PUBLIC_URL is not set and the facade listens beyond loopback: the agent "
             "card is not served until it is set to the URL peers reach this facade at"

@@ -27,7 +27,7 @@ from typing import Any, Final
 import grpc
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.engine_client import forwarded_authorization
+from web_facade.engine_client import forwarded_metadata
 
 __all__ = [
     "END",
@@ -71,10 +71,10 @@ _RUN_ENDS: Final = frozenset({"run_finished", "run_error"})
 class Resume:
     """How a relay reopens its engine stream: ``Subscribe`` after the last relayed seq.
 
-    Made while the request is handled (it keeps the request's ``Authorization`` for the
-    relay thread, which has no request context). For a run the session and the seq to
-    resume after are known from the run's first event; a run cut before it has none is
-    not resumed.
+    Made while the request is handled (it keeps the request's ``Authorization``, and its
+    trace context, for the relay thread, which has no request context). For a run the
+    session and the seq to resume after are known from the run's first event; a run cut
+    before it has none is not resumed.
     """
 
     def __init__(
@@ -97,8 +97,7 @@ class Resume:
         """How many times the stream was reopened."""
         self.run_ended = False
         """Whether the run's last event (RUN_FINISHED or RUN_ERROR) was relayed."""
-        authorization = forwarded_authorization()
-        self._metadata = None if authorization is None else (("authorization", authorization),)
+        self._metadata = forwarded_metadata()
 
     @classmethod
     def of_run(cls, engine: Any, request: pb.RunRequest) -> Resume:

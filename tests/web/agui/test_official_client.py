@@ -7,7 +7,6 @@ AGENTIK_REQUIRE_NODE is set (CI), where that is a failure."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from typing import Any
 
@@ -15,33 +14,17 @@ import httpx
 from ag_ui.core import EventType
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.node_tools import NODE_DIR, node_or_skip
+from tests.node_tools import NODE_DIR
 from tests.web.agui.agui_reader import AguiReader, has
-from tests.web.e2e.conftest import WAIT, Stack, wait_for
+from tests.web.agui.node_scenarios import run_scenario
+from tests.web.e2e.conftest import Stack, wait_for
 
 SCRIPT = NODE_DIR / "agui_conformance.mjs"
 
 
 def _scenario(stack: Stack, name: str, thread_id: str = "") -> dict[str, Any]:
     """Run one scenario of agui_conformance.mjs; every run in it must pass the client."""
-    node = node_or_skip("@ag-ui/client")
-    thread_id = thread_id or f"node-{uuid.uuid4().hex}"
-    done = subprocess.run(
-        [node, str(SCRIPT), stack.base_url, name, thread_id],
-        cwd=NODE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=WAIT * 2,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["warnings"] == []
-    for run in summary["runs"]:
-        assert run["error"] is None, run["error"]
-        assert run["terminal"], f"the stream ended without a terminal event: {run['types']}"
-        assert run["runStarted"]["protocolVersion"] == "1.0"
-    return summary
+    return run_scenario(SCRIPT, stack, name, thread_id)
 
 
 def test_the_official_client_accepts_a_plain_text_run(stack: Stack) -> None:

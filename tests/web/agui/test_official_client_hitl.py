@@ -8,7 +8,6 @@ is set (CI), where that is a failure."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.node_tools import NODE_DIR, node_or_skip
-from tests.web.e2e.conftest import WAIT, Stack
+from tests.node_tools import NODE_DIR
+from tests.web.agui.node_scenarios import run_scenario
+from tests.web.e2e.conftest import Stack
 
 SCRIPT = NODE_DIR / "agui_hitl.mjs"
 HITL = {
@@ -38,23 +38,7 @@ def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 def _scenario(stack: Stack, name: str) -> dict[str, Any]:
     """Run one scenario of agui_hitl.mjs; every run in it must pass the client."""
-    node = node_or_skip("@ag-ui/client")
-    done = subprocess.run(
-        [node, str(SCRIPT), stack.base_url, name, f"hitl-{uuid.uuid4().hex}"],
-        cwd=NODE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=WAIT * 2,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["warnings"] == []
-    for run in summary["runs"]:
-        assert run["error"] is None, run["error"]
-        assert run["terminal"], f"the stream ended without a terminal event: {run['types']}"
-        assert run["runStarted"]["protocolVersion"] == "1.0"
-    return summary
+    return run_scenario(SCRIPT, stack, name, f"hitl-{uuid.uuid4().hex}")
 
 
 def _interrupted(run: dict[str, Any], reason: str) -> dict[str, Any]:

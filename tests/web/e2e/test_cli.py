@@ -176,3 +176,72 @@ def test_two_facades_on_one_host_start_side_by_side_without_a_control_socket(
     assert codes == [0, 0], [web.log() for web in webs]
     for web in webs:
         assert "control socket" not in web.log().lower(), web.log()
+
+
+def test_a_second_ctrl_c_stops_a_run_in_flight_now_and_keeps_its_answer(tmp_path: Path) -> None:
+    import re
+    import time
+
+    with FakeOpenAI() as llm:
+        env = {**_env(llm, tmp_path), "AGENTIK_SHUTDOWN_GRACE": "60"}
+        argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+        serve = Process("serve", argv, env, tmp_path)
+        try:
+            base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
+            wait_for(lambda: _healthy(base), "serve to be healthy")
+            conversation = httpx.post(f"{base}/agentik/conversations", json={}, timeout=WAIT)
+            conversation_id = conversation.json()["id"]
+            body = {"content": [{"type": "text", "text": "[[chunks:5000]][[slow:0.01]] long"}]}
+            with httpx.stream(
+                "POST",
+                f"{base}/agentik/conversations/{conversation_id}/send",
+                json=body,
+                timeout=WAIT,
+            ) as stream:
+                for line in stream.iter_lines():
+                    if line == "event: append_text":
+                        break  # the run is streaming
+            serve.popen.send_signal(signal.SIGINT)
+            serve.wait_for_log(re.compile(r"(press Ctrl-C again to stop them now)"))
+            serve.wait_for_log(re.compile(r"(waiting up to 60s for 1 runs in flight)"))
+            asked = time.monotonic()
+            serve.popen.send_signal(signal.SIGINT)
+            serve.popen.wait(WAIT)
+            took = time.monotonic() - asked
+        finally:
+            serve.stop()
+    assert took < 10, f"took {took:.1f} s with a 60 s grace:\n{serve.log()}"
+    assert "stopping now: 1 runs in flight interrupted" in serve.log()
+    assert "Traceback" not in serve.log()
+    # The partial answer was kept: a new engine on the same file finds it.
+    from engine_service.core.models import MessageStatus
+    from engine_service.stores.sqlite import SqliteSessionStore
+
+    async def stored() -> list[object]:
+        store = SqliteSessionStore(tmp_path / "agentik.db")
+        try:
+            messages = await store.all_messages(conversation_id)
+        finally:
+            await store.close()
+        return [m.status for m in messages]
+
+    import asyncio
+
+    assert asyncio.run(stored())[-1] == MessageStatus.INTERRUPTED
+
+
+def test_a_local_start_says_nothing_about_the_public_url(tmp_path: Path) -> None:
+    with FakeOpenAI() as llm:
+        argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+        env = {**_env(llm, tmp_path), "AGENTIK_WEB_WORKERS": "2"}
+        serve = Process("serve", argv, env, tmp_path)
+        try:
+            base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
+            wait_for(lambda: _healthy(base), "serve to be healthy")
+            card = httpx.get(f"{base}/.well-known/agent-card.json", timeout=WAIT)
+            assert card.status_code == 200
+        finally:
+            serve.stop()
+    assert "AGENTIK_PUBLIC_URL" not in serve.log()
+    # The start-up lines say which LLM endpoint the engine talks to.
+    assert f"LLM: openai:gpt-4o-mini at {llm.base_url}" in serve.log()

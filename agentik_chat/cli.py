@@ -1,0 +1,207 @@
+"""``agentik chat``: the subcommand, interactive on a terminal, one message when piped.
+
+``engine_service.cli`` calls :func:`add_command`; nothing heavy is imported until the command
+runs (the parser is built for every ``agentik`` command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentik_chat.api import AgentikClient
+    from agentik_chat.session import ChatSession
+
+__all__ = ["EXIT_INPUT_REQUIRED", "EXIT_INTERRUPTED", "EXIT_USAGE", "add_command"]
+
+EXIT_USAGE = 2
+"""Nothing to send (empty stdin)."""
+EXIT_INPUT_REQUIRED = 3
+"""Piped: the turn stopped to wait for a person's approval or answer."""
+EXIT_INTERRUPTED = 130
+"""Quit with Ctrl-C (128 + SIGINT, as shells report it)."""
+
+HELP = """\
+commands:
+  /list         your conversations, most recent first (* marks the current one)
+  /switch ID    continue conversation ID (a unique prefix of an id in /list will do)
+  /new          the next message starts a new conversation
+  /help         this text
+  /quit         leave (Ctrl-D too)
+Ctrl-C interrupts the turn in flight; Ctrl-C again, or at the prompt, quits.
+A line starting with // sends the rest with one / (/ is for commands)."""
+
+
+def add_command(subparsers: Any) -> None:
+    """Add ``chat`` to the ``agentik`` command."""
+    chat = subparsers.add_parser(
+        "chat",
+        help="chat with a running agentik from the terminal (reads stdin when piped)",
+        description="Chat with the agent over the /agentik API. Interactive on a terminal; "
+        "when stdin is not a terminal, sends all of it as one message, prints the answer "
+        f"and exits (exit {EXIT_INPUT_REQUIRED} when the agent waits for a person).",
+    )
+    chat.add_argument(
+        "--url",
+        help="the web facade (default: http:// + $AGENTIK_HTTP_ADDR, else http://127.0.0.1:8000)",
+    )
+    chat.add_argument("--token", help="bearer token (default: $AGENTIK_TOKEN)")
+    chat.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    chat.set_defaults(handler=_chat)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from agentik_chat.api import AgentikClient, ChatError, default_url
+
+    token, source = (args.token, "--token") if args.token else (None, "")
+    if token is None and os.environ.get("AGENTIK_TOKEN"):
+        token, source = os.environ["AGENTIK_TOKEN"], "AGENTIK_TOKEN"
+    client = AgentikClient(args.url or default_url(os.environ), token, source)
+    try:
+        if sys.stdin.isatty():
+            return _interactive(client, args.conversation)
+        return _piped(client, args.conversation, sys.stdin.read())
+    except ChatError as exc:
+        print(f"agentik: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except EOFError:  # Ctrl-D at a question: leave, the conversation keeps waiting
+        print()
+        return 0
+    finally:
+        client.close()
+
+
+def _session(client: AgentikClient, conversation_id: str | None, *, piped: bool) -> ChatSession:
+    from agentik_chat.render import Renderer
+    from agentik_chat.session import ChatSession
+
+    aside = sys.stderr if piped else sys.stdout
+    color = aside.isatty() and not os.environ.get("NO_COLOR")
+    return ChatSession(client, Renderer(sys.stdout, aside, color=color), conversation_id)
+
+
+def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int:
+    from agentik_chat.session import describe
+
+    if not text.strip():
+        print("agentik: nothing to send: stdin was empty", file=sys.stderr)
+        return EXIT_USAGE
+    session = _session(client, conversation_id, piped=True)
+    waiting = session.pending()  # an unknown --conversation stops here, named
+    result = session.send(text.rstrip("\n")) if not waiting else None
+    if result is not None and result.outcome == "input_required":
+        waiting = result.interrupts
+    if waiting:
+        print(
+            f"agentik: conversation {session.conversation_id} waits for a person:", file=sys.stderr
+        )
+        for interrupt in waiting:
+            print(f"  {describe(interrupt)}", file=sys.stderr)
+        print(
+            f"answer with: agentik chat --conversation {session.conversation_id}",
+            file=sys.stderr,
+        )
+        return EXIT_INPUT_REQUIRED
+    assert result is not None
+    if result.outcome == "ended":
+        print("agentik: the turn ended out of sight: its messages tell how", file=sys.stderr)
+    return {"success": 0, "interrupted": EXIT_INTERRUPTED}.get(result.outcome, 1)
+
+
+def _interactive(client: AgentikClient, conversation_id: str | None) -> int:
+    with contextlib.suppress(ImportError):  # not on every platform; input() works without
+        import readline  # noqa: F401  line editing and history for input()
+
+    from agentik_chat.api import ChatError, WaitingForPerson
+
+    session = _session(client, conversation_id, piped=False)
+    waiting = session.pending()  # an unknown --conversation stops here, named
+    where = f"conversation {conversation_id}" if conversation_id else "a new conversation"
+    print(f"agentik chat at {client.url}, {where}. /help for commands.")
+    _answer_pending(session, waiting)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print()
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            if text.startswith("/") and not text.startswith("//"):
+                if _command(session, text) == "quit":
+                    return 0
+                continue
+            result = session.send(text.removeprefix("/"))
+            if result.outcome == "input_required":
+                session.answer(result.interrupts, input)
+        except WaitingForPerson:
+            _answer_pending(session)
+        except ChatError as exc:
+            session.renderer.notice(f"agentik: {exc.message}")
+
+
+def _answer_pending(session: ChatSession, waiting: list[dict[str, Any]] | None = None) -> None:
+    """Ask the person what the conversation waits for, if anything, and resume."""
+    if waiting is None:
+        waiting = session.pending()
+    if waiting:
+        print("this conversation waits for you:")
+        session.answer(waiting, input)
+
+
+def _command(session: ChatSession, text: str) -> str | None:
+    name, _, argument = text.partition(" ")
+    argument = argument.strip()
+    if name in ("/quit", "/exit", "/q"):
+        return "quit"
+    if name == "/help":
+        print(HELP)
+    elif name == "/new":
+        session.conversation_id = None
+        print("the next message starts a new conversation")
+    elif name == "/list":
+        _list(session)
+    elif name == "/switch" and argument:
+        _switch(session, argument)
+    else:
+        print(f"unknown command {text!r}: /help lists them")
+    return None
+
+
+def _list(session: ChatSession) -> None:
+    conversations = session.client.conversations()
+    if not conversations:
+        print("no conversations yet")
+    for item in conversations:
+        mark = "*" if item["id"] == session.conversation_id else " "
+        title = item.get("title") or "(untitled)"
+        updated = str(item.get("updated_at", ""))[:16].replace("T", " ")
+        print(f"{mark} {item['id']}  {updated}  {item.get('count', 0):>4} msgs  {title}")
+
+
+def _switch(session: ChatSession, wanted: str) -> None:
+    from agentik_chat.api import ChatError
+
+    try:
+        conversation = session.client.conversation(wanted)
+    except ChatError:
+        matches = [c for c in session.client.conversations() if c["id"].startswith(wanted)]
+        if len(matches) != 1:
+            print(f"no single conversation matches {wanted!r}: /list shows them")
+            return
+        conversation = matches[0]
+    session.conversation_id = str(conversation["id"])
+    title = conversation.get("title") or "untitled"
+    print(
+        f"now in conversation {session.conversation_id} ({title}, {conversation['count']} messages)"
+    )
+    _answer_pending(session)

@@ -1,0 +1,95 @@
+"""A burst of concurrent ``Run`` calls straight to the engine over gRPC (no facade).
+
+Starts the fake LLM, one engine (and an idle facade) as processes, warms one run up, then
+starts ``--runs`` runs at once over one ``grpc.aio`` channel, each asking the fake for
+``--tokens`` chunks ``--token-delay`` seconds apart, and reports when each saw RUN_STARTED
+and its first token (p50/p99), the wall time, and the CPU seconds every process used. Used
+to attribute engine-side changes (docs/performance.md, "What each change bought"); attach
+``py-spy record -p <engine pid>`` to see where the engine's time goes.
+
+Run: ``python -m bench.engine_burst --runs 256 --store sqlite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+
+from bench.facade_bench import Processes
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+
+
+async def _one(stub: pb_grpc.AgentEngineAsyncStub, text: str) -> tuple[float, float]:
+    part = pb.ContentPart(text=pb.TextPart(text=text))
+    request = pb.RunRequest(
+        session_id=uuid.uuid4().hex,
+        create_session=True,
+        messages=[pb.Message(role=pb.ROLE_USER, content=[part])],
+    )
+    start = time.perf_counter()
+    started = first = 0.0
+    async for event in stub.Run(request):
+        if not started:
+            started = time.perf_counter() - start
+        if not first and event.HasField("text_message_content"):
+            first = time.perf_counter() - start
+    return started, first
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _burst(target: str, runs: int, text: str) -> dict[str, float]:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub: pb_grpc.AgentEngineAsyncStub = pb_grpc.AgentEngineStub(channel)
+        await _one(stub, text)
+        began = time.perf_counter()
+        results = await asyncio.gather(*(_one(stub, text) for _ in range(runs)))
+        wall = time.perf_counter() - began
+    started = [r[0] * 1000 for r in results]
+    first = [r[1] * 1000 for r in results]
+    return {
+        "wall_s": round(wall, 2),
+        "run_started_p50_ms": round(statistics.median(started), 1),
+        "run_started_p99_ms": round(_quantile(started, 0.99), 1),
+        "first_token_p50_ms": round(statistics.median(first), 1),
+        "first_token_p99_ms": round(_quantile(first, 0.99), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=50)
+    parser.add_argument("--token-delay", type=float, default=0.02)
+    parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
+    options = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as workdir:
+        store = (
+            f"sqlite:///{Path(workdir) / 'bench.db'}" if options.store == "sqlite" else "memory://"
+        )
+        processes = Processes(1, 4, store=store)
+        try:
+            before = processes.cpu()
+            text = f"go [[chunks:{options.tokens}]][[slow:{options.token_delay}]]"
+            result = asyncio.run(_burst(processes.grpc_target, options.runs, text))
+            after = processes.cpu()
+        finally:
+            processes.stop()
+    cpu = {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
+    print(json.dumps({"runs": options.runs, "store": options.store, **result, "cpu_s": cpu}))
+
+
+if __name__ == "__main__":
+    main()

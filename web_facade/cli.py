@@ -74,8 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
     the web stops first (it ends its streams cleanly), then the engine."""
     settings = _settings(args, engine_too=True)
 
-    def started() -> None:
-        line = f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}"
+    def say(line: str) -> None:
         if settings.log_format == "json":  # every line on stderr is then JSON
             from engine_service.logs import JsonFormatter
 
@@ -83,11 +82,13 @@ def _serve(args: argparse.Namespace) -> int:
             line = JsonFormatter().format(record)
         print(line, file=sys.stderr)
 
+    def started() -> None:
+        say(f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}")
+
     def stopping() -> None:
-        print(
+        say(
             f"agentik: stopping; runs in flight get up to {settings.shutdown_grace:g}s to "
-            "finish (press Ctrl-C again to stop them now)",
-            file=sys.stderr,
+            "finish (press Ctrl-C again to stop them now)"
         )
 
     commands = [_engine_argv(args), gunicorn_argv()]

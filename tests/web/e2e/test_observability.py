@@ -5,8 +5,10 @@ formats. docs/operations.md describes what is checked here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.web.e2e.conftest import WAIT, SseStream, Stack, has, wait_for
+from tests.web.e2e.conftest import (
+    ROOT,
+    WAIT,
+    Process,
+    SseStream,
+    Stack,
+    free_port,
+    has,
+    wait_for,
+)
 
 TOKEN = "tok-observability-secret-7f3a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -278,3 +289,42 @@ def test_the_facade_metrics_directory_is_private_and_goes_with_gunicorn(
     finally:
         stack.stop()
     assert not ours.exists()
+
+
+def test_agentik_serve_in_json_writes_only_json_lines(llm: FakeOpenAI, tmp_path: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "AGENTIK_CONFIG"},
+        "PYTHONPATH": str(ROOT),
+        "AGENTIK_GRPC_ADDR": f"127.0.0.1:{free_port()}",
+        "AGENTIK_HTTP_ADDR": "127.0.0.1:0",
+        "AGENTIK_STORE": "memory://",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "AGENTIK_WEB_WORKERS": "1",
+        "AGENTIK_WEB_THREADS": "4",
+        "AGENTIK_LOG_FORMAT": "json",
+    }
+    argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+    serve = Process("serve", argv, env, tmp_path)
+    try:
+        port = serve.wait_for_log(re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)"))
+        base = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{base}/health", timeout=2.0).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, "serve to be healthy")
+        created = httpx.post(f"{base}/agentik/conversations", json={}, timeout=WAIT)
+        assert created.status_code == 201
+    finally:
+        assert serve.stop() == 0, serve.log()
+    lines = [line for line in serve.log().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # each one JSON, or this fails
+    messages = [str(r["message"]) for r in records]
+    assert any(m.startswith("agentik: engine on") for m in messages)
+    assert any(m.startswith("agentik: stopping") for m in messages)
+    assert any(r["logger"] == "agentik.access" and r["status"] == 201 for r in records)
+    assert any("engine listening" in m for m in messages)

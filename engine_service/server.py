@@ -99,6 +99,7 @@ class EngineServer:
             self.metrics = EngineMetrics()
             engine.observe(self.metrics)
             self.metrics.watch_mcp(self.mcp)
+            # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(
             interceptors=[*_interceptors(), *interceptors],
@@ -109,7 +110,10 @@ class EngineServer:
             ],
         )
         pb_grpc.add_AgentEngineServicer_to_server(
-            AgentEngineServicer(engine, self.gate), self.server
+            AgentEngineServicer(
+                engine, self.gate, self.metrics.stream_opened if self.metrics else None
+            ),
+            self.server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         _enable_reflection(

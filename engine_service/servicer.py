@@ -35,6 +35,9 @@ __all__ = ["AgentEngineServicer"]
 
 log = logging.getLogger(__name__)
 
+RUN_METHOD = "agentik.engine.v1.AgentEngine/Run"
+SUBSCRIBE_METHOD = "agentik.engine.v1.AgentEngine/Subscribe"
+
 T = TypeVar("T")
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
@@ -81,15 +84,25 @@ async def _internal(context: Context, run_id: str = "") -> None:
 class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     """``agentik.engine.v1.AgentEngine`` over an ``Engine``."""
 
-    def __init__(self, engine: Engine, gate: Gate) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        gate: Gate,
+        on_stream: Callable[[str, Context], None] | None = None,
+    ) -> None:
+        """``on_stream(method, context)``: called as each Run or Subscribe stream opens
+        (the metrics time them from there, with a done callback, not per message)."""
         self.engine = engine
         self.gate = gate
+        self.on_stream = on_stream
 
     async def _caller(self, context: Context) -> Caller:
         """The caller the request's credentials name, or the RPC ends here."""
         return await _mapped(context, lambda: _sync(self.gate.admit, _authorization(context)))
 
     async def Run(self, request: pb.RunRequest, context: Context) -> AsyncIterator[pb.Event]:
+        if self.on_stream is not None:
+            self.on_stream(RUN_METHOD, context)
         caller = await self._caller(context)
         run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
         handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
@@ -119,6 +132,8 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: Context
     ) -> AsyncIterator[pb.Event]:
+        if self.on_stream is not None:
+            self.on_stream(SUBSCRIBE_METHOD, context)
         caller = await self._caller(context)
         events = self.engine.subscribe(
             caller, request.session_id, request.after_seq, until_idle=request.until_idle

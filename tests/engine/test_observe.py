@@ -123,8 +123,18 @@ async def test_a_run_that_waits_for_approval_is_reported_interrupt(
         await recorder.done.wait()
     [report] = recorder.finished
     assert report.outcome == "interrupt" and report.tool_calls == []
-    samples = await scrape(harness)
+    # The stream is timed once, when it ends (just after the client saw it end).
+    run = frozenset({("method", "agentik.engine.v1.AgentEngine/Run"), ("code", "OK")})
+    key = ("agentik_grpc_server_handling_seconds_count", run)
+    for _ in range(int(WAIT / 0.02)):
+        samples = await scrape(harness)
+        if key in samples:
+            break
+        await asyncio.sleep(0.02)
+    assert samples[key] == 1
     assert samples[("agentik_runs_finished_total", frozenset({("outcome", "interrupt")}))] == 1
+    stream = frozenset({("method", "agentik.engine.v1.AgentEngine/Run")})
+    assert samples[("agentik_grpc_streams_open", stream)] == 0
 
 
 async def test_unknown_tools_are_one_series_and_grpc_codes_are_named(

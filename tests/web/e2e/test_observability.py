@@ -131,9 +131,16 @@ def log_records(observed: Observed, process: str) -> list[dict[str, object]]:
 
 
 def test_the_engine_metrics_count_the_turns(observed: Observed) -> None:
+    run = "agentik.engine.v1.AgentEngine/Run"
+
     def both_ended() -> bool:
         samples = scrape(observed.engine_metrics)
-        return value(samples, "agentik_runs_finished_total") >= 2
+        streams = [
+            v
+            for (name, labels), v in samples.items()
+            if name == "agentik_grpc_server_handling_seconds_count" and ("method", run) in labels
+        ]
+        return value(samples, "agentik_runs_finished_total") >= 2 and sum(streams) >= 2
 
     wait_for(both_ended, "the engine to count both runs")
     samples = scrape(observed.engine_metrics)
@@ -150,7 +157,6 @@ def test_the_engine_metrics_count_the_turns(observed: Observed) -> None:
     assert value(samples, "agentik_llm_tokens_total", direction="output") > 0
     assert value(samples, "agentik_tool_calls_total", tool="calculate", outcome="ok") >= 1
     assert value(samples, "agentik_llm_errors_total") >= 1
-    run = "agentik.engine.v1.AgentEngine/Run"
     assert value(samples, "agentik_grpc_server_handling_seconds_count", method=run) >= 2
     created = "agentik.engine.v1.AgentEngine/CreateSession"
     assert (

@@ -85,7 +85,8 @@ def _serve(name: str) -> Response:
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "no-referrer"
-    return response.make_conditional(request)
+    response.make_conditional(request)
+    return response
 
 
 @bp.get("/")

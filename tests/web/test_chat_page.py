@@ -45,9 +45,7 @@ def test_the_policy_allows_this_origin_only_and_no_inline_script() -> None:
 
 def test_the_page_has_no_inline_script_style_or_handler() -> None:
     html = (STATIC_DIR / "index.html").read_text()
-    assert re.findall(r"<script\b[^>]*>", html) == [
-        '<script type="module" src="static/app.js">'
-    ]
+    assert re.findall(r"<script\b[^>]*>", html) == ['<script type="module" src="static/app.js">']
     assert "<style" not in html
     assert not re.search(r"\s(on\w+|style)\s*=", html)
     assert "//" not in html  # nothing from elsewhere

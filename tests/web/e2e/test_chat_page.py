@@ -17,6 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver import Chrome, ChromeOptions
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.browser import chromium_or_skip
 from tests.fakes.fake_openai import FakeOpenAI
@@ -24,20 +30,13 @@ from tests.web.e2e.conftest import WAIT, Stack
 
 pytestmark = pytest.mark.timeout(300)
 
-if True:  # selenium is a dev dependency; the skip above must work without it too
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.remote.webelement import WebElement
-    from selenium.webdriver.support.wait import WebDriverWait
+TOKEN = "page-token-of-alice-0123456789"
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def browser() -> Iterator[Chrome]:
     chromium, chromedriver = chromium_or_skip()
-    options = webdriver.ChromeOptions()
+    options = ChromeOptions()
     options.binary_location = chromium
     for argument in (
         "--headless=new",
@@ -49,7 +48,7 @@ def browser() -> Iterator[WebDriver]:
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
+    driver = Chrome(options=options, service=Service(executable_path=chromedriver))
     driver.set_page_load_timeout(WAIT)
     try:
         yield driver
@@ -73,7 +72,7 @@ def offline_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def slow_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = Stack(llm, tmp_path_factory.mktemp("page-slow"))
+    running = Stack(llm, tmp_path_factory.mktemp("page-slow"), AGENTIK_TOKENS=f"alice:{TOKEN}")
     yield running
     running.stop()
 
@@ -81,7 +80,7 @@ def slow_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Ite
 class Page:
     """The chat page in the browser, with bounded waits."""
 
-    def __init__(self, driver: WebDriver, base_url: str) -> None:
+    def __init__(self, driver: Chrome, base_url: str) -> None:
         self.driver = driver
         self.base_url = base_url
 
@@ -92,7 +91,7 @@ class Page:
         self.wait(lambda: self.driver.execute_script("return document.readyState") == "complete")
 
     def wait(self, condition: Callable[[], Any], what: str = "the page") -> Any:
-        def check(_: WebDriver) -> Any:
+        def check(_: Chrome) -> Any:
             try:
                 return condition()
             except StaleElementReferenceException:
@@ -105,7 +104,14 @@ class Page:
         return list(self.driver.find_elements(By.CSS_SELECTOR, css))
 
     def one(self, css: str) -> WebElement:
-        return self.wait(lambda: (self.find(css) or [None])[-1], css)  # type: ignore[no-any-return]
+        """The last element ``css`` selects, once there is one."""
+
+        def last() -> WebElement | None:
+            found = self.find(css)
+            return found[-1] if found else None
+
+        element: WebElement = self.wait(last, css)
+        return element
 
     def status(self) -> str:
         found = self.driver.find_elements(By.ID, "status")
@@ -142,13 +148,13 @@ class Page:
 
     def assert_no_console_errors(self) -> None:
         """CSP violations and script errors show up in the console as SEVERE."""
-        logs = self.driver.get_log("browser")  # type: ignore[no-untyped-call]
+        logs: list[dict[str, Any]] = self.driver.get_log("browser")  # type: ignore[no-untyped-call]
         severe = [entry["message"] for entry in logs if entry["level"] == "SEVERE"]
         assert severe == [], severe
 
 
 @pytest.fixture(scope="module")
-def page(browser: WebDriver, offline_stack: Stack) -> Page:
+def page(browser: Chrome, offline_stack: Stack) -> Page:
     opened = Page(browser, offline_stack.base_url)
     opened.open()
     return opened
@@ -160,6 +166,7 @@ def test_hello_streams_an_answer_into_a_new_conversation(page: Page) -> None:
     page.idle()
     assert page.find(".msg.user")[0].text == "hello"
     page.wait(lambda: page.one("#conversations li .open").text == "hello", "the title")
+    assert not page.one("#token-form").is_displayed()  # this server needs no token
     page.assert_no_console_errors()
 
 
@@ -233,10 +240,25 @@ def test_conversations_are_created_switched_and_deleted(page: Page) -> None:
 
 
 @pytest.fixture(scope="module")
-def slow_page(browser: WebDriver, slow_stack: Stack) -> Page:
+def slow_page(browser: Chrome, slow_stack: Stack) -> Page:
     opened = Page(browser, slow_stack.base_url)
     opened.open()
     return opened
+
+
+def test_a_server_with_tokens_asks_for_one_and_the_page_sends_it(slow_page: Page) -> None:
+    page = slow_page
+    page.wait(lambda: page.one("#token-form").is_displayed(), "the token form")
+    assert "token" in page.status().lower()
+    page.one("#token").send_keys(TOKEN)
+    page.one("#token-form button").click()
+    page.wait(lambda: not page.one("#token-form").is_displayed(), "the form to go")
+    page.send("[[chunks:2]] hi")
+    page.wait_for_answer(r"^w0 w1\s*$")
+    page.idle()
+    stored = page.driver.execute_script("return sessionStorage.getItem('agentik.token')")
+    assert stored == TOKEN
+    page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # the expected 401
 
 
 def test_a_reload_mid_stream_shows_the_whole_answer_once(slow_page: Page) -> None:
@@ -252,13 +274,16 @@ def test_a_reload_mid_stream_shows_the_whole_answer_once(slow_page: Page) -> Non
     answer = page.wait_for_answer(r"\bw59\b")
     assert answer.split() == [f"w{i}" for i in range(60)]
     page.idle()
-    assert [e.text for e in page.find(".msg.user")] == [asked]
+    users = [e.text for e in page.find(".msg.user")]
+    assert users[-1] == asked and users.count(asked) == 1, users
 
 
 def test_stop_interrupts_the_turn_in_flight(slow_page: Page) -> None:
     page = slow_page
+    page.one("#new-conversation").click()
+    page.wait(lambda: not page.find("#log > *"), "an empty log")
     page.send("[[chunks:400]][[slow:0.05]] go on and on")
-    page.wait(lambda: len(page.answers()) == 2 and "w2" in page.answers()[-1], "streaming")
+    page.wait(lambda: len(page.answers()) == 1 and "w2" in page.answers()[0], "streaming")
     page.one("#stop").click()
     page.one(".msg.assistant.interrupted")
     page.wait(lambda: any(e.text == "Stopped." for e in page.find(".note")), "the note")

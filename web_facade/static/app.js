@@ -180,7 +180,7 @@ class View {
       root.dataset.toolCallId = id;
       root.append(element("summary", "", `Tool call: ${name}`));
       const args = element("pre", "args");
-      const result = element("pre", "result", "…");
+      const result = element("pre", "result", "(no result yet)");
       root.append(args, result);
       this.bubble(messageId).root.append(root);
       found = { root, args, result };

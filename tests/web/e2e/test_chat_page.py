@@ -170,6 +170,17 @@ def test_hello_streams_an_answer_into_a_new_conversation(page: Page) -> None:
     page.assert_no_console_errors()
 
 
+def test_reasoning_is_shown_collapsed_before_the_answer(page: Page) -> None:
+    page.send("think about it")
+    page.wait_for_answer(r'^You said: "think about it"')
+    page.idle()
+    reasoning = page.one("details.reasoning")
+    assert reasoning.get_attribute("open") is None
+    assert page.one("details.reasoning > summary").text == "Reasoning"
+    reasoning.find_element(By.TAG_NAME, "summary").click()
+    page.wait(lambda: "asked me to think" in reasoning.text, "the reasoning text")
+
+
 def test_an_approved_calculation_shows_the_tool_call_and_its_result(page: Page) -> None:
     page.send("calculate 2+2")
     approve = page.one(".prompt button.approve")
@@ -207,6 +218,9 @@ def test_a_declined_call_is_read_by_the_agent(page: Page) -> None:
 
 def test_a_question_is_answered_in_the_page(page: Page) -> None:
     page.send("ask me your favourite colour")
+    page.one(".prompt .question")
+    page.idle()
+    page.driver.refresh()  # the question waits in the conversation, not in the page
     question = page.one(".prompt .question")
     assert "colour" in question.text.lower()
     page.one(".prompt input.answer").send_keys("teal")

@@ -402,10 +402,10 @@ async function runTurn(view, method, path, body) {
   const onFrame = (frame) => view.frame(frame);
   try {
     await stream(method, path, body, controller.signal, onFrame);
-    for (let attempt = 0; !view.finished && attempt < 3; attempt++) {
+    if (!view.finished) {
       const follow = `${API}/${view.id}/events?until_idle=true&after=${view.lastEventId}`;
       await stream("GET", follow, undefined, controller.signal, onFrame);
-      view.finished = true; // until_idle: the stream ended because the turn did
+      view.finished = true; // until_idle: this stream ends once the turn has
     }
   } catch (error) {
     if (error.name === "AbortError") return;

@@ -6,7 +6,7 @@ STAMP    := $(VENV)/.installed
 NODE_DIR := tests/node
 PROTO    := proto/agentik/engine/v1/engine.proto
 
-.PHONY: install run engine web test lint typecheck pytest proto proto-lint node-deps bench clean
+.PHONY: install run engine web test lint typecheck pytest proto proto-lint node-deps browser bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ web: install
 	$(BIN)/agentik web
 
 ## Everything CI runs: lint, types, proto lint and drift, the whole test suite.
-test: install node-deps lint typecheck proto-lint pytest
+test: install node-deps browser lint typecheck proto-lint pytest
 
 lint: install
 	$(BIN)/ruff check .
@@ -48,6 +48,17 @@ node-deps:
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: node conformance tests will be skipped"; fi
+
+## The chat page's browser tests drive Debian's chromium with its chromedriver: installed with
+## apt-get (as root) only when they are missing; elsewhere those tests skip, saying why.
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium and chromium-driver (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver >/dev/null \
+		|| echo "could not install chromium: browser tests will be skipped"; \
+	else echo "chromium not found (apt-get install chromium chromium-driver): browser tests will be skipped"; fi
 
 ## Regenerate the gRPC stubs from the .proto (a test fails when they drift). The descriptor is
 ## named agentik/engine/v1/engine.proto, the modules live in engine_service.rpc: see the script.

@@ -26,7 +26,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     # module and should not carry Flask, gRPC and the protocol SDKs it never uses.
     from flask import Flask
 
-    from web_facade import health
+    from web_facade import chat_page, health
     from web_facade.a2a import routes as a2a
     from web_facade.agentik import routes as agentik
     from web_facade.agui import routes as agui
@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
 
     if settings is None:
         settings = load_settings(None, os.environ, mcp=False)  # MCP is the engine's alone
-    app = Flask(__name__)
+    app = Flask(__name__, static_folder=None)  # chat_page serves web_facade/static
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)
+    app.register_blueprint(chat_page.bp)
     if tracing.enabled():  # set up per worker by gunicorn_conf.post_fork
         from web_facade.tracing import install_tracing
 

@@ -1,0 +1,309 @@
+"""The chat page in a real headless browser (Debian's chromium, driven by selenium) against
+the whole stack: engine process, gunicorn, the page at ``GET /`` and the ``/agentik`` API.
+
+Two stacks: the offline model with ``calculate`` under approval and ``ask_user`` offered (the
+human-in-the-loop flows), and the fake LLM, whose ``[[chunks:N]][[slow:S]]`` directives make a
+long, slow answer to reload or stop in the middle of.
+
+Set ``AGENTIK_SCREENSHOT_DIR`` to save the screenshots that docs/chat.md shows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver import Chrome, ChromeOptions
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.wait import WebDriverWait
+
+from tests.browser import chromium_or_skip
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.web.e2e.conftest import WAIT, Stack
+
+pytestmark = pytest.mark.timeout(300)
+
+TOKEN = "page-token-of-alice-0123456789"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chrome]:
+    chromium, chromedriver = chromium_or_skip()
+    options = ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # tests run as root in CI
+        "--disable-dev-shm-usage",
+        "--window-size=1100,760",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = Chrome(options=options, service=Service(executable_path=chromedriver))
+    driver.set_page_load_timeout(WAIT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def offline_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = Stack(
+        llm,
+        tmp_path_factory.mktemp("page-offline"),
+        OPENAI_BASE_URL="",  # the offline model
+        OPENAI_API_KEY="",
+        AGENTIK_TOOLS_APPROVAL="calculate",
+        AGENTIK_TOOLS_ASK_USER="true",
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = Stack(llm, tmp_path_factory.mktemp("page-slow"), AGENTIK_TOKENS=f"alice:{TOKEN}")
+    yield running
+    running.stop()
+
+
+class Page:
+    """The chat page in the browser, with bounded waits."""
+
+    def __init__(self, driver: Chrome, base_url: str) -> None:
+        self.driver = driver
+        self.base_url = base_url
+
+    def open(self) -> None:
+        self.driver.get(f"{self.base_url}/")
+        self.driver.execute_script("sessionStorage.clear()")
+        self.driver.get(f"{self.base_url}/")
+        self.wait(lambda: self.driver.execute_script("return document.readyState") == "complete")
+
+    def wait(self, condition: Callable[[], Any], what: str = "the page") -> Any:
+        def check(_: Chrome) -> Any:
+            try:
+                return condition()
+            except StaleElementReferenceException:
+                return False
+
+        message = f"timed out waiting for {what}; status: {self.status()!r}"
+        return WebDriverWait(self.driver, WAIT).until(check, message)
+
+    def find(self, css: str) -> list[WebElement]:
+        return list(self.driver.find_elements(By.CSS_SELECTOR, css))
+
+    def one(self, css: str) -> WebElement:
+        """The last element ``css`` selects, once there is one."""
+
+        def last() -> WebElement | None:
+            found = self.find(css)
+            return found[-1] if found else None
+
+        element: WebElement = self.wait(last, css)
+        return element
+
+    def status(self) -> str:
+        found = self.driver.find_elements(By.ID, "status")
+        return found[0].text if found else ""
+
+    def send(self, text: str) -> None:
+        box = self.one("#input")
+        self.wait(lambda: box.is_enabled() and self.one("#send").is_enabled(), "the send button")
+        box.send_keys(text)
+        self.one("#send").click()
+
+    def answers(self) -> list[str]:
+        return [e.text for e in self.find(".msg.assistant > .text")]
+
+    def wait_for_answer(self, pattern: str) -> str:
+        regex = re.compile(pattern)
+        found = self.wait(
+            lambda: next((a for a in self.answers() if regex.search(a)), None),
+            f"an answer matching {pattern!r} (answers: {self.answers()})",
+        )
+        return str(found)
+
+    def idle(self) -> None:
+        self.wait(lambda: not self.one("#stop").is_displayed(), "the turn to end")
+
+    def conversation_ids(self) -> list[str]:
+        return [str(e.get_attribute("data-id")) for e in self.find("#conversations li")]
+
+    def screenshot(self, name: str) -> None:
+        directory = os.environ.get("AGENTIK_SCREENSHOT_DIR")
+        if directory:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            self.driver.save_screenshot(str(Path(directory) / name))
+
+    def assert_no_console_errors(self) -> None:
+        """CSP violations and script errors show up in the console as SEVERE."""
+        logs: list[dict[str, Any]] = self.driver.get_log("browser")  # type: ignore[no-untyped-call]
+        severe = [entry["message"] for entry in logs if entry["level"] == "SEVERE"]
+        assert severe == [], severe
+
+
+@pytest.fixture(scope="module")
+def page(browser: Chrome, offline_stack: Stack) -> Page:
+    opened = Page(browser, offline_stack.base_url)
+    opened.open()
+    return opened
+
+
+def test_hello_streams_an_answer_into_a_new_conversation(page: Page) -> None:
+    page.send("hello")
+    page.wait_for_answer(r'^You said: "hello"\. \(offline model')
+    page.idle()
+    assert page.find(".msg.user")[0].text == "hello"
+    page.wait(lambda: page.one("#conversations li .open").text == "hello", "the title")
+    assert not page.one("#token-form").is_displayed()  # this server needs no token
+    page.assert_no_console_errors()
+
+
+def test_reasoning_is_shown_collapsed_before_the_answer(page: Page) -> None:
+    page.send("think about it")
+    page.wait_for_answer(r'^You said: "think about it"')
+    page.idle()
+    reasoning = page.one("details.reasoning")
+    assert reasoning.get_attribute("open") is None
+    assert page.one("details.reasoning > summary").text == "Reasoning"
+    reasoning.find_element(By.TAG_NAME, "summary").click()
+    page.wait(lambda: "asked me to think" in reasoning.text, "the reasoning text")
+
+
+def test_an_approved_calculation_shows_the_tool_call_and_its_result(page: Page) -> None:
+    page.send("calculate 2+2")
+    approve = page.one(".prompt button.approve")
+    assert '"expression": "2+2"' in page.one(".prompt pre.args").text
+    page.screenshot("chat-approval.png")
+    approve.click()
+    page.wait_for_answer(r"^2\+2 = 4\.$")
+    page.idle()
+    call = page.one(".tool-call")
+    assert "Tool call: calculate" in call.text
+    assert '"result": 4' in page.one(".tool-call .result").text
+    assert not page.find(".prompt")
+    page.screenshot("chat-tool-call.png")
+
+
+def test_edited_arguments_run_instead_of_the_llms(page: Page) -> None:
+    page.send("calculate 2+2")
+    page.one(".prompt button.edit").click()
+    editor = page.one(".prompt textarea.edit-arguments")
+    editor.clear()
+    editor.send_keys('{"expression": "6*7"}')
+    page.one(".prompt button.approve").click()
+    page.wait_for_answer(r"^6\*7 = 42\.$")
+    page.idle()
+
+
+def test_a_declined_call_is_read_by_the_agent(page: Page) -> None:
+    page.send("calculate 3+3")
+    page.one(".prompt input.reason").send_keys("not now")
+    page.one(".prompt button.decline").click()
+    page.wait_for_answer(r"declined")
+    page.idle()
+    assert not any("3+3 = 6" in answer for answer in page.answers())
+
+
+def test_a_question_is_answered_in_the_page(page: Page) -> None:
+    page.send("ask me your favourite colour")
+    page.one(".prompt .question")
+    page.idle()
+    page.driver.refresh()  # the question waits in the conversation, not in the page
+    question = page.one(".prompt .question")
+    assert "colour" in question.text.lower()
+    page.one(".prompt input.answer").send_keys("teal")
+    page.one(".prompt button.send-answer").click()
+    page.wait_for_answer(r'You answered: "teal"')
+    page.idle()
+    page.assert_no_console_errors()
+
+
+def test_conversations_are_created_switched_and_deleted(page: Page) -> None:
+    [first] = page.conversation_ids()
+    page.one("#new-conversation").click()
+    page.wait(lambda: len(page.conversation_ids()) == 2, "a second conversation")
+    page.wait(lambda: not page.find("#log > *"), "an empty log")
+    page.send("hello again")
+    page.wait_for_answer(r'You said: "hello again"')
+    page.idle()
+    second = page.driver.current_url.rsplit("#", 1)[1]
+    assert second != first and set(page.conversation_ids()) == {first, second}
+
+    page.one(f'#conversations li[data-id="{first}"] .open').click()
+    page.wait_for_answer(r"^2\+2 = 4\.$")  # the history, tool calls and all
+    results = [e.text for e in page.find(".tool-call .result")]
+    assert any('"result": 4' in result for result in results), results
+    assert not any("hello again" in answer for answer in page.answers())
+
+    page.one(f'#conversations li[data-id="{second}"] .delete').click()
+    page.wait(lambda: page.conversation_ids() == [first], "the deleted conversation to go")
+    page.wait_for_answer(r"^2\+2 = 4\.$")  # the open one stays
+    page.assert_no_console_errors()
+
+
+@pytest.fixture(scope="module")
+def slow_page(browser: Chrome, slow_stack: Stack) -> Page:
+    opened = Page(browser, slow_stack.base_url)
+    opened.open()
+    return opened
+
+
+def test_a_server_with_tokens_asks_for_one_and_the_page_sends_it(slow_page: Page) -> None:
+    page = slow_page
+    page.wait(lambda: page.one("#token-form").is_displayed(), "the token form")
+    assert "token" in page.status().lower()
+    page.one("#token").send_keys(TOKEN)
+    page.one("#token-form button").click()
+    page.wait(lambda: not page.one("#token-form").is_displayed(), "the form to go")
+    page.send("[[chunks:2]] hi")
+    page.wait_for_answer(r"^w0 w1\s*$")
+    page.idle()
+    stored = page.driver.execute_script("return sessionStorage.getItem('agentik.token')")
+    assert stored == TOKEN
+    page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # the expected 401
+
+
+def test_a_reload_mid_stream_shows_the_whole_answer_once(slow_page: Page) -> None:
+    page = slow_page
+    asked = "[[chunks:60]][[slow:0.08]] a long answer"
+    page.send(asked)
+    page.wait_for_answer(r"\bw3\b")
+    assert page.one("#stop").is_displayed()
+    page.driver.refresh()
+    page.wait(lambda: page.find(".msg.user"), "the history after the reload")
+    # Still streaming into the reloaded page: the turn has seconds to go.
+    page.wait(lambda: page.one("#stop").is_displayed(), "the stop button after the reload")
+    answer = page.wait_for_answer(r"\bw59\b")
+    assert answer.split() == [f"w{i}" for i in range(60)]
+    page.idle()
+    users = [e.text for e in page.find(".msg.user")]
+    assert users[-1] == asked and users.count(asked) == 1, users
+
+
+def test_stop_interrupts_the_turn_in_flight(slow_page: Page) -> None:
+    page = slow_page
+    page.one("#new-conversation").click()
+    page.wait(lambda: not page.find("#log > *"), "an empty log")
+    page.send("[[chunks:400]][[slow:0.05]] go on and on")
+    page.wait(lambda: len(page.answers()) == 1 and "w2" in page.answers()[0], "streaming")
+    page.one("#stop").click()
+    page.one(".msg.assistant.interrupted")
+    page.wait(lambda: any(e.text == "Stopped." for e in page.find(".note")), "the note")
+    page.idle()
+    words = page.answers()[-1].split()
+    assert 3 <= len(words) < 400
+    page.send("[[chunks:2]] again")  # the conversation takes messages again
+    page.wait_for_answer(r"^w0 w1\s*$")
+    page.assert_no_console_errors()

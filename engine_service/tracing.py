@@ -27,7 +27,6 @@ metadata (:func:`trace_metadata`, :func:`extract`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -220,6 +219,8 @@ class OtelTracer:
 
     @contextmanager
     def _span(self, name: str, attributes: Mapping[str, AttributeValue]) -> Iterator[Span]:
+        import asyncio  # here: the web workers import this module, and never need asyncio
+
         with self._tracer.start_as_current_span(
             name, attributes=attributes, record_exception=False, set_status_on_exception=False
         ) as otel_span:

@@ -107,6 +107,12 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
     ("grpc.service_config_disable_resolution", 1),
     ("grpc.enable_retries", 1),
+    # This client's own connections: gRPC otherwise shares them between channels with the
+    # same target and options, process-wide, and a new client would inherit the backoff of
+    # an older one's connection to an engine that stopped at that address (its calls then
+    # fail UNAVAILABLE at once); and several channels to engine workers on one port would
+    # all ride one connection.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
@@ -209,13 +215,7 @@ class EngineClient:
                 return
             # Channels inherited through fork are unusable; drop them without closing.
             self._channels = [
-                grpc.insecure_channel(
-                    self.target,
-                    # Each its own connection: channels with equal options share one.
-                    options=[*_CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
-                    if self.channels > 1
-                    else _CHANNEL_OPTIONS,
-                )
+                grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
                 for _ in range(self.channels)
             ]
             self._channel = self._channels[0]

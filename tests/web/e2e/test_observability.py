@@ -261,15 +261,19 @@ def test_the_access_log_names_each_request_and_never_the_token(observed: Observe
 def test_an_mcp_server_that_cannot_start_is_down_in_the_metrics_and_warned_of(
     observed: Observed,
 ) -> None:
+    seen: list[Samples] = []
+
     def failed() -> bool:
-        samples = scrape(observed.engine_metrics)
+        # The source retries, so its state moves on between scrapes (unavailable,
+        # connecting, ...): the checks read the one scrape that showed it unavailable.
+        seen[:] = [scrape(observed.engine_metrics)]
         return (
             "agentik_mcp_server_up",
             frozenset({("server", "broken"), ("state", "unavailable")}),
-        ) in samples
+        ) in seen[0]
 
     wait_for(failed, "the MCP server to be reported unavailable")
-    samples = scrape(observed.engine_metrics)
+    samples = seen[0]
     assert value(samples, "agentik_mcp_server_up", server="broken") == 0
     assert value(samples, "agentik_mcp_server_up", server="broken", state="unavailable") == 0
     records = log_records(observed, "engine")

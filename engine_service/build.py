@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from engine_service import tracing
-from engine_service.config import Settings
+from engine_service.config import ConfigError, Settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hitl import AskUserTool
@@ -38,12 +38,20 @@ def build_model(settings: Settings) -> ChatModel:
 
 
 def build_tools(settings: Settings) -> ToolRegistry:
-    """The native tools; MCP tools join when their servers connect (``build_mcp_sources``)."""
+    """The native and Python tools; MCP tools join when their servers connect
+    (``build_mcp_sources``). A Python tool that cannot load is a ``ConfigError``."""
     registry = ToolRegistry()
     for tool in builtin_tools():
         registry.register(tool)
     if settings.tools_ask_user:
         registry.register(AskUserTool())
+    if settings.python_tools:  # pydantic and the functions' modules load only when used
+        from engine_service.tools.python_tools import PythonToolLoadError, register_python_tools
+
+        try:
+            register_python_tools(settings.python_tools, registry)
+        except PythonToolLoadError as exc:
+            raise ConfigError(str(exc)) from None
     return registry
 
 

@@ -94,7 +94,11 @@ def _tools(args: argparse.Namespace) -> int:
     settings = _settings(args)
     # The table says why a server is absent; its log lines would only repeat that.
     logging.basicConfig(level=settings.log_level if settings.log_level == "DEBUG" else "CRITICAL")
-    registry = build_tools(settings)
+    try:
+        registry = build_tools(settings)
+    except ConfigError as exc:  # a [[tools.python]] function that does not load
+        print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        return 2
     sources = build_mcp_sources(settings, registry)
 
     async def snapshot() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:

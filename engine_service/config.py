@@ -93,6 +93,10 @@ TOML layout (every key optional)::
                                            #   (read by the engine only: the web facade
                                            #   loads with mcp=False and skips this table)
 
+    [[tools.python]]                       # one table per Python function offered as a tool
+    function = "my_tools:forecast"         #   (no env var); keys: engine_service/tools/
+    timeout = 10.0                         #   python_config.py and docs/tools.md
+
 Engine targets: ``engine_target`` is where the facade dials the engine, as a gRPC target.
 With several engines behind one facade, the facade balances calls over every address the
 target names (round robin) and retries the safe reads on another one:
@@ -126,6 +130,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
     from engine_service.tools.mcp_config import McpServerConfig
+    from engine_service.tools.python_config import PythonToolConfig
 
 __all__ = [
     "ConfigError",
@@ -233,6 +238,8 @@ class Settings:
     jwt_algorithms: tuple[str, ...] = ()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """The ``[[mcp.servers]]`` entries of the TOML file, validated."""
+    python_tools: tuple[PythonToolConfig, ...] = ()
+    """The ``[[tools.python]]`` entries of the TOML file (imported by the engine only)."""
 
     def __post_init__(self) -> None:
         if not self.engine_target:
@@ -929,7 +936,10 @@ for _spec in _FIELDS:
 del _spec
 _MCP_SECTION = "mcp"
 
-assert {f.name for f in _FIELDS} == {f.name for f in fields(Settings)} - {"mcp_servers"}
+_TABLES = {"mcp_servers", "python_tools"}
+"""Settings read from arrays of tables in the TOML file only, not from ``_FIELDS``."""
+
+assert {f.name for f in _FIELDS} == {f.name for f in fields(Settings)} - _TABLES
 
 
 def setting_keys() -> list[tuple[str, str, str]]:
@@ -983,6 +993,15 @@ def _mcp_servers(table: object, path: str, env: Mapping[str, str]) -> tuple[McpS
         raise ConfigError(str(exc)) from None
 
 
+def _python_tools(raw: object, path: str) -> tuple[PythonToolConfig, ...]:
+    from engine_service.tools.python_config import PythonToolConfigError, parse_python_tools
+
+    try:
+        return parse_python_tools(raw, repr(path))
+    except PythonToolConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _expand_tokens(raw: object, env: Mapping[str, str], origin: str) -> object:
     """``${NAME}`` in ``[[auth.tokens]]`` tokens, from the environment."""
     if not isinstance(raw, list):
@@ -1021,6 +1040,9 @@ def _from_toml(
         if not isinstance(table, dict):
             raise ConfigError(f"{section!r} in {path!r} must be a table ([{section}])")
         for key, raw in table.items():
+            if section == "tools" and key == "python":  # [[tools.python]]
+                values["python_tools"] = _python_tools(raw, path)
+                continue
             spec = keys.get(key)
             if spec is None:
                 raise _unknown("key", key, list(keys), f"[{section}] of {path!r}")

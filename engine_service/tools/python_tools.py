@@ -6,17 +6,22 @@ the docstring's first paragraph describes the tool. Arguments are validated agai
 same model before the call, so a wrong argument is a tool error the LLM reads, naming it.
 
 An ``async def`` runs on the engine's loop and is cancelled by a timeout or an interrupt;
-a plain ``def`` runs in a worker thread (``asyncio.to_thread``) so it cannot stall the
-loop — Python cannot stop a thread, so after a timeout or an interrupt the run moves on
-while the thread finishes on its own and its result is dropped.
+a plain ``def`` runs in a thread of its own so it cannot stall the loop. Python cannot stop
+a thread, so after a timeout or an interrupt the run moves on while the thread finishes on
+its own and its result is dropped. That thread is a daemon, not one of
+``asyncio.to_thread``'s pool: a function that never returns would otherwise hold a pool
+worker (the pool is shared and small) and delay the engine's exit, which joins the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import importlib
 import inspect
 import re
+import threading
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -73,12 +78,41 @@ class PythonTool(Tool):
             if self._is_async:
                 value = await self.function(**kwargs)
             else:
-                value = await asyncio.to_thread(self.function, **kwargs)
+                value = await _in_thread(self.function, kwargs)
         except ToolError:
             raise
         except Exception as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
         return ToolResult(_text(value))
+
+
+async def _in_thread(function: Callable[..., Any], kwargs: dict[str, Any]) -> object:
+    """``function(**kwargs)`` in a daemon thread, with the caller's context variables."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[object] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(value: object, error: BaseException | None) -> None:
+        if future.done():  # cancelled: a timeout or an interrupt came first
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def work() -> None:
+        value: object = None
+        error: BaseException | None = None
+        try:
+            value = context.run(function, **kwargs)
+        except BaseException as exc:  # handed to the awaiting task
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, value, error)
+
+    name = f"python-tool-{getattr(function, '__name__', 'function')}"
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return await future
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:

@@ -43,7 +43,7 @@ def config(tmp_path: Path, *tables: str) -> str:
     return str(path)
 
 
-def result_of(events: list[pb.Event]) -> pb.ToolCallResultEvent:
+def result_of(events: list[pb.Event]) -> pb.ToolCallResult:
     return next(e.tool_call_result for e in events if kind(e) == "tool_call_result")
 
 

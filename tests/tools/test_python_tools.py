@@ -151,7 +151,7 @@ async def test_arguments_are_converted_to_the_annotated_types_including_models()
         "tags": ["a", "b"],
         "point": {"x": 1, "y": 2.5},
     }
-    result = json.loads((await tool.call(arguments, context())).content)  # type: ignore[arg-type]
+    result = json.loads((await tool.call(arguments, context())).content)
     assert result["point_type"] == "Point"
     assert result["x_plus_y"] == 3.5
     assert result["tags"] == ["a", "b"]
@@ -175,7 +175,7 @@ async def test_invalid_arguments_are_a_tool_error_naming_the_argument(
     arguments: dict[str, object], expected: str
 ) -> None:
     with pytest.raises(ToolError, match="invalid arguments") as raised:
-        await PythonTool(sample_tools.forecast).call(arguments, context())  # type: ignore[arg-type]
+        await PythonTool(sample_tools.forecast).call(arguments, context())
     assert expected in str(raised.value)
 
 

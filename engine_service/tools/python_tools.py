@@ -39,6 +39,7 @@ __all__ = ["PythonTool", "PythonToolLoadError", "load_python_tool", "register_py
 SOURCE = "python"
 
 _ARGS_HEADERS = ("args:", "arguments:", "parameters:")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -73,7 +74,10 @@ class PythonTool(Tool):
             validated = self._model.model_validate(arguments)
         except pydantic.ValidationError as exc:
             raise ToolError(_validation_message(exc)) from None
-        kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
+        kwargs = {
+            info.alias or field: getattr(validated, field)
+            for field, info in type(validated).model_fields.items()
+        }
         try:
             if self._is_async:
                 value = await self.function(**kwargs)
@@ -167,8 +171,12 @@ def _arguments_model(
         if parameter.name not in hints:
             raise PythonToolLoadError(f"parameter {parameter.name!r} has no type annotation")
         default = ... if parameter.default is parameter.empty else parameter.default
-        info = pydantic.Field(default, description=arg_docs.get(parameter.name))
-        fields[parameter.name] = (hints[parameter.name], info)
+        # The parameter's name is the field's alias: a field named after it could clash
+        # with BaseModel's own attributes (``json``, ``model_config``) or start with "_".
+        info = pydantic.Field(
+            default, alias=parameter.name, description=arg_docs.get(parameter.name)
+        )
+        fields[f"p{len(fields)}"] = (hints[parameter.name], info)
     try:
         model: type[pydantic.BaseModel] = pydantic.create_model(
             f"{function.__name__}_arguments",
@@ -244,9 +252,14 @@ def load_python_tool(config: PythonToolConfig) -> PythonTool:
         if not (inspect.isfunction(function) or inspect.ismethod(function)):
             kind = type(function).__name__
             raise PythonToolLoadError(f"{config.function!r} is not a function (it is a {kind})")
-        return PythonTool(
+        tool = PythonTool(
             function, name=config.name, description=config.description, timeout=config.timeout
         )
+        if not _TOOL_NAME.match(tool.name):
+            raise PythonToolLoadError(
+                f"{tool.name!r} is not a tool name (1 to 64 of A-Z a-z 0-9 _ -); set 'name'"
+            )
+        return tool
     except PythonToolLoadError as exc:
         raise PythonToolLoadError(f"{config.label} ({config.function}): {exc}") from None
 

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from engine_service.core.tool import ToolError
+
 NOT_A_FUNCTION = 42
 
 started = threading.Event()
@@ -131,3 +133,13 @@ def which_thread() -> dict[str, object]:
     """Where this call runs."""
     thread = threading.current_thread()
     return {"main": thread is threading.main_thread(), "daemon": thread.daemon}
+
+
+def reserved_names(json: str, model_config: str, _private: int = 0) -> list[object]:
+    """Parameter names pydantic's BaseModel keeps for itself."""
+    return [json, model_config, _private]
+
+
+def refuse(reason: str) -> str:
+    """Fail with a message meant for the LLM."""
+    raise ToolError(reason)

@@ -158,6 +158,21 @@ async def test_arguments_are_converted_to_the_annotated_types_including_models()
     assert result["note"] is None
 
 
+async def test_parameters_named_like_basemodel_attributes_or_private_names_work() -> None:
+    tool = PythonTool(sample_tools.reserved_names)
+    props = tool.parameters["properties"]
+    assert isinstance(props, dict)
+    assert list(props) == ["json", "model_config", "_private"]
+    result = await tool.call({"json": "j", "model_config": "m", "_private": 2}, context())
+    assert json.loads(result.content) == ["j", "m", 2]
+
+
+async def test_a_tool_error_raised_by_the_function_reaches_the_llm_as_its_message() -> None:
+    with pytest.raises(ToolError) as raised:
+        await PythonTool(sample_tools.refuse).call({"reason": "no such city"}, context())
+    assert str(raised.value) == "no such city"
+
+
 async def test_none_is_returned_as_json_null() -> None:
     assert (await PythonTool(sample_tools.nothing).call({}, context())).content == "null"
 

@@ -1045,7 +1045,8 @@ def _from_toml(
                 continue
             spec = keys.get(key)
             if spec is None:
-                raise _unknown("key", key, list(keys), f"[{section}] of {path!r}")
+                known = [*keys, "python"] if section == "tools" else list(keys)
+                raise _unknown("key", key, known, f"[{section}] of {path!r}")
             if spec.name == "auth_tokens":
                 raw = _expand_tokens(raw, env, f"{spec.toml_key} in {path!r}")
             values[spec.name] = _parse(spec, raw, False, f"{spec.toml_key} in {path!r}")

@@ -306,3 +306,9 @@ def test_a_function_that_does_not_load_stops_the_build_with_a_config_error(
     )
     with pytest.raises(ConfigError, match=r"^\[\[tools.python\]\] entry 2 .*cannot import"):
         build_tools(load_settings(path, {}))
+
+
+def test_a_misspelt_tools_python_table_gets_a_did_you_mean(tmp_path: Path) -> None:
+    path = write(tmp_path, f'[[tools.pyton]]\nfunction = "{SAMPLES}:shout"\n')
+    with pytest.raises(ConfigError, match="did you mean 'python'"):
+        load_settings(path, {})

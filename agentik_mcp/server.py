@@ -53,12 +53,16 @@ _ROLES = {
 
 
 class EngineAccess:
-    """An async channel to the engine and the bearer token its calls carry."""
+    """An async channel to the engine, and where the bearer token of its calls comes from:
+    one ``token`` for the process (stdio: ``AGENTIK_TOKEN``), or with ``from_request`` each
+    MCP request's own ``Authorization`` header (streamable HTTP)."""
 
-    def __init__(self, target: str, token: str | None, token_source: str = "AGENTIK_TOKEN") -> None:
+    def __init__(
+        self, target: str, token: str | None = None, *, from_request: bool = False
+    ) -> None:
         self.target = target
         self.token = token or None
-        self.token_source = token_source
+        self.from_request = from_request
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.AgentEngineAsyncStub | None = None
 
@@ -70,23 +74,34 @@ class EngineAccess:
             self._stub = pb_grpc.AgentEngineStub(self._channel)
         return self._stub
 
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+    def _authorization(self, ctx: Context) -> str | None:
+        if not self.from_request:
+            return f"Bearer {self.token}" if self.token else None
+        value = (ctx.headers or {}).get("authorization")
+        if value is None:
+            return None
+        # What gRPC metadata cannot carry goes as an empty bearer, refused like any bad one.
+        return value if value.isascii() and value.isprintable() else "Bearer"
+
+    def metadata(self, ctx: Context) -> tuple[tuple[str, str], ...]:
+        """The engine call's metadata for the MCP request ``ctx``."""
+        authorization = self._authorization(ctx)
+        return (("authorization", authorization),) if authorization else ()
 
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()
         self._channel = self._stub = None
 
-    def failure(self, exc: grpc.aio.AioRpcError) -> Exception:
+    def failure(self, exc: grpc.aio.AioRpcError, ctx: Context) -> Exception:
         """The MCP error for a failed engine call (see the module docstring)."""
         code, details = exc.code(), exc.details() or ""
         if code == grpc.StatusCode.UNAUTHENTICATED:
+            where = "the Authorization header" if self.from_request else "AGENTIK_TOKEN"
             hint = (
-                f"the token in {self.token_source} was refused"
-                if self.token
-                else f"the engine needs a token: set {self.token_source}"
+                f"the token in {where} was refused"
+                if self._authorization(ctx)
+                else f"the engine needs a token: set {where}"
             )
             return MCPError(UNAUTHORIZED, f"agentik: {hint} ({details})")
         if code == grpc.StatusCode.PERMISSION_DENIED:
@@ -116,18 +131,18 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         try:
             return await _send(engine, ctx, text, conversation_id or "")
         except grpc.aio.AioRpcError as exc:
-            raise engine.failure(exc) from exc
+            raise engine.failure(exc, ctx) from exc
 
     @server.tool()
-    async def list_conversations(limit: int = 20, offset: int = 0) -> dict[str, Any]:
+    async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> dict[str, Any]:
         """The conversations the caller may see, most recently updated first."""
         request = pb.ListSessionsRequest(limit=max(1, min(limit, 1000)), offset=max(0, offset))
         try:
             page = await engine.stub.ListSessions(
-                request, metadata=engine.metadata, timeout=UNARY_TIMEOUT
+                request, metadata=engine.metadata(ctx), timeout=UNARY_TIMEOUT
             )
         except grpc.aio.AioRpcError as exc:
-            raise engine.failure(exc) from exc
+            raise engine.failure(exc, ctx) from exc
         return {
             "total": page.total,
             "conversations": [
@@ -143,15 +158,17 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         }
 
     @server.tool()
-    async def read_conversation(conversation_id: str, limit: int = 100) -> dict[str, Any]:
+    async def read_conversation(
+        conversation_id: str, ctx: Context, limit: int = 100
+    ) -> dict[str, Any]:
         """The messages of a conversation, oldest first (the first `limit`)."""
         request = pb.ListMessagesRequest(session_id=conversation_id, limit=max(1, min(limit, 1000)))
         try:
             page = await engine.stub.ListMessages(
-                request, metadata=engine.metadata, timeout=UNARY_TIMEOUT
+                request, metadata=engine.metadata(ctx), timeout=UNARY_TIMEOUT
             )
         except grpc.aio.AioRpcError as exc:
-            raise engine.failure(exc) from exc
+            raise engine.failure(exc, ctx) from exc
         return {
             "conversation_id": conversation_id,
             "messages": [_message(m) for m in page.messages],
@@ -166,7 +183,7 @@ async def _send(engine: EngineAccess, ctx: Context, text: str, session_id: str) 
     if not session_id:
         session = await stub.CreateSession(
             pb.CreateSessionRequest(title=text[:60]),
-            metadata=engine.metadata,
+            metadata=engine.metadata(ctx),
             timeout=UNARY_TIMEOUT,
         )
         session_id = session.id
@@ -180,7 +197,7 @@ async def _send(engine: EngineAccess, ctx: Context, text: str, session_id: str) 
     )
     answer: list[str] = []
     run_id, status, detail = "", "completed", ""
-    async for event in _events(stub.Run(request, metadata=engine.metadata)):
+    async for event in _events(stub.Run(request, metadata=engine.metadata(ctx))):
         run_id = run_id or event.run_id
         kind = event.WhichOneof("kind")
         if kind == "text_message_content":

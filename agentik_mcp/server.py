@@ -31,8 +31,10 @@ __all__ = ["UNARY_TIMEOUT", "UNAUTHORIZED", "EngineAccess", "build_server"]
 UNARY_TIMEOUT = 30.0
 """Deadline of the engine's unary calls, in seconds."""
 
-UNAUTHORIZED = -32001
-"""The MCP error code of a call the engine refused for its credentials."""
+UNAUTHORIZED = -32010
+"""The MCP error code of a call the engine refused for its credentials (JSON-RPC's
+server-defined range; the SDK uses -32000 for a closed connection, -32001 for a timeout,
+-32020..-32042 for protocol conditions)."""
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -107,7 +109,9 @@ class EngineAccess:
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return MCPError(UNAUTHORIZED, f"agentik: not allowed: {details}")
         if code == grpc.StatusCode.UNAVAILABLE:
-            return ToolError(f"the agentik engine at {self.target} is unavailable: {details}")
+            # Over HTTP the caller is remote: the engine's address is not theirs to know.
+            where = "" if self.from_request else f" at {self.target}"
+            return ToolError(f"the agentik engine{where} is unavailable: {details}")
         return ToolError(f"{code.name}: {details}")
 
 

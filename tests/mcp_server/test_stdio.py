@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -190,3 +191,13 @@ async def test_each_token_sees_its_own_conversations(llm: FakeOpenAI) -> None:
             assert listed.structured_content["conversations"] == []
             read = await bob.call_tool("read_conversation", {"conversation_id": conversation})
             assert read.is_error
+
+
+async def test_an_engine_that_is_down_is_a_tool_error_naming_it() -> None:
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{probe.getsockname()[1]}"
+    async with mcp_client(target) as client:
+        result = await client.call_tool("list_conversations", {})
+    assert result.is_error
+    assert f"the agentik engine at {target} is unavailable" in _text(result)

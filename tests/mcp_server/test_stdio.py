@@ -201,3 +201,15 @@ async def test_an_engine_that_is_down_is_a_tool_error_naming_it() -> None:
         result = await client.call_tool("list_conversations", {})
     assert result.is_error
     assert f"the agentik engine at {target} is unavailable" in _text(result)
+
+
+async def test_a_turn_that_waits_for_a_person_says_so(llm: FakeOpenAI) -> None:
+    settings = _settings(llm, AGENTIK_TOOLS_APPROVAL="calculate")
+    async with running_engine(settings) as harness, mcp_client(harness.target) as client:
+        result = await client.call_tool(
+            "send_message", {"text": '[[tool:calculate {"expression": "6*7"}]]'}
+        )
+    assert not result.is_error
+    assert result.structured_content["status"] == "input_required"
+    assert "The agent waits for a person: " in _text(result)
+    assert "calculate" in result.structured_content["detail"]

@@ -1,5 +1,5 @@
-"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate``, ``grpc``
-and ``chat``; ``agentik --version``."""
+"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate``, ``grpc``,
+``chat`` and ``mcp``; ``agentik --version``."""
 
 from __future__ import annotations
 
@@ -220,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentik_chat.cli import add_command as add_chat
 
     add_chat(commands)
+    from agentik_mcp.cli import add_command as add_mcp
+
+    add_mcp(commands)
     return parser
 
 

@@ -26,7 +26,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     # module and should not carry Flask, gRPC and the protocol SDKs it never uses.
     from flask import Flask
 
-    from web_facade import chat_page, health
+    from web_facade import chat_page, health, mcp_http
     from web_facade.a2a import routes as a2a
     from web_facade.agentik import routes as agentik
     from web_facade.agui import routes as agui
@@ -54,6 +54,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)
     app.register_blueprint(chat_page.bp)
+    app.register_blueprint(mcp_http.bp)  # agentik as an MCP server, docs/mcp.md
     if tracing.enabled():  # set up per worker by gunicorn_conf.post_fork
         from web_facade.tracing import install_tracing
 

@@ -1,0 +1,1 @@
+"""agentik as an MCP server: the engine's conversations as MCP tools (``agentik mcp``)."""

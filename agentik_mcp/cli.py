@@ -1,0 +1,59 @@
+"""``agentik mcp``: agentik as an MCP server on stdin/stdout, for desktop MCP clients.
+
+``engine_service.cli`` calls :func:`add_command`; the MCP SDK is imported only when the
+command runs. The process talks to the engine over gRPC: the target comes from ``--target``,
+else the config (``AGENTIK_ENGINE_TARGET`` / ``grpc_addr``), as for the web facade; the
+token from ``AGENTIK_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_command"]
+
+
+def add_command(subparsers: Any) -> None:
+    """Add ``mcp`` to the ``agentik`` command."""
+    mcp = subparsers.add_parser(
+        "mcp",
+        help="serve agentik as an MCP server on stdio (for desktop MCP clients)",
+        description="An MCP server on stdin/stdout whose tools talk to the agentik engine: "
+        "send_message, list_conversations, read_conversation. Logs go to stderr.",
+    )
+    mcp.add_argument(
+        "--target", help="the engine's gRPC target (default: $AGENTIK_ENGINE_TARGET / grpc_addr)"
+    )
+    mcp.set_defaults(handler=_mcp)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import anyio
+
+    from agentik_mcp.server import EngineAccess, build_server
+    from engine_service.config import ConfigError, load_settings
+
+    target = args.target
+    if not target:
+        try:
+            target = load_settings(args.config, os.environ, mcp=False).engine_target
+        except ConfigError as exc:
+            print(f"agentik: configuration error: {exc}", file=sys.stderr)
+            return 2
+    engine = EngineAccess(target, os.environ.get("AGENTIK_TOKEN"))
+    server = build_server(engine)
+
+    async def serve() -> None:
+        try:
+            await server.run_stdio_async()
+        finally:
+            await engine.close()
+
+    try:
+        anyio.run(serve)
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,262 @@
+"""The MCP server: three tools over the engine's gRPC API.
+
+``send_message`` runs one turn (in a new conversation, or an existing one) and answers with
+the assistant's text; while the answer streams it sends MCP progress notifications (when the
+client asked for them with a progress token), and an MCP cancellation of the call cancels the
+engine call, which stops the run (``cancel_on_disconnect``). ``list_conversations`` and
+``read_conversation`` read the engine's sessions and messages.
+
+The server checks no credentials itself: every engine call carries the bearer token as
+``authorization`` metadata and the engine decides, exactly as for the web facade. A refused
+token is an MCP error (the client's call raises); other engine failures (an unknown
+conversation, a failed run) are tool errors the calling model can read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from mcp import MCPError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+
+__all__ = ["UNARY_TIMEOUT", "UNAUTHORIZED", "EngineAccess", "build_server"]
+
+UNARY_TIMEOUT = 30.0
+"""Deadline of the engine's unary calls, in seconds."""
+
+UNAUTHORIZED = -32010
+"""The MCP error code of a call the engine refused for its credentials (JSON-RPC's
+server-defined range; the SDK uses -32000 for a closed connection, -32001 for a timeout,
+-32020..-32042 for protocol conditions)."""
+
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+"""As the facade's channel (web_facade/engine_client.py): large history pages, and fast
+reconnects after an engine restart."""
+
+_ROLES = {
+    pb.ROLE_USER: "user",
+    pb.ROLE_ASSISTANT: "assistant",
+    pb.ROLE_SYSTEM: "system",
+    pb.ROLE_DEVELOPER: "developer",
+    pb.ROLE_TOOL: "tool",
+}
+
+
+class EngineAccess:
+    """An async channel to the engine, and where the bearer token of its calls comes from:
+    one ``token`` for the process (stdio: ``AGENTIK_TOKEN``), or with ``from_request`` each
+    MCP request's own ``Authorization`` header (streamable HTTP)."""
+
+    def __init__(
+        self, target: str, token: str | None = None, *, from_request: bool = False
+    ) -> None:
+        self.target = target
+        self.token = token or None
+        self.from_request = from_request
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.AgentEngineAsyncStub | None = None
+
+    @property
+    def stub(self) -> pb_grpc.AgentEngineAsyncStub:
+        """The engine stub; the channel is made on first use, in the running event loop."""
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+            self._stub = pb_grpc.AgentEngineStub(self._channel)
+        return self._stub
+
+    def _authorization(self, ctx: Context) -> str | None:
+        if not self.from_request:
+            return f"Bearer {self.token}" if self.token else None
+        value = (ctx.headers or {}).get("authorization")
+        if value is None:
+            return None
+        # What gRPC metadata cannot carry goes as an empty bearer, refused like any bad one.
+        return value if value.isascii() and value.isprintable() else "Bearer"
+
+    def metadata(self, ctx: Context) -> tuple[tuple[str, str], ...]:
+        """The engine call's metadata for the MCP request ``ctx``."""
+        authorization = self._authorization(ctx)
+        return (("authorization", authorization),) if authorization else ()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = self._stub = None
+
+    def failure(self, exc: grpc.aio.AioRpcError, ctx: Context) -> Exception:
+        """The MCP error for a failed engine call (see the module docstring)."""
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            where = "the Authorization header" if self.from_request else "AGENTIK_TOKEN"
+            hint = (
+                f"the token in {where} was refused"
+                if self._authorization(ctx)
+                else f"the engine needs a token: set {where}"
+            )
+            return MCPError(UNAUTHORIZED, f"agentik: {hint} ({details})")
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return MCPError(UNAUTHORIZED, f"agentik: not allowed: {details}")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            # Over HTTP the caller is remote: the engine's address is not theirs to know.
+            where = "" if self.from_request else f" at {self.target}"
+            return ToolError(f"the agentik engine{where} is unavailable: {details}")
+        return ToolError(f"{code.name}: {details}")
+
+
+def build_server(engine: EngineAccess) -> MCPServer[Any]:
+    """The MCP server with agentik's tools, calling ``engine``."""
+    server: MCPServer[Any] = MCPServer(
+        name="agentik",
+        instructions="Talk to the agentik agent: send_message starts or continues a "
+        "conversation; list_conversations and read_conversation read them back.",
+    )
+
+    @server.tool()
+    async def send_message(
+        text: str, ctx: Context, conversation_id: str | None = None
+    ) -> CallToolResult:
+        """Send a message to the agent and return its answer.
+
+        Without conversation_id a new conversation is started; its id is in the result
+        (structured content), to continue it with the next message.
+        """
+        try:
+            return await _send(engine, ctx, text, conversation_id or "")
+        except grpc.aio.AioRpcError as exc:
+            raise engine.failure(exc, ctx) from exc
+
+    @server.tool()
+    async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> dict[str, Any]:
+        """The conversations the caller may see, most recently updated first."""
+        request = pb.ListSessionsRequest(limit=max(1, min(limit, 1000)), offset=max(0, offset))
+        try:
+            page = await engine.stub.ListSessions(
+                request, metadata=engine.metadata(ctx), timeout=UNARY_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise engine.failure(exc, ctx) from exc
+        return {
+            "total": page.total,
+            "conversations": [
+                {
+                    "id": s.id,
+                    "title": s.title,
+                    "message_count": s.message_count,
+                    "updated": s.update_time.ToJsonString(),
+                    "running": bool(s.active_run_id),
+                }
+                for s in page.sessions
+            ],
+        }
+
+    @server.tool()
+    async def read_conversation(
+        conversation_id: str, ctx: Context, limit: int = 100
+    ) -> dict[str, Any]:
+        """The messages of a conversation, oldest first (the first `limit`)."""
+        request = pb.ListMessagesRequest(session_id=conversation_id, limit=max(1, min(limit, 1000)))
+        try:
+            page = await engine.stub.ListMessages(
+                request, metadata=engine.metadata(ctx), timeout=UNARY_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise engine.failure(exc, ctx) from exc
+        return {
+            "conversation_id": conversation_id,
+            "messages": [_message(m) for m in page.messages],
+            "has_more": page.has_more,
+        }
+
+    return server
+
+
+async def _send(engine: EngineAccess, ctx: Context, text: str, session_id: str) -> CallToolResult:
+    stub = engine.stub
+    if not session_id:
+        session = await stub.CreateSession(
+            pb.CreateSessionRequest(title=text[:60]),
+            metadata=engine.metadata(ctx),
+            timeout=UNARY_TIMEOUT,
+        )
+        session_id = session.id
+    request = pb.RunRequest(
+        session_id=session_id,
+        messages=[
+            pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))])
+        ],
+        # An MCP cancellation cancels this task, hence the call, hence the run.
+        cancel_on_disconnect=True,
+    )
+    answer: list[str] = []
+    run_id, status, detail = "", "completed", ""
+    async for event in _events(stub.Run(request, metadata=engine.metadata(ctx))):
+        run_id = run_id or event.run_id
+        kind = event.WhichOneof("kind")
+        if kind == "text_message_content":
+            delta = event.text_message_content.delta
+            answer.append(delta)
+            await ctx.report_progress(sum(map(len, answer)), None, delta)
+        elif kind == "run_error":
+            status, detail = "failed", event.run_error.message
+        elif kind == "run_finished":
+            status, detail = _outcome(event.run_finished)
+    structured = {
+        "conversation_id": session_id,
+        "run_id": run_id,
+        "status": status,
+        "answer": "".join(answer),
+    }
+    if detail:
+        structured["detail"] = detail
+    shown = "".join(answer) if not detail else "\n\n".join(filter(None, ["".join(answer), detail]))
+    return CallToolResult(
+        content=[TextContent(type="text", text=shown)],
+        structured_content=structured,
+        is_error=status == "failed",
+    )
+
+
+async def _events(call: Any) -> AsyncIterator[pb.Event]:
+    event: pb.Event
+    async for event in call:
+        yield event
+
+
+def _outcome(finished: pb.RunFinished) -> tuple[str, str]:
+    if finished.outcome == pb.OUTCOME_TYPE_CANCELLED:
+        return "cancelled", "The run was interrupted."
+    if finished.outcome == pb.OUTCOME_TYPE_INTERRUPT:
+        asks = "; ".join(i.message for i in finished.interrupts if i.message)
+        return "input_required", f"The agent waits for a person: {asks}"
+    return "completed", ""
+
+
+def _message(message: pb.Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": message.id,
+        "role": _ROLES.get(message.role, "unknown"),
+        "text": "".join(part.text.text for part in message.content if part.HasField("text")),
+    }
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+        ]
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.status == pb.MESSAGE_STATUS_INTERRUPTED:
+        out["status"] = "interrupted"
+    elif message.status == pb.MESSAGE_STATUS_ERROR:
+        out["status"] = "error"
+    return out

@@ -154,11 +154,9 @@ def test_the_token_from_agentik_token_is_sent_as_bearer(auth_stack: Stack) -> No
     assert listed["total"] == 1
 
 
-def test_a_turn_whose_stream_breaks_is_picked_up_again_without_loss_or_repeat(
-    stack: Stack, tmp_path: Path
-) -> None:
-    """The facade restarts mid-turn: the client follows /events after the last event it saw."""
-    (tmp_path / "in").write_text("[[chunks:400]][[slow:0.01]]")
+def _piped(stack: Stack, tmp_path: Path, text: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``agentik chat`` with ``text`` piped in, its output to files; still running."""
+    (tmp_path / "in").write_text(text)
     out, err = tmp_path / "out", tmp_path / "err"
     with (tmp_path / "in").open() as stdin, out.open("w") as stdout, err.open("w") as stderr:
         chat = subprocess.Popen(
@@ -169,6 +167,14 @@ def test_a_turn_whose_stream_breaks_is_picked_up_again_without_loss_or_repeat(
             env=chat_env(),
             cwd=ROOT,
         )
+    return chat, out, err
+
+
+def test_a_turn_whose_stream_breaks_is_picked_up_again_without_loss_or_repeat(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The facade restarts mid-turn: the client follows /events after the last event it saw."""
+    chat, out, err = _piped(stack, tmp_path, "[[chunks:400]][[slow:0.01]]")
     try:
         wait_for(lambda: "w3 " in out.read_text(), "the answer to stream")
         stack.web.stop()
@@ -183,17 +189,7 @@ def test_a_turn_whose_stream_breaks_is_picked_up_again_without_loss_or_repeat(
 
 
 def test_ctrl_c_interrupts_a_piped_turn_and_exits_130(stack: Stack, tmp_path: Path) -> None:
-    (tmp_path / "in").write_text("[[chunks:2000]][[slow:0.01]]")
-    out, err = tmp_path / "out", tmp_path / "err"
-    with (tmp_path / "in").open() as stdin, out.open("w") as stdout, err.open("w") as stderr:
-        chat = subprocess.Popen(
-            [*CHAT, "--url", stack.base_url],
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=chat_env(),
-            cwd=ROOT,
-        )
+    chat, out, err = _piped(stack, tmp_path, "[[chunks:2000]][[slow:0.01]]")
     try:
         wait_for(lambda: "w3 " in out.read_text(), "the answer to stream")
         chat.send_signal(signal.SIGINT)

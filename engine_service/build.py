@@ -15,10 +15,11 @@ from engine_service.core.turn import TurnLimits
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
+from engine_service.tools.a2a_sources import A2aAgentSources
 from engine_service.tools.builtin import builtin_tools
 from engine_service.tools.mcp_sources import McpToolSources
 
-__all__ = ["build_engine", "build_mcp_sources", "build_model", "build_tools"]
+__all__ = ["build_a2a_agents", "build_engine", "build_mcp_sources", "build_model", "build_tools"]
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ def build_model(settings: Settings) -> ChatModel:
 
 def build_tools(settings: Settings) -> ToolRegistry:
     """The native and Python tools; MCP tools join when their servers connect
-    (``build_mcp_sources``). A Python tool that cannot load is a ``ConfigError``."""
+    (``build_mcp_sources``), remote agents with ``build_a2a_agents``. A Python tool that
+    cannot load, or an agent named like one of these tools, is a ``ConfigError``."""
     registry = ToolRegistry()
     for tool in builtin_tools():
         registry.register(tool)
@@ -52,6 +54,12 @@ def build_tools(settings: Settings) -> ToolRegistry:
             register_python_tools(settings.python_tools, registry)
         except PythonToolLoadError as exc:
             raise ConfigError(str(exc)) from None
+    for agent in settings.a2a_agents:  # their tools join in build_a2a_agents
+        if agent.name in registry:
+            raise ConfigError(
+                f"the A2A agent name {agent.name!r} is taken by the "
+                f"{registry.source_of(agent.name)} tool of that name: rename the agent"
+            )
     return registry
 
 
@@ -59,6 +67,14 @@ def build_mcp_sources(settings: Settings, registry: ToolRegistry) -> McpToolSour
     """One source per configured MCP server, adding its tools to ``registry`` once started."""
     return McpToolSources(
         settings.mcp_servers, registry, default_call_timeout=settings.tool_timeout
+    )
+
+
+def build_a2a_agents(settings: Settings, registry: ToolRegistry) -> A2aAgentSources:
+    """One source per configured remote A2A agent; its tool is registered now and offered
+    once the agent's card is read (after ``start``)."""
+    return A2aAgentSources(
+        settings.a2a_agents, registry, default_call_timeout=settings.tool_timeout
     )
 
 

@@ -88,8 +88,9 @@ def _tracing() -> None:
 
 
 def _tools(args: argparse.Namespace) -> int:
-    """Print every tool the LLM would be offered, connecting to the MCP servers briefly."""
-    from engine_service.build import build_mcp_sources, build_tools
+    """Print every tool the LLM would be offered, connecting to the MCP servers and
+    reading the remote agents' cards briefly."""
+    from engine_service.build import build_a2a_agents, build_mcp_sources, build_tools
 
     settings = _settings(args)
     # The table says why a server is absent; its log lines would only repeat that.
@@ -100,17 +101,28 @@ def _tools(args: argparse.Namespace) -> int:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2
     sources = build_mcp_sources(settings, registry)
+    agents = build_a2a_agents(settings, registry)
 
-    async def snapshot() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
+    async def snapshot() -> tuple[
+        list[tuple[str, str, str]], list[tuple[str, str, str, str]], list[tuple[str, str, str]]
+    ]:
         sources.start()
+        agents.start()
         try:
-            wait = max((s.config.connect_timeout for s in sources), default=0.0)
-            await sources.wait_settled(wait + 1.0)
-            return registry.describe(), sources.describe()
+            wait = max(
+                [s.config.connect_timeout for s in sources]
+                + [a.config.connect_timeout for a in agents],
+                default=0.0,
+            )
+            await asyncio.gather(sources.wait_settled(wait + 1.0), agents.wait_settled(wait + 1.0))
+            return registry.describe(), sources.describe(), agents.describe()
         finally:
-            await sources.stop()
+            await asyncio.gather(sources.stop(), agents.stop())
 
-    tools, servers = asyncio.run(snapshot()) if len(sources) else (registry.describe(), [])
+    if len(sources) or len(agents):
+        tools, servers, remote = asyncio.run(snapshot())
+    else:
+        tools, servers, remote = registry.describe(), [], []
     gated = [
         (name, source, status, _gate(name, settings.tools_approval))
         for name, source, status in tools
@@ -119,6 +131,9 @@ def _tools(args: argparse.Namespace) -> int:
     if servers:
         print()
         _table(("MCP SERVER", "TRANSPORT", "TARGET", "STATUS"), servers)
+    if remote:
+        print()
+        _table(("A2A AGENT", "CARD", "STATUS"), remote)
     return 0
 
 

@@ -86,6 +86,10 @@ TOML layout (every key optional)::
     id = "chat"
     name = "Chat"
     description = "..."
+    [[a2a.agents]]                         # other A2A agents, offered to the LLM as tools;
+    name = "research"                      #   AGENTIK_A2A_AGENTS="research=https://host/,..."
+    url = "https://research.example/"      #   (replaces the file's list); keys: engine_service/
+                                           #   tools/a2a_config.py and docs/tools.md (engine only)
 
     [[mcp.servers]]                        # one table per MCP server (no env var);
     name = "time"                          #   every key is described in
@@ -129,6 +133,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
+    from engine_service.tools.a2a_config import A2aAgentConfig
     from engine_service.tools.mcp_config import McpServerConfig
     from engine_service.tools.python_config import PythonToolConfig
 
@@ -240,6 +245,9 @@ class Settings:
     """The ``[[mcp.servers]]`` entries of the TOML file, validated."""
     python_tools: tuple[PythonToolConfig, ...] = ()
     """The ``[[tools.python]]`` entries of the TOML file (imported by the engine only)."""
+    a2a_agents: tuple[A2aAgentConfig, ...] = ()
+    """Remote A2A agents offered as tools: ``[[a2a.agents]]`` or ``AGENTIK_A2A_AGENTS``
+    (read by the engine only)."""
 
     def __post_init__(self) -> None:
         if not self.engine_target:
@@ -935,8 +943,11 @@ for _spec in _FIELDS:
     _SECTIONS.setdefault(_spec.section, {})[_spec.key] = _spec
 del _spec
 _MCP_SECTION = "mcp"
+A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
+"""``name=URL,...``: remote A2A agents as tools (engine only; see ``a2a_agents``)."""
 
-_TABLES = {"mcp_servers", "python_tools"}
+_TABLES = {"mcp_servers", "python_tools", "a2a_agents"}
+_TABLE_KEYS = {"tools": ("python",), "a2a": ("agents",)}
 """Settings read from arrays of tables in the TOML file only, not from ``_FIELDS``."""
 
 assert {f.name for f in _FIELDS} == {f.name for f in fields(Settings)} - _TABLES
@@ -1002,6 +1013,22 @@ def _python_tools(raw: object, path: str) -> tuple[PythonToolConfig, ...]:
         raise ConfigError(str(exc)) from None
 
 
+def _a2a_agents(raw: object, origin: str, env: Mapping[str, str]) -> tuple[A2aAgentConfig, ...]:
+    """``[[a2a.agents]]`` tables (``raw`` a list) or the ``AGENTIK_A2A_AGENTS`` string."""
+    from engine_service.tools.a2a_config import (
+        A2aConfigError,
+        parse_a2a_agents,
+        parse_a2a_agents_env,
+    )
+
+    try:
+        if isinstance(raw, str):
+            return parse_a2a_agents_env(raw)
+        return parse_a2a_agents(raw, origin, env)
+    except A2aConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _expand_tokens(raw: object, env: Mapping[str, str], origin: str) -> object:
     """``${NAME}`` in ``[[auth.tokens]]`` tokens, from the environment."""
     if not isinstance(raw, list):
@@ -1043,9 +1070,13 @@ def _from_toml(
             if section == "tools" and key == "python":  # [[tools.python]]
                 values["python_tools"] = _python_tools(raw, path)
                 continue
+            if section == "a2a" and key == "agents":  # [[a2a.agents]]
+                if mcp:
+                    values["a2a_agents"] = _a2a_agents(raw, repr(path), env)
+                continue
             spec = keys.get(key)
             if spec is None:
-                known = [*keys, "python"] if section == "tools" else list(keys)
+                known = [*keys, *_TABLE_KEYS.get(section, ())]
                 raise _unknown("key", key, known, f"[{section}] of {path!r}")
             if spec.name == "auth_tokens":
                 raw = _expand_tokens(raw, env, f"{spec.toml_key} in {path!r}")
@@ -1062,8 +1093,9 @@ def load_settings(
     """Build the settings from defaults, the TOML file (if named) and ``env`` (default
     ``os.environ``); raise ``ConfigError`` for anything unusable.
 
-    ``mcp=False`` (the web facade) skips ``[mcp]``: ``mcp_servers`` stays empty, and an
-    ``${VAR}`` only the engine's MCP servers need is neither expanded nor required."""
+    ``mcp=False`` (the web facade) skips ``[mcp]`` and ``[[a2a.agents]]``: ``mcp_servers``
+    and ``a2a_agents`` stay empty, and an ``${VAR}`` only the engine's MCP servers or A2A
+    agents need is neither expanded nor required."""
     if env is None:
         env = os.environ
     values: dict[str, object] = {}
@@ -1077,4 +1109,7 @@ def load_settings(
         raw = env.get(spec.env)
         if raw is not None and raw != "":
             values[spec.name] = _parse(spec, raw, True, f"env {spec.env}")
+    agents = env.get(A2A_AGENTS_ENV, "").strip()
+    if agents and mcp:
+        values["a2a_agents"] = _a2a_agents(agents, f"env {A2A_AGENTS_ENV}", env)
     return Settings(**values)  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from engine_service import tracing
 from engine_service.auth import Gate
-from engine_service.build import build_mcp_sources
+from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
 from engine_service.core.engine import Engine
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -83,6 +83,7 @@ class EngineServer:
         self.settings = settings
         self.health = HealthServicer()
         self.mcp = build_mcp_sources(settings, engine.tools)
+        self.a2a = build_a2a_agents(settings, engine.tools)
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
@@ -140,6 +141,7 @@ class EngineServer:
                 ) from exc
             self.metrics_port = self._metrics_server.server_port
         self.mcp.start()
+        self.a2a.start()
         await self._set_health(self.engine.storage_ok)
         return self.port
 
@@ -159,7 +161,7 @@ class EngineServer:
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
         await self.engine.shutdown(self.settings.shutdown_grace)
-        await self.mcp.stop()
+        await asyncio.gather(self.mcp.stop(), self.a2a.stop())
         await self.server.stop(grace=1.0)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()

@@ -54,6 +54,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Turn, TurnLimits
 
@@ -477,6 +478,7 @@ class Engine:
             tracer=self.tracer,
             observer=self.observer,
             principal=caller.principal,
+            session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from engine_service.core.events import EventBody
 from engine_service.core.models import JSON, ContentPart
 
-__all__ = ["Tool", "ToolContext", "ToolError", "ToolResult"]
+__all__ = ["TOOL_PROGRESS", "Tool", "ToolContext", "ToolError", "ToolResult", "session_key"]
+
+TOOL_PROGRESS = "tool_progress"
+"""The name of the ``CUSTOM`` events a tool sends while it works (MCP progress
+notifications, a remote agent's status updates); the value names ``tool_call_id``."""
 
 
 class ToolError(Exception):
@@ -37,6 +43,17 @@ class ToolContext:
     get_state: Callable[[], JSON]
     set_state: Callable[[JSON], None]
     """Replace the session's shared state (the caller emits the matching event)."""
+    session_key: str = ""
+    """A stable, opaque name of this conversation: the same on every replica and after
+    restarts, but different for a conversation made later under a deleted one's id (a
+    tool that keeps remote state per conversation keys it by this, not by ``session_id``)."""
+
+
+def session_key(session_id: str, owner: str, created_at: datetime) -> str:
+    """``ToolContext.session_key`` of a session with this id, owner and creation time."""
+    micros = round(created_at.timestamp() * 1_000_000)
+    material = f"{session_id}\0{owner}\0{micros}".encode()
+    return hashlib.sha256(material).hexdigest()[:32]
 
 
 class Tool(abc.ABC):

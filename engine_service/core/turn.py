@@ -106,8 +106,11 @@ class Turn:
         tracer: Tracer = NO_TRACER,
         observer: RunObserver | None = None,
         principal: str = "",
+        session_key: str = "",
     ) -> None:
         self.store = store
+        self.session_key = session_key
+        """``ToolContext.session_key`` of this run's session."""
         self.tracer = tracer
         self.model = model
         self.tools = tools
@@ -693,6 +696,7 @@ class Turn:
             emit=self.emit,
             get_state=lambda: self.state,
             set_state=self._set_state,
+            session_key=self.session_key,
         )
         limit = tool.timeout if tool.timeout is not None else self.limits.tool_timeout
         try:

@@ -42,7 +42,7 @@ from engine_service import __version__
 from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
-from engine_service.core.tool import Tool, ToolContext, ToolResult
+from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
 from engine_service.tools.mcp_config import McpServerConfig
 from engine_service.tools.mcp_results import disambiguate, tool_name, tool_result
 from engine_service.tools.mcp_transport import STREAM_READ_TIMEOUT, open_transport
@@ -57,7 +57,7 @@ __all__ = [
 
 DISCONNECTED = "disconnected"
 """The status of a known tool whose server is away (not offered to the LLM)."""
-PROGRESS_EVENT = "tool_progress"
+PROGRESS_EVENT = TOOL_PROGRESS
 """The CUSTOM event name of a progress notification."""
 FIRST_RETRY = 0.5
 MAX_RETRY = 30.0

@@ -25,13 +25,16 @@ This module does not import the MCP SDK: the config loads without it.
 
 from __future__ import annotations
 
-import difflib
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
+
+from engine_service.tools.config_tables import (
+    ConfigTableError,
+    TableReader,
+    check_keys,
+    display_url,
+)
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -49,9 +52,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_SERVER_NAME = 32
 """Long enough to read, short enough to leave room for tool names under 64 characters."""
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _KEYS = (
     "name",
     "transport",
@@ -69,8 +69,8 @@ _STDIO_ONLY = ("command", "args", "env", "cwd")
 _HTTP_ONLY = ("url", "headers")
 
 
-class McpConfigError(ValueError):
-    """An ``[[mcp.servers]]`` entry is unusable; the message names the entry and field."""
+McpConfigError = ConfigTableError
+"""An ``[[mcp.servers]]`` entry is unusable; the message names the entry and field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,84 +101,10 @@ class McpServerConfig:
         """What is launched or contacted, for logs and listings (no secrets)."""
         if self.transport == "stdio":
             return " ".join([self.command, *self.args])
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{host}{port}{parts.path}"
+        return display_url(self.url)
 
 
-class _Entry:
-    """Reads the fields of one table, raising errors that name it."""
-
-    def __init__(self, table: dict[str, object], label: str, env: Mapping[str, str]) -> None:
-        self.table = table
-        self.label = label
-        self.env = env
-
-    def fail(self, key: str, why: str, shown: object = None) -> McpConfigError:
-        got = "" if shown is None else f"; got {shown!r}"
-        return McpConfigError(f"invalid {key} of {self.label}: {why}{got}")
-
-    def string(self, key: str, *, required: bool = False) -> str | None:
-        raw = self.table.get(key)
-        if raw is None:
-            if required:
-                raise McpConfigError(f"{self.label} needs {key!r}")
-            return None
-        if not isinstance(raw, str):
-            raise self.fail(key, f"must be a string, not {type(raw).__name__}")
-        if not raw.strip():
-            raise self.fail(key, "must not be empty")
-        return raw.strip()
-
-    def strings(self, key: str) -> tuple[str, ...] | None:
-        raw = self.table.get(key)
-        if raw is None:
-            return None
-        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
-            raise self.fail(key, "must be an array of strings", raw)
-        return tuple(raw)
-
-    def mapping(self, key: str, *, header_names: bool = False) -> dict[str, str]:
-        raw = self.table.get(key)
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            raise self.fail(key, f"must be a table of strings, not {type(raw).__name__}")
-        result: dict[str, str] = {}
-        for name, value in raw.items():
-            if not isinstance(value, str):
-                raise self.fail(f"{key}.{name}", f"must be a string, not {type(value).__name__}")
-            if header_names and not _HEADER_NAME.match(name):
-                raise self.fail(key, "has a name that is not a valid HTTP header name", name)
-            if not header_names and (not name or "=" in name or "\0" in name):
-                raise self.fail(key, "has an invalid variable name", name)
-            result[name] = self.expand(f"{key}.{name}", value)
-        return result
-
-    def expand(self, key: str, value: str) -> str:
-        def lookup(match: re.Match[str]) -> str:
-            variable = match[1]
-            found = self.env.get(variable)
-            if found is None:
-                raise self.fail(key, f"names the environment variable {variable!r}, which is unset")
-            return found
-
-        return _VARIABLE.sub(lookup, value)
-
-    def seconds(self, key: str) -> float | None:
-        raw = self.table.get(key)
-        if raw is None:
-            return None
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise self.fail(key, f"must be a number of seconds, not {type(raw).__name__}")
-        value = float(raw)
-        if not math.isfinite(value) or value <= 0:
-            raise self.fail(key, "must be a positive number of seconds", raw)
-        return value
-
-
-def _transport(entry: _Entry) -> Transport:
+def _transport(entry: TableReader) -> Transport:
     given = entry.string("transport")
     if given is None:
         if "command" in entry.table and "url" not in entry.table:
@@ -195,7 +121,7 @@ def _transport(entry: _Entry) -> Transport:
     return lowered
 
 
-def _command(entry: _Entry) -> tuple[str, tuple[str, ...]]:
+def _command(entry: TableReader) -> tuple[str, tuple[str, ...]]:
     raw = entry.table.get("command")
     if isinstance(raw, list):
         if not raw or not all(isinstance(item, str) and item for item in raw):
@@ -208,27 +134,10 @@ def _command(entry: _Entry) -> tuple[str, tuple[str, ...]]:
     return command, leading + (entry.strings("args") or ())
 
 
-def _url(entry: _Entry) -> str:
-    url = entry.string("url", required=True) or ""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise entry.fail("url", "must be an http:// or https:// URL", url)
-    return url
-
-
 def _server(table: dict[str, object], label: str, env: Mapping[str, str]) -> McpServerConfig:
-    for key in table:
-        if key not in _KEYS:
-            hint = difflib.get_close_matches(key, _KEYS, n=1)
-            tail = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(_KEYS)}"
-            raise McpConfigError(f"unknown key {key!r} in {label}{tail}")
-    entry = _Entry(table, label, env)
-    name = entry.string("name", required=True) or ""
-    if not _NAME.match(name) or len(name) > MAX_SERVER_NAME:
-        raise entry.fail(
-            "name", f"must be 1 to {MAX_SERVER_NAME} characters of A-Z a-z 0-9 _ -", name
-        )
-    entry.label = f"{label} ({name!r})"
+    check_keys(table, _KEYS, label)
+    entry = TableReader(table, label, env)
+    name = entry.name(MAX_SERVER_NAME)
     transport = _transport(entry)
     wrong = _HTTP_ONLY if transport == "stdio" else _STDIO_ONLY
     for key in wrong:
@@ -242,7 +151,8 @@ def _server(table: dict[str, object], label: str, env: Mapping[str, str]) -> Mcp
         command, args = _command(entry)
         server_env, cwd = entry.mapping("env"), entry.string("cwd")
     else:
-        url, headers = _url(entry), entry.mapping("headers", header_names=True)
+        url = entry.url("url", required=True) or ""
+        headers = entry.mapping("headers", header_names=True)
     return McpServerConfig(
         name=name,
         transport=transport,

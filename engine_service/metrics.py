@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
@@ -29,6 +29,9 @@ from prometheus_client.registry import Collector
 from engine_service.core.observe import RunReport, ToolOutcome
 
 if TYPE_CHECKING:
+    from engine_service.tools.a2a_agents import A2aAgentSource
+    from engine_service.tools.a2a_sources import A2aAgentSources
+    from engine_service.tools.mcp import McpToolSource
     from engine_service.tools.mcp_sources import McpToolSources
 
 __all__ = ["EngineMetrics", "GrpcMetrics", "serve_metrics"]
@@ -39,18 +42,21 @@ RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 """Streams (Run, Subscribe) last as long as a run: the buckets reach that far."""
 
 
-class _McpStatus(Collector):
-    """``agentik_mcp_server_up``, read from the sources at scrape time."""
+class _SourceStatus(Collector):
+    """A gauge per source, 1 while it is ready, read at scrape time."""
 
-    def __init__(self, sources: McpToolSources) -> None:
+    def __init__(
+        self,
+        metric: str,
+        help_text: str,
+        label: str,
+        sources: Iterable[McpToolSource | A2aAgentSource],
+    ) -> None:
+        self.metric, self.help_text, self.label = metric, help_text, label
         self.sources = sources
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "agentik_mcp_server_up",
-            "1 while the MCP server is connected and its tools are offered, else 0.",
-            labels=["server", "state"],
-        )
+        family = GaugeMetricFamily(self.metric, self.help_text, labels=[self.label, "state"])
         for source in self.sources:
             up = 1.0 if source.state.value == "ready" else 0.0
             family.add_metric([source.config.name, source.state.value], up)
@@ -126,7 +132,17 @@ class EngineMetrics:
 
     def watch_mcp(self, sources: McpToolSources) -> None:
         if len(sources):
-            self.registry.register(_McpStatus(sources))
+            help_text = "1 while the MCP server is connected and its tools are offered, else 0."
+            self.registry.register(
+                _SourceStatus("agentik_mcp_server_up", help_text, "server", sources)
+            )
+
+    def watch_a2a(self, agents: A2aAgentSources) -> None:
+        if len(agents):
+            help_text = "1 while the remote A2A agent's card is read and its tool offered, else 0."
+            self.registry.register(
+                _SourceStatus("agentik_a2a_agent_up", help_text, "agent", agents)
+            )
 
     # -- RunObserver ----------------------------------------------------------------
 

@@ -100,6 +100,7 @@ class EngineServer:
             self.metrics = EngineMetrics()
             engine.observe(self.metrics)
             self.metrics.watch_mcp(self.mcp)
+            self.metrics.watch_a2a(self.a2a)
             # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(

@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -80,6 +81,11 @@ POLL_EVERY = 0.5
 """Seconds between GetTask calls for a task the remote left running without streaming."""
 MAX_RESULT_CHARS = 100_000
 MAX_DESCRIPTION_CHARS = 4_000
+MAX_CARD_BYTES = 1024 * 1024
+MAX_PROGRESS_CHARS = 2_000
+PROGRESS_EVERY = 0.1
+"""Seconds between two progress events of one call: a chatty (or hostile) agent's status
+messages in between are not streamed (the answer is not affected)."""
 _BINDINGS = ["JSONRPC", "HTTP+JSON"]
 _DONE = {
     TaskState.TASK_STATE_COMPLETED,
@@ -152,6 +158,9 @@ class _Call:
     known: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the task id (or a direct reply) has arrived."""
     progress: int = 0
+    last_report: float = 0.0
+    kept: int = 0
+    """Characters of artifact text kept so far."""
 
     def take(self, event: StreamResponse) -> None:
         if event.HasField("message"):
@@ -174,8 +183,12 @@ class _Call:
             artifact = update_a.artifact
             chunks = self.artifacts.setdefault(artifact.artifact_id, [])
             if not update_a.append:
+                self.kept -= sum(len(chunk) for chunk in chunks)
                 chunks.clear()
-            chunks.append(_text(artifact.parts))
+            if self.kept <= MAX_RESULT_CHARS:  # past that it would be clipped anyway
+                chunk = _text(artifact.parts)
+                self.kept += len(chunk)
+                chunks.append(chunk)
 
     def take_task(self, task: Task) -> None:
         self.task_id = task.id or self.task_id
@@ -191,8 +204,12 @@ class _Call:
                 self.status_text = _text(agent_says[-1].parts)
 
     def report(self, text: str) -> None:
-        if self.abandoned or not text:
+        now = time.monotonic()
+        if self.abandoned or not text or now - self.last_report < PROGRESS_EVERY:
             return
+        self.last_report = now
+        if len(text) > MAX_PROGRESS_CHARS:
+            text = text[: MAX_PROGRESS_CHARS - 1] + "…"
         self.progress += 1
         value: JSON = {
             "tool_call_id": self.context.tool_call_id,
@@ -335,11 +352,19 @@ class A2aAgentSource:
             await asyncio.sleep(delay)
 
     async def _read_card(self, http: httpx.AsyncClient) -> AgentCard:
-        response = await http.get(self.config.card_url, headers={"Accept": "application/json"})
-        if response.status_code != 200:
-            raise _CardError(f"HTTP {response.status_code} from {self.config.target}")
+        headers = {"Accept": "application/json"}
+        async with http.stream("GET", self.config.card_url, headers=headers) as response:
+            if response.status_code != 200:
+                raise _CardError(f"HTTP {response.status_code} from {self.config.target}")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_CARD_BYTES:
+                    raise _CardError(
+                        f"the card at {self.config.target} is larger than {MAX_CARD_BYTES:,} bytes"
+                    )
         try:
-            raw = response.json()
+            raw = json.loads(body)
         except ValueError:
             raise _CardError(f"{self.config.target} did not answer JSON") from None
         try:

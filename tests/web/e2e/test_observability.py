@@ -81,7 +81,10 @@ def observed(
     logs = tmp_path_factory.mktemp(f"observability-{log_format}")
     config = logs / "agentik.toml"
     # An MCP server that cannot start: its status metric and its WARNING line.
-    config.write_text(f'[[mcp.servers]]\nname = "broken"\ncommand = "{logs / "no-such-server"}"\n')
+    config.write_text(
+        f'[[mcp.servers]]\nname = "broken"\ncommand = "{logs / "no-such-server"}"\n'
+        '[[a2a.agents]]\nname = "away"\nurl = "http://127.0.0.1:1/"\n'  # nothing listens
+    )
     stack = Stack(
         llm,
         logs,
@@ -280,6 +283,25 @@ def test_an_mcp_server_that_cannot_start_is_down_in_the_metrics_and_warned_of(
     text = [json.dumps(r) for r in records]
     warned = [t for t in text if "WARNING" in t and "'broken' unavailable" in t]
     assert warned and "cannot start" in warned[0], text
+
+
+def test_a_remote_a2a_agent_that_is_down_is_down_in_the_metrics_and_warned_of(
+    observed: Observed,
+) -> None:
+    seen: list[Samples] = []
+
+    def failed() -> bool:
+        seen[:] = [scrape(observed.engine_metrics)]
+        return (
+            "agentik_a2a_agent_up",
+            frozenset({("agent", "away"), ("state", "unavailable")}),
+        ) in seen[0]
+
+    wait_for(failed, "the A2A agent to be reported unavailable")
+    assert value(seen[0], "agentik_a2a_agent_up", agent="away", state="unavailable") == 0
+    text = [json.dumps(r) for r in log_records(observed, "engine")]
+    warned = [t for t in text if "WARNING" in t and "A2A agent 'away' unavailable" in t]
+    assert warned and "cannot reach http://127.0.0.1:1/" in warned[0], text
 
 
 def test_the_facade_metrics_directory_is_private_and_goes_with_gunicorn(

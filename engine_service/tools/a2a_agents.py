@@ -36,7 +36,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -314,6 +314,7 @@ class A2aAgentSource:
             headers=self.config.headers,
             timeout=httpx.Timeout(self.call_timeout, connect=self.config.connect_timeout),
             follow_redirects=False,
+            event_hooks=_trace_hooks(),
         )
         failures = 0
         while True:
@@ -524,6 +525,21 @@ class A2aAgentSource:
         else:
             self.log.warning("A2A call failed: %s", message)
         return _error(message)
+
+
+def _trace_hooks() -> dict[str, list[Callable[[httpx.Request], Awaitable[None]]]]:
+    """With tracing on, each call carries the calling tool span's ``traceparent``, so the
+    remote agent's spans (another agentik's) join our run's trace."""
+    from engine_service import tracing
+
+    if not tracing.enabled():
+        return {}
+
+    async def inject(request: httpx.Request) -> None:
+        for key, value in tracing.trace_metadata():
+            request.headers[key] = value
+
+    return {"request": [inject]}
 
 
 class _CardError(Exception):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from engine_service.tools.a2a_agents import A2aAgentSource
 
 __all__ = ["A2aAgentSources"]
+
+_SDK_SPANS = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
 
 
 class A2aAgentSources:
@@ -32,6 +35,9 @@ class A2aAgentSources:
     ) -> None:
         self._sources: dict[str, A2aAgentSource] = {}
         if configs:
+            # a2a-sdk traces its own calls, a span per streamed event: noise under our tool
+            # call's span unless asked for (read once, when the SDK is first imported).
+            os.environ.setdefault(_SDK_SPANS, "false")
             from engine_service.tools.a2a_agents import A2aAgentSource
 
             self._sources = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -199,6 +200,51 @@ def test_one_trace_links_the_http_request_the_rpc_the_run_the_llm_and_the_tool(
     assert any(s.parent_id == create.span_id and s.name.endswith("/CreateSession") for s in spans)
     # Probes are not traced.
     assert not [s for s in spans if s.attributes.get("url.path") == "/health"]
+
+
+def test_a_call_to_another_agentik_through_a2a_continues_the_trace_there(
+    llm: FakeOpenAI, tmp_path: Path, collector: Collector
+) -> None:
+    traced = {
+        **QUICK_EXPORT,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
+    }
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+    remote = Stack(llm, tmp_path / "a", **OFFLINE, **traced)
+    try:
+        caller = Stack(llm, tmp_path / "b", AGENTIK_A2A_AGENTS=f"peer={remote.base_url}/", **traced)
+        try:
+            caller.engine.wait_for_log(re.compile(r"A2A agent 'peer' (ready)"))
+            _turn(caller, '[[tool:peer {"message": "calculate 2+2"}]]')
+
+            def remote_run_done() -> bool:
+                runs = [s for s in collector.received() if s.name == "agentik.run"]
+                return len(runs) == 2
+
+            wait_for(remote_run_done, "both runs' spans at the collector")
+        finally:
+            caller.stop()
+    finally:
+        remote.stop()
+
+    spans = collector.received()
+    tool = _one(spans, "execute_tool peer")
+    trace = [s for s in spans if s.trace_id == tool.trace_id]
+    # The remote facade's request span is a child of our tool call's span ...
+    # (a2a-sdk's own spans, one per streamed event, are off).
+    [request] = [s for s in trace if s.parent_id == tool.span_id]
+    assert not [s.name for s in trace if s.name.startswith("a2a.")]
+    assert (
+        request.name == "POST /"
+        and request.service == "agentik-web"
+        and request.kind == Span.SPAN_KIND_SERVER
+    )
+    # ... and the remote run (with its own tool call) is in the same trace.
+    runs = [s for s in trace if s.name == "agentik.run"]
+    assert len(runs) == 2
+    assert _one(trace, "execute_tool calculate").parent_id in {r.span_id for r in runs}
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
-"""The MCP server: three tools over the engine's gRPC API.
+"""The MCP server: four tools over the engine's gRPC API.
 
 ``send_message`` runs one turn (in a new conversation, or an existing one) and answers with
 the assistant's text; while the answer streams it sends MCP progress notifications (when the
 client asked for them with a progress token), and an MCP cancellation of the call cancels the
-engine call, which stops the run (``cancel_on_disconnect``). ``list_conversations`` and
-``read_conversation`` read the engine's sessions and messages.
+engine call, which stops the run (``cancel_on_disconnect``). A turn that stops for a person
+(an approval, a question) answers ``status: input_required`` with the interrupts; ``answer``
+gives the decisions (as ``POST /agentik/conversations/{id}/resume`` does) and runs the turn
+on. ``list_conversations`` and ``read_conversation`` read the engine's sessions and messages.
 
 The server checks no credentials itself: every engine call carries the bearer token as
 ``authorization`` metadata and the engine decides, exactly as for the web facade. A refused
@@ -25,6 +27,9 @@ from mcp_types import CallToolResult, TextContent
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from web_facade.agentik.decisions import resume_entries
+from web_facade.agentik.shapes import interrupt_json
+from web_facade.errors import ApiError
 
 __all__ = ["UNARY_TIMEOUT", "UNAUTHORIZED", "EngineAccess", "build_server"]
 
@@ -120,7 +125,8 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer(
         name="agentik",
         instructions="Talk to the agentik agent: send_message starts or continues a "
-        "conversation; list_conversations and read_conversation read them back.",
+        "conversation; when it answers status input_required, answer gives the person's "
+        "decisions; list_conversations and read_conversation read them back.",
     )
 
     @server.tool()
@@ -132,8 +138,40 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         Without conversation_id a new conversation is started; its id is in the result
         (structured content), to continue it with the next message.
         """
+        message = pb.Message(
+            role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))]
+        )
         try:
-            return await _send(engine, ctx, text, conversation_id or "")
+            session_id = conversation_id or await _new_session(engine, ctx, text)
+            request = pb.RunRequest(session_id=session_id, messages=[message])
+            return await _run(engine, ctx, request)
+        except grpc.aio.AioRpcError as exc:
+            raise engine.failure(exc, ctx) from exc
+
+    @server.tool()
+    async def answer(
+        conversation_id: str, decisions: list[dict[str, Any]], ctx: Context
+    ) -> CallToolResult:
+        """Answer what a conversation waits for, then return the agent's answer.
+
+        Use it after send_message (or answer) returned status input_required: give one
+        decision per interrupt listed there. An approval: {"interrupt_id": ID, "approve":
+        true} (with "arguments": {...} to change the call), or {"interrupt_id": ID,
+        "approve": false, "reason": "..."} to decline. A question: {"interrupt_id": ID,
+        "answer": "..."}.
+        """
+        try:
+            session = await engine.stub.GetSession(
+                pb.GetSessionRequest(session_id=conversation_id),
+                metadata=engine.metadata(ctx),
+                timeout=UNARY_TIMEOUT,
+            )
+            try:
+                entries = resume_entries({"decisions": decisions}, session.pending_interrupts)
+            except ApiError as exc:
+                raise ToolError(exc.message) from None
+            request = pb.RunRequest(session_id=conversation_id, resume=entries)
+            return await _run(engine, ctx, request)
         except grpc.aio.AioRpcError as exc:
             raise engine.failure(exc, ctx) from exc
 
@@ -182,26 +220,25 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
     return server
 
 
-async def _send(engine: EngineAccess, ctx: Context, text: str, session_id: str) -> CallToolResult:
-    stub = engine.stub
-    if not session_id:
-        session = await stub.CreateSession(
-            pb.CreateSessionRequest(title=text[:60]),
-            metadata=engine.metadata(ctx),
-            timeout=UNARY_TIMEOUT,
-        )
-        session_id = session.id
-    request = pb.RunRequest(
-        session_id=session_id,
-        messages=[
-            pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))])
-        ],
-        # An MCP cancellation cancels this task, hence the call, hence the run.
-        cancel_on_disconnect=True,
+async def _new_session(engine: EngineAccess, ctx: Context, text: str) -> str:
+    session = await engine.stub.CreateSession(
+        pb.CreateSessionRequest(title=text[:60]),
+        metadata=engine.metadata(ctx),
+        timeout=UNARY_TIMEOUT,
     )
+    session_id: str = session.id
+    return session_id
+
+
+async def _run(engine: EngineAccess, ctx: Context, request: pb.RunRequest) -> CallToolResult:
+    """Run the turn ``request`` asks for, relaying its text as progress; the answer."""
+    # An MCP cancellation cancels this task, hence the call, hence the run.
+    request.cancel_on_disconnect = True
+    session_id = request.session_id
     answer: list[str] = []
     run_id, status, detail = "", "completed", ""
-    async for event in _events(stub.Run(request, metadata=engine.metadata(ctx))):
+    interrupts: list[dict[str, Any]] = []
+    async for event in _events(engine.stub.Run(request, metadata=engine.metadata(ctx))):
         run_id = run_id or event.run_id
         kind = event.WhichOneof("kind")
         if kind == "text_message_content":
@@ -212,7 +249,8 @@ async def _send(engine: EngineAccess, ctx: Context, text: str, session_id: str) 
             status, detail = "failed", event.run_error.message
         elif kind == "run_finished":
             status, detail = _outcome(event.run_finished)
-    structured = {
+            interrupts = [interrupt_json(i) for i in event.run_finished.interrupts]
+    structured: dict[str, Any] = {
         "conversation_id": session_id,
         "run_id": run_id,
         "status": status,
@@ -220,6 +258,8 @@ async def _send(engine: EngineAccess, ctx: Context, text: str, session_id: str) 
     }
     if detail:
         structured["detail"] = detail
+    if interrupts:
+        structured["interrupts"] = interrupts
     shown = "".join(answer) if not detail else "\n\n".join(filter(None, ["".join(answer), detail]))
     return CallToolResult(
         content=[TextContent(type="text", text=shown)],
@@ -238,8 +278,11 @@ def _outcome(finished: pb.RunFinished) -> tuple[str, str]:
     if finished.outcome == pb.OUTCOME_TYPE_CANCELLED:
         return "cancelled", "The run was interrupted."
     if finished.outcome == pb.OUTCOME_TYPE_INTERRUPT:
-        asks = "; ".join(i.message for i in finished.interrupts if i.message)
-        return "input_required", f"The agent waits for a person: {asks}"
+        asks = "; ".join(f"{i.message} (interrupt_id {i.id})" for i in finished.interrupts)
+        return (
+            "input_required",
+            f"The agent waits for a person: {asks}. Give the decisions with the answer tool.",
+        )
     return "completed", ""
 
 

@@ -59,6 +59,7 @@ async def test_the_tools_are_listed_over_http(stack: Stack) -> None:
         tools = await client.list_tools()
     assert {tool.name for tool in tools.tools} == {
         "send_message",
+        "answer",
         "list_conversations",
         "read_conversation",
     }

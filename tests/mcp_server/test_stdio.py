@@ -70,9 +70,11 @@ async def test_the_tools_are_listed(llm: FakeOpenAI) -> None:
     async with running_engine(_settings(llm)) as harness, mcp_client(harness.target) as client:
         tools = await asyncio.wait_for(client.list_tools(), WAIT)
     names = {tool.name for tool in tools.tools}
-    assert names == {"send_message", "list_conversations", "read_conversation"}
+    assert names == {"send_message", "answer", "list_conversations", "read_conversation"}
     send = next(tool for tool in tools.tools if tool.name == "send_message")
     assert send.input_schema["required"] == ["text"]
+    answer = next(tool for tool in tools.tools if tool.name == "answer")
+    assert answer.input_schema["required"] == ["conversation_id", "decisions"]
 
 
 async def test_a_conversation_is_held_listed_and_read(llm: FakeOpenAI) -> None:
@@ -213,3 +215,74 @@ async def test_a_turn_that_waits_for_a_person_says_so(llm: FakeOpenAI) -> None:
     assert result.structured_content["status"] == "input_required"
     assert "The agent waits for a person: " in _text(result)
     assert "calculate" in result.structured_content["detail"]
+
+
+async def test_an_approval_is_given_through_the_answer_tool(llm: FakeOpenAI) -> None:
+    settings = _settings(llm, AGENTIK_TOOLS_APPROVAL="calculate")
+    async with running_engine(settings) as harness, mcp_client(harness.target) as client:
+        paused = await client.call_tool(
+            "send_message", {"text": '[[tool:calculate {"expression": "6*7"}]]'}
+        )
+        conversation = paused.structured_content["conversation_id"]
+        [interrupt] = paused.structured_content["interrupts"]
+        assert interrupt["kind"] == "approval"
+        assert interrupt["tool_call"]["name"] == "calculate"
+        assert interrupt["tool_call"]["arguments"] == {"expression": "6*7"}
+        assert f"(interrupt_id {interrupt['id']})" in _text(paused)
+
+        misspelled = await client.call_tool(
+            "answer",
+            {
+                "conversation_id": conversation,
+                "decisions": [{"interrupt_id": interrupt["id"], "aprove": True}],
+            },
+        )
+        assert misspelled.is_error
+        assert "decisions[0] has an unknown key 'aprove'" in _text(misspelled)
+
+        done = await client.call_tool(
+            "answer",
+            {
+                "conversation_id": conversation,
+                "decisions": [
+                    {
+                        "interrupt_id": interrupt["id"],
+                        "approve": True,
+                        "arguments": {"expression": "6*8"},
+                    }
+                ],
+            },
+        )
+        assert not done.is_error, _text(done)
+        assert done.structured_content["status"] == "completed"
+        assert done.structured_content["answer"] == 'Result: {"expression": "6*8", "result": 48}'
+
+        nothing = await client.call_tool(
+            "answer",
+            {
+                "conversation_id": conversation,
+                "decisions": [{"interrupt_id": "x", "approve": False}],
+            },
+        )
+        assert nothing.is_error
+        assert "waits for no answer" in _text(nothing)
+
+
+async def test_a_question_is_answered_through_the_answer_tool(llm: FakeOpenAI) -> None:
+    settings = _settings(llm, AGENTIK_TOOLS_ASK_USER="true")
+    async with running_engine(settings) as harness, mcp_client(harness.target) as client:
+        asked = await client.call_tool(
+            "send_message", {"text": '[[tool:ask_user {"question": "Which colour?"}]]'}
+        )
+        assert asked.structured_content["status"] == "input_required"
+        [interrupt] = asked.structured_content["interrupts"]
+        assert interrupt["kind"] == "question" and interrupt["question"] == "Which colour?"
+        answered = await client.call_tool(
+            "answer",
+            {
+                "conversation_id": asked.structured_content["conversation_id"],
+                "decisions": [{"interrupt_id": interrupt["id"], "answer": "blue"}],
+            },
+        )
+    assert answered.structured_content["status"] == "completed", _text(answered)
+    assert "blue" in answered.structured_content["answer"]

@@ -1022,7 +1022,7 @@ def _a2a_agents(raw: object, origin: str, env: Mapping[str, str]) -> tuple[A2aAg
     )
 
     try:
-        if isinstance(raw, str):
+        if origin == f"env {A2A_AGENTS_ENV}" and isinstance(raw, str):
             return parse_a2a_agents_env(raw)
         return parse_a2a_agents(raw, origin, env)
     except A2aConfigError as exc:

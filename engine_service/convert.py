@@ -7,6 +7,7 @@ path: it builds each message with keyword arguments in one call and no reflectio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -73,10 +74,18 @@ OUTCOME_TO_PB = {
 }
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def timestamp(value: datetime | float) -> timestamp_pb2.Timestamp:
-    seconds = value.timestamp() if isinstance(value, datetime) else value
-    whole = int(seconds)
-    return timestamp_pb2.Timestamp(seconds=whole, nanos=int((seconds - whole) * 1e9))
+    """``value`` to the microsecond (a datetime exactly: no float rounding on the way)."""
+    if isinstance(value, datetime):
+        delta = value.astimezone(UTC) - _EPOCH  # a naive value is local time, as timestamp()
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        whole, fraction = divmod(micros, 1_000_000)
+        return timestamp_pb2.Timestamp(seconds=whole, nanos=fraction * 1000)
+    whole = math.floor(value)
+    return timestamp_pb2.Timestamp(seconds=whole, nanos=int((value - whole) * 1e9))
 
 
 def _value(value: JSON) -> struct_pb2.Value:

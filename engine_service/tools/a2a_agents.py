@@ -77,8 +77,10 @@ FIRST_RETRY = 0.5
 MAX_RETRY = 30.0
 CANCEL_WAIT = 2.0
 """Seconds spent cancelling a remote task (and learning its id, when interrupted early)."""
-POLL_EVERY = 0.5
-"""Seconds between GetTask calls for a task the remote left running without streaming."""
+FIRST_POLL = 0.05
+MAX_POLL = 1.0
+"""Seconds between GetTask calls for a task the remote left running without streaming:
+from the first to the longest wait, doubling."""
 MAX_RESULT_CHARS = 100_000
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_CARD_BYTES = 1024 * 1024
@@ -250,7 +252,7 @@ class A2aAgentSource:
         self._changed = asyncio.Event()
         self._waiting: dict[str, str] = {}
         """Remote context id → the id of its task that waits for input."""
-        self._cancelling: set[asyncio.Task[None]] = set()
+        self._cancelling: set[asyncio.Task[bool]] = set()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -397,8 +399,14 @@ class A2aAgentSource:
             raise _CardError("the card names no JSON-RPC or HTTP+JSON interface")
         del card.supported_interfaces[:]
         card.supported_interfaces.extend(interfaces)
+        # An agent that does not stream is asked to answer at once with its task, which is
+        # then polled: its id is known from the start, so a timeout or an interrupt can
+        # cancel it (a blocking send would name the task only with its final answer).
         config = ClientConfig(
-            streaming=True, httpx_client=http, supported_protocol_bindings=list(_BINDINGS)
+            streaming=True,
+            polling=not card.capabilities.streaming,
+            httpx_client=http,
+            supported_protocol_bindings=list(_BINDINGS),
         )
         return ClientFactory(config).create(card)
 
@@ -430,10 +438,10 @@ class A2aAgentSource:
                 await asyncio.shield(reader)
         except TimeoutError:
             call.abandoned = True
-            await self._cancel_remote(client, call, reader)
+            cancelled = await self._cancel_remote(client, call, reader)
+            what = "its task was cancelled" if cancelled else "its task could not be cancelled"
             return self._failed(
-                f"the agent {name!r} did not finish within {self.call_timeout:g} s; "
-                "its task was cancelled"
+                f"the agent {name!r} did not finish within {self.call_timeout:g} s; {what}"
             )
         except asyncio.CancelledError:
             # Our run was interrupted: the stream ends now, the remote task is cancelled
@@ -455,14 +463,17 @@ class A2aAgentSource:
         events: AsyncIterator[StreamResponse] = client.send_message(request)
         async for event in events:
             call.take(event)
+        wait = FIRST_POLL
         while call.task_id and call.state not in _DONE | _PAUSED:
             # A remote that answered without streaming and left the task running.
-            await asyncio.sleep(POLL_EVERY)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, MAX_POLL)
             call.take_task(await client.get_task(GetTaskRequest(id=call.task_id)))
 
-    async def _cancel_remote(self, client: Client, call: _Call, reader: asyncio.Task[None]) -> None:
+    async def _cancel_remote(self, client: Client, call: _Call, reader: asyncio.Task[None]) -> bool:
         """Cancel the remote task of ``call`` (learning its id first if need be), then
-        stop reading its stream."""
+        stop reading its stream; whether the task is cancelled (or had ended)."""
+        cancelled = False
         try:
             async with asyncio.timeout(CANCEL_WAIT):
                 if not reader.done():
@@ -473,10 +484,13 @@ class A2aAgentSource:
                         known.cancel()
                 if call.task_id and call.state not in _DONE:
                     await client.cancel_task(CancelTaskRequest(id=call.task_id))
+                    cancelled = True
                     self.log.info(
                         "A2A agent %r: cancelled its task %s", self.config.name, call.task_id
                     )
-                elif not call.task_id:
+                elif call.task_id:
+                    cancelled = True  # it ended meanwhile
+                else:
                     self.log.warning(
                         "A2A agent %r: the call was stopped before the agent named its task; "
                         "it could not be cancelled",
@@ -493,6 +507,7 @@ class A2aAgentSource:
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
+        return cancelled
 
     def _result(self, call: _Call, context_id: str) -> ToolResult:
         name = self.config.name

@@ -252,6 +252,8 @@ class A2aAgentSource:
         self._changed = asyncio.Event()
         self._waiting: dict[str, str] = {}
         """Remote context id → the id of its task that waits for input."""
+        self._cut: dict[str, str] = {}
+        """Remote context id → the id of its task whose call was cut before it ended."""
         self._cancelling: set[asyncio.Task[bool]] = set()
 
     # -- lifecycle ------------------------------------------------------------------
@@ -428,6 +430,9 @@ class A2aAgentSource:
         waiting = self._waiting.pop(context_id, "")
         if waiting:
             message.task_id = waiting
+        left = self._cut.pop(context_id, "")
+        if left:
+            await self._cancel_left(client, left)
         call = _Call(name, context)
         reader = asyncio.get_running_loop().create_task(
             self._read(client, SendMessageRequest(message=message), call),
@@ -454,6 +459,10 @@ class A2aAgentSource:
             cancel.add_done_callback(self._cancelling.discard)
             raise
         except (A2AError, httpx.HTTPError) as exc:
+            if call.task_id and call.state not in _DONE | _PAUSED:
+                # Cut mid-task (the agent or the network went away): the task may still run
+                # there, and would keep this context busy; the next call cancels it first.
+                self._cut[context_id] = call.task_id
             return self._failed(_why_call_failed(exc, name), detail=exc)
         except Exception as exc:  # an answer the SDK could not read
             return self._failed(f"the agent {name!r} sent an answer that could not be read", exc)
@@ -508,6 +517,22 @@ class A2aAgentSource:
             with contextlib.suppress(BaseException):
                 await reader
         return cancelled
+
+    async def _cancel_left(self, client: Client, task_id: str) -> None:
+        """Cancel a task a cut call left behind (it may have ended meanwhile)."""
+        try:
+            async with asyncio.timeout(CANCEL_WAIT):
+                await client.cancel_task(CancelTaskRequest(id=task_id))
+            self.log.info(
+                "A2A agent %r: cancelled its task %s left by a cut call", self.config.name, task_id
+            )
+        except (TimeoutError, A2AError, httpx.HTTPError) as exc:
+            self.log.info(
+                "A2A agent %r: the task %s left by a cut call was not cancelled: %s",
+                self.config.name,
+                task_id,
+                _why_call_failed(exc, self.config.name),
+            )
 
     def _result(self, call: _Call, context_id: str) -> ToolResult:
         name = self.config.name

@@ -100,7 +100,8 @@ async def test_a_remote_agent_killed_mid_call_is_a_tool_error_and_our_turn_loses
     follow_up = send_request(conversation_id, '[[tool:peer {"message": "and now?"}]]')
     assert await follow(http, again, follow_up, WITHIN)
     [answered] = [f.data for f in again.frames if f.type == "tool_call_result"]
-    assert answered is not None and not answered["is_error"], answered["content"]
+    assert answered is not None
+    assert not answered["is_error"], answered["content"]
     assert answered["content"] == "Echo: and now?"
     view = await store_view(http, f"127.0.0.1:{stack.grpc_port}", conversation_id, WITHIN)
     both = Ledger(conversation_id, ledger.frames + again.frames)

@@ -60,6 +60,10 @@ def _engine(args: argparse.Namespace) -> int:
         if workers == 1:
             _tracing()
             engine = build_engine(settings)
+        else:  # the tools every worker would build: a function that cannot load stops here
+            from engine_service.build import build_tools
+
+            build_tools(settings)
     except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -67,6 +67,28 @@ def test_port_zero_with_two_workers_is_refused(tmp_path: Path) -> None:
     assert "ephemeral port, which the workers could not share" in done.stderr
 
 
+def test_a_python_tool_that_cannot_load_stops_the_supervisor_before_any_worker(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text('[[tools.python]]\nfunction = "no_such_module_here:tool"\n')
+    done = _agentik(
+        tmp_path,
+        "--config",
+        str(config),
+        "engine",
+        "--workers",
+        "2",
+        AGENTIK_STORE=SHARED,
+        AGENTIK_GRPC_ADDR=f"127.0.0.1:{_free_port()}",
+    )
+    assert done.returncode == 2
+    # Said once, by the supervisor, naming the entry (not by each worker it would start).
+    assert done.stderr.count("cannot import 'no_such_module_here'") == 1, done.stderr
+    assert "[[tools.python]] entry 1" in done.stderr
+    assert "worker" not in done.stderr.lower()
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "many"])
 def test_workers_must_be_a_positive_integer(tmp_path: Path, value: str) -> None:
     done = _agentik(tmp_path, "engine", "--workers", value)

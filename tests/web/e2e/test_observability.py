@@ -261,47 +261,43 @@ def test_the_access_log_names_each_request_and_never_the_token(observed: Observe
         assert TOKEN not in text and "Bearer" not in text, process
 
 
+def _reported_down(observed: Observed, metric: str, label: str, name: str) -> Samples:
+    """The first scrape of the engine's metrics that shows source ``name`` unavailable.
+
+    The source retries, so its state moves on between scrapes (unavailable, connecting,
+    ...): the checks read the one scrape that showed it unavailable."""
+    seen: list[Samples] = []
+
+    def down() -> bool:
+        seen[:] = [scrape(observed.engine_metrics)]
+        return (metric, frozenset({(label, name), ("state", "unavailable")})) in seen[0]
+
+    wait_for(down, f"{metric} to report {name!r} unavailable")
+    return seen[0]
+
+
+def _warnings(observed: Observed, needle: str) -> list[str]:
+    records = [json.dumps(r) for r in log_records(observed, "engine")]
+    return [t for t in records if "WARNING" in t and needle in t]
+
+
 def test_an_mcp_server_that_cannot_start_is_down_in_the_metrics_and_warned_of(
     observed: Observed,
 ) -> None:
-    seen: list[Samples] = []
-
-    def failed() -> bool:
-        # The source retries, so its state moves on between scrapes (unavailable,
-        # connecting, ...): the checks read the one scrape that showed it unavailable.
-        seen[:] = [scrape(observed.engine_metrics)]
-        return (
-            "agentik_mcp_server_up",
-            frozenset({("server", "broken"), ("state", "unavailable")}),
-        ) in seen[0]
-
-    wait_for(failed, "the MCP server to be reported unavailable")
-    samples = seen[0]
+    samples = _reported_down(observed, "agentik_mcp_server_up", "server", "broken")
     assert value(samples, "agentik_mcp_server_up", server="broken") == 0
     assert value(samples, "agentik_mcp_server_up", server="broken", state="unavailable") == 0
-    records = log_records(observed, "engine")
-    text = [json.dumps(r) for r in records]
-    warned = [t for t in text if "WARNING" in t and "'broken' unavailable" in t]
-    assert warned and "cannot start" in warned[0], text
+    warned = _warnings(observed, "'broken' unavailable")
+    assert warned and "cannot start" in warned[0]
 
 
 def test_a_remote_a2a_agent_that_is_down_is_down_in_the_metrics_and_warned_of(
     observed: Observed,
 ) -> None:
-    seen: list[Samples] = []
-
-    def failed() -> bool:
-        seen[:] = [scrape(observed.engine_metrics)]
-        return (
-            "agentik_a2a_agent_up",
-            frozenset({("agent", "away"), ("state", "unavailable")}),
-        ) in seen[0]
-
-    wait_for(failed, "the A2A agent to be reported unavailable")
-    assert value(seen[0], "agentik_a2a_agent_up", agent="away", state="unavailable") == 0
-    text = [json.dumps(r) for r in log_records(observed, "engine")]
-    warned = [t for t in text if "WARNING" in t and "A2A agent 'away' unavailable" in t]
-    assert warned and "cannot reach http://127.0.0.1:1/" in warned[0], text
+    samples = _reported_down(observed, "agentik_a2a_agent_up", "agent", "away")
+    assert value(samples, "agentik_a2a_agent_up", agent="away", state="unavailable") == 0
+    warned = _warnings(observed, "A2A agent 'away' unavailable")
+    assert warned and "cannot reach http://127.0.0.1:1/" in warned[0]
 
 
 def test_the_facade_metrics_directory_is_private_and_goes_with_gunicorn(

@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 
 import httpx
 import pytest
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client
 from a2a.client.errors import A2AClientError
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
     Role,
-    SendMessageRequest,
-    StreamResponse,
     Task,
     TaskState,
 )
 
+from tests.a2a_sdk_client import artifact_text as _answer
+from tests.a2a_sdk_client import collect_events as _collect
+from tests.a2a_sdk_client import one_task as _task
+from tests.a2a_sdk_client import sdk_client
+from tests.a2a_sdk_client import user_message as _message
 from tests.fakes.a2a_sdk_agent_process import SdkAgent
 
 WAIT = 20.0
@@ -48,46 +49,15 @@ def guarded_agent() -> Iterator[SdkAgent]:
         yield running
 
 
-@asynccontextmanager
-async def _client(
+def _client(
     agent: SdkAgent, *, streaming: bool = True, headers: dict[str, str] | None = None
-) -> AsyncIterator[Client]:
-    async with httpx.AsyncClient(timeout=WAIT, headers=headers) as http:
-        card = await A2ACardResolver(http, agent.url).get_agent_card()
-        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-def _message(text: str, *, context_id: str = "", task: Task | None = None) -> SendMessageRequest:
-    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text=text)])
-    message.context_id = context_id
-    if task is not None:
-        message.task_id, message.context_id = task.id, task.context_id
-    return SendMessageRequest(message=message)
+) -> AbstractAsyncContextManager[Client]:
+    return sdk_client(agent.url, streaming=streaming, headers=headers)
 
 
 async def _card(agent: SdkAgent) -> AgentCard:
     async with httpx.AsyncClient(timeout=WAIT) as http:
         return await A2ACardResolver(http, agent.url).get_agent_card()
-
-
-async def _collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
-    async with asyncio.timeout(WAIT):
-        return [event async for event in events]
-
-
-async def _task(client: Client, request: SendMessageRequest) -> Task:
-    """The task of a non-streaming send: the one event it yields."""
-    events = await _collect(client.send_message(request))
-    assert [e.WhichOneof("payload") for e in events] == ["task"], events
-    return events[0].task
-
-
-def _answer(task: Task) -> str:
-    return "".join(p.text for a in task.artifacts for p in a.parts)
 
 
 def _schemes(card: AgentCard) -> list[str]:

@@ -3,31 +3,30 @@ process with the offline model and approvals on, gunicorn facade)."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 
-import httpx
 import pytest
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import Client
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
     Part,
     Role,
-    SendMessageRequest,
-    StreamResponse,
     SubscribeToTaskRequest,
     Task,
     TaskState,
 )
 from google.protobuf import json_format, struct_pb2
 
+from tests.a2a_sdk_client import artifact_text as _answer
+from tests.a2a_sdk_client import collect_events as _collect
+from tests.a2a_sdk_client import one_task as _task
+from tests.a2a_sdk_client import sdk_client
+from tests.a2a_sdk_client import user_message as _message
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.conftest import ConfiguredStack
-from tests.web.e2e.conftest import WAIT, Stack
+from tests.web.e2e.conftest import Stack
 
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -48,43 +47,14 @@ def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     running.stop()
 
 
-@asynccontextmanager
-async def _client(stack: Stack, *, streaming: bool) -> AsyncIterator[Client]:
-    async with httpx.AsyncClient(timeout=WAIT) as http:
-        card = await A2ACardResolver(http, stack.base_url).get_agent_card()
-        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-def _message(*parts: Part, task: Task | None = None) -> SendMessageRequest:
-    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=list(parts))
-    if task is not None:
-        message.task_id, message.context_id = task.id, task.context_id
-    return SendMessageRequest(message=message)
+def _client(stack: Stack, *, streaming: bool) -> AbstractAsyncContextManager[Client]:
+    return sdk_client(stack.base_url, streaming=streaming)
 
 
 def _data(value: dict[str, object]) -> Part:
     data = struct_pb2.Value()
     json_format.ParseDict(value, data)
     return Part(data=data)
-
-
-async def _collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
-    async with asyncio.timeout(WAIT):
-        return [event async for event in events]
-
-
-async def _task(client: Client, request: SendMessageRequest) -> Task:
-    events = await _collect(client.send_message(request))
-    assert [e.WhichOneof("payload") for e in events] == ["task"], events
-    return events[0].task
-
-
-def _answer(task: Task) -> str:
-    return "".join(p.text for a in task.artifacts for p in a.parts)
 
 
 def _interrupts(task: Task) -> list[dict[str, object]]:

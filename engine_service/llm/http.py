@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import ssl
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -386,6 +386,10 @@ def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
 
 def _proxy_for(origin: _Origin) -> str | None:
     """The proxy URL the environment names for ``origin``, or None."""
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        return None  # the common case, without loading urllib.request (2 MiB of imports)
+    import urllib.request
+
     proxies = urllib.request.getproxies()
     proxy = proxies.get(origin.scheme) or proxies.get("all")
     if not proxy:

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+from engine_service import __version__
 from engine_service.core.chat import (
     ChatDelta,
     ChatModel,
@@ -87,7 +88,7 @@ class OpenAIChatModel(ChatModel):
             "Authorization": f"Bearer {api_key or 'not-needed'}",
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
-            "User-Agent": f"agentik/{_version()}",
+            "User-Agent": f"agentik/{__version__}",
         }
         self._http = HttpClient(connect_timeout=timeout, read_timeout=timeout)
 
@@ -213,15 +214,6 @@ class OpenAIChatModel(ChatModel):
         if status >= 500:
             return _error("llm_server_error", message, logged)
         return _error("llm_bad_request", message, logged)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("agentik")
-    except PackageNotFoundError:
-        return "dev"
 
 
 def _error(code: str, message: str, detail: str = "") -> LLMError:

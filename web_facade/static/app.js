@@ -189,9 +189,22 @@ class View {
     return found;
   }
 
+  // What a running tool reports (an MCP server's progress, a remote agent's status), in
+  // place of its result until the result comes.
+  toolProgress(value) {
+    const call = value && this.toolCalls.get(value.tool_call_id);
+    if (!call || call.done) return;
+    const total = value.total ? `/${value.total}` : "";
+    const said = value.message ? String(value.message) : `${value.progress}${total}`;
+    call.result.textContent = `… ${said}`;
+    call.result.classList.add("progress");
+  }
+
   toolResult(id, content, isError) {
     const call = this.toolCalls.get(id);
     if (!call) return;
+    call.done = true;
+    call.result.classList.remove("progress");
     call.result.textContent = `→ ${prettyJson(content)}`;
     call.root.classList.toggle("error", Boolean(isError));
   }
@@ -249,6 +262,9 @@ class View {
       }
       case "tool_call_result":
         this.toolResult(data.tool_call_id, data.content, data.is_error);
+        break;
+      case "custom":
+        if (data.name === "tool_progress") this.toolProgress(data.value);
         break;
       case "input_required":
         this.prompt(data.interrupts);

@@ -25,6 +25,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.browser import chromium_or_skip
+from tests.fakes.a2a_sdk_agent_process import SdkAgent
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import WAIT, Stack
 
@@ -306,4 +307,46 @@ def test_stop_interrupts_the_turn_in_flight(slow_page: Page) -> None:
     assert 3 <= len(words) < 400
     page.send("[[chunks:2]] again")  # the conversation takes messages again
     page.wait_for_answer(r"^w0 w1\s*$")
+    page.assert_no_console_errors()
+
+
+@pytest.fixture(scope="module")
+def remote_agent() -> Iterator[SdkAgent]:
+    with SdkAgent() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def agents_stack(
+    llm: FakeOpenAI, remote_agent: SdkAgent, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    running = Stack(
+        llm,
+        tmp_path_factory.mktemp("page-agents"),
+        AGENTIK_A2A_AGENTS=f"helper={remote_agent.url}/",
+    )
+    running.engine.wait_for_log(re.compile(r"A2A agent 'helper' (ready)"))
+    yield running
+    running.stop()
+
+
+def test_a_remote_agents_progress_shows_in_its_tool_call_until_its_result(
+    browser: Chrome, agents_stack: Stack
+) -> None:
+    page = Page(browser, agents_stack.base_url)
+    page.open()
+    page.send('[[tool:helper {"message": "slow work"}]]')
+    # The a2a-sdk agent says "working slowly", then works until it is cancelled.
+    progress = page.wait(
+        lambda: next((e for e in page.find(".tool-call .result.progress") if e.text), None),
+        "the remote agent's progress in its tool call",
+    )
+    assert progress.text == "… working slowly"
+    page.screenshot("chat-remote-agent.png")
+    page.one("#stop").click()
+    page.wait(lambda: any(e.text == "Stopped." for e in page.find(".note")), "the note")
+    page.idle()
+    result = page.one(".tool-call .result")
+    page.wait(lambda: "progress" not in (result.get_attribute("class") or ""), "the result")
+    assert result.text == "→ error: interrupted before the tool finished"
     page.assert_no_console_errors()

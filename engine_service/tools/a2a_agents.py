@@ -85,6 +85,8 @@ MAX_RESULT_CHARS = 100_000
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_CARD_BYTES = 1024 * 1024
 MAX_PROGRESS_CHARS = 2_000
+MAX_ERROR_CHARS = 2_000
+"""A remote's error message longer than this is cut (in the result and in the log)."""
 PROGRESS_EVERY = 0.1
 """Seconds between two progress events of one call: a chatty (or hostile) agent's status
 messages in between are not streamed (the answer is not affected)."""
@@ -163,6 +165,8 @@ class _Call:
     last_report: float = 0.0
     kept: int = 0
     """Characters of artifact text kept so far."""
+    dropped: int = 0
+    """Characters of artifact text past the answer's limit, not kept (but counted)."""
 
     def take(self, event: StreamResponse) -> None:
         if event.HasField("message"):
@@ -187,10 +191,12 @@ class _Call:
             if not update_a.append:
                 self.kept -= sum(len(chunk) for chunk in chunks)
                 chunks.clear()
+            chunk = _text(artifact.parts)
             if self.kept <= MAX_RESULT_CHARS:  # past that it would be clipped anyway
-                chunk = _text(artifact.parts)
                 self.kept += len(chunk)
                 chunks.append(chunk)
+            else:
+                self.dropped += len(chunk)
 
     def take_task(self, task: Task) -> None:
         self.task_id = task.id or self.task_id
@@ -419,7 +425,10 @@ class A2aAgentSource:
         client = self._client
         name = self.config.name
         if client is None:
-            return self._failed(f"the agent {name!r} is not available yet ({self.describe()})")
+            # Not offered to the LLM, but a call from the history may still name it. The
+            # reason stays in the log: it names the card's address, which clients must not see.
+            self.log.warning("A2A agent %r called while not available: %s", name, self.describe())
+            return _error(f"the agent {name!r} is not available: its card could not be read yet")
         context_id = context_id_for(name, context.session_key or context.session_id)
         message = Message(
             message_id=uuid.uuid4().hex,
@@ -537,7 +546,7 @@ class A2aAgentSource:
     def _result(self, call: _Call, context_id: str) -> ToolResult:
         name = self.config.name
         state = call.state
-        said = _clip(call.answer)
+        said = _clip(call.answer, call.dropped)
         if state in _PAUSED and call.task_id:
             self._waiting[context_id] = call.task_id
         if state == TaskState.TASK_STATE_INPUT_REQUIRED:
@@ -596,10 +605,13 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
-def _clip(text: str) -> str:
-    if len(text) <= MAX_RESULT_CHARS:
+def _clip(text: str, dropped: int = 0, limit: int = MAX_RESULT_CHARS) -> str:
+    """``text`` cut at ``limit`` characters, with a note of how long it was (``dropped``:
+    characters that were never kept)."""
+    if len(text) <= limit and not dropped:
         return text
-    return text[:MAX_RESULT_CHARS] + f"\n(truncated: the answer had {len(text):,} characters)"
+    whole = len(text) + dropped
+    return text[:limit] + f"\n(truncated: the answer had {whole:,} characters)"
 
 
 def _state_name(state: TaskState) -> str:
@@ -660,7 +672,12 @@ def _why_call_failed(exc: BaseException, name: str) -> str:
         status_error = cause if isinstance(cause, httpx.HTTPStatusError) else exc
         assert isinstance(status_error, httpx.HTTPStatusError)
         return f"the agent {name!r} answered HTTP {status_error.response.status_code}"
-    if isinstance(exc, A2AClientError | httpx.HTTPError):
+    if isinstance(exc, httpx.TransportError) or isinstance(cause, httpx.TransportError):
         return f"the agent {name!r} is unreachable"
+    if isinstance(exc, A2AClientError | httpx.HTTPError):
+        # It answered, but not in A2A (not JSON, not an event stream, ...).
+        return f"the agent {name!r} sent an answer that could not be read"
     message = getattr(exc, "message", "") or str(exc) or type(exc).__name__
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 1] + "…"
     return f"the agent {name!r} refused the call: {message}"

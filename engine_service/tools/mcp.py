@@ -182,7 +182,9 @@ class McpToolSource:
         client = self._client
         name = self.config.name
         if client is None:
-            return self._failed(f"MCP server {name!r} is not connected ({self.describe()})")
+            # The status may name the server's address or command: for the log, not clients.
+            self.log.warning("MCP server %r called while not connected: %s", name, self.describe())
+            return _error(f"MCP server {name!r} is not connected")
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
             value = {"tool_call_id": context.tool_call_id, "progress": progress}
@@ -209,7 +211,9 @@ class McpToolSource:
             return self._failed(f"MCP server {name!r} sent an invalid result: {exc}")
         except (httpx2.HTTPError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost(_describe(exc, self.config))
-            return self._failed(f"MCP server {name!r} is unreachable: {exc}")
+            # The exception may name the server's URL: the log has it, the result does not.
+            self.log.warning("MCP server %r unreachable during a call: %r", name, exc)
+            return self._failed(f"MCP server {name!r} is unreachable")
         except RuntimeError:
             if self._client is client:
                 raise

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 
 import httpx
@@ -26,27 +25,9 @@ from tests.a2a_sdk_client import one_task as _task
 from tests.a2a_sdk_client import sdk_client
 from tests.a2a_sdk_client import user_message as _message
 from tests.fakes.a2a_sdk_agent_process import SdkAgent
+from tests.fakes.a2a_sdk_fixtures import SDK_TOKEN as TOKEN
 
 WAIT = 20.0
-TOKEN = "sdk-secret"
-
-
-@pytest.fixture(scope="module")
-def agent() -> Iterator[SdkAgent]:
-    with SdkAgent() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def plain_agent() -> Iterator[SdkAgent]:
-    with SdkAgent(streaming=False) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def guarded_agent() -> Iterator[SdkAgent]:
-    with SdkAgent(token=TOKEN) as running:
-        yield running
 
 
 def _client(

@@ -33,32 +33,14 @@ from tests.engine.harness import (
     user,
 )
 from tests.fakes.a2a_sdk_agent_process import SdkAgent
+from tests.fakes.a2a_sdk_fixtures import SDK_TOKEN as TOKEN
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 
 WAIT = 20.0
 """Upper bound for reading a card or waiting on the agent (2 busy cores, a subprocess)."""
-TOKEN = "a2a-test-secret"
 T = TypeVar("T")
 CONTEXT_ID = re.compile(r"^agentik-[0-9a-f]{32}$")
 _LLM_ENV = {"OPENAI_API_KEY": "k", "AGENTIK_LLM_MAX_RETRIES": "0"}
-
-
-@pytest.fixture(scope="module")
-def agent() -> Iterator[SdkAgent]:
-    with SdkAgent() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def plain_agent() -> Iterator[SdkAgent]:
-    with SdkAgent(streaming=False) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def guarded_agent() -> Iterator[SdkAgent]:
-    with SdkAgent(token=TOKEN) as running:
-        yield running
 
 
 @pytest.fixture

@@ -46,20 +46,20 @@ import contextlib
 import itertools
 import json
 import re
-import select
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from tests.fakes.streaming_http import POLL_SLICE, StreamingHandler
+
 __all__ = ["FakeOpenAI", "FakeReply", "FakeToolCall"]
 
-_POLL_SLICE = 0.05
 """How often a waiting handler looks at the stop flag, in seconds."""
 
 _ERROR_KINDS: dict[int, tuple[str, str]] = {
@@ -154,25 +154,14 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(StreamingHandler):
     """Serves one connection; a stream is written chunk by chunk straight to the socket."""
 
-    protocol_version = "HTTP/1.1"
     server: _Server
 
-    def setup(self) -> None:
-        super().setup()
-        # Small SSE writes must not wait for delayed ACKs.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.fake._track(self.connection, add=True)
-
-    def finish(self) -> None:
-        self.server.fake._track(self.connection, add=False)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet: tests and benchmarks read stdout."""
+    @property
+    def owner(self) -> FakeOpenAI:
+        return self.server.fake
 
     def do_POST(self) -> None:
         fake = self.server.fake
@@ -211,40 +200,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self._write(data)
-
-    def _write(self, data: bytes) -> bool:
-        """Write to the client; False (and the connection marked gone) if it went away."""
-        try:
-            self.wfile.write(data)
-        except OSError:
-            self._client_gone()
-            return False
-        return True
-
-    def _client_gone(self) -> None:
-        self.close_connection = True
-        self.server.fake._note_closed()
-
-    def _wait(self, seconds: float) -> bool:
-        """Sleep, watching the socket: False as soon as the client closes or the fake stops."""
-        fake = self.server.fake
-        deadline = time.monotonic() + seconds
-        poller = select.poll()
-        poller.register(self.connection, select.POLLIN)
-        while (remaining := deadline - time.monotonic()) > 0:
-            if fake._stopping.is_set():
-                self.close_connection = True
-                return False
-            if poller.poll(min(remaining, _POLL_SLICE) * 1000):
-                try:
-                    peeked = self.connection.recv(1, socket.MSG_PEEK)
-                except OSError:
-                    peeked = b""
-                if not peeked:
-                    self._client_gone()
-                    return False
-                time.sleep(min(remaining, _POLL_SLICE))  # a pipelined request: not our business
-        return True
 
     def _stream(self, body: dict[str, Any], reply: FakeReply) -> None:
         self.send_response(200)
@@ -443,7 +398,7 @@ class FakeOpenAI:
         self._server = server
         self._stopping.clear()
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": _POLL_SLICE}, daemon=True
+            target=server.serve_forever, kwargs={"poll_interval": POLL_SLICE}, daemon=True
         )
         self._thread.name = f"fake-openai-{self.port}"
         self._thread.start()

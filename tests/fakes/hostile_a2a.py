@@ -36,20 +36,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import select
 import socket
 import threading
-import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
+
+from tests.fakes.streaming_http import POLL_SLICE, StreamingHandler
 
 __all__ = ["CARD_NAME", "HostileAgent", "Seen"]
 
 CARD_NAME = "hostile-agent"
 CARD_PATH = "/.well-known/agent-card.json"
-_POLL_SLICE = 0.05
 _CHATTER_EVERY = 0.02
 
 
@@ -107,22 +106,12 @@ def _artifact(task_id: str, context_id: str, text: str, *, append: bool = False)
     }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(StreamingHandler):
     server: _Server
 
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.agent._track(self.connection, add=True)
-
-    def finish(self) -> None:
-        self.server.agent._track(self.connection, add=False)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet."""
+    @property
+    def owner(self) -> HostileAgent:
+        return self.server.agent
 
     # -- the card ---------------------------------------------------------------------
 
@@ -303,39 +292,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _end(self) -> None:
         self._write(b"0\r\n\r\n")
 
-    def _write(self, data: bytes) -> bool:
-        try:
-            self.wfile.write(data)
-        except OSError:
-            self._gone()
-            return False
-        return True
-
-    def _gone(self) -> None:
-        self.close_connection = True
-        self.server.agent._note_gone()
-
-    def _wait(self, seconds: float) -> bool:
-        """Sleep, watching the socket: False once the client closes or the server stops."""
-        agent = self.server.agent
-        deadline = time.monotonic() + seconds
-        poller = select.poll()
-        poller.register(self.connection, select.POLLIN)
-        while (remaining := deadline - time.monotonic()) > 0:
-            if agent._stopping.is_set():
-                self.close_connection = True
-                return False
-            if poller.poll(min(remaining, _POLL_SLICE) * 1000):
-                try:
-                    peeked = self.connection.recv(1, socket.MSG_PEEK)
-                except OSError:
-                    peeked = b""
-                if not peeked:
-                    self._gone()
-                    return False
-                time.sleep(min(remaining, _POLL_SLICE))
-        return True
-
 
 class HostileAgent:
     """The server; use as a context manager. ``url`` is its base URL (no trailing slash)."""
@@ -419,7 +375,7 @@ class HostileAgent:
         self._stopping.clear()
         self._thread = threading.Thread(
             target=server.serve_forever,
-            kwargs={"poll_interval": _POLL_SLICE},
+            kwargs={"poll_interval": POLL_SLICE},
             name=f"hostile-a2a-{self.port}",
             daemon=True,
         )
@@ -462,7 +418,7 @@ class HostileAgent:
         with self._lock:
             self._cancelled_ids.append(task_id)
 
-    def _note_gone(self) -> None:
+    def _note_closed(self) -> None:
         with self._lock:
             self._gone_count += 1
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,21 +40,6 @@ WAIT = 20.0
 T = TypeVar("T")
 CONTEXT_ID = re.compile(r"^agentik-[0-9a-f]{32}$")
 _LLM_ENV = {"OPENAI_API_KEY": "k", "AGENTIK_LLM_MAX_RETRIES": "0"}
-
-
-@pytest.fixture
-def llm() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest.fixture
-def unused_port() -> Iterator[int]:
-    """A loopback port bound (so no one else takes it) but not listening: connections to it
-    are refused at once."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as reserved:
-        reserved.bind(("127.0.0.1", 0))
-        yield int(reserved.getsockname()[1])
 
 
 def _settings(llm: FakeOpenAI, *agents: A2aAgentConfig) -> Settings:

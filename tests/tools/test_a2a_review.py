@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -59,12 +58,6 @@ _LLM_ENV = {"OPENAI_API_KEY": "k", "AGENTIK_LLM_MAX_RETRIES": "0"}
 
 
 @pytest.fixture
-def llm() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest.fixture
 def hostile() -> Iterator[HostileAgent]:
     with HostileAgent() as agent:
         yield agent
@@ -75,13 +68,6 @@ def elsewhere() -> Iterator[HostileAgent]:
     """A second server (another origin: its own port) that must never be called."""
     with HostileAgent() as agent:
         yield agent
-
-
-@pytest.fixture
-def unused_port() -> Iterator[int]:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as reserved:
-        reserved.bind(("127.0.0.1", 0))
-        yield int(reserved.getsockname()[1])
 
 
 def _settings(llm: FakeOpenAI, *agents: A2aAgentConfig, **env: str) -> Settings:

@@ -75,6 +75,8 @@ CONNECTING = "connecting"
 UNAVAILABLE = "unavailable"
 FIRST_RETRY = 0.5
 MAX_RETRY = 30.0
+CARD_REFRESH = 300.0
+"""Seconds between two readings of a ready agent's card."""
 CANCEL_WAIT = 2.0
 """Seconds spent cancelling a remote task (and learning its id, when interrupted early)."""
 FIRST_POLL = 0.05
@@ -347,6 +349,7 @@ class A2aAgentSource:
                     "streaming" if card.capabilities.streaming else "no streaming",
                 )
                 self._set_state(AgentState.READY, "")
+                await self._refresh_card(self._http)
                 return
             self.attempts += 1
             delay = min(MAX_RETRY, FIRST_RETRY * 2**failures) * random.uniform(0.9, 1.1)
@@ -361,6 +364,35 @@ class A2aAgentSource:
             )
             self._set_state(AgentState.UNAVAILABLE, reason)
             await asyncio.sleep(delay)
+
+    async def _refresh_card(self, http: httpx.AsyncClient) -> None:
+        """Read the card again every ``CARD_REFRESH`` seconds: the tool follows the agent's
+        skills and interfaces. A card that cannot be read keeps the last one (calls say
+        whether the agent answers)."""
+        while True:
+            await asyncio.sleep(CARD_REFRESH)
+            try:
+                async with asyncio.timeout(self.config.connect_timeout):
+                    card = await self._read_card(http)
+                if card == self.card:
+                    continue
+                client = self._make_client(card, http)
+            except Exception as exc:
+                self.log.info(
+                    "A2A agent %r: its card could not be read again (%s); keeping the last one",
+                    self.config.name,
+                    _why_card_failed(exc, self.config),
+                )
+                continue
+            # Calls in flight keep the client they started with (they share ``http``).
+            self.card, self._client = card, client
+            self.tool.description = self.config.description or _describe(card)
+            self.log.info(
+                "A2A agent %r changed its card: %r, %d skills",
+                self.config.name,
+                card.name,
+                len(card.skills),
+            )
 
     async def _read_card(self, http: httpx.AsyncClient) -> AgentCard:
         headers = {"Accept": "application/json"}
@@ -405,8 +437,10 @@ class A2aAgentSource:
                 )
         if not interfaces:
             raise _CardError("the card names no JSON-RPC or HTTP+JSON interface")
-        del card.supported_interfaces[:]
-        card.supported_interfaces.extend(interfaces)
+        chosen = AgentCard()
+        chosen.CopyFrom(card)  # the card as read stays as it was (compared when re-read)
+        del chosen.supported_interfaces[:]
+        chosen.supported_interfaces.extend(interfaces)
         # An agent that does not stream is asked to answer at once with its task, which is
         # then polled: its id is known from the start, so a timeout or an interrupt can
         # cancel it (a blocking send would name the task only with its final answer).
@@ -416,7 +450,7 @@ class A2aAgentSource:
             httpx_client=http,
             supported_protocol_bindings=list(_BINDINGS),
         )
-        return ClientFactory(config).create(card)
+        return ClientFactory(config).create(chosen)
 
     # -- calls ----------------------------------------------------------------------
 

@@ -584,3 +584,43 @@ async def test_principals_never_share_a_remote_context_nor_a_waiting_task(
     assert bob_shared_answer == f"sdk-agent heard: teal (message 1 of context {bob_shared})"
     assert contexts[alice_shared] == ["ask me something"]
     assert contexts[bob_shared] == ["teal"]
+
+
+# -- a card that changes -------------------------------------------------------------------
+
+
+async def test_a_ready_agent_that_changes_its_card_is_described_anew_and_one_that_fails_is_kept(
+    llm: FakeOpenAI, hostile: HostileAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine_service.tools import a2a_agents
+
+    monkeypatch.setattr(a2a_agents, "CARD_REFRESH", 0.1)
+    async with running_engine(_settings(llm, _agent(hostile))) as harness:
+        source = await _ready(harness)
+        assert "Breaks things" in source.tool.description
+        first = source.card
+
+        original = hostile.card_json
+
+        def grown() -> dict[str, Any]:
+            card = original()
+            card["skills"].append(
+                {"id": "mend", "name": "Mend", "description": "Fixes things", "tags": ["t"]}
+            )
+            return card
+
+        monkeypatch.setattr(hostile, "card_json", grown)
+        assert await _until(lambda: "Fixes things" in source.tool.description)
+        assert source.card is not None and source.card is not first
+        assert len(source.card.skills) == 2
+
+        hostile.card = "huge"  # cannot be read any more: the last card stays, ready
+
+        def reads() -> int:
+            return len([seen for seen in hostile.seen() if seen.verb == "GET"])
+
+        before = reads()
+        assert await _until(lambda: reads() >= before + 2)
+        assert source.state.value == "ready" and "Fixes things" in source.tool.description
+        events = await collect(harness.stub.Run(_run("rev-card-changed", "go")))
+        _finished(events)

@@ -48,6 +48,7 @@ from a2a.types import (
     AgentInterface,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -476,6 +477,13 @@ class A2aAgentSource:
         left = self._cut.pop(context_id, "")
         if left:
             await self._cancel_left(client, left)
+        return await self._exchange(client, message, context, look_for_waiting=not waiting)
+
+    async def _exchange(
+        self, client: Client, message: Message, context: ToolContext, *, look_for_waiting: bool
+    ) -> ToolResult:
+        """Send ``message`` and wait for the answer (bounded, cancellable)."""
+        name, context_id = self.config.name, message.context_id
         call = _Call(name, context)
         reader = asyncio.get_running_loop().create_task(
             self._read(client, SendMessageRequest(message=message), call),
@@ -502,6 +510,15 @@ class A2aAgentSource:
             cancel.add_done_callback(self._cancelling.discard)
             raise
         except (A2AError, httpx.HTTPError) as exc:
+            refused = isinstance(exc, A2AError) and not isinstance(exc, A2AClientError)
+            if refused and look_for_waiting and not call.task_id:
+                # Refused before any task began: maybe the context waits for an answer on a
+                # task this process does not know of (asked on another replica, or before a
+                # restart). Such a task is answered, not left waiting.
+                waiting = await self._find_waiting(client, context_id)
+                if waiting:
+                    message.task_id = waiting
+                    return await self._exchange(client, message, context, look_for_waiting=False)
             if call.task_id and call.state not in _DONE | _PAUSED:
                 # Cut mid-task (the agent or the network went away): the task may still run
                 # there, and would keep this context busy; the next call cancels it first.
@@ -510,6 +527,27 @@ class A2aAgentSource:
         except Exception as exc:  # an answer the SDK could not read
             return self._failed(f"the agent {name!r} sent an answer that could not be read", exc)
         return self._result(call, context_id)
+
+    async def _find_waiting(self, client: Client, context_id: str) -> str:
+        """The id of a task of ``context_id`` that waits for input, or ""."""
+        request = ListTasksRequest(context_id=context_id, page_size=20, history_length=0)
+        try:
+            async with asyncio.timeout(CANCEL_WAIT):
+                page = await client.list_tasks(request)
+        except (TimeoutError, A2AError, httpx.HTTPError) as exc:
+            self.log.info(
+                "A2A agent %r: cannot list the tasks of a context: %r", self.config.name, exc
+            )
+            return ""
+        for task in page.tasks:
+            if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                self.log.info(
+                    "A2A agent %r: the message answers its waiting task %s",
+                    self.config.name,
+                    task.id,
+                )
+                return task.id
+        return ""
 
     async def _read(self, client: Client, request: SendMessageRequest, call: _Call) -> None:
         events: AsyncIterator[StreamResponse] = client.send_message(request)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fakes.fake_openai import FakeOpenAI, FakeReply
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.engine.harness import collect, engine_settings, kind, running_engine, user
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 from tests.web.e2e.conftest import WAIT, SseStream, Stack, checked, has, types, wait_for
 from tests.web.sse_frames import Frame
 
@@ -32,7 +35,7 @@ def llm_b() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture(scope="module")
 def stack_a(llm_a: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = Stack(llm_a, tmp_path_factory.mktemp("peer-a"))
+    running = Stack(llm_a, tmp_path_factory.mktemp("peer-a"), AGENTIK_TOOLS_ASK_USER="true")
     yield running
     running.stop()
 
@@ -181,3 +184,38 @@ def test_interrupting_bs_run_cancels_as_task(
     wait_for(a_is_idle, "A's run to end")
     messages = checked(a.get(f"/agentik/conversations/{remote['id']}/messages")).json()["items"]
     assert messages[-1]["status"] == "interrupted"  # A kept what it had said
+
+
+async def test_a_question_the_agent_asked_before_a_restart_is_answered_after_it(
+    stack_a: Stack, llm_a: FakeOpenAI, llm_b: FakeOpenAI, tmp_path: Path
+) -> None:
+    # B runs in this process on a SQLite file, twice: the second engine knows nothing of
+    # what the first remembered in memory (A's task waiting for an answer).
+    settings = engine_settings(
+        AGENTIK_STORE=f"sqlite:///{tmp_path / 'b.db'}",
+        OPENAI_BASE_URL=llm_b.base_url,
+        OPENAI_API_KEY="k",
+        AGENTIK_LLM_MAX_RETRIES="0",
+        AGENTIK_A2A_AGENTS=f"peer={stack_a.base_url}/",
+    )
+
+    async def turn(text: str, to_peer: str, *, create: bool) -> pb.ToolCallResult:
+        llm_b.enqueue(FakeReply(tool_calls=[FakeToolCall("peer", {"message": to_peer})]))
+        async with running_engine(settings) as harness:
+            await harness.server.a2a["peer"].wait_ready(within=WAIT)
+            request = pb.RunRequest(
+                session_id="fence", create_session=create, messages=[user(text)]
+            )
+            events = await collect(harness.stub.Run(request))
+        [result] = [e.tool_call_result for e in events if kind(e) == "tool_call_result"]
+        return result
+
+    llm_a.enqueue(FakeReply(tool_calls=[FakeToolCall("ask_user", {"question": "Which colour?"})]))
+    asked = await turn("paint my fence", "paint my fence", create=True)
+    assert not asked.is_error
+    assert asked.content.startswith(
+        "The agent 'peer' needs more input before it can finish: Which colour?"
+    )
+    answered = await turn("teal, please", "teal", create=False)
+    assert not answered.is_error, answered.content
+    assert "teal" in answered.content and answered.content.startswith("Result: ")

@@ -447,7 +447,9 @@ class Engine:
         )
         try:
             history: list[Message] = []
-            if run_input.reconcile is ReconcileMode.APPEND:
+            # A conversation with no messages yet (just made, most often) has no history to
+            # read: one store round trip less before the run starts.
+            if run_input.reconcile is ReconcileMode.APPEND and begun.session.message_count:
                 history = await self.store.all_messages(session_id)
                 incoming = reconcile((m.id for m in history), incoming)
         except BaseException:

@@ -88,6 +88,8 @@ MAX_RESULT_CHARS = 100_000
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_CARD_BYTES = 1024 * 1024
 MAX_PROGRESS_CHARS = 2_000
+MAX_REMEMBERED = 10_000
+"""Contexts whose waiting (or cut) remote task the engine keeps in memory."""
 MAX_ERROR_CHARS = 2_000
 """A remote's error message longer than this is cut (in the result and in the log)."""
 PROGRESS_EVERY = 0.1
@@ -522,7 +524,7 @@ class A2aAgentSource:
             if call.task_id and call.state not in _DONE | _PAUSED:
                 # Cut mid-task (the agent or the network went away): the task may still run
                 # there, and would keep this context busy; the next call cancels it first.
-                self._cut[context_id] = call.task_id
+                _remember(self._cut, context_id, call.task_id)
             return self._failed(_why_call_failed(exc, name), detail=exc)
         except Exception as exc:  # an answer the SDK could not read
             return self._failed(f"the agent {name!r} sent an answer that could not be read", exc)
@@ -620,7 +622,7 @@ class A2aAgentSource:
         state = call.state
         said = _clip(call.answer, call.dropped)
         if state in _PAUSED and call.task_id:
-            self._waiting[context_id] = call.task_id
+            _remember(self._waiting, context_id, call.task_id)
         if state == TaskState.TASK_STATE_INPUT_REQUIRED:
             asks = said or "(no question given)"
             return ToolResult(
@@ -665,6 +667,15 @@ def _trace_hooks() -> dict[str, list[Callable[[httpx.Request], Awaitable[None]]]
 
 class _CardError(Exception):
     """Why a card is unusable, in words for ``agentik tools``."""
+
+
+def _remember(tasks: dict[str, str], context_id: str, task_id: str) -> None:
+    """Keep ``task_id`` for ``context_id``; past ``MAX_REMEMBERED`` contexts the oldest is
+    forgotten (its next call then goes as a new message: see ``_find_waiting``)."""
+    tasks.pop(context_id, None)
+    tasks[context_id] = task_id
+    while len(tasks) > MAX_REMEMBERED:
+        del tasks[next(iter(tasks))]
 
 
 def _error(text: str) -> ToolResult:

@@ -624,3 +624,16 @@ async def test_a_ready_agent_that_changes_its_card_is_described_anew_and_one_tha
         assert source.state.value == "ready" and "Fixes things" in source.tool.description
         events = await collect(harness.stub.Run(_run("rev-card-changed", "go")))
         _finished(events)
+
+
+def test_the_tasks_remembered_per_context_are_bounded() -> None:
+    from engine_service.tools import a2a_agents
+
+    remembered: dict[str, str] = {}
+    for number in range(a2a_agents.MAX_REMEMBERED + 5):
+        a2a_agents._remember(remembered, f"context-{number}", f"task-{number}")
+    assert len(remembered) == a2a_agents.MAX_REMEMBERED
+    assert "context-0" not in remembered and "context-4" not in remembered
+    a2a_agents._remember(remembered, "context-5", "task-again")  # refreshed: now the newest
+    a2a_agents._remember(remembered, "one-more", "task-x")
+    assert remembered["context-5"] == "task-again" and "context-6" not in remembered

@@ -519,7 +519,7 @@ class A2aAgentSource:
                 # restart). Such a task is answered, not left waiting.
                 waiting = await self._find_waiting(client, context_id)
                 if waiting:
-                    message.task_id = waiting
+                    message.task_id, message.message_id = waiting, uuid.uuid4().hex
                     return await self._exchange(client, message, context, look_for_waiting=False)
             if call.task_id and call.state not in _DONE | _PAUSED:
                 # Cut mid-task (the agent or the network went away): the task may still run

@@ -1,1 +1,1 @@
-"""agentik as an MCP server: the engine's conversations as MCP tools (``agentik mcp``)."""
+"""``agentik mcp``: the MCP tools of web_facade/mcp/server.py over stdio (``cli``)."""

@@ -33,8 +33,8 @@ def add_command(subparsers: Any) -> None:
 def _mcp(args: argparse.Namespace) -> int:
     import anyio
 
-    from agentik_mcp.server import EngineAccess, build_server
     from engine_service.config import ConfigError, load_settings
+    from web_facade.mcp.server import EngineAccess, build_server
 
     target = args.target
     if not target:

@@ -26,7 +26,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     # module and should not carry Flask, gRPC and the protocol SDKs it never uses.
     from flask import Flask
 
-    from web_facade import chat_page, health, mcp_http
+    from web_facade import chat_page, health
     from web_facade.a2a import routes as a2a
     from web_facade.agentik import routes as agentik
     from web_facade.agui import routes as agui
@@ -34,6 +34,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     from web_facade.engine_client import EngineClient, install
     from web_facade.errors import install_error_handlers
     from web_facade.hosts import install_host_guard
+    from web_facade.mcp import routes as mcp_routes
     from web_facade.observe import install_observability
 
     if settings is None:
@@ -54,7 +55,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)
     app.register_blueprint(chat_page.bp)
-    app.register_blueprint(mcp_http.bp)  # agentik as an MCP server, docs/mcp.md
+    app.register_blueprint(mcp_routes.bp)  # agentik as an MCP server, docs/mcp.md
     if tracing.enabled():  # set up per worker by gunicorn_conf.post_fork
         from web_facade.tracing import install_tracing
 

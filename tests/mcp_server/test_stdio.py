@@ -15,10 +15,10 @@ from typing import Any, TextIO
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
-from agentik_mcp.server import UNAUTHORIZED
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import Harness, engine_settings, running_engine
 from tests.fakes.fake_openai import FakeOpenAI
+from web_facade.mcp.server import UNAUTHORIZED
 
 WAIT = 20.0
 """Upper bound of every wait here, in seconds (a subprocess starts in each test)."""

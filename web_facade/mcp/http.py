@@ -32,7 +32,7 @@ _START_TIMEOUT = 10.0
 
 
 class McpHttpApp:
-    """A WSGI app serving agentik's MCP tools (:mod:`agentik_mcp.server`) at :data:`PATH`."""
+    """A WSGI app serving agentik's MCP tools (:mod:`web_facade.mcp.server`) at :data:`PATH`."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -52,7 +52,7 @@ class McpHttpApp:
                 return
             from mcp.server.transport_security import TransportSecuritySettings
 
-            from agentik_mcp.server import EngineAccess, build_server
+            from web_facade.mcp.server import EngineAccess, build_server
 
             server = build_server(EngineAccess(self.target, from_request=True))
             # The facade's host guard (web_facade/hosts.py) has checked the Host header

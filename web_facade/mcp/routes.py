@@ -1,6 +1,6 @@
 """``/mcp``: agentik as an MCP server over streamable HTTP (docs/mcp.md).
 
-A Flask view hands the request to :class:`agentik_mcp.http.McpHttpApp` (a WSGI app around
+A Flask view hands the request to :class:`web_facade.mcp.http.McpHttpApp` (a WSGI app around
 the MCP SDK's ASGI server), so the facade's host guard, CORS and observability apply to it
 as to every other route. The SDK is imported on the first ``/mcp`` request only.
 """
@@ -24,7 +24,7 @@ _EXTENSION = "agentik.mcp"
 def mcp() -> Any:
     app = current_app.extensions.get(_EXTENSION)
     if app is None:
-        from agentik_mcp.http import McpHttpApp
+        from web_facade.mcp.http import McpHttpApp
 
         app = current_app.extensions.setdefault(
             _EXTENSION, McpHttpApp(current_settings().engine_target)

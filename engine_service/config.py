@@ -943,8 +943,6 @@ for _spec in _FIELDS:
     _SECTIONS.setdefault(_spec.section, {})[_spec.key] = _spec
 del _spec
 _MCP_SECTION = "mcp"
-A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
-"""``name=URL,...``: remote A2A agents as tools (engine only; see ``a2a_agents``)."""
 
 _TABLES = {"mcp_servers", "python_tools", "a2a_agents"}
 _TABLE_KEYS = {"tools": ("python",), "a2a": ("agents",)}
@@ -1013,8 +1011,10 @@ def _python_tools(raw: object, path: str) -> tuple[PythonToolConfig, ...]:
         raise ConfigError(str(exc)) from None
 
 
-def _a2a_agents(raw: object, origin: str, env: Mapping[str, str]) -> tuple[A2aAgentConfig, ...]:
-    """``[[a2a.agents]]`` tables (``raw`` a list) or the ``AGENTIK_A2A_AGENTS`` string."""
+def _a2a_agents(
+    raw: object, origin: str, env: Mapping[str, str], *, from_env: bool = False
+) -> tuple[A2aAgentConfig, ...]:
+    """``[[a2a.agents]]`` tables (``raw`` a list), or the ``AGENTIK_A2A_AGENTS`` string."""
     from engine_service.tools.a2a_config import (
         A2aConfigError,
         parse_a2a_agents,
@@ -1022,7 +1022,7 @@ def _a2a_agents(raw: object, origin: str, env: Mapping[str, str]) -> tuple[A2aAg
     )
 
     try:
-        if origin == f"env {A2A_AGENTS_ENV}" and isinstance(raw, str):
+        if from_env and isinstance(raw, str):
             return parse_a2a_agents_env(raw)
         return parse_a2a_agents(raw, origin, env)
     except A2aConfigError as exc:
@@ -1109,7 +1109,10 @@ def load_settings(
         raw = env.get(spec.env)
         if raw is not None and raw != "":
             values[spec.name] = _parse(spec, raw, True, f"env {spec.env}")
-    agents = env.get(A2A_AGENTS_ENV, "").strip()
-    if agents and mcp:
-        values["a2a_agents"] = _a2a_agents(agents, f"env {A2A_AGENTS_ENV}", env)
+    if mcp:  # the engine's remote agents; the facade never calls them
+        from engine_service.tools.a2a_config import A2A_AGENTS_ENV
+
+        agents = env.get(A2A_AGENTS_ENV, "").strip()
+        if agents:
+            values["a2a_agents"] = _a2a_agents(agents, A2A_AGENTS_ENV, env, from_env=True)
     return Settings(**values)  # type: ignore[arg-type]

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from engine_service.config import A2A_AGENTS_ENV
 from engine_service.tools.config_tables import (
     NAME,
     ConfigTableError,
@@ -35,6 +34,7 @@ from engine_service.tools.config_tables import (
 )
 
 __all__ = [
+    "A2A_AGENTS_ENV",
     "CARD_PATH",
     "DEFAULT_CONNECT_TIMEOUT",
     "MAX_AGENT_NAME",
@@ -44,6 +44,7 @@ __all__ = [
     "parse_a2a_agents_env",
 ]
 
+A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
 CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_AGENT_NAME = 64

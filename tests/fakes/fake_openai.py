@@ -53,10 +53,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
-from tests.fakes.streaming_http import POLL_SLICE, StreamingHandler
+from tests.fakes.streaming_http import BackgroundServer, StreamingHandler
 
 __all__ = ["FakeOpenAI", "FakeReply", "FakeToolCall"]
 
@@ -361,75 +360,33 @@ def _completion(body: dict[str, Any], reply: FakeReply) -> dict[str, Any]:
     }
 
 
-class FakeOpenAI:
+class FakeOpenAI(BackgroundServer):
     """An OpenAI Chat Completions server on loopback, for tests, benchmarks and manual runs.
 
     Use as a context manager (or ``start()`` / ``stop()``); point clients at ``base_url``.
     """
 
+    thread_name = "fake-openai"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self.api_key = api_key
         """When set, requests without ``Authorization: Bearer <api_key>`` get a 401."""
         self.requests: list[dict[str, Any]] = []
         self.connection_closed = threading.Event()
         self.closed_mid_stream = 0
-        self.connections = 0
-        """How many TCP connections clients opened (keep-alive reuse shows as fewer)."""
         self._replies: collections.deque[FakeReply] = collections.deque()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._sockets: set[socket.socket] = set()
         self._call_ids = itertools.count(1)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
         """E.g. ``http://127.0.0.1:54321/v1``, for ``OpenAI(base_url=...)``."""
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> FakeOpenAI:
-        """Bind and serve in a daemon thread."""
+    def _make_server(self) -> _Server:
         server = _Server((self.host, self.port), _Handler)
         server.fake = self
-        self.port = server.server_address[1]
-        self._server = server
-        self._stopping.clear()
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": POLL_SLICE}, daemon=True
-        )
-        self._thread.name = f"fake-openai-{self.port}"
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and cut every open connection, hanging streams included."""
-        if self._server is None:
-            return
-        self._stopping.set()
-        self._server.shutdown()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return server
 
     def enqueue(self, *replies: FakeReply) -> None:
         """Script the next replies, first in first out."""
@@ -446,14 +403,6 @@ class FakeOpenAI:
     def _record(self, body: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(body)
-
-    def _track(self, sock: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self.connections += 1
-                self._sockets.add(sock)
-            else:
-                self._sockets.discard(sock)
 
     def _note_closed(self) -> None:
         with self._lock:

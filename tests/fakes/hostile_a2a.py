@@ -33,17 +33,13 @@ never reaches a tool result.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import socket
-import threading
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from tests.fakes.streaming_http import POLL_SLICE, StreamingHandler
+from tests.fakes.streaming_http import BackgroundServer, StreamingHandler
 
 __all__ = ["CARD_NAME", "HostileAgent", "Seen"]
 
@@ -293,8 +289,10 @@ class _Handler(StreamingHandler):
         self._write(b"0\r\n\r\n")
 
 
-class HostileAgent:
+class HostileAgent(BackgroundServer):
     """The server; use as a context manager. ``url`` is its base URL (no trailing slash)."""
+
+    thread_name = "hostile-a2a"
 
     def __init__(
         self,
@@ -304,21 +302,15 @@ class HostileAgent:
         redirect_to: str = "",
         host: str = "127.0.0.1",
     ) -> None:
+        super().__init__(host, 0)
         self.card = card
         self.interface_urls = interface_urls
         """The JSON-RPC interfaces the card names, in order; empty: this server's own."""
         self.redirect_to = redirect_to
-        self.host = host
-        self.port = 0
         self._seen: list[Seen] = []
         self._cancelled_ids: list[str] = []
         self._gone_count = 0
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._sockets: set[socket.socket] = set()
         self._ids = itertools.count(1)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -367,46 +359,10 @@ class HostileAgent:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def start(self) -> Self:
+    def _make_server(self) -> _Server:
         server = _Server((self.host, self.port), _Handler)
         server.agent = self
-        self.port = int(server.server_address[1])
-        self._server = server
-        self._stopping.clear()
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": POLL_SLICE},
-            name=f"hostile-a2a-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return server
 
     # -- for the handler --------------------------------------------------------------
 
@@ -421,10 +377,3 @@ class HostileAgent:
     def _note_closed(self) -> None:
         with self._lock:
             self._gone_count += 1
-
-    def _track(self, sock: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._sockets.add(sock)
-            else:
-                self._sockets.discard(sock)

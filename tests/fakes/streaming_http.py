@@ -9,10 +9,11 @@ import select
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Protocol, Self
 
-__all__ = ["POLL_SLICE", "Owner", "StreamingHandler"]
+__all__ = ["POLL_SLICE", "BackgroundServer", "Owner", "StreamingHandler"]
 
 POLL_SLICE = 0.05
 """Seconds between looks at the socket (and at the owner's stop) while waiting."""
@@ -85,3 +86,75 @@ class StreamingHandler(BaseHTTPRequestHandler):
                     return False
                 time.sleep(min(remaining, POLL_SLICE))  # a pipelined request: not our business
         return True
+
+
+class BackgroundServer:
+    """Owns a threading HTTP server that serves in a daemon thread: ``start`` / ``stop``
+    (which cuts every open connection, hanging streams included), or a context manager."""
+
+    thread_name = "test-http"
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.connections = 0
+        """How many TCP connections clients opened (keep-alive reuse shows as fewer)."""
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def _make_server(self) -> ThreadingHTTPServer:
+        """A server bound to ``(host, port)`` whose handler knows this owner."""
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Bind and serve in a daemon thread."""
+        server = self._make_server()
+        self.port = int(server.server_address[1])
+        self._server = server
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": POLL_SLICE},
+            name=f"{self.thread_name}-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and cut every open connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _track(self, sock: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self.connections += 1
+                self._sockets.add(sock)
+            else:
+                self._sockets.discard(sock)

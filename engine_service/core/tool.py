@@ -6,7 +6,7 @@ import abc
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from engine_service.core.events import EventBody
 from engine_service.core.models import JSON, ContentPart
@@ -51,8 +51,8 @@ class ToolContext:
 
 def session_key(session_id: str, owner: str, created_at: datetime) -> str:
     """``ToolContext.session_key`` of a session with this id, owner and creation time."""
-    micros = round(created_at.timestamp() * 1_000_000)
-    material = f"{session_id}\0{owner}\0{micros}".encode()
+    created = created_at.astimezone(UTC).isoformat()  # exact, whatever zone the store gave
+    material = f"{session_id}\0{owner}\0{created}".encode()
     return hashlib.sha256(material).hexdigest()[:32]
 
 

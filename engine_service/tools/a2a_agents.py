@@ -479,12 +479,22 @@ class A2aAgentSource:
         left = self._cut.pop(context_id, "")
         if left:
             await self._cancel_left(client, left)
-        return await self._exchange(client, message, context, look_for_waiting=not waiting)
+        deadline = asyncio.get_running_loop().time() + self.call_timeout
+        return await self._exchange(
+            client, message, context, deadline, look_for_waiting=not waiting
+        )
 
     async def _exchange(
-        self, client: Client, message: Message, context: ToolContext, *, look_for_waiting: bool
+        self,
+        client: Client,
+        message: Message,
+        context: ToolContext,
+        deadline: float,
+        *,
+        look_for_waiting: bool,
     ) -> ToolResult:
-        """Send ``message`` and wait for the answer (bounded, cancellable)."""
+        """Send ``message`` and wait for the answer until ``deadline`` (the loop's clock:
+        the call's whole budget, a retry included); cancellable."""
         name, context_id = self.config.name, message.context_id
         call = _Call(name, context)
         reader = asyncio.get_running_loop().create_task(
@@ -492,7 +502,7 @@ class A2aAgentSource:
             name=f"a2a call {name} {context.tool_call_id}",
         )
         try:
-            async with asyncio.timeout(self.call_timeout):
+            async with asyncio.timeout_at(deadline):
                 await asyncio.shield(reader)
         except TimeoutError:
             call.abandoned = True
@@ -520,7 +530,9 @@ class A2aAgentSource:
                 waiting = await self._find_waiting(client, context_id)
                 if waiting:
                     message.task_id, message.message_id = waiting, uuid.uuid4().hex
-                    return await self._exchange(client, message, context, look_for_waiting=False)
+                    return await self._exchange(
+                        client, message, context, deadline, look_for_waiting=False
+                    )
             if call.task_id and call.state not in _DONE | _PAUSED:
                 # Cut mid-task (the agent or the network went away): the task may still run
                 # there, and would keep this context busy; the next call cancels it first.

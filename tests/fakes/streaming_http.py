@@ -4,6 +4,7 @@ that leaves seen at once, also while the server waits between chunks."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import select
 import socket
@@ -29,14 +30,15 @@ class Owner(Protocol):
     def _note_closed(self) -> None: ...
 
 
-class StreamingHandler(BaseHTTPRequestHandler):
+class StreamingHandler(BaseHTTPRequestHandler, abc.ABC):
     """Serves one connection over HTTP/1.1; subclasses name their :class:`Owner`."""
 
     protocol_version = "HTTP/1.1"
 
     @property
+    @abc.abstractmethod
     def owner(self) -> Owner:
-        raise NotImplementedError
+        """The object that runs this handler's server."""
 
     def setup(self) -> None:
         super().setup()
@@ -88,7 +90,7 @@ class StreamingHandler(BaseHTTPRequestHandler):
         return True
 
 
-class BackgroundServer:
+class BackgroundServer(abc.ABC):
     """Owns a threading HTTP server that serves in a daemon thread: ``start`` / ``stop``
     (which cuts every open connection, hanging streams included), or a context manager."""
 
@@ -105,9 +107,9 @@ class BackgroundServer:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
+    @abc.abstractmethod
     def _make_server(self) -> ThreadingHTTPServer:
         """A server bound to ``(host, port)`` whose handler knows this owner."""
-        raise NotImplementedError
 
     def start(self) -> Self:
         """Bind and serve in a daemon thread."""

@@ -49,6 +49,7 @@ RESPONSE_SCHEMAS: dict[InterruptKind, dict[str, JSON]] = {
             "arguments": {"type": "object", "description": "edited arguments for the call"},
             "reason": {"type": "string", "description": "why it was declined, for the agent"},
         },
+        "required": ["approved"],
     },
     InterruptKind.QUESTION: {
         "type": "object",
@@ -163,10 +164,17 @@ def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decis
                 f'{where}.payload: the answer to a question is {{"answer": "..."}} or a string'
             )
         return Decision(interrupt, result=answer)
-    if payload is None or payload is True:
+    # Only an explicit yes approves: ``true`` or ``{"approved": true, ...}``. An absent
+    # payload, ``{}``, ``{"reason": ...}`` or ``{"arguments": ...}`` alone is no decision.
+    if payload is True:
         return Decision(interrupt, run=interrupt.tool_call)
     if payload is False:
         return _declined(interrupt, "declined")
+    if payload is None:
+        raise InvalidInput(
+            f"{where}.payload is missing: an approval must say yes or no, {_APPROVAL_SHAPE} "
+            "or a boolean"
+        )
     if not isinstance(payload, dict):
         raise InvalidInput(f"{where}.payload: an approval is {_APPROVAL_SHAPE} or a boolean")
     # A key the rules do not know is refused, never ignored: {"aproved": false} or
@@ -182,7 +190,12 @@ def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decis
             f"{where}.payload.tool {tool!r} is not the tool this interrupt asks about "
             f"({interrupt.tool_call.name!r}); an edit may change the arguments only"
         )
-    approved = payload.get("approved", True)
+    if "approved" not in payload:
+        raise InvalidInput(
+            f"{where}.payload.approved is missing: an approval must say yes or no, "
+            f"{_APPROVAL_SHAPE}"
+        )
+    approved = payload["approved"]
     if not isinstance(approved, bool):
         raise InvalidInput(f"{where}.payload.approved must be true or false")
     if not approved:

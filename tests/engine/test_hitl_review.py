@@ -115,8 +115,11 @@ async def test_storage_failing_at_resolve_leaves_the_conversation_resumable(hitl
     [
         ({"answer": "no"}, "resume[0].payload has an unknown key 'answer'"),
         ({"tool": "current_time", "arguments": {}}, "resume[0].payload.tool 'current_time'"),
-        ({"arguments": {"expression": float("nan")}}, "resume[0].payload"),
-        ({"arguments": [1, 2]}, "resume[0].payload.arguments must be a JSON object"),
+        ({"approved": True, "arguments": {"expression": float("nan")}}, "resume[0].payload"),
+        (
+            {"approved": True, "arguments": [1, 2]},
+            "resume[0].payload.arguments must be a JSON object",
+        ),
         ("yes", "resume[0].payload: an approval is"),
     ],
     ids=["question-answer", "other-tool", "nan", "array-arguments", "text"],
@@ -133,11 +136,19 @@ async def test_an_approval_payload_that_does_not_fit_is_refused_by_name(
     assert await _tool_messages(hitl, session) == []
 
 
-async def test_echoing_the_interrupt_payload_back_approves_it(hitl: Harness) -> None:
+async def test_echoing_the_interrupt_payload_back_is_no_approval_until_it_says_approved(
+    hitl: Harness,
+) -> None:
     session = _id()
     interrupt, _ = await paused(hitl, session, "calculate 2+2")
     echo = json_format.MessageToDict(interrupt.payload)  # {"tool", "arguments"}
     echo["arguments"] = {"expression": "3*3"}
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(hitl, pb.RunRequest(session_id=session, resume=[resolved(interrupt.id, echo)]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "resume[0].payload.approved is missing" in str(caught.value.details())
+    assert await _tool_messages(hitl, session) == []
+    echo["approved"] = True
     after = await run(
         hitl, pb.RunRequest(session_id=session, resume=[resolved(interrupt.id, echo)])
     )
@@ -150,7 +161,7 @@ async def test_a_deep_edit_reaches_the_tool_which_refuses_it(hitl: Harness) -> N
     deep: Any = "x"
     for _ in range(20):
         deep = {"a": deep}
-    edit = resolved(interrupt.id, {"arguments": deep})
+    edit = resolved(interrupt.id, {"approved": True, "arguments": deep})
     after = await run(hitl, pb.RunRequest(session_id=session, resume=[edit]))
     [result] = results(after)
     assert result.is_error and "expression" in result.content

@@ -45,7 +45,8 @@ def _value(value: Any) -> struct_pb2.Value:
     return out
 
 
-def resolved(interrupt_id: str, payload: object = None) -> pb.ResumeEntry:
+def resolved(interrupt_id: str, payload: object = True) -> pb.ResumeEntry:
+    """A resolved entry; by default an explicit approval (``payload: true``)."""
     entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_RESOLVED)
     if payload is not None:
         entry.payload.CopyFrom(_value(payload))
@@ -115,7 +116,7 @@ async def test_an_approved_call_runs_and_the_turn_goes_on(hitl: Harness) -> None
 async def test_edited_arguments_are_what_runs(hitl: Harness) -> None:
     session = _id()
     interrupt, _ = await paused(hitl, session, "calculate 2+2")
-    edit = resolved(interrupt.id, {"arguments": {"expression": "6*7"}})
+    edit = resolved(interrupt.id, {"approved": True, "arguments": {"expression": "6*7"}})
     after = await run(hitl, pb.RunRequest(session_id=session, resume=[edit]))
     assert json.loads(results(after)[0].content) == {"expression": "6*7", "result": 42}
     assert text_of(after) == "6*7 = 42."
@@ -187,8 +188,20 @@ async def test_a_new_message_while_a_person_is_awaited_is_refused_and_stores_not
         ),
         (lambda i: [resolved(i), resolved(i)], "resume[1].interrupt_id"),
         (lambda i: [resolved(i, "yes please")], "resume[0].payload"),
-        (lambda i: [resolved(i, {"arguments": [1]})], "resume[0].payload.arguments"),
+        (
+            lambda i: [resolved(i, {"approved": True, "arguments": [1]})],
+            "resume[0].payload.arguments",
+        ),
         (lambda i: [resolved(i, {"approved": "yes"})], "resume[0].payload.approved"),
+        # No explicit yes is never a yes (issue 27, item 1).
+        (lambda i: [resolved(i, None)], "resume[0].payload is missing"),
+        (lambda i: [resolved(i, {})], "resume[0].payload.approved is missing"),
+        (lambda i: [resolved(i, {"reason": "too risky"})], "resume[0].payload.approved"),
+        (lambda i: [resolved(i, {"tool": "calculate"})], "resume[0].payload.approved"),
+        (
+            lambda i: [resolved(i, {"arguments": {"expression": "6*7"}})],
+            "resume[0].payload.approved",
+        ),
         (lambda i: [pb.ResumeEntry(interrupt_id=i)], "resume[0].status"),
         (lambda i: [resolved("a/b")], "resume[0].interrupt_id"),
     ],

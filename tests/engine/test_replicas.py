@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf import struct_pb2
 
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
@@ -268,7 +269,11 @@ async def test_a_run_that_waits_for_a_person_on_a_is_resumed_on_b(
                 pb.RunRequest(
                     session_id="s",
                     resume=[
-                        pb.ResumeEntry(interrupt_id=interrupt.id, status=pb.RESUME_STATUS_RESOLVED)
+                        pb.ResumeEntry(
+                            interrupt_id=interrupt.id,
+                            status=pb.RESUME_STATUS_RESOLVED,
+                            payload=struct_pb2.Value(bool_value=True),
+                        )
                     ],
                 )
             )

@@ -26,6 +26,7 @@ async def test_one_interrupt_resumed_on_a_and_b_at_once_runs_the_tool_once(
         )
         [interrupt] = asked[-1].run_finished.interrupts
         entry = pb.ResumeEntry(interrupt_id=interrupt.id, status=pb.RESUME_STATUS_RESOLVED)
+        entry.payload.bool_value = True
         request = pb.RunRequest(session_id="s", resume=[entry])
         outcomes = await asyncio.gather(
             collect(a.stub.Run(request)), collect(b.stub.Run(request)), return_exceptions=True

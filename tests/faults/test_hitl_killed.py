@@ -35,8 +35,10 @@ def llm() -> Iterator[FakeOpenAI]:
 
 def _approve(interrupt_id: str, arguments: dict[str, object] | None = None) -> pb.ResumeEntry:
     entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_RESOLVED)
+    payload: dict[str, object] = {"approved": True}
     if arguments is not None:
-        json_format.ParseDict({"arguments": arguments}, entry.payload)
+        payload["arguments"] = arguments
+    json_format.ParseDict(payload, entry.payload)
     return entry
 
 

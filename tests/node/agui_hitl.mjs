@@ -79,12 +79,12 @@ async function askThenResume(text, entry) {
 }
 
 const SCENARIOS = {
-  approve: () => askThenResume("calculate 2+2", { status: "resolved" }),
+  approve: () => askThenResume("calculate 2+2", { status: "resolved", payload: { approved: true } }),
 
   edit: () =>
     askThenResume("calculate 2+2", {
       status: "resolved",
-      payload: { arguments: { expression: "6*7" } },
+      payload: { approved: true, arguments: { expression: "6*7" } },
     }),
 
   decline: () => askThenResume("calculate 2+2", { status: "cancelled" }),

@@ -77,7 +77,7 @@ def test_bob_cannot_answer_cancel_or_see_alices_interrupt(
     client: FlaskClient = make_client(start_engine(AGENTIK_TOOLS_APPROVAL="calculate"))
     thread = f"t-{uuid.uuid4().hex}"
     interrupt = _agui_pause(client, ALICE, thread)
-    approve = [{"interruptId": interrupt["id"], "status": "resolved"}]
+    approve = [{"interruptId": interrupt["id"], "status": "resolved", "payload": True}]
     # AG-UI: resume on her thread, and on his own thread with her interrupt id.
     theirs = client.post("/agui", json=_agui(thread, resume=approve), headers=BOB)
     assert theirs.status_code == 404, theirs.get_data()

@@ -90,12 +90,17 @@ def _entry(raw: object, where: str) -> tuple[str, pb.ResumeEntry, bool]:
     if approve:
         if "reason" in raw:
             invalid(f"{where}.reason goes with approve: false")
-        entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_RESOLVED)
+        payload: dict[str, Any] = {"approved": True}
         if "arguments" in raw:
             arguments = raw["arguments"]
             if not isinstance(arguments, dict):
                 invalid(f"{where}.arguments must be a JSON object, got {_kind(arguments)}")
-            entry.payload.CopyFrom(_value({"arguments": arguments}))
+            payload["arguments"] = arguments
+        entry = pb.ResumeEntry(
+            interrupt_id=interrupt_id,
+            status=pb.RESUME_STATUS_RESOLVED,
+            payload=_value(payload),
+        )
         return interrupt_id, entry, False
     if "arguments" in raw:
         invalid(f"{where}.arguments goes with approve: true")

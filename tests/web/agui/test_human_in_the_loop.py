@@ -80,6 +80,9 @@ def _paused(client: FlaskClient, thread_id: str, text: str) -> tuple[dict[str, A
 
 
 def _resume(interrupt_id: str, status: str = "resolved", **entry: Any) -> dict[str, Any]:
+    """A resume entry; a resolved one approves explicitly unless it brings its own payload."""
+    if status == "resolved":
+        entry.setdefault("payload", {"approved": True})
     return {"interruptId": interrupt_id, "status": status, **entry}
 
 
@@ -139,7 +142,7 @@ def test_an_approved_call_runs_in_the_resume_run_and_the_turn_goes_on(
 def test_an_approval_with_edited_arguments_runs_the_edited_call(client: FlaskClient) -> None:
     thread_id = _thread()
     interrupt, _ = _paused(client, thread_id, "calculate 2+2")
-    edit = _resume(interrupt["id"], payload={"arguments": {"expression": "6*7"}})
+    edit = _resume(interrupt["id"], payload={"approved": True, "arguments": {"expression": "6*7"}})
 
     after = _run(client, _body(thread_id, resume=[edit]))
 
@@ -168,6 +171,37 @@ def test_a_declined_call_is_not_run_and_the_llm_is_told(
     assert content.startswith("The user declined this call of calculate")
     assert "declined" in text(after)
     assert _outcome(after) == {"type": "success"}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"status": "resolved"},
+        {"status": "resolved", "payload": None},
+        {"status": "resolved", "payload": {}},
+        {"status": "resolved", "payload": {"reason": "too risky"}},
+        {"status": "resolved", "payload": {"tool": "calculate"}},
+        {"status": "resolved", "payload": {"arguments": {"expression": "6*7"}}},
+    ],
+    ids=["no-payload", "null", "empty", "reason-only", "tool-only", "arguments-only"],
+)
+def test_a_resume_without_an_explicit_approval_is_refused_and_the_call_never_runs(
+    client: FlaskClient, entry: dict[str, Any]
+) -> None:
+    thread_id = _thread()
+    interrupt, _ = _paused(client, thread_id, "calculate 2+2")
+
+    refused = client.post(
+        "/agui", json=_body(thread_id, resume=[{"interruptId": interrupt["id"], **entry}])
+    )
+
+    assert refused.status_code == 400, refused.get_data()
+    assert "resume[0].payload" in refused.get_json()["error"]["message"]
+    assert "approved" in refused.get_json()["error"]["message"]
+    # Still waiting: the call did not run, and an explicit no declines it.
+    declined = _run(client, _body(thread_id, resume=[_resume(interrupt["id"], "cancelled")]))
+    ((_, content),) = _results(declined)
+    assert content.startswith("The user declined this call of calculate")
 
 
 def test_a_question_is_an_interrupt_and_its_answer_is_the_tool_result(
@@ -260,7 +294,7 @@ def test_a_resume_the_thread_does_not_wait_for_is_refused_with_400_naming_the_en
     assert response.status_code == 400
     assert "answered twice" in response.get_json()["error"]["message"]
 
-    bad_answer = [_resume(interrupt["id"], payload={"arguments": "2+2"})]
+    bad_answer = [_resume(interrupt["id"], payload={"approved": True, "arguments": "2+2"})]
     response = client.post("/agui", json=_body(thread_id, resume=bad_answer))
     assert response.status_code == 400
     assert "resume[0]" in response.get_json()["error"]["message"]

@@ -82,7 +82,9 @@ def test_the_official_client_stops_on_an_approval_and_resumes_with_the_tool_resu
         "tool": "calculate",
         "arguments": {"expression": "2+2"},
     }
-    assert summary["resume"] == [{"interruptId": interrupt["id"], "status": "resolved"}]
+    assert summary["resume"] == [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
+    ]
     assert json.loads(_resumed(second, interrupt))["result"] == 4
     assert second["text"] == "2+2 = 4."
     assert _roles(summary) == ["user", "assistant", "tool", "assistant"]

@@ -42,6 +42,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
+from engine_service.core.ids import ID_RULE, is_valid_id
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a.convert import (
@@ -56,7 +57,14 @@ from web_facade.a2a.interrupts import resume_entries
 from web_facade.engine_client import UNARY_TIMEOUT
 from web_facade.stream import OPEN_WAIT, POLL, EventRelay, Resume, open_relay
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TEXT_MODES", "TaskFollow", "TaskService"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "TEXT_MODES",
+    "TaskFollow",
+    "TaskService",
+    "check_task_id",
+]
 
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 100
@@ -67,6 +75,8 @@ _FIRST_WINDOW: Final = 64
 """Events looked back at first when a subscriber searches a live run's first event."""
 TEXT_MODES: Final = frozenset({"text/plain", "text/*", "*/*", "text"})
 """``acceptedOutputModes`` values our text answers satisfy."""
+_ID_SHOWN: Final = 40
+"""Characters of a refused id an error shows."""
 MAX_TURNS: Final = 1000
 """Most runs followed in one task's chain (a bound on a walk through stored links)."""
 
@@ -80,8 +90,7 @@ class TaskService:
     # -- reading ------------------------------------------------------------------
 
     def _run(self, task_id: str) -> pb.RunInfo:
-        if not task_id:
-            raise invalid_params("id", "is required")
+        check_task_id(task_id)
         try:
             return self._engine.GetRun(pb.GetRunRequest(run_id=task_id), timeout=UNARY_TIMEOUT)
         except grpc.RpcError as exc:
@@ -518,6 +527,16 @@ class TaskFollow:
             task = self._stream.task
             self._service.settle(task.context_id, self._stream.run_id, event.seq)
         return out
+
+
+def check_task_id(task_id: str) -> None:
+    """Refuse a task id the engine's id rule refuses, before any engine call; the refusal
+    shows only a short prefix of it (a 900 KB id must not come back as a 900 KB error)."""
+    if not task_id:
+        raise invalid_params("id", "is required")
+    if not is_valid_id(task_id):
+        shown = repr(task_id[:_ID_SHOWN]) + ("…" if len(task_id) > _ID_SHOWN else "")
+        raise invalid_params("id", f"{shown} is not a valid task id: ids are {ID_RULE}")
 
 
 def _state_name(state: int) -> str:

@@ -214,6 +214,19 @@ class MemorySessionStore(SessionStore):
         entry = self._entry(session_id)
         return [message_from_dict(json.loads(body)) for _, body in entry.messages]
 
+    async def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        entry = self._entry(session_id)
+        wanted, found = set(run_ids), []
+        for _, body in reversed(entry.messages):
+            message = message_from_dict(json.loads(body))
+            if message.run_id in wanted:
+                found.append(message)
+                if len(found) > last:
+                    break
+        return found[:last][::-1], len(found) > last
+
     async def begin_run(
         self,
         session_id: str,

@@ -655,6 +655,21 @@ class PostgresSessionStore(SessionStore):
         messages, _ = await self.list_messages(session_id, "", 0)
         return messages
 
+    async def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        async with self._read() as conn:
+            await self._require(conn, session_id)
+            rows = await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s"
+                " AND (body::json ->> 'run_id') = ANY(%s)"
+                " ORDER BY position DESC LIMIT %s",
+                (session_id, list(run_ids), last + 1),
+            )
+        kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
+        return kept[::-1], len(rows) > last
+
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
         try:

@@ -634,6 +634,22 @@ class SqliteSessionStore(SessionStore):
         return messages
 
     @_off_loop
+    def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        marks = ", ".join("?" * len(run_ids))
+        with self._read() as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ?"
+                f" AND json_extract(body, '$.run_id') IN ({marks})"
+                " ORDER BY position DESC LIMIT ?",
+                (session_id, *run_ids, last + 1),
+            ).fetchall()
+        kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
+        return kept[::-1], len(rows) > last
+
+    @_off_loop
     def begin_run(
         self,
         session_id: str,

@@ -169,7 +169,13 @@ ALTER TABLE runs ADD COLUMN parent_run_id text NOT NULL DEFAULT '';
 """Human in the loop: pending interrupts on the session, status ``input_required``, and
 who resumed a run."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+_SCHEMA_V3 = """
+CREATE INDEX messages_by_run ON messages (session_id, ((body::jsonb ->> 'run_id')), position);
+"""
+"""A run's messages found by index (``run_messages``, A2A ListTasks), not by a scan of the
+whole history."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -662,8 +668,9 @@ class PostgresSessionStore(SessionStore):
             await self._require(conn, session_id)
             rows = await self._all(
                 conn,
+                # The expression is messages_by_run's, so the index finds the rows.
                 "SELECT body FROM messages WHERE session_id = %s"
-                " AND (body::json ->> 'run_id') = ANY(%s)"
+                " AND (body::jsonb ->> 'run_id') = ANY(%s)"
                 " ORDER BY position DESC LIMIT %s",
                 (session_id, list(run_ids), last + 1),
             )

@@ -200,6 +200,14 @@ def test_an_unauthenticated_get_stream_is_refused_before_it_opens(stack: Stack) 
     assert response.headers["www-authenticate"].startswith("Bearer")
 
 
+def test_an_authenticated_get_gets_405_at_once_not_an_idle_stream(stack: Stack) -> None:
+    headers = {"Accept": "text/event-stream", "Authorization": "Bearer secret-a"}
+    with stack.client() as http:
+        response = http.get("/mcp", headers=headers)
+    assert "POST" in _refusal(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "POST, DELETE"
+
+
 def test_a_body_over_the_facade_limit_is_our_json_413(stack: Stack) -> None:
     padded = {**LIST_TOOLS, "params": {"_meta": {"pad": "x" * 100_000}}}  # limit: 65536
     with stack.client() as http:

@@ -12,6 +12,8 @@ every other surface does (JSON errors from web_facade/errors.py):
   and a ``GET`` stream included, needs a token when the engine has tokens: 401 with
   ``WWW-Authenticate`` before any stream opens. An engine that is down is a 503 that names
   no address;
+- its ``GET``: 405 once authenticated. The server is stateless: a standalone stream would
+  never carry a message and would only hold a thread;
 - its body: read with ``AGENTIK_MAX_BODY_BYTES`` (413, or a chunked body cut at the limit),
   announced as JSON (415), parsed and checked as every body is (400), and shaped as one
   JSON-RPC 2.0 message (400), in our words rather than the SDK's parser's or pydantic's.
@@ -23,11 +25,11 @@ import io
 from typing import Any
 
 import grpc
-from flask import Blueprint, current_app, request
+from flask import Blueprint, Response, current_app, request
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_client import current_engine, current_settings
-from web_facade.errors import ApiError, from_rpc_error
+from web_facade.errors import ApiError, error_response, from_rpc_error
 from web_facade.request_body import parse_json, read_body
 
 __all__ = ["AUTHENTICATE_TIMEOUT", "bp"]
@@ -48,6 +50,8 @@ _MESSAGE = (
 @bp.route("/mcp", methods=["GET", "POST", "DELETE"])
 def mcp() -> Any:
     _authenticate()
+    if request.method == "GET":
+        return _no_get_stream()
     if request.method == "POST":
         _check_body()
     app = current_app.extensions.get(_EXTENSION)
@@ -57,6 +61,19 @@ def mcp() -> Any:
         made = McpHttpApp(current_engine(), current_settings().max_body_bytes)
         app = current_app.extensions.setdefault(_EXTENSION, made)
     return app  # Flask runs a returned WSGI app with this request's environ
+
+
+def _no_get_stream() -> Response:
+    """405 to ``GET``: the server is stateless, so no message could ever reach a standalone
+    stream, which would only hold a thread (the spec's answer for "no stream here")."""
+    response = error_response(
+        405,
+        "method_not_allowed",
+        "GET is not allowed on /mcp: this server opens no standalone stream; "
+        "POST each message (its answer streams in the response)",
+    )
+    response.headers["Allow"] = "POST, DELETE"
+    return response
 
 
 def _authenticate() -> None:

@@ -260,6 +260,11 @@ async def test_lists_and_totals_hold_only_the_callers_own(engine: Harness) -> No
     assert not bob_page.sessions and bob_page.total == 1
     bob_runs = await engine.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("bob"))
     assert {r.session_id for r in bob_runs.runs} == {"b0"} and bob_runs.total == 1
+    bob_chains = await engine.stub.ListRunChains(
+        pb.ListRunChainsRequest(last_messages=10), metadata=as_("bob")
+    )
+    assert [c.runs[0].session_id for c in bob_chains.chains] == ["b0"] and bob_chains.total == 1
+    assert {m.run_id for m in bob_chains.chains[0].messages} == {bob_chains.chains[0].runs[0].id}
 
     alice = await engine.stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("alice"))
     assert {s.id for s in alice.sessions} == {"a0", "a1", "a2", "a-empty"} and alice.total == 4

@@ -11,19 +11,23 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import grpc
 import httpx2 as httpx
 import pytest
 from flask.testing import FlaskClient
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver.exceptions import ToolError
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
 from tests.web.e2e.conftest import free_port
 from web_facade import create_app
 from web_facade.engine_client import EngineClient
+from web_facade.mcp.server import EngineAccess
 
 WAIT = 20.0
 """Upper bound of every wait here, in seconds."""
@@ -160,3 +164,19 @@ def test_an_engine_that_is_down_is_a_503_that_names_no_address() -> None:
     assert error == {"code": "engine_unavailable", "message": "the engine is unreachable"}
     text = response.get_data(as_text=True)
     assert "127.0.0.1" not in text and str(port) not in text and "ipv4" not in text
+
+
+def test_a_tool_call_the_engine_fails_is_worded_by_the_facades_table() -> None:
+    port = free_port()  # nothing listens there
+    client = EngineClient(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            client.engine.ListSessions(pb.ListSessionsRequest(), timeout=WAIT)
+    finally:
+        client.close()
+    access = EngineAccess(stub=lambda: client.engine)
+    no_context: Any = None  # only a refused token reads the request
+    error = access.failure(caught.value, no_context)
+    assert isinstance(error, ToolError)
+    assert str(error) == "UNAVAILABLE: the engine is unreachable"
+    assert str(port) not in str(error)

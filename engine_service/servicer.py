@@ -220,6 +220,36 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         )
         return pb.ListRunsResponse(runs=[run_to_pb(r) for r in runs], total=total)
 
+    async def ListRunChains(
+        self, request: pb.ListRunChainsRequest, context: Context
+    ) -> pb.ListRunChainsResponse:
+        caller = await self._caller(context)
+        chains, total = await _mapped(
+            context,
+            lambda: self.engine.list_run_chains(
+                caller, request.session_id, request.offset, request.limit, request.last_messages
+            ),
+        )
+        return pb.ListRunChainsResponse(
+            chains=[
+                pb.RunChain(
+                    runs=[run_to_pb(r) for r in chain.runs],
+                    messages=[message_to_pb(m) for m in chain.messages],
+                    messages_clipped=chain.clipped,
+                )
+                for chain in chains
+            ],
+            total=total,
+        )
+
+    async def Authenticate(
+        self, request: pb.AuthenticateRequest, context: Context
+    ) -> pb.AuthenticateResponse:
+        # Credentials only: not counted against the caller's rate (see the proto).
+        authenticate = self.gate.authenticator.authenticate
+        caller = await _mapped(context, lambda: _sync(authenticate, _authorization(context)))
+        return pb.AuthenticateResponse(principal=caller.principal)
+
 
 async def _sync(function: Callable[[Any], T], argument: Any) -> T:
     return function(argument)

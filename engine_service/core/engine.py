@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from engine_service.core import events as ev
 from engine_service.core.caller import Caller
+from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, page_chains
 from engine_service.core.chat import ChatModel
 from engine_service.core.errors import (
     InvalidInput,
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 
 MAX_TITLE_LENGTH = 500
 MAX_PAGE = 1000
+MAX_CHAIN_PAGE = 100
+"""Most runs one ListRunChains page reads."""
 READ_BATCH = 500
 STORAGE_PROBE_INTERVAL = 1.0
 """Seconds between write probes while the store fails."""
@@ -387,6 +390,17 @@ class Engine:
         return await self.store.page_runs(
             session_id, offset, limit or 50, owner=caller.owner_filter
         )
+
+    async def list_run_chains(
+        self, caller: Caller, session_id: str, offset: int, limit: int, last_messages: int
+    ) -> tuple[list[RunChain], int]:
+        """A page of runs as chains (``core/chains.py``), each with its latest messages."""
+        if not 0 <= limit <= MAX_CHAIN_PAGE:
+            raise InvalidInput(f"limit must be between 1 and {MAX_CHAIN_PAGE}")
+        if not 0 <= last_messages <= MAX_LAST_MESSAGES:
+            raise InvalidInput(f"last_messages must be between 0 and {MAX_LAST_MESSAGES}")
+        page, total = await self.list_runs(caller, session_id, offset, limit or 50)
+        return await page_chains(self.store, page, last_messages), total
 
     # -- runs ---------------------------------------------------------------------
 

@@ -107,6 +107,14 @@ class SessionStore(abc.ABC):
         """The whole history, oldest first."""
 
     @abc.abstractmethod
+    async def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        """The last ``last`` messages of the runs ``run_ids``, oldest first, and whether
+        they have earlier ones; read from the end of the history back, so the work is
+        bounded by the messages after the earliest one returned, not by the history."""
+
+    @abc.abstractmethod
     async def begin_run(
         self,
         session_id: str,

@@ -67,6 +67,8 @@ class _Entry:
     """The pending interrupts, encoded (``encoding.encode_interrupts``)."""
     messages: list[tuple[str, str]] = field(default_factory=list)
     """(message id, stored JSON) in history order."""
+    by_run: dict[str, list[int]] = field(default_factory=dict)
+    """Run id → the positions of its messages in ``messages``, ascending."""
     runs: dict[str, RunRecord] = field(default_factory=dict)
     """By id, in the order they began."""
     events: list[tuple[int, float, str, str]] = field(default_factory=list)
@@ -86,6 +88,12 @@ class _Entry:
             owner=self.owner,
             interrupts=decode_interrupts(self.interrupts),
         )
+
+
+def _index_runs(entry: _Entry, messages: Sequence[Message], start: int) -> None:
+    """Record the positions of ``messages``, stored from ``start`` on, by their run."""
+    for offset, message in enumerate(messages):
+        entry.by_run.setdefault(message.run_id, []).append(start + offset)
 
 
 def _page_limit(limit: int) -> int | None:
@@ -213,6 +221,15 @@ class MemorySessionStore(SessionStore):
     async def all_messages(self, session_id: str) -> list[Message]:
         entry = self._entry(session_id)
         return [message_from_dict(json.loads(body)) for _, body in entry.messages]
+
+    async def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        entry = self._entry(session_id)
+        positions = sorted(p for run_id in set(run_ids) for p in entry.by_run.get(run_id, ()))
+        kept = positions[-last:] if last > 0 else []
+        found = [message_from_dict(json.loads(entry.messages[p][1])) for p in kept]
+        return found, len(positions) > len(kept)
 
     async def begin_run(
         self,
@@ -365,6 +382,7 @@ class MemorySessionStore(SessionStore):
             if message_id in taken:
                 raise AlreadyExists(f"message {message_id!r} already exists in the session")
             taken.add(message_id)
+        _index_runs(entry, messages, len(entry.messages))
         entry.messages.extend(encoded)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
@@ -373,6 +391,8 @@ class MemorySessionStore(SessionStore):
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
         entry.messages = encoded
+        entry.by_run = {}
+        _index_runs(entry, messages, 0)
 
     async def set_state(self, session_id: str, state: JSON) -> None:
         entry = self._entry(session_id)

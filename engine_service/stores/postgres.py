@@ -169,7 +169,13 @@ ALTER TABLE runs ADD COLUMN parent_run_id text NOT NULL DEFAULT '';
 """Human in the loop: pending interrupts on the session, status ``input_required``, and
 who resumed a run."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+_SCHEMA_V3 = """
+CREATE INDEX messages_by_run ON messages (session_id, ((body::jsonb ->> 'run_id')), position);
+"""
+"""A run's messages found by index (``run_messages``, A2A ListTasks), not by a scan of the
+whole history."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -654,6 +660,22 @@ class PostgresSessionStore(SessionStore):
     async def all_messages(self, session_id: str) -> list[Message]:
         messages, _ = await self.list_messages(session_id, "", 0)
         return messages
+
+    async def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        async with self._read() as conn:
+            await self._require(conn, session_id)
+            rows = await self._all(
+                conn,
+                # The expression is messages_by_run's, so the index finds the rows.
+                "SELECT body FROM messages WHERE session_id = %s"
+                " AND (body::jsonb ->> 'run_id') = ANY(%s)"
+                " ORDER BY position DESC LIMIT %s",
+                (session_id, list(run_ids), last + 1),
+            )
+        kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
+        return kept[::-1], len(rows) > last
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)

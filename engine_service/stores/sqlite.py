@@ -170,7 +170,20 @@ CREATE INDEX runs_by_start ON runs (started_at);
 ``input_required`` (a CHECK constraint: the table is rebuilt, rowids kept), and who
 resumed it."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
+_SCHEMA_V6 = """
+CREATE INDEX messages_by_run ON messages (session_id, json_extract(body, '$.run_id'), position);
+"""
+"""A run's messages found by index (``run_messages``, A2A ListTasks), not by a scan of the
+whole history."""
+
+_MIGRATIONS: tuple[str, ...] = (
+    _SCHEMA_V1,
+    _SCHEMA_V2,
+    _SCHEMA_V3,
+    _SCHEMA_V4,
+    _SCHEMA_V5,
+    _SCHEMA_V6,
+)
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -632,6 +645,23 @@ class SqliteSessionStore(SessionStore):
     def all_messages(self, session_id: str) -> list[Message]:
         messages, _ = self._list_messages(session_id, "", 0)
         return messages
+
+    @_off_loop
+    def run_messages(
+        self, session_id: str, run_ids: Sequence[str], last: int
+    ) -> tuple[list[Message], bool]:
+        # The expression is messages_by_run's, so the index finds the rows.
+        marks = ", ".join("?" * len(run_ids))
+        with self._read() as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ?"
+                f" AND json_extract(body, '$.run_id') IN ({marks})"
+                " ORDER BY position DESC LIMIT ?",
+                (session_id, *run_ids, last + 1),
+            ).fetchall()
+        kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
+        return kept[::-1], len(rows) > last
 
     @_off_loop
     def begin_run(

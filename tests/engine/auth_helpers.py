@@ -98,6 +98,8 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
         ),
         "GetRun": lambda s, md: s.GetRun(pb.GetRunRequest(run_id=run_id), metadata=md),
         "ListRuns": lambda s, md: s.ListRuns(pb.ListRunsRequest(), metadata=md),
+        "ListRunChains": lambda s, md: s.ListRunChains(pb.ListRunChainsRequest(), metadata=md),
+        "Authenticate": lambda s, md: s.Authenticate(pb.AuthenticateRequest(), metadata=md),
     }
 
 

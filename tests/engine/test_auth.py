@@ -203,7 +203,14 @@ async def test_bob_gets_the_not_found_of_an_unknown_id_on_each_of_alices_ids(
     unknown["Interrupt(run)"] = lambda s, md: s.Interrupt(
         pb.InterruptRequest(session_id="sess-nobody", run_id="run-nobody"), metadata=md
     )
-    for name in ("CreateSession", "ListSessions", "ListRuns"):  # not about one id
+    calls["ListRunChains(session)"] = lambda s, md: s.ListRunChains(
+        pb.ListRunChainsRequest(session_id="sess-alice", last_messages=5), metadata=md
+    )
+    unknown["ListRunChains(session)"] = lambda s, md: s.ListRunChains(
+        pb.ListRunChainsRequest(session_id="sess-nobody"), metadata=md
+    )
+    # Not about one id, or (Authenticate) about no conversation at all.
+    for name in ("CreateSession", "ListSessions", "ListRuns", "ListRunChains", "Authenticate"):
         del calls[name]
         del unknown[name]
     # Bob's Run with create_session on an unknown id would create it: compare it without.
@@ -253,6 +260,11 @@ async def test_lists_and_totals_hold_only_the_callers_own(engine: Harness) -> No
     assert not bob_page.sessions and bob_page.total == 1
     bob_runs = await engine.stub.ListRuns(pb.ListRunsRequest(), metadata=as_("bob"))
     assert {r.session_id for r in bob_runs.runs} == {"b0"} and bob_runs.total == 1
+    bob_chains = await engine.stub.ListRunChains(
+        pb.ListRunChainsRequest(last_messages=10), metadata=as_("bob")
+    )
+    assert [c.runs[0].session_id for c in bob_chains.chains] == ["b0"] and bob_chains.total == 1
+    assert {m.run_id for m in bob_chains.chains[0].messages} == {bob_chains.chains[0].runs[0].id}
 
     alice = await engine.stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("alice"))
     assert {s.id for s in alice.sessions} == {"a0", "a1", "a2", "a-empty"} and alice.total == 4
@@ -422,6 +434,16 @@ async def test_requests_per_minute_limit_each_principal_on_its_own(llm: FakeOpen
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         for _ in range(5):
             await h.stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("bob"))
+
+
+async def test_authenticate_names_the_caller_and_counts_no_request(llm: FakeOpenAI) -> None:
+    settings = engine_settings(**_settings(llm, AGENTIK_REQUESTS_PER_MINUTE="2"))
+    async with running_engine(settings) as h:
+        for _ in range(5):
+            found = await h.stub.Authenticate(pb.AuthenticateRequest(), metadata=as_("alice"))
+            assert found.principal == "alice"
+        for _ in range(2):  # alice's whole allowance is still hers
+            await h.stub.ListSessions(pb.ListSessionsRequest(), metadata=as_("alice"))
 
 
 async def test_runs_per_caller_limit_refuses_a_second_concurrent_run(llm: FakeOpenAI) -> None:

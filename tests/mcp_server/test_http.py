@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,6 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import Stack
-from web_facade.mcp.server import UNAUTHORIZED
 
 WAIT = 20.0
 """Upper bound of every wait here, in seconds."""
@@ -146,17 +146,120 @@ async def _status_when_ended(stack: Stack, session: str) -> int:
         return int(runs.runs[0].status)
 
 
+@pytest.mark.parametrize("token", [None, "wrong"])
+async def test_without_a_valid_token_the_mcp_client_is_refused_before_any_method(
+    stack: Stack, token: str | None
+) -> None:
+    # The SDK's client has no word of its own for an HTTP 401 without OAuth: an MCPError.
+    with pytest.RaisesGroup(MCPError, flatten_subgroups=True):
+        async with mcp_client(stack, token) as client:
+            await client.list_tools()
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def _refusal(response: Any, status: int, code: str) -> str:
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    error = response.json()["error"]
+    assert error["code"] == code, error
+    message: str = error["message"]
+    return message
+
+
+@pytest.mark.parametrize("body", [INITIALIZE, LIST_TOOLS])
 @pytest.mark.parametrize(
-    ("token", "says"),
+    ("headers", "challenge"),
+    [({}, 'Bearer realm="agentik"'), ({"Authorization": "Bearer nope"}, 'error="invalid_token"')],
+)
+def test_every_mcp_post_without_a_valid_token_is_a_json_401(
+    stack: Stack, body: dict[str, Any], headers: dict[str, str], challenge: str
+) -> None:
+    with stack.client() as http:
+        response = http.post("/mcp", json=body, headers={**ACCEPT, **headers})
+    assert "token" in _refusal(response, 401, "unauthenticated")
+    assert challenge in response.headers["www-authenticate"]
+
+
+def test_an_unauthenticated_get_stream_is_refused_before_it_opens(stack: Stack) -> None:
+    with stack.client() as http:
+        response = http.get("/mcp", headers={"Accept": "text/event-stream"})
+    _refusal(response, 401, "unauthenticated")
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_an_authenticated_get_gets_405_at_once_not_an_idle_stream(stack: Stack) -> None:
+    headers = {"Accept": "text/event-stream", "Authorization": "Bearer secret-a"}
+    with stack.client() as http:
+        response = http.get("/mcp", headers=headers)
+    assert "POST" in _refusal(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "POST, DELETE"
+
+
+def test_a_body_over_the_facade_limit_is_our_json_413(stack: Stack) -> None:
+    padded = {**LIST_TOOLS, "params": {"_meta": {"pad": "x" * 100_000}}}  # limit: 65536
+    with stack.client() as http:
+        response = http.post(
+            "/mcp", json=padded, headers={**ACCEPT, "Authorization": "Bearer secret-a"}
+        )
+    assert "65536" in _refusal(response, 413, "payload_too_large")
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type", "status", "code"),
     [
-        (None, "set the Authorization header"),
-        ("wrong", "the token in the Authorization header was refused"),
+        (b"{not json", "application/json", 400, "invalid_json"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', "application/json", 400, "invalid_argument"),
+        (
+            b'{"jsonrpc": "1.0", "id": 1, "method": "x"}',
+            "application/json",
+            400,
+            "invalid_argument",
+        ),
+        (json.dumps(LIST_TOOLS).encode(), "text/plain", 415, "unsupported_media_type"),
     ],
 )
-async def test_a_missing_or_wrong_token_is_a_clear_mcp_error_over_http(
-    stack: Stack, token: str | None, says: str
+def test_a_malformed_mcp_request_is_a_json_error_in_our_words(
+    stack: Stack, content: bytes, content_type: str, status: int, code: str
 ) -> None:
-    async with mcp_client(stack, token) as client:
-        with pytest.raises(MCPError) as caught:
-            await client.call_tool("list_conversations", {})
-    assert caught.value.code == UNAUTHORIZED and says in caught.value.message
+    headers = {**ACCEPT, "Authorization": "Bearer secret-a", "Content-Type": content_type}
+    with stack.client() as http:
+        response = http.post("/mcp", content=content, headers=headers)
+    message = _refusal(response, status, code)
+    assert "pydantic" not in message and "validation error" not in message.lower()
+
+
+def test_the_sdks_own_refusals_leave_in_our_json_shape(stack: Stack) -> None:
+    headers = {"Accept": "application/json", "Authorization": "Bearer secret-a"}
+    with stack.client() as http:
+        response = http.post("/mcp", json=LIST_TOOLS, headers=headers)  # no text/event-stream
+    assert "text/event-stream" in _refusal(response, 406, "not_acceptable")
+
+
+async def test_tool_arguments_of_the_wrong_type_are_refused_in_our_words(stack: Stack) -> None:
+    async with mcp_client(stack, "secret-a") as client:
+        result = await client.call_tool("send_message", {"text": 5})
+        missing = await client.call_tool("read_conversation", {})
+    text = _text(result)
+    assert result.is_error and "invalid arguments for send_message: text must be a string" in text
+    assert "pydantic" not in text and "input_value" not in text and "type=" not in text
+    assert missing.is_error and "conversation_id is required" in _text(missing)
+
+
+async def test_an_absurd_offset_is_refused_with_a_clear_message(stack: Stack) -> None:
+    async with mcp_client(stack, "secret-a") as client:
+        result = await client.call_tool("list_conversations", {"offset": 10**15})
+    assert result.is_error
+    assert "offset must be between 0 and 2147483647" in _text(result), _text(result)

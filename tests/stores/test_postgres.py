@@ -30,6 +30,7 @@ from engine_service.stores.postgres import (
     encode_signal,
     storage_error,
 )
+from engine_service.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.postgres_server import with_database, with_schema
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -332,10 +333,10 @@ def test_migrate_applies_the_sqlite_schema(tmp_path: Path) -> None:
     first = migrate_cli(url)
     out, err = first.communicate(timeout=30)
     assert first.returncode == 0, err
-    assert out.endswith("schema version 0 -> 5\n")
+    assert out.endswith(f"schema version 0 -> {SQLITE_SCHEMA_VERSION}\n")
     second = migrate_cli(url)
     out, _ = second.communicate(timeout=30)
-    assert out.endswith("schema version 5, up to date\n")
+    assert out.endswith(f"schema version {SQLITE_SCHEMA_VERSION}, up to date\n")
 
 
 def test_migrate_exits_2_on_an_unreachable_database_without_the_password() -> None:

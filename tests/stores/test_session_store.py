@@ -763,3 +763,26 @@ async def test_runs_can_be_found_by_id_alone_and_paged_newest_first(store: Sessi
     assert ([r.id for r in mine], total_a) == (["r3", "r1"], 2)
     with pytest.raises(SessionNotFound):
         await store.page_runs("missing", 0, 10)
+
+
+# Messages of runs
+
+
+async def test_run_messages_are_the_last_of_the_runs_named_oldest_first(
+    store: SessionStore,
+) -> None:
+    await store.create_session("s1", "", T0)
+    made = []
+    for index in range(12):
+        one = message(f"m{index}", f"text {index}")
+        one.run_id = ("r1", "r2", "r3")[index % 3]
+        made.append(one)
+    await store.append_messages("s1", made)
+    found, clipped = await store.run_messages("s1", ["r1", "r3"], 3)
+    assert [m.id for m in found] == ["m8", "m9", "m11"] and clipped
+    everything, clipped = await store.run_messages("s1", ["r2"], 100)
+    assert [m.id for m in everything] == ["m1", "m4", "m7", "m10"] and not clipped
+    assert everything[0].content == made[1].content
+    assert await store.run_messages("s1", ["nobody"], 5) == ([], False)
+    with pytest.raises(SessionNotFound):
+        await store.run_messages("nope", ["r1"], 5)

@@ -42,6 +42,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
+from engine_service.core.ids import ID_RULE, is_valid_id
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a.convert import (
@@ -56,7 +57,14 @@ from web_facade.a2a.interrupts import resume_entries
 from web_facade.engine_client import UNARY_TIMEOUT
 from web_facade.stream import OPEN_WAIT, POLL, EventRelay, Resume, open_relay
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TEXT_MODES", "TaskFollow", "TaskService"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "TEXT_MODES",
+    "TaskFollow",
+    "TaskService",
+    "check_task_id",
+]
 
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 100
@@ -67,6 +75,10 @@ _FIRST_WINDOW: Final = 64
 """Events looked back at first when a subscriber searches a live run's first event."""
 TEXT_MODES: Final = frozenset({"text/plain", "text/*", "*/*", "text"})
 """``acceptedOutputModes`` values our text answers satisfy."""
+LISTED_MESSAGES: Final = 100
+"""Most of a task's latest stored messages ListTasks shows (GetTask shows them all)."""
+_ID_SHOWN: Final = 40
+"""Characters of a refused id an error shows."""
 MAX_TURNS: Final = 1000
 """Most runs followed in one task's chain (a bound on a walk through stored links)."""
 
@@ -80,8 +92,7 @@ class TaskService:
     # -- reading ------------------------------------------------------------------
 
     def _run(self, task_id: str) -> pb.RunInfo:
-        if not task_id:
-            raise invalid_params("id", "is required")
+        check_task_id(task_id)
         try:
             return self._engine.GetRun(pb.GetRunRequest(run_id=task_id), timeout=UNARY_TIMEOUT)
         except grpc.RpcError as exc:
@@ -161,7 +172,10 @@ class TaskService:
         """ListTasks: the tasks of one context (or of all), newest first.
 
         Pages are pages of runs: a run that resumed another is part of that run's task,
-        not a task of its own, so a page may hold fewer tasks than ``pageSize``.
+        not a task of its own, so a page may hold fewer tasks than ``pageSize``. One
+        engine call (``ListRunChains``) answers the whole page, with at most
+        :data:`LISTED_MESSAGES` of each task's latest messages: one request of the
+        caller's rate and bounded work, however long the conversations are.
         """
         if request.status or request.HasField("status_timestamp_after"):
             raise UnsupportedOperationError(
@@ -177,37 +191,33 @@ class TaskService:
         if token and (not token.isascii() or not token.isdigit() or len(token) > 9):
             raise invalid_params("pageToken", "is not a token this server gave")
         offset = int(token or "0")
-        try:
-            page = self._engine.ListRuns(
-                pb.ListRunsRequest(session_id=request.context_id, offset=offset, limit=size),
-                timeout=UNARY_TIMEOUT,
-            )
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:  # an unknown context has no tasks
-                return ListTasksResponse(page_size=size, total_size=0)
-            raise from_rpc(exc) from None
         with_messages = (
             request.include_artifacts
             or not request.HasField("history_length")
             or request.history_length > 0
         )
-        resumed = {run.resumed_by_run_id for run in page.runs}
-        listed = {run.id for run in page.runs}
+        query = pb.ListRunChainsRequest(
+            session_id=request.context_id,
+            offset=offset,
+            limit=size,
+            last_messages=LISTED_MESSAGES if with_messages else 0,
+        )
+        try:
+            page = self._engine.ListRunChains(query, timeout=UNARY_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # an unknown context has no tasks
+                return ListTasksResponse(page_size=size, total_size=0)
+            raise from_rpc(exc) from None
         tasks = []
-        for run in page.runs:
-            # A run that resumed another is part of that run's task; asking the engine
-            # only when the parent is not on this page.
-            if run.id in resumed or (run.parent_run_id not in listed and self._resumes(run)):
-                continue
-            chain = self._chain_from(run)
-            task = apply_history_length(self._task(chain, with_messages=with_messages), request)
+        for chain in page.chains:
+            task = apply_history_length(_task_of_chain(chain), request)
             if not request.include_artifacts:
                 task.ClearField("artifacts")
             tasks.append(task)
-        end = offset + len(page.runs)
+        end = offset + size
         return ListTasksResponse(
             tasks=tasks,
-            next_page_token=str(end) if page.runs and end < page.total else "",
+            next_page_token=str(end) if end < page.total else "",
             page_size=size,
             total_size=page.total,
         )
@@ -518,6 +528,24 @@ class TaskFollow:
             task = self._stream.task
             self._service.settle(task.context_id, self._stream.run_id, event.seq)
         return out
+
+
+def check_task_id(task_id: str) -> None:
+    """Refuse a task id the engine's id rule refuses, before any engine call; the refusal
+    shows only a short prefix of it (a 900 KB id must not come back as a 900 KB error)."""
+    if not task_id:
+        raise invalid_params("id", "is required")
+    if not is_valid_id(task_id):
+        shown = repr(task_id[:_ID_SHOWN]) + ("…" if len(task_id) > _ID_SHOWN else "")
+        raise invalid_params("id", f"{shown} is not a valid task id: ids are {ID_RULE}")
+
+
+def _task_of_chain(chain: pb.RunChain) -> Task:
+    """The task one chain of runs is, from the latest messages the engine gave."""
+    by_run: dict[str, list[pb.Message]] = {run.id: [] for run in chain.runs}
+    for message in chain.messages:
+        by_run.setdefault(message.run_id, []).append(message)
+    return task_from_runs(chain.runs, [by_run[run.id] for run in chain.runs])
 
 
 def _state_name(state: int) -> str:

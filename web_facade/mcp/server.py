@@ -16,22 +16,27 @@ conversation, a failed run) are tool errors the calling model can read.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import grpc
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp_types import CallToolResult, InputRequiredResult, TextContent
+from pydantic import ValidationError
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import interrupt_json
-from web_facade.errors import ApiError
+from web_facade.errors import ApiError, from_rpc_error
 
-__all__ = ["UNARY_TIMEOUT", "UNAUTHORIZED", "EngineAccess", "build_server"]
+__all__ = ["MAX_OFFSET", "UNARY_TIMEOUT", "UNAUTHORIZED", "EngineAccess", "build_server"]
 
 UNARY_TIMEOUT = 30.0
 """Deadline of the engine's unary calls, in seconds."""
@@ -40,6 +45,12 @@ UNAUTHORIZED = -32010
 """The MCP error code of a call the engine refused for its credentials (JSON-RPC's
 server-defined range; the SDK uses -32000 for a closed connection, -32001 for a timeout,
 -32020..-32042 for protocol conditions)."""
+
+MAX_OFFSET = 2**31 - 1
+"""The largest ``offset`` of ``list_conversations`` (the engine's int32)."""
+
+_TITLE_LENGTH = 60
+"""Characters of the first message a new conversation is titled with."""
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -60,26 +71,65 @@ _ROLES = {
 
 
 class EngineAccess:
-    """An async channel to the engine, and where the bearer token of its calls comes from:
-    one ``token`` for the process (stdio: ``AGENTIK_TOKEN``), or with ``from_request`` each
-    MCP request's own ``Authorization`` header (streamable HTTP)."""
+    """The engine, and where the bearer token of its calls comes from.
+
+    Over stdio (``agentik mcp``): an async channel of its own to ``target``, and one
+    ``token`` for the process (``AGENTIK_TOKEN``). Over HTTP (``/mcp``): ``stub`` gives the
+    facade's one engine client (web_facade/engine_client.py), whose blocking calls run in
+    the event loop's executor threads, and each MCP request's own ``Authorization`` header.
+    """
 
     def __init__(
-        self, target: str, token: str | None = None, *, from_request: bool = False
+        self,
+        target: str = "",
+        token: str | None = None,
+        *,
+        stub: Callable[[], pb_grpc.AgentEngineStub] | None = None,
     ) -> None:
         self.target = target
         self.token = token or None
-        self.from_request = from_request
+        self.from_request = stub is not None
+        self._sync_stub = stub
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.AgentEngineAsyncStub | None = None
 
     @property
     def stub(self) -> pb_grpc.AgentEngineAsyncStub:
-        """The engine stub; the channel is made on first use, in the running event loop."""
+        """The async engine stub (stdio); its channel is made on first use, in the loop."""
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
             self._stub = pb_grpc.AgentEngineStub(self._channel)
         return self._stub
+
+    async def unary(self, method: str, request: Any, ctx: Context) -> Any:
+        """The engine's answer to the unary call ``method``; ``grpc.RpcError`` when it fails."""
+        metadata = self.metadata(ctx)
+        if self._sync_stub is None:
+            call = getattr(self.stub, method)
+            return await call(request, metadata=metadata, timeout=UNARY_TIMEOUT)
+        call = getattr(self._sync_stub(), method)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, partial(call, request, metadata=metadata, timeout=UNARY_TIMEOUT)
+        )
+
+    async def run(self, request: pb.RunRequest, ctx: Context) -> AsyncIterator[pb.Event]:
+        """The events of the engine's ``Run``; leaving early cancels the call."""
+        metadata = self.metadata(ctx)
+        if self._sync_stub is None:
+            async for event in _events(self.stub.Run(request, metadata=metadata)):
+                yield event
+            return
+        call = self._sync_stub().Run(request, metadata=metadata)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                item = await loop.run_in_executor(None, _next, call)
+                if item is None:
+                    return
+                yield item
+        finally:
+            call.cancel()  # wakes the executor thread still waiting for the next event
 
     def _authorization(self, ctx: Context) -> str | None:
         if not self.from_request:
@@ -100,29 +150,67 @@ class EngineAccess:
             await self._channel.close()
         self._channel = self._stub = None
 
-    def failure(self, exc: grpc.aio.AioRpcError, ctx: Context) -> Exception:
-        """The MCP error for a failed engine call (see the module docstring)."""
-        code, details = exc.code(), exc.details() or ""
-        if code == grpc.StatusCode.UNAUTHENTICATED:
+    def failure(self, exc: grpc.RpcError, ctx: Context) -> Exception:
+        """The MCP error for a failed engine call: worded by the facade's error table
+        (web_facade/errors.py), so no internal address or gRPC text reaches the client."""
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        mapped = from_rpc_error(exc)
+        if mapped.status == 401:
             where = "the Authorization header" if self.from_request else "AGENTIK_TOKEN"
             hint = (
                 f"the token in {where} was refused"
                 if self._authorization(ctx)
                 else f"the engine needs a token: set {where}"
             )
-            return MCPError(UNAUTHORIZED, f"agentik: {hint} ({details})")
-        if code == grpc.StatusCode.PERMISSION_DENIED:
-            return MCPError(UNAUTHORIZED, f"agentik: not allowed: {details}")
-        if code == grpc.StatusCode.UNAVAILABLE:
-            # Over HTTP the caller is remote: the engine's address is not theirs to know.
-            where = "" if self.from_request else f" at {self.target}"
-            return ToolError(f"the agentik engine{where} is unavailable: {details}")
-        return ToolError(f"{code.name}: {details}")
+            return MCPError(UNAUTHORIZED, f"agentik: {hint} ({mapped.message})")
+        if mapped.status == 403:
+            return MCPError(UNAUTHORIZED, f"agentik: not allowed: {mapped.message}")
+        if code == grpc.StatusCode.UNAVAILABLE and not self.from_request:
+            # Over stdio the engine's address is the local user's own setting.
+            return ToolError(f"the agentik engine at {self.target} is unavailable")
+        name = code.name if code is not None else "UNKNOWN"
+        return ToolError(f"{name}: {mapped.message}")
+
+
+class _Server(MCPServer[Any]):
+    """The SDK's server, with argument errors said in our words, not pydantic's."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(
+                exc.__cause__, ValidationError
+            ):
+                raise
+            problems = "; ".join(_problem(error) for error in exc.__cause__.errors()[:5])
+            raise ToolError(f"invalid arguments for {name}: {problems}") from None
+
+
+_PROBLEMS = {
+    "missing": "is required",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be an array",
+    "dict_type": "must be an object",
+    "extra_forbidden": "is not an argument of this tool",
+}
+
+
+def _problem(error: Any) -> str:
+    field = ".".join(str(part) for part in error.get("loc", ())) or "the arguments"
+    return f"{field} {_PROBLEMS.get(error.get('type', ''), 'has an unacceptable value')}"
 
 
 def build_server(engine: EngineAccess) -> MCPServer[Any]:
     """The MCP server with agentik's tools, calling ``engine``."""
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = _Server(
         name="agentik",
         instructions="Talk to the agentik agent: send_message starts or continues a "
         "conversation; when it answers status input_required, answer gives the person's "
@@ -141,11 +229,17 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         message = pb.Message(
             role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))]
         )
+        # A new conversation is made by the run itself (create_session), so a run the
+        # engine refuses (a per-caller limit, overload) leaves no empty conversation.
+        request = pb.RunRequest(
+            session_id=conversation_id or uuid.uuid4().hex,
+            messages=[message],
+            create_session=not conversation_id,
+        )
+        title = "" if conversation_id else text[:_TITLE_LENGTH]
         try:
-            session_id = conversation_id or await _new_session(engine, ctx, text)
-            request = pb.RunRequest(session_id=session_id, messages=[message])
-            return await _run(engine, ctx, request)
-        except grpc.aio.AioRpcError as exc:
+            return await _run(engine, ctx, request, title=title)
+        except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
 
     @server.tool()
@@ -161,10 +255,8 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         "answer": "..."}.
         """
         try:
-            session = await engine.stub.GetSession(
-                pb.GetSessionRequest(session_id=conversation_id),
-                metadata=engine.metadata(ctx),
-                timeout=UNARY_TIMEOUT,
+            session = await engine.unary(
+                "GetSession", pb.GetSessionRequest(session_id=conversation_id), ctx
             )
             try:
                 entries = resume_entries({"decisions": decisions}, session.pending_interrupts)
@@ -172,18 +264,18 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
                 raise ToolError(exc.message) from None
             request = pb.RunRequest(session_id=conversation_id, resume=entries)
             return await _run(engine, ctx, request)
-        except grpc.aio.AioRpcError as exc:
+        except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
 
     @server.tool()
     async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> dict[str, Any]:
         """The conversations the caller may see, most recently updated first."""
+        if offset > MAX_OFFSET:
+            raise ToolError(f"offset must be between 0 and {MAX_OFFSET}; got {offset}")
         request = pb.ListSessionsRequest(limit=max(1, min(limit, 1000)), offset=max(0, offset))
         try:
-            page = await engine.stub.ListSessions(
-                request, metadata=engine.metadata(ctx), timeout=UNARY_TIMEOUT
-            )
-        except grpc.aio.AioRpcError as exc:
+            page = await engine.unary("ListSessions", request, ctx)
+        except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
         return {
             "total": page.total,
@@ -206,10 +298,8 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         """The messages of a conversation, oldest first (the first `limit`)."""
         request = pb.ListMessagesRequest(session_id=conversation_id, limit=max(1, min(limit, 1000)))
         try:
-            page = await engine.stub.ListMessages(
-                request, metadata=engine.metadata(ctx), timeout=UNARY_TIMEOUT
-            )
-        except grpc.aio.AioRpcError as exc:
+            page = await engine.unary("ListMessages", request, ctx)
+        except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
         return {
             "conversation_id": conversation_id,
@@ -220,28 +310,23 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
     return server
 
 
-async def _new_session(engine: EngineAccess, ctx: Context, text: str) -> str:
-    session = await engine.stub.CreateSession(
-        pb.CreateSessionRequest(title=text[:60]),
-        metadata=engine.metadata(ctx),
-        timeout=UNARY_TIMEOUT,
-    )
-    session_id: str = session.id
-    return session_id
-
-
-async def _run(engine: EngineAccess, ctx: Context, request: pb.RunRequest) -> CallToolResult:
-    """Run the turn ``request`` asks for, relaying its text as progress; the answer."""
+async def _run(
+    engine: EngineAccess, ctx: Context, request: pb.RunRequest, *, title: str = ""
+) -> CallToolResult:
+    """Run the turn ``request`` asks for, relaying its text as progress; the answer.
+    ``title`` names the conversation the run made, once the engine accepted the run."""
     # An MCP cancellation cancels this task, hence the call, hence the run.
     request.cancel_on_disconnect = True
     session_id = request.session_id
     answer: list[str] = []
     run_id, status, detail = "", "completed", ""
     interrupts: list[dict[str, Any]] = []
-    async for event in _events(engine.stub.Run(request, metadata=engine.metadata(ctx))):
+    async for event in engine.run(request, ctx):
         run_id = run_id or event.run_id
         kind = event.WhichOneof("kind")
-        if kind == "text_message_content":
+        if kind == "run_started" and title:
+            await _title(engine, ctx, session_id, title)
+        elif kind == "text_message_content":
             delta = event.text_message_content.delta
             answer.append(delta)
             await ctx.report_progress(sum(map(len, answer)), None, delta)
@@ -266,6 +351,19 @@ async def _run(engine: EngineAccess, ctx: Context, request: pb.RunRequest) -> Ca
         structured_content=structured,
         is_error=status == "failed",
     )
+
+
+def _next(call: Iterator[pb.Event]) -> pb.Event | None:
+    """The call's next event, None at its end (in an executor thread: it blocks)."""
+    event: pb.Event | None = next(call, None)
+    return event
+
+
+async def _title(engine: EngineAccess, ctx: Context, session_id: str, title: str) -> None:
+    """Name the new conversation after its first message; a failure leaves it untitled."""
+    rename = pb.RenameSessionRequest(session_id=session_id, title=title)
+    with contextlib.suppress(grpc.RpcError):
+        await engine.unary("RenameSession", rename, ctx)
 
 
 async def _events(call: Any) -> AsyncIterator[pb.Event]:

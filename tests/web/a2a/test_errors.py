@@ -303,3 +303,31 @@ def test_a_0_3_method_sent_as_1_0_is_refused_with_the_1_0_name(rpc: Rpc) -> None
 def test_a_patch_version_of_1_0_is_1_0(rpc: Rpc) -> None:
     error = rpc.error("GetTask", {"id": "x"}, headers={"A2A-Version": "1.0.3"})
     assert error["code"] == -32001
+
+
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [
+        ("GetTask", V10),
+        ("CancelTask", V10),
+        ("SubscribeToTask", V10),
+        ("tasks/get", {}),
+        ("tasks/cancel", {}),
+    ],
+)
+def test_a_huge_task_id_is_refused_by_the_id_rule_and_never_echoed_whole(
+    rpc: Rpc, method: str, headers: dict[str, str]
+) -> None:
+    huge = "x" * 900_000
+    error = rpc.error(method, {"id": huge}, headers=headers)
+    assert error["code"] == -32602 and _reason(error) == "INVALID_PARAMS", error["message"][:200]
+    assert "not a valid task id" in error["message"]
+    assert len(json.dumps(error)) < 1000
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a b", "é", "."])
+def test_a_task_id_outside_the_id_rule_is_invalid_params_naming_the_rule(
+    rpc: Rpc, bad: str
+) -> None:
+    error = rpc.error("GetTask", {"id": bad})
+    assert error["code"] == -32602 and "1 to 128 characters" in error["message"]

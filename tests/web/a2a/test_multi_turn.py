@@ -96,6 +96,12 @@ def test_an_approval_sent_as_data_completes_the_same_task(rpc: Rpc) -> None:
         (task["id"], "TASK_STATE_COMPLETED")
     ]
 
+    # One engine call lists the whole chain: both runs' messages, and the request between.
+    def said(history: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return [(m["messageId"], m["role"], m["parts"][0]["text"]) for m in history]
+
+    assert said(listed[0]["history"]) == said(got["history"])
+
 
 def test_edited_arguments_are_what_runs(rpc: Rpc) -> None:
     task = _paused(rpc)

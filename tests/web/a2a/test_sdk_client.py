@@ -23,7 +23,7 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 
 from tests.web.e2e.conftest import WAIT, Stack
 
@@ -124,6 +124,18 @@ async def test_get_task_and_list_tasks_read_the_task_back(connect: Connect) -> N
     assert got.status.state == TaskState.TASK_STATE_COMPLETED
     assert got.artifacts == sent.artifacts and got.history == sent.history
     assert [t.id for t in listed.tasks] == [sent.id] and listed.total_size == 1
+
+
+@pytest.mark.parametrize("method", ["get_task", "cancel_task"])
+async def test_a_task_id_outside_the_id_rule_is_invalid_params_for_the_sdk(
+    connect: Connect, method: str
+) -> None:
+    huge = "x" * 60_000  # under the stack's body limit
+    request = GetTaskRequest(id=huge) if method == "get_task" else CancelTaskRequest(id=huge)
+    async with connect(streaming=False) as client:
+        with pytest.raises(InvalidParamsError) as caught:
+            await getattr(client, method)(request)
+    assert "not a valid task id" in str(caught.value) and len(str(caught.value)) < 1000
 
 
 async def test_get_task_works_after_a_facade_restart(stack: Stack, connect: Connect) -> None:

@@ -2076,3 +2076,142 @@ class ListMessagesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListMessagesResponse: _TypeAlias = ListMessagesResponse  # noqa: Y015
+
+@_typing.final
+class ListRunChainsRequest(_message.Message):
+    """ListRunChains input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    LAST_MESSAGES_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Only runs of this session; empty lists the runs of all sessions."""
+    offset: _builtins.int
+    """How many runs to skip."""
+    limit: _builtins.int
+    """How many runs to read, 1..100; 0 means the default of 50."""
+    last_messages: _builtins.int
+    """How many of each chain's latest messages to return, 0..100: 0 returns none."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+        last_messages: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_messages", b"last_messages", "limit", b"limit", "offset", b"offset", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunChainsRequest: _TypeAlias = ListRunChainsRequest  # noqa: Y015
+
+@_typing.final
+class RunChain(_message.Message):
+    """Runs that make one chain, and the chain's latest messages."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    MESSAGES_CLIPPED_FIELD_NUMBER: _builtins.int
+    messages_clipped: _builtins.bool
+    """True when the chain has earlier messages than those returned."""
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunInfo]:
+        """The chain's runs, its first run first."""
+
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
+        """The chain's latest messages (at most `last_messages`), oldest first; each
+        names its run (Message.run_id).
+        """
+
+    def __init__(
+        self,
+        *,
+        runs: _abc.Iterable[Global___RunInfo] | None = ...,
+        messages: _abc.Iterable[Global___Message] | None = ...,
+        messages_clipped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "messages_clipped", b"messages_clipped", "runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunChain: _TypeAlias = RunChain  # noqa: Y015
+
+@_typing.final
+class ListRunChainsResponse(_message.Message):
+    """ListRunChains output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAINS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Number of runs in all (as ListRunsResponse.total): the next page starts
+    at offset + limit.
+    """
+    @_builtins.property
+    def chains(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunChain]:
+        """The chains of the page's runs, newest first."""
+
+    def __init__(
+        self,
+        *,
+        chains: _abc.Iterable[Global___RunChain] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chains", b"chains", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunChainsResponse: _TypeAlias = ListRunChainsResponse  # noqa: Y015
+
+@_typing.final
+class AuthenticateRequest(_message.Message):
+    """Authenticate input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthenticateRequest: _TypeAlias = AuthenticateRequest  # noqa: Y015
+
+@_typing.final
+class AuthenticateResponse(_message.Message):
+    """Authenticate output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """The principal the credentials name; empty when the engine needs none."""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthenticateResponse: _TypeAlias = AuthenticateResponse  # noqa: Y015

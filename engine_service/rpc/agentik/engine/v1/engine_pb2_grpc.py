@@ -90,6 +90,16 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.ListRunChains = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListRunChains',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsResponse.FromString,
+                _registered_method=True)
+        self.Authenticate = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/Authenticate',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.FromString,
+                _registered_method=True)
 
 
 class AgentEngineServicer:
@@ -193,6 +203,27 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRunChains(self, request, context):
+        """A page of runs as chains, each with its latest messages, in one call: what
+        a list of tasks (A2A ListTasks) shows, for one request of the caller's
+        rate and bounded work. A chain is a run that resumed no other and each run
+        that resumed the one before it (RunInfo.resumed_by_run_id). The page is a
+        page of runs, newest first, as ListRuns: a run on it that resumed another
+        belongs to that run's chain and adds no chain of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Authenticate(self, request, context):
+        """Checks the call's credentials as every other RPC does first, and names the
+        caller; UNAUTHENTICATED when they name none. It counts no request against
+        the caller's rate: an edge asks it before it opens a stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +281,16 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'ListRunChains': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunChains,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsResponse.SerializeToString,
+            ),
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -550,6 +591,60 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/ListRuns',
             agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunChains(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListRunChains',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/Authenticate',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.FromString,
             options,
             channel_credentials,
             insecure,

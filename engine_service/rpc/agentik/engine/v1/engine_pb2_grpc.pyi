@@ -102,6 +102,19 @@ class AgentEngineStub:
     """
     ListRuns: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListRunsRequest, _engine_pb2.ListRunsResponse]
     """Lists runs, newest first: of one session, or of all sessions."""
+    ListRunChains: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListRunChainsRequest, _engine_pb2.ListRunChainsResponse]
+    """A page of runs as chains, each with its latest messages, in one call: what
+    a list of tasks (A2A ListTasks) shows, for one request of the caller's
+    rate and bounded work. A chain is a run that resumed no other and each run
+    that resumed the one before it (RunInfo.resumed_by_run_id). The page is a
+    page of runs, newest first, as ListRuns: a run on it that resumed another
+    belongs to that run's chain and adds no chain of its own.
+    """
+    Authenticate: _grpc.UnaryUnaryMultiCallable[_engine_pb2.AuthenticateRequest, _engine_pb2.AuthenticateResponse]
+    """Checks the call's credentials as every other RPC does first, and names the
+    caller; UNAUTHENTICATED when they name none. It counts no request against
+    the caller's rate: an edge asks it before it opens a stream.
+    """
 
 @_typing.type_check_only
 class AgentEngineAsyncStub(AgentEngineStub):
@@ -155,6 +168,19 @@ class AgentEngineAsyncStub(AgentEngineStub):
     """
     ListRuns: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListRunsRequest, _engine_pb2.ListRunsResponse]  # type: ignore[assignment]
     """Lists runs, newest first: of one session, or of all sessions."""
+    ListRunChains: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListRunChainsRequest, _engine_pb2.ListRunChainsResponse]  # type: ignore[assignment]
+    """A page of runs as chains, each with its latest messages, in one call: what
+    a list of tasks (A2A ListTasks) shows, for one request of the caller's
+    rate and bounded work. A chain is a run that resumed no other and each run
+    that resumed the one before it (RunInfo.resumed_by_run_id). The page is a
+    page of runs, newest first, as ListRuns: a run on it that resumed another
+    belongs to that run's chain and adds no chain of its own.
+    """
+    Authenticate: _aio.UnaryUnaryMultiCallable[_engine_pb2.AuthenticateRequest, _engine_pb2.AuthenticateResponse]  # type: ignore[assignment]
+    """Checks the call's credentials as every other RPC does first, and names the
+    caller; UNAUTHENTICATED when they name none. It counts no request against
+    the caller's rate: an edge asks it before it opens a stream.
+    """
 
 class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
     """The agent engine: sessions, turns, events."""
@@ -271,5 +297,30 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_engine_pb2.ListRunsResponse, _abc.Awaitable[_engine_pb2.ListRunsResponse]]:
         """Lists runs, newest first: of one session, or of all sessions."""
+
+    @_abc_1.abstractmethod
+    def ListRunChains(
+        self,
+        request: _engine_pb2.ListRunChainsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListRunChainsResponse, _abc.Awaitable[_engine_pb2.ListRunChainsResponse]]:
+        """A page of runs as chains, each with its latest messages, in one call: what
+        a list of tasks (A2A ListTasks) shows, for one request of the caller's
+        rate and bounded work. A chain is a run that resumed no other and each run
+        that resumed the one before it (RunInfo.resumed_by_run_id). The page is a
+        page of runs, newest first, as ListRuns: a run on it that resumed another
+        belongs to that run's chain and adds no chain of its own.
+        """
+
+    @_abc_1.abstractmethod
+    def Authenticate(
+        self,
+        request: _engine_pb2.AuthenticateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.AuthenticateResponse, _abc.Awaitable[_engine_pb2.AuthenticateResponse]]:
+        """Checks the call's credentials as every other RPC does first, and names the
+        caller; UNAUTHENTICATED when they name none. It counts no request against
+        the caller's rate: an edge asks it before it opens a stream.
+        """
 
 def add_AgentEngineServicer_to_server(servicer: AgentEngineServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -54,6 +54,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Turn, TurnLimits
@@ -62,7 +63,6 @@ __all__ = ["Engine", "EngineLimits", "RunHandle"]
 
 log = logging.getLogger(__name__)
 
-MAX_TITLE_LENGTH = 500
 MAX_PAGE = 1000
 READ_BATCH = 500
 STORAGE_PROBE_INTERVAL = 1.0
@@ -311,8 +311,7 @@ class Engine:
     async def create_session(
         self, caller: Caller, title: str = "", session_id: str = ""
     ) -> Session:
-        if len(title) > MAX_TITLE_LENGTH:
-            raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        check_title(title)
         if session_id:
             check_id(session_id, "session_id")
         return await self._writing(
@@ -333,8 +332,7 @@ class Engine:
 
     async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
         await self._session(caller, session_id)
-        if len(title) > MAX_TITLE_LENGTH:
-            raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        check_title(title)
         return await self._writing(self.store.rename_session(session_id, title, _now()))
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:

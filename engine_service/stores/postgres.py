@@ -234,9 +234,19 @@ def storage_error(exc: BaseException) -> StorageUnavailable:
     return StorageUnavailable(f"storage unavailable: {cause}")
 
 
+def data_error(exc: psycopg.DataError) -> InvalidInput:
+    """A value the database refuses (SQLSTATE class 22, or one psycopg refuses to send) as
+    ``InvalidInput``: it is the request's fault, never the store's, so it must not make the
+    engine think its store failed."""
+    diag = getattr(exc, "diag", None)
+    primary = (diag.message_primary if diag is not None else None) or str(exc) or "bad value"
+    return InvalidInput(f"the database cannot store a value of this request: {primary[:200]}")
+
+
 @asynccontextmanager
 async def _mapped_errors() -> AsyncIterator[None]:
-    """Turn the database's operational failures into ``StorageUnavailable``.
+    """Turn the database's operational failures into ``StorageUnavailable`` and a value it
+    refuses into ``InvalidInput``.
 
     Integrity errors are the callers' to interpret and pass through untouched.
     """
@@ -244,6 +254,8 @@ async def _mapped_errors() -> AsyncIterator[None]:
         yield
     except psycopg.IntegrityError:
         raise
+    except psycopg.DataError as exc:
+        raise data_error(exc) from exc
     except (psycopg.Error, PoolTimeout, OSError) as exc:
         raise storage_error(exc) from exc
 
@@ -819,7 +831,9 @@ class PostgresSessionStore(SessionStore):
                         status.value,
                         stamp,
                         error_code,
-                        error_message,
+                        # The one raw text the engine writes that may quote a model or
+                        # a tool; PostgreSQL text cannot hold NUL.
+                        error_message.replace("\x00", "\ufffd"),
                         json.dumps(list(pending_tool_call_ids)),
                         asked,
                         session_id,

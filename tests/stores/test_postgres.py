@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from engine_service.core import events as ev
-from engine_service.core.errors import SessionBusy, StorageUnavailable
+from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
 from engine_service.core.models import RunStatus
 from engine_service.core.store import Lease, Signal, SignalKind
 from engine_service.stores import open_store
@@ -410,6 +410,24 @@ async def test_a_missing_database_is_named_in_plain_words(
     )
     assert "s3cretpw" not in caplog.text
     assert "s3cretpw" not in str(caught.value)
+
+
+async def test_a_value_the_database_refuses_is_invalid_input_and_the_store_goes_on(
+    pg_url: str,
+) -> None:
+    store = PostgresSessionStore(pg_url)
+    try:
+        with pytest.raises(InvalidInput, match="NUL"):
+            await store.create_session("s1", "a\x00b", at(0))
+        await store.create_session("s1", "ok", at(0))
+        with pytest.raises(InvalidInput, match="NUL"):
+            await store.rename_session("s1", "\x00", at(1))
+        assert (await store.get_session("s1")).title == "ok"
+        await store.begin_run("s1", "r1", at(2), create=False)
+        await store.finish_run("s1", "r1", RunStatus.FAILED, at(3), "llm_error", "said \x00")
+        assert (await store.get_run("s1", "r1")).error_message == "said \ufffd"
+    finally:
+        await store.close()
 
 
 @pytest.mark.parametrize(

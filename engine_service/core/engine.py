@@ -42,6 +42,7 @@ from engine_service.core.hub import SessionHub
 from engine_service.core.ids import check_id
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.models import (
+    UNSET,
     Interrupt,
     Message,
     ReconcileMode,
@@ -53,6 +54,7 @@ from engine_service.core.models import (
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.state import check_state
 from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
@@ -417,6 +419,8 @@ class Engine:
                 )
         for index, entry in enumerate(run_input.resume):
             check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
+        if run_input.state is not UNSET:
+            check_state(run_input.state, self.limits.turn.max_state_bytes)
         session_id = run_input.thread_id
         if not incoming and not run_input.resume:
             await self._refuse_empty_history(caller, run_input)

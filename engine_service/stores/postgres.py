@@ -462,6 +462,7 @@ class PostgresSessionStore(SessionStore):
         channel: str = CHANNEL,
         reconnect_delay: float = 0.5,
         max_reconnect_delay: float = 10.0,
+        retry_seconds: float = 5.0,
     ) -> None:
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
@@ -471,6 +472,7 @@ class PostgresSessionStore(SessionStore):
         check_dsn(dsn)
         self._dsn = dsn
         self._timeout = timeout
+        self._retry_seconds = retry_seconds
         self._connect_timeout = max(1, round(timeout))
         self._channel = channel if channel != CHANNEL else channel_for(dsn)
         self._pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(

@@ -375,7 +375,9 @@ async def test_an_unreachable_server_is_storage_unavailable_naming_no_host_or_pa
 ) -> None:
     caplog.set_level(logging.DEBUG)
     port = free_port()
-    store = PostgresSessionStore(f"postgresql://agent:s3cretpw@127.0.0.1:{port}/x", timeout=1)
+    store = PostgresSessionStore(
+        f"postgresql://agent:s3cretpw@127.0.0.1:{port}/x", timeout=1, retry_seconds=0.2
+    )
     heard = Heard()
     try:
         with pytest.raises(StorageUnavailable) as caught:
@@ -404,10 +406,7 @@ async def test_a_missing_database_is_named_in_plain_words(
             await store.create_session("s1", "", at(0))
     finally:
         await store.close()
-    assert caught.value.message in (
-        "storage unavailable: the database does not exist",
-        "storage unavailable: the database is unreachable",
-    )
+    assert caught.value.message == "storage unavailable: the database does not exist"
     assert "s3cretpw" not in caplog.text
     assert "s3cretpw" not in str(caught.value)
 
@@ -449,7 +448,10 @@ def test_an_unparseable_url_is_a_value_error_without_the_password(url: str) -> N
     ("error", "cause"),
     [
         (psycopg.errors.DiskFull("could not extend file"), "the disk is full"),
-        (psycopg.errors.AdminShutdown("terminating"), "the database server is shutting down"),
+        (
+            psycopg.errors.AdminShutdown("terminating"),
+            "the database server ended the connection (an administrator, or a shutdown)",
+        ),
         (psycopg.errors.TooManyConnections("sorry"), "the database server has too many"),
         (psycopg.errors.ReadOnlySqlTransaction("no"), "the database is read-only"),
         (psycopg.errors.InvalidPassword("for user x"), "the database refused the login"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -88,11 +89,12 @@ _RETRY_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "40001", "40P01"}
 too many connections for now, and a serialization failure or deadlock (rolled back)."""
 
 
-_REFUSED_LOGINS: tuple[tuple[str, str], ...] = (
-    ("database \"", "the database does not exist"),
-    ("role \"", "the database refused the login"),
-    ("authentication failed", "the database refused the login"),
-    ("no pg_hba.conf entry", "the database refused the login"),
+_REFUSED_LOGINS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r'database ".*" does not exist'), "the database does not exist"),
+    (
+        re.compile(r'role ".*" does not exist|authentication failed|no pg_hba\.conf entry'),
+        "the database refused the login",
+    ),
 )
 """A server that answered a new connection with FATAL for a reason that lasts (libpq gives
 these no SQLSTATE): named, and not retried."""
@@ -102,13 +104,10 @@ def _refused_login(exc: BaseException) -> str | None:
     pgconn = getattr(exc, "pgconn", None)
     raw = getattr(pgconn, "error_message", b"") if pgconn is not None else b""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    if "FATAL:" not in text:
+    _, fatal, reason = text.partition("FATAL:")
+    if not fatal:
         return None
-    reason = text.split("FATAL:", 1)[1]
-    for marker, cause in _REFUSED_LOGINS:
-        if marker in reason and (marker != 'database "' or "does not exist" in reason):
-            return cause
-    return None
+    return next((cause for pattern, cause in _REFUSED_LOGINS if pattern.search(reason)), None)
 
 
 def storage_error(exc: BaseException, *, connected: bool = False) -> StorageUnavailable:
@@ -121,9 +120,7 @@ def storage_error(exc: BaseException, *, connected: bool = False) -> StorageUnav
     if isinstance(exc, PoolTimeout | OSError):
         return StorageUnavailable(f"storage unavailable: {UNREACHABLE}")
     state = getattr(exc, "sqlstate", None) or ""
-    cause = (
-        _SQLSTATE_CAUSES.get(state) or _CLASS_CAUSES.get(state[:2]) or _refused_login(exc)
-    )
+    cause = _SQLSTATE_CAUSES.get(state) or _CLASS_CAUSES.get(state[:2]) or _refused_login(exc)
     if cause is None:
         if not state or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             cause = LOST if connected and not state else UNREACHABLE

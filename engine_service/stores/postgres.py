@@ -7,7 +7,9 @@ the migrations synchronously for ``agentik migrate``; and its parameters are pla
 ``%s`` placeholders bound server-side.
 
 Every write is one transaction on a pooled connection (autocommit outside explicit
-transactions). The "one active run per session" rule holds across replicas twice over:
+transactions). Each call runs through ``postgres_calls.CallRunner``: a connection that
+dies under it is replaced and the call run again where that is safe (reads, and writes
+that did not commit), for up to ``retry_seconds``. The "one active run per session" rule holds across replicas twice over:
 ``begin_run`` locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index
 allows one running run per session. Event appends lock the session row too, so
 ``last_seq`` and ``reserved_seq`` never go back whatever the number of writers.
@@ -1120,7 +1122,7 @@ class PostgresSessionStore(SessionStore):
                     log.warning(
                         "lost the connection listening for other engines' signals (%s);"
                         " reconnecting in %.1f s",
-                        storage_error(exc).message,
+                        storage_error(exc, connected=True).message,
                         delay,
                     )
                 finally:

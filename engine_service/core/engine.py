@@ -397,6 +397,8 @@ class Engine:
             check_id(run_input.run_id, "run_id")
         else:
             run_input.run_id = new_id()
+        if run_input.parent_run_id:
+            check_id(run_input.parent_run_id, "parent_run_id")
         if not self._accepting:
             raise ShuttingDown()
         if len(self._turns) >= self.limits.max_concurrent_runs:

@@ -9,10 +9,12 @@ the migrations synchronously for ``agentik migrate``; and its parameters are pla
 Every write is one transaction on a pooled connection (autocommit outside explicit
 transactions). Each call runs through ``postgres_calls.CallRunner``: a connection that
 dies under it is replaced and the call run again where that is safe (reads, and writes
-that did not commit), for up to ``retry_seconds``. The "one active run per session" rule holds across replicas twice over:
-``begin_run`` locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index
-allows one running run per session. Event appends lock the session row too, so
-``last_seq`` and ``reserved_seq`` never go back whatever the number of writers.
+that did not commit), for up to ``retry_seconds``.
+
+The "one active run per session" rule holds across replicas twice over: ``begin_run``
+locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index allows one
+running run per session. Event appends lock the session row too, so ``last_seq`` and
+``reserved_seq`` never go back whatever the number of writers.
 
 Signals travel by ``pg_notify`` on one channel, sent inside the writing transaction so a
 watcher hears of a change only once it is committed. The payload is a compact JSON array

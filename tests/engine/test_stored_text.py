@@ -68,6 +68,24 @@ async def test_a_title_holding_nul_is_refused_on_every_store_and_health_stays_se
     assert [(s.id, s.title) for s in page.sessions] == [("s", "kept")]
 
 
+async def test_a_parent_run_id_that_is_not_an_id_is_refused_on_every_store(
+    engine_on: Harness,
+) -> None:
+    for parent in ("a\x00b", "p" * 129, "sp ace"):
+        call = engine_on.stub.Run(
+            pb.RunRequest(
+                session_id="s", create_session=True, parent_run_id=parent, messages=[_user()]
+            )
+        )
+        assert "parent_run_id" in await _refused(collect(call))
+        assert await _serving(engine_on)
+    assert engine_on.engine.storage_ok
+
+
+def _user() -> pb.Message:
+    return pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text="hi"))])
+
+
 async def test_nul_in_message_text_and_state_is_stored_as_sent_on_every_store(
     engine_on: Harness,
 ) -> None:

@@ -467,6 +467,14 @@ def test_server_failures_are_named_in_plain_words(error: psycopg.Error, cause: s
     assert "db.internal" not in message
 
 
+def test_a_connection_dropped_mid_call_is_named_lost_and_one_never_made_unreachable() -> None:
+    dropped = psycopg.OperationalError("consuming input failed: server closed the connection")
+    assert storage_error(dropped, connected=True).message == (
+        "storage unavailable: the connection to the database was lost"
+    )
+    assert storage_error(dropped).message == "storage unavailable: the database is unreachable"
+
+
 def test_the_channel_follows_the_schema_the_dsn_names() -> None:
     assert channel_for("postgresql://db/agentik") == "agentik"
     assert channel_for(with_schema("postgresql://db/agentik", "tenant_a")) == "agentik_tenant_a"

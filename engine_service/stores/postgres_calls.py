@@ -232,13 +232,7 @@ class CallRunner:
         tries = 0
         while True:
             tries += 1
-            remaining = deadline - loop.time()
-            wait = (
-                self._timeout
-                if not self.retry_seconds
-                else min(self._timeout, max(remaining, MIN_POOL_WAIT))
-            )
-            state: Attempt[T] = Attempt(wait)
+            state: Attempt[T] = Attempt(self._pool_wait(deadline - loop.time()))
             try:
                 return await attempt(state)
             except (AgentikError, psycopg.IntegrityError):
@@ -247,15 +241,8 @@ class CallRunner:
                 raise data_error(exc) from exc
             except (psycopg.Error, OSError) as exc:
                 failure = exc
-            if state.xid is not None:
-                outcome = await self._outcome(state.xid, deadline)
-                if outcome == "committed":
-                    return state.result  # type: ignore[return-value]  # set with xid
-                if outcome is None:
-                    raise StorageUnavailable(
-                        f"storage unavailable: {LOST} while committing, and whether the"
-                        " write was stored could not be learnt"
-                    ) from failure
+            if state.xid is not None and await self._committed(state.xid, deadline, failure):
+                return state.result  # type: ignore[return-value]  # set with the xid
             remaining = deadline - loop.time()
             spent = remaining <= 0 and tries > 1  # a call retries at least once
             if not retryable(failure) or not self.retry_seconds or spent:
@@ -266,6 +253,24 @@ class CallRunner:
             )
             await asyncio.sleep(max(0.0, min(delay, remaining)))
             delay = min(delay * 2, MAX_RETRY_DELAY)
+
+    def _pool_wait(self, remaining: float) -> float:
+        """How long an attempt waits for a pooled connection: the pool's timeout with
+        retries off, else no longer than the retry time left (but long enough to get one)."""
+        if not self.retry_seconds:
+            return self._timeout
+        return min(self._timeout, max(remaining, MIN_POOL_WAIT))
+
+    async def _committed(self, xid: str, deadline: float, failure: BaseException) -> bool:
+        """Whether the write whose connection was lost while committing was stored; raises
+        ``StorageUnavailable`` when that cannot be learnt by ``deadline``."""
+        outcome = await self._outcome(xid, deadline)
+        if outcome is None:
+            raise StorageUnavailable(
+                f"storage unavailable: {LOST} while committing, and whether the write was"
+                " stored could not be learnt"
+            ) from failure
+        return outcome == "committed"
 
     async def _outcome(self, xid: str, deadline: float) -> str | None:
         """``committed`` or ``aborted`` for transaction ``xid``, asked on another

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 import tracemalloc
 
@@ -410,3 +411,72 @@ def test_the_limit_holds_exactly_at_the_largest_size_the_patch_reaches(
     if peak > sizes[0]:
         with pytest.raises(JsonPatchError, match="over its limit"):
             apply_patch(doc, ops, max_bytes=peak - 1)
+
+
+def _paths(doc: JSON, prefix: str = "") -> list[str]:
+    """Every pointer into ``doc`` below its root."""
+    out: list[str] = []
+    items: list[tuple[str, JSON]] = []
+    if isinstance(doc, dict):
+        items = [(k.replace("~", "~0").replace("/", "~1"), v) for k, v in doc.items()]
+    elif isinstance(doc, list):
+        items = [(str(i), v) for i, v in enumerate(doc)]
+    for token, value in items:
+        out.append(f"{prefix}/{token}")
+        out += _paths(value, f"{prefix}/{token}")
+    return out
+
+
+def _at(doc: JSON, pointer: str) -> JSON:
+    node = doc
+    for token in pointer.split("/")[1:] if pointer else []:
+        key = token.replace("~1", "/").replace("~0", "~")
+        node = node[int(key)] if isinstance(node, list) else node[key]  # type: ignore[index]
+    return node
+
+
+def _random_op(rng: random.Random, doc: JSON) -> JSON:
+    """A random operation on ``doc`` (it may still fail, as a move into itself does)."""
+    value = rng.choice([1, "é~/", None, [True], {"k": [2.5, "x" * rng.randint(0, 9)]}, {}])
+    paths = _paths(doc)
+    kind = rng.choice(["add", "add", "remove", "replace", "move", "copy"] if paths else ["add"])
+    if kind == "add":
+        parent = rng.choice(["", *paths])
+        target = _at(doc, parent)
+        if isinstance(target, list):
+            return {"op": "add", "path": f"{parent}/{rng.randint(0, len(target))}", "value": value}
+        if isinstance(target, dict):
+            return {
+                "op": "add",
+                "path": f"{parent}/{rng.choice(['a', 'b', 'c~1', 'd~0'])}",
+                "value": value,
+            }
+        return {"op": "add", "path": parent, "value": value}
+    if kind in ("remove", "replace"):
+        return {"op": kind, "path": rng.choice(paths), "value": value}
+    return {"op": kind, "from": rng.choice(["", *paths]), "path": rng.choice(["", *paths])}
+
+
+def test_the_size_kept_while_applying_is_exact_for_random_patches() -> None:
+    rng = random.Random(27)
+    checked = 0
+    for _ in range(300):
+        doc: JSON = {"a": [1, {"b": "c"}], "d": {}}
+        ops: list[JSON] = []
+        sizes = [json_size(doc)]
+        current = doc
+        for _ in range(8):
+            op = _random_op(rng, current)
+            try:
+                current = apply_patch(current, [op])
+            except JsonPatchError:
+                continue  # e.g. a move into its own child: not part of this patch
+            ops.append(op)
+            sizes.append(json_size(current))
+        peak = max(sizes)
+        assert apply_patch(doc, ops, max_bytes=peak) == current
+        if peak > sizes[0]:
+            with pytest.raises(JsonPatchError, match="over its limit"):
+                apply_patch(doc, ops, max_bytes=peak - 1)
+            checked += 1
+    assert checked > 200

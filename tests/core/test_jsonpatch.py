@@ -431,7 +431,7 @@ def _at(doc: JSON, pointer: str) -> JSON:
     node = doc
     for token in pointer.split("/")[1:] if pointer else []:
         key = token.replace("~1", "/").replace("~0", "~")
-        node = node[int(key)] if isinstance(node, list) else node[key]  # type: ignore[index]
+        node = node[int(key)] if isinstance(node, list) else node[key]
     return node
 
 

@@ -3,20 +3,31 @@
 A real engine on the real PostgreSQL runs 16 conversations at once while another
 connection terminates every backend of the engine's pool, again and again
 (``pg_terminate_backend``, as a failover, a proxy or an operator does). Every run still
-finishes, and every event a client saw is stored once, as it was seen.
+finishes, and every event a client saw is stored once, as it was seen. A database that
+stays away longer than ``store_retry_seconds`` fails the run, saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from tests.engine.harness import Harness, collect, engine_settings, kind, running_engine, user
+from tests.engine.harness import (
+    Harness,
+    collect,
+    engine_settings,
+    kind,
+    next_event,
+    running_engine,
+    user,
+)
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.stores.pg_proxy import postgres_proxy
 
 RUNS = 16
 ROUNDS = 4
@@ -85,3 +96,32 @@ async def test_runs_finish_and_lose_no_event_while_the_pools_connections_are_ter
         assert _lost_and_duplicated(events, stored) == (0, 0)
         assert [e.seq for e in stored] == sorted({e.seq for e in stored})
     assert on_postgres.engine.storage_ok
+
+
+async def test_a_run_fails_naming_the_cause_once_the_database_stays_away_past_the_retry_time(
+    llm: FakeOpenAI, pg_url: str
+) -> None:
+    async with postgres_proxy(pg_url) as proxy:
+        settings = engine_settings(
+            AGENTIK_STORE=proxy.url,
+            AGENTIK_STORE_RETRY_SECONDS="0.5",
+            OPENAI_BASE_URL=llm.base_url,
+            OPENAI_API_KEY="test-key",
+            AGENTIK_LLM_MAX_RETRIES="0",
+        )
+        async with running_engine(settings) as harness:
+            await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
+            call = harness.stub.Run(
+                pb.RunRequest(session_id="s", messages=[user("[[chunks:300]][[slow:0.01]]")])
+            )
+            seen = [await next_event(call) for _ in range(10)]
+            await proxy.go_away()
+            gone = time.monotonic()
+            seen += await collect(call)
+            failed_after = time.monotonic() - gone
+
+            assert kind(seen[-1]) == "run_error", [kind(e) for e in seen[-3:]]
+            assert seen[-1].run_error.code == "storage_unavailable"
+            assert seen[-1].run_error.message == "storage unavailable: the database is unreachable"
+            assert 0.4 <= failed_after < 5.0, failed_after  # a flush may have begun just before
+            assert not harness.engine.storage_ok

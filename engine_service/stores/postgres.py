@@ -628,27 +628,27 @@ class PostgresSessionStore(SessionStore):
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
+
+        async def work(conn: _Conn) -> None:
+            await self._require(conn, session_id, lock=True)
+            row = await self._one(
+                conn,
+                "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
+                (session_id,),
+            )
+            last = row[0] if row else -1
+            if encoded:
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(
+                        "INSERT INTO messages (session_id, position, id, body)"
+                        " VALUES (%s, %s, %s, %s)",
+                        [
+                            (session_id, last + 1 + i, mid, body)
+                            for i, (mid, body) in enumerate(encoded)
+                        ],
+                    )
+
         try:
-
-            async def work(conn: _Conn) -> None:
-                await self._require(conn, session_id, lock=True)
-                row = await self._one(
-                    conn,
-                    "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
-                    (session_id,),
-                )
-                last = row[0] if row else -1
-                if encoded:
-                    async with conn.cursor() as cursor:
-                        await cursor.executemany(
-                            "INSERT INTO messages (session_id, position, id, body)"
-                            " VALUES (%s, %s, %s, %s)",
-                            [
-                                (session_id, last + 1 + i, mid, body)
-                                for i, (mid, body) in enumerate(encoded)
-                            ],
-                        )
-
             await self._write(work)
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc

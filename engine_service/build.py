@@ -86,6 +86,7 @@ def build_engine(settings: Settings) -> Engine:
             tool_timeout=settings.tool_timeout,
             approval=settings.tools_approval,
             interrupt_expiry=settings.interrupt_expiry,
+            max_state_bytes=settings.max_state_bytes,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
         max_runs_per_caller=settings.max_runs_per_caller,
@@ -94,5 +95,9 @@ def build_engine(settings: Settings) -> Engine:
     )
     tracer = tracing.tracer() if tracing.enabled() else NO_TRACER
     return Engine(
-        open_store(settings.store), build_model(settings), build_tools(settings), limits, tracer
+        open_store(settings.store, retry_seconds=settings.store_retry_seconds),
+        build_model(settings),
+        build_tools(settings),
+        limits,
+        tracer,
     )

@@ -26,6 +26,10 @@ TOML layout (every key optional)::
     workers = 1                            # AGENTIK_ENGINE_WORKERS: engine processes on
                                            #   grpc_addr (SO_REUSEPORT); more than 1 needs
                                            #   a PostgreSQL store and a fixed port
+    max_state_bytes = 1048576              # AGENTIK_MAX_STATE_BYTES: a session's shared state
+                                           #   as JSON, at most (every state and patch)
+    store_retry_seconds = 5.0              # AGENTIK_STORE_RETRY_SECONDS: how long a
+                                           #   PostgreSQL call retries a lost connection
 
     [llm]
     base_url = "https://api.openai.com/v1"  # OPENAI_BASE_URL (unset: the client's default)
@@ -205,6 +209,10 @@ class Settings:
     engine_workers: int = 1
     """Engine processes sharing ``grpc_addr``; more than one needs a shared store."""
     max_message_bytes: int = 4 * 1024 * 1024
+    max_state_bytes: int = 1024 * 1024
+    """A session's shared state as compact JSON, at most; patches are bounded by it."""
+    store_retry_seconds: float = 5.0
+    """How long a PostgreSQL store call retries a lost connection before it fails."""
     log_level: str = "INFO"
     log_format: str = "text"
     """``text`` (one readable line per record) or ``json`` (one JSON object per line)."""
@@ -887,6 +895,20 @@ _FIELDS: tuple[_Field, ...] = (
         "engine",
         "max_message_bytes",
         _POSITIVE,
+    ),
+    _Field(
+        "max_state_bytes",
+        "AGENTIK_MAX_STATE_BYTES",
+        "engine",
+        "max_state_bytes",
+        _POSITIVE,
+    ),
+    _Field(
+        "store_retry_seconds",
+        "AGENTIK_STORE_RETRY_SECONDS",
+        "engine",
+        "store_retry_seconds",
+        _seconds(zero_ok=True),
     ),
     _Field("log_level", "AGENTIK_LOG_LEVEL", "log", "level", _log_level),
     _Field("log_format", "AGENTIK_LOG_FORMAT", "log", "format", _log_format),

@@ -576,7 +576,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 45
+    assert len(rows) == 47
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -647,3 +647,19 @@ def test_cors_origins_come_from_toml_deduplicated_and_star_only_when_alone(
     empty = tmp_path / "empty.toml"
     empty.write_text("[web]\ncors_origins = []\n")
     assert load_settings(empty, {}).cors_origins == ()
+
+
+def test_the_state_limit_and_the_store_retry_time_come_from_toml_or_env_and_are_checked(
+    tmp_path: Path,
+) -> None:
+    assert (Settings().max_state_bytes, Settings().store_retry_seconds) == (1048576, 5.0)
+    path = _write(tmp_path, "[engine]\nmax_state_bytes = 2048\nstore_retry_seconds = 0.5\n")
+    settings = load_settings(str(path), {})
+    assert (settings.max_state_bytes, settings.store_retry_seconds) == (2048, 0.5)
+    env = {"AGENTIK_MAX_STATE_BYTES": "4096", "AGENTIK_STORE_RETRY_SECONDS": "0"}
+    settings = load_settings(str(path), env)
+    assert (settings.max_state_bytes, settings.store_retry_seconds) == (4096, 0.0)
+    with pytest.raises(ConfigError, match=r"invalid max_state_bytes \(from env"):
+        load_settings(None, {"AGENTIK_MAX_STATE_BYTES": "0"})
+    with pytest.raises(ConfigError, match=r"invalid store_retry_seconds \(from \[engine\]"):
+        load_settings(str(_write(tmp_path, "[engine]\nstore_retry_seconds = -1\n")), {})

@@ -43,6 +43,7 @@ from engine_service.core.hub import SessionHub
 from engine_service.core.ids import check_id
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.models import (
+    UNSET,
     Interrupt,
     Message,
     ReconcileMode,
@@ -54,7 +55,9 @@ from engine_service.core.models import (
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.state import check_state
 from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Turn, TurnLimits
@@ -63,7 +66,6 @@ __all__ = ["Engine", "EngineLimits", "RunHandle"]
 
 log = logging.getLogger(__name__)
 
-MAX_TITLE_LENGTH = 500
 MAX_PAGE = 1000
 MAX_CHAIN_PAGE = 100
 """Most runs one ListRunChains page reads."""
@@ -314,8 +316,7 @@ class Engine:
     async def create_session(
         self, caller: Caller, title: str = "", session_id: str = ""
     ) -> Session:
-        if len(title) > MAX_TITLE_LENGTH:
-            raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        check_title(title)
         if session_id:
             check_id(session_id, "session_id")
         return await self._writing(
@@ -336,8 +337,7 @@ class Engine:
 
     async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
         await self._session(caller, session_id)
-        if len(title) > MAX_TITLE_LENGTH:
-            raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        check_title(title)
         return await self._writing(self.store.rename_session(session_id, title, _now()))
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:
@@ -411,6 +411,8 @@ class Engine:
             check_id(run_input.run_id, "run_id")
         else:
             run_input.run_id = new_id()
+        if run_input.parent_run_id:
+            check_id(run_input.parent_run_id, "parent_run_id")
         if not self._accepting:
             raise ShuttingDown()
         if len(self._turns) >= self.limits.max_concurrent_runs:
@@ -433,6 +435,8 @@ class Engine:
                 )
         for index, entry in enumerate(run_input.resume):
             check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
+        if run_input.state is not UNSET:
+            check_state(run_input.state, self.limits.turn.max_state_bytes)
         session_id = run_input.thread_id
         if not incoming and not run_input.resume:
             await self._refuse_empty_history(caller, run_input)

@@ -47,6 +47,8 @@ class ToolContext:
     """A stable, opaque name of this conversation: the same on every replica and after
     restarts, but different for a conversation made later under a deleted one's id (a
     tool that keeps remote state per conversation keys it by this, not by ``session_id``)."""
+    max_state_bytes: int | None = None
+    """The most the shared state may hold as JSON (``core.state``); None: no bound."""
 
 
 def session_key(session_id: str, owner: str, created_at: datetime) -> str:

@@ -49,6 +49,7 @@ from engine_service.core.models import (
 )
 from engine_service.core.observe import RunLog, RunObserver, RunReport, ToolOutcome
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.state import DEFAULT_MAX_STATE_BYTES
 from engine_service.core.store import SessionStore
 from engine_service.core.tool import ToolContext, ToolError, ToolResult
 from engine_service.core.trace import NO_TRACER, Span, Tracer
@@ -71,6 +72,8 @@ class TurnLimits:
     """Engine tools (names or globs) whose calls wait for a person's approval."""
     interrupt_expiry: float = 0.0
     """Seconds after which an unanswered interrupt counts as declined; 0: never."""
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
+    """The session's shared state as JSON, at most; a patch is bounded by it as it applies."""
 
 
 @dataclass(slots=True)
@@ -697,6 +700,7 @@ class Turn:
             get_state=lambda: self.state,
             set_state=self._set_state,
             session_key=self.session_key,
+            max_state_bytes=self.limits.max_state_bytes,
         )
         limit = tool.timeout if tool.timeout is not None else self.limits.tool_timeout
         try:

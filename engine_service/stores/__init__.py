@@ -49,8 +49,10 @@ def redacted_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-def open_store(url: str) -> SessionStore:
-    """The store a URL names; ``ValueError`` naming the URL when none fits."""
+def open_store(url: str, *, retry_seconds: float = 5.0) -> SessionStore:
+    """The store a URL names; ``ValueError`` naming the URL when none fits.
+
+    ``retry_seconds``: how long a PostgreSQL store call retries a lost connection."""
     if url == "memory://":
         return MemorySessionStore()
     if url.startswith(_SQLITE):
@@ -66,7 +68,7 @@ def open_store(url: str) -> SessionStore:
     if scheme in ("postgres", "postgresql"):
         from engine_service.stores.postgres import PostgresSessionStore
 
-        return PostgresSessionStore(url)
+        return PostgresSessionStore(url, retry_seconds=retry_seconds)
     if scheme.startswith("postgresql+"):
         raise ValueError(
             f"store URL {redacted_url(url)!r}: write postgresql://... (no driver suffix)"

@@ -7,10 +7,14 @@ the migrations synchronously for ``agentik migrate``; and its parameters are pla
 ``%s`` placeholders bound server-side.
 
 Every write is one transaction on a pooled connection (autocommit outside explicit
-transactions). The "one active run per session" rule holds across replicas twice over:
-``begin_run`` locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index
-allows one running run per session. Event appends lock the session row too, so
-``last_seq`` and ``reserved_seq`` never go back whatever the number of writers.
+transactions). Each call runs through ``postgres_calls.CallRunner``: a connection that
+dies under it is replaced and the call run again where that is safe (reads, and writes
+that did not commit), for up to ``retry_seconds``.
+
+The "one active run per session" rule holds across replicas twice over: ``begin_run``
+locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index allows one
+running run per session. Event appends lock the session row too, so ``last_seq`` and
+``reserved_seq`` never go back whatever the number of writers.
 
 Signals travel by ``pg_notify`` on one channel, sent inside the writing transaction so a
 watcher hears of a change only once it is committed. The payload is a compact JSON array
@@ -36,17 +40,17 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from engine_service.core.codec import (
     event_from_dict,
@@ -74,6 +78,14 @@ from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
+from engine_service.stores.postgres_calls import (
+    Attempt,
+    CallKind,
+    CallRunner,
+    Work,
+    data_error,
+    storage_error,
+)
 
 __all__ = [
     "CHANNEL",
@@ -84,10 +96,13 @@ __all__ = [
     "encode_signal",
     "check_dsn",
     "migrate",
+    "data_error",
     "storage_error",
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CHANNEL = "agentik"
 """The NOTIFY channel every store of a database signals on."""
@@ -189,70 +204,6 @@ _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
     " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id"
 )
-
-# -- errors ---------------------------------------------------------------------------
-
-_UNREACHABLE = "the database is unreachable"
-
-_SQLSTATE_CAUSES: dict[str, str] = {
-    "53100": "the disk is full",
-    "53200": "the database server is out of memory",
-    "53300": "the database server has too many connections",
-    "53400": "the database server hit a configured limit",
-    "57P01": "the database server is shutting down",
-    "57P02": "the database server is shutting down",
-    "57P03": "the database server is starting up or shutting down",
-    "57014": "the database cancelled the statement (a timeout)",
-    "25006": "the database is read-only",
-    "3D000": "the database does not exist",
-    "42501": "permission to the database was denied",
-    "58030": "the database server failed to read or write its disk",
-    "XX001": "the database is corrupt",
-    "XX002": "the database is corrupt",
-}
-"""SQLSTATE → the cause a client and an operator can act on."""
-
-_CLASS_CAUSES: dict[str, str] = {
-    "08": _UNREACHABLE,
-    "28": "the database refused the login",
-    "53": "the database server ran out of resources",
-    "57": "the database server stopped the operation",
-    "58": "the database server failed",
-}
-
-
-def storage_error(exc: BaseException) -> StorageUnavailable:
-    """``exc`` as the core's ``StorageUnavailable``, naming the cause in plain words.
-
-    The message never carries the server's connection text (it names the host).
-    """
-    if isinstance(exc, PoolTimeout | OSError):
-        return StorageUnavailable(f"storage unavailable: {_UNREACHABLE}")
-    state = getattr(exc, "sqlstate", None) or ""
-    cause = _SQLSTATE_CAUSES.get(state) or _CLASS_CAUSES.get(state[:2])
-    if cause is None:
-        if not state or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            cause = _UNREACHABLE
-        else:
-            diag = getattr(exc, "diag", None)
-            primary = (diag.message_primary if diag is not None else None) or "unknown failure"
-            cause = f"the database failed ({state}: {primary})"
-    return StorageUnavailable(f"storage unavailable: {cause}")
-
-
-@asynccontextmanager
-async def _mapped_errors() -> AsyncIterator[None]:
-    """Turn the database's operational failures into ``StorageUnavailable``.
-
-    Integrity errors are the callers' to interpret and pass through untouched.
-    """
-    try:
-        yield
-    except psycopg.IntegrityError:
-        raise
-    except (psycopg.Error, PoolTimeout, OSError) as exc:
-        raise storage_error(exc) from exc
-
 
 # -- values ---------------------------------------------------------------------------
 
@@ -456,6 +407,7 @@ class PostgresSessionStore(SessionStore):
         channel: str = CHANNEL,
         reconnect_delay: float = 0.5,
         max_reconnect_delay: float = 10.0,
+        retry_seconds: float = 5.0,
     ) -> None:
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
@@ -486,15 +438,26 @@ class PostgresSessionStore(SessionStore):
         self._listening = asyncio.Event()
         self._reconnect_delay = reconnect_delay
         self._max_reconnect_delay = max_reconnect_delay
+        self._calls = CallRunner(
+            self._pool, self._open_once, retry_seconds=retry_seconds, timeout=timeout
+        )
 
     # -- connections ----------------------------------------------------------------
 
     async def open(self) -> None:
         """Open the pool and migrate the schema now (otherwise the first call does).
 
-        ``StorageUnavailable`` when the database cannot be reached; ``RuntimeError``
-        when its schema is newer than this engine's.
+        ``StorageUnavailable`` when the database cannot be reached (within the retry
+        time); ``RuntimeError`` when its schema is newer than this engine's.
         """
+
+        async def attempt(_: Attempt[None]) -> None:
+            await self._open_once()
+
+        await self._calls.retrying(attempt)
+
+    async def _open_once(self) -> None:
+        """Open the pool and migrate, once; raises the database's own errors."""
         if self._ready:
             return
         if self._closed:
@@ -504,12 +467,11 @@ class PostgresSessionStore(SessionStore):
                 return
             # A connection of its own: a bad database name or login, or a server that is
             # down, fails here at once with its cause rather than as a pool timeout.
-            async with _mapped_errors():
-                conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
-                )
-                async with conn:
-                    before, after = await _migrate_async(conn)
+            conn = await psycopg.AsyncConnection.connect(
+                self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+            )
+            async with conn:
+                before, after = await _migrate_async(conn)
             if not self._opened:
                 await self._pool.open(wait=False)
                 self._opened = True
@@ -517,25 +479,18 @@ class PostgresSessionStore(SessionStore):
                 log.info("PostgreSQL schema migrated from version %d to %d", before, after)
             self._ready = True
 
-    @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[_Conn]:
-        """A pooled connection in autocommit mode, errors mapped."""
-        await self.open()
-        async with _mapped_errors(), self._pool.connection() as conn:
-            yield conn
+    async def _read(self, work: Work[T]) -> T:
+        """``work`` in autocommit (statements on their own), retried on a lost connection."""
+        return await self._calls.run(work, CallKind.READ)
 
-    @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[_Conn]:
-        """One write transaction: committed when the block ends, rolled back on error."""
-        async with self._conn() as conn, conn.transaction():
-            yield conn
+    async def _snapshot(self, work: Work[T]) -> T:
+        """``work`` in one read-only transaction, so its statements see one snapshot."""
+        return await self._calls.run(work, CallKind.SNAPSHOT)
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[_Conn]:
-        """A read-only transaction, so several statements see one snapshot."""
-        async with self._conn() as conn, conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield conn
+    async def _write(self, work: Work[T]) -> T:
+        """``work`` in one transaction, committed when it returns; run again on a new
+        connection when the old one is lost before the write is known to be committed."""
+        return await self._calls.run(work, CallKind.WRITE)
 
     async def _notify(self, conn: _Conn, signal: Signal) -> None:
         """Queue ``signal``; PostgreSQL delivers it when the transaction commits."""
@@ -582,7 +537,8 @@ class PostgresSessionStore(SessionStore):
         stamp = _utc(now, "now")
         if not session_id:
             raise InvalidInput("session id must not be empty")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> Session:
             cursor = await conn.execute(
                 "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
@@ -592,9 +548,13 @@ class PostgresSessionStore(SessionStore):
                 raise AlreadyExists(f"session {session_id!r} already exists")
             return await self._load(conn, session_id)
 
+        return await self._write(work)
+
     async def get_session(self, session_id: str) -> Session:
-        async with self._conn() as conn:
+        async def work(conn: _Conn) -> Session:
             return await self._load(conn, session_id)
+
+        return await self._read(work)
 
     async def list_sessions(
         self, offset: int, limit: int, *, owner: str | None = None
@@ -603,7 +563,8 @@ class PostgresSessionStore(SessionStore):
             raise InvalidInput("offset must not be negative")
         size = _sql_limit(limit)
         where, args = ("WHERE s.owner = %s", (owner,)) if owner is not None else ("", ())
-        async with self._read() as conn:
+
+        async def work(conn: _Conn) -> tuple[list[Session], int]:
             total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
             rows = await self._all(
                 conn,
@@ -611,23 +572,30 @@ class PostgresSessionStore(SessionStore):
                 " ORDER BY s.updated_at DESC, s.id LIMIT %s OFFSET %s",
                 (*args, size, offset),
             )
-        return [_session(row) for row in rows], int(total[0]) if total else 0
+            return [_session(row) for row in rows], int(total[0]) if total else 0
+
+        return await self._snapshot(work)
 
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> Session:
             await conn.execute(
                 "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
                 (title, stamp, session_id),
             )
             return await self._load(conn, session_id)
 
+        return await self._write(work)
+
     async def delete_session(self, session_id: str) -> None:
-        async with self._tx() as conn:
+        async def work(conn: _Conn) -> None:
             active = await self._require(conn, session_id, lock=True)
             if active:
                 raise SessionBusy(session_id, active)
             await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+
+        await self._write(work)
 
     # -- messages -------------------------------------------------------------------
 
@@ -635,7 +603,8 @@ class PostgresSessionStore(SessionStore):
         self, session_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
         size = _sql_limit(limit)
-        async with self._read() as conn:
+
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             after = -1
             if after_id:
@@ -647,12 +616,14 @@ class PostgresSessionStore(SessionStore):
                 if row is None:
                     raise InvalidInput(f"after_id {after_id!r} is not a message of the session")
                 after = row[0]
-            rows = await self._all(
+            return await self._all(
                 conn,
                 "SELECT body FROM messages WHERE session_id = %s AND position > %s"
                 " ORDER BY position LIMIT %s",
                 (session_id, after, size + 1 if size else None),
             )
+
+        rows = await self._snapshot(work)
         more = size is not None and size < len(rows)
         kept = rows[:size] if more else rows
         return [message_from_dict(json.loads(r[0])) for r in kept], more
@@ -679,25 +650,28 @@ class PostgresSessionStore(SessionStore):
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
+
+        async def work(conn: _Conn) -> None:
+            await self._require(conn, session_id, lock=True)
+            row = await self._one(
+                conn,
+                "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
+                (session_id,),
+            )
+            last = row[0] if row else -1
+            if encoded:
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(
+                        "INSERT INTO messages (session_id, position, id, body)"
+                        " VALUES (%s, %s, %s, %s)",
+                        [
+                            (session_id, last + 1 + i, mid, body)
+                            for i, (mid, body) in enumerate(encoded)
+                        ],
+                    )
+
         try:
-            async with self._tx() as conn:
-                await self._require(conn, session_id, lock=True)
-                row = await self._one(
-                    conn,
-                    "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
-                    (session_id,),
-                )
-                last = row[0] if row else -1
-                if encoded:
-                    async with conn.cursor() as cursor:
-                        await cursor.executemany(
-                            "INSERT INTO messages (session_id, position, id, body)"
-                            " VALUES (%s, %s, %s, %s)",
-                            [
-                                (session_id, last + 1 + i, mid, body)
-                                for i, (mid, body) in enumerate(encoded)
-                            ],
-                        )
+            await self._write(work)
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc
 
@@ -705,7 +679,8 @@ class PostgresSessionStore(SessionStore):
         encoded = _encode_messages(messages)
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> None:
             await self._require(conn, session_id, lock=True)
             await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
             if encoded:
@@ -716,11 +691,16 @@ class PostgresSessionStore(SessionStore):
                         [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
                     )
 
+        await self._write(work)
+
     async def set_state(self, session_id: str, state: JSON) -> None:
         text = _dumps(state, "state")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> None:
             await self._require(conn, session_id)
             await conn.execute("UPDATE sessions SET state = %s WHERE id = %s", (text, session_id))
+
+        await self._write(work)
 
     # -- runs -----------------------------------------------------------------------
 
@@ -744,7 +724,8 @@ class PostgresSessionStore(SessionStore):
             raise InvalidInput("reserve must not be negative")
         if not run_id:
             raise InvalidInput("run id must not be empty")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> RunBegun:
             created = False
             if create:
                 if not session_id:
@@ -806,6 +787,8 @@ class PostgresSessionStore(SessionStore):
             await self._notify(conn, Signal(SignalKind.BEGUN, session_id, run_id, session.last_seq))
             return RunBegun(session, created)
 
+        return await self._write(work)
+
     async def finish_run(
         self,
         session_id: str,
@@ -823,7 +806,8 @@ class PostgresSessionStore(SessionStore):
             raise InvalidInput("a run cannot finish with status RUNNING")
         rows = _event_rows(session_id, events)
         asked = encode_interrupts(interrupts)
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> None:
             last = await self._insert_events(conn, session_id, rows)
             row = await self._one(
                 conn,
@@ -841,7 +825,9 @@ class PostgresSessionStore(SessionStore):
                         status.value,
                         stamp,
                         error_code,
-                        error_message,
+                        # The one raw text the engine writes that may quote a model or
+                        # a tool; PostgreSQL text cannot hold NUL.
+                        error_message.replace("\x00", "\ufffd"),
                         json.dumps(list(pending_tool_call_ids)),
                         asked,
                         session_id,
@@ -859,8 +845,10 @@ class PostgresSessionStore(SessionStore):
             )
             await self._notify(conn, Signal(SignalKind.ENDED, session_id, run_id, last))
 
+        await self._write(work)
+
     async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
-        async with self._tx() as conn:
+        async def work(conn: _Conn) -> None:
             pending = await self._one(
                 conn, "SELECT interrupts FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
             )
@@ -874,8 +862,10 @@ class PostgresSessionStore(SessionStore):
                 )
             await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
 
+        await self._write(work)
+
     async def cancel_interrupts(self, session_id: str) -> list[str]:
-        async with self._tx() as conn:
+        async def work(conn: _Conn) -> list[str]:
             row = await self._one(
                 conn,
                 "SELECT interrupts, active_run_id FROM sessions WHERE id = %s FOR UPDATE",
@@ -895,40 +885,49 @@ class PostgresSessionStore(SessionStore):
             await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
             return asked_by
 
+        return await self._write(work)
+
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
-        async with self._read() as conn:
+        async def work(conn: _Conn) -> tuple[Any, ...] | None:
             await self._require(conn, session_id)
-            row = await self._one(
+            return await self._one(
                 conn,
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = %s AND id = %s",
                 (session_id, run_id),
             )
+
+        row = await self._snapshot(work)
         if row is None:
             raise RunNotFound(run_id)
         return _run(row)
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
-        async with self._read() as conn:
+        async def work(conn: _Conn) -> list[RunRecord]:
             await self._require(conn, session_id)
             rows = await self._all(
                 conn,
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = %s ORDER BY started_at, n",
                 (session_id,),
             )
-        return [_run(row) for row in rows]
+            return [_run(row) for row in rows]
+
+        return await self._snapshot(work)
 
     async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
         mine = (
             "" if owner is None else " AND session_id IN (SELECT id FROM sessions WHERE owner = %s)"
         )
         args = (run_id,) if owner is None else (run_id, owner)
-        async with self._conn() as conn:
-            row = await self._one(
+
+        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+            return await self._one(
                 conn,
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s{mine}"
                 " ORDER BY started_at DESC, n DESC LIMIT 1",
                 args,
             )
+
+        row = await self._read(work)
         if row is None:
             raise RunNotFound(run_id)
         return _run(row)
@@ -944,7 +943,8 @@ class PostgresSessionStore(SessionStore):
                 "WHERE session_id IN (SELECT id FROM sessions WHERE owner = %s)",
                 (owner,),
             )
-        async with self._read() as conn:
+
+        async def work(conn: _Conn) -> tuple[list[RunRecord], int]:
             if session_id:
                 await self._require(conn, session_id)
             total = await self._one(conn, f"SELECT count(*) FROM runs {where}", args)
@@ -954,16 +954,20 @@ class PostgresSessionStore(SessionStore):
                 " ORDER BY started_at DESC, n DESC LIMIT %s OFFSET %s",
                 (*args, _sql_limit(limit), offset),
             )
-        return [_run(row) for row in rows], int(total[0]) if total else 0
+            return [_run(row) for row in rows], int(total[0]) if total else 0
+
+        return await self._snapshot(work)
 
     async def running_runs(self) -> list[RunRecord]:
-        async with self._conn() as conn:
+        async def work(conn: _Conn) -> list[RunRecord]:
             rows = await self._all(
                 conn,
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
                 " ORDER BY session_id, started_at, n",
             )
-        return [_run(row) for row in rows]
+            return [_run(row) for row in rows]
+
+        return await self._read(work)
 
     # -- events ---------------------------------------------------------------------
 
@@ -971,7 +975,8 @@ class PostgresSessionStore(SessionStore):
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
         rows = _event_rows(session_id, events)
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> None:
             last = await self._insert_events(conn, session_id, rows)
             if reserve_through:
                 await conn.execute(
@@ -982,6 +987,8 @@ class PostgresSessionStore(SessionStore):
                 await self._notify(
                     conn, Signal(SignalKind.EVENTS, session_id, events[-1].run_id, last)
                 )
+
+        await self._write(work)
 
     async def _insert_events(
         self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]
@@ -1012,21 +1019,27 @@ class PostgresSessionStore(SessionStore):
 
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = _sql_limit(limit)
-        async with self._read() as conn:
+
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
-            rows = await self._all(
+            return await self._all(
                 conn,
                 "SELECT seq, time, run_id, body FROM events WHERE session_id = %s AND seq > %s"
                 " ORDER BY seq LIMIT %s",
                 (session_id, after_seq, size),
             )
+
+        rows = await self._snapshot(work)
         return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
 
     async def prune_events(self, before: datetime) -> int:
         _utc(before, "before")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> int:
             cursor = await conn.execute("DELETE FROM events WHERE time < %s", (before.timestamp(),))
             return cursor.rowcount
+
+        return await self._write(work)
 
     # -- several engines ------------------------------------------------------------
 
@@ -1035,26 +1048,32 @@ class PostgresSessionStore(SessionStore):
         return True
 
     async def signal(self, signal: Signal) -> None:
-        async with self._conn() as conn:
+        async def work(conn: _Conn) -> None:
             await self._notify(conn, signal)
+
+        await self._read(work)
 
     async def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _utc(until, "until")
-        async with self._tx() as conn:
+
+        async def work(conn: _Conn) -> int:
             cursor = await conn.execute(
                 "UPDATE runs SET lease_until = %s WHERE status = 'running' AND replica = %s",
                 (stamp, replica),
             )
             return cursor.rowcount
 
+        return await self._write(work)
+
     async def claim_expired_runs(
         self, replica: str, now: datetime, until: datetime
     ) -> list[RunRecord]:
         now_stamp, until_stamp = _utc(now, "now"), _utc(until, "until")
+
         # Rows another replica is claiming right now are skipped, not waited for; a row
         # is re-checked under its lock, so no run is ever claimed twice.
-        async with self._tx() as conn:
-            rows = await self._all(
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
                 conn,
                 "UPDATE runs AS r SET replica = %s, lease_until = %s"
                 " FROM (SELECT session_id, id FROM runs WHERE status = 'running'"
@@ -1065,6 +1084,8 @@ class PostgresSessionStore(SessionStore):
                 " r.n",
                 (replica, until_stamp, now_stamp),
             )
+
+        rows = await self._write(work)
         rows.sort(key=lambda row: (row[1], row[3], row[11]))
         return [_run(row) for row in rows]
 
@@ -1125,7 +1146,7 @@ class PostgresSessionStore(SessionStore):
                     log.warning(
                         "lost the connection listening for other engines' signals (%s);"
                         " reconnecting in %.1f s",
-                        storage_error(exc).message,
+                        storage_error(exc, connected=True).message,
                         delay,
                     )
                 finally:
@@ -1146,8 +1167,10 @@ class PostgresSessionStore(SessionStore):
     # -- health and shutdown --------------------------------------------------------
 
     async def check_writable(self) -> None:
-        async with self._tx() as conn:
+        async def work(conn: _Conn) -> None:
             await conn.execute("UPDATE write_probe SET n = n + 1 WHERE id = 1")
+
+        await self._write(work)
 
     async def close(self) -> None:
         self._closed = True

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from engine_service.core.errors import InvalidInput
 from engine_service.core.events import StateDelta, StateSnapshot
 from engine_service.core.jsonpatch import JsonPatchError, apply_patch
 from engine_service.core.models import JSON
+from engine_service.core.state import check_state
 from engine_service.core.tool import Tool, ToolContext, ToolError, ToolResult
 
 __all__ = [
@@ -371,10 +373,16 @@ class UpdateStateTool(Tool):
         has_patch = "patch" in arguments
         if has_state == has_patch:
             raise ToolError("pass exactly one of 'state' (a whole new object) or 'patch'")
+        limit = context.max_state_bytes
         if has_state:
             new_state = arguments["state"]
             if not isinstance(new_state, dict):
                 raise ToolError("'state' must be a JSON object")
+            if limit is not None:
+                try:
+                    check_state(new_state, limit)
+                except InvalidInput as exc:
+                    raise ToolError(f"the state is unchanged: {exc.message}") from None
             context.set_state(new_state)
             context.emit(StateSnapshot(snapshot=copy.deepcopy(new_state)))
             return ToolResult(_dumps({"state": new_state}))
@@ -387,7 +395,7 @@ class UpdateStateTool(Tool):
         # result then, since they have nothing to apply a delta to.
         base: JSON = {} if current is None else current
         try:
-            new_state = apply_patch(base, ops)
+            new_state = apply_patch(base, ops, max_bytes=limit)
         except JsonPatchError as exc:
             raise ToolError(f"the patch was not applied, the state is unchanged: {exc}") from None
         context.set_state(new_state)

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import random
+import time
+import tracemalloc
+
 import pytest
 
-from engine_service.core.jsonpatch import JsonPatchError, apply_patch, json_equal
+from engine_service.core.jsonpatch import (
+    MAX_PATCH_OPERATIONS,
+    JsonPatchError,
+    apply_patch,
+    json_equal,
+    json_size,
+)
 from engine_service.core.models import JSON
 
 # --- add ----------------------------------------------------------------------------
@@ -301,3 +311,172 @@ def test_unknown_members_of_an_operation_are_ignored() -> None:
 def test_malformed_patches_are_rejected(ops: JSON, message: str) -> None:
     with pytest.raises(JsonPatchError, match=message):
         apply_patch({}, ops)
+
+
+# --- bounds -------------------------------------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def _doubling_patch(n: int) -> list[JSON]:
+    """One add, then n copies of the whole document into itself: 2**n times the value."""
+    ops: list[JSON] = [{"op": "add", "path": "/x", "value": "y" * 100}]
+    ops += [{"op": "copy", "from": "", "path": f"/c{i}"} for i in range(n)]
+    return ops
+
+
+def test_a_patch_that_doubles_the_document_stops_at_the_limit_before_using_the_memory() -> None:
+    tracemalloc.start()
+    try:
+        started = time.perf_counter()
+        with pytest.raises(JsonPatchError, match=r"over its limit of 1048576 bytes") as caught:
+            apply_patch({}, _doubling_patch(40), max_bytes=MIB)
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "max_state_bytes" in caught.value.message
+    assert caught.value.index is not None and caught.value.index < 20
+    assert peak < 16 * MIB, peak
+    assert elapsed < 5.0, elapsed
+
+
+def test_a_patch_within_the_limit_applies_in_full() -> None:
+    result = apply_patch({}, _doubling_patch(5), max_bytes=MIB)
+    assert json_size(result) < MIB
+    assert result == apply_patch({}, _doubling_patch(5))
+
+
+def test_copies_are_bounded_in_all_even_when_the_document_does_not_grow() -> None:
+    ops: list[JSON] = [{"op": "copy", "from": "/a", "path": "/b"} for _ in range(100)]
+    doc: JSON = {"a": "z" * 100_000, "b": None}
+    with pytest.raises(JsonPatchError, match="copy more than 2097152 bytes in all"):
+        apply_patch(doc, ops, max_bytes=MIB)
+
+
+def test_a_bounded_patch_has_at_most_the_maximum_number_of_operations() -> None:
+    ops: list[JSON] = [{"op": "test", "path": "", "value": {}}] * (MAX_PATCH_OPERATIONS + 1)
+    with pytest.raises(JsonPatchError, match=f"at most {MAX_PATCH_OPERATIONS}"):
+        apply_patch({}, ops, max_bytes=MIB)
+    assert apply_patch({}, ops[:MAX_PATCH_OPERATIONS], max_bytes=MIB) == {}
+
+
+def test_a_document_over_the_limit_may_still_shrink_but_not_grow() -> None:
+    doc: JSON = {"big": "b" * 2000, "n": 1}
+    assert apply_patch(doc, [{"op": "remove", "path": "/big"}], max_bytes=100) == {"n": 1}
+    with pytest.raises(JsonPatchError, match="over its limit of 100 bytes"):
+        apply_patch(doc, [{"op": "add", "path": "/m", "value": 2}], max_bytes=100)
+
+
+PATCHES: list[tuple[JSON, list[JSON]]] = [
+    (
+        {"a": [1, 2], "b": {"c": "é"}},
+        [
+            {"op": "add", "path": "/a/-", "value": {"k": [None, True]}},
+            {"op": "add", "path": "/b/d", "value": "x"},
+            {"op": "remove", "path": "/a/0"},
+            {"op": "replace", "path": "/b/c", "value": ["long", "er"]},
+            {"op": "move", "from": "/a", "path": "/b/e"},
+            {"op": "copy", "from": "/b", "path": "/f"},
+            {"op": "remove", "path": "/b/d"},
+            {"op": "add", "path": "/b/e/0", "value": 1.5},
+            {"op": "move", "from": "/f/e/0", "path": "/g"},
+            {"op": "replace", "path": "", "value": {"h": "new"}},
+            {"op": "add", "path": "/i~1j", "value": []},
+            {"op": "move", "from": "/h", "path": "/i~1j/0"},
+            {"op": "add", "path": "/i~1j", "value": {}},
+        ],
+    ),
+    (
+        [],
+        [
+            {"op": "add", "path": "/0", "value": "a"},
+            {"op": "add", "path": "/0", "value": "b"},
+            {"op": "copy", "from": "/0", "path": "/-"},
+            {"op": "move", "from": "/0", "path": "/2"},
+            {"op": "remove", "path": "/1"},
+            {"op": "add", "path": "", "value": {"only": 1}},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("doc", "ops"), PATCHES)
+def test_the_limit_holds_exactly_at_the_largest_size_the_patch_reaches(
+    doc: JSON, ops: list[JSON]
+) -> None:
+    sizes = [json_size(apply_patch(doc, ops[:n])) for n in range(len(ops) + 1)]
+    peak = max(sizes)
+    assert apply_patch(doc, ops, max_bytes=peak) == apply_patch(doc, ops)
+    if peak > sizes[0]:
+        with pytest.raises(JsonPatchError, match="over its limit"):
+            apply_patch(doc, ops, max_bytes=peak - 1)
+
+
+def _paths(doc: JSON, prefix: str = "") -> list[str]:
+    """Every pointer into ``doc`` below its root."""
+    out: list[str] = []
+    items: list[tuple[str, JSON]] = []
+    if isinstance(doc, dict):
+        items = [(k.replace("~", "~0").replace("/", "~1"), v) for k, v in doc.items()]
+    elif isinstance(doc, list):
+        items = [(str(i), v) for i, v in enumerate(doc)]
+    for token, value in items:
+        out.append(f"{prefix}/{token}")
+        out += _paths(value, f"{prefix}/{token}")
+    return out
+
+
+def _at(doc: JSON, pointer: str) -> JSON:
+    node = doc
+    for token in pointer.split("/")[1:] if pointer else []:
+        key = token.replace("~1", "/").replace("~0", "~")
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node
+
+
+def _random_op(rng: random.Random, doc: JSON) -> JSON:
+    """A random operation on ``doc`` (it may still fail, as a move into itself does)."""
+    value = rng.choice([1, "é~/", None, [True], {"k": [2.5, "x" * rng.randint(0, 9)]}, {}])
+    paths = _paths(doc)
+    kind = rng.choice(["add", "add", "remove", "replace", "move", "copy"] if paths else ["add"])
+    if kind == "add":
+        parent = rng.choice(["", *paths])
+        target = _at(doc, parent)
+        if isinstance(target, list):
+            return {"op": "add", "path": f"{parent}/{rng.randint(0, len(target))}", "value": value}
+        if isinstance(target, dict):
+            return {
+                "op": "add",
+                "path": f"{parent}/{rng.choice(['a', 'b', 'c~1', 'd~0'])}",
+                "value": value,
+            }
+        return {"op": "add", "path": parent, "value": value}
+    if kind in ("remove", "replace"):
+        return {"op": kind, "path": rng.choice(paths), "value": value}
+    return {"op": kind, "from": rng.choice(["", *paths]), "path": rng.choice(["", *paths])}
+
+
+def test_the_size_kept_while_applying_is_exact_for_random_patches() -> None:
+    rng = random.Random(27)
+    checked = 0
+    for _ in range(300):
+        doc: JSON = {"a": [1, {"b": "c"}], "d": {}}
+        ops: list[JSON] = []
+        sizes = [json_size(doc)]
+        current = doc
+        for _ in range(8):
+            op = _random_op(rng, current)
+            try:
+                current = apply_patch(current, [op])
+            except JsonPatchError:
+                continue  # e.g. a move into its own child: not part of this patch
+            ops.append(op)
+            sizes.append(json_size(current))
+        peak = max(sizes)
+        assert apply_patch(doc, ops, max_bytes=peak) == current
+        if peak > sizes[0]:
+            with pytest.raises(JsonPatchError, match="over its limit"):
+                apply_patch(doc, ops, max_bytes=peak - 1)
+            checked += 1
+    assert checked > 200

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from engine_service.core import events as ev
-from engine_service.core.errors import SessionBusy, StorageUnavailable
+from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
 from engine_service.core.models import RunStatus
 from engine_service.core.store import Lease, Signal, SignalKind
 from engine_service.stores import open_store
@@ -376,7 +376,9 @@ async def test_an_unreachable_server_is_storage_unavailable_naming_no_host_or_pa
 ) -> None:
     caplog.set_level(logging.DEBUG)
     port = free_port()
-    store = PostgresSessionStore(f"postgresql://agent:s3cretpw@127.0.0.1:{port}/x", timeout=1)
+    store = PostgresSessionStore(
+        f"postgresql://agent:s3cretpw@127.0.0.1:{port}/x", timeout=1, retry_seconds=0.2
+    )
     heard = Heard()
     try:
         with pytest.raises(StorageUnavailable) as caught:
@@ -405,12 +407,27 @@ async def test_a_missing_database_is_named_in_plain_words(
             await store.create_session("s1", "", at(0))
     finally:
         await store.close()
-    assert caught.value.message in (
-        "storage unavailable: the database does not exist",
-        "storage unavailable: the database is unreachable",
-    )
+    assert caught.value.message == "storage unavailable: the database does not exist"
     assert "s3cretpw" not in caplog.text
     assert "s3cretpw" not in str(caught.value)
+
+
+async def test_a_value_the_database_refuses_is_invalid_input_and_the_store_goes_on(
+    pg_url: str,
+) -> None:
+    store = PostgresSessionStore(pg_url)
+    try:
+        with pytest.raises(InvalidInput, match="NUL"):
+            await store.create_session("s1", "a\x00b", at(0))
+        await store.create_session("s1", "ok", at(0))
+        with pytest.raises(InvalidInput, match="NUL"):
+            await store.rename_session("s1", "\x00", at(1))
+        assert (await store.get_session("s1")).title == "ok"
+        await store.begin_run("s1", "r1", at(2), create=False)
+        await store.finish_run("s1", "r1", RunStatus.FAILED, at(3), "llm_error", "said \x00")
+        assert (await store.get_run("s1", "r1")).error_message == "said \ufffd"
+    finally:
+        await store.close()
 
 
 @pytest.mark.parametrize(
@@ -432,7 +449,10 @@ def test_an_unparseable_url_is_a_value_error_without_the_password(url: str) -> N
     ("error", "cause"),
     [
         (psycopg.errors.DiskFull("could not extend file"), "the disk is full"),
-        (psycopg.errors.AdminShutdown("terminating"), "the database server is shutting down"),
+        (
+            psycopg.errors.AdminShutdown("terminating"),
+            "the database server ended the connection (an administrator, or a shutdown)",
+        ),
         (psycopg.errors.TooManyConnections("sorry"), "the database server has too many"),
         (psycopg.errors.ReadOnlySqlTransaction("no"), "the database is read-only"),
         (psycopg.errors.InvalidPassword("for user x"), "the database refused the login"),
@@ -446,6 +466,14 @@ def test_server_failures_are_named_in_plain_words(error: psycopg.Error, cause: s
     message = storage_error(error).message
     assert message.startswith(f"storage unavailable: {cause}")
     assert "db.internal" not in message
+
+
+def test_a_connection_dropped_mid_call_is_named_lost_and_one_never_made_unreachable() -> None:
+    dropped = psycopg.OperationalError("consuming input failed: server closed the connection")
+    assert storage_error(dropped, connected=True).message == (
+        "storage unavailable: the connection to the database was lost"
+    )
+    assert storage_error(dropped).message == "storage unavailable: the database is unreachable"
 
 
 def test_the_channel_follows_the_schema_the_dsn_names() -> None:

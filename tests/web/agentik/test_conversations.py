@@ -80,6 +80,20 @@ def test_rename_changes_the_title(api: ApiClient) -> None:
     assert api.call("GET", f"/agentik/conversations/{conversation_id}").get_json()["title"] == "new"
 
 
+def test_a_title_holding_nul_is_400_on_create_and_rename(api: ApiClient) -> None:
+    made = api.call("POST", "/agentik/conversations", json={"title": "a\u0000b"})
+    assert made.status_code == 400
+    assert "NUL" in made.get_json()["error"]["message"]
+    conversation_id = api.new_conversation("kept")
+    renamed = api.call(
+        "POST", f"/agentik/conversations/{conversation_id}/rename", json={"title": "\u0000"}
+    )
+    assert renamed.status_code == 400
+    assert api.call("GET", f"/agentik/conversations/{conversation_id}").get_json()["title"] == (
+        "kept"
+    )
+
+
 def test_delete_answers_204_and_then_the_conversation_is_gone(api: ApiClient) -> None:
     conversation_id = api.new_conversation()
     response = api.call("DELETE", f"/agentik/conversations/{conversation_id}")

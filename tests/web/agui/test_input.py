@@ -13,6 +13,8 @@ from flask.testing import FlaskClient
 from google.protobuf import json_format
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.web.conftest import BackgroundEngine, engine_settings
 from tests.web.e2e.conftest import free_port
 from web_facade.agui.input import RunOptions, run_options, run_request
 
@@ -277,3 +279,17 @@ def test_agentik_options_default_to_append_with_a_snapshot() -> None:
         "agentik": {"reconcile": "replace", "messagesSnapshot": False, "cancelOnDisconnect": True}
     }
     assert run_options(chosen) == RunOptions(True, False, True)
+
+
+def test_a_state_over_the_engines_limit_is_refused_with_400_naming_it(
+    llm: FakeOpenAI, make_app: Any
+) -> None:
+    engine = BackgroundEngine(engine_settings(llm, AGENTIK_MAX_STATE_BYTES="1000"))
+    target = engine.start()
+    try:
+        client = make_app(target=target).test_client()
+        message = _refusal(client, _body(state={"big": "x" * 1000}), status=400)
+    finally:
+        engine.stop()
+
+    assert "max_state_bytes" in message

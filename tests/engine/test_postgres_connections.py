@@ -1,0 +1,127 @@
+"""Dropped PostgreSQL connections under live runs: retried, never a failed run.
+
+A real engine on the real PostgreSQL runs 16 conversations at once while another
+connection terminates every backend of the engine's pool, again and again
+(``pg_terminate_backend``, as a failover, a proxy or an operator does). Every run still
+finishes, and every event a client saw is stored once, as it was seen. A database that
+stays away longer than ``store_retry_seconds`` fails the run, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.engine.harness import (
+    Harness,
+    collect,
+    engine_settings,
+    kind,
+    next_event,
+    running_engine,
+    user,
+)
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.stores.pg_proxy import postgres_proxy
+
+RUNS = 16
+ROUNDS = 4
+"""Times every backend is terminated, 0.3 s apart, while the runs stream (1.5 s each)."""
+
+
+@pytest.fixture
+async def on_postgres(llm: FakeOpenAI, pg_url: str) -> AsyncIterator[Harness]:
+    settings = engine_settings(
+        AGENTIK_STORE=pg_url,
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        AGENTIK_LLM_MAX_RETRIES="0",
+    )
+    async with running_engine(settings) as running:
+        yield running
+
+
+def _terminate_others(url: str) -> int:
+    """Terminate every other backend of the test database; how many there were."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend'"
+        ).fetchall()
+    return len(rows)
+
+
+def _lost_and_duplicated(seen: list[pb.Event], stored: list[pb.Event]) -> tuple[int, int]:
+    """Events a client saw that the log lacks or holds differently, and seqs stored twice."""
+    by_seq = {e.seq: e for e in stored}
+    lost = sum(1 for e in seen if by_seq.get(e.seq) != e)
+    return lost, len(stored) - len(by_seq)
+
+
+async def test_runs_finish_and_lose_no_event_while_the_pools_connections_are_terminated(
+    on_postgres: Harness, pg_url: str
+) -> None:
+    stub = on_postgres.stub
+    for i in range(RUNS):
+        await stub.CreateSession(pb.CreateSessionRequest(session_id=f"s{i}"))
+    terminated: list[int] = []
+
+    async def terminate_every_backend_now_and_then() -> None:
+        for _ in range(ROUNDS):
+            await asyncio.sleep(0.3)
+            terminated.append(await asyncio.to_thread(_terminate_others, pg_url))
+
+    async def one_run(i: int) -> list[pb.Event]:
+        prompt = "[[chunks:150]][[slow:0.01]]"
+        return await collect(stub.Run(pb.RunRequest(session_id=f"s{i}", messages=[user(prompt)])))
+
+    killer = asyncio.create_task(terminate_every_backend_now_and_then())
+    seen = await asyncio.gather(*(one_run(i) for i in range(RUNS)))
+    await killer
+
+    assert all(terminated), terminated  # the pool's connections really went, every time
+    ends = [kind(events[-1]) for events in seen]
+    errors = [e[-1].run_error.message for e in seen if kind(e[-1]) == "run_error"]
+    assert ends == ["run_finished"] * RUNS, errors
+    for i, events in enumerate(seen):
+        stored = await collect(
+            stub.Subscribe(pb.SubscribeRequest(session_id=f"s{i}", until_idle=True))
+        )
+        assert _lost_and_duplicated(events, stored) == (0, 0)
+        assert [e.seq for e in stored] == sorted({e.seq for e in stored})
+    assert on_postgres.engine.storage_ok
+
+
+async def test_a_run_fails_naming_the_cause_once_the_database_stays_away_past_the_retry_time(
+    llm: FakeOpenAI, pg_url: str
+) -> None:
+    async with postgres_proxy(pg_url) as proxy:
+        settings = engine_settings(
+            AGENTIK_STORE=proxy.url,
+            AGENTIK_STORE_RETRY_SECONDS="0.5",
+            OPENAI_BASE_URL=llm.base_url,
+            OPENAI_API_KEY="test-key",
+            AGENTIK_LLM_MAX_RETRIES="0",
+        )
+        async with running_engine(settings) as harness:
+            await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
+            call = harness.stub.Run(
+                pb.RunRequest(session_id="s", messages=[user("[[chunks:300]][[slow:0.01]]")])
+            )
+            seen = [await next_event(call) for _ in range(10)]
+            await proxy.go_away()
+            gone = time.monotonic()
+            seen += await collect(call)
+            failed_after = time.monotonic() - gone
+
+            assert kind(seen[-1]) == "run_error", [kind(e) for e in seen[-3:]]
+            assert seen[-1].run_error.code == "storage_unavailable"
+            assert seen[-1].run_error.message == "storage unavailable: the database is unreachable"
+            assert 0.4 <= failed_after < 5.0, failed_after  # a flush may have begun just before
+            assert not harness.engine.storage_ok

@@ -33,7 +33,7 @@ except ConfigError as _exc:
 wsgi_app = "web_facade:create_app()"
 bind = [_settings.http_addr]
 # gthread, with gunicorn's own 414 and 431 refusals answered as JSON error bodies.
-worker_class = "web_facade.gunicorn_worker.JsonErrorsThreadWorker"
+worker_class = "web_facade.gunicorn_worker.EdgeThreadWorker"
 workers = _settings.web_workers
 threads = _settings.web_threads
 # gthread workers report to the master from their main loop, whatever their threads do, so

@@ -1,4 +1,27 @@
-"""gunicorn's ``gthread`` worker, with its own refusals answered in the facade's JSON shape.
+"""gunicorn's ``gthread`` worker, with an edge that slow or idle clients cannot starve.
+
+**Request heads are read in the event loop.** gthread hands a new connection to a pool
+thread, which then blocks reading the request head for as long as the client takes: twenty
+clients sending one header line a second held twenty threads, and ``/health`` hung. Here the
+worker's event loop (gunicorn's own selector loop) reads each head without blocking, a piece
+at a time, and submits the connection to a thread only once the head is whole
+(:mod:`web_facade.request_heads`); a head that is not whole within ``web_header_timeout``
+seconds is answered 408 and closed. A kept-alive connection goes through the same reading
+for its next request.
+
+**The body has a deadline.** Once a head is handed over, its body must arrive within
+``web_body_timeout`` seconds: every read of the socket waits at most until then
+(:class:`DeadlineUnreader`), and the app answers 408 (``web_facade.request_body``).
+
+**Health and metrics have their own lane.** ``/health`` and ``/metrics`` are served by a
+small pool of their own (:data:`RESERVED_THREADS`), so open SSE streams, which hold a thread
+each for as long as they last, never make them wait.
+
+**No thread free: 503, not a hang.** A whole request that finds every thread busy waits in the
+event loop (holding no thread) for at most ``web_queue_timeout`` seconds, then is answered
+``503`` with ``Retry-After`` in the facade's JSON error shape.
+
+TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handling.
 
 gunicorn refuses a request it cannot parse before the app sees it — a request line past
 ``limit_request_line`` (414), headers past ``limit_request_field_size`` /
@@ -13,7 +36,14 @@ goes to gunicorn's own handling unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import selectors
+import socket
+import time
+from concurrent import futures
+from functools import partial
 from typing import Any
 
 # gunicorn ships no type information.
@@ -23,16 +53,40 @@ from gunicorn.http.errors import (  # type: ignore[import-untyped]
     LimitRequestHeaders,
     LimitRequestLine,
 )
-from gunicorn.workers.gthread import ThreadWorker  # type: ignore[import-untyped]
+from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
+from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
-__all__ = ["JsonErrorsThreadWorker", "error_bytes", "limit_error", "parse_error"]
+from engine_service.config import load_settings
+from web_facade.request_heads import BodyTimeout, HeadLimits, head_state, request_path
+
+__all__ = [
+    "RESERVED_PATHS",
+    "RESERVED_THREADS",
+    "DeadlineUnreader",
+    "EdgeThreadWorker",
+    "error_bytes",
+    "limit_error",
+    "parse_error",
+]
+
+RESERVED_PATHS = frozenset({"/health", "/metrics"})
+"""Paths served by the reserved lane, never behind the request pool."""
+RESERVED_THREADS = 2
+"""Threads of the reserved lane, per worker."""
+RESERVED_BACKLOG = 64
+"""Requests the reserved lane may hold beyond its threads before it answers 503."""
+RETRY_AFTER = 1
+"""Seconds a client refused for want of a thread is told to wait."""
+HEAD_CHUNK = 65536
 
 _REASONS = {
     400: "Bad Request",
+    408: "Request Timeout",
     414: "URI Too Long",
     417: "Expectation Failed",
     431: "Request Header Fields Too Large",
     501: "Not Implemented",
+    503: "Service Unavailable",
 }
 
 _PARSE_ERRORS: tuple[tuple[str, int, str, str], ...] = (
@@ -78,20 +132,232 @@ def parse_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
     return None
 
 
-def error_bytes(status: int, code: str, message: str) -> bytes:
+def error_bytes(status: int, code: str, message: str, retry_after: int = 0) -> bytes:
     """A whole HTTP/1.1 response carrying ``{"error": {"code", "message"}}``; closes."""
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    retry = f"Retry-After: {retry_after}\r\n" if retry_after else ""
     head = (
         f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
         "Connection: close\r\n"
+        f"{retry}"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
 
-class JsonErrorsThreadWorker(ThreadWorker):  # type: ignore[misc]
-    """``gthread`` with its parse refusals as JSON (see the module doc)."""
+class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
+    """gunicorn's socket reader, with one deadline for the rest of a request: every read
+    waits at most until it, then raises :class:`BodyTimeout`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.deadline = float("inf")
+        self.timeout = 0.0
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise BodyTimeout(self._message())
+        previous = self.sock.gettimeout()
+        self.sock.settimeout(remaining if previous is None else min(previous, remaining))
+        try:
+            data: bytes = super().chunk(size_hint)
+        except TimeoutError:
+            if self.deadline - time.monotonic() > 0:
+                raise  # a shorter timeout of gunicorn's own (draining a body)
+            raise BodyTimeout(self._message()) from None
+        finally:
+            self.sock.settimeout(previous)
+        return data
+
+    def _message(self) -> str:
+        return f"the request body did not arrive within {self.timeout:g} seconds"
+
+
+class _Head:
+    """A request head being read in the event loop: its bytes so far, and its deadline."""
+
+    __slots__ = ("data", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.data = bytearray()
+        self.deadline = deadline
+
+
+class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
+    """``gthread`` with heads read in the event loop, a reserved lane for health and
+    metrics, a 503 when no thread is free, and its parse refusals as JSON (see the module
+    doc). Built on gthread's own methods: ``enqueue_req`` (where a connection with a
+    request to read goes), ``wait_for_and_dispatch_events`` (the loop's wait) and
+    ``finish_request`` (a thread's result)."""
+
+    def init_process(self) -> None:
+        settings = load_settings(None, os.environ, mcp=False)
+        self.header_timeout = settings.web_header_timeout
+        self.body_timeout = settings.web_body_timeout
+        self.queue_timeout = settings.web_queue_timeout
+        self.head_limits = HeadLimits(self.cfg)
+        # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
+        self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
+        self.heads: dict[Any, _Head] = {}
+        """Connections whose head is being read, oldest deadline first."""
+        self.waiting: dict[Any, _Head] = {}
+        """Connections with a whole head waiting for a thread, oldest deadline first."""
+        self.busy = 0
+        self.lane_busy = 0
+        self.lane = futures.ThreadPoolExecutor(RESERVED_THREADS, "agentik-reserved")
+        super().init_process()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.lane.shutdown(wait=False)
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        self.lane.shutdown(wait=False)
+        super().handle_quit(sig, frame)
+
+    # --- reading heads in the event loop ------------------------------------------------
+
+    def enqueue_req(self, conn: TConn) -> None:
+        """Read the connection's next request head in the loop (gthread: submit it)."""
+        if not self.edge:
+            super().enqueue_req(conn)
+            return
+        head = _Head(time.monotonic() + self.header_timeout)
+        if conn.parser is not None:  # kept alive: what it read ahead of the next request
+            head.data += conn.parser.unreader.take_buffered()
+        conn.sock.setblocking(False)
+        self.heads[conn] = head
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._read_head, conn))
+        self._read_head(conn)
+
+    def _read_head(self, conn: TConn, _sock: Any = None) -> None:
+        head = self.heads.get(conn)
+        if head is None:
+            return
+        try:
+            data = conn.sock.recv(HEAD_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            data = None
+        except OSError:
+            data = b""
+        if data == b"":
+            self._stop_reading(conn)
+            self._close(conn)
+            return
+        if data:
+            head.data += data
+        state = head_state(head.data, self.head_limits)
+        if state == "partial":
+            return
+        self._stop_reading(conn)
+        if isinstance(state, tuple):
+            self._refuse(conn, *state)
+        else:
+            self._route(conn, head)
+
+    def _stop_reading(self, conn: TConn) -> None:
+        del self.heads[conn]
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+
+    # --- handing whole requests to threads ------------------------------------------------
+
+    def _route(self, conn: TConn, head: _Head) -> None:
+        if request_path(head.data) in RESERVED_PATHS:
+            if self.lane_busy >= RESERVED_THREADS + RESERVED_BACKLOG:
+                self._refuse_busy(conn)
+            else:
+                self._submit(conn, head, lane=True)
+        elif self.busy < self.cfg.threads and not self.waiting:
+            self._submit(conn, head, lane=False)
+        elif self.queue_timeout > 0:
+            head.deadline = time.monotonic() + self.queue_timeout
+            self.waiting[conn] = head
+        else:
+            self._refuse_busy(conn)
+
+    def _submit(self, conn: TConn, head: _Head, *, lane: bool) -> None:
+        try:
+            conn.init()  # plain HTTP/1: makes the parser, reads nothing
+        except OSError:
+            self._close(conn)
+            return
+        unreader = conn.parser.unreader
+        if not isinstance(unreader, DeadlineUnreader):
+            unreader = conn.parser.unreader = DeadlineUnreader(conn.sock)
+        unreader.unread(bytes(head.data))
+        unreader.timeout = self.body_timeout
+        unreader.deadline = time.monotonic() + self.body_timeout
+        conn.data_ready = True  # gthread's handle() must not wait for data again
+        if lane:
+            self.lane_busy += 1
+        else:
+            self.busy += 1
+        done = self.lane.submit(self.handle, conn) if lane else self.tpool.submit(self.handle, conn)
+        done.add_done_callback(lambda fut: self.method_queue.defer(self._finished, conn, fut, lane))
+
+    def _finished(self, conn: TConn, fut: futures.Future[Any], lane: bool) -> None:
+        if lane:
+            self.lane_busy -= 1
+        else:
+            self.busy -= 1
+        self.finish_request(conn, fut)
+        while self.waiting and self.busy < self.cfg.threads:
+            waiting = next(iter(self.waiting))
+            self._submit(waiting, self.waiting.pop(waiting), lane=False)
+
+    # --- deadlines and refusals ---------------------------------------------------------
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        """gthread's wait, cut short by the next head or queue deadline, then expiries."""
+        deadlines = [d[next(iter(d))].deadline for d in (self.heads, self.waiting) if d]
+        if deadlines:
+            timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
+        super().wait_for_and_dispatch_events(timeout)
+        self._expire()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self.heads:
+            conn, head = next(iter(self.heads.items()))
+            if head.deadline > now:
+                break
+            self._stop_reading(conn)
+            message = f"the request head did not arrive within {self.header_timeout:g} seconds"
+            self._refuse(conn, 408, "request_timeout", message)
+        while self.waiting:
+            conn, head = next(iter(self.waiting.items()))
+            if head.deadline > now:
+                break
+            del self.waiting[conn]
+            self._refuse_busy(conn)
+
+    def _refuse_busy(self, conn: TConn) -> None:
+        message = "every thread of this server is busy; try again shortly"
+        self._refuse(conn, 503, "overloaded", message, RETRY_AFTER)
+
+    def _refuse(
+        self, conn: TConn, status: int, code: str, message: str, retry_after: int = 0
+    ) -> None:
+        """Answer from the loop (a few hundred bytes: the socket buffer takes them whole,
+        so this never blocks) and close."""
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.send(error_bytes(status, code, message, retry_after))
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self._close(conn)
+
+    def _close(self, conn: TConn) -> None:
+        self.nr_conns -= 1
+        conn.close()
+
+    # --- gunicorn's parse refusals as JSON ------------------------------------------------
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         refusal = parse_error(exc, self.cfg)

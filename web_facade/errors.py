@@ -212,6 +212,8 @@ def install_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
+        if isinstance(exc.__context__, BodyTimeout):  # werkzeug: "the client disconnected"
+            return _body_timeout(exc.__context__)
         status = exc.code or 500
         code = HTTP_CODES.get(status, f"http_{status}")
         message = exc.description or exc.name

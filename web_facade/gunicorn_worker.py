@@ -57,7 +57,13 @@ from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
 from engine_service.config import load_settings
-from web_facade.request_heads import BodyTimeout, HeadLimits, head_state, request_path
+from web_facade.request_heads import (
+    BodyTimeout,
+    HeadLimits,
+    body_to_read,
+    head_state,
+    request_path,
+)
 
 __all__ = [
     "RESERVED_PATHS",
@@ -176,13 +182,15 @@ class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
 
 
 class _Head:
-    """A request head being read in the event loop: its bytes so far, and its deadline."""
+    """A request read in the event loop: its bytes so far, how many it needs in all (0
+    until its head is whole) and its deadline."""
 
-    __slots__ = ("data", "deadline")
+    __slots__ = ("data", "deadline", "need")
 
     def __init__(self, deadline: float) -> None:
         self.data = bytearray()
         self.deadline = deadline
+        self.need = 0
 
 
 class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
@@ -202,6 +210,8 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
         self.heads: dict[Any, _Head] = {}
         """Connections whose head is being read, oldest deadline first."""
+        self.bodies: dict[Any, _Head] = {}
+        """Connections whose small body is being read, oldest deadline first."""
         self.waiting: dict[Any, _Head] = {}
         """Connections with a whole head waiting for a thread, oldest deadline first."""
         self.busy = 0
@@ -235,7 +245,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._read_head(conn)
 
     def _read_head(self, conn: TConn, _sock: Any = None) -> None:
-        head = self.heads.get(conn)
+        head = self.heads.get(conn) or self.bodies.get(conn)
         if head is None:
             return
         try:
@@ -250,17 +260,35 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             return
         if data:
             head.data += data
-        state = head_state(head.data, self.head_limits)
-        if state == "partial":
-            return
-        self._stop_reading(conn)
-        if isinstance(state, tuple):
-            self._refuse(conn, *state)
-        else:
+        if not head.need:
+            state = head_state(head.data, self.head_limits)
+            if state == "partial":
+                return
+            if isinstance(state, tuple):
+                self._stop_reading(conn)
+                self._refuse(conn, *state)
+                return
+            self._head_whole(conn, head)
+        if len(head.data) >= head.need:
+            self._stop_reading(conn)
             self._route(conn, head)
 
+    def _head_whole(self, conn: TConn, head: _Head) -> None:
+        """A small body is read here too, against its own deadline: a client that sends it
+        slowly then holds no thread either."""
+        end = head.data.find(b"\r\n\r\n")
+        if end < 0:  # broken (a bare LF): gunicorn refuses it at once
+            head.need = len(head.data)
+            return
+        head.need = end + 4 + body_to_read(head.data)
+        if len(head.data) < head.need:
+            del self.heads[conn]
+            head.deadline = time.monotonic() + self.body_timeout
+            self.bodies[conn] = head
+
     def _stop_reading(self, conn: TConn) -> None:
-        del self.heads[conn]
+        if self.heads.pop(conn, None) is None:
+            self.bodies.pop(conn, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
 
@@ -314,7 +342,8 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         """gthread's wait, cut short by the next head or queue deadline, then expiries."""
-        deadlines = [d[next(iter(d))].deadline for d in (self.heads, self.waiting) if d]
+        queues = (self.heads, self.bodies, self.waiting)
+        deadlines = [queue[next(iter(queue))].deadline for queue in queues if queue]
         if deadlines:
             timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
         super().wait_for_and_dispatch_events(timeout)
@@ -322,13 +351,17 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def _expire(self) -> None:
         now = time.monotonic()
-        while self.heads:
-            conn, head = next(iter(self.heads.items()))
-            if head.deadline > now:
-                break
-            self._stop_reading(conn)
-            message = f"the request head did not arrive within {self.header_timeout:g} seconds"
-            self._refuse(conn, 408, "request_timeout", message)
+        for reading, what, timeout in (
+            (self.heads, "head", self.header_timeout),
+            (self.bodies, "body", self.body_timeout),
+        ):
+            while reading:
+                conn, head = next(iter(reading.items()))
+                if head.deadline > now:
+                    break
+                self._stop_reading(conn)
+                message = f"the request {what} did not arrive within {timeout:g} seconds"
+                self._refuse(conn, 408, "request_timeout", message)
         while self.waiting:
             conn, head = next(iter(self.waiting.items()))
             if head.deadline > now:

@@ -19,7 +19,17 @@ from gunicorn.http.message import (  # type: ignore[import-untyped]
     MAX_REQUEST_LINE,
 )
 
-__all__ = ["BodyTimeout", "HeadLimits", "head_state", "request_path"]
+__all__ = [
+    "LOOP_BODY_BYTES",
+    "BodyTimeout",
+    "HeadLimits",
+    "body_to_read",
+    "head_state",
+    "request_path",
+]
+
+LOOP_BODY_BYTES = 64 * 1024
+"""The largest body read in the event loop, before a thread is taken (see ``body_to_read``)."""
 
 Refusal = tuple[int, str, str]
 """(status, error code, message) of a request refused before it reaches a thread."""
@@ -68,6 +78,30 @@ def head_state(data: bytes | bytearray, limits: HeadLimits) -> HeadState:
             f"{limits.field_size} bytes each",
         )
     return "partial"
+
+
+def body_to_read(data: bytes | bytearray) -> int:
+    """How many body bytes follow the whole head in ``data`` that the event loop should read
+    before a thread is taken: the ``Content-Length`` when it is the only framing, is
+    well-formed and is at most :data:`LOOP_BODY_BYTES`; else 0 (the thread reads the body,
+    and gunicorn judges its framing). Never with ``Expect``: that client waits for a
+    ``100 Continue`` the thread sends."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return 0
+    head = bytes(data[:end])
+    lengths = []
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name in (b"transfer-encoding", b"expect"):
+            return 0
+        if name == b"content-length":
+            lengths.append(value.strip())
+    if len(lengths) != 1 or not lengths[0].isdigit() or len(lengths[0]) > 6:
+        return 0
+    length = int(lengths[0])
+    return length if length <= LOOP_BODY_BYTES else 0
 
 
 def request_path(head: bytes | bytearray) -> str:

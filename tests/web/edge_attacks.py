@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "Answer",
     "Crowd",
+    "partial_bodies",
     "partial_heads",
     "probe",
     "read_answer",
@@ -36,6 +37,23 @@ def partial_heads(port: int, count: int) -> list[socket.socket]:
     for _ in range(count):
         sock = _connect(port)
         sock.sendall(PARTIAL_HEAD)
+        sockets.append(sock)
+    return sockets
+
+
+PARTIAL_BODY = (
+    b"POST /agentik/conversations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+)
+"""A whole head, then a body that never ends."""
+
+
+def partial_bodies(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that each send a head and part of its body, then nothing."""
+    sockets = []
+    for _ in range(count):
+        sock = _connect(port)
+        sock.sendall(PARTIAL_BODY)
         sockets.append(sock)
     return sockets
 

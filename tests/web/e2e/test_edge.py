@@ -9,14 +9,21 @@ import re
 import socket
 import statistics
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import WAIT, Stack, wait_for
-from tests.web.edge_attacks import Crowd, partial_heads, probe, read_answer, stream_requests
+from tests.web.edge_attacks import (
+    Crowd,
+    partial_bodies,
+    partial_heads,
+    probe,
+    read_answer,
+    stream_requests,
+)
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(240)]
 
@@ -48,6 +55,7 @@ def strict(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         tmp_path_factory.mktemp("strict"),
         AGENTIK_WEB_HEADER_TIMEOUT="1",
         AGENTIK_WEB_BODY_TIMEOUT="1",
+        AGENTIK_MAX_BODY_BYTES="1048576",
     )
     yield running
     running.stop()
@@ -87,10 +95,11 @@ def _hold_every_thread(stack: Stack, path: str) -> Crowd:
     return crowd
 
 
-def test_slow_request_heads_hold_no_thread_so_health_and_requests_still_answer(
-    idle: Stack,
+@pytest.mark.parametrize("attack", [partial_heads, partial_bodies], ids=["heads", "bodies"])
+def test_slow_requests_hold_no_thread_so_health_and_requests_still_answer(
+    idle: Stack, attack: Callable[[int, int], list[socket.socket]]
 ) -> None:
-    slow = partial_heads(idle.http_port, 5 * WORKERS * THREADS)
+    slow = attack(idle.http_port, 5 * WORKERS * THREADS)
     try:
         seconds, status, _ = probe(idle.http_port, "/health", within=WAIT)
         assert status == 200 and seconds < 2.0
@@ -190,11 +199,22 @@ def test_a_head_not_whole_within_the_header_timeout_is_answered_408_and_closed(
         assert slow.recv(1) == b""
 
 
-def test_a_body_not_whole_within_the_body_timeout_is_answered_408(strict: Stack) -> None:
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 100\r\n\r\n{",  # small: read in the event loop
+        b"Content-Length: 100000\r\n\r\n{",  # large: read by a thread
+        b"Transfer-Encoding: chunked\r\n\r\n10\r\n{",  # chunked: read by a thread
+    ],
+    ids=["small", "large", "chunked"],
+)
+def test_a_body_not_whole_within_the_body_timeout_is_answered_408(
+    strict: Stack, framing: bytes
+) -> None:
     with _raw(strict) as raw:
         raw.sendall(
             b"POST /agentik/conversations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            b"Content-Type: application/json\r\n" + framing
         )
         answer = read_answer(raw, WAIT)
     assert answer.status == 408

@@ -217,6 +217,10 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.busy = 0
         self.lane_busy = 0
         self.lane = futures.ThreadPoolExecutor(RESERVED_THREADS, "agentik-reserved")
+        # Imported in the worker, not the master: metrics files are per worker process.
+        from web_facade.observe import count_refusal
+
+        self.count_refusal = count_refusal
         super().init_process()
 
     def run(self) -> None:
@@ -266,7 +270,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
                 return
             if isinstance(state, tuple):
                 self._stop_reading(conn)
-                self._refuse(conn, *state)
+                self._refuse(conn, "too_large", *state)
                 return
             self._head_whole(conn, head)
         if len(head.data) >= head.need:
@@ -361,7 +365,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
                     break
                 self._stop_reading(conn)
                 message = f"the request {what} did not arrive within {timeout:g} seconds"
-                self._refuse(conn, 408, "request_timeout", message)
+                self._refuse(conn, f"{what}_timeout", 408, "request_timeout", message)
         while self.waiting:
             conn, head = next(iter(self.waiting.items()))
             if head.deadline > now:
@@ -371,13 +375,21 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def _refuse_busy(self, conn: TConn) -> None:
         message = "every thread of this server is busy; try again shortly"
-        self._refuse(conn, 503, "overloaded", message, RETRY_AFTER)
+        self._refuse(conn, "busy", 503, "overloaded", message, RETRY_AFTER)
 
     def _refuse(
-        self, conn: TConn, status: int, code: str, message: str, retry_after: int = 0
+        self,
+        conn: TConn,
+        reason: str,
+        status: int,
+        code: str,
+        message: str,
+        retry_after: int = 0,
     ) -> None:
         """Answer from the loop (a few hundred bytes: the socket buffer takes them whole,
-        so this never blocks) and close."""
+        so this never blocks), count it and close."""
+        remote = conn.client[0] if isinstance(conn.client, tuple) else ""
+        self.count_refusal(reason, status, remote)
         try:
             conn.sock.setblocking(False)
             conn.sock.send(error_bytes(status, code, message, retry_after))

@@ -26,6 +26,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
+    Counter,
     Gauge,
     Histogram,
     generate_latest,
@@ -34,7 +35,14 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from engine_service.logs import FIELDS
 
-__all__ = ["METHODS", "ROUTE_KEY", "install_observability", "method_label"]
+__all__ = [
+    "METHODS",
+    "REFUSAL_REASONS",
+    "ROUTE_KEY",
+    "count_refusal",
+    "install_observability",
+    "method_label",
+]
 
 access_log = logging.getLogger("agentik.access")
 
@@ -61,6 +69,34 @@ STREAMS_OPEN = Gauge(
     ["route"],
     multiprocess_mode="livesum",
 )
+EDGE_REFUSALS = Counter(
+    "agentik_http_refused_total",
+    "Requests the web worker answered itself before any thread: 408 (head or body too slow), "
+    "503 (no thread free), 414/431 (a head that could never be valid).",
+    ["reason"],
+)
+REFUSAL_REASONS = ("head_timeout", "body_timeout", "busy", "too_large")
+"""The ``reason`` label's values: a closed set."""
+
+
+def count_refusal(reason: str, status: int, remote: str) -> None:
+    """Count and log (on ``agentik.access``) a request the worker refused itself."""
+    EDGE_REFUSALS.labels(reason if reason in REFUSAL_REASONS else "too_large").inc()
+    if access_log.isEnabledFor(logging.INFO):
+        access_log.info(
+            "%s refused by the worker: %d %s",
+            remote or "-",
+            status,
+            reason,
+            extra={
+                FIELDS: {
+                    "event": "http_refused",
+                    "remote": remote,
+                    "status": status,
+                    "reason": reason,
+                }
+            },
+        )
 
 
 def method_label(method: str) -> str:

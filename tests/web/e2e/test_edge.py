@@ -126,6 +126,9 @@ def test_with_every_thread_streaming_health_and_metrics_answer_and_a_new_request
             assert answer.headers["retry-after"] == "1"
             assert answer.error()["code"] == "overloaded"
         late.close()
+        metrics = httpx.get(f"{idle.base_url}/metrics", timeout=WAIT).text
+        refused = re.search(r'^agentik_http_refused_total\{reason="busy"\} (\S+)$', metrics, re.M)
+        assert refused and float(refused.group(1)) >= len(late.answers)
     finally:
         crowd.close()
 

@@ -84,6 +84,9 @@ RESERVED_BACKLOG = 64
 RETRY_AFTER = 1
 """Seconds a client refused for want of a thread is told to wait."""
 HEAD_CHUNK = 65536
+LINGER_SECONDS = 2.0
+"""How long a connection being closed is drained for (gunicorn's ``close_graceful``)."""
+LINGER_BYTES = 65536
 
 _REASONS = {
     400: "Bad Request",
@@ -193,6 +196,16 @@ class _Head:
         self.need = 0
 
 
+class _Closing:
+    """A connection being closed in the event loop: its deadline, and the bytes drained."""
+
+    __slots__ = ("deadline", "drained")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.drained = 0
+
+
 class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
     """``gthread`` with heads read in the event loop, a reserved lane for health and
     metrics, a 503 when no thread is free, and its parse refusals as JSON (see the module
@@ -212,6 +225,8 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Connections whose head is being read, oldest deadline first."""
         self.bodies: dict[Any, _Head] = {}
         """Connections whose small body is being read, oldest deadline first."""
+        self.lingering: dict[Any, _Closing] = {}
+        """Connections closing: written, half-closed, drained until the client closes."""
         self.waiting: dict[Any, _Head] = {}
         """Connections with a whole head waiting for a thread, oldest deadline first."""
         self.busy = 0
@@ -346,7 +361,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         """gthread's wait, cut short by the next head or queue deadline, then expiries."""
-        queues = (self.heads, self.bodies, self.waiting)
+        queues = (self.heads, self.bodies, self.waiting, self.lingering)
         deadlines = [queue[next(iter(queue))].deadline for queue in queues if queue]
         if deadlines:
             timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
@@ -372,6 +387,11 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
                 break
             del self.waiting[conn]
             self._refuse_busy(conn)
+        while self.lingering:
+            conn, closing = next(iter(self.lingering.items()))
+            if closing.deadline > now:
+                break
+            self._stop_lingering(conn)
 
     def _refuse_busy(self, conn: TConn) -> None:
         message = "every thread of this server is busy; try again shortly"
@@ -393,9 +413,54 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         try:
             conn.sock.setblocking(False)
             conn.sock.send(error_bytes(status, code, message, retry_after))
+        except OSError:
+            self._close(conn)
+            return
+        self._linger(conn)
+
+    # --- closing without blocking the loop -------------------------------------------------
+
+    def finish_request(self, conn: TConn, fut: futures.Future[Any]) -> None:
+        """gthread's, but a connection that ends is closed from the loop without blocking:
+        gthread's ``close_graceful`` waits up to 2 s for the client's FIN in the loop's own
+        thread, so clients that never close stalled every connection of the worker."""
+        ends = self.edge and not fut.cancelled() and fut.exception() is None
+        if not ends or fut.result():
+            super().finish_request(conn, fut)
+            return
+        self._linger(conn)
+
+    def _linger(self, conn: TConn) -> None:
+        """Half-close, then read and drop what the client still sends until it closes (or
+        for :data:`LINGER_SECONDS`), so the kernel does not reset the connection over unread
+        bytes and cut the answer short (RFC 9112, section 9.6)."""
+        try:
+            conn.sock.setblocking(False)
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
-            pass
+            self._close(conn)
+            return
+        self.lingering[conn] = _Closing(time.monotonic() + LINGER_SECONDS)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn))
+
+    def _drain(self, conn: TConn, _sock: Any = None) -> None:
+        closing = self.lingering.get(conn)
+        if closing is None:
+            return
+        try:
+            data = conn.sock.recv(HEAD_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        closing.drained += len(data)
+        if not data or closing.drained >= LINGER_BYTES:
+            self._stop_lingering(conn)
+
+    def _stop_lingering(self, conn: TConn) -> None:
+        del self.lingering[conn]
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
         self._close(conn)
 
     def _close(self, conn: TConn) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "probe",
     "read_answer",
     "stream_requests",
+    "unclosed_requests",
 ]
 
 PARTIAL_HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slow\r\n"
@@ -54,6 +55,18 @@ def partial_bodies(port: int, count: int) -> list[socket.socket]:
     for _ in range(count):
         sock = _connect(port)
         sock.sendall(PARTIAL_BODY)
+        sockets.append(sock)
+    return sockets
+
+
+def unclosed_requests(port: int, path: str, count: int) -> list[socket.socket]:
+    """``count`` connections that each ask for ``path`` and for the connection to close,
+    then neither read the answer nor close their side."""
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+    sockets = []
+    for _ in range(count):
+        sock = _connect(port)
+        sock.sendall(request)
         sockets.append(sock)
     return sockets
 

@@ -23,6 +23,7 @@ from tests.web.edge_attacks import (
     probe,
     read_answer,
     stream_requests,
+    unclosed_requests,
 )
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(240)]
@@ -106,6 +107,21 @@ def test_slow_requests_hold_no_thread_so_health_and_requests_still_answer(
         assert _conversation(idle)
     finally:
         for sock in slow:
+            sock.close()
+
+
+def test_clients_that_never_close_their_side_do_not_stall_the_workers(idle: Stack) -> None:
+    """Each answer closes the connection; the worker must not wait for the client's FIN."""
+    stalling = unclosed_requests(idle.http_port, "/health", 20)
+    try:
+        for _ in range(5):
+            seconds, status, _ = probe(idle.http_port, "/health", within=WAIT)
+            assert status == 200 and seconds < 1.0, seconds
+        for sock in stalling:  # every one was answered, and its connection half-closed
+            answer = read_answer(sock, WAIT)
+            assert answer.status == 200
+    finally:
+        for sock in stalling:
             sock.close()
 
 

@@ -9,9 +9,11 @@ at a time, and submits the connection to a thread only once the head is whole
 seconds is answered 408 and closed. A kept-alive connection goes through the same reading
 for its next request.
 
-**The body has a deadline.** Once a head is handed over, its body must arrive within
-``web_body_timeout`` seconds: every read of the socket waits at most until then
-(:class:`DeadlineUnreader`), and the app answers 408 (``web_facade.request_body``).
+**The body has a deadline.** A small body (a plain ``Content-Length`` of at most 64 KiB) is
+read by the loop too, before a thread is taken; it must arrive within ``web_body_timeout``
+seconds of the end of its head, or the loop answers 408. A larger or chunked body is read by
+its thread against the same deadline: every read of the socket waits at most until then
+(:class:`DeadlineUnreader`), and the app answers 408 (``web_facade.errors``).
 
 **Health and metrics have their own lane.** ``/health`` and ``/metrics`` are served by a
 small pool of their own (:data:`RESERVED_THREADS`), so open SSE streams, which hold a thread
@@ -21,23 +23,19 @@ each for as long as they last, never make them wait.
 event loop (holding no thread) for at most ``web_queue_timeout`` seconds, then is answered
 ``503`` with ``Retry-After`` in the facade's JSON error shape.
 
+**Closing does not block the loop.** A connection that ends is half-closed and drained in
+the loop; gthread's own ``close_graceful`` waits up to 2 s for the client's FIN in the loop's
+thread, so clients that never close stalled the whole worker.
+
 TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handling.
 
-gunicorn refuses a request it cannot parse before the app sees it — a request line past
-``limit_request_line`` (414), headers past ``limit_request_field_size`` /
-``limit_request_fields`` (431), a malformed request line, method, version, header or chunk
-(400), a transfer coding it does not support (501), an ``Expect`` it cannot meet (417) — and
-writes those answers as HTML. gunicorn has no setting for the format, so this worker class (a
-documented extension point: ``worker_class``) overrides ``handle_error``, the worker method
-every gunicorn worker calls with a request it could not parse, and answers each of these in
-the facade's JSON shape with a fixed message (never the raw bytes it refused). Anything else
-goes to gunicorn's own handling unchanged.
+gunicorn's own parse refusals are answered in the facade's JSON shape
+(:mod:`web_facade.gunicorn_refusals`), by overriding ``handle_error``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import socket
@@ -48,15 +46,11 @@ from typing import Any
 
 # gunicorn ships no type information.
 from gunicorn import util  # type: ignore[import-untyped]
-from gunicorn.http import errors as http_errors  # type: ignore[import-untyped]
-from gunicorn.http.errors import (  # type: ignore[import-untyped]
-    LimitRequestHeaders,
-    LimitRequestLine,
-)
 from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
 from engine_service.config import load_settings
+from web_facade.gunicorn_refusals import error_bytes, parse_error
 from web_facade.request_heads import (
     BodyTimeout,
     HeadLimits,
@@ -70,9 +64,6 @@ __all__ = [
     "RESERVED_THREADS",
     "DeadlineUnreader",
     "EdgeThreadWorker",
-    "error_bytes",
-    "limit_error",
-    "parse_error",
 ]
 
 RESERVED_PATHS = frozenset({"/health", "/metrics"})
@@ -87,72 +78,6 @@ HEAD_CHUNK = 65536
 LINGER_SECONDS = 2.0
 """How long a connection being closed is drained for (gunicorn's ``close_graceful``)."""
 LINGER_BYTES = 65536
-
-_REASONS = {
-    400: "Bad Request",
-    408: "Request Timeout",
-    414: "URI Too Long",
-    417: "Expectation Failed",
-    431: "Request Header Fields Too Large",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
-
-_PARSE_ERRORS: tuple[tuple[str, int, str, str], ...] = (
-    ("InvalidRequestLine", 400, "bad_request", "the request line is not valid HTTP"),
-    ("InvalidRequestMethod", 400, "bad_request", "the request method is not valid"),
-    ("InvalidHTTPVersion", 400, "bad_request", "the HTTP version is not supported"),
-    ("InvalidHeaderName", 400, "bad_request", "a header name is not valid"),
-    ("InvalidHeader", 400, "bad_request", "a header is not valid or is repeated"),
-    ("ObsoleteFolding", 400, "bad_request", "a header is folded over lines (obsolete)"),
-    ("InvalidSchemeHeaders", 400, "bad_request", "the scheme headers contradict each other"),
-    ("InvalidChunkSize", 400, "bad_request", "the chunked body has an invalid chunk size"),
-    ("ChunkMissingTerminator", 400, "bad_request", "a chunk of the body is not terminated"),
-    ("InvalidChunkExtension", 400, "bad_request", "a chunk extension is not valid"),
-    ("UnsupportedTransferCoding", 501, "not_implemented", "the transfer coding is not supported"),
-    ("ExpectationFailed", 417, "expectation_failed", "the Expect header cannot be met"),
-)
-"""gunicorn parse error class name → (status, code, message), most specific first."""
-
-
-def limit_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
-    """(status, code, message) for a gunicorn limit error, None for any other error."""
-    if isinstance(exc, LimitRequestLine):
-        limit = exc.max_size or cfg.limit_request_line
-        return 414, "uri_too_long", f"the request line is longer than {limit} bytes"
-    if isinstance(exc, LimitRequestHeaders):
-        message = (
-            f"the request headers are too large: at most {cfg.limit_request_fields} headers"
-            f" of at most {cfg.limit_request_field_size} bytes each"
-        )
-        return 431, "headers_too_large", message
-    return None
-
-
-def parse_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
-    """(status, code, message) for any request gunicorn refused to parse, None otherwise."""
-    refusal = limit_error(exc, cfg)
-    if refusal is not None:
-        return refusal
-    for name, status, code, message in _PARSE_ERRORS:
-        error_class = getattr(http_errors, name, None)
-        if error_class is not None and isinstance(exc, error_class):
-            return status, code, message
-    return None
-
-
-def error_bytes(status: int, code: str, message: str, retry_after: int = 0) -> bytes:
-    """A whole HTTP/1.1 response carrying ``{"error": {"code", "message"}}``; closes."""
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    retry = f"Retry-After: {retry_after}\r\n" if retry_after else ""
-    head = (
-        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-        "Connection: close\r\n"
-        f"{retry}"
-        "Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
 
 
 class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]

@@ -139,15 +139,20 @@ class Crowd:
     answers: dict[socket.socket, Answer] = field(default_factory=dict)
     closed: list[socket.socket] = field(default_factory=list)
 
-    def read(self, within: float) -> None:
-        """Read until every connection has its answer head (or closed), for ``within`` s."""
+    def read(self, within: float, enough: int | None = None) -> None:
+        """Read until every connection has its answer head (or closed), for ``within`` s;
+        with ``enough``, until that many answers came."""
         buffers = {sock: b"" for sock in self.sockets if sock not in self.answers}
         with selectors.DefaultSelector() as selector:
             for sock in buffers:
                 sock.setblocking(False)
                 selector.register(sock, selectors.EVENT_READ)
             deadline = time.monotonic() + within
-            while buffers and (remaining := deadline - time.monotonic()) > 0:
+            while (
+                buffers
+                and (enough is None or len(self.answers) < enough)
+                and (remaining := deadline - time.monotonic()) > 0
+            ):
                 for key, _ in selector.select(remaining):
                     fileobj = key.fileobj
                     assert isinstance(fileobj, socket.socket)

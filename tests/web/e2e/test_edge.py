@@ -241,3 +241,18 @@ def test_a_body_not_whole_within_the_body_timeout_is_answered_408(
         "code": "request_timeout",
         "message": "the request body did not arrive within 1 seconds",
     }
+
+
+# Last of the tests on ``stack``: the threads these requests take stay taken after their
+# clients leave (the MCP SDK's GET stream writes nothing, so it never finds out), which is
+# /mcp's to fix; what the worker owes is that /health answers and the rest get 503.
+def test_mcp_streams_held_open_on_every_thread_leave_health_answering(idle: Stack) -> None:
+    """GET /mcp for an event stream answers nothing while it stays open (issue 27)."""
+    crowd = Crowd(stream_requests(idle.http_port, "/mcp", WORKERS * THREADS + 4))
+    try:
+        seconds, status, _ = probe(idle.http_port, "/health", within=WAIT)
+        assert status == 200 and seconds < 2.0
+        crowd.read(within=QUEUE_TIMEOUT + WAIT, enough=4)
+        assert len(crowd.answers) >= 4  # those beyond the threads: 503, not a hang
+    finally:
+        crowd.close()

@@ -59,6 +59,9 @@ from web_facade.request_heads import (
     request_path,
 )
 
+if not hasattr(ThreadWorker, "wait_for_and_dispatch_events"):  # pragma: no cover
+    raise ImportError("agentik's web worker needs gunicorn 27 (pip install 'gunicorn>=27,<28')")
+
 __all__ = [
     "RESERVED_PATHS",
     "RESERVED_THREADS",

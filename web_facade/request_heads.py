@@ -20,6 +20,7 @@ from gunicorn.http.message import (  # type: ignore[import-untyped]
 )
 
 __all__ = [
+    "HEAD_BYTES",
     "LOOP_BODY_BYTES",
     "BodyTimeout",
     "HeadLimits",
@@ -28,6 +29,11 @@ __all__ = [
     "request_path",
 ]
 
+HEAD_BYTES = 32 * 1024
+"""The largest request head (request line and headers) taken. Heads are buffered in the
+event loop while they arrive, one per open connection (up to gunicorn's
+``worker_connections``), so this bounds that memory; it is about what nginx takes by default
+(4 x 8 KiB) and far above what browsers and API clients send."""
 LOOP_BODY_BYTES = 64 * 1024
 """The largest body read in the event loop, before a thread is taken (see ``body_to_read``)."""
 
@@ -49,8 +55,9 @@ class HeadLimits:
         size = cfg.limit_request_field_size
         self.field_size = DEFAULT_MAX_HEADERFIELD_SIZE if size <= 0 else size
         # The most a head can hold: its line (1 MiB when unlimited, gunicorn's own bound)
-        # and every header at its largest.
-        self.total = (self.line or 1024 * 1024) + self.fields * (self.field_size + 2) + 4
+        # and every header at its largest, and never more than HEAD_BYTES.
+        most = (self.line or 1024 * 1024) + self.fields * (self.field_size + 2) + 4
+        self.total = min(most, HEAD_BYTES)
 
 
 HeadState = Literal["whole", "partial"] | Refusal
@@ -60,7 +67,10 @@ def head_state(data: bytes | bytearray, limits: HeadLimits) -> HeadState:
     """``whole`` when the parser can take ``data`` without reading more (the head is
     complete, or already broken in a way the parser refuses on sight: a bare LF);
     ``partial`` when more bytes must come; a refusal when no more bytes can make it valid."""
-    if b"\r\n\r\n" in data:
+    end = data.find(b"\r\n\r\n")
+    if end + 4 > limits.total:
+        return _too_large(limits)
+    if end >= 0:
         return "whole"
     if data.count(b"\n") != data.count(b"\r\n"):
         return "whole"  # a bare LF: gunicorn answers 400 without waiting
@@ -71,13 +81,17 @@ def head_state(data: bytes | bytearray, limits: HeadLimits) -> HeadState:
     if 0 < limits.line < line_length:
         return 414, "uri_too_long", f"the request line is longer than {limits.line} bytes"
     if len(data) > limits.total:
-        return (
-            431,
-            "headers_too_large",
-            f"the request headers are too large: at most {limits.fields} headers of at most "
-            f"{limits.field_size} bytes each",
-        )
+        return _too_large(limits)
     return "partial"
+
+
+def _too_large(limits: HeadLimits) -> Refusal:
+    return (
+        431,
+        "headers_too_large",
+        f"the request headers are too large: at most {limits.total} bytes in all, and at most "
+        f"{limits.fields} headers of at most {limits.field_size} bytes each",
+    )
 
 
 def body_to_read(data: bytes | bytearray) -> int:

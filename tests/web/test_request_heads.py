@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from web_facade.request_heads import (
+    HEAD_BYTES,
     LOOP_BODY_BYTES,
     HeadLimits,
     body_to_read,
@@ -42,6 +43,21 @@ def test_a_head_past_every_header_at_its_largest_is_refused_before_it_ends() -> 
     data = b"GET / HTTP/1.1\r\n" + b"X: " + b"y" * 400
     state = head_state(data, LIMITS)
     assert isinstance(state, tuple) and state[:2] == (431, "headers_too_large")
+
+
+def test_a_head_past_head_bytes_is_refused_whole_or_not() -> None:
+    limits = HeadLimits(
+        SimpleNamespace(
+            limit_request_line=4094, limit_request_fields=100, limit_request_field_size=8190
+        )
+    )
+    assert limits.total == HEAD_BYTES
+    big = b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * (HEAD_BYTES // 5)
+    for data in (big, big + b"\r\n"):
+        state = head_state(data, limits)
+        assert isinstance(state, tuple) and state[0] == 431
+        assert str(HEAD_BYTES) in state[2]
+    assert head_state(b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 100 + b"\r\n", limits) == "whole"
 
 
 def test_a_small_body_with_a_plain_length_is_read_before_a_thread_is_taken() -> None:

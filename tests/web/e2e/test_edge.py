@@ -149,6 +149,7 @@ def test_with_every_thread_streaming_health_and_metrics_answer_and_a_new_request
         crowd.close()
 
 
+@pytest.mark.load
 def test_health_answers_in_under_100_ms_through_200_slow_heads_and_500_idle_streams(
     idle: Stack,
 ) -> None:

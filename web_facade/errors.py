@@ -1,7 +1,7 @@
 """The facade's one error table and the Flask handlers that make every error JSON.
 
 Every error leaves the facade as ``{"error": {"code": "<snake_case>", "message": "..."}}``
-with a fitting HTTP status: never an HTML page, never a stack trace. Three sources:
+with a fitting HTTP status: never an HTML page, never a stack trace. Four sources:
 
 - :class:`ApiError`, raised by the views for a client's mistake they detect themselves
   (malformed JSON, a missing or mistyped field — the message names it);

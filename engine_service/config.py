@@ -75,6 +75,11 @@ TOML layout (every key optional)::
                                            #   any gRPC target, see "Engine targets" below
     workers = 2                            # AGENTIK_WEB_WORKERS
     threads = 64                           # AGENTIK_WEB_THREADS
+    header_timeout = 5.0                   # AGENTIK_WEB_HEADER_TIMEOUT seconds for a whole
+                                           #   request head (request line and headers)
+    body_timeout = 15.0                    # AGENTIK_WEB_BODY_TIMEOUT seconds for a whole body
+    queue_timeout = 2.0                    # AGENTIK_WEB_QUEUE_TIMEOUT seconds a request may
+                                           #   wait for a free thread before a 503
     heartbeat_interval = 15.0              # AGENTIK_HEARTBEAT seconds
     max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
     on_disconnect = "continue"             # AGENTIK_ON_DISCONNECT: continue | cancel
@@ -223,6 +228,12 @@ class Settings:
     """Where the web facade reaches the engine; empty means derived from ``grpc_addr``."""
     web_workers: int = 2
     web_threads: int = 64
+    web_header_timeout: float = 5.0
+    """Seconds a request head (request line and headers) has to arrive whole."""
+    web_body_timeout: float = 15.0
+    """Seconds a request body has to arrive whole, from the end of its head."""
+    web_queue_timeout: float = 2.0
+    """Seconds a whole request may wait for a free thread before it is refused with 503."""
     heartbeat_interval: float = 15.0
     max_body_bytes: int = 1024 * 1024
     on_disconnect: str = "continue"
@@ -923,6 +934,27 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("web_workers", "AGENTIK_WEB_WORKERS", "web", "workers", _POSITIVE),
     _Field("web_threads", "AGENTIK_WEB_THREADS", "web", "threads", _POSITIVE),
+    _Field(
+        "web_header_timeout",
+        "AGENTIK_WEB_HEADER_TIMEOUT",
+        "web",
+        "header_timeout",
+        _seconds(zero_ok=False),
+    ),
+    _Field(
+        "web_body_timeout",
+        "AGENTIK_WEB_BODY_TIMEOUT",
+        "web",
+        "body_timeout",
+        _seconds(zero_ok=False),
+    ),
+    _Field(
+        "web_queue_timeout",
+        "AGENTIK_WEB_QUEUE_TIMEOUT",
+        "web",
+        "queue_timeout",
+        _seconds(zero_ok=True),
+    ),
     _Field(
         "heartbeat_interval",
         "AGENTIK_HEARTBEAT",

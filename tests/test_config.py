@@ -49,6 +49,9 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.engine_target == "127.0.0.1:50051"
     assert settings.web_workers == 2
     assert settings.web_threads == 64
+    assert settings.web_header_timeout == 5.0
+    assert settings.web_body_timeout == 15.0
+    assert settings.web_queue_timeout == 2.0
     assert settings.heartbeat_interval == 15.0
     assert settings.max_body_bytes == 1048576
     assert settings.on_disconnect == "continue"
@@ -269,6 +272,9 @@ def test_env_sets_every_setting() -> None:
         "AGENTIK_ENGINE_TARGET": "engine_service:7000",
         "AGENTIK_WEB_WORKERS": "3",
         "AGENTIK_WEB_THREADS": "16",
+        "AGENTIK_WEB_HEADER_TIMEOUT": "2.5",
+        "AGENTIK_WEB_BODY_TIMEOUT": "30",
+        "AGENTIK_WEB_QUEUE_TIMEOUT": "0",
         "AGENTIK_HEARTBEAT": "2",
         "AGENTIK_MAX_BODY_BYTES": "100",
         "AGENTIK_ON_DISCONNECT": "cancel",
@@ -296,6 +302,9 @@ def test_env_sets_every_setting() -> None:
         engine_target="engine_service:7000",
         web_workers=3,
         web_threads=16,
+        web_header_timeout=2.5,
+        web_body_timeout=30.0,
+        web_queue_timeout=0.0,
         heartbeat_interval=2.0,
         max_body_bytes=100,
         on_disconnect="cancel",
@@ -430,6 +439,9 @@ def test_a_bad_engine_target_names_the_forms(target: str, why: str) -> None:
         ("AGENTIK_MAX_MESSAGE_BYTES", "0", "max_message_bytes", "must be positive"),
         ("AGENTIK_WEB_WORKERS", "0", "web_workers", "must be positive"),
         ("AGENTIK_WEB_THREADS", "many", "web_threads", "must be an integer"),
+        ("AGENTIK_WEB_HEADER_TIMEOUT", "0", "web_header_timeout", "must be positive"),
+        ("AGENTIK_WEB_BODY_TIMEOUT", "soon", "web_body_timeout", "must be a number of seconds"),
+        ("AGENTIK_WEB_QUEUE_TIMEOUT", "-1", "web_queue_timeout", "must not be negative"),
         ("AGENTIK_HEARTBEAT", "0", "heartbeat_interval", "must be positive"),
         ("AGENTIK_MAX_BODY_BYTES", "-1", "max_body_bytes", "must be positive"),
         ("AGENTIK_GRPC_ADDR", "50051", "grpc_addr", "must be HOST:PORT"),
@@ -576,7 +588,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 47
+    assert len(rows) == 50
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

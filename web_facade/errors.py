@@ -1,7 +1,7 @@
 """The facade's one error table and the Flask handlers that make every error JSON.
 
 Every error leaves the facade as ``{"error": {"code": "<snake_case>", "message": "..."}}``
-with a fitting HTTP status: never an HTML page, never a stack trace. Three sources:
+with a fitting HTTP status: never an HTML page, never a stack trace. Four sources:
 
 - :class:`ApiError`, raised by the views for a client's mistake they detect themselves
   (malformed JSON, a missing or mistyped field — the message names it);
@@ -9,7 +9,9 @@ with a fitting HTTP status: never an HTML page, never a stack trace. Three sourc
   engine's ``agentik-error`` trailer refines a status where one gRPC code covers two
   HTTP answers: ``rate_limited`` is 429 with ``Retry-After``, ``overloaded`` 503);
 - werkzeug's HTTP exceptions (unknown route, wrong method, body over the limit), mapped
-  through :data:`HTTP_CODES`.
+  through :data:`HTTP_CODES`;
+- a request body that did not arrive within ``web_body_timeout`` (``BodyTimeout``, raised
+  by the worker's socket reads): 408 ``request_timeout``.
 
 Anything else is a bug in the facade: it is logged and answered 500 ``internal``.
 
@@ -26,6 +28,8 @@ from typing import Any, NoReturn
 import grpc
 from flask import Flask, Response, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
+
+from web_facade.request_heads import BodyTimeout
 
 __all__ = [
     "GRPC_TO_HTTP",
@@ -200,8 +204,16 @@ def install_error_handlers(app: Flask) -> None:
         mapped = from_rpc_error(exc)
         return error_response(mapped.status, mapped.code, mapped.message, mapped.retry_after)
 
+    @app.errorhandler(BodyTimeout)
+    def _body_timeout(exc: BodyTimeout) -> Response:
+        response = error_response(408, "request_timeout", str(exc))
+        response.headers["Connection"] = "close"
+        return response
+
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
+        if isinstance(exc.__context__, BodyTimeout):  # werkzeug: "the client disconnected"
+            return _body_timeout(exc.__context__)
         status = exc.code or 500
         code = HTTP_CODES.get(status, f"http_{status}")
         message = exc.description or exc.name

@@ -1,9 +1,12 @@
 """gunicorn settings for the web facade (``gunicorn -c python:web_facade.gunicorn_conf``).
 
 Values come from agentik's settings (env, or the TOML file named by ``AGENTIK_CONFIG``):
-``AGENTIK_HTTP_ADDR``, ``AGENTIK_WEB_WORKERS``, ``AGENTIK_WEB_THREADS``. ``gthread`` workers
-(``web_facade.gunicorn_worker``: gthread whose 414/431 refusals are JSON):
-each open SSE stream holds one thread, so a worker serves ``threads`` streams at once.
+``AGENTIK_HTTP_ADDR``, ``AGENTIK_WEB_WORKERS``, ``AGENTIK_WEB_THREADS``; the worker reads
+its own timeouts (``AGENTIK_WEB_HEADER_TIMEOUT``, ``..._BODY_TIMEOUT``, ``..._QUEUE_TIMEOUT``).
+``gthread`` workers (``web_facade.gunicorn_worker``: gthread reading request heads in its
+event loop, with a reserved lane for /health and /metrics, 503 when no thread is free and
+JSON refusals): each open SSE stream holds one thread, so a worker serves ``threads``
+streams at once.
 This file imports no gRPC and makes no channel: workers make theirs after the fork.
 """
 
@@ -32,8 +35,8 @@ except ConfigError as _exc:
 
 wsgi_app = "web_facade:create_app()"
 bind = [_settings.http_addr]
-# gthread, with gunicorn's own 414 and 431 refusals answered as JSON error bodies.
-worker_class = "web_facade.gunicorn_worker.JsonErrorsThreadWorker"
+# gthread with an edge slow and idle clients cannot starve, and JSON refusals.
+worker_class = "web_facade.gunicorn_worker.EdgeThreadWorker"
 workers = _settings.web_workers
 threads = _settings.web_threads
 # gthread workers report to the master from their main loop, whatever their threads do, so

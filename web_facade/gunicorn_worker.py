@@ -1,97 +1,401 @@
-"""gunicorn's ``gthread`` worker, with its own refusals answered in the facade's JSON shape.
+"""gunicorn's ``gthread`` worker, with an edge that slow or idle clients cannot starve.
 
-gunicorn refuses a request it cannot parse before the app sees it — a request line past
-``limit_request_line`` (414), headers past ``limit_request_field_size`` /
-``limit_request_fields`` (431), a malformed request line, method, version, header or chunk
-(400), a transfer coding it does not support (501), an ``Expect`` it cannot meet (417) — and
-writes those answers as HTML. gunicorn has no setting for the format, so this worker class (a
-documented extension point: ``worker_class``) overrides ``handle_error``, the worker method
-every gunicorn worker calls with a request it could not parse, and answers each of these in
-the facade's JSON shape with a fixed message (never the raw bytes it refused). Anything else
-goes to gunicorn's own handling unchanged.
+**Request heads are read in the event loop.** gthread hands a new connection to a pool
+thread, which then blocks reading the request head for as long as the client takes: twenty
+clients sending one header line a second held twenty threads, and ``/health`` hung. Here the
+worker's event loop (gunicorn's own selector loop) reads each head without blocking, a piece
+at a time, and submits the connection to a thread only once the head is whole
+(:mod:`web_facade.request_heads`); a head that is not whole within ``web_header_timeout``
+seconds is answered 408 and closed. A kept-alive connection goes through the same reading
+for its next request.
+
+**The body has a deadline.** A small body (a plain ``Content-Length`` of at most 64 KiB) is
+read by the loop too, before a thread is taken; it must arrive within ``web_body_timeout``
+seconds of the end of its head, or the loop answers 408. A larger or chunked body is read by
+its thread against the same deadline: every read of the socket waits at most until then
+(:class:`DeadlineUnreader`), and the app answers 408 (``web_facade.errors``).
+
+**Health and metrics have their own lane.** ``/health`` and ``/metrics`` are served by a
+small pool of their own (:data:`RESERVED_THREADS`), so open SSE streams, which hold a thread
+each for as long as they last, never make them wait.
+
+**No thread free: 503, not a hang.** A whole request that finds every thread busy waits in the
+event loop (holding no thread) for at most ``web_queue_timeout`` seconds, then is answered
+``503`` with ``Retry-After`` in the facade's JSON error shape.
+
+**Closing does not block the loop.** A connection that ends is half-closed and drained in
+the loop; gthread's own ``close_graceful`` waits up to 2 s for the client's FIN in the loop's
+thread, so clients that never close stalled the whole worker.
+
+TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handling.
+
+gunicorn's own parse refusals are answered in the facade's JSON shape
+(:mod:`web_facade.gunicorn_refusals`), by overriding ``handle_error``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import os
+import selectors
+import socket
+import time
+from concurrent import futures
+from functools import partial
 from typing import Any
 
 # gunicorn ships no type information.
 from gunicorn import util  # type: ignore[import-untyped]
-from gunicorn.http import errors as http_errors  # type: ignore[import-untyped]
-from gunicorn.http.errors import (  # type: ignore[import-untyped]
-    LimitRequestHeaders,
-    LimitRequestLine,
+from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
+from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
+
+from engine_service.config import load_settings
+from web_facade.gunicorn_refusals import error_bytes, parse_error
+from web_facade.request_heads import (
+    BodyTimeout,
+    HeadLimits,
+    body_to_read,
+    head_state,
+    request_path,
 )
-from gunicorn.workers.gthread import ThreadWorker  # type: ignore[import-untyped]
 
-__all__ = ["JsonErrorsThreadWorker", "error_bytes", "limit_error", "parse_error"]
+if not hasattr(ThreadWorker, "wait_for_and_dispatch_events"):  # pragma: no cover
+    raise ImportError("agentik's web worker needs gunicorn 27 (pip install 'gunicorn>=27,<28')")
 
-_REASONS = {
-    400: "Bad Request",
-    414: "URI Too Long",
-    417: "Expectation Failed",
-    431: "Request Header Fields Too Large",
-    501: "Not Implemented",
-}
+__all__ = [
+    "RESERVED_PATHS",
+    "RESERVED_THREADS",
+    "DeadlineUnreader",
+    "EdgeThreadWorker",
+]
 
-_PARSE_ERRORS: tuple[tuple[str, int, str, str], ...] = (
-    ("InvalidRequestLine", 400, "bad_request", "the request line is not valid HTTP"),
-    ("InvalidRequestMethod", 400, "bad_request", "the request method is not valid"),
-    ("InvalidHTTPVersion", 400, "bad_request", "the HTTP version is not supported"),
-    ("InvalidHeaderName", 400, "bad_request", "a header name is not valid"),
-    ("InvalidHeader", 400, "bad_request", "a header is not valid or is repeated"),
-    ("ObsoleteFolding", 400, "bad_request", "a header is folded over lines (obsolete)"),
-    ("InvalidSchemeHeaders", 400, "bad_request", "the scheme headers contradict each other"),
-    ("InvalidChunkSize", 400, "bad_request", "the chunked body has an invalid chunk size"),
-    ("ChunkMissingTerminator", 400, "bad_request", "a chunk of the body is not terminated"),
-    ("InvalidChunkExtension", 400, "bad_request", "a chunk extension is not valid"),
-    ("UnsupportedTransferCoding", 501, "not_implemented", "the transfer coding is not supported"),
-    ("ExpectationFailed", 417, "expectation_failed", "the Expect header cannot be met"),
-)
-"""gunicorn parse error class name → (status, code, message), most specific first."""
+RESERVED_PATHS = frozenset({"/health", "/metrics"})
+"""Paths served by the reserved lane, never behind the request pool."""
+RESERVED_THREADS = 2
+"""Threads of the reserved lane, per worker."""
+RESERVED_BACKLOG = 64
+"""Requests the reserved lane may hold beyond its threads before it answers 503."""
+RETRY_AFTER = 1
+"""Seconds a client refused for want of a thread is told to wait."""
+HEAD_CHUNK = 65536
+LINGER_SECONDS = 2.0
+"""How long a connection being closed is drained for (gunicorn's ``close_graceful``)."""
+LINGER_BYTES = 65536
 
 
-def limit_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
-    """(status, code, message) for a gunicorn limit error, None for any other error."""
-    if isinstance(exc, LimitRequestLine):
-        limit = exc.max_size or cfg.limit_request_line
-        return 414, "uri_too_long", f"the request line is longer than {limit} bytes"
-    if isinstance(exc, LimitRequestHeaders):
-        message = (
-            f"the request headers are too large: at most {cfg.limit_request_fields} headers"
-            f" of at most {cfg.limit_request_field_size} bytes each"
-        )
-        return 431, "headers_too_large", message
-    return None
+class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
+    """gunicorn's socket reader, with one deadline for the rest of a request: every read
+    waits at most until it, then raises :class:`BodyTimeout`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.deadline = float("inf")
+        self.timeout = 0.0
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise BodyTimeout(self._message())
+        previous = self.sock.gettimeout()
+        self.sock.settimeout(remaining if previous is None else min(previous, remaining))
+        try:
+            data: bytes = super().chunk(size_hint)
+        except TimeoutError:
+            if self.deadline - time.monotonic() > 0:
+                raise  # a shorter timeout of gunicorn's own (draining a body)
+            raise BodyTimeout(self._message()) from None
+        finally:
+            self.sock.settimeout(previous)
+        return data
+
+    def _message(self) -> str:
+        return f"the request body did not arrive within {self.timeout:g} seconds"
 
 
-def parse_error(exc: BaseException, cfg: Any) -> tuple[int, str, str] | None:
-    """(status, code, message) for any request gunicorn refused to parse, None otherwise."""
-    refusal = limit_error(exc, cfg)
-    if refusal is not None:
-        return refusal
-    for name, status, code, message in _PARSE_ERRORS:
-        error_class = getattr(http_errors, name, None)
-        if error_class is not None and isinstance(exc, error_class):
-            return status, code, message
-    return None
+class _Head:
+    """A request read in the event loop: its bytes so far, how many it needs in all (0
+    until its head is whole) and its deadline."""
+
+    __slots__ = ("data", "deadline", "need")
+
+    def __init__(self, deadline: float) -> None:
+        self.data = bytearray()
+        self.deadline = deadline
+        self.need = 0
 
 
-def error_bytes(status: int, code: str, message: str) -> bytes:
-    """A whole HTTP/1.1 response carrying ``{"error": {"code", "message"}}``; closes."""
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    head = (
-        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-        "Connection: close\r\n"
-        "Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
+class _Closing:
+    """A connection being closed in the event loop: its deadline, and the bytes drained."""
+
+    __slots__ = ("deadline", "drained")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.drained = 0
 
 
-class JsonErrorsThreadWorker(ThreadWorker):  # type: ignore[misc]
-    """``gthread`` with its parse refusals as JSON (see the module doc)."""
+class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
+    """``gthread`` with heads read in the event loop, a reserved lane for health and
+    metrics, a 503 when no thread is free, and its parse refusals as JSON (see the module
+    doc). Built on gthread's own methods: ``enqueue_req`` (where a connection with a
+    request to read goes), ``wait_for_and_dispatch_events`` (the loop's wait) and
+    ``finish_request`` (a thread's result)."""
+
+    def init_process(self) -> None:
+        settings = load_settings(None, os.environ, mcp=False)
+        self.header_timeout = settings.web_header_timeout
+        self.body_timeout = settings.web_body_timeout
+        self.queue_timeout = settings.web_queue_timeout
+        self.head_limits = HeadLimits(self.cfg)
+        # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
+        self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
+        self.heads: dict[Any, _Head] = {}
+        """Connections whose head is being read, oldest deadline first."""
+        self.bodies: dict[Any, _Head] = {}
+        """Connections whose small body is being read, oldest deadline first."""
+        self.lingering: dict[Any, _Closing] = {}
+        """Connections closing: written, half-closed, drained until the client closes."""
+        self.waiting: dict[Any, _Head] = {}
+        """Connections with a whole head waiting for a thread, oldest deadline first."""
+        self.busy = 0
+        self.lane_busy = 0
+        self.lane = futures.ThreadPoolExecutor(RESERVED_THREADS, "agentik-reserved")
+        # Imported in the worker, not the master: metrics files are per worker process.
+        from web_facade.observe import count_refusal
+
+        self.count_refusal = count_refusal
+        super().init_process()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.lane.shutdown(wait=False)
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        self.lane.shutdown(wait=False)
+        super().handle_quit(sig, frame)
+
+    # --- reading heads in the event loop ------------------------------------------------
+
+    def enqueue_req(self, conn: TConn) -> None:
+        """Read the connection's next request head in the loop (gthread: submit it)."""
+        if not self.edge:
+            super().enqueue_req(conn)
+            return
+        head = _Head(time.monotonic() + self.header_timeout)
+        if conn.parser is not None:  # kept alive: what it read ahead of the next request
+            head.data += conn.parser.unreader.take_buffered()
+        conn.sock.setblocking(False)
+        self.heads[conn] = head
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._read_head, conn))
+        self._read_head(conn)
+
+    def _read_head(self, conn: TConn, _sock: Any = None) -> None:
+        head = self.heads.get(conn) or self.bodies.get(conn)
+        if head is None:
+            return
+        try:
+            data = conn.sock.recv(HEAD_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            data = None
+        except OSError:
+            data = b""
+        if data == b"":
+            self._stop_reading(conn)
+            self._close(conn)
+            return
+        if data:
+            head.data += data
+        if not head.need:
+            state = head_state(head.data, self.head_limits)
+            if state == "partial":
+                return
+            if isinstance(state, tuple):
+                self._stop_reading(conn)
+                self._refuse(conn, "too_large", *state)
+                return
+            self._head_whole(conn, head)
+        if len(head.data) >= head.need:
+            self._stop_reading(conn)
+            self._route(conn, head)
+
+    def _head_whole(self, conn: TConn, head: _Head) -> None:
+        """A small body is read here too, against its own deadline: a client that sends it
+        slowly then holds no thread either."""
+        end = head.data.find(b"\r\n\r\n")
+        if end < 0:  # broken (a bare LF): gunicorn refuses it at once
+            head.need = len(head.data)
+            return
+        head.need = end + 4 + body_to_read(head.data)
+        if len(head.data) < head.need:
+            del self.heads[conn]
+            head.deadline = time.monotonic() + self.body_timeout
+            self.bodies[conn] = head
+
+    def _stop_reading(self, conn: TConn) -> None:
+        if self.heads.pop(conn, None) is None:
+            self.bodies.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+
+    # --- handing whole requests to threads ------------------------------------------------
+
+    def _route(self, conn: TConn, head: _Head) -> None:
+        if request_path(head.data) in RESERVED_PATHS:
+            if self.lane_busy >= RESERVED_THREADS + RESERVED_BACKLOG:
+                self._refuse_busy(conn)
+            else:
+                self._submit(conn, head, lane=True)
+        elif self.busy < self.cfg.threads and not self.waiting:
+            self._submit(conn, head, lane=False)
+        elif self.queue_timeout > 0:
+            head.deadline = time.monotonic() + self.queue_timeout
+            self.waiting[conn] = head
+        else:
+            self._refuse_busy(conn)
+
+    def _submit(self, conn: TConn, head: _Head, *, lane: bool) -> None:
+        try:
+            conn.init()  # plain HTTP/1: makes the parser, reads nothing
+        except OSError:
+            self._close(conn)
+            return
+        unreader = conn.parser.unreader
+        if not isinstance(unreader, DeadlineUnreader):
+            unreader = conn.parser.unreader = DeadlineUnreader(conn.sock)
+        unreader.unread(bytes(head.data))
+        unreader.timeout = self.body_timeout
+        unreader.deadline = time.monotonic() + self.body_timeout
+        conn.data_ready = True  # gthread's handle() must not wait for data again
+        if lane:
+            self.lane_busy += 1
+        else:
+            self.busy += 1
+        done = self.lane.submit(self.handle, conn) if lane else self.tpool.submit(self.handle, conn)
+        done.add_done_callback(lambda fut: self.method_queue.defer(self._finished, conn, fut, lane))
+
+    def _finished(self, conn: TConn, fut: futures.Future[Any], lane: bool) -> None:
+        if lane:
+            self.lane_busy -= 1
+        else:
+            self.busy -= 1
+        self.finish_request(conn, fut)
+        while self.waiting and self.busy < self.cfg.threads:
+            waiting = next(iter(self.waiting))
+            self._submit(waiting, self.waiting.pop(waiting), lane=False)
+
+    # --- deadlines and refusals ---------------------------------------------------------
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        """gthread's wait, cut short by the next head or queue deadline, then expiries."""
+        queues = (self.heads, self.bodies, self.waiting, self.lingering)
+        deadlines = [queue[next(iter(queue))].deadline for queue in queues if queue]
+        if deadlines:
+            timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
+        super().wait_for_and_dispatch_events(timeout)
+        self._expire()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for reading, what, timeout in (
+            (self.heads, "head", self.header_timeout),
+            (self.bodies, "body", self.body_timeout),
+        ):
+            while reading:
+                conn, head = next(iter(reading.items()))
+                if head.deadline > now:
+                    break
+                self._stop_reading(conn)
+                message = f"the request {what} did not arrive within {timeout:g} seconds"
+                self._refuse(conn, f"{what}_timeout", 408, "request_timeout", message)
+        while self.waiting:
+            conn, head = next(iter(self.waiting.items()))
+            if head.deadline > now:
+                break
+            del self.waiting[conn]
+            self._refuse_busy(conn)
+        while self.lingering:
+            conn, closing = next(iter(self.lingering.items()))
+            if closing.deadline > now:
+                break
+            self._stop_lingering(conn)
+
+    def _refuse_busy(self, conn: TConn) -> None:
+        message = "every thread of this server is busy; try again shortly"
+        self._refuse(conn, "busy", 503, "overloaded", message, RETRY_AFTER)
+
+    def _refuse(
+        self,
+        conn: TConn,
+        reason: str,
+        status: int,
+        code: str,
+        message: str,
+        retry_after: int = 0,
+    ) -> None:
+        """Answer from the loop (a few hundred bytes: the socket buffer takes them whole,
+        so this never blocks), count it and close."""
+        remote = conn.client[0] if isinstance(conn.client, tuple) else ""
+        self.count_refusal(reason, status, remote)
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.send(error_bytes(status, code, message, retry_after))
+        except OSError:
+            self._close(conn)
+            return
+        self._linger(conn)
+
+    # --- closing without blocking the loop -------------------------------------------------
+
+    def finish_request(self, conn: TConn, fut: futures.Future[Any]) -> None:
+        """gthread's, but a connection that ends is closed from the loop without blocking:
+        gthread's ``close_graceful`` waits up to 2 s for the client's FIN in the loop's own
+        thread, so clients that never close stalled every connection of the worker."""
+        ends = self.edge and not fut.cancelled() and fut.exception() is None
+        if not ends or fut.result():
+            super().finish_request(conn, fut)
+            return
+        self._linger(conn)
+
+    def _linger(self, conn: TConn) -> None:
+        """Half-close, then read and drop what the client still sends until it closes (or
+        for :data:`LINGER_SECONDS`), so the kernel does not reset the connection over unread
+        bytes and cut the answer short (RFC 9112, section 9.6)."""
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        self.lingering[conn] = _Closing(time.monotonic() + LINGER_SECONDS)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn))
+
+    def _drain(self, conn: TConn, _sock: Any = None) -> None:
+        closing = self.lingering.get(conn)
+        if closing is None:
+            return
+        try:
+            data = conn.sock.recv(HEAD_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        closing.drained += len(data)
+        if not data or closing.drained >= LINGER_BYTES:
+            self._stop_lingering(conn)
+
+    def _stop_lingering(self, conn: TConn) -> None:
+        del self.lingering[conn]
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        self._close(conn)
+
+    def _close(self, conn: TConn) -> None:
+        self.nr_conns -= 1
+        conn.close()
+
+    # --- gunicorn's parse refusals as JSON ------------------------------------------------
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         refusal = parse_error(exc, self.cfg)

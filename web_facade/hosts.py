@@ -11,6 +11,9 @@ must name ``localhost`` (or a ``*.localhost`` name), a loopback address, or the 
 
 With tokens the check is off (a page has no token to send), and so it is with
 ``allow_anonymous`` (a proxy in front decides who may call, and which names it serves).
+
+Whatever the mode, an HTTP/1.1 request without a ``Host`` header is refused with 400
+``missing_host`` (RFC 9112, section 3.2: a server MUST), on every path.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from flask import Flask, Response, request
 from engine_service.config import Settings
 from web_facade.errors import error_response
 
-__all__ = ["PUBLIC_PATHS", "install_host_guard", "is_loopback_host"]
+__all__ = ["PUBLIC_PATHS", "install_host_guard", "is_loopback_host", "require_host"]
 
 PUBLIC_PATHS = ("/health", "/.well-known/", "/agentik/openapi.json")
 """Paths anyone may read under any name: they hold nothing of anyone's."""
@@ -47,8 +50,20 @@ def _name(host_header: str) -> str:
         return ""
 
 
+def require_host() -> Response | None:
+    """400 for an HTTP/1.1 request that names no host (a ``before_request`` hook)."""
+    environ = request.environ
+    if environ.get("SERVER_PROTOCOL") == "HTTP/1.1" and "HTTP_HOST" not in environ:
+        return error_response(
+            400, "missing_host", "an HTTP/1.1 request must carry a Host header (RFC 9112)"
+        )
+    return None
+
+
 def install_host_guard(app: Flask, settings: Settings) -> None:
-    """Refuse requests to a non-loopback name while the facade runs without tokens."""
+    """Refuse HTTP/1.1 requests without ``Host``, and requests to a non-loopback name while
+    the facade runs without tokens."""
+    app.before_request(require_host)
     if settings.auth_enabled or settings.allow_anonymous:
         return
     public_host = urlsplit(settings.public_url).hostname if settings.public_url else None

@@ -6,7 +6,9 @@ per request, on the ``agentik.access`` logger: method, path (never the query str
 route, status, duration, bytes and the client address; never a header, so never a token.
 
 Metrics are labelled by the route template (``/agentik/conversations/<conversation_id>``),
-never the raw path, so ids do not multiply the series. Under gunicorn every worker writes
+never the raw path, so ids do not multiply the series, and by the method when it is one of
+the standard ones (:data:`METHODS`), ``other`` when not: no label takes a value the client
+chose, so the series stay a closed set whatever is sent. Under gunicorn every worker writes
 its values to ``PROMETHEUS_MULTIPROC_DIR`` (a private directory ``gunicorn_conf`` makes),
 and ``GET /metrics`` sums them over the workers. docs/operations.md lists the metrics.
 """
@@ -24,6 +26,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
+    Counter,
     Gauge,
     Histogram,
     generate_latest,
@@ -32,13 +35,25 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from engine_service.logs import FIELDS
 
-__all__ = ["ROUTE_KEY", "install_observability"]
+__all__ = [
+    "METHODS",
+    "REFUSAL_REASONS",
+    "ROUTE_KEY",
+    "count_refusal",
+    "install_observability",
+    "method_label",
+]
 
 access_log = logging.getLogger("agentik.access")
 
 ROUTE_KEY = "agentik.route"
 """The WSGI environ key where the matched route template is left for the middleware."""
 UNMATCHED = "(unmatched)"
+METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+"""The HTTP methods that label metrics as themselves (RFC 9110 and PATCH); any other
+method is counted as ``other``."""
 
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -54,6 +69,40 @@ STREAMS_OPEN = Gauge(
     ["route"],
     multiprocess_mode="livesum",
 )
+EDGE_REFUSALS = Counter(
+    "agentik_http_refused_total",
+    "Requests the web worker answered itself before any thread: 408 (head or body too slow), "
+    "503 (no thread free), 414/431 (a head that could never be valid).",
+    ["reason"],
+)
+REFUSAL_REASONS = ("head_timeout", "body_timeout", "busy", "too_large")
+"""The ``reason`` label's values: a closed set."""
+
+
+def count_refusal(reason: str, status: int, remote: str) -> None:
+    """Count and log (on ``agentik.access``) a request the worker refused itself."""
+    EDGE_REFUSALS.labels(reason if reason in REFUSAL_REASONS else "too_large").inc()
+    if access_log.isEnabledFor(logging.INFO):
+        access_log.info(
+            "%s refused by the worker: %d %s",
+            remote or "-",
+            status,
+            reason,
+            extra={
+                FIELDS: {
+                    "event": "http_refused",
+                    "remote": remote,
+                    "status": status,
+                    "reason": reason,
+                }
+            },
+        )
+
+
+def method_label(method: str) -> str:
+    """The metrics label of a request method: itself when standard, else ``other``."""
+    return method if method in METHODS else "other"
+
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -97,7 +146,7 @@ class _Exchange:
         status = self.status or 500
         if self.stream_route:
             STREAMS_OPEN.labels(self.stream_route).dec()
-        REQUEST_SECONDS.labels(method, route, str(status)).observe(duration)
+        REQUEST_SECONDS.labels(method_label(method), route, str(status)).observe(duration)
         if access_log.isEnabledFor(logging.INFO):
             path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
             remote = environ.get("REMOTE_ADDR", "")

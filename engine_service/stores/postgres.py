@@ -77,6 +77,7 @@ from engine_service.stores.encoding import utc as _utc
 
 __all__ = [
     "CHANNEL",
+    "IDLE_IN_TRANSACTION",
     "channel_for",
     "SCHEMA_VERSION",
     "PostgresSessionStore",
@@ -437,6 +438,13 @@ def channel_for(dsn: str) -> str:
     return CHANNEL
 
 
+IDLE_IN_TRANSACTION = 2.0
+"""Seconds after which PostgreSQL ends a transaction of ours that waits for its next
+statement. Ours run their statements back to back; one left waiting belongs to an engine
+that stalled mid-write (SIGSTOP, a frozen VM) and holds its sessions' row locks: the
+replica taking its runs over would wait for them as long as the stall lasts."""
+
+
 class PostgresSessionStore(SessionStore):
     """Sessions in PostgreSQL. A limit of zero means no limit."""
 
@@ -450,11 +458,14 @@ class PostgresSessionStore(SessionStore):
         channel: str = CHANNEL,
         reconnect_delay: float = 0.5,
         max_reconnect_delay: float = 10.0,
+        idle_in_transaction: float = IDLE_IN_TRANSACTION,
     ) -> None:
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
         ``timeout`` bounds how long a call waits for a connection before it fails with
-        ``StorageUnavailable``. ``ValueError`` when ``dsn`` cannot be parsed.
+        ``StorageUnavailable``. ``idle_in_transaction``: seconds after which the server
+        ends a transaction of ours that waits for its next statement (0: never); see
+        :data:`IDLE_IN_TRANSACTION`. ``ValueError`` when ``dsn`` cannot be parsed.
         """
         check_dsn(dsn)
         self._dsn = dsn
@@ -470,7 +481,9 @@ class PostgresSessionStore(SessionStore):
             name="agentik-store",
             kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
             check=AsyncConnectionPool.check_connection,
+            configure=self._configure,
         )
+        self._idle_in_transaction_ms = round(idle_in_transaction * 1000)
         self._opened = False
         self._ready = False
         self._closed = False
@@ -510,6 +523,13 @@ class PostgresSessionStore(SessionStore):
             if before != after:
                 log.info("PostgreSQL schema migrated from version %d to %d", before, after)
             self._ready = True
+
+    async def _configure(self, conn: _Conn) -> None:
+        """Set up each new pooled connection."""
+        await conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+            (str(self._idle_in_transaction_ms),),
+        )
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[_Conn]:
@@ -977,12 +997,21 @@ class PostgresSessionStore(SessionStore):
                 raise InvalidInput(f"event seq {row[1]} does not follow {last}")
             last = row[1]
         if rows:
-            async with conn.cursor() as cursor:
-                await cursor.executemany(
-                    "INSERT INTO events (session_id, seq, time, run_id, body)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
+            # One statement, not a pipeline of one per row: a transaction waiting between
+            # statements is ended by ``idle_in_transaction_session_timeout`` if this engine
+            # stalls there; one stalled mid-pipeline would hold the session's lock for as
+            # long as the stall lasts.
+            await conn.execute(
+                "INSERT INTO events (session_id, seq, time, run_id, body)"
+                " SELECT %s, * FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::text[])",
+                (
+                    session_id,
+                    [row[1] for row in rows],
+                    [row[2] for row in rows],
+                    [row[3] for row in rows],
+                    [row[4] for row in rows],
+                ),
+            )
             await conn.execute(
                 "UPDATE sessions SET last_seq = %s WHERE id = %s", (last, session_id)
             )

@@ -123,6 +123,12 @@ class SessionHub:
         visible = min(self.last_seq, max(self.flushed_seq, self._unstored_shown))
         return min(visible, self._held - 1) if self._held else visible
 
+    @property
+    def unseen(self) -> bool:
+        """Whether buffered events wait to be stored before followers may see them (the
+        end of a run whose store failed, with a shared store)."""
+        return self.visible_seq < self.last_seq
+
     def since(self, after_seq: int) -> list[Event]:
         """Visible buffered events with ``seq > after_seq`` (``after_seq >= first_seq - 1``)."""
         start = after_seq + 1 - self._first_seq

@@ -261,7 +261,7 @@ class Turn:
         because another replica closed the run (this engine stalled past its lease) and
         stored its closing events there. Stop without writing anything more: followers
         read that replica's end from the store, and never see the refused events."""
-        closed_at = await self._closed_elsewhere()
+        closed_at = await self.closed_elsewhere()
         if closed_at is None:
             log.error("run %s: the store refused its events: %s", self.run_id, exc.message)
             self.fail(StorageUnavailable("storage unavailable: the store refused the events"))
@@ -273,7 +273,7 @@ class Turn:
         )
         self.lose(closed_at)
 
-    async def _closed_elsewhere(self) -> int | None:
+    async def closed_elsewhere(self) -> int | None:
         """The store's last seq if another replica has closed this run, else None."""
         try:
             run = await self.store.get_run(self.session_id, self.run_id)
@@ -386,15 +386,16 @@ class Turn:
         try:
             await self.settle()
         except StorageUnavailable as exc:
-            # The end could not be stored: clients still get it from memory (the one case
-            # they see events the store does not hold yet), and the engine stores it once
-            # the store writes again.
+            # The end could not be stored; the engine stores it once the store writes again.
             self.settled = False
-            self.hub.show_unstored()
+            if not self.store.shared:
+                # One engine: nobody else can close the run, so clients get its end from
+                # memory now (the one case they see events not stored yet).
+                self.hub.show_unstored()
             self._note_storage_failure(exc)
             log.warning("run %s ended but could not be stored: %s", self.run_id, exc.message)
         except InvalidInput as exc:
-            closed_at = await self._closed_elsewhere()
+            closed_at = await self.closed_elsewhere()
             if closed_at is None:
                 raise
             # Closed by another replica while this one stalled: its end is the stored one.

@@ -33,6 +33,7 @@ same eagerly.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import random
@@ -437,6 +438,23 @@ def channel_for(dsn: str) -> str:
             return f"{CHANNEL}_{schema}"[:63]
     return CHANNEL
 
+
+_APPEND_EVENTS = """
+WITH moved AS (
+    UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s)
+    WHERE id = %(session)s AND last_seq < %(first)s
+    RETURNING id
+), inserted AS (
+    INSERT INTO events (session_id, seq, time, run_id, body)
+    SELECT moved.id, u.seq, u.time, u.run_id, u.body FROM moved,
+        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
+        AS u (seq, time, run_id, body)
+)
+SELECT pg_notify(%(channel)s, %(signal)s) FROM moved
+"""
+"""Events appended after the session's last seq, its reservation topped up and the other
+replicas notified, in one statement (its own transaction): no row when the session is
+gone or the first seq does not follow its last one (another replica closed the run)."""
 
 IDLE_IN_TRANSACTION = 2.0
 """Seconds after which PostgreSQL ends a transaction of ours that waits for its next
@@ -969,17 +987,47 @@ class PostgresSessionStore(SessionStore):
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
         rows = _event_rows(session_id, events)
-        async with self._tx() as conn:
-            last = await self._insert_events(conn, session_id, rows)
-            if reserve_through:
-                await conn.execute(
-                    "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
-                    (reserve_through, session_id),
+        if not rows:
+            async with self._tx() as conn:
+                await self._insert_events(conn, session_id, rows)
+                if reserve_through:
+                    await conn.execute(
+                        "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s)"
+                        " WHERE id = %s",
+                        (reserve_through, session_id),
+                    )
+            return
+        seqs = [row[1] for row in rows]
+        for before, after in itertools.pairwise(seqs):
+            if after <= before:
+                raise InvalidInput(f"event seq {after} does not follow {before}")
+        signal = Signal(SignalKind.EVENTS, session_id, events[-1].run_id, seqs[-1])
+        # One statement, so one round trip: followers wait for this write (they see an
+        # event only once it is stored), so each round trip is on every token's path.
+        async with self._conn() as conn:
+            appended = await self._one(
+                conn,
+                _APPEND_EVENTS,
+                {
+                    "session": session_id,
+                    "first": seqs[0],
+                    "last": seqs[-1],
+                    "reserve": reserve_through,
+                    "seqs": seqs,
+                    "times": [row[2] for row in rows],
+                    "runs": [row[3] for row in rows],
+                    "bodies": [row[4] for row in rows],
+                    "channel": self._channel,
+                    "signal": encode_signal(signal),
+                },
+            )
+            if appended is None:
+                found = await self._one(
+                    conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
                 )
-            if events:
-                await self._notify(
-                    conn, Signal(SignalKind.EVENTS, session_id, events[-1].run_id, last)
-                )
+                if found is None:
+                    raise SessionNotFound(session_id)
+                raise InvalidInput(f"event seq {seqs[0]} does not follow {found[0]}")
 
     async def _insert_events(
         self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]

@@ -37,7 +37,7 @@ import itertools
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -574,7 +574,9 @@ class PostgresSessionStore(SessionStore):
         await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, encode_signal(signal)))
 
     @staticmethod
-    async def _one(conn: _Conn, query: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+    async def _one(
+        conn: _Conn, query: str, args: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> tuple[Any, ...] | None:
         return await (await conn.execute(query, args)).fetchone()
 
     @staticmethod

@@ -440,7 +440,9 @@ def channel_for(dsn: str) -> str:
 
 
 _APPEND_EVENTS = """
-WITH moved AS (
+WITH relaxed AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), moved AS (
     UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s)
     WHERE id = %(session)s AND last_seq < %(first)s
     RETURNING id
@@ -450,11 +452,19 @@ WITH moved AS (
         unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
         AS u (seq, time, run_id, body)
 )
-SELECT pg_notify(%(channel)s, %(signal)s) FROM moved
+SELECT pg_notify(%(channel)s, %(signal)s) FROM moved, relaxed
 """
 """Events appended after the session's last seq, its reservation topped up and the other
 replicas notified, in one statement (its own transaction): no row when the session is
-gone or the first seq does not follow its last one (another replica closed the run)."""
+gone or the first seq does not follow its last one (another replica closed the run).
+
+Committed asynchronously (``synchronous_commit = off`` for this transaction only): clients
+wait for this write before they see an event, and a WAL flush per write would put a disk
+sync on every token's path. Committed means visible to every replica and kept whatever
+happens to an engine; only a crash of the database server or its host can lose the last
+such commits (up to three ``wal_writer_delay``, 0.6 s by default), as ``synchronous=NORMAL``
+does for SQLite. Messages and the starts and ends of runs are committed synchronously, and
+a run's end flushes every event before it."""
 
 IDLE_IN_TRANSACTION = 2.0
 """Seconds after which PostgreSQL ends a transaction of ours that waits for its next

@@ -3,7 +3,7 @@
 The hub gives each event its ``seq`` and keeps every event of the active run until the
 run has ended and its events are stored. A follower that knows the last seq it saw can
 therefore always find what comes next: in the store (events before the buffer), in the
-buffer, or by waiting for the next publish. No queue per follower, no copy per event.
+buffer, or by waiting for the next stored write. No queue per follower, no copy per event.
 
 Followers see an event only once the store holds it: ``since`` stops at ``flushed_seq``,
 the durable watermark the run advances after each write (``Turn.flush``). Whatever
@@ -11,9 +11,9 @@ happens to this engine afterwards — a crash, a stall long enough for another r
 take its run over, a write the store refuses — what a client saw is what a replay of the
 store shows. Publishing does not wake followers; a stored flush does.
 
-The one exception is the end of a run whose store failed: ``show_unstored`` lets
-followers see the closing events from memory while the engine retries storing them
-(see ``docs/reliability.md``).
+The one exception is the end of a run whose store failed, with a store no other engine
+shares: ``show_unstored`` lets followers see the closing events from memory while the
+engine retries storing them (see ``docs/reliability.md``).
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ class SessionHub:
 
     def show_unstored(self) -> None:
         """Show every buffered event though the store does not hold them yet: only for
-        the end of a run whose store failed (the engine stores it once the store writes
-        again)."""
+        the end of a run whose store failed, when no other engine shares the store (this
+        one stores it once the store writes again)."""
         self._unstored_shown = self.last_seq
         self.notify()
 

@@ -467,10 +467,11 @@ does for SQLite. Messages and the starts and ends of runs are committed synchron
 a run's end flushes every event before it."""
 
 IDLE_IN_TRANSACTION = 2.0
-"""Seconds after which PostgreSQL ends a transaction of ours that waits for its next
+"""Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
 statement. Ours run their statements back to back; one left waiting belongs to an engine
 that stalled mid-write (SIGSTOP, a frozen VM) and holds its sessions' row locks: the
-replica taking its runs over would wait for them as long as the stall lasts."""
+replica taking its runs over would wait for them as long as the stall lasts. Read-only
+transactions lock nothing and are exempt."""
 
 
 class PostgresSessionStore(SessionStore):
@@ -576,7 +577,13 @@ class PostgresSessionStore(SessionStore):
     async def _read(self) -> AsyncIterator[_Conn]:
         """A read-only transaction, so several statements see one snapshot."""
         async with self._conn() as conn, conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # A read holds no lock anyone waits for: the idle-in-transaction timeout (for
+            # writes a stalled engine would leave open) does not apply, however long the
+            # caller takes between its statements.
+            await conn.execute(
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                " SET LOCAL idle_in_transaction_session_timeout = 0"
+            )
             yield conn
 
     async def _notify(self, conn: _Conn, signal: Signal) -> None:

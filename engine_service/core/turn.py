@@ -29,7 +29,12 @@ from engine_service.core.chat import (
     ToolSpec,
     UsageDelta,
 )
-from engine_service.core.errors import InvalidInput, LLMError, StorageUnavailable
+from engine_service.core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    LLMError,
+    StorageUnavailable,
+)
 from engine_service.core.history import chat_messages, new_id
 from engine_service.core.hitl import ASK_USER, AskUserTool, Decision, interrupt_for, needs_approval
 from engine_service.core.hub import SessionHub
@@ -347,6 +352,14 @@ class Turn:
                     self._note_storage_failure(exc)
                     final = _storage_error(exc)
                     self.status = RunStatus.FAILED
+                except (AlreadyExists, InvalidInput):
+                    # Stopped because our leases lapsed: another replica may have closed
+                    # the run and kept the partial answer already.
+                    closed_at = await self.closed_elsewhere()
+                    if closed_at is None:
+                        raise
+                    self.lost_at = max(closed_at, 1)
+                    final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
             await self._close_open(interrupted=False)

@@ -21,7 +21,7 @@ from engine_service.core.events import Event
 from engine_service.core.hub import SessionHub
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import SessionStore
+from engine_service.core.store import SessionStore, SignalKind
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -148,3 +148,38 @@ async def test_with_a_shared_store_the_end_of_a_run_that_could_not_be_stored_wai
     assert seen == stored
     assert isinstance(seen[-1].body, ev.RunError) and seen[-1].body.code == "storage_unavailable"
     await engine.shutdown(0)
+
+
+async def test_a_replica_whose_leases_lapsed_stops_a_run_closed_elsewhere_unseen() -> None:
+    """A's renewals failed for a lease time (it stops its runs, and closes what was open)
+    while B had already closed the run and kept its partial answer: A's closing writes are
+    refused, and its followers end on B's stored end."""
+    store = MemorySessionStore(shared=True)
+    a = _engine(store, SteadyModel(400))
+    b = _engine(store, SteadyModel(1))
+    await a.start()
+    await b.start()
+    store._watchers.remove(a._on_signal)  # A hears nothing of B's close
+    ended = asyncio.Event()
+    await store.watch(lambda s: ended.set() if s.kind is SignalKind.ENDED else None)
+    await _start(a)
+    followers = [asyncio.create_task(_follow_checking(a, store)) for _ in range(2)]
+    turn = a.active_run("s")
+    assert turn is not None and turn.task is not None and a._leases is not None
+    await _until(turn.hub, lambda: turn.hub.flushed_seq >= 20)  # the answer is open
+    await a._leases.stop()
+    async with asyncio.timeout(WAIT):
+        await ended.wait()  # B closed the run
+    a._leases_lost()  # what A does once its renewals failed for a lease time
+
+    async with asyncio.timeout(WAIT):
+        followed = await asyncio.gather(*followers)
+        await asyncio.wait([turn.task])
+    assert turn.task.exception() is None
+    assert a.active_run("s") is None
+    stored = await store.read_events("s", 0, 0)
+    for seen in followed:
+        assert seen == stored
+    assert [m.role for m in await store.all_messages("s")] == [Role.USER, Role.ASSISTANT]
+    await a.shutdown(0)
+    await b.shutdown(0)

@@ -232,13 +232,13 @@ class Phase:
 class Stack:
     """The fake LLM and the engine, each its own process, on free ports."""
 
-    def __init__(self, store: str, backlog: int) -> None:
+    def __init__(self, store: str, backlog: int, store_url: str = "") -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         for name in ("AGENTIK_CONFIG", "AGENTIK_SYSTEM_PROMPT", "AGENTIK_MODEL"):
             env.pop(name, None)
         self._tmp = tempfile.TemporaryDirectory(prefix="agentik-bench-")
         sqlite_url = f"sqlite:///{self._tmp.name}/bench.db"
-        store_url = sqlite_url if store == "sqlite" else "memory://"
+        store_url = store_url or (sqlite_url if store == "sqlite" else "memory://")
         self.store = store_url
         # The fake's ThreadingHTTPServer listens with socketserver's backlog of 5: a burst of
         # new connections (256 runs starting at once) overflows it and the kernel drops
@@ -947,6 +947,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-floor", action="store_true", help="skip the gRPC floor phase")
     add("--serve-floor", metavar="ADDR", help=argparse.SUPPRESS)
     add("--store", choices=("sqlite", "memory"), default="sqlite", help="the engine's store")
+    add(
+        "--store-url",
+        default="",
+        help="the engine's store as a URL (postgresql://...); overrides --store",
+    )
     add("--fake-backlog", type=int, default=1024, help="the fake's listen backlog (0: its own 5)")
     add("--json", type=Path, help="also write every number to this JSON file")
     add("--py-spy", type=Path, metavar="FILE", help="sample the engine with py-spy into FILE")
@@ -1140,10 +1145,10 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python -m bench.engine_bench", *sys.argv[1:]]),
         "options": {k: str(v) for k, v in vars(options).items()},
         "machine": machine_notes(),
-        "store": options.store,
+        "store": "postgresql" if options.store_url else options.store,
     }
     started = time.perf_counter()
-    stack = Stack(options.store, options.fake_backlog)
+    stack = Stack(options.store, options.fake_backlog, options.store_url)
     try:
         asyncio.run(bench(options, stack, results))
     finally:

@@ -5,7 +5,7 @@ separate processes have) on real gRPC ports, with the fake OpenAI LLM in a threa
 Measured per run, medians and p90 over ``--runs``:
 
 - follow: the delay between A's client receiving an event and B's follower receiving the
-  same seq (write-behind every 50 ms, then a NOTIFY, then a read);
+  same seq (both wait for A's write; B then for a NOTIFY and a read);
 - interrupt: from sending ``Interrupt`` to B until A's caller has the run's last event;
 - for comparison, the same interrupt sent to A itself.
 

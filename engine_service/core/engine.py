@@ -103,6 +103,16 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _drop_unstored(hub: SessionHub, last_seq: int) -> None:
+    """Another replica closed the hub's run, its end stored at ``last_seq``: the events
+    not stored here never will be. Followers read the rest (that replica's closing
+    events) from the store."""
+    hub.flushed_seq = hub.last_seq
+    hub.release()
+    if hub.last_seq < last_seq:
+        hub.resync(last_seq)
+
+
 def _incarnation(session: Session) -> tuple[object, ...]:
     """What tells a session from a later one made under the same id."""
     return (session.created_at, session.owner)
@@ -217,8 +227,7 @@ class Engine:
             try:
                 await self.store.check_writable()
                 for turn in list(self._unsettled.values()):
-                    await turn.settle()
-                    self._settled(turn)
+                    await self._settle_late(turn)
                 if not self._recovered:
                     await self._recover()
             except StorageUnavailable:
@@ -228,6 +237,21 @@ class Engine:
         self._storage_ok = True
         for listener in self._storage_listeners:
             listener(True)
+
+    async def _settle_late(self, turn: Turn) -> None:
+        """Store the end of a run that could not be stored when it ended. With a shared
+        store another replica may have closed the run meanwhile (our lease lapsed while
+        the store failed): its end is the stored one, and ours is dropped unseen."""
+        try:
+            await turn.settle()
+        except InvalidInput:
+            closed_at = await turn.closed_elsewhere()
+            if closed_at is None:
+                raise
+            log.warning("run %s was closed by another replica meanwhile", turn.run_id)
+            turn.lost_at = closed_at
+            _drop_unstored(turn.hub, closed_at)
+        self._settled(turn)
 
     def _settled(self, turn: Turn) -> None:
         if self._unsettled.get(turn.session_id) is turn:
@@ -533,12 +557,7 @@ class Engine:
         if hub.active_run_id == turn.run_id:
             hub.active_run_id = ""
         if turn.lost_at:
-            # Another replica closed the run: its unstored events never will be. Followers
-            # read the rest (that replica's closing events) from the store.
-            hub.flushed_seq = hub.last_seq
-            hub.release()
-            if hub.last_seq < turn.lost_at:
-                hub.resync(turn.lost_at)
+            _drop_unstored(hub, turn.lost_at)
         if not turn.settled:
             self._unsettled[turn.session_id] = turn
         # Followers may still be behind (the run's own caller usually is): they read the
@@ -732,7 +751,7 @@ class Engine:
                         yield event
                     last = live[-1].seq
                     continue
-                if until_idle and not hub.active_run_id:
+                if until_idle and not hub.active_run_id and not hub.unseen:
                     return
                 if not self._accepting and not hub.active_run_id:
                     return

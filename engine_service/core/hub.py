@@ -3,13 +3,17 @@
 The hub gives each event its ``seq`` and keeps every event of the active run until the
 run has ended and its events are stored. A follower that knows the last seq it saw can
 therefore always find what comes next: in the store (events before the buffer), in the
-buffer, or by waiting for the next publish. No queue per follower, no copy per event.
+buffer, or by waiting for the next stored write. No queue per follower, no copy per event.
 
-Followers see an event only once its seq is durable: stored, or inside the block of
-seqs the store has reserved for the run (``reserved_seq``). After a crash the engine
-continues after the reserved block, so no seq a client saw is ever given to another
-event. The run keeps the reservation ahead of what it publishes; if it falls behind,
-followers wait for the next reservation instead of seeing an id that could be reused.
+Followers see an event only once the store holds it: ``since`` stops at ``flushed_seq``,
+the durable watermark the run advances after each write (``Turn.flush``). Whatever
+happens to this engine afterwards — a crash, a stall long enough for another replica to
+take its run over, a write the store refuses — what a client saw is what a replay of the
+store shows. Publishing does not wake followers; a stored flush does.
+
+The one exception is the end of a run whose store failed, with a store no other engine
+shares: ``show_unstored`` lets followers see the closing events from memory while the
+engine retries storing them (see ``docs/reliability.md``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class SessionHub:
         "_first_seq",
         "_held",
         "_next_seq",
+        "_unstored_shown",
         "_waiter",
         "active_run_id",
         "flush_lock",
@@ -50,8 +55,12 @@ class SessionHub:
         """Seq of an event published with ``hold``: hidden from followers until ``reveal``."""
         self.active_run_id = ""
         self.flushed_seq = last_seq
+        """The highest seq the store holds: followers see up to here, never further."""
         self.reserved_seq = last_seq
-        """The highest seq the store holds or has reserved: followers see up to here."""
+        """The highest seq the store has reserved: a crashed run's closing events come
+        after it, so a seq handed out but never stored is never given to another event."""
+        self._unstored_shown = 0
+        """Seqs up to here are shown though not stored (``show_unstored``)."""
         self.followers = 0
         self.incarnation: tuple[object, ...] = ()
         """Which session of this id the hub is for (its creation time and owner): an id
@@ -74,38 +83,50 @@ class SessionHub:
             raise RuntimeError("resync with buffered events")
         self._first_seq = self._next_seq = last_seq + 1
         self._held = 0
+        self._unstored_shown = 0
         self.flushed_seq = last_seq
         self.reserved_seq = max(self.reserved_seq, last_seq)
 
-    def publish(
-        self, run_id: str, body: EventBody, *, wake: bool = True, hold: bool = False
-    ) -> Event:
-        """Number the event and buffer it; ``wake=False`` does not wake followers, and
-        ``hold`` hides the event from them until ``reveal`` (the terminal event is stored
-        before anyone sees it)."""
+    def publish(self, run_id: str, body: EventBody, *, hold: bool = False) -> Event:
+        """Number the event and buffer it; followers see it once it is stored (``stored``).
+        ``hold`` hides it even then, until ``reveal`` (the terminal event is shown once
+        the run's end is stored and the run let go of the session)."""
         event = Event(self._next_seq, time.time(), self.session_id, run_id, body)
         self._next_seq += 1
         self._buffer.append(event)
         if hold:
             self._held = event.seq
-        elif wake:
-            self.notify()
         return event
+
+    def stored(self, seq: int) -> None:
+        """The store holds every event up to ``seq``: show them and wake the followers."""
+        if seq > self.flushed_seq:
+            self.flushed_seq = seq
+            self.notify()
 
     def reveal(self) -> None:
         """Show the event held back by ``publish(hold=True)`` and wake the followers."""
         self._held = 0
         self.notify()
 
+    def show_unstored(self) -> None:
+        """Show every buffered event though the store does not hold them yet: only for
+        the end of a run whose store failed, when no other engine shares the store (this
+        one stores it once the store writes again)."""
+        self._unstored_shown = self.last_seq
+        self.notify()
+
     @property
     def visible_seq(self) -> int:
-        """The last seq followers may see: stored or reserved, and not held back."""
-        visible = min(self.last_seq, max(self.reserved_seq, self.flushed_seq))
+        """The last seq followers may see: stored (or shown by ``show_unstored``), and
+        not held back."""
+        visible = min(self.last_seq, max(self.flushed_seq, self._unstored_shown))
         return min(visible, self._held - 1) if self._held else visible
 
     @property
-    def overdrawn(self) -> bool:
-        """Whether events wait for a reservation before followers may see them."""
+    def unseen(self) -> bool:
+        """Whether buffered events wait to be stored before followers may see them (the
+        end of a run whose store failed, with a shared store)."""
         return self.visible_seq < self.last_seq
 
     def since(self, after_seq: int) -> list[Event]:
@@ -126,6 +147,7 @@ class SessionHub:
             raise RuntimeError("release before flush")
         self._buffer = []
         self._held = 0
+        self._unstored_shown = 0
         self._first_seq = self._next_seq
 
     @property

@@ -29,7 +29,12 @@ from engine_service.core.chat import (
     ToolSpec,
     UsageDelta,
 )
-from engine_service.core.errors import LLMError, StorageUnavailable
+from engine_service.core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    LLMError,
+    StorageUnavailable,
+)
 from engine_service.core.history import chat_messages, new_id
 from engine_service.core.hitl import ASK_USER, AskUserTool, Decision, interrupt_for, needs_approval
 from engine_service.core.hub import SessionHub
@@ -64,7 +69,11 @@ class TurnLimits:
     system_prompt: str = ""
     max_tool_rounds: int = 8
     tool_timeout: float = 30.0
-    flush_interval: float = 0.05
+    flush_interval: float = 0.0
+    """Seconds a flush waits, after an event is published, to gather more events into
+    one write; 0: the next turn of the loop. Events published while a write is in flight
+    go in the next write (group commit). Followers see an event once it is stored, so
+    this is added to every token's latency."""
     seq_block: int = 512
     """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
     them. The run tops the reservation up at every flush when half of it is used."""
@@ -131,7 +140,8 @@ class Turn:
         self._on_done = on_done
         self._on_storage_error = on_storage_error
         self._storage_failure: StorageUnavailable | None = None
-        self._topping_up: asyncio.Task[None] | None = None
+        self._unflushed = asyncio.Event()
+        """Set when an event is published: the flusher stores it (``_flush_continually``)."""
         self.settled = True
         """False while the run's end could not be stored (the engine retries it)."""
         self.final: ev.RunFinished | ev.RunError | None = None
@@ -175,21 +185,12 @@ class Turn:
         self.interrupt()
 
     def emit(self, body: ev.EventBody) -> ev.Event:
+        """Publish an event; followers see it once the flusher has stored it."""
         if self.hub.waiting:
             self._followers_woken = True
         event = self.hub.publish(self.run_id, body)
-        if event.seq > self.hub.reserved_seq and self._topping_up is None:
-            # Past the reserved block: followers wait until more seqs are reserved.
-            self._topping_up = asyncio.get_running_loop().create_task(self._top_up())
+        self._unflushed.set()
         return event
-
-    async def _top_up(self) -> None:
-        try:
-            await self.flush()
-        except StorageUnavailable as exc:
-            self.fail(exc)
-        finally:
-            self._topping_up = None
 
     def fail(self, exc: StorageUnavailable) -> None:
         """Stop the run because the store failed; ``main`` ends it with RUN_ERROR."""
@@ -203,7 +204,7 @@ class Turn:
             self._on_storage_error(exc)
 
     async def _let_followers_send(self) -> None:
-        """Give woken followers their turn on the loop now.
+        """Give the flusher and woken followers their turn on the loop now.
 
         The LLM's chunks arrive in bursts that the loop could parse without pausing; a
         follower that is waiting would then see the first token only after the burst.
@@ -213,8 +214,8 @@ class Turn:
             await asyncio.sleep(0)
 
     async def flush(self) -> None:
-        """Store the events published so far (write-behind; also called at the end),
-        topping up the reserved seqs when half of the block is used."""
+        """Store the events published so far, topping up the reserved seqs when half of
+        the block is used; then followers may see them."""
         hub = self.hub
         async with hub.flush_lock:
             pending = hub.unflushed()
@@ -240,12 +241,56 @@ class Turn:
 
     def _flushed(self, pending: list[ev.Event], reserve: int) -> None:
         hub = self.hub
-        overdrawn = hub.overdrawn
-        if pending:
-            hub.flushed_seq = pending[-1].seq
         hub.reserved_seq = max(hub.reserved_seq, reserve)
-        if overdrawn:
-            hub.notify()
+        if pending:
+            hub.stored(pending[-1].seq)
+
+    async def _flush_continually(self) -> None:
+        """Store events as soon as they are published: one write at a time, each taking
+        everything published meanwhile (group commit), so a token waits for about one
+        write before followers see it, and a burst costs one write."""
+        unflushed = self._unflushed
+        while True:
+            await unflushed.wait()
+            if self.limits.flush_interval:
+                await asyncio.sleep(self.limits.flush_interval)
+            unflushed.clear()
+            try:
+                await self.flush()
+            except StorageUnavailable as exc:
+                self.fail(exc)
+                return
+            except InvalidInput as exc:
+                await self._refused(exc)
+                return
+
+    async def _refused(self, exc: InvalidInput) -> None:
+        """The store refused the run's events: their seqs no longer follow its last one,
+        because another replica closed the run (this engine stalled past its lease) and
+        stored its closing events there. Stop without writing anything more: followers
+        read that replica's end from the store, and never see the refused events."""
+        closed_at = await self.closed_elsewhere()
+        if closed_at is None:
+            log.error("run %s: the store refused its events: %s", self.run_id, exc.message)
+            self.fail(StorageUnavailable("storage unavailable: the store refused the events"))
+            return
+        log.warning(
+            "run %s of session %s was closed by another replica; stopping it here",
+            self.run_id,
+            self.session_id,
+        )
+        self.lose(closed_at)
+
+    async def closed_elsewhere(self) -> int | None:
+        """The store's last seq if another replica has closed this run, else None."""
+        try:
+            run = await self.store.get_run(self.session_id, self.run_id)
+            if run.status is RunStatus.RUNNING:
+                return None
+            return (await self.store.get_session(self.session_id)).last_seq
+        except StorageUnavailable as exc:
+            self._note_storage_failure(exc)
+            return None
 
     # -- the run ------------------------------------------------------------------
 
@@ -261,7 +306,7 @@ class Turn:
                 span.fail(self.final.code, self.final.message)
 
     async def main(self) -> None:
-        flusher = asyncio.get_running_loop().create_task(self._flush_periodically())
+        flusher = asyncio.get_running_loop().create_task(self._flush_continually())
         final: ev.RunFinished | ev.RunError
         self.report.started = time.monotonic()
         self._observer.run_started(self.report)
@@ -310,6 +355,14 @@ class Turn:
                     self._note_storage_failure(exc)
                     final = _storage_error(exc)
                     self.status = RunStatus.FAILED
+                except (AlreadyExists, InvalidInput):
+                    # Stopped because our leases lapsed: another replica may have closed
+                    # the run and kept the partial answer already.
+                    closed_at = await self.closed_elsewhere()
+                    if closed_at is None:
+                        raise
+                    self.lost_at = max(closed_at, 1)
+                    final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
             await self._close_open(interrupted=False)
@@ -334,8 +387,6 @@ class Turn:
             self.status = RunStatus.FAILED
         finally:
             flusher.cancel()
-            if self._topping_up is not None:
-                self._topping_up.cancel()
         if self.lost_at:
             # The store holds the run's end as the other replica wrote it; ours would
             # contradict it (and its seqs are taken).
@@ -351,12 +402,22 @@ class Turn:
         try:
             await self.settle()
         except StorageUnavailable as exc:
-            # The end could not be stored: clients still get it from memory (its seq is
-            # inside the reserved block), and the engine stores it once the store writes.
+            # The end could not be stored; the engine stores it once the store writes again.
             self.settled = False
-            self.hub.reserved_seq = max(self.hub.reserved_seq, self.hub.last_seq)
+            if not self.store.shared:
+                # One engine: nobody else can close the run, so clients get its end from
+                # memory now (the one case they see events not stored yet).
+                self.hub.show_unstored()
             self._note_storage_failure(exc)
             log.warning("run %s ended but could not be stored: %s", self.run_id, exc.message)
+        except InvalidInput as exc:
+            closed_at = await self.closed_elsewhere()
+            if closed_at is None:
+                raise
+            # Closed by another replica while this one stalled: its end is the stored one.
+            log.warning("run %s was closed by another replica: %s", self.run_id, exc.message)
+            self.lost_at = max(closed_at, 1)
+            self.status = RunStatus.INTERRUPTED
         finally:
             self._on_done(self)
 
@@ -398,17 +459,8 @@ class Turn:
                 interrupts=final.interrupts if isinstance(final, ev.RunFinished) else (),
             )
             if pending:
-                self.hub.flushed_seq = pending[-1].seq
+                self.hub.stored(pending[-1].seq)
         self.settled = True
-
-    async def _flush_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(self.limits.flush_interval)
-            try:
-                await self.flush()
-            except StorageUnavailable as exc:
-                self.fail(exc)
-                return
 
     async def _turn(self) -> ev.RunFinished:
         client_tools = {t.name: t for t in self.input.tools}

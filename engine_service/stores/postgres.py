@@ -37,10 +37,11 @@ same eagerly.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -89,6 +90,7 @@ from engine_service.stores.postgres_calls import (
 
 __all__ = [
     "CHANNEL",
+    "IDLE_IN_TRANSACTION",
     "channel_for",
     "SCHEMA_VERSION",
     "PostgresSessionStore",
@@ -394,6 +396,33 @@ def channel_for(dsn: str) -> str:
     return CHANNEL
 
 
+_APPEND_EVENTS = """
+WITH moved AS (
+    UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s)
+    WHERE id = %(session)s AND last_seq < %(first)s
+    RETURNING id
+), inserted AS (
+    INSERT INTO events (session_id, seq, time, run_id, body)
+    SELECT moved.id, u.seq, u.time, u.run_id, u.body FROM moved,
+        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
+        AS u (seq, time, run_id, body)
+)
+SELECT pg_notify(%(channel)s, %(signal)s) FROM moved
+"""
+"""Events appended after the session's last seq, its reservation topped up and the other
+replicas notified, in one statement (its own transaction, committed synchronously like every
+write): no row when the session is gone or the first seq does not follow its last one
+(another replica closed the run, or this very write committed before its connection was
+lost: see ``append_events``)."""
+
+IDLE_IN_TRANSACTION = 2.0
+"""Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
+statement. Ours run their statements back to back; one left waiting belongs to an engine
+that stalled mid-write (SIGSTOP, a frozen VM) and holds its sessions' row locks: the
+replica taking its runs over would wait for them as long as the stall lasts. Read-only
+transactions lock nothing and are exempt."""
+
+
 class PostgresSessionStore(SessionStore):
     """Sessions in PostgreSQL. A limit of zero means no limit."""
 
@@ -408,11 +437,14 @@ class PostgresSessionStore(SessionStore):
         reconnect_delay: float = 0.5,
         max_reconnect_delay: float = 10.0,
         retry_seconds: float = 5.0,
+        idle_in_transaction: float = IDLE_IN_TRANSACTION,
     ) -> None:
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
         ``timeout`` bounds how long a call waits for a connection before it fails with
-        ``StorageUnavailable``. ``ValueError`` when ``dsn`` cannot be parsed.
+        ``StorageUnavailable``. ``idle_in_transaction``: seconds after which the server
+        ends a transaction of ours that waits for its next statement (0: never); see
+        :data:`IDLE_IN_TRANSACTION`. ``ValueError`` when ``dsn`` cannot be parsed.
         """
         check_dsn(dsn)
         self._dsn = dsn
@@ -428,7 +460,9 @@ class PostgresSessionStore(SessionStore):
             name="agentik-store",
             kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
             check=AsyncConnectionPool.check_connection,
+            configure=self._configure,
         )
+        self._idle_in_transaction_ms = round(idle_in_transaction * 1000)
         self._opened = False
         self._ready = False
         self._closed = False
@@ -455,6 +489,13 @@ class PostgresSessionStore(SessionStore):
             await self._open_once()
 
         await self._calls.retrying(attempt)
+
+    async def _configure(self, conn: _Conn) -> None:
+        """Set up each new pooled connection."""
+        await conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+            (str(self._idle_in_transaction_ms),),
+        )
 
     async def _open_once(self) -> None:
         """Open the pool and migrate, once; raises the database's own errors."""
@@ -497,7 +538,9 @@ class PostgresSessionStore(SessionStore):
         await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, encode_signal(signal)))
 
     @staticmethod
-    async def _one(conn: _Conn, query: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+    async def _one(
+        conn: _Conn, query: str, args: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> tuple[Any, ...] | None:
         return await (await conn.execute(query, args)).fetchone()
 
     @staticmethod
@@ -975,20 +1018,65 @@ class PostgresSessionStore(SessionStore):
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
         rows = _event_rows(session_id, events)
-
-        async def work(conn: _Conn) -> None:
-            last = await self._insert_events(conn, session_id, rows)
+        if not rows:
             if reserve_through:
-                await conn.execute(
-                    "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
-                    (reserve_through, session_id),
-                )
-            if events:
-                await self._notify(
-                    conn, Signal(SignalKind.EVENTS, session_id, events[-1].run_id, last)
-                )
+                await self._reserve(session_id, reserve_through)
+            return
+        seqs = [row[1] for row in rows]
+        for before, after in itertools.pairwise(seqs):
+            if after <= before:
+                raise InvalidInput(f"event seq {after} does not follow {before}")
+        signal = Signal(SignalKind.EVENTS, session_id, events[-1].run_id, seqs[-1])
+        params = {
+            "session": session_id,
+            "first": seqs[0],
+            "last": seqs[-1],
+            "reserve": reserve_through,
+            "seqs": seqs,
+            "times": [row[2] for row in rows],
+            "runs": [row[3] for row in rows],
+            "bodies": [row[4] for row in rows],
+            "channel": self._channel,
+            "signal": encode_signal(signal),
+        }
 
-        await self._write(work)
+        # One statement, so one round trip: followers wait for this write (they see an
+        # event only once it is stored), so each round trip is on every token's path. It
+        # is retried like a read when its connection is lost; a retry of a write that did
+        # commit finds its own rows at its seqs and succeeds.
+        async def work(conn: _Conn) -> None:
+            if await self._one(conn, _APPEND_EVENTS, params) is not None:
+                return
+            found = await self._one(
+                conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
+            )
+            if found is None:
+                raise SessionNotFound(session_id)
+            if not await self._holds(conn, session_id, rows):
+                raise InvalidInput(f"event seq {seqs[0]} does not follow {found[0]}")
+
+        await self._read(work)
+
+    async def _holds(self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]) -> bool:
+        """Whether the store already holds exactly ``rows`` (the first and last of them)."""
+        for row in (rows[0], rows[-1]):
+            stored = await self._one(
+                conn,
+                "SELECT run_id, body FROM events WHERE session_id = %s AND seq = %s",
+                (session_id, row[1]),
+            )
+            if stored is None or (stored[0], stored[1]) != (row[3], row[4]):
+                return False
+        return True
+
+    async def _reserve(self, session_id: str, reserve_through: int) -> None:
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
+                (reserve_through, session_id),
+            )
+
+        await self._read(work)
 
     async def _insert_events(
         self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]
@@ -1006,12 +1094,21 @@ class PostgresSessionStore(SessionStore):
                 raise InvalidInput(f"event seq {row[1]} does not follow {last}")
             last = row[1]
         if rows:
-            async with conn.cursor() as cursor:
-                await cursor.executemany(
-                    "INSERT INTO events (session_id, seq, time, run_id, body)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
+            # One statement, not a pipeline of one per row: a transaction waiting between
+            # statements is ended by ``idle_in_transaction_session_timeout`` if this engine
+            # stalls there; one stalled mid-pipeline would hold the session's lock for as
+            # long as the stall lasts.
+            await conn.execute(
+                "INSERT INTO events (session_id, seq, time, run_id, body)"
+                " SELECT %s, * FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::text[])",
+                (
+                    session_id,
+                    [row[1] for row in rows],
+                    [row[2] for row in rows],
+                    [row[3] for row in rows],
+                    [row[4] for row in rows],
+                ),
+            )
             await conn.execute(
                 "UPDATE sessions SET last_seq = %s WHERE id = %s", (last, session_id)
             )

@@ -211,8 +211,12 @@ class CallRunner:
                     return await work(conn)
                 async with conn.transaction():
                     if kind is CallKind.SNAPSHOT:
+                        # A read holds no lock anyone waits for: the idle-in-transaction
+                        # timeout (for writes a stalled engine would leave open) does not
+                        # apply, however long the caller takes between its statements.
                         await conn.execute(
-                            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"
+                            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                            " SET LOCAL idle_in_transaction_session_timeout = 0"
                         )
                     result = await work(conn)
                     if kind is CallKind.WRITE:

@@ -117,6 +117,7 @@ async def test_a_replica_killed_mid_turn_loses_no_event_and_its_runs_end_within_
     result = audit(ledgers.items(), views, crashed=True)
     assert result.clean(), str(result)
     assert result.lost_count == 0 and result.duplicated_count == 0
+    assert not result.skipped, result.skipped  # no client saw an event never stored
     ends = {name: ledger.frames[-1].type for name, ledger in ledgers.items()}
     # Runs on the survivor finish; the dead replica's are closed as interrupted.
     assert set(ends.values()) <= {"end", "interrupted"}, ends

@@ -234,7 +234,8 @@ async def test_a_signal_arrives_only_once_its_write_is_committed(
     a, b = two
     heard = Heard()
     await b.watch(heard)
-    await a.create_session("s1", "", at(0))
+    await a.begin_run("s1", "r1", at(0), create=True)
+    await heard.next(1.0)  # BEGUN
     release = asyncio.Event()
     notified = asyncio.Event()
     send = a._notify
@@ -247,7 +248,9 @@ async def test_a_signal_arrives_only_once_its_write_is_committed(
         await release.wait()  # the transaction stays open
 
     monkeypatch.setattr(a, "_notify", notify_then_hold)
-    writing = asyncio.create_task(a.append_events("s1", [event(1)]))
+    writing = asyncio.create_task(
+        a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), events=[event(1)])
+    )
     await notified.wait()
     with pytest.raises(TimeoutError):
         await heard.next(0.3)
@@ -256,7 +259,7 @@ async def test_a_signal_arrives_only_once_its_write_is_committed(
     release.set()
     await writing
     _, signal = await heard.next(1.0)
-    assert signal == Signal(SignalKind.EVENTS, "s1", "r1", 1)
+    assert signal == Signal(SignalKind.ENDED, "s1", "r1", 1)
     assert [e.seq for e in await b.read_events("s1", 0, 0)] == [1]
 
 

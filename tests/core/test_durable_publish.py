@@ -1,0 +1,185 @@
+"""Followers see an event only once the store holds it, whatever the engine's fate.
+
+Issue 27, item 10: a replica stalled past its lease showed its clients events that were
+never stored, because they were shown once their seq was reserved rather than stored.
+Here two engines share one store (``MemorySessionStore(shared=True)``); A's run outlives
+its lease, and B closes it. Every event A's clients get must be in the store when they
+get it, and what they got must be exactly what a replay shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from engine_service.core import events as ev
+from engine_service.core.caller import ANONYMOUS
+from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.errors import StorageUnavailable
+from engine_service.core.events import Event
+from engine_service.core.hub import SessionHub
+from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
+from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import SessionStore, SignalKind
+from engine_service.stores import MemorySessionStore
+
+WAIT = 10.0
+LEASE = 0.3
+
+
+class SteadyModel(ChatModel):
+    """``count`` text deltas, ``gap`` seconds apart."""
+
+    name = "steady"
+
+    def __init__(self, count: int, gap: float = 0.005) -> None:
+        self.count = count
+        self.gap = gap
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        for index in range(self.count):
+            await asyncio.sleep(self.gap)
+            yield TextDelta(f"w{index} ")
+
+
+class FailingWrites(MemorySessionStore):
+    """A shared memory store whose event writes fail while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(shared=True)
+        self.failing = False
+
+    def _check(self) -> None:
+        if self.failing:
+            raise StorageUnavailable("storage unavailable: the disk is full")
+
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        self._check()
+        await super().append_events(session_id, events, reserve_through=reserve_through)
+
+    async def finish_run(self, *args: object, **kwargs: object) -> None:
+        self._check()
+        await super().finish_run(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def check_writable(self) -> None:
+        self._check()
+
+
+def _engine(store: SessionStore, model: ChatModel) -> Engine:
+    limits = EngineLimits(lease_seconds=LEASE, event_retention=0)
+    return Engine(store, model, ToolRegistry(), limits)
+
+
+async def _start(engine: Engine, text: str = "go") -> RunInput:
+    message = Message(id="u", role=Role.USER, content=[TextPart(text)])
+    run_input = RunInput(thread_id="s", create_session=True, messages=[message])
+    await engine.start_run(ANONYMOUS, run_input)
+    return run_input
+
+
+async def _follow_checking(engine: Engine, store: SessionStore) -> list[ev.Event]:
+    """Follow session ``s`` until it is idle; each event must be stored when it arrives."""
+    seen: list[ev.Event] = []
+    async for event in engine.subscribe(ANONYMOUS, "s", 0, until_idle=True):
+        last_stored = (await store.get_session("s")).last_seq
+        assert event.seq <= last_stored, f"seq {event.seq} seen, the store holds {last_stored}"
+        seen.append(event)
+    return seen
+
+
+async def _until(hub: SessionHub, check: Callable[[], bool]) -> None:
+    """Wait (bounded) until ``check()`` holds; the hub wakes us at each stored flush."""
+    async with asyncio.timeout(WAIT):
+        while not check():
+            await asyncio.shield(hub.changed())
+
+
+async def test_a_zombie_whose_writes_the_store_refuses_shows_its_followers_none_of_them() -> None:
+    """A's lease lapses while its run streams, and its listener is down as well: it learns
+    of the takeover only when the store refuses its next write."""
+    store = MemorySessionStore(shared=True)
+    a = _engine(store, SteadyModel(400))
+    b = _engine(store, SteadyModel(1))
+    await a.start()
+    await b.start()
+    store._watchers.remove(a._on_signal)  # A's listener is down: no ENDED signal for it
+    await _start(a)
+    followers = [asyncio.create_task(_follow_checking(a, store)) for _ in range(3)]
+    turn = a.active_run("s")
+    assert turn is not None and a._leases is not None
+    await _until(turn.hub, lambda: turn.hub.flushed_seq >= 20)  # the run streams
+    await a._leases.stop()  # A stalls as far as its leases go; its turn streams on
+
+    async with asyncio.timeout(WAIT):
+        followed = await asyncio.gather(*followers)
+    stored = await store.read_events("s", 0, 0)
+    end = stored[-1]
+    assert isinstance(end.body, ev.RunFinished) and end.body.outcome is ev.Outcome.CANCELLED
+    run = await store.get_run("s", turn.run_id)
+    assert (run.status, run.error_code) == (RunStatus.INTERRUPTED, "abandoned")
+    for seen in followed:
+        assert seen == stored  # exactly the replay: nothing unstored, nothing lost or repeated
+    await a.shutdown(0)
+    await b.shutdown(0)
+
+
+async def test_with_a_shared_store_the_end_of_a_run_that_could_not_be_stored_waits_unseen() -> None:
+    """With several engines the run's end is shown only once stored: another replica may
+    close the run first, and its end would then differ from the one shown."""
+    store = FailingWrites()
+    engine = _engine(store, SteadyModel(400))
+    await engine.start()
+    await _start(engine)
+    follower = asyncio.create_task(_follow_checking(engine, store))
+    turn = engine.active_run("s")
+    assert turn is not None
+    await _until(turn.hub, lambda: turn.hub.flushed_seq >= 20)  # the run streams
+    store.failing = True  # the run fails, and its end cannot be stored
+    await _until(turn.hub, lambda: not turn.settled and turn.final is not None)  # ended unstored
+    assert not follower.done()
+    store.failing = False  # the probe stores the end: now the follower gets it
+
+    async with asyncio.timeout(WAIT):
+        seen = await follower
+    stored = await store.read_events("s", 0, 0)
+    assert seen == stored
+    assert isinstance(seen[-1].body, ev.RunError) and seen[-1].body.code == "storage_unavailable"
+    await engine.shutdown(0)
+
+
+async def test_a_replica_whose_leases_lapsed_stops_a_run_closed_elsewhere_unseen() -> None:
+    """A's renewals failed for a lease time (it stops its runs, and closes what was open)
+    while B had already closed the run and kept its partial answer: A's closing writes are
+    refused, and its followers end on B's stored end."""
+    store = MemorySessionStore(shared=True)
+    a = _engine(store, SteadyModel(400))
+    b = _engine(store, SteadyModel(1))
+    await a.start()
+    await b.start()
+    store._watchers.remove(a._on_signal)  # A hears nothing of B's close
+    ended = asyncio.Event()
+    await store.watch(lambda s: ended.set() if s.kind is SignalKind.ENDED else None)
+    await _start(a)
+    followers = [asyncio.create_task(_follow_checking(a, store)) for _ in range(2)]
+    turn = a.active_run("s")
+    assert turn is not None and turn.task is not None and a._leases is not None
+    await _until(turn.hub, lambda: turn.hub.flushed_seq >= 20)  # the answer is open
+    await a._leases.stop()
+    async with asyncio.timeout(WAIT):
+        await ended.wait()  # B closed the run
+    a._leases_lost()  # what A does once its renewals failed for a lease time
+
+    async with asyncio.timeout(WAIT):
+        followed = await asyncio.gather(*followers)
+        await asyncio.wait([turn.task])
+    assert turn.task.exception() is None
+    assert a.active_run("s") is None
+    stored = await store.read_events("s", 0, 0)
+    for seen in followed:
+        assert seen == stored
+    assert [m.role for m in await store.all_messages("s")] == [Role.USER, Role.ASSISTANT]
+    await a.shutdown(0)
+    await b.shutdown(0)

@@ -678,9 +678,9 @@ class PostgresSessionStore(SessionStore):
     async def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
     ) -> tuple[list[Message], bool]:
-        async with self._read() as conn:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
-            rows = await self._all(
+            return await self._all(
                 conn,
                 # The expression is messages_by_run's, so the index finds the rows.
                 "SELECT body FROM messages WHERE session_id = %s"
@@ -688,6 +688,8 @@ class PostgresSessionStore(SessionStore):
                 " ORDER BY position DESC LIMIT %s",
                 (session_id, list(run_ids), last + 1),
             )
+
+        rows = await self._snapshot(work)
         kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
         return kept[::-1], len(rows) > last
 

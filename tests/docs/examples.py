@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNABLE = frozenset({"sh", "bash", "python", "toml", "ts", "js"})
+RUNNABLE = frozenset({"sh", "bash", "python", "toml", "ts", "js", "go", "java"})
 _FENCE = re.compile(r"(?ms)^```(\w+)\n(.*?)^```")
 
 

@@ -154,8 +154,10 @@ class EventStream:
     def __iter__(self) -> Iterator[pb.Event]:
         state, deadline = self._state, None
         while True:
+            call = None
             try:
-                for event in self._client._open(state, self._request):
+                call = self._client._open(state, self._request)
+                for event in call:
                     if state.accept(event):
                         deadline = None
                         yield event
@@ -170,3 +172,6 @@ class EventStream:
                 if time.monotonic() >= deadline:
                     raise lost(state, error) from None
                 time.sleep(state.next_backoff())
+            finally:
+                if isinstance(call, grpc.Future):  # a caller that stops early ends the call
+                    call.cancel()

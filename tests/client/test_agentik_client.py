@@ -171,3 +171,28 @@ async def test_the_token_is_sent_as_a_bearer_and_refusals_say_why(auth_harness: 
             return len(alice.list_sessions().sessions)
 
     assert await asyncio.to_thread(sync_calls) == 1
+
+
+async def test_a_subscription_cut_mid_stream_follows_on_with_no_event_lost_or_twice(
+    harness: Harness, proxy: CuttableProxy
+) -> None:
+    """A second client following the session live (``subscribe``) resumes like a run."""
+    await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="watched"))
+    events: list[pb.Event] = []
+    async with asyncio.timeout(WAIT * 2), AsyncClient(proxy.target) as watcher:
+        follow = watcher.subscribe("watched", after_seq=0)
+        async with AsyncClient(harness.target) as runner:
+            run = asyncio.ensure_future(collect_run(runner, "watched"))
+            async for event in follow:
+                events.append(event)
+                if len(events) == 10:
+                    proxy.cut_to(harness.server.port)
+                if event.WhichOneof("kind") == "run_finished":
+                    break
+            await run
+    assert follow.reconnects >= 1
+    assert_whole_run(events, await stored_seqs(harness, "watched"))
+
+
+async def collect_run(client: AsyncClient, session_id: str) -> list[pb.Event]:
+    return [event async for event in client.run(session_id, SLOW_RUN)]

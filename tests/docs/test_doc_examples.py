@@ -1,12 +1,13 @@
 """Every example in README.md and docs/*.md runs, so none can rot.
 
-Each fenced ``sh``/``bash``, ``python``, ``toml``, ``ts`` and ``js`` block is run — or listed
-below as excluded, with the reason — against live stacks (the engine and the facade under
-gunicorn, the offline model), as a reader would in one shell per document:
+Each fenced ``sh``/``bash``, ``python``, ``toml``, ``ts``, ``js``, ``go`` and ``java`` block is
+run — or listed below as excluded, with the reason — against live stacks (the engine and the
+facade under gunicorn, the offline model), as a reader would in one shell per document:
 
 - shell commands run one by one in bash; ``export``/``NAME=value`` carry on to the next
   command and block of the same document; ``curl`` fails on any HTTP error status
-  (``--fail-with-body``), ``buf`` is the venv's; ``localhost:8000``/``127.0.0.1:8000``/
+  (``--fail-with-body``), and an output with an error body (``/agentik``'s, JSON-RPC's) fails
+  too; ``buf`` is the venv's; ``localhost:8000``/``127.0.0.1:8000``/
   ``HOST:8000`` and ``127.0.0.1:50051`` become the stack's ports;
 - ``<id>``, ``$ID`` and ``$LAST_ID`` are filled from the previous outputs (the conversation
   or session last created, the last message listed); a conversation an example deletes is
@@ -14,7 +15,7 @@ gunicorn, the offline model), as a reader would in one shell per document:
 - ``[ENV=...] make run`` picks the stack the block runs against (one per distinct setting,
   started once); alone in its block, its settings are loaded and must be valid;
 - commands that follow a stream forever (``/events`` without ``until_idle``, ``Subscribe``)
-  must print events within a few seconds, then are stopped;
+  must still be streaming after a few seconds, then are stopped;
 - ``python`` blocks run as scripts (a block opened by ``# NAME.py`` is that file, importable
   by the document's later blocks); ``toml`` blocks load as the configuration file.
 """

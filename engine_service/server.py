@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
@@ -42,10 +43,43 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentEngine"].full_name
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 """Reflection under its stable name, which newer tools ask first; grpcio-reflection serves
 only ``v1alpha``, whose messages are the same on the wire."""
+REFLECTION_V1_FILE = "grpc/reflection/v1/reflection.proto"
+
+
+def _add_reflection_v1_descriptor() -> None:
+    """Put ``grpc/reflection/v1/reflection.proto`` in the default pool, so reflection can
+    describe the v1 service it lists (``buf curl --list-methods``, ``grpcurl describe``).
+
+    grpcio-reflection ships only the ``v1alpha`` file; v1 is the same file under another
+    package, so it is derived from it: same messages, fields and numbers.
+    """
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(REFLECTION_V1_FILE)
+        return
+    except KeyError:
+        pass
+    file = descriptor_pb2.FileDescriptorProto()
+    reflection_pb2.DESCRIPTOR.CopyToProto(file)
+    old, new = f".{file.package}.", ".grpc.reflection.v1."
+    file.name, file.package = REFLECTION_V1_FILE, "grpc.reflection.v1"
+    file.options.java_package = "io.grpc.reflection.v1"
+    file.options.java_outer_classname = "ServerReflectionProto"
+    file.options.go_package = "google.golang.org/grpc/reflection/grpc_reflection_v1"
+    for message in file.message_type:
+        for field in message.field:
+            if field.type_name.startswith(old):
+                field.type_name = new + field.type_name[len(old) :]
+    for service in file.service:
+        for method in service.method:
+            method.input_type = new + method.input_type[len(old) :]
+            method.output_type = new + method.output_type[len(old) :]
+    pool.Add(file)
 
 
 def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
     """Serve reflection as ``v1alpha`` (grpcio-reflection) and as ``v1``."""
+    _add_reflection_v1_descriptor()
     names = (*names, reflection.SERVICE_NAME, REFLECTION_V1)
     reflection.enable_server_reflection(names, server)
     v1 = reflection.aio.ReflectionServicer(names)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,70 @@ async def test_reflection_describes_the_contract_under_its_public_path(
         *(reflection_pb2.ServerReflectionRequest(file_by_filename=name) for name in imports)
     )
     assert [dependency.name for dependency in fetched] == imports
+
+
+BUF = Path(sys.executable).parent / "buf"
+
+
+async def buf_curl(*args: str) -> tuple[int, str]:
+    """Run ``buf curl`` (buf-bin, a dev dependency) over plain gRPC; (exit code, output)."""
+    if not BUF.exists():
+        pytest.fail(f"buf is missing ({BUF}): install the dev extras")
+    process = await asyncio.create_subprocess_exec(
+        str(BUF),
+        "curl",
+        "--protocol",
+        "grpc",
+        "--http2-prior-knowledge",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    async with asyncio.timeout(WAIT * 2):
+        out, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_buf_curl_lists_every_method_through_reflection_v1(harness: Harness) -> None:
+    """buf asks reflection v1 to describe each service it lists, reflection itself included."""
+    code, out = await buf_curl("--list-methods", f"http://{harness.target}")
+    assert code == 0, out
+    methods = set(out.split())
+    assert {
+        "agentik.engine.v1.AgentEngine/Run",
+        "agentik.engine.v1.AgentEngine/Subscribe",
+        "grpc.health.v1.Health/Check",
+        "grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    } <= methods
+
+
+async def test_buf_curl_calls_a_method_it_learned_from_reflection(harness: Harness) -> None:
+    url = f"http://{harness.target}/agentik.engine.v1.AgentEngine/CreateSession"
+    code, out = await buf_curl("-d", '{"session_id": "from-buf"}', url)
+    assert code == 0, out
+    assert json.loads(out)["id"] == "from-buf"
+
+
+async def test_reflection_v1_describes_itself_under_the_v1_package(harness: Harness) -> None:
+    call = harness.channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    request = reflection_pb2.ServerReflectionRequest(
+        file_containing_symbol="grpc.reflection.v1.ServerReflection"
+    )
+    async with asyncio.timeout(WAIT):
+        (reply,) = [reply async for reply in call(iter([request]))]
+    assert not reply.HasField("error_response"), reply.error_response.error_message
+    file = FileDescriptorProto.FromString(reply.file_descriptor_response.file_descriptor_proto[0])
+    assert file.name == "grpc/reflection/v1/reflection.proto"
+    assert file.package == "grpc.reflection.v1"
+    (method,) = file.service[0].method
+    assert method.input_type == ".grpc.reflection.v1.ServerReflectionRequest"
+    assert method.output_type == ".grpc.reflection.v1.ServerReflectionResponse"
 
 
 async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: FakeOpenAI) -> None:

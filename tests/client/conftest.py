@@ -1,0 +1,3 @@
+from tests.engine.conftest import harness, llm
+
+__all__ = ["harness", "llm"]

@@ -53,7 +53,7 @@ def commands(script: str) -> list[str]:
             continue
         current += line
         escaped = False
-        for char in line:
+        for index, char in enumerate(line):
             if escaped:
                 escaped = False
             elif char == "\\" and not single:
@@ -62,6 +62,8 @@ def commands(script: str) -> list[str]:
                 single = not single
             elif char == '"' and not single:
                 double = not double
+            elif char == "#" and not single and not double and line[index - 1 : index] in " ":
+                break  # a comment: its quotes are prose
         if single or double or line.rstrip("\n").endswith("\\"):
             continue
         out.append(_strip_comment(current).strip())

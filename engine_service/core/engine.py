@@ -27,6 +27,7 @@ from typing import TypeVar
 from engine_service.core import events as ev
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
+from engine_service.core.client_tools import check_client_tools
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
@@ -410,13 +411,7 @@ class Engine:
                 retry_after=1,
             )
         incoming = prepare_incoming(run_input.messages)
-        for index, tool in enumerate(run_input.tools):
-            if not tool.name:
-                raise InvalidInput(f"tools[{index}].name is required")
-            if self.tools.get(tool.name) is not None:
-                raise InvalidInput(
-                    f"tools[{index}].name {tool.name!r} collides with an engine tool"
-                )
+        check_client_tools(run_input.tools, lambda name: self.tools.get(name) is not None)
         for index, entry in enumerate(run_input.resume):
             check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
         session_id = run_input.thread_id

@@ -277,3 +277,19 @@ def test_agentik_options_default_to_append_with_a_snapshot() -> None:
         "agentik": {"reconcile": "replace", "messagesSnapshot": False, "cancelOnDisconnect": True}
     }
     assert run_options(chosen) == RunOptions(True, False, True)
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["pick", "pick"], "tools[1].name 'pick' is already offered by tools[0]"),
+        (["pick color"], "tools[0].name 'pick color' is not a valid tool name"),
+    ],
+)
+def test_a_duplicate_or_invalid_frontend_tool_name_is_refused_with_400_naming_it(
+    client: FlaskClient, names: list[str], expected: str
+) -> None:
+    tools = [{"name": name, "description": "mine"} for name in names]
+    message = _refusal(client, _body(tools=tools), status=400)
+
+    assert message.startswith(expected), message

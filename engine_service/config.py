@@ -132,6 +132,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from engine_service.core.caller import PRINCIPAL_RULE, is_valid_principal
+
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
     from engine_service.tools.a2a_config import A2aAgentConfig
     from engine_service.tools.mcp_config import McpServerConfig
@@ -702,7 +704,6 @@ def _origins(raw: object, from_env: bool) -> object:
     return tuple(origins)
 
 
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9._~@+-]{1,128}$")
 _TOKEN = re.compile(r"^[\x21-\x2b\x2d-\x7e]{1,4096}$")
 """Printable ASCII without spaces or commas (the separator of AGENTIK_TOKENS)."""
 _JWT_ALGORITHMS = (
@@ -724,10 +725,8 @@ def _boolean(raw: object, from_env: bool) -> object:
 
 
 def _principal(value: object) -> str:
-    if not isinstance(value, str) or not _PRINCIPAL.match(value.strip()):
-        raise _Invalid(
-            f"principal {value!r} must be 1-128 letters, digits or ._~@+- (no spaces, ':' or ',')"
-        )
+    if not isinstance(value, str) or not is_valid_principal(value.strip()):
+        raise _Invalid(f"principal {value!r} must be {PRINCIPAL_RULE}")
     return value.strip()
 
 

@@ -88,7 +88,7 @@ def build_engine(settings: Settings) -> Engine:
             interrupt_expiry=settings.interrupt_expiry,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
-        max_runs_per_caller=settings.max_runs_per_caller,
+        max_runs_per_caller=settings.runs_per_caller,
         lease_seconds=settings.lease_seconds,
         event_retention=settings.event_retention,
     )

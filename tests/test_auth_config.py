@@ -320,6 +320,6 @@ def test_with_authentication_one_principal_may_hold_a_share_of_the_runs_by_defau
 @pytest.mark.parametrize("value", ["0", "-0.1", "1.5", "nan", "a quarter"])
 def test_a_caller_run_share_outside_0_to_1_is_a_config_error_naming_it(value: str) -> None:
     with pytest.raises(
-        ConfigError, match="invalid caller_run_share .from env AGENTIK_CALLER_RUN_SHARE."
+        ConfigError, match=r"invalid caller_run_share \(from env AGENTIK_CALLER_RUN_SHARE\)"
     ):
         load_settings(None, {"AGENTIK_CALLER_RUN_SHARE": value})

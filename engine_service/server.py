@@ -29,6 +29,7 @@ from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
 from engine_service.core.engine import Engine
+from engine_service.malformed import MalformedRequests
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import AgentEngineServicer
@@ -104,7 +105,8 @@ class EngineServer:
             # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(
-            interceptors=[*_interceptors(), *interceptors],
+            # MalformedRequests first: it sees (and guards) the handler the others wrap.
+            interceptors=[MalformedRequests(), *_interceptors(), *interceptors],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),

@@ -352,6 +352,11 @@ class Engine:
         await self._session(caller, session_id)
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        # Checked here, so no store's error echoes a huge one back (gRPC cannot even send it).
+        if after_id:
+            check_id(after_id, "after_message_id")
+        if run_id:
+            check_id(run_id, "run_id")
         if not run_id:
             return await self.store.list_messages(session_id, after_id, limit or 100)
         await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
@@ -536,6 +541,8 @@ class Engine:
     async def interrupt(self, caller: Caller, thread_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
         check_id(thread_id, "session_id")
+        if run_id:
+            check_id(run_id, "run_id")
         started = self._turn_callers.get(thread_id)
         if started is not None and caller.owns(started[1]):
             ending = self._turns.get(thread_id)

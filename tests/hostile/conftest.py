@@ -18,9 +18,10 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.hostile.verdict import DEADLINE, rss_bytes
+from tests.postgres_server import pg_database, pg_url
 from tests.web.e2e.conftest import ENGINE_LISTENING, ROOT, Process
 
-__all__ = ["EngineProcess", "engine_process"]
+__all__ = ["EngineProcess", "engine_process", "pg_database", "pg_url"]
 
 
 @dataclass

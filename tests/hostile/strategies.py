@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 
-__all__ = ["REQUESTS", "credentials", "deep_bytes", "deep_value", "raw_bytes"]
+__all__ = [
+    "REQUESTS",
+    "credentials",
+    "deep_bytes",
+    "deep_value",
+    "length_delimited",
+    "raw_bytes",
+]
 
 HUGE = 900_000
 INT32 = (-(2**31), -1, 0, 1, 100, 1000, 1001, 2**31 - 1)
@@ -104,7 +111,8 @@ def _varint(number: int) -> bytes:
             return bytes(out)
 
 
-def _length_delimited(field: int, payload: bytes) -> bytes:
+def length_delimited(field: int, payload: bytes) -> bytes:
+    """Field ``field`` holding ``payload`` (a string, bytes or message), as protobuf encodes it."""
     return _varint(field << 3 | 2) + _varint(len(payload)) + payload
 
 
@@ -112,7 +120,7 @@ def deep_bytes(depth: int) -> bytes:
     """A serialized ``Value`` of lists nested ``depth`` deep, past what protobuf builds."""
     value = struct_pb2.Value(string_value="bottom").SerializeToString()
     for _ in range(depth):
-        value = _length_delimited(6, _length_delimited(1, value))  # list_value.values
+        value = length_delimited(6, length_delimited(1, value))  # list_value.values
     return value
 
 
@@ -301,6 +309,6 @@ def raw_bytes() -> st.SearchStrategy[bytes]:
         b"\xff\xff\xff\xff",
         b"\x0a\xff\xff\xff\xff\x0f",  # a length past the end
         b"\x08" + b"\xff" * 11,  # a varint too long
-        _length_delimited(6, deep_bytes(300)),  # a RunRequest.state 600 levels deep
+        length_delimited(6, deep_bytes(300)),  # a RunRequest.state 600 levels deep
     )
     return st.one_of(st.binary(max_size=64), st.sampled_from(crafted))

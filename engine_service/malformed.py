@@ -4,25 +4,28 @@ gRPC answers a request it cannot parse (bytes that are not protobuf, a string fi
 not UTF-8, nesting past protobuf's recursion limit) with UNKNOWN and protobuf's own text
 (``Unexpected <class 'google.protobuf.message.DecodeError'>: ...``): a server error for a
 client's mistake, and internal wording. Any client that does not use our stubs can send such
-bytes. ``MalformedRequests`` wraps every method's deserializer so a failure to parse becomes
-a marker, and the method answers the marker with INVALID_ARGUMENT naming the method, before
-the servicer (or the health and reflection services) sees anything.
+bytes. ``MalformedRequests`` wraps every method's deserializer so that a failure to parse
+becomes a ``Malformed`` marker, and the method answers the marker with INVALID_ARGUMENT
+naming the method, before the servicer (or the health and reflection services) reads it.
+
+Server streams the servicer checks itself (``refuse_malformed``, first thing in ``Run`` and
+``Subscribe``) keep their behaviour unwrapped: a wrapper costs a hop per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, TypeAlias
 
 import grpc
 
-__all__ = ["MalformedRequests"]
+__all__ = ["Malformed", "MalformedRequests", "refuse_malformed"]
 
 _Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
-class _Malformed:
+class Malformed:
     """What a request that failed to parse becomes; ``reason`` is our words for why."""
 
     __slots__ = ("reason",)
@@ -32,8 +35,7 @@ class _Malformed:
 
 
 def _reason(exc: Exception) -> str:
-    text = str(exc)
-    if "UTF-8" in text:
+    if "UTF-8" in str(exc):
         return "a string field holds bytes that are not UTF-8"
     return "its bytes are not a valid protobuf message (or nest too deep)"
 
@@ -46,32 +48,33 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
         try:
             return deserializer(raw)
         except Exception as exc:  # DecodeError, RecursionError, ...: the client's bytes
-            return _Malformed(_reason(exc))
+            return Malformed(_reason(exc))
 
     return parse
 
 
-async def _refuse(context: _Context, method: str, malformed: _Malformed) -> None:
-    context.set_trailing_metadata((("agentik-error", "invalid_argument"),))
-    await context.abort(
-        grpc.StatusCode.INVALID_ARGUMENT, f"the {method} request is malformed: {malformed.reason}"
-    )
+async def refuse_malformed(context: _Context, method: str, request: object) -> None:
+    """Abort with INVALID_ARGUMENT when ``request`` did not parse; else nothing."""
+    if isinstance(request, Malformed):
+        context.set_trailing_metadata((("agentik-error", "invalid_argument"),))
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the {method} request is malformed: {request.reason}",
+        )
 
 
 def _unary_request(behaviour: Any, method: str, streaming: bool) -> Any:
     if streaming:
 
         async def stream(request: Any, context: _Context) -> AsyncIterator[Any]:
-            if isinstance(request, _Malformed):
-                await _refuse(context, method, request)
+            await refuse_malformed(context, method, request)
             async for response in behaviour(request, context):
                 yield response
 
         return stream
 
     async def unary(request: Any, context: _Context) -> Any:
-        if isinstance(request, _Malformed):
-            await _refuse(context, method, request)
+        await refuse_malformed(context, method, request)
         return await behaviour(request, context)
 
     return unary
@@ -79,8 +82,7 @@ def _unary_request(behaviour: Any, method: str, streaming: bool) -> Any:
 
 async def _checked(requests: AsyncIterator[Any], context: _Context, method: str) -> Any:
     async for request in requests:
-        if isinstance(request, _Malformed):
-            await _refuse(context, method, request)
+        await refuse_malformed(context, method, request)
         yield request
 
 
@@ -99,8 +101,35 @@ def _stream_request(behaviour: Any, method: str, streaming: bool) -> Any:
     return unary
 
 
+def _guarded(handler: _Handler, method: str, self_checked: bool) -> _Handler:
+    kinds = (
+        (handler.unary_unary, grpc.unary_unary_rpc_method_handler, _unary_request, False),
+        (handler.unary_stream, grpc.unary_stream_rpc_method_handler, _unary_request, True),
+        (handler.stream_unary, grpc.stream_unary_rpc_method_handler, _stream_request, False),
+        (handler.stream_stream, grpc.stream_stream_rpc_method_handler, _stream_request, True),
+    )
+    name = method.rpartition("/")[2]
+    for behaviour, make, wrap, streaming in kinds:
+        if behaviour is not None:
+            return make(
+                behaviour if self_checked else wrap(behaviour, name, streaming),
+                request_deserializer=_safe(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+    return handler
+
+
 class MalformedRequests(grpc.aio.ServerInterceptor):
-    """Every method of the server: a request that does not parse is INVALID_ARGUMENT."""
+    """Every method of the server: a request that does not parse is INVALID_ARGUMENT.
+
+    ``self_checked``: full method names (``/package.Service/Method``) whose behaviour calls
+    ``refuse_malformed`` itself; only their deserializer is replaced. Install it last, so
+    the other interceptors (metrics, traces) see the refusal like any other answer.
+    """
+
+    def __init__(self, self_checked: Collection[str] = ()) -> None:
+        self._self_checked = frozenset(self_checked)
+        self._guarded: dict[str, tuple[_Handler, _Handler]] = {}
 
     async def intercept_service(
         self,
@@ -110,18 +139,10 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        method = str(handler_call_details.method).rpartition("/")[2] or "this"
-        kinds = (
-            (handler.unary_unary, grpc.unary_unary_rpc_method_handler, _unary_request, False),
-            (handler.unary_stream, grpc.unary_stream_rpc_method_handler, _unary_request, True),
-            (handler.stream_unary, grpc.stream_unary_rpc_method_handler, _stream_request, False),
-            (handler.stream_stream, grpc.stream_stream_rpc_method_handler, _stream_request, True),
-        )
-        for behaviour, make, wrap, streaming in kinds:
-            if behaviour is not None:
-                return make(
-                    wrap(behaviour, method, streaming),
-                    request_deserializer=_safe(handler.request_deserializer),
-                    response_serializer=handler.response_serializer,
-                )
-        return handler
+        method = str(handler_call_details.method)
+        cached = self._guarded.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]  # the same object each time: the metrics cache theirs on it
+        guarded = _guarded(handler, method, method in self._self_checked)
+        self._guarded[method] = (handler, guarded)
+        return guarded

@@ -32,7 +32,7 @@ from engine_service.core.engine import Engine
 from engine_service.malformed import MalformedRequests
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service.servicer import AgentEngineServicer
+from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
 from engine_service.workers import redact_store
 
 __all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
@@ -105,8 +105,12 @@ class EngineServer:
             # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(
-            # MalformedRequests first: it sees (and guards) the handler the others wrap.
-            interceptors=[MalformedRequests(), *_interceptors(), *interceptors],
+            # MalformedRequests last: the others wrap its handler and see its refusals.
+            interceptors=[
+                *_interceptors(),
+                *interceptors,
+                MalformedRequests({f"/{RUN_METHOD}", f"/{SUBSCRIBE_METHOD}"}),
+            ],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),

@@ -1,9 +1,10 @@
 """The engine the hostile inputs are thrown at: a real process (its memory is measured) with
-two principals' tokens and a SQLite store, and the offline model."""
+two principals' tokens, the offline model, and a SQLite or a PostgreSQL store."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from psycopg import sql
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.hostile.verdict import DEADLINE, rss_bytes
-from tests.postgres_server import pg_database, pg_url
+from tests.postgres_server import pg_database, pg_url, with_schema
 from tests.web.e2e.conftest import ENGINE_LISTENING, ROOT, Process
 
 __all__ = ["EngineProcess", "engine_process", "pg_database", "pg_url"]
@@ -77,8 +80,20 @@ def _seed(stub: pb_grpc.AgentEngineStub) -> tuple[str, ...]:
     return tuple(known)
 
 
-@pytest.fixture(scope="module")
-def engine_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+def _store(kind: str, logs: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{logs / 'store.db'}"
+    database: str = request.getfixturevalue("pg_database")
+    schema = f"hostile_{secrets.token_hex(6)}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    return with_schema(database, schema)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def engine_process(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EngineProcess]:
     logs: Path = tmp_path_factory.mktemp("hostile")
     env = {
         key: value
@@ -88,7 +103,7 @@ def engine_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineP
     env.update(
         PYTHONPATH=str(ROOT),
         AGENTIK_GRPC_ADDR="127.0.0.1:0",
-        AGENTIK_STORE=f"sqlite:///{logs / 'store.db'}",
+        AGENTIK_STORE=_store(request.param, logs, request),
         AGENTIK_TOKENS=TOKENS_ENV,
         AGENTIK_ADMINS="ops",
         AGENTIK_TOOLS_APPROVAL="calculate",

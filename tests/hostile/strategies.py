@@ -26,6 +26,7 @@ __all__ = [
     "deep_value",
     "length_delimited",
     "raw_bytes",
+    "runs_with_hostile_content",
 ]
 
 HUGE = 900_000
@@ -135,7 +136,7 @@ _JSON = st.recursive(
 )
 _WIDE = struct_pb2.Value(
     struct_value=struct_pb2.Struct(
-        fields={f"k{i}": struct_pb2.Value(number_value=i) for i in range(20_000)}
+        fields={f"k{i}": struct_pb2.Value(number_value=i) for i in range(5_000)}
     )
 )
 _POOL_VALUES = (deep_value(20), deep_value(45), _WIDE)
@@ -170,9 +171,18 @@ def struct() -> st.SearchStrategy[struct_pb2.Struct]:
     return value().map(as_struct)
 
 
+REPEATED_BYTES = 2 << 20
+"""How many bytes a repeated field's copies may add up to (the engine takes 4 MiB)."""
+
+
+def _repeated(item: Any, times: int) -> list[Any]:
+    return [item] * max(1, min(times, REPEATED_BYTES // (item.ByteSize() + 1)))
+
+
 def many(item: st.SearchStrategy[Any], small: int = 3) -> st.SearchStrategy[list[Any]]:
-    """A few entries, or one entry repeated hundreds or thousands of times."""
-    repeated = st.tuples(item, st.sampled_from((300, 3000))).map(lambda pair: [pair[0]] * pair[1])
+    """A few entries, or one entry repeated hundreds or thousands of times (within
+    :data:`REPEATED_BYTES`: building a bigger request only measures the client)."""
+    repeated = st.tuples(item, st.sampled_from((300, 3000))).map(lambda pair: _repeated(*pair))
     return st.one_of(st.lists(item, max_size=small), repeated)
 
 
@@ -250,6 +260,34 @@ def _run(known: tuple[str, ...]) -> st.SearchStrategy[pb.RunRequest]:
         }
     )
     return st.builds(build, fields, st.none() | value())
+
+
+def runs_with_hostile_content() -> st.SearchStrategy[pb.RunRequest]:
+    """Runs the engine takes (a new session, a user's message) whose content is hostile:
+    text, names, context, state and forwarded props from the pools above."""
+
+    def build(
+        session: str, texts: list[str], name: str, context: list[pb.ContextItem], state: Any
+    ) -> pb.RunRequest:
+        parts = [pb.ContentPart(text=pb.TextPart(text=t)) for t in texts]
+        request = pb.RunRequest(
+            session_id=session,
+            create_session=True,
+            messages=[pb.Message(role=pb.ROLE_USER, content=parts, name=name)],
+            context=context,
+        )
+        if state is not None:
+            request.state.CopyFrom(state)
+        return request
+
+    return st.builds(
+        build,
+        st.just("c"),  # the test gives each run a new conversation
+        st.lists(text(), min_size=1, max_size=3),
+        text(),
+        st.lists(st.builds(pb.ContextItem, description=text(), value=text()), max_size=2),
+        st.none() | value(),
+    )
 
 
 Requests = Callable[[tuple[str, ...]], st.SearchStrategy[Any]]

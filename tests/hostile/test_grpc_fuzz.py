@@ -8,11 +8,13 @@ no UNAVAILABLE, no hang, no internal text, no huge echo. Bytes that are not the 
 message at all are sent too. Afterwards the engine must still serve, run a turn, and hold its
 memory within :data:`RSS_GROWTH`.
 
-Bounded for ``make test``: derandomized (a fixed seed), :data:`EXAMPLES` per RPC.
+Once on SQLite and once on PostgreSQL. Bounded for ``make test`` (about 20 s a store):
+derandomized (a fixed seed), :data:`EXAMPLES` per RPC, no shrinking.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import grpc
@@ -22,10 +24,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.auth_helpers import TOKENS
 from tests.hostile.conftest import EngineProcess, alice
-from tests.hostile.strategies import REQUESTS, credentials, raw_bytes
+from tests.hostile.strategies import REQUESTS, credentials, raw_bytes, runs_with_hostile_content
 from tests.hostile.verdict import DEADLINE, assert_clean_refusal
 
-EXAMPLES = 50
+EXAMPLES = 40
 """Generated requests per RPC."""
 MAX_REQUEST = 6 << 20
 """Larger requests are not sent (they only measure the network); over the engine's 4 MiB
@@ -90,6 +92,32 @@ def test_every_rpc_answers_hostile_requests_cleanly(
         if request.ByteSize() > MAX_REQUEST:
             return
         _call(engine_process, method, request, authorization)
+
+    fuzz()
+    _still_well(engine_process)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # huge reprs
+def test_runs_with_hostile_content_end_and_stay_readable(engine_process: EngineProcess) -> None:
+    @FUZZ_SETTINGS
+    @given(request=runs_with_hostile_content())
+    def fuzz(request: pb.RunRequest) -> None:
+        if request.ByteSize() > MAX_REQUEST:
+            return
+        request.session_id = f"c-{uuid.uuid4().hex}"  # a new conversation each time
+        try:
+            events = list(engine_process.stub.Run(request, metadata=alice(), timeout=DEADLINE))
+        except grpc.RpcError as error:  # refused before it started: cleanly
+            assert_clean_refusal(error, "Run")
+            return
+        assert events[-1].WhichOneof("kind") in ("run_finished", "run_error")
+        _clean_run_error(events[-1])
+        session = pb.GetSessionRequest(session_id=request.session_id)
+        engine_process.stub.GetSession(session, metadata=alice(), timeout=DEADLINE)
+        page = pb.ListMessagesRequest(session_id=request.session_id)
+        listed = engine_process.stub.ListMessages(page, metadata=alice(), timeout=DEADLINE)
+        assert listed.messages[0].content == request.messages[0].content
 
     fuzz()
     _still_well(engine_process)

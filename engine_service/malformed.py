@@ -14,6 +14,7 @@ Server streams the servicer checks itself (``refuse_malformed``, first thing in 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, TypeAlias
 
@@ -64,7 +65,7 @@ async def refuse_malformed(context: _Context, method: str, request: object) -> N
 
 
 def _unary_request(behaviour: Any, method: str, streaming: bool) -> Any:
-    if streaming:
+    if streaming and inspect.isasyncgenfunction(behaviour):
 
         async def stream(request: Any, context: _Context) -> AsyncIterator[Any]:
             await refuse_malformed(context, method, request)
@@ -73,6 +74,7 @@ def _unary_request(behaviour: Any, method: str, streaming: bool) -> Any:
 
         return stream
 
+    # A unary answer, or a stream written with ``context.write`` (health's Watch).
     async def unary(request: Any, context: _Context) -> Any:
         await refuse_malformed(context, method, request)
         return await behaviour(request, context)
@@ -87,7 +89,7 @@ async def _checked(requests: AsyncIterator[Any], context: _Context, method: str)
 
 
 def _stream_request(behaviour: Any, method: str, streaming: bool) -> Any:
-    if streaming:
+    if streaming and inspect.isasyncgenfunction(behaviour):
 
         async def stream(requests: AsyncIterator[Any], context: _Context) -> AsyncIterator[Any]:
             async for response in behaviour(_checked(requests, context, method), context):
@@ -95,7 +97,7 @@ def _stream_request(behaviour: Any, method: str, streaming: bool) -> Any:
 
         return stream
 
-    async def unary(requests: AsyncIterator[Any], context: _Context) -> Any:
+    async def unary(requests: AsyncIterator[Any], context: _Context) -> Any:  # or written
         return await behaviour(_checked(requests, context, method), context)
 
     return unary

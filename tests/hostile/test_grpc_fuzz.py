@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -163,27 +164,44 @@ def test_the_engine_still_runs_a_turn_after_the_fuzz(engine_process: EngineProce
     _still_well(engine_process)
 
 
+def _raw_call(engine: EngineProcess, method: str, kind: str, raw: bytes) -> None:
+    """Send ``raw`` as the request of ``method`` (``unary``, ``server`` or ``bidi``
+    streaming) and read the whole answer."""
+    identity = lambda data: data  # noqa: E731
+    channel = engine.channel
+    if kind == "unary":
+        channel.unary_unary(method, identity, identity)(raw, timeout=DEADLINE)
+    elif kind == "server":
+        list(channel.unary_stream(method, identity, identity)(raw, timeout=DEADLINE))
+    else:
+        list(channel.stream_stream(method, identity, identity)(iter([raw]), timeout=DEADLINE))
+
+
 @pytest.mark.parametrize(
-    ("method", "streaming"),
+    ("method", "kind"),
     [
-        ("/grpc.health.v1.Health/Check", False),
-        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", True),
-        ("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", True),
+        ("/grpc.health.v1.Health/Check", "unary"),
+        ("/grpc.health.v1.Health/Watch", "server"),  # written with context.write
+        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "bidi"),
+        ("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "bidi"),
     ],
 )
 def test_health_and_reflection_refuse_bytes_that_are_not_their_message(
-    engine_process: EngineProcess, method: str, streaming: bool
+    engine_process: EngineProcess, method: str, kind: str
 ) -> None:
-    identity = lambda raw: raw  # noqa: E731
     for raw in (b"\x0a\x03\xff\xfe\xfd", b"\xff\xff\xff\xff"):
         with pytest.raises(grpc.RpcError) as caught:
-            if streaming:
-                call = engine_process.channel.stream_stream(method, identity, identity)
-                list(call(iter([raw]), timeout=DEADLINE))
-            else:
-                engine_process.channel.unary_unary(method, identity, identity)(
-                    raw, timeout=DEADLINE
-                )
+            _raw_call(engine_process, method, kind, raw)
 
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert_clean_refusal(caught.value, method)
+
+
+def test_watching_health_still_streams_its_status(engine_process: EngineProcess) -> None:
+    health: Any = health_pb2_grpc.HealthStub(engine_process.channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=DEADLINE)
+
+    first = next(iter(watch))
+    watch.cancel()
+
+    assert first.status == health_pb2.HealthCheckResponse.SERVING

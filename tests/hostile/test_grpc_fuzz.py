@@ -39,6 +39,8 @@ STREAMING = frozenset({"Run", "Subscribe"})
 SERVICE = "/agentik.engine.v1.AgentEngine/"
 GOOD = tuple(f"Bearer {TOKENS[name]}" for name in ("alice", "bob", "ops"))
 
+pytestmark = pytest.mark.processes  # the engine is a real process (its memory is measured)
+
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,
     derandomize=True,

@@ -118,7 +118,7 @@ async def _events(h: Harness, request: pb.RunRequest) -> list[pb.Event]:
 async def test_a_resume_without_approved_never_runs_the_gated_tool(
     offline: Harness, payload: dict[str, Any]
 ) -> None:
-    """Issue 27 item 1 (fixed elsewhere; fails on the main of 2026-12-02)."""
+    """Issue 27 item 1 (fixed on main by e2bc93f; the tool ran before it)."""
     first = await _events(offline, _run_request("hitl", user("calculate 6*7")))
     interrupt = first[-1].run_finished.interrupts[0]
     entry = pb.ResumeEntry(

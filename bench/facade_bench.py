@@ -277,6 +277,8 @@ class Processes:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if token:
             env["AGENTIK_TOKENS"] = f"bench:{token}"
+            # One principal is the whole load here: no share of the run slots of its own.
+            env["AGENTIK_CALLER_RUN_SHARE"] = "1"
         env.pop("AGENTIK_CONFIG", None)
         boot = (
             "import sys; from tests.fakes import fake_openai as f; "

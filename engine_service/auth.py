@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_service.config import ConfigError, Settings
-from engine_service.core.caller import ANONYMOUS, Caller
+from engine_service.core.caller import ANONYMOUS, PRINCIPAL_RULE, Caller, is_valid_principal
 from engine_service.core.errors import RateLimited, Unauthenticated
 
 __all__ = ["Authenticator", "Gate", "RateLimiter"]
@@ -30,7 +30,9 @@ MISSING = "this server requires authentication: send the header 'Authorization: 
 MALFORMED = "the Authorization header must be 'Bearer <token>'"
 INVALID = "the bearer token is not valid"
 EXPIRED = "the bearer token has expired"
-MAX_SUBJECT = 256
+BAD_SUBJECT = (
+    f"the bearer token's subject (sub) is not a valid principal: principals are {PRINCIPAL_RULE}"
+)
 
 
 def _digest(token: str) -> bytes:
@@ -144,13 +146,10 @@ class Authenticator:
             log.info("a JWT was refused: %s", type(exc).__name__)
             raise Unauthenticated(INVALID, presented=True) from None
         subject = claims.get("sub")
-        if (
-            not isinstance(subject, str)
-            or not subject
-            or len(subject) > MAX_SUBJECT
-            or not subject.isprintable()
-        ):
+        if not isinstance(subject, str) or not subject:
             raise Unauthenticated(INVALID, presented=True)
+        if not is_valid_principal(subject):  # the rule of configured principals, not stripped
+            raise Unauthenticated(BAD_SUBJECT, presented=True)
         return subject
 
 

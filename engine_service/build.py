@@ -89,7 +89,7 @@ def build_engine(settings: Settings) -> Engine:
             max_state_bytes=settings.max_state_bytes,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
-        max_runs_per_caller=settings.max_runs_per_caller,
+        max_runs_per_caller=settings.runs_per_caller,
         lease_seconds=settings.lease_seconds,
         event_retention=settings.event_retention,
     )

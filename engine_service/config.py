@@ -59,7 +59,11 @@ TOML layout (every key optional)::
     [auth]                                 # who may call; docs/security.md
     allow_anonymous = false                # AGENTIK_ALLOW_ANONYMOUS: no tokens off loopback
     admins = ["ops"]                       # AGENTIK_ADMINS="ops,root": see every session
-    max_runs_per_caller = 0                # AGENTIK_MAX_RUNS_PER_CALLER (0 = no own limit)
+    max_runs_per_caller = 0                # AGENTIK_MAX_RUNS_PER_CALLER (0 = caller_run_share)
+    caller_run_share = 0.25                # AGENTIK_CALLER_RUN_SHARE: with authentication and
+                                           #   no max_runs_per_caller, the share of
+                                           #   max_concurrent_runs one principal may hold
+                                           #   (1 = no limit of its own)
     requests_per_minute = 0                # AGENTIK_REQUESTS_PER_MINUTE per principal (0 = none)
     jwt_key_file = "/etc/agentik/jwt.pem"  # AGENTIK_JWT_KEY_FILE: PEM public key or HMAC secret
     jwt_issuer = "https://issuer.example"  # AGENTIK_JWT_ISSUER ("" = not checked)
@@ -140,6 +144,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from engine_service.core.caller import PRINCIPAL_RULE, is_valid_principal
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
     from engine_service.tools.a2a_config import A2aAgentConfig
@@ -255,6 +261,10 @@ class Settings:
     admins: tuple[str, ...] = ()
     """Principals that see every session."""
     max_runs_per_caller: int = 0
+    """Runs one principal may have in flight; 0: ``caller_run_share`` decides."""
+    caller_run_share: float = 0.25
+    """With authentication on and ``max_runs_per_caller`` 0: the share of
+    ``max_concurrent_runs`` one principal may hold, so one cannot take every slot."""
     requests_per_minute: int = 0
     jwt_key_file: str = ""
     jwt_issuer: str = ""
@@ -278,6 +288,17 @@ class Settings:
     def auth_enabled(self) -> bool:
         """Whether callers must present credentials."""
         return bool(self.auth_tokens or self.jwt_key_file)
+
+    @property
+    def runs_per_caller(self) -> int:
+        """The runs one principal may have in flight; 0: no limit of its own.
+
+        ``max_runs_per_caller`` when set; else, with authentication on, ``caller_run_share``
+        of ``max_concurrent_runs`` (at least 1). Without authentication there is one caller,
+        and the engine's own limit is its limit."""
+        if self.max_runs_per_caller or not self.auth_enabled or self.caller_run_share >= 1:
+            return self.max_runs_per_caller
+        return max(1, math.floor(self.max_concurrent_runs * self.caller_run_share))
 
     def describe(self) -> list[tuple[str, str, str]]:
         """``(setting, env var, value)`` rows for a table; the API key is masked."""
@@ -449,6 +470,22 @@ def _seconds(*, zero_ok: bool) -> Parser:
         return value
 
     return parse
+
+
+def _share(raw: object, from_env: bool) -> object:
+    """A fraction in (0, 1]."""
+    if from_env:
+        try:
+            value = float(_text(raw))
+        except ValueError:
+            raise _Invalid("must be a number between 0 and 1, e.g. 0.25") from None
+    elif isinstance(raw, int | float) and not isinstance(raw, bool):
+        value = float(raw)
+    else:
+        raise _Invalid(f"must be a number between 0 and 1, not {type(raw).__name__}")
+    if not (0 < value <= 1):  # NaN fails this too
+        raise _Invalid("must be more than 0 and at most 1 (1 = no share limit)")
+    return value
 
 
 def _address(*, port_zero_ok: bool) -> Parser:
@@ -721,7 +758,6 @@ def _origins(raw: object, from_env: bool) -> object:
     return tuple(origins)
 
 
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9._~@+-]{1,128}$")
 _TOKEN = re.compile(r"^[\x21-\x2b\x2d-\x7e]{1,4096}$")
 """Printable ASCII without spaces or commas (the separator of AGENTIK_TOKENS)."""
 _JWT_ALGORITHMS = (
@@ -743,10 +779,8 @@ def _boolean(raw: object, from_env: bool) -> object:
 
 
 def _principal(value: object) -> str:
-    if not isinstance(value, str) or not _PRINCIPAL.match(value.strip()):
-        raise _Invalid(
-            f"principal {value!r} must be 1-128 letters, digits or ._~@+- (no spaces, ':' or ',')"
-        )
+    if not isinstance(value, str) or not is_valid_principal(value.strip()):
+        raise _Invalid(f"principal {value!r} must be {PRINCIPAL_RULE}")
     return value.strip()
 
 
@@ -980,6 +1014,7 @@ _FIELDS: tuple[_Field, ...] = (
         "max_runs_per_caller",
         _integer(0),
     ),
+    _Field("caller_run_share", "AGENTIK_CALLER_RUN_SHARE", "auth", "caller_run_share", _share),
     _Field(
         "requests_per_minute",
         "AGENTIK_REQUESTS_PER_MINUTE",

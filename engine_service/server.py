@@ -30,9 +30,10 @@ from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
 from engine_service.core.engine import Engine
+from engine_service.malformed import MalformedRequests
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service.servicer import AgentEngineServicer
+from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
 from engine_service.workers import redact_store
 
 __all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
@@ -138,7 +139,12 @@ class EngineServer:
             # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
         self.server = grpc.aio.server(
-            interceptors=[*_interceptors(), *interceptors],
+            # MalformedRequests last: the others wrap its handler and see its refusals.
+            interceptors=[
+                *_interceptors(),
+                *interceptors,
+                MalformedRequests({f"/{RUN_METHOD}", f"/{SUBSCRIBE_METHOD}"}),
+            ],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),

@@ -28,6 +28,7 @@ from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, RateLimited
 from engine_service.errors import status_for
+from engine_service.malformed import refuse_malformed
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
@@ -103,6 +104,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     async def Run(self, request: pb.RunRequest, context: Context) -> AsyncIterator[pb.Event]:
         if self.on_stream is not None:
             self.on_stream(RUN_METHOD, context)
+        await refuse_malformed(context, "Run", request)
         caller = await self._caller(context)
         run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
         handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
@@ -134,6 +136,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     ) -> AsyncIterator[pb.Event]:
         if self.on_stream is not None:
             self.on_stream(SUBSCRIBE_METHOD, context)
+        await refuse_malformed(context, "Subscribe", request)
         caller = await self._caller(context)
         events = self.engine.subscribe(
             caller, request.session_id, request.after_seq, until_idle=request.until_idle

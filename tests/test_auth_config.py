@@ -293,3 +293,33 @@ def test_agentik_engine_with_an_unset_token_variable_exits_2(tmp_path: Path) -> 
     assert result.returncode == 2, result.stderr
     assert "'AGENTIK_TEST_UNSET_TOKEN'" in result.stderr
     assert SECRET_B not in result.stderr
+
+
+# -- the share of run slots one principal may hold -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "runs"),
+    [
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}"}, 128),  # a quarter of 512
+        ({"AGENTIK_JWT_KEY_FILE": "/etc/agentik/jwt.pem"}, 128),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_CONCURRENT_RUNS": "10"}, 2),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_CONCURRENT_RUNS": "2"}, 1),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_CALLER_RUN_SHARE": "0.5"}, 256),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_CALLER_RUN_SHARE": "1"}, 0),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_RUNS_PER_CALLER": "500"}, 500),
+        ({}, 0),  # no authentication: one caller, the engine's limit is its limit
+    ],
+)
+def test_with_authentication_one_principal_may_hold_a_share_of_the_runs_by_default(
+    env: dict[str, str], runs: int
+) -> None:
+    assert load_settings(None, env).runs_per_caller == runs
+
+
+@pytest.mark.parametrize("value", ["0", "-0.1", "1.5", "nan", "a quarter"])
+def test_a_caller_run_share_outside_0_to_1_is_a_config_error_naming_it(value: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"invalid caller_run_share \(from env AGENTIK_CALLER_RUN_SHARE\)"
+    ):
+        load_settings(None, {"AGENTIK_CALLER_RUN_SHARE": value})

@@ -28,6 +28,7 @@ from engine_service.core import events as ev
 from engine_service.core.caller import Caller
 from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, page_chains
 from engine_service.core.chat import ChatModel
+from engine_service.core.client_tools import check_client_tools
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
@@ -378,6 +379,11 @@ class Engine:
         await self._session(caller, session_id)
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        # Checked here, so no store's error echoes a huge one back (gRPC cannot even send it).
+        if after_id:
+            check_id(after_id, "after_message_id")
+        if run_id:
+            check_id(run_id, "run_id")
         if not run_id:
             return await self.store.list_messages(session_id, after_id, limit or 100)
         await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
@@ -450,13 +456,7 @@ class Engine:
                 retry_after=1,
             )
         incoming = prepare_incoming(run_input.messages)
-        for index, tool in enumerate(run_input.tools):
-            if not tool.name:
-                raise InvalidInput(f"tools[{index}].name is required")
-            if self.tools.get(tool.name) is not None:
-                raise InvalidInput(
-                    f"tools[{index}].name {tool.name!r} collides with an engine tool"
-                )
+        check_client_tools(run_input.tools, lambda name: self.tools.get(name) is not None)
         for index, entry in enumerate(run_input.resume):
             check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
         if run_input.state is not UNSET:
@@ -578,6 +578,8 @@ class Engine:
     async def interrupt(self, caller: Caller, thread_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
         check_id(thread_id, "session_id")
+        if run_id:
+            check_id(run_id, "run_id")
         started = self._turn_callers.get(thread_id)
         if started is not None and caller.owns(started[1]):
             ending = self._turns.get(thread_id)

@@ -462,6 +462,23 @@ async def test_runs_per_caller_limit_refuses_a_second_concurrent_run(llm: FakeOp
         await _run(h, "alice", "second")  # hers ended: she may run again
 
 
+async def test_by_default_one_principal_takes_only_its_share_of_the_run_slots(
+    llm: FakeOpenAI,
+) -> None:
+    # max_runs_per_caller unset: a quarter of the engine's 4 slots is alice's 1.
+    settings = engine_settings(**_settings(llm, AGENTIK_MAX_CONCURRENT_RUNS="4"))
+    async with running_engine(settings) as h:
+        call, _ = await _started(h, "alice", "first")
+        second = pb.RunRequest(session_id="second", create_session=True, messages=[user("x")])
+        events, error = await outcome(h.stub.Run(second, metadata=as_("alice")))
+        assert not events and error is not None
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert trailers(error)["agentik-error"] == "rate_limited"
+        await _run(h, "bob", "bobs")  # the other slots are left for the others
+        rest = await collect(call)
+        assert rest[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+
+
 # -- logs -----------------------------------------------------------------------------
 
 

@@ -172,6 +172,40 @@ async def test_a_bad_hs256_token_is_unauthenticated(hs_engine: Harness, name: st
     assert await _refused(hs_engine, BAD_HS[name]()) == "the bearer token is not valid"
 
 
+@pytest.mark.parametrize(
+    "sub",
+    [
+        pytest.param("a" * 127 + " " + "b" * 128, id="256-printable-with-a-space"),
+        pytest.param("alice smith", id="space"),
+        pytest.param("x" * 129, id="129-characters"),
+        pytest.param("alice:admin", id="colon"),
+        pytest.param("a,b", id="comma"),
+        pytest.param("tab\there", id="tab"),
+        pytest.param("ünïcode", id="non-ascii"),
+        pytest.param(" alice", id="leading-space"),
+    ],
+)
+async def test_a_signed_token_whose_sub_breaks_the_principal_rule_is_refused_saying_why(
+    hs_engine: Harness, sub: str
+) -> None:
+    details = await _refused(hs_engine, _hs(sub=sub))
+
+    assert details == (
+        "the bearer token's subject (sub) is not a valid principal: principals are "
+        "1-128 letters, digits or ._~@+- (no spaces, ':' or ',')"
+    )
+    assert sub not in details
+
+
+async def test_a_sub_within_the_principal_rule_is_the_principal(hs_engine: Harness) -> None:
+    sub = "svc.user-1_a@example.com+ops~" + "z" * 99
+    made = await hs_engine.stub.CreateSession(
+        pb.CreateSessionRequest(), metadata=bearer(_hs(sub=sub))
+    )
+
+    assert made.owner == sub
+
+
 async def test_an_expired_token_says_it_has_expired(hs_engine: Harness, keys: Keys) -> None:
     details = await _refused(hs_engine, _hs(exp=int(time.time()) - 120))
     assert "has expired" in details

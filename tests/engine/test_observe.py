@@ -192,3 +192,23 @@ def test_metrics_with_several_engine_workers_is_a_configuration_error(
     monkeypatch.delenv("AGENTIK_CONFIG", raising=False)
     assert cli_main(["engine", "--workers", "2"]) == 2
     assert "metrics_addr is set with more than one engine worker" in capsys.readouterr().err
+
+
+async def test_a_request_that_does_not_parse_is_counted_invalid_argument(
+    observed: tuple[Harness, Recorder],
+) -> None:
+    harness, _ = observed
+    raw = harness.channel.unary_unary(
+        "/agentik.engine.v1.AgentEngine/GetSession", lambda b: b, lambda b: b
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await raw(b"\x0a\x02\xff\xfe", timeout=WAIT)  # session_id: not UTF-8
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == (
+        "the GetSession request is malformed: a string field holds bytes that are not UTF-8"
+    )
+    samples = await scrape(harness)
+    invalid = frozenset(
+        {("method", "agentik.engine.v1.AgentEngine/GetSession"), ("code", "INVALID_ARGUMENT")}
+    )
+    assert samples[("agentik_grpc_server_handling_seconds_count", invalid)] == 1

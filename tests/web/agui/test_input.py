@@ -293,3 +293,19 @@ def test_a_state_over_the_engines_limit_is_refused_with_400_naming_it(
         engine.stop()
 
     assert "max_state_bytes" in message
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["pick", "pick"], "tools[1].name 'pick' is already offered by tools[0]"),
+        (["pick color"], "tools[0].name 'pick color' is not a valid tool name"),
+    ],
+)
+def test_a_duplicate_or_invalid_frontend_tool_name_is_refused_with_400_naming_it(
+    client: FlaskClient, names: list[str], expected: str
+) -> None:
+    tools = [{"name": name, "description": "mine"} for name in names]
+    message = _refusal(client, _body(tools=tools), status=400)
+
+    assert message.startswith(expected), message

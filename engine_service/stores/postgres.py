@@ -186,11 +186,16 @@ ALTER TABLE runs ADD COLUMN parent_run_id text NOT NULL DEFAULT '';
 """Human in the loop: pending interrupts on the session, status ``input_required``, and
 who resumed a run."""
 
-_SCHEMA_V3 = """
-CREATE INDEX messages_by_run ON messages (session_id, ((body::jsonb ->> 'run_id')), position);
+_SCHEMA_V3 = r"""
+ALTER TABLE messages ADD COLUMN run_id text NOT NULL DEFAULT '';
+UPDATE messages SET run_id = coalesce(substring(body from '"run_id":"([^"\\]*)"'), '');
+CREATE INDEX messages_by_run ON messages (session_id, run_id, position);
 """
 """A run's messages found by index (``run_messages``, A2A ListTasks), not by a scan of the
-whole history."""
+whole history. The run id is a column of its own: an index on ``body::jsonb`` would refuse
+every message whose text holds U+0000 (jsonb cannot), which the store otherwise keeps. The
+backfill reads it from the compact JSON text (a ``"`` inside a string is always escaped, so
+only the key itself matches)."""
 
 _MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
@@ -682,9 +687,7 @@ class PostgresSessionStore(SessionStore):
             await self._require(conn, session_id)
             return await self._all(
                 conn,
-                # The expression is messages_by_run's, so the index finds the rows.
-                "SELECT body FROM messages WHERE session_id = %s"
-                " AND (body::jsonb ->> 'run_id') = ANY(%s)"
+                "SELECT body FROM messages WHERE session_id = %s AND run_id = ANY(%s)"
                 " ORDER BY position DESC LIMIT %s",
                 (session_id, list(run_ids), last + 1),
             )
@@ -695,6 +698,7 @@ class PostgresSessionStore(SessionStore):
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
+        runs = [message.run_id for message in messages]
 
         async def work(conn: _Conn) -> None:
             await self._require(conn, session_id, lock=True)
@@ -707,11 +711,13 @@ class PostgresSessionStore(SessionStore):
             if encoded:
                 async with conn.cursor() as cursor:
                     await cursor.executemany(
-                        "INSERT INTO messages (session_id, position, id, body)"
-                        " VALUES (%s, %s, %s, %s)",
+                        "INSERT INTO messages (session_id, position, id, body, run_id)"
+                        " VALUES (%s, %s, %s, %s, %s)",
                         [
-                            (session_id, last + 1 + i, mid, body)
-                            for i, (mid, body) in enumerate(encoded)
+                            (session_id, last + 1 + i, mid, body, run_id)
+                            for i, ((mid, body), run_id) in enumerate(
+                                zip(encoded, runs, strict=True)
+                            )
                         ],
                     )
 
@@ -722,6 +728,7 @@ class PostgresSessionStore(SessionStore):
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
+        runs = [message.run_id for message in messages]
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
 
@@ -731,9 +738,14 @@ class PostgresSessionStore(SessionStore):
             if encoded:
                 async with conn.cursor() as cursor:
                     await cursor.executemany(
-                        "INSERT INTO messages (session_id, position, id, body)"
-                        " VALUES (%s, %s, %s, %s)",
-                        [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
+                        "INSERT INTO messages (session_id, position, id, body, run_id)"
+                        " VALUES (%s, %s, %s, %s, %s)",
+                        [
+                            (session_id, i, mid, body, run_id)
+                            for i, ((mid, body), run_id) in enumerate(
+                                zip(encoded, runs, strict=True)
+                            )
+                        ],
                     )
 
         await self._write(work)

@@ -19,7 +19,7 @@ import pytest
 
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
-from engine_service.core.models import RunStatus
+from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.core.store import Lease, Signal, SignalKind
 from engine_service.stores import open_store
 from engine_service.stores.postgres import (
@@ -311,6 +311,32 @@ async def test_two_stores_opening_a_fresh_database_at_once_make_one_schema(pg_ur
     finally:
         for s in stores:
             await s.close()
+    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_the_run_index_migration_reads_run_ids_of_messages_holding_nul(
+    pg_url: str,
+) -> None:
+    store = PostgresSessionStore(pg_url)
+    try:
+        await store.create_session("s1", "", at(0))
+        odd = Message(id="m1", role=Role.USER, content=[TextPart('a\x00 "run_id":"x"')])
+        odd.run_id = "r1"
+        plain = Message(id="m2", role=Role.USER, content=[TextPart("b")])
+        await store.append_messages("s1", [odd, plain])
+    finally:
+        await store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to schema version 2
+        conn.execute("DROP INDEX messages_by_run")
+        conn.execute("ALTER TABLE messages DROP COLUMN run_id")
+        conn.execute("DELETE FROM agentik_schema_migrations WHERE version = 3")
+    again = PostgresSessionStore(pg_url)
+    try:
+        found, _ = await again.run_messages("s1", ["r1"], 5)
+        assert [m.id for m in found] == ["m1"]
+        assert [m.id for m in (await again.run_messages("s1", [""], 5))[0]] == ["m2"]
+    finally:
+        await again.close()
     assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
 
 

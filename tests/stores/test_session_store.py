@@ -786,3 +786,13 @@ async def test_run_messages_are_the_last_of_the_runs_named_oldest_first(
     assert await store.run_messages("s1", ["nobody"], 5) == ([], False)
     with pytest.raises(SessionNotFound):
         await store.run_messages("nope", ["r1"], 5)
+
+
+async def test_run_messages_find_messages_whose_text_holds_nul(store: SessionStore) -> None:
+    await store.create_session("s1", "", T0)
+    odd = message("m1", 'a\x00b "run_id":"r9" \\"')
+    odd.run_id = "r1"
+    await store.append_messages("s1", [odd])
+    found, _ = await store.run_messages("s1", ["r1"], 5)
+    assert [m.content for m in found] == [odd.content]
+    assert await store.run_messages("s1", ["r9"], 5) == ([], False)

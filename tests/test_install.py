@@ -49,7 +49,10 @@ def test_the_runtime_dependencies_leave_out_the_tools_and_the_optional_parts() -
 
 def test_package_data_ships_the_chat_page_and_the_openapi_document() -> None:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert data["package-data"]["web_facade"] == ["openapi.json", "static/*"]
+    assert data["package-data"]["web_facade"] == ["openapi.json", "static/*", "static/**/*"]
+    assert "py.typed" in data["package-data"]["*"]
+    for package in ("engine_service", "web_facade", "agentik_chat", "agentik_mcp"):
+        assert (ROOT / package / "py.typed").is_file(), package
     assert (ROOT / "web_facade" / "openapi.json").is_file()
     assert any((ROOT / "web_facade" / "static").iterdir())
 

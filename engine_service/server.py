@@ -42,7 +42,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import AgentEngineServicer
 from engine_service.workers import redact_store
 
-__all__ = ["LLM_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
+__all__ = ["LLM_METADATA", "METRICS_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +72,23 @@ def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
 
 LLM_METADATA = "agentik-llm"
 """The health answer's metadata key for the LLM endpoint's state."""
+METRICS_METADATA = "agentik-metrics"
+"""The health answer's metadata key for where the engine serves /metrics (``HOST:PORT``),
+present while it does: the facade's /metrics appends what it serves."""
 
 
 class _Health(HealthServicer):
-    """The standard health service; every ``Check`` answer also says the LLM's state."""
+    """The standard health service; every ``Check`` answer also says the LLM's state and,
+    while metrics are served, where."""
 
-    def __init__(self, llm_state: Callable[[], str]) -> None:
+    def __init__(self, metadata: Callable[[], tuple[tuple[str, str], ...]]) -> None:
         super().__init__()
-        self._llm_state = llm_state
+        self._metadata = metadata
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> health_pb2.HealthCheckResponse:
-        await context.send_initial_metadata(((LLM_METADATA, self._llm_state()),))
+        await context.send_initial_metadata(self._metadata())
         reply: health_pb2.HealthCheckResponse = await super().Check(request, context)
         return reply
 
@@ -109,7 +113,7 @@ class EngineServer:
         self.engine = engine
         self.settings = settings
         self.llm = LlmWatch(engine.model, settings.llm_check_interval, settings.openai_api_key)
-        self.health = _Health(lambda: self.llm.state)
+        self.health = _Health(self._health_metadata)
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
         self.port = 0
@@ -150,6 +154,13 @@ class EngineServer:
             self.server,
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
         )
+
+    def _health_metadata(self) -> tuple[tuple[str, str], ...]:
+        said: tuple[tuple[str, str], ...] = ((LLM_METADATA, self.llm.state),)
+        if self.metrics_port:
+            host = self.settings.metrics_addr.rsplit(":", 1)[0]
+            said += ((METRICS_METADATA, f"{host}:{self.metrics_port}"),)
+        return said
 
     async def start(self) -> int:
         """Bind, recover abandoned runs, serve; returns the bound port."""

@@ -11,7 +11,8 @@ message decides, first rule that applies:
    zone if one is named); "calculate 2*(3+4)" / "what is 2+2" calls ``calculate``.
 3. A tool named in the message (a whole word: ``research``, ``time__get_current_time``) is
    called; else a tool whose description shares a word of five letters or more with the
-   message (common words aside). The three tools of rule 2 are called by rule 2 only.
+   message (common words aside). The native tools (those of rule 2 and ``update_state``)
+   are called by rules 1 and 2 only.
    Arguments from the message: ``name=value`` or ``name: value`` for a parameter of that name;
    otherwise a required string parameter gets the whole message, a required number the first
    number in it (else 0), a required boolean ``true``.
@@ -63,7 +64,8 @@ _USE = re.compile(r"\buse\s+(?P<name>[A-Za-z0-9_.\-]+)", re.IGNORECASE)
 _SLOWLY = re.compile(r"\bslowly\b", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _WORDS = re.compile(r"[a-z]{5,}")
-_OWN_RULES = frozenset({"ask_user", "current_time", "calculate"})
+_OWN_RULES = frozenset({"ask_user", "current_time", "calculate", "update_state"})
+"""The native tools: called by rule 1 or 2 only, never matched by name or description."""
 _COMMON_WORDS = (
     "about above after again against along answer answers argument arguments before being "
     "below between could default defaults every given other their there these thing things "

@@ -27,8 +27,12 @@ def user(text: str) -> Message:
     return Message("u1", Role.USER, [TextPart(text)])
 
 
+async def no_wait(seconds: float) -> None:
+    """The model's pauses, skipped: these tests check what is said, not when."""
+
+
 async def collect(request: ChatRequest) -> list[ChatDelta]:
-    return [delta async for delta in OfflineChatModel().stream(request)]
+    return [delta async for delta in OfflineChatModel(sleep=no_wait).stream(request)]
 
 
 def text_of(deltas: list[ChatDelta]) -> str:
@@ -310,3 +314,11 @@ async def test_slowly_paces_the_sentence_about_a_tool_result_too() -> None:
 
     assert text_of(deltas).startswith("The current time in UTC is x.")
     assert sum(waits) >= 4.0
+
+
+async def test_native_tools_are_never_matched_by_their_description() -> None:
+    update_state = ToolSpec("update_state", "Change the state, e.g. /count.", {"type": "object"})
+
+    deltas = await collect(ChatRequest([user("count to twenty slowly")], [update_state]))
+
+    assert calls_of(deltas) == []

@@ -3,20 +3,29 @@ VENV     ?= .venv
 PYTHON   ?= python3
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
 NODE_DIR := tests/node
 PROTO    := proto/agentik/engine/v1/engine.proto
 
-.PHONY: install run engine web test lint typecheck pytest proto proto-lint node-deps browser bench clean
+.PHONY: install dev-install run engine web test lint typecheck pytest proto proto-lint node-deps browser bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# Two stamps: `make run` installs the runtime dependencies only ($(STAMP)); `make test` and
+# the dev targets add the development ones ($(DEVSTAMP)), also after a `make run`.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(DEVSTAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
 install: $(STAMP)
+
+dev-install: $(DEVSTAMP)
 
 ## Start the product on embedded defaults (SQLite, offline model unless an LLM is configured).
 run: install
@@ -29,19 +38,19 @@ web: install
 	$(BIN)/agentik web
 
 ## Everything CI runs: lint, types, proto lint and drift, the whole test suite.
-test: install node-deps browser lint typecheck proto-lint pytest
+test: dev-install node-deps browser lint typecheck proto-lint pytest
 
-lint: install
+lint: dev-install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: install
+typecheck: dev-install
 	$(BIN)/mypy
 
-pytest: install
+pytest: dev-install
 	$(BIN)/pytest -q
 
-proto-lint: install
+proto-lint: dev-install
 	$(BIN)/buf lint
 
 node-deps:
@@ -62,10 +71,10 @@ browser:
 
 ## Regenerate the gRPC stubs from the .proto (a test fails when they drift). The descriptor is
 ## named agentik/engine/v1/engine.proto, the modules live in engine_service.rpc: see the script.
-proto: install
+proto: dev-install
 	$(BIN)/python tools/gen_proto.py
 
-bench: install
+bench: dev-install
 	$(BIN)/python -m bench.engine_bench
 
 clean:

@@ -28,7 +28,8 @@ EXIT_INTERRUPTED = 130
 HELP = """\
 commands:
   /list         your conversations, most recent first (* marks the current one)
-  /switch ID    continue conversation ID (a unique prefix of an id in /list will do)
+  /switch ID    continue conversation ID (a unique prefix of an id in /list will do);
+                /switch alone lists them
   /new          the next message starts a new conversation
   /help         this text
   /quit         leave (Ctrl-D too)
@@ -50,7 +51,19 @@ def add_command(subparsers: Any) -> None:
         help="the web facade (default: http:// + $AGENTIK_HTTP_ADDR, else http://127.0.0.1:8000)",
     )
     chat.add_argument("--token", help="bearer token (default: $AGENTIK_TOKEN)")
-    chat.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    which = chat.add_mutually_exclusive_group()
+    which.add_argument(
+        "--conversation",
+        metavar="ID",
+        help="continue this conversation (a unique prefix of its id will do)",
+    )
+    which.add_argument(
+        "--continue",
+        dest="resume_last",
+        action="store_true",
+        help="continue the last conversation used with this server "
+        "(kept in $XDG_STATE_HOME/agentik/chat.json)",
+    )
     chat.set_defaults(handler=_chat)
 
 
@@ -62,9 +75,10 @@ def _chat(args: argparse.Namespace) -> int:
         token, source = os.environ["AGENTIK_TOKEN"], "AGENTIK_TOKEN"
     client = AgentikClient(args.url or default_url(os.environ), token, source)
     try:
+        conversation_id = _chosen_conversation(client, args)
         if sys.stdin.isatty():
-            return _interactive(client, args.conversation)
-        return _piped(client, args.conversation, sys.stdin.read())
+            return _interactive(client, conversation_id)
+        return _piped(client, conversation_id, sys.stdin.read())
     except ChatError as exc:
         print(f"agentik: {exc.message}", file=sys.stderr)
         return exc.exit_code
@@ -76,6 +90,45 @@ def _chat(args: argparse.Namespace) -> int:
         return 0
     finally:
         client.close()
+
+
+def _chosen_conversation(client: AgentikClient, args: argparse.Namespace) -> str | None:
+    """The conversation ``--conversation`` (an id or a unique prefix) or ``--continue``
+    names; None for a new one."""
+    from agentik_chat.api import EXIT_ERROR, ChatError
+    from agentik_chat.last import last_conversation, state_file
+
+    if args.resume_last:
+        last = last_conversation(client.url)
+        if last is None:
+            raise ChatError(
+                f"no last conversation with {client.url} (in {state_file(os.environ)}): "
+                "start one without --continue",
+                EXIT_ERROR,
+            )
+        return last
+    if args.conversation:
+        return str(find_conversation(client, args.conversation)["id"])
+    return None
+
+
+def find_conversation(client: AgentikClient, wanted: str) -> dict[str, Any]:
+    """The conversation with the id ``wanted``, else the one whose id starts with it."""
+    from agentik_chat.api import ChatError, Unreachable
+
+    try:
+        return client.conversation(wanted)
+    except Unreachable:
+        raise
+    except ChatError:
+        matches = [c for c in client.conversations(limit=1000) if c["id"].startswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    many = f"{len(matches)} conversations start with {wanted!r}" if matches else ""
+    raise ChatError(
+        f"{many or f'no conversation matches {wanted!r}'}: "
+        "`agentik chat` then /list shows them (give more of the id)"
+    )
 
 
 def _session(client: AgentikClient, conversation_id: str | None, *, piped: bool) -> ChatSession:
@@ -99,6 +152,7 @@ def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int
     if result is not None and result.outcome == "input_required":
         waiting = result.interrupts
     if waiting:
+        _remember(session)
         print(
             f"agentik: conversation {session.conversation_id} waits for a person:", file=sys.stderr
         )
@@ -110,9 +164,29 @@ def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int
         )
         return EXIT_INPUT_REQUIRED
     assert result is not None
+    _said_conversation(session)
     if result.outcome == "ended":
         print("agentik: the turn ended out of sight: its messages tell how", file=sys.stderr)
     return {"success": 0, "interrupted": EXIT_INTERRUPTED}.get(result.outcome, 1)
+
+
+def _said_conversation(session: ChatSession) -> None:
+    """Piped: the conversation's id on stderr (stdout is the answer), and remembered for
+    ``--continue``."""
+    if session.conversation_id:
+        print(
+            f"agentik: conversation {session.conversation_id} "
+            "(go on with: agentik chat --continue)",
+            file=sys.stderr,
+        )
+    _remember(session)
+
+
+def _remember(session: ChatSession) -> None:
+    from agentik_chat.last import remember_conversation
+
+    if session.conversation_id:
+        remember_conversation(session.client.url, session.conversation_id)
 
 
 def _interactive(client: AgentikClient, conversation_id: str | None) -> int:
@@ -141,6 +215,7 @@ def _interactive(client: AgentikClient, conversation_id: str | None) -> int:
                     return 0
                 continue
             result = session.send(text.removeprefix("/"))
+            _remember(session)
             if result.outcome == "input_required":
                 session.answer(result.interrupts, input)
         except WaitingForPerson:
@@ -172,6 +247,9 @@ def _command(session: ChatSession, text: str) -> str | None:
         _list(session)
     elif name == "/switch" and argument:
         _switch(session, argument)
+    elif name == "/switch":
+        _list(session)
+        print("/switch ID (or a unique prefix of one) continues it")
     else:
         print(f"unknown command {text!r}: /help lists them")
     return None
@@ -189,17 +267,17 @@ def _list(session: ChatSession) -> None:
 
 
 def _switch(session: ChatSession, wanted: str) -> None:
-    from agentik_chat.api import ChatError
+    from agentik_chat.api import ChatError, Unreachable
 
     try:
-        conversation = session.client.conversation(wanted)
+        conversation = find_conversation(session.client, wanted)
+    except Unreachable:
+        raise
     except ChatError:
-        matches = [c for c in session.client.conversations() if c["id"].startswith(wanted)]
-        if len(matches) != 1:
-            print(f"no single conversation matches {wanted!r}: /list shows them")
-            return
-        conversation = matches[0]
+        print(f"no single conversation matches {wanted!r}: /list shows them")
+        return
     session.conversation_id = str(conversation["id"])
+    _remember(session)
     title = conversation.get("title") or "untitled"
     print(
         f"now in conversation {session.conversation_id} ({title}, {conversation['count']} messages)"

@@ -78,7 +78,13 @@ def _load_jwt(settings: Settings) -> _Jwt | None:
         )
     key: Any = material.strip()
     if asymmetric:
-        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+        try:
+            from cryptography.hazmat.primitives.serialization import load_pem_public_key
+        except ImportError:
+            raise ConfigError(
+                f"jwt_key_file {path!r} is a PEM public key, which needs the cryptography "
+                "package: pip install 'agentik[jwt]'"
+            ) from None
 
         try:
             key = load_pem_public_key(material)

@@ -1,5 +1,5 @@
-"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``migrate``, ``grpc``,
-``chat`` and ``mcp``; ``agentik --version``."""
+"""The ``agentik`` command: ``engine``, ``web``, ``serve``, ``tools``, ``doctor``, ``migrate``,
+``grpc``, ``chat`` and ``mcp``; ``agentik --version``."""
 
 from __future__ import annotations
 
@@ -150,6 +150,13 @@ def _gate(name: str, approval: tuple[str, ...]) -> str:
     return "approves" if needs_approval(name, approval) else "-"
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """Check the configuration, the store, the LLM, the MCP servers and the A2A agents."""
+    from engine_service.doctor import doctor
+
+    return doctor(args.config)
+
+
 def _migrate(args: argparse.Namespace) -> int:
     """Apply the configured store's schema migrations, printing the version before/after."""
     from engine_service.core.errors import StorageUnavailable
@@ -224,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("tools", help="list the tools the LLM is offered").set_defaults(
         handler=_tools
     )
+    commands.add_parser(
+        "doctor",
+        help="check the configuration, the store, the LLM, the MCP servers and the A2A "
+        "agents; say what is wrong and how to fix it",
+    ).set_defaults(handler=_doctor)
     commands.add_parser(
         "migrate", help="apply the store's schema migrations (SQLite or PostgreSQL)"
     ).set_defaults(handler=_migrate)

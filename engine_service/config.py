@@ -40,6 +40,8 @@ TOML layout (every key optional)::
     timeout = 120.0                        # AGENTIK_LLM_TIMEOUT seconds, whole request
     first_token_timeout = 60.0             # AGENTIK_LLM_FIRST_TOKEN_TIMEOUT seconds
     max_retries = 2                        # AGENTIK_LLM_MAX_RETRIES
+    check_interval = 60.0                  # AGENTIK_LLM_CHECK_INTERVAL seconds between
+                                           #   GET /models checks (0 = at start only)
 
     [tools]
     timeout = 30.0                         # AGENTIK_TOOL_TIMEOUT seconds per tool call
@@ -204,6 +206,8 @@ class Settings:
     llm_timeout: float = 120.0
     llm_first_token_timeout: float = 60.0
     llm_max_retries: int = 2
+    llm_check_interval: float = 60.0
+    """Seconds between checks of the LLM endpoint (``GET /models``); 0: at start only."""
     tool_timeout: float = 30.0
     tools_approval: tuple[str, ...] = ()
     """Engine tools (names or globs) whose calls wait for a person's approval."""
@@ -895,6 +899,13 @@ _FIELDS: tuple[_Field, ...] = (
         _seconds(zero_ok=False),
     ),
     _Field("llm_max_retries", "AGENTIK_LLM_MAX_RETRIES", "llm", "max_retries", _integer(0)),
+    _Field(
+        "llm_check_interval",
+        "AGENTIK_LLM_CHECK_INTERVAL",
+        "llm",
+        "check_interval",
+        _seconds(zero_ok=True),
+    ),
     _Field("tool_timeout", "AGENTIK_TOOL_TIMEOUT", "tools", "timeout", _seconds(zero_ok=False)),
     _Field("tools_approval", "AGENTIK_TOOLS_APPROVAL", "tools", "approval", _tool_patterns),
     _Field("tools_ask_user", "AGENTIK_TOOLS_ASK_USER", "tools", "ask_user", _boolean),

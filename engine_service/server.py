@@ -9,6 +9,11 @@ interrupted and stored as interrupted, the MCP connections close, then the serve
 
 Storage: while the store cannot write (a full disk, a locked database), health says
 NOT_SERVING; it says SERVING again once a write probe succeeds.
+
+The LLM: its endpoint is checked at start and every ``llm_check_interval`` seconds
+(``engine_service.llm.probe``); each health ``Check`` answer carries the result in its
+initial metadata, ``agentik-llm: ok | unreachable | unknown model | unauthorized | offline |
+checking``. A bad LLM never makes the engine NOT_SERVING: runs are refused by the LLM, named.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,13 +36,15 @@ from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
 from engine_service.core.engine import Engine
+from engine_service.core.hitl import ASK_USER, needs_approval
+from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
 from engine_service.workers import redact_store
 
-__all__ = ["SERVICE_NAME", "EngineServer", "run_engine"]
+__all__ = ["LLM_METADATA", "METRICS_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +105,29 @@ def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
     server.add_generic_rpc_handlers((handler,))
 
 
+LLM_METADATA = "agentik-llm"
+"""The health answer's metadata key for the LLM endpoint's state."""
+METRICS_METADATA = "agentik-metrics"
+"""The health answer's metadata key for where the engine serves /metrics (``HOST:PORT``),
+present while it does: the facade's /metrics appends what it serves."""
+
+
+class _Health(HealthServicer):
+    """The standard health service; every ``Check`` answer also says the LLM's state and,
+    while metrics are served, where."""
+
+    def __init__(self, metadata: Callable[[], tuple[tuple[str, str], ...]]) -> None:
+        super().__init__()
+        self._metadata = metadata
+
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> health_pb2.HealthCheckResponse:
+        await context.send_initial_metadata(self._metadata())
+        reply: health_pb2.HealthCheckResponse = await super().Check(request, context)
+        return reply
+
+
 def _interceptors() -> list[grpc.aio.ServerInterceptor]:
     """A server span per RPC while tracing is on (``engine_service.tracing``), else none."""
     if not tracing.enabled():
@@ -116,7 +147,8 @@ class EngineServer:
         self.gate = Gate.from_settings(settings)
         self.engine = engine
         self.settings = settings
-        self.health = HealthServicer()
+        self.llm = LlmWatch(engine.model, settings.llm_check_interval, settings.openai_api_key)
+        self.health = _Health(self._health_metadata)
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
         self.port = 0
@@ -163,6 +195,13 @@ class EngineServer:
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
         )
 
+    def _health_metadata(self) -> tuple[tuple[str, str], ...]:
+        said: tuple[tuple[str, str], ...] = ((LLM_METADATA, self.llm.state),)
+        if self.metrics_port:
+            host = self.settings.metrics_addr.rsplit(":", 1)[0]
+            said += ((METRICS_METADATA, f"{host}:{self.metrics_port}"),)
+        return said
+
     async def start(self) -> int:
         """Bind, recover abandoned runs, serve; returns the bound port."""
         self.port = self.server.add_insecure_port(self.settings.grpc_addr)
@@ -183,6 +222,7 @@ class EngineServer:
             self.metrics_port = self._metrics_server.server_port
         self.mcp.start()
         self.a2a.start()
+        self.llm.start()
         await self._set_health(self.engine.storage_ok)
         return self.port
 
@@ -202,7 +242,7 @@ class EngineServer:
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
         await self.engine.shutdown(self.settings.shutdown_grace)
-        await asyncio.gather(self.mcp.stop(), self.a2a.stop())
+        await asyncio.gather(self.mcp.stop(), self.a2a.stop(), self.llm.stop())
         await self.server.stop(grace=1.0)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
@@ -218,6 +258,27 @@ def _redacted(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def startup_lines(settings: Settings, engine: Engine) -> list[str]:
+    """What an operator checks first: auth, the tools loaded, which wait for a person."""
+    if settings.auth_enabled:
+        kinds = [f"{len(settings.auth_tokens)} tokens"] if settings.auth_tokens else []
+        kinds += ["JWT"] if settings.jwt_key_file else []
+        auth = f"auth: on ({', '.join(kinds)})"
+    else:
+        auth = "auth: off (no tokens; serves loopback only unless AGENTIK_ALLOW_ANONYMOUS)"
+    names = [name for name, _, _ in engine.tools.describe()]
+    tools = f"tools: {len(names)} loaded ({', '.join(names) or 'none'})"
+    if settings.mcp_servers:
+        tools += f"; MCP tools join as their {len(settings.mcp_servers)} servers connect"
+    gated = [n for n in names if n != ASK_USER and needs_approval(n, settings.tools_approval)]
+    if settings.tools_approval:
+        patterns = ", ".join(settings.tools_approval)
+        approval = f"approval needed: {', '.join(gated) or 'none loaded yet'} ({patterns})"
+    else:
+        approval = "approval needed: none (AGENTIK_TOOLS_APPROVAL)"
+    return [auth, tools, approval]
 
 
 async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = False) -> None:
@@ -238,6 +299,9 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     else:
         endpoint = getattr(engine.model, "base_url", "")
         log.info("LLM: %s%s", engine.model.name, f" at {_redacted(endpoint)}" if endpoint else "")
+    for line in startup_lines(settings, engine):
+        log.info("%s", line)
+    # The LLM's line, "llm: ok (...)" or a warning with its fix, comes from its first probe.
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -69,6 +69,15 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "engine_service.cli", *config, "engine"]
 
 
+def serve_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the engine's metrics on a free loopback port, unless they are configured
+    or there are several engine workers: the facade's ``/metrics`` then carries them
+    (``web_facade.engine_metrics``)."""
+    if settings.metrics_addr or settings.engine_workers > 1:
+        return env
+    return {**env, "AGENTIK_METRICS_ADDR": "127.0.0.1:0"}
+
+
 def _serve(args: argparse.Namespace) -> int:
     """Run the engine and the facade as two child processes until a signal or a death;
     the web stops first (it ends its streams cleanly), then the engine."""
@@ -94,7 +103,7 @@ def _serve(args: argparse.Namespace) -> int:
     commands = [_engine_argv(args), gunicorn_argv()]
     return supervise(
         commands,
-        _child_env(args),
+        serve_env(settings, _child_env(args)),
         stop_timeout=_STOP_TIMEOUT,
         started=started,
         stopping=stopping,

@@ -1,7 +1,10 @@
 """``GET /health``: liveness of the facade and of its engine.
 
 The engine is asked through the standard ``grpc.health.v1`` service. 200 when it is
-SERVING; 503 when it is not, or cannot be reached.
+SERVING; 503 when it is not, or cannot be reached. ``llm`` is the engine's last check of
+its LLM endpoint (``ok``, ``unreachable``, ``unknown model``, ``unauthorized``, ``offline``
+or ``checking``), from the answer's ``agentik-llm`` metadata: it informs, it never turns
+the answer into a 503 (a run says what is wrong with the LLM when it fails).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ HEALTH_TIMEOUT = 2.0
 @bp.get("/health")
 def health() -> tuple[dict[str, Any], int]:
     try:
-        reply = current_engine().health.Check(
+        reply, call = current_engine().health.Check.with_call(
             health_pb2.HealthCheckRequest(service=""), timeout=HEALTH_TIMEOUT
         )
     except grpc.RpcError as exc:
@@ -38,11 +41,13 @@ def health() -> tuple[dict[str, Any], int]:
             **error_body(error.code, error.message),
         }, 503
     engine = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status).lower()
+    llm = dict(call.initial_metadata() or ()).get("agentik-llm", "unknown")
     if reply.status == health_pb2.HealthCheckResponse.SERVING:
-        return {"status": "ok", "facade": "ok", "engine": engine}, 200
+        return {"status": "ok", "facade": "ok", "engine": engine, "llm": llm}, 200
     return {
         "status": "unavailable",
         "facade": "ok",
         "engine": engine,
+        "llm": llm,
         **error_body("engine_unavailable", f"the engine reports {engine}"),
     }, 503

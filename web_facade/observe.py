@@ -34,6 +34,7 @@ from prometheus_client import (
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 from engine_service.logs import FIELDS
+from web_facade.engine_metrics import engine_metrics
 
 __all__ = [
     "METHODS",
@@ -213,6 +214,7 @@ def metrics_response() -> Response:
         payload = generate_latest(registry)
     else:
         payload = generate_latest(REGISTRY)
+    payload += engine_metrics()  # web_facade/engine_metrics.py: one scrape shows both
     return Response(payload, content_type=CONTENT_TYPE_LATEST)
 
 

@@ -66,6 +66,7 @@ def open_store(url: str, *, retry_seconds: float = 5.0) -> SessionStore:
             f"store URL {url!r} is not sqlite:///relative/path.db or sqlite:////absolute/path.db"
         )
     if scheme in ("postgres", "postgresql"):
+        _require_psycopg()
         from engine_service.stores.postgres import PostgresSessionStore
 
         return PostgresSessionStore(url, retry_seconds=retry_seconds)
@@ -77,6 +78,19 @@ def open_store(url: str, *, retry_seconds: float = 5.0) -> SessionStore:
         f"unsupported store URL {redacted_url(url)!r};"
         " use sqlite:///path.db, postgresql://... or memory://"
     )
+
+
+def _require_psycopg() -> None:
+    """``ValueError`` saying how to install the PostgreSQL driver, when it is absent (it is
+    the ``postgres`` extra: ``make run`` installs the runtime dependencies only)."""
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "a postgresql:// store needs the PostgreSQL driver: pip install 'agentik[postgres]'"
+            " (in a clone: .venv/bin/pip install -e '.[postgres]')"
+        ) from None
 
 
 def migrate_store(url: str) -> tuple[int, int] | None:
@@ -91,6 +105,7 @@ def migrate_store(url: str) -> tuple[int, int] | None:
 
         return migrate_sqlite(url[len(_SQLITE) :])
     if url.partition(":")[0].lower() in ("postgres", "postgresql"):
+        _require_psycopg()
         from engine_service.stores.postgres import migrate as migrate_postgres
 
         return migrate_postgres(url)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,15 @@ def run_chat(
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own ``$XDG_STATE_HOME`` (where ``--continue`` finds the last conversation):
+    never the user's, never shared between tests."""
+    home = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home
 
 
 @pytest.fixture(scope="module")

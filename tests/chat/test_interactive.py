@@ -116,6 +116,19 @@ def test_list_new_and_switch_move_between_conversations(stack: Stack, terminal: 
     assert said == [[{"type": "text", "text": t}] for t in ("first conversation", "again")]
 
 
+def test_switch_alone_lists_the_conversations(stack: Stack, terminal: Terminal) -> None:
+    terminal.say("listed")
+    terminal.expect("Echo: listed")
+    terminal.prompt()
+    current = _conversations(stack)[0]["id"]
+
+    terminal.say("/switch")
+
+    terminal.expect(f"* {current}")
+    terminal.expect("/switch ID (or a unique prefix of one) continues it")
+    terminal.prompt()
+
+
 def test_help_and_unknown_commands_answer_without_sending(terminal: Terminal) -> None:
     terminal.say("/help")
     terminal.expect("/switch ID")

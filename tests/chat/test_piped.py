@@ -204,3 +204,45 @@ def test_ctrl_c_interrupts_a_piped_turn_and_exits_130(stack: Stack, tmp_path: Pa
         assert conversation["active_run_id"] is None
         answer = http.get(f"/agentik/conversations/{conversation['id']}/messages").json()
     assert answer["items"][-1]["status"] == "interrupted"
+
+
+def test_piped_mode_names_the_conversation_on_stderr_and_continue_reuses_it(
+    stack: Stack, state_home: Path
+) -> None:
+    first = run_chat("one", "--url", stack.base_url)
+    assert (first.returncode, first.stdout) == (0, "Echo: one\n"), first.stderr
+    conversation_id = _conversation_id(first.stderr)
+    assert "agentik chat --continue" in first.stderr
+
+    second = run_chat("two", "--url", stack.base_url, "--continue")
+
+    assert (second.returncode, second.stdout) == (0, "Echo: two\n"), second.stderr
+    assert _conversation_id(second.stderr) == conversation_id
+    said = [m["content"] for m in _messages(stack, conversation_id) if m["role"] == "user"]
+    assert said == [[{"type": "text", "text": "one"}], [{"type": "text", "text": "two"}]]
+    assert conversation_id in (state_home / "agentik" / "chat.json").read_text()
+
+
+def test_continue_with_no_last_conversation_says_so(stack: Stack) -> None:
+    done = run_chat("hi", "--url", stack.base_url, "--continue")
+
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "no last conversation with" in done.stderr and "without --continue" in done.stderr
+
+
+def test_conversation_takes_a_unique_prefix_of_an_id(stack: Stack) -> None:
+    with stack.client() as http:
+        conversation_id = http.post("/agentik/conversations", json={}).json()["id"]
+
+    done = run_chat("by prefix", "--url", stack.base_url, "--conversation", conversation_id[:10])
+
+    assert (done.returncode, done.stdout) == (0, "Echo: by prefix\n"), done.stderr
+    assert _conversation_id(done.stderr) == conversation_id
+
+
+def test_a_prefix_that_matches_nothing_is_named(stack: Stack) -> None:
+    done = run_chat("hi", "--url", stack.base_url, "--conversation", "zzzz-nothing")
+
+    assert done.returncode == 1
+    assert "no conversation matches 'zzzz-nothing'" in done.stderr

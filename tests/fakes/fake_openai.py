@@ -162,6 +162,21 @@ class _Handler(StreamingHandler):
     def owner(self) -> FakeOpenAI:
         return self.server.fake
 
+    def do_GET(self) -> None:
+        """``GET /v1/models``: the fake's ``models`` (404 when it has none, like servers
+        without the route)."""
+        fake = self.server.fake
+        if self.path.rstrip("/") not in ("/v1/models", "/models") or fake.models is None:
+            self._send_error(404, f"no route for {self.path}")
+            return
+        if fake.api_key is not None and self.headers.get("Authorization") != (
+            f"Bearer {fake.api_key}"
+        ):
+            self._send_error(401, "Incorrect API key provided.")
+            return
+        data = [{"id": name, "object": "model", "owned_by": "fake"} for name in fake.models]
+        self._send_json(200, {"object": "list", "data": data})
+
     def do_POST(self) -> None:
         fake = self.server.fake
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -372,6 +387,8 @@ class FakeOpenAI(BackgroundServer):
         super().__init__(host, port)
         self.api_key = api_key
         """When set, requests without ``Authorization: Bearer <api_key>`` get a 401."""
+        self.models: tuple[str, ...] | None = ("gpt-4o-mini", "fake-model")
+        """What ``GET /v1/models`` lists; None: that route is absent (404)."""
         self.requests: list[dict[str, Any]] = []
         self.connection_closed = threading.Event()
         self.closed_mid_stream = 0

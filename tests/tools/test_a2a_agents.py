@@ -473,3 +473,22 @@ async def test_a_call_to_an_agent_that_does_not_stream_past_its_timeout_cancels_
         "error: the agent 'helper' did not finish within 1 s; its task was cancelled"
     )
     assert len(cancelled) == cancelled_before + 1, "the remote task was not cancelled"
+
+
+async def test_the_offline_model_calls_a_remote_agent_named_in_the_message(
+    agent: SdkAgent,
+) -> None:
+    settings = dataclasses.replace(
+        engine_settings(), a2a_agents=(A2aAgentConfig("helper", agent.url),)
+    )
+    async with running_engine(settings) as harness:
+        assert harness.engine.model.name == "offline"
+        await _ready(harness)
+        named = await collect(harness.stub.Run(_run("offline-named", "tell helper about tea")))
+        used = await collect(
+            harness.stub.Run(_run("offline-use", 'use helper {"message": "coffee"}'))
+        )
+
+    assert _result(named).content.startswith("sdk-agent heard: tell helper about tea")
+    assert _result(used).content.startswith("sdk-agent heard: coffee")
+    assert text_of(used).startswith("helper returned: sdk-agent heard: coffee")

@@ -356,3 +356,11 @@ def test_agentik_serve_in_json_writes_only_json_lines(llm: FakeOpenAI, tmp_path:
     assert any(m.startswith("agentik: stopping") for m in messages)
     assert any(r["logger"] == "agentik.access" and r["status"] == 201 for r in records)
     assert any("engine listening" in m for m in messages)
+
+
+def test_the_facade_metrics_carry_the_engines_too(observed: Observed) -> None:
+    samples = scrape(f"{observed.stack.base_url}/metrics")
+
+    assert value(samples, "agentik_runs_started_total") >= 2
+    assert value(samples, "agentik_runs_finished_total", outcome="error") >= 1
+    assert value(samples, "agentik_http_request_duration_seconds_count", route=SEND_ROUTE) >= 2

@@ -1,0 +1,187 @@
+"""``agentik doctor``: checks what a start would need and says what is wrong and how to fix it.
+
+In order: the configuration (file and environment, exposure without tokens, the Python tools
+it names), the store (opened and written as the engine would: SQLite creates and migrates
+its file), the LLM endpoint (``GET /models``: reachable, key accepted, model listed), each
+MCP server (connected, its tools listed) and each remote A2A agent (its card read). It runs
+beside or without a running agentik and changes nothing else. Exit status: 0 when all is
+well, 1 when something is wrong, 2 when the configuration itself cannot be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
+
+__all__ = ["Finding", "doctor"]
+
+OK_MARK = "ok"
+FAIL_MARK = "FAIL"
+WARN_MARK = "warn"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One checked thing: ``mark`` is ok, warn or FAIL."""
+
+    mark: str
+    what: str
+    detail: str
+    fix: str = ""
+
+
+def doctor(config: str | None, out: Callable[[str], None] = print) -> int:
+    """Run every check, print one line per finding (and its fix), return the exit status."""
+    logging.basicConfig(level="CRITICAL")  # the findings say it; the sources' logs would repeat
+    try:
+        settings = load_settings(config, os.environ)
+    except ConfigError as exc:
+        _print([Finding(FAIL_MARK, "config", str(exc), "correct the setting named above")], out)
+        return 2
+    findings = [_config(settings, config), _store(settings)]
+    findings += asyncio.run(_remote(settings))
+    _print(findings, out)
+    failed = sum(f.mark == FAIL_MARK for f in findings)
+    out("")
+    out(f"{failed} problem{'s' * (failed != 1)} found" if failed else "all checks passed")
+    return 1 if failed else 0
+
+
+def _print(findings: list[Finding], out: Callable[[str], None]) -> None:
+    width = max(len(f.what) for f in findings)
+    for f in findings:
+        out(f"{f.mark:<4}  {f.what:<{width}}  {f.detail}")
+        if f.fix:
+            out(f"{'':<4}  {'':<{width}}  fix: {f.fix}")
+
+
+def _config(settings: Settings, path: str | None) -> Finding:
+    source = path or os.environ.get("AGENTIK_CONFIG") or "defaults and the environment"
+    try:
+        refuse_open_exposure(settings, settings.grpc_addr, "engine")
+        refuse_open_exposure(settings, settings.http_addr, "web facade")
+    except ConfigError as exc:
+        return Finding(
+            FAIL_MARK, "config", str(exc), "add tokens ([[auth.tokens]]) or listen on 127.0.0.1"
+        )
+    from engine_service.build import build_tools
+
+    try:
+        build_tools(settings)  # a [[tools.python]] function that does not import stops here
+    except ConfigError as exc:
+        return Finding(FAIL_MARK, "config", str(exc), "fix the [[tools.python]] entry named above")
+    auth = "auth on" if settings.auth_enabled else "auth off (loopback only)"
+    where = f"engine {settings.grpc_addr}, web {settings.http_addr}, {auth}"
+    return Finding(OK_MARK, "config", f"{source}; {where}")
+
+
+def _store(settings: Settings) -> Finding:
+    from engine_service.core.errors import StorageUnavailable
+    from engine_service.stores import open_store, redacted_url
+
+    where = redacted_url(settings.store)
+
+    async def check() -> None:
+        store = open_store(settings.store)
+        try:
+            await store.check_writable()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(check())
+    except ValueError as exc:
+        return Finding(FAIL_MARK, "store", str(exc), "set AGENTIK_STORE ([engine] store)")
+    except StorageUnavailable as exc:
+        return Finding(
+            FAIL_MARK,
+            "store",
+            f"{where}: {exc.message}",
+            "make the database reachable and writable, or set AGENTIK_STORE",
+        )
+    except OSError as exc:  # its directory cannot be made
+        return Finding(
+            FAIL_MARK,
+            "store",
+            f"{where}: {exc.strerror or exc}: {exc.filename}",
+            "make the database's directory writable, or set AGENTIK_STORE",
+        )
+    except RuntimeError as exc:  # a schema newer than this code
+        return Finding(FAIL_MARK, "store", f"{where}: {exc}", "upgrade agentik")
+    if settings.store == "memory://":
+        return Finding(WARN_MARK, "store", "memory:// keeps nothing across restarts")
+    return Finding(OK_MARK, "store", f"{where} (writable)")
+
+
+async def _remote(settings: Settings) -> list[Finding]:
+    """The LLM, the MCP servers and the A2A agents, checked at the same time."""
+    return [await _llm(settings), *await _sources(settings)]
+
+
+async def _llm(settings: Settings) -> Finding:
+    from engine_service.llm.probe import probe_llm
+
+    if not (settings.openai_base_url or settings.openai_api_key):
+        return Finding(
+            OK_MARK,
+            "llm",
+            "the built-in offline model (no OPENAI_BASE_URL or OPENAI_API_KEY)",
+        )
+    base_url = settings.openai_base_url or "https://api.openai.com/v1"
+    status = await probe_llm(base_url, settings.openai_api_key, settings.model)
+    mark = OK_MARK if status.ok else FAIL_MARK
+    return Finding(mark, "llm", f"{status.state}: {status.detail}", status.fix)
+
+
+async def _sources(settings: Settings) -> list[Finding]:
+    if not settings.mcp_servers and not settings.a2a_agents:
+        return []
+    from engine_service.build import build_a2a_agents, build_mcp_sources
+    from engine_service.core.registry import ToolRegistry
+
+    registry = ToolRegistry()
+    sources = build_mcp_sources(settings, registry)
+    agents = build_a2a_agents(settings, registry)
+    sources.start()
+    agents.start()
+    try:
+        wait = max(
+            [s.config.connect_timeout for s in sources]
+            + [a.config.connect_timeout for a in agents],
+            default=0.0,
+        )
+        await asyncio.gather(sources.wait_settled(wait + 1.0), agents.wait_settled(wait + 1.0))
+        servers, remote = sources.describe(), agents.describe()
+    finally:
+        await asyncio.gather(sources.stop(), agents.stop())
+    findings = []
+    for name, transport, target, status in servers:
+        ready = status.startswith("ready")
+        findings.append(
+            Finding(
+                OK_MARK if ready else FAIL_MARK,
+                f"mcp {name}",
+                f"{transport} {target}: {status}",
+                ""
+                if ready
+                else "check the server's command or URL in [[mcp.servers]] (docs/mcp.md)",
+            )
+        )
+    for name, card, status in remote:
+        ready = status.startswith("ready")
+        findings.append(
+            Finding(
+                OK_MARK if ready else FAIL_MARK,
+                f"a2a {name}",
+                f"{card}: {status}",
+                ""
+                if ready
+                else "start the agent, or fix its url in AGENTIK_A2A_AGENTS / [[a2a.agents]]",
+            )
+        )
+    return findings

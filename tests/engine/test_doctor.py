@@ -1,0 +1,143 @@
+"""``agentik doctor`` finds what is wrong before a start and says how to fix it: a refused
+LLM port, a wrong model, a bad setting, an unwritable store, an MCP server or an A2A agent
+that is not there; a good fake LLM passes."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine_service.cli import main
+from tests.fakes.fake_openai import FakeOpenAI
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A user's shell in an empty directory: no agentik or OpenAI variables."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("AGENTIK_", "OPENAI_", "OTEL_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    status = main([*args, "doctor"])
+    return status, capsys.readouterr().out.splitlines()
+
+
+def line(lines: list[str], start: str) -> str:
+    return next(text for text in lines if text.startswith(start))
+
+
+def test_the_defaults_pass_with_the_offline_model(capsys: pytest.CaptureFixture[str]) -> None:
+    status, lines = doctor(capsys)
+
+    assert status == 0
+    assert line(lines, "ok    llm").endswith(
+        "the built-in offline model (no OPENAI_BASE_URL or OPENAI_API_KEY)"
+    )
+    assert line(lines, "ok    store").startswith("ok    store   sqlite:///.agentik/agentik.db")
+    assert lines[-1] == "all checks passed"
+
+
+def test_a_good_llm_that_lists_the_model_passes(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("AGENTIK_MODEL", "fake-model")
+
+    status, lines = doctor(capsys)
+
+    assert status == 0
+    assert "ok: " in line(lines, "ok    llm") and "serves 'fake-model'" in line(lines, "ok    llm")
+
+
+def test_a_wrong_model_is_named_with_the_models_there_are(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("AGENTIK_MODEL", "gtp-4o")
+
+    status, lines = doctor(capsys)
+
+    assert status == 1
+    failed = line(lines, "FAIL  llm")
+    assert "unknown model" in failed and "'gtp-4o'" in failed and "fake-model" in failed
+    assert "fix: set AGENTIK_MODEL" in lines[lines.index(failed) + 1]
+    assert lines[-1] == "1 problem found"
+
+
+def test_a_refused_llm_port_is_unreachable_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
+
+    status, lines = doctor(capsys)
+
+    assert status == 1
+    failed = line(lines, "FAIL  llm")
+    assert "unreachable" in failed
+    assert "OPENAI_BASE_URL" in lines[lines.index(failed) + 1]
+
+
+def test_a_bad_setting_is_named_and_stops_the_checks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENTIK_MAX_TOOL_ROUNDS", "many")
+
+    status, lines = doctor(capsys)
+
+    assert status == 2
+    assert lines[0].startswith("FAIL  config  ") and "AGENTIK_MAX_TOOL_ROUNDS" in lines[0]
+    assert not any("llm" in text for text in lines)
+
+
+def test_an_unwritable_store_fails_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("AGENTIK_STORE", "sqlite:///file/agentik.db")
+
+    status, lines = doctor(capsys)
+
+    assert status == 1
+    assert line(lines, "FAIL  store")
+    assert "AGENTIK_STORE" in " ".join(lines)
+
+
+def test_an_mcp_server_and_an_a2a_agent_that_are_not_there_fail_with_their_fixes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        '[[mcp.servers]]\nname = "ghost"\ncommand = "/nonexistent/mcp-server"\n'
+        "connect_timeout = 2.0\n"
+    )
+    monkeypatch.setenv("AGENTIK_A2A_AGENTS", f"research=http://127.0.0.1:{free_port()}/")
+
+    status, lines = doctor(capsys, "--config", str(config))
+
+    assert status == 1
+    mcp = line(lines, "FAIL  mcp ghost")
+    assert "[[mcp.servers]]" in lines[lines.index(mcp) + 1]
+    a2a = line(lines, "FAIL  a2a research")
+    assert "AGENTIK_A2A_AGENTS" in lines[lines.index(a2a) + 1]
+    assert lines[-1] == "2 problems found"

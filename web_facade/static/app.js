@@ -209,6 +209,8 @@ function shortDate(iso) {
 async function loadConversations() {
   const page = await call("GET", `${API}?limit=100`);
   conversations = page.items;
+  const open = current && conversations.find((c) => c.id === current.id);
+  if (open) $("current-title").textContent = open.title || "Untitled";
   if (renaming) return; // drawn again once the title is in
   const list = $("conversations");
   list.replaceChildren(...conversations.map(listItem));
@@ -277,6 +279,7 @@ function closeView() {
   if (current) current.close();
   current = null;
   $("log").replaceChildren();
+  $("current-title").textContent = "New chat";
   setBusy(false);
   for (const item of $("conversations").children) item.classList.remove("current");
 }
@@ -336,6 +339,7 @@ async function openConversation(id) {
   follow(view).catch(showError);
   if (!active) replayOutcomes(view, conversation, messages).catch(() => {});
   view.title = conversation.title;
+  $("current-title").textContent = conversation.title || "Untitled";
   const first = messages.find((m) => m.role === "user");
   if (first) await giveTitle(view, first.content.map((part) => part.text || "").join(""));
 }

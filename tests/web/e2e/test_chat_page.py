@@ -485,12 +485,24 @@ def test_an_open_conversation_follows_a_turn_sent_by_another_client(
             page.wait(lambda: page.one("#stop").is_displayed(), "the turn in flight")
             page.wait_for_answer(r"^w0 w1 w2\b")
             page.screenshot("chat-live-follow.png")
+            assert not page.one("#send").is_enabled()
+            # A send that races the other client's turn is refused 409 busy: the text stays.
+            page.driver.execute_script("document.getElementById('send').disabled = false")
+            page.one("#input").send_keys("too early")
+            page.one("#send").click()
+            page.wait(lambda: "still answering" in page.status(), "the refusal")
+            assert page.input_value() == "too early"
             sent.read()
     answer = page.wait_for_answer(r"\bw29\b")
     assert answer.split() == [f"w{i}" for i in range(30)]  # each delta once
     page.idle()
     assert [e.text for e in page.find(".msg.user")].count(body["text"]) == 1
-    page.assert_no_console_errors()
+    assert "still answering" in page.status()  # the reason stays until the next send
+    page.one("#send").click()
+    page.wait_for_answer(r"^Echo: too early")
+    page.idle()
+    assert page.input_value() == ""
+    page.assert_no_console_errors(expected=r"/send - .* status of 409 \(CONFLICT\)")
 
 
 def test_a_failed_turn_shows_its_error_after_a_reload_with_a_retry(

@@ -264,13 +264,13 @@ def test_conversations_are_created_switched_and_deleted(page: Page) -> None:
     second = page.current_id()
     assert second != first and set(page.conversation_ids()) == {first, second}
 
-    page.one(f'#conversations li[data-id="{first}"] .open').click()
+    page.click(f'#conversations li[data-id="{first}"] .open')
     page.wait_for_answer(r"^2\+2 = 4\.$")  # the history, tool calls and all
     results = [e.text for e in page.find(".tool-call .result")]
     assert any('"result": 4' in result for result in results), results
     assert not any("hello again" in answer for answer in page.answers())
 
-    page.one(f'#conversations li[data-id="{second}"] .delete').click()
+    page.click(f'#conversations li[data-id="{second}"] .delete')
     page.wait(lambda: page.conversation_ids() == [first], "the deleted conversation to go")
     page.wait_for_answer(r"^2\+2 = 4\.$")  # the open one stays
     page.assert_no_console_errors()
@@ -349,8 +349,7 @@ def test_at_phone_width_the_sidebar_folds_away_and_comes_back(page: Page) -> Non
         page.wait(sidebar.is_displayed, "the sidebar")
         assert sidebar.size["width"] <= 340
         page.screenshot("chat-phone-sidebar.png")
-        first = page.find("#conversations li .open")[0]
-        first.click()  # opening a conversation folds the sidebar again
+        page.click("#conversations li .open")  # opening a conversation folds the sidebar again
         page.wait(lambda: not sidebar.is_displayed(), "the sidebar to fold")
         page.one("#menu").click()
         page.wait(sidebar.is_displayed, "the sidebar")

@@ -281,6 +281,7 @@ function closeView() {
   $("log").replaceChildren();
   $("current-title").textContent = "New chat";
   setBusy(false);
+  setStatus(""); // a refusal spoke of the conversation left
   for (const item of $("conversations").children) item.classList.remove("current");
 }
 

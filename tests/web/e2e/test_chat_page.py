@@ -118,7 +118,12 @@ class Page:
 
     def click(self, css: str) -> None:
         """Click the last element ``css`` selects (found again if the page redrew it)."""
-        self.wait(lambda: self.one(css).click() or True, css)
+
+        def clicked() -> bool:
+            self.one(css).click()
+            return True
+
+        self.wait(clicked, css)
 
     def status(self) -> str:
         found = self.driver.find_elements(By.ID, "status")
@@ -321,7 +326,10 @@ def test_conversations_are_renamed_searched_and_titled_by_their_first_message(
     others = len(page.titles()) - 1
     assert others >= 1
     page.one("#search").send_keys("RENAMED")
-    visible = lambda: [e.text for e in page.find("#conversations li .title") if e.is_displayed()]  # noqa: E731
+
+    def visible() -> list[str]:
+        return [e.text for e in page.find("#conversations li .title") if e.is_displayed()]
+
     page.wait(lambda: visible() == ["Renamed in the page"], "the search to filter")
     page.one("#search").clear()
     page.one("#search").send_keys(" ")
@@ -417,7 +425,10 @@ def test_markdown_is_rendered_and_hostile_answers_never_run(
     page.wait(lambda: page.find(".msg.assistant .text table"), "the table")
     page.idle()
     bubble = page.find(".msg.assistant")[-1]
-    inside = lambda css: bubble.find_elements(By.CSS_SELECTOR, css)  # noqa: E731
+
+    def inside(css: str) -> list[WebElement]:
+        return list(bubble.find_elements(By.CSS_SELECTOR, css))
+
     assert [e.text for e in inside("strong")] == ["bold"]
     assert [e.text for e in inside(":not(pre) > code")] == ["inline code"]
     assert [e.text for e in inside("td")] == ["calculate", "2"]

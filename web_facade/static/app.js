@@ -141,11 +141,16 @@ async function follow(view) {
 }
 
 // Turns that ended before the page opened: their errors (with a retry) and token counts are
-// not in the stored messages, so read them from the conversation's retained events.
+// not in the stored messages, so read them from the conversation's retained events, up to
+// where the page opened (a turn in flight then shows its own outcome live).
 async function replayOutcomes(view, conversation, messages) {
   const outcomes = new Map();
+  const caughtUp = new AbortController();
+  view.signal.addEventListener("abort", () => caughtUp.abort());
   const onFrame = (frame) => {
-    if (Number(frame.id) > conversation.last_event_id) return;
+    const id = Number(frame.id || 0);
+    if (id > conversation.last_event_id) return;
+    if (id === conversation.last_event_id) caughtUp.abort();
     let data;
     try {
       data = JSON.parse(frame.data);
@@ -154,8 +159,13 @@ async function replayOutcomes(view, conversation, messages) {
     }
     if (["end", "interrupted", "error"].includes(data.type) && data.run_id) outcomes.set(data.run_id, data);
   };
-  const path = `${API}/${view.id}/events?after=0&until_idle=true`;
-  await stream("GET", path, { signal: view.signal, onFrame });
+  try {
+    const path = `${API}/${view.id}/events?after=0&until_idle=true`;
+    await stream("GET", path, { signal: caughtUp.signal, onFrame });
+  } catch (error) {
+    if (!caughtUp.signal.aborted) throw error;
+  }
+  if (view.signal.aborted) return;
   const spans = new Map(); // run id -> [first created_at, last created_at]
   for (const message of messages) {
     const span = spans.get(message.run_id) || [message.created_at, message.created_at];
@@ -338,7 +348,7 @@ async function openConversation(id) {
     if (conversation.pending_interrupts.length) view.prompt(conversation.pending_interrupts);
   }
   follow(view).catch(showError);
-  if (!active) replayOutcomes(view, conversation, messages).catch(() => {});
+  if (conversation.last_event_id > 0) replayOutcomes(view, conversation, messages).catch(() => {});
   view.title = conversation.title;
   $("current-title").textContent = conversation.title || "Untitled";
   const first = messages.find((m) => m.role === "user");

@@ -83,14 +83,18 @@ async function send(text, fromComposer = false) {
   await giveTitle(view, text);
   saveRun(view.id, view.lastEventId);
   $("send").disabled = true;
+  let taken = false;
   const onOpen = () => {
+    taken = true;
     if (fromComposer && $("input").value.trim() === text) $("input").value = "";
   };
   try {
     const onFrame = (frame) => view.frame(frame);
     await stream("POST", `${API}/${view.id}/send`, { body: { text }, signal: view.signal, onFrame, onOpen });
   } catch (error) {
-    if (view.signal.aborted) return;
+    // Once taken, the turn goes on in the engine whatever happens to this stream: the
+    // conversation's follow shows the rest.
+    if (view.signal.aborted || taken) return;
     clearRun(view.id);
     if (current === view) {
       setBusy(view.running !== null);

@@ -515,6 +515,26 @@ def test_an_open_conversation_follows_a_turn_sent_by_another_client(
     page.assert_no_console_errors(expected=r"/send - .* status of 409 \(CONFLICT\)")
 
 
+def test_the_live_follow_comes_back_after_the_facade_restarts(
+    slow_page: Page, slow_stack: Stack
+) -> None:
+    page = slow_page
+    conversation = page.current_id()
+    slow_stack.web.stop()
+    slow_stack.start_web()
+    asked = "[[chunks:4]] after the restart"
+    with slow_stack.client() as other:
+        path = f"/agentik/conversations/{conversation}/send"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with other.stream("POST", path, json={"text": asked}, headers=auth) as sent:
+            assert sent.status_code == 200
+            sent.read()
+    page.wait(lambda: page.find(".msg.user")[-1].text == asked, "the message after the restart")
+    page.wait_for_answer(r"^w0 w1 w2 w3\s*$")
+    page.idle()
+    page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # refused while it was down
+
+
 def test_a_failed_turn_shows_its_error_after_a_reload_with_a_retry(
     slow_page: Page, llm: FakeOpenAI
 ) -> None:

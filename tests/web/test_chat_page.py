@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,8 @@ from web_facade.chat_page import CONTENT_SECURITY_POLICY, STATIC_DIR, load_files
         ("/", "text/html; charset=utf-8"),
         ("/static/app.js", "text/javascript; charset=utf-8"),
         ("/static/app.css", "text/css; charset=utf-8"),
+        ("/static/marked.esm.js", "text/javascript; charset=utf-8"),
+        ("/static/purify.es.js", "text/javascript; charset=utf-8"),
     ],
 )
 def test_each_file_is_served_with_its_type_a_strict_policy_and_an_etag(
@@ -128,3 +131,28 @@ def test_with_tokens_the_page_needs_none(make_app: Callable[..., Flask]) -> None
     client = make_app(AGENTIK_TOKENS="alice:secret-token-a").test_client()
     assert client.get("/", base_url="http://agent.example.com").status_code == 200
     assert client.get("/static/app.js", base_url="http://agent.example.com").status_code == 200
+
+
+def test_the_vendored_libraries_are_pinned_with_their_licences_and_checksums() -> None:
+    table = (STATIC_DIR / "VENDORED.md").read_text()
+    rows = re.findall(
+        r"^\| `([\w.-]+\.js)` \| .*? (\d+\.\d+\.\d+) \|.*`([0-9a-f]{64})` \|$", table, re.M
+    )
+    assert {name for name, _, _ in rows} == {"marked.esm.js", "purify.es.js"}
+    for name, version, digest in rows:
+        body = (STATIC_DIR / name).read_bytes()
+        assert hashlib.sha256(body).hexdigest() == digest, f"{name} differs from VENDORED.md"
+        assert version.encode() in body[:400], f"{name} is not version {version}"
+    for licence in ("LICENSE.marked.txt", "LICENSE.dompurify.txt", "LICENSE-MPL.dompurify.txt"):
+        assert (STATIC_DIR / licence).read_text().strip()
+
+
+def test_the_page_loads_no_script_from_elsewhere() -> None:
+    for path in STATIC_DIR.glob("*.js"):
+        imports = re.findall(r"""^import\b[^;]*?from\s*["']([^"']+)["']""", path.read_text(), re.M)
+        assert all(spec.startswith("./") for spec in imports), (path.name, imports)
+
+
+def test_licences_and_notes_are_shipped_but_not_served(client: FlaskClient) -> None:
+    assert client.get("/static/LICENSE.marked.txt").status_code == 404
+    assert client.get("/static/VENDORED.md").status_code == 404

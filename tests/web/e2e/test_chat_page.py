@@ -5,6 +5,8 @@ Two stacks: the offline model with ``calculate`` under approval and ``ask_user``
 human-in-the-loop flows), and the fake LLM, whose ``[[chunks:N]][[slow:S]]`` directives make a
 long, slow answer to reload or stop in the middle of.
 
+Model output is Markdown; the hostile answers come from the fake LLM's scripted replies.
+
 Set ``AGENTIK_SCREENSHOT_DIR`` to save the screenshots that docs/chat.md shows.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver import Chrome, ChromeOptions
+from selenium.webdriver import ActionChains, Chrome, ChromeOptions
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -26,7 +28,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.browser import chromium_or_skip
 from tests.fakes.a2a_sdk_agent_process import SdkAgent
-from tests.fakes.fake_openai import FakeOpenAI
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply
 from tests.web.e2e.conftest import WAIT, Stack
 
 pytestmark = pytest.mark.timeout(300)
@@ -114,6 +116,15 @@ class Page:
         element: WebElement = self.wait(last, css)
         return element
 
+    def click(self, css: str) -> None:
+        """Click the last element ``css`` selects (found again if the page redrew it)."""
+
+        def clicked() -> bool:
+            self.one(css).click()
+            return True
+
+        self.wait(clicked, css)
+
     def status(self) -> str:
         found = self.driver.find_elements(By.ID, "status")
         return found[0].text if found else ""
@@ -138,6 +149,15 @@ class Page:
     def idle(self) -> None:
         self.wait(lambda: not self.one("#stop").is_displayed(), "the turn to end")
 
+    def current_id(self) -> str:
+        return str(self.driver.current_url.rsplit("#", 1)[1])
+
+    def input_value(self) -> str:
+        return str(self.one("#input").get_attribute("value"))
+
+    def titles(self) -> list[str]:
+        return [e.text for e in self.find("#conversations li .title")]
+
     def conversation_ids(self) -> list[str]:
         return [str(e.get_attribute("data-id")) for e in self.find("#conversations li")]
 
@@ -147,10 +167,15 @@ class Page:
             Path(directory).mkdir(parents=True, exist_ok=True)
             self.driver.save_screenshot(str(Path(directory) / name))
 
-    def assert_no_console_errors(self) -> None:
-        """CSP violations and script errors show up in the console as SEVERE."""
+    def assert_no_console_errors(self, expected: str = "") -> None:
+        """CSP violations and script errors show up in the console as SEVERE.
+
+        ``expected``: a pattern of the errors the test caused on purpose (a refused request).
+        """
         logs: list[dict[str, Any]] = self.driver.get_log("browser")  # type: ignore[no-untyped-call]
         severe = [entry["message"] for entry in logs if entry["level"] == "SEVERE"]
+        if expected:
+            severe = [message for message in severe if not re.search(expected, message)]
         assert severe == [], severe
 
 
@@ -166,7 +191,8 @@ def test_hello_streams_an_answer_into_a_new_conversation(page: Page) -> None:
     page.wait_for_answer(r'^You said: "hello"\. \(offline model')
     page.idle()
     assert page.find(".msg.user")[0].text == "hello"
-    page.wait(lambda: page.one("#conversations li .open").text == "hello", "the title")
+    page.wait(lambda: page.titles() == ["hello"], "the title")
+    assert page.one("#conversations li .date").text  # when it last changed
     assert not page.one("#token-form").is_displayed()  # this server needs no token
     page.assert_no_console_errors()
 
@@ -193,6 +219,7 @@ def test_an_approved_calculation_shows_the_tool_call_and_its_result(page: Page) 
     call = page.one(".tool-call")
     assert "Tool call: calculate" in call.text
     assert '"result": 4' in page.one(".tool-call .result").text
+    assert re.fullmatch(r"· \d+(\.\d)? m?s", page.one(".tool-call .timing").text)
     assert not page.find(".prompt")
     page.screenshot("chat-tool-call.png")
 
@@ -234,23 +261,118 @@ def test_a_question_is_answered_in_the_page(page: Page) -> None:
 def test_conversations_are_created_switched_and_deleted(page: Page) -> None:
     [first] = page.conversation_ids()
     page.one("#new-conversation").click()
-    page.wait(lambda: len(page.conversation_ids()) == 2, "a second conversation")
     page.wait(lambda: not page.find("#log > *"), "an empty log")
+    assert page.conversation_ids() == [first]  # nothing stored before the first message
     page.send("hello again")
     page.wait_for_answer(r'You said: "hello again"')
     page.idle()
-    second = page.driver.current_url.rsplit("#", 1)[1]
+    second = page.current_id()
     assert second != first and set(page.conversation_ids()) == {first, second}
 
-    page.one(f'#conversations li[data-id="{first}"] .open').click()
+    page.click(f'#conversations li[data-id="{first}"] .open')
     page.wait_for_answer(r"^2\+2 = 4\.$")  # the history, tool calls and all
     results = [e.text for e in page.find(".tool-call .result")]
     assert any('"result": 4' in result for result in results), results
     assert not any("hello again" in answer for answer in page.answers())
 
-    page.one(f'#conversations li[data-id="{second}"] .delete').click()
+    page.click(f'#conversations li[data-id="{second}"] .delete')
     page.wait(lambda: page.conversation_ids() == [first], "the deleted conversation to go")
     page.wait_for_answer(r"^2\+2 = 4\.$")  # the open one stays
+    page.assert_no_console_errors()
+
+
+def test_a_refused_send_keeps_the_message_and_says_why(page: Page) -> None:
+    page.send("calculate 5+5")
+    page.one(".prompt button.approve")
+    page.idle()
+    page.send("hello while it waits")  # refused: 409 input_required
+    page.wait(lambda: "waits for your answer" in page.status(), "the reason")
+    assert page.input_value() == "hello while it waits"
+    assert "hello while it waits" not in [e.text for e in page.find(".msg.user")]
+    page.screenshot("chat-refused-send.png")
+    page.one(".prompt button.approve").click()
+    page.wait_for_answer(r"^5\+5 = 10\.$")
+    page.idle()
+    assert page.input_value() == "hello while it waits"  # still there to send
+    page.one("#send").click()
+    page.wait_for_answer(r'^You said: "hello while it waits"')
+    page.idle()
+    assert page.input_value() == ""
+    assert "waits for your answer" not in page.status()
+    page.assert_no_console_errors(expected=r"/send - .* status of 409 \(CONFLICT\)")
+
+
+def test_conversations_are_renamed_searched_and_titled_by_their_first_message(
+    page: Page, offline_stack: Stack
+) -> None:
+    with offline_stack.client() as http:
+        made = http.post("/agentik/conversations", json={}).json()  # untitled, like the CLI's
+        with http.stream(
+            "POST", f"/agentik/conversations/{made['id']}/send", json={"text": "made elsewhere"}
+        ) as sent:
+            sent.read()
+        page.driver.get(f"{page.base_url}/#{made['id']}")
+        page.wait(lambda: "made elsewhere" in page.titles(), "a title from the first message")
+        assert http.get(f"/agentik/conversations/{made['id']}").json()["title"] == "made elsewhere"
+
+        page.click(f'#conversations li[data-id="{made["id"]}"] .rename')
+        editor = page.one("#conversations .rename-title")
+        assert editor.get_attribute("value") == "made elsewhere"
+        editor.send_keys("Renamed in the page\n")  # the old title is selected: typing replaces it
+        page.wait(lambda: "Renamed in the page" in page.titles(), "the new title")
+        stored = http.get(f"/agentik/conversations/{made['id']}").json()
+        assert stored["title"] == "Renamed in the page"
+
+    others = len(page.titles()) - 1
+    assert others >= 1
+    page.one("#search").send_keys("RENAMED")
+
+    def visible() -> list[str]:
+        return [e.text for e in page.find("#conversations li .title") if e.is_displayed()]
+
+    page.wait(lambda: visible() == ["Renamed in the page"], "the search to filter")
+    page.one("#search").clear()
+    page.one("#search").send_keys(" ")
+    page.wait(lambda: len(visible()) == others + 1, "every conversation again")
+    page.assert_no_console_errors()
+
+
+def test_at_phone_width_the_sidebar_folds_away_and_comes_back(page: Page) -> None:
+    driver = page.driver
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True},
+    )
+    try:
+        driver.refresh()
+        page.wait(lambda: page.find(".msg.user"), "the history")
+        sidebar = page.one("#sidebar")
+        assert not sidebar.is_displayed()
+        box = page.one("#input")
+        assert box.size["width"] >= 250, box.size  # the composer keeps the width
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= 390
+        page.screenshot("chat-phone.png")
+
+        page.one("#menu").click()
+        page.wait(sidebar.is_displayed, "the sidebar")
+        assert sidebar.size["width"] <= 340
+        page.screenshot("chat-phone-sidebar.png")
+        page.click("#conversations li .open")  # opening a conversation folds the sidebar again
+        page.wait(lambda: not sidebar.is_displayed(), "the sidebar to fold")
+        page.one("#menu").click()
+        page.wait(sidebar.is_displayed, "the sidebar")
+        log = page.one("#log")  # a tap beside it folds it too
+        ActionChains(driver).move_to_element_with_offset(
+            log, log.size["width"] // 2 - 10, 0
+        ).click().perform()
+        page.wait(lambda: not sidebar.is_displayed(), "the sidebar to fold")
+        page.send("hello from a phone")
+        page.wait_for_answer(r'You said: "hello from a phone"')
+        page.idle()
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.refresh()
+    page.wait(lambda: page.one("#sidebar").is_displayed(), "the sidebar at desktop width")
     page.assert_no_console_errors()
 
 
@@ -274,6 +396,168 @@ def test_a_server_with_tokens_asks_for_one_and_the_page_sends_it(slow_page: Page
     stored = page.driver.execute_script("return sessionStorage.getItem('agentik.token')")
     assert stored == TOKEN
     page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # the expected 401
+
+
+HOSTILE = """Here is **bold**, `inline code` and a [safe link](https://example.com/docs).
+
+<script>window.__pwned = "script"</script>
+<img src=x onerror="window.__pwned = 'onerror'">
+
+A [bad link](javascript:window.__pwned='link') and <a href="javascript:void 0">raw</a>.
+
+```python
+def greet(name):
+    return "hi " + name  # a comment
+```
+
+| tool | calls |
+|------|------:|
+| calculate | 2 |
+"""
+
+
+def test_markdown_is_rendered_and_hostile_answers_never_run(
+    slow_page: Page, llm: FakeOpenAI
+) -> None:
+    page = slow_page
+    llm.enqueue(FakeReply(text=HOSTILE))
+    page.send("show me some markdown")
+    page.wait(lambda: page.find(".msg.assistant .text table"), "the table")
+    page.idle()
+    bubble = page.find(".msg.assistant")[-1]
+
+    def inside(css: str) -> list[WebElement]:
+        return list(bubble.find_elements(By.CSS_SELECTOR, css))
+
+    assert [e.text for e in inside("strong")] == ["bold"]
+    assert [e.text for e in inside(":not(pre) > code")] == ["inline code"]
+    assert [e.text for e in inside("td")] == ["calculate", "2"]
+    keywords = [e.text for e in inside(".code pre code .tok-keyword")]
+    assert keywords == ["def", "return"], keywords
+    assert [e.text for e in inside(".tok-string")] == ['"hi "']
+    assert [e.text for e in inside(".tok-comment")] == ["# a comment"]
+    assert inside(".code .code-bar span")[0].text == "python"
+
+    # Nothing the model wrote runs: raw HTML shows as text, bad links lose their target.
+    assert "<script>" in bubble.text and "onerror" in bubble.text
+    assert page.find("#log script, #log img, #log [onerror], #log iframe") == []
+    links = inside("a")
+    hrefs = [a.get_attribute("href") for a in links]
+    assert hrefs == ["https://example.com/docs", None], hrefs
+    assert 'href="javascript:void 0"' in bubble.text  # raw HTML shows as text
+    assert links[0].get_attribute("target") == "_blank"
+    assert links[0].get_attribute("rel") == "noopener noreferrer"
+    links[1].click()
+    assert page.driver.execute_script("return window.__pwned") is None
+    page.screenshot("chat-markdown.png")
+
+    copy = inside(".code .copy")[0]
+    copy.click()
+    page.wait(lambda: copy.text == "Copied", "the copy button to answer")
+
+    page.driver.refresh()  # the same from the stored history
+    page.wait(lambda: page.find(".msg.assistant .text table"), "the table after a reload")
+    assert page.find("#log script, #log img, #log [onerror]") == []
+    assert page.driver.execute_script("return window.__pwned") is None
+    page.assert_no_console_errors()
+
+
+def test_each_turn_shows_its_time_to_first_token_duration_and_tokens(slow_page: Page) -> None:
+    page = slow_page
+    page.send("[[chunks:3]][[slow:0.05]] count")
+    page.wait_for_answer(r"^w0 w1 w2\s*$")
+    page.idle()
+    usage = page.wait(lambda: page.find(".turn-usage")[-1].text, "the turn's usage")
+    assert re.fullmatch(
+        r"first token \d+(\.\d)? m?s · took \d+(\.\d)? m?s · \d+ tokens \(\d+ in, 3 out\)", usage
+    ), usage
+
+
+def test_an_open_conversation_follows_a_turn_sent_by_another_client(
+    slow_page: Page, slow_stack: Stack
+) -> None:
+    page = slow_page
+    page.send("[[chunks:1]] first")
+    page.wait_for_answer(r"^w0\s*$")
+    page.idle()
+    conversation = page.current_id()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with slow_stack.client() as other:
+        path = f"/agentik/conversations/{conversation}/send"
+        body = {"text": "[[chunks:30]][[slow:0.05]] from another client"}
+        with other.stream("POST", path, json=body, headers=auth) as sent:
+            assert sent.status_code == 200
+            # The page shows the other client's message and streams its answer as it comes.
+            page.wait(
+                lambda: "from another client" in [e.text for e in page.find(".msg.user")][-1],
+                "the other client's message",
+            )
+            page.wait(lambda: page.one("#stop").is_displayed(), "the turn in flight")
+            page.wait_for_answer(r"^w0 w1 w2\b")
+            page.screenshot("chat-live-follow.png")
+            assert not page.one("#send").is_enabled()
+            # A send that races the other client's turn is refused 409 busy: the text stays.
+            page.driver.execute_script("document.getElementById('send').disabled = false")
+            page.one("#input").send_keys("too early")
+            page.one("#send").click()
+            page.wait(lambda: "still answering" in page.status(), "the refusal")
+            assert page.input_value() == "too early"
+            sent.read()
+    answer = page.wait_for_answer(r"\bw29\b")
+    assert answer.split() == [f"w{i}" for i in range(30)]  # each delta once
+    page.idle()
+    assert [e.text for e in page.find(".msg.user")].count(body["text"]) == 1
+    assert "still answering" in page.status()  # the reason stays until the next send
+    page.one("#send").click()
+    page.wait_for_answer(r"^Echo: too early")
+    page.idle()
+    assert page.input_value() == ""
+    page.assert_no_console_errors(expected=r"/send - .* status of 409 \(CONFLICT\)")
+
+
+def test_the_live_follow_comes_back_after_the_facade_restarts(
+    slow_page: Page, slow_stack: Stack
+) -> None:
+    page = slow_page
+    conversation = page.current_id()
+    slow_stack.web.stop()
+    slow_stack.start_web()
+    asked = "[[chunks:4]] after the restart"
+    with slow_stack.client() as other:
+        path = f"/agentik/conversations/{conversation}/send"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with other.stream("POST", path, json={"text": asked}, headers=auth) as sent:
+            assert sent.status_code == 200
+            sent.read()
+    page.wait(lambda: page.find(".msg.user")[-1].text == asked, "the message after the restart")
+    page.wait_for_answer(r"^w0 w1 w2 w3\s*$")
+    page.idle()
+    page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # refused while it was down
+
+
+def test_a_failed_turn_shows_its_error_after_a_reload_with_a_retry(
+    slow_page: Page, llm: FakeOpenAI
+) -> None:
+    page = slow_page
+    page.one("#new-conversation").click()
+    page.wait(lambda: not page.find("#log > *"), "an empty log")
+    llm.enqueue(FakeReply(status=503, error_message="the fake LLM is down"))
+    page.send("this one fails first")
+    error = page.one(".turn-error")
+    said = error.text
+    assert said.startswith("Error: ") and "Retry" in said, said
+    page.idle()
+    page.driver.refresh()
+    page.wait(lambda: page.find(".msg.user"), "the history")
+    error = page.one(".turn-error")
+    assert error.text == said  # the same error, read back from the conversation's events
+    page.screenshot("chat-failed-turn.png")
+    error.find_element(By.CSS_SELECTOR, "button.retry").click()
+    page.wait_for_answer(r"^Echo: this one fails first")
+    page.idle()
+    assert [e.text for e in page.find(".msg.user")] == ["this one fails first"] * 2
+    assert len(page.find(".turn-error")) == 1
+    page.driver.get_log("browser")  # type: ignore[no-untyped-call]
 
 
 def test_a_reload_mid_stream_shows_the_whole_answer_once(slow_page: Page) -> None:

@@ -86,6 +86,8 @@ def build_engine(settings: Settings) -> Engine:
             tool_timeout=settings.tool_timeout,
             approval=settings.tools_approval,
             interrupt_expiry=settings.interrupt_expiry,
+            max_event_bytes=settings.max_event_bytes,
+            buffer_bytes=settings.stream_buffer_bytes,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
         max_runs_per_caller=settings.max_runs_per_caller,

@@ -28,6 +28,7 @@ from engine_service import tracing
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
+from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from engine_service.core.engine import Engine
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
@@ -107,7 +108,9 @@ class EngineServer:
             interceptors=[*_interceptors(), *interceptors],
             options=[
                 ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
+                # What most clients accept; every event and page the engine sends is
+                # bounded under it by [engine] max_event_bytes (core.bounds).
+                ("grpc.max_send_message_length", GRPC_MESSAGE_LIMIT),
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )

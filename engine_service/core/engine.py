@@ -25,6 +25,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from engine_service.core import events as ev
+from engine_service.core.bounds import (
+    MESSAGE_ROOM,
+    bound_message,
+    bounded_events,
+    bounded_page,
+    message_size,
+)
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
 from engine_service.core.errors import (
@@ -65,6 +72,8 @@ log = logging.getLogger(__name__)
 MAX_TITLE_LENGTH = 500
 MAX_PAGE = 1000
 READ_BATCH = 500
+LIVE_BATCH = 64
+"""Most events a follower takes from the hub at once (and holds while it is not read)."""
 STORAGE_PROBE_INTERVAL = 1.0
 """Seconds between write probes while the store fails."""
 REMOTE_POLL_INTERVAL = 1.0
@@ -351,17 +360,38 @@ class Engine:
         await self._session(caller, session_id)
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-        if not run_id:
-            return await self.store.list_messages(session_id, after_id, limit or 100)
-        await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
-        mine = [m for m in await self.store.all_messages(session_id) if m.run_id == run_id]
-        if after_id:
-            ids = [m.id for m in mine]
-            if after_id not in ids:
-                raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
-            mine = mine[ids.index(after_id) + 1 :]
         limit = limit or 100
-        return mine[:limit], len(mine) > limit
+        if not run_id:
+            page, more = await self.store.list_messages(session_id, after_id, limit)
+        else:
+            await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
+            mine = [m for m in await self.store.all_messages(session_id) if m.run_id == run_id]
+            if after_id:
+                ids = [m.id for m in mine]
+                if after_id not in ids:
+                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+                mine = mine[ids.index(after_id) + 1 :]
+            page, more = mine[:limit], len(mine) > limit
+        # One page is one gRPC message: it holds what fits in max_event_bytes, each
+        # message clipped to fit (rows stored before the bound, or under a larger one).
+        bounded = bounded_page(page, self._message_limit, self.limits.turn.max_event_bytes)
+        return bounded, more or len(bounded) < len(page)
+
+    @property
+    def _message_limit(self) -> int:
+        """The most bytes one message may hold (``core.bounds``)."""
+        return self.limits.turn.max_event_bytes - MESSAGE_ROOM
+
+    def _refuse_oversized(self, messages: Sequence[Message]) -> None:
+        """``InvalidInput`` naming the first new message too large to store and hand out."""
+        limit = self._message_limit
+        for index, message in enumerate(messages):
+            size = message_size(message)
+            if size > limit:
+                raise InvalidInput(
+                    f"messages[{index}] is about {size:,} bytes; a message may hold at most "
+                    f"{limit:,} ([engine] max_event_bytes)"
+                )
 
     # -- runs as records ----------------------------------------------------------
 
@@ -410,6 +440,7 @@ class Engine:
                 retry_after=1,
             )
         incoming = prepare_incoming(run_input.messages)
+        self._refuse_oversized(incoming)
         for index, tool in enumerate(run_input.tools):
             if not tool.name:
                 raise InvalidInput(f"tools[{index}].name is required")
@@ -452,6 +483,8 @@ class Engine:
             if run_input.reconcile is ReconcileMode.APPEND and begun.session.message_count:
                 history = await self.store.all_messages(session_id)
                 incoming = reconcile((m.id for m in history), incoming)
+                # Rows stored before the bound (or under a larger one) are clipped on read.
+                history = [bound_message(m, self._message_limit) for m in history]
         except BaseException:
             await self._writing(
                 self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
@@ -692,23 +725,31 @@ class Engine:
             self._catch_up(hub, session.last_seq, session.active_run_id)
         hub.followers += 1
         last = after_seq
+        batch = READ_BATCH
+        limit = self.limits.turn.max_event_bytes
         try:
             while True:
                 if self._hubs.get(thread_id) is not hub:
                     return  # the session was deleted
                 if last + 1 < hub.first_seq:
-                    stored = await self.store.read_events(thread_id, last, READ_BATCH)
+                    stored = await self.store.read_events(thread_id, last, batch)
                     if not await self._same_session(hub):
                         return  # deleted meanwhile: what was read may be the id's next owner's
                     stored = [e for e in stored if e.seq < hub.first_seq]
                     if not stored:
                         last = hub.first_seq - 1  # retention removed them
                         continue
+                    # A reader holds at most one event's worth of big events while it
+                    # is not read (``core.bounds``); what is left is read again later.
+                    read = len(stored)
+                    stored = bounded_events(stored, limit, limit)
+                    batch = READ_BATCH if len(stored) == read else max(len(stored), 8)
                     for event in stored:
                         yield event
                     last = stored[-1].seq
+                    del stored
                     continue
-                live = hub.since(last)
+                live = hub.since(last, LIVE_BATCH)
                 if live:
                     for event in live:
                         yield event

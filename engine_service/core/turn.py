@@ -12,6 +12,7 @@ Everything opened is closed before the end.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -20,6 +21,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from engine_service.core import events as ev
+from engine_service.core.bounds import (
+    MESSAGE_ROOM,
+    body_size,
+    bound_body,
+    bound_message,
+    bound_result,
+    bounded_snapshot,
+    split_text,
+)
 from engine_service.core.chat import (
     ChatModel,
     ChatRequest,
@@ -71,6 +81,16 @@ class TurnLimits:
     """Engine tools (names or globs) whose calls wait for a person's approval."""
     interrupt_expiry: float = 0.0
     """Seconds after which an unanswered interrupt counts as declined; 0: never."""
+    max_event_bytes: int = 1024 * 1024
+    """The largest event the run makes (``core.bounds``): longer deltas are split, tool
+    results and messages clipped with a note, the messages snapshot bounded."""
+    buffer_bytes: int = 8 * 1024 * 1024
+    """Stored events the session's hub keeps for readers that are behind; past this it
+    forgets them, and those readers read them from the store."""
+
+
+_DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
+"""Bodies that are pieces of a longer text: split, never clipped, when too long."""
 
 
 @dataclass(slots=True)
@@ -149,6 +169,10 @@ class Turn:
         self._reasoning_id = ""
         self._calls: dict[int, _OpenCall] = {}
         self._pending_results: dict[str, ToolCall] = {}
+        self._split_at = (limits.max_event_bytes - MESSAGE_ROOM) // 4
+        """A delta of more characters than this may need splitting."""
+        self._buffered = 0
+        """Bytes published into the hub since it last forgot its stored events."""
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
         self._observer: RunObserver = observer or RunLog()
@@ -172,6 +196,23 @@ class Turn:
         self.interrupt()
 
     def emit(self, body: ev.EventBody) -> ev.Event:
+        """Publish ``body`` bounded to ``max_event_bytes`` (``core.bounds``): a longer
+        delta goes out as several deltas (the last one is returned), anything else is
+        clipped."""
+        if isinstance(body, _DELTAS):
+            delta = body.delta
+            self._buffered += len(delta)
+            if len(delta) > self._split_at:
+                pieces = split_text(delta, self.limits.max_event_bytes - MESSAGE_ROOM)
+                for piece in pieces[:-1]:
+                    self._publish(dataclasses.replace(body, delta=piece))
+                body = dataclasses.replace(body, delta=pieces[-1])
+        else:
+            body = bound_body(body, self.limits.max_event_bytes)
+            self._buffered += body_size(body)
+        return self._publish(body)
+
+    def _publish(self, body: ev.EventBody) -> ev.Event:
         if self.hub.waiting:
             self._followers_woken = True
         event = self.hub.publish(self.run_id, body)
@@ -241,6 +282,11 @@ class Turn:
         if pending:
             hub.flushed_seq = pending[-1].seq
         hub.reserved_seq = max(hub.reserved_seq, reserve)
+        if self._buffered > self.limits.buffer_bytes:
+            # Readers that are behind read the stored events from the store from here:
+            # a reader that does not read keeps no more than this in memory.
+            hub.forget_stored()
+            self._buffered = 0
         if overdrawn:
             hub.notify()
 
@@ -341,7 +387,11 @@ class Turn:
             self._on_done(self)
             return
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
-            self.emit(ev.MessagesSnapshot(messages=list(self._history)))
+            # The most recent messages that fit in one event: the whole history is the
+            # messages list's to page through.
+            room = self.limits.max_event_bytes - MESSAGE_ROOM
+            self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(self._history, room)))
+        final = bound_body(final, self.limits.max_event_bytes)  # type: ignore[assignment]
         self.hub.publish(self.run_id, final, hold=True)
         self.final = final
         self._report_end(final)
@@ -465,6 +515,7 @@ class Turn:
             self.emit(ev.MessageStored(message))
 
     async def _store(self, message: Message) -> None:
+        message = bound_message(message, self.limits.max_event_bytes - MESSAGE_ROOM)
         message.created_at = _now()
         message.run_id = self.run_id
         await self.store.append_messages(self.session_id, [message])
@@ -645,16 +696,19 @@ class Turn:
 
     async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
         self._pending_results.pop(call.id, None)
+        message_id = new_id()
+        event = bound_result(
+            ev.ToolCallResult(message_id, call.id, result.content, result.is_error, result.parts),
+            self.limits.max_event_bytes - MESSAGE_ROOM,
+        )
         message = Message(
-            id=new_id(),
+            id=message_id,
             role=Role.TOOL,
-            content=[TextPart(result.content), *result.parts],
+            content=[TextPart(event.content), *event.parts],
             tool_call_id=call.id,
             status=MessageStatus.ERROR if result.is_error else MessageStatus.COMPLETE,
         )
-        self.emit(
-            ev.ToolCallResult(message.id, call.id, result.content, result.is_error, result.parts)
-        )
+        self.emit(event)
         await self._store(message)
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:

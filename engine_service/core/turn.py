@@ -446,6 +446,9 @@ class Turn:
             )
             if pending:
                 self.hub.flushed_seq = pending[-1].seq
+            if self._buffered > self.limits.buffer_bytes:
+                self.hub.forget_stored()  # readers behind read the rest from the store
+                self._buffered = 0
         self.settled = True
 
     async def _flush_periodically(self) -> None:

@@ -253,7 +253,7 @@ async def test_a_resume_mid_way_through_a_split_answer_loses_and_repeats_no_id(
     call = harness.stub.Run(
         pb.RunRequest(session_id="cut", create_session=True, messages=[user("count")])
     )
-    seen = []
+    seen: list[pb.Event] = []
     while not any(kind(e) == "text_message_content" for e in seen[-1:]):
         seen.append(await next_event(call))
     seen.append(await next_event(call))  # the second piece of the first split delta

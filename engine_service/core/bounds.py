@@ -23,10 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from engine_service.core import events as ev
-from engine_service.core.models import JSON, ImagePart, Interrupt, Message, TextPart, ToolCall
+from engine_service.core.models import (
+    JSON,
+    ImagePart,
+    Interrupt,
+    Message,
+    RunRecord,
+    Session,
+    TextPart,
+    ToolCall,
+)
 
 __all__ = [
     "EVENT_OMITTED",
@@ -40,6 +49,11 @@ __all__ = [
     "bound_result",
     "bounded_events",
     "bounded_page",
+    "bound_run",
+    "bound_session",
+    "fit_page",
+    "run_size",
+    "session_size",
     "bounded_snapshot",
     "clip_text",
     "fit_bytes",
@@ -59,6 +73,8 @@ MESSAGE_ROOM: Final = 1024
 """What an event adds around a message: a message holds ``max_event_bytes`` less this."""
 EVENT_OMITTED: Final = "agentik.event_omitted"
 """Name of the custom event that stands for a JSON event too large to send."""
+
+T = TypeVar("T")
 
 _FIELD = 16
 """Per-field overhead allowed for (tag, length, nested message headers)."""
@@ -301,11 +317,11 @@ def bound_body(body: ev.EventBody, limit: int) -> ev.EventBody:
     return _omitted(body, size, limit)
 
 
-def _bound_finished(body: ev.RunFinished, room: int) -> ev.RunFinished:
-    """The run's end without its result, and with what it asks a person clipped: the
-    interrupts stay (the run waits for them), their arguments shortened."""
-    share = room // max(len(body.interrupts), 1) - 1024
-    interrupts = [
+def _bound_interrupts(interrupts: list[Interrupt], room: int) -> list[Interrupt]:
+    """Each interrupt in its share of ``room``: its message and arguments shortened, its
+    payload dropped, when it does not fit (the person is still asked)."""
+    share = room // max(len(interrupts), 1) - 1024
+    return [
         i
         if _interrupt_size(i) <= share
         else dataclasses.replace(
@@ -316,9 +332,65 @@ def _bound_finished(body: ev.RunFinished, room: int) -> ev.RunFinished:
                 i.tool_call, arguments=_take(i.tool_call.arguments, share // 2)
             ),
         )
-        for i in body.interrupts
+        for i in interrupts
     ]
+
+
+def _bound_finished(body: ev.RunFinished, room: int) -> ev.RunFinished:
+    """The run's end without its result, and with what it asks a person clipped: the
+    interrupts stay (the run waits for them), their arguments shortened."""
+    interrupts = _bound_interrupts(body.interrupts, room)
     return dataclasses.replace(body, result=None, interrupts=interrupts)
+
+
+def session_size(session: Session) -> int:
+    """An upper estimate of ``session``'s encoded size."""
+    return (
+        text_bytes(session.title)
+        + len(session.id)
+        + text_bytes(session.owner)
+        + json_size(session.state)
+        + sum(_interrupt_size(i) for i in session.interrupts)
+        + 16 * _FIELD
+    )
+
+
+def run_size(run: RunRecord) -> int:
+    """An upper estimate of ``run``'s encoded size."""
+    return (
+        text_bytes(run.error_message)
+        + sum(len(i) + _FIELD for i in run.pending_tool_call_ids)
+        + sum(_interrupt_size(i) for i in run.interrupts)
+        + 16 * _FIELD
+    )
+
+
+def bound_session(session: Session, limit: int) -> Session:
+    """``session`` itself when it fits in ``limit`` bytes; else without its state (a state
+    stored over the limit: it cannot be cut like text) and with its interrupts bounded."""
+    if session_size(session) <= limit:
+        return session
+    bounded = dataclasses.replace(session, state=None)
+    if session_size(bounded) > limit:
+        bounded.interrupts = _bound_interrupts(session.interrupts, limit - 4096)
+    return bounded
+
+
+def bound_run(run: RunRecord, limit: int) -> RunRecord:
+    """``run`` itself when it fits in ``limit`` bytes; else with its error message and
+    interrupts bounded."""
+    if run_size(run) <= limit:
+        return run
+    return dataclasses.replace(
+        run,
+        error_message=clip_text(run.error_message, limit // 4, limit)[0],
+        interrupts=_bound_interrupts(run.interrupts, limit // 2),
+    )
+
+
+def fit_page(items: Sequence[T], size: Callable[[T], int], budget: int) -> list[T]:
+    """The leading ``items`` whose total ``size`` fits in ``budget`` (at least one)."""
+    return list(items[: fit_bytes((size(item) for item in items), budget)])
 
 
 def bound_result(body: ev.ToolCallResult, limit: int) -> ev.ToolCallResult:

@@ -28,9 +28,14 @@ from engine_service.core import events as ev
 from engine_service.core.bounds import (
     MESSAGE_ROOM,
     bound_message,
+    bound_run,
+    bound_session,
     bounded_events,
     bounded_page,
+    fit_page,
     message_size,
+    run_size,
+    session_size,
 )
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
@@ -329,7 +334,7 @@ class Engine:
         )
 
     async def get_session(self, caller: Caller, session_id: str) -> Session:
-        return await self._session(caller, session_id)
+        return bound_session(await self._session(caller, session_id), self._event_limit)
 
     async def list_sessions(
         self, caller: Caller, offset: int, limit: int
@@ -338,13 +343,20 @@ class Engine:
             raise InvalidInput("offset must not be negative")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-        return await self.store.list_sessions(offset, limit or 50, owner=caller.owner_filter)
+        sessions, total = await self.store.list_sessions(
+            offset, limit or 50, owner=caller.owner_filter
+        )
+        # One page is one gRPC message: fewer items when they would not fit (the caller
+        # pages on by offset; ``total`` says how many there are).
+        bounded = [bound_session(s, self._event_limit) for s in sessions]
+        return fit_page(bounded, session_size, self._event_limit), total
 
     async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
         await self._session(caller, session_id)
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
-        return await self._writing(self.store.rename_session(session_id, title, _now()))
+        renamed = await self._writing(self.store.rename_session(session_id, title, _now()))
+        return bound_session(renamed, self._event_limit)
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:
         await self._session(caller, session_id)
@@ -378,6 +390,11 @@ class Engine:
         return bounded, more or len(bounded) < len(page)
 
     @property
+    def _event_limit(self) -> int:
+        """The most bytes one event, message, page or record may take (``core.bounds``)."""
+        return self.limits.turn.max_event_bytes
+
+    @property
     def _message_limit(self) -> int:
         """The most bytes one message may hold (``core.bounds``)."""
         return self.limits.turn.max_event_bytes - MESSAGE_ROOM
@@ -402,8 +419,10 @@ class Engine:
                 await self._session(caller, session_id)
             except SessionNotFound:
                 raise RunNotFound(run_id) from None
-            return await self.store.get_run(session_id, run_id)
-        return await self.store.find_run(run_id, owner=caller.owner_filter)
+            run = await self.store.get_run(session_id, run_id)
+        else:
+            run = await self.store.find_run(run_id, owner=caller.owner_filter)
+        return bound_run(run, self._event_limit)
 
     async def list_runs(
         self, caller: Caller, session_id: str, offset: int, limit: int
@@ -414,9 +433,11 @@ class Engine:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
         if session_id:
             await self._session(caller, session_id)
-        return await self.store.page_runs(
+        runs, total = await self.store.page_runs(
             session_id, offset, limit or 50, owner=caller.owner_filter
         )
+        bounded = [bound_run(r, self._event_limit) for r in runs]
+        return fit_page(bounded, run_size, self._event_limit), total
 
     # -- runs ---------------------------------------------------------------------
 

@@ -15,7 +15,16 @@ import grpc
 import pytest
 
 from engine_service.core import events as ev
-from engine_service.core.models import JSON, Message, Role, TextPart
+from engine_service.core.models import (
+    JSON,
+    Interrupt,
+    InterruptKind,
+    Message,
+    Role,
+    RunStatus,
+    TextPart,
+    ToolCall,
+)
 from engine_service.core.tool import Tool, ToolContext, ToolResult
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
@@ -286,3 +295,59 @@ async def test_a_new_message_over_the_limit_is_refused_before_the_run_starts(
     with pytest.raises(grpc.aio.AioRpcError) as missing:
         await harness.stub.GetSession(pb.GetSessionRequest(session_id="in"))
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_sessions_and_runs_stored_oversized_are_listed_in_pages_that_fit(
+    harness: Harness, llm: FakeOpenAI
+) -> None:
+    """States, interrupts and error messages stored over the limit (by an older engine):
+    GetSession, ListSessions, GetRun, ListRuns and the next run all still answer."""
+    store = harness.engine.store
+    now = datetime.now(UTC)
+    names = [f"st{i}" for i in range(6)]
+    for name in names:
+        await harness.stub.CreateSession(pb.CreateSessionRequest(session_id=name))
+        await store.set_state(name, {"blob": "s" * 900_000})
+        run_id = f"run-{name}"
+        await store.begin_run(name, run_id, now, create=False)
+        call = ToolCall(f"call-{name}", "deploy", "a" * 900_000)
+        asked = Interrupt(f"i-{name}", InterruptKind.APPROVAL, run_id, call, "approve?")
+        await store.finish_run(
+            name, run_id, RunStatus.INPUT_REQUIRED, now, "", "e" * 900_000, interrupts=[asked]
+        )
+
+    await store.set_state("st1", {"blob": "s" * BIG})  # over any event: omitted by name
+
+    session = await harness.stub.GetSession(pb.GetSessionRequest(session_id="st0"))
+    assert session.ByteSize() <= LIMIT + 2048
+    assert [i.id for i in session.pending_interrupts] == ["i-st0"]  # still asked
+    listed: list[str] = []
+    while True:
+        page = await harness.stub.ListSessions(
+            pb.ListSessionsRequest(offset=len(listed), limit=1000)
+        )
+        assert page.ByteSize() <= LIMIT + 2048
+        assert page.sessions and page.total == 6
+        listed.extend(s.id for s in page.sessions)
+        if len(listed) >= page.total:
+            break
+    assert sorted(listed) == names
+
+    run = await harness.stub.GetRun(pb.GetRunRequest(run_id="run-st0"))
+    assert run.ByteSize() <= LIMIT + 2048 and run.interrupts[0].id == "i-st0"
+    runs = await harness.stub.ListRuns(pb.ListRunsRequest(limit=1000))
+    assert 0 < len(runs.runs) < 6 and runs.total == 6
+    assert runs.ByteSize() <= LIMIT + 2048
+
+    events = await collect(
+        harness.stub.Run(
+            pb.RunRequest(
+                session_id="st1",
+                messages=[user("never mind")],
+                resume=[pb.ResumeEntry(interrupt_id="i-st1", status=pb.RESUME_STATUS_CANCELLED)],
+            )
+        )
+    )
+    assert kinds(events)[-1] == "run_finished", events[-1]
+    _assert_every_event_fits(events)
+    assert [e.custom.name for e in events if kind(e) == "custom"] == ["agentik.event_omitted"]

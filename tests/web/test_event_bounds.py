@@ -11,6 +11,7 @@ answer, a big tool result, and rows stored oversized before the bound.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -21,11 +22,13 @@ from ag_ui.core import BaseEvent, EventType
 from flask import Flask
 from flask.testing import FlaskClient
 
+from engine_service.core import events as ev
 from engine_service.core.engine import Engine
 from engine_service.core.models import JSON, Message, Role, TextPart
 from engine_service.core.tool import Tool, ToolContext, ToolResult
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 from tests.web.a2a.conftest import Rpc
+from tests.web.agentik.streams import StreamReader
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, of
 from tests.web.conftest import WAIT, BackgroundEngine, engine_settings
 
@@ -143,7 +146,36 @@ def test_rows_stored_oversized_before_the_bound_leave_the_conversation_usable(
     client: FlaskClient, engine: BackgroundEngine
 ) -> None:
     thread_id = f"old-{uuid.uuid4().hex}"
+    created = client.post("/agentik/conversations", json={"id": thread_id})
+    assert created.status_code == 201
+    store = _core(engine).store
+    bodies: list[ev.EventBody] = [
+        ev.RunStarted(),
+        ev.TextMessageStart("huge"),
+        ev.TextMessageContent("huge", "o" * BIG),
+        ev.TextMessageEnd("huge"),
+        ev.ToolCallResult("res", "call", "p" * BIG),
+        ev.StateSnapshot({"blob": "s" * BIG}),
+        ev.RunFinished(),
+    ]
+    written = [ev.Event(n, time.time(), thread_id, "r0", b) for n, b in enumerate(bodies, 1)]
+    _in_engine(engine, store.append_events(thread_id, written))
+
+    # Replayed, and resumed after each id, on /agentik's SSE: every id once, in order.
+    for after in range(len(bodies)):
+        response = client.get(
+            f"/agentik/conversations/{thread_id}/events?after={after}&until_idle=true",
+            buffered=False,
+        )
+        frames = StreamReader(response).read_to_end()
+        ids = [f.id for f in frames if f.id is not None]
+        assert ids == sorted(set(ids)) and all(after < i <= len(bodies) for i in ids)
+        assert ids[-1] == len(bodies)
+        if after < 3:
+            assert "clipped by agentik" in str(frames)
+
     events = _agui(client, thread_id, "hello")
+    assert [e.type for e in events][-1] == EventType.RUN_FINISHED
     (started,) = of(events, EventType.RUN_STARTED)
     big = Message(
         "huge",
@@ -152,7 +184,7 @@ def test_rows_stored_oversized_before_the_bound_leave_the_conversation_usable(
         created_at=datetime.now(UTC),
         run_id=started.run_id,
     )
-    _in_engine(engine, _core(engine).store.append_messages(thread_id, [big]))
+    _in_engine(engine, store.append_messages(thread_id, [big]))
     _assert_usable(client, thread_id)
 
 

@@ -314,6 +314,10 @@ def bound_body(body: ev.EventBody, limit: int) -> ev.EventBody:
             return ev.RunError(clip_text(body.message, room // 2, limit)[0], body.code[:200])
         case ev.RunFinished():
             return _bound_finished(body, room)
+        case ev.ToolCallStart():  # a tool name no tool has: the call fails as unknown
+            return dataclasses.replace(body, tool_call_name=_take(body.tool_call_name, room))
+        case ev.StepStarted() | ev.StepFinished():
+            return dataclasses.replace(body, step_name=_take(body.step_name, room))
     return _omitted(body, size, limit)
 
 

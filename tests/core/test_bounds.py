@@ -116,3 +116,11 @@ def test_events_read_back_are_bounded_one_by_one_and_the_batch_by_bytes() -> Non
     assert "clipped by agentik" in first.body.delta
     small = [ev.Event(n, 0.0, "s", "r", ev.TextMessageContent("m", "x")) for n in range(9)]
     assert bounded_events(small, LIMIT, LIMIT) == small
+
+
+def test_events_that_open_or_close_something_are_shortened_never_omitted() -> None:
+    start = bound_body(ev.ToolCallStart("c", "n" * 200_000, "m"), LIMIT)
+    assert isinstance(start, ev.ToolCallStart) and start.tool_call_id == "c"
+    assert body_size(start) <= LIMIT
+    step = bound_body(ev.StepStarted("s" * 200_000), LIMIT)
+    assert isinstance(step, ev.StepStarted) and body_size(step) <= LIMIT

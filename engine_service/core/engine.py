@@ -159,6 +159,7 @@ class Engine:
                 self.limits.lease_seconds,
                 is_local=lambda session_id: session_id in self._turns,
                 on_lost=self._leases_lost,
+                max_event_bytes=self.limits.turn.max_event_bytes,
             )
 
     def observe(self, observer: RunObserver) -> None:
@@ -190,7 +191,7 @@ class Engine:
         for run in await self.store.running_runs():
             if run.session_id in self._turns:
                 continue  # ours, started after a failed recovery; not abandoned
-            await close_abandoned_run(self.store, run, _now())
+            await close_abandoned_run(self.store, run, _now(), max_event_bytes=self._event_limit)
             log.warning(
                 "run %s of session %s was left running by a stopped engine; "
                 "stored as interrupted with what it had said",

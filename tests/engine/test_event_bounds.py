@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 
 import grpc
 import pytest
 
 from engine_service.core import events as ev
+from engine_service.core.bounds import message_size
 from engine_service.core.models import (
     JSON,
     Interrupt,
@@ -27,6 +29,7 @@ from engine_service.core.models import (
 )
 from engine_service.core.tool import Tool, ToolContext, ToolResult
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.stores import open_store
 from tests.engine.harness import (
     Harness,
     collect,
@@ -351,3 +354,42 @@ async def test_sessions_and_runs_stored_oversized_are_listed_in_pages_that_fit(
     assert kinds(events)[-1] == "run_finished", events[-1]
     _assert_every_event_fits(events)
     assert [e.custom.name for e in events if kind(e) == "custom"] == ["agentik.event_omitted"]
+
+
+async def test_a_split_answer_cut_by_a_crash_is_kept_clipped_and_its_ids_stay_whole(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A run left RUNNING with a 5 MB answer in its deltas (its engine died): the engine
+    that closes it keeps the partial answer clipped to one message, and a replay still
+    gives every id once."""
+    url = f"sqlite:///{tmp_path / 'agentik.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC)
+    await store.begin_run("crashed", "r1", now, create=True, reserve=512)
+    pieces = ["c" * 1_000_000] * 5
+    bodies: list[ev.EventBody] = [
+        ev.RunStarted(),
+        ev.TextMessageStart("partial"),
+        *(ev.TextMessageContent("partial", piece) for piece in pieces),
+    ]
+    stamp = time.time()
+    await store.append_events(
+        "crashed", [ev.Event(n, stamp, "crashed", "r1", b) for n, b in enumerate(bodies, 1)]
+    )
+    await store.close()
+
+    settings = engine_settings(OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", AGENTIK_STORE=url)
+    async with running_engine(settings) as harness:  # closes the abandoned run at start
+        replay = await collect(
+            harness.stub.Subscribe(pb.SubscribeRequest(session_id="crashed", until_idle=True))
+        )
+        _assert_every_event_fits(replay)
+        seqs = [e.seq for e in replay]
+        assert seqs[: len(bodies)] == list(range(1, len(bodies) + 1))
+        assert seqs == sorted(set(seqs))  # the closing events after the reserved block
+        assert kind(replay[-1]) == "run_finished"
+        assert text_of(replay) == "".join(pieces)
+        (kept,) = await _all_messages(harness, "crashed")
+        assert kept.id == "partial" and "clipped by agentik" in _text(kept)
+        (stored,) = await harness.engine.store.all_messages("crashed")
+        assert message_size(stored) <= LIMIT  # stored clipped, not only read back clipped

@@ -27,11 +27,13 @@ from typing import TypeVar
 from engine_service.core import events as ev
 from engine_service.core.bounds import (
     MESSAGE_ROOM,
+    body_size,
     bound_message,
     bound_run,
     bound_session,
     bounded_events,
     bounded_page,
+    fit_bytes,
     fit_page,
     message_size,
     run_size,
@@ -77,6 +79,9 @@ log = logging.getLogger(__name__)
 MAX_TITLE_LENGTH = 500
 MAX_PAGE = 1000
 READ_BATCH = 500
+STORE_BATCH = 8
+"""Stored events a follower reads at first; it doubles while they are small (up to
+``READ_BATCH``) and shrinks to what fits in ``max_event_bytes`` when they are big."""
 LIVE_BATCH = 64
 """Most events a follower takes from the hub at once (and holds while it is not read)."""
 STORAGE_PROBE_INTERVAL = 1.0
@@ -747,7 +752,7 @@ class Engine:
             self._catch_up(hub, session.last_seq, session.active_run_id)
         hub.followers += 1
         last = after_seq
-        batch = READ_BATCH
+        batch = STORE_BATCH
         limit = self.limits.turn.max_event_bytes
         try:
             while True:
@@ -765,7 +770,9 @@ class Engine:
                     # is not read (``core.bounds``); what is left is read again later.
                     read = len(stored)
                     stored = bounded_events(stored, limit, limit)
-                    batch = READ_BATCH if len(stored) == read else max(len(stored), 8)
+                    # Read about what fits next time: a batch of big events is never
+                    # much more than max_event_bytes, even for a moment.
+                    batch = len(stored) if len(stored) < read else min(batch * 2, READ_BATCH)
                     for event in stored:
                         yield event
                     last = stored[-1].seq
@@ -773,6 +780,9 @@ class Engine:
                     continue
                 live = hub.since(last, LIVE_BATCH)
                 if live:
+                    # What a reader holds while its client does not read: one event's
+                    # worth of bytes (or one event), as for stored events.
+                    live = live[: fit_bytes((body_size(e.body) for e in live), limit)]
                     for event in live:
                         yield event
                     last = live[-1].seq

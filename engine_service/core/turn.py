@@ -282,11 +282,7 @@ class Turn:
         if pending:
             hub.flushed_seq = pending[-1].seq
         hub.reserved_seq = max(hub.reserved_seq, reserve)
-        if self._buffered > self.limits.buffer_bytes:
-            # Readers that are behind read the stored events from the store from here:
-            # a reader that does not read keeps no more than this in memory.
-            hub.forget_stored()
-            self._buffered = 0
+        self._forget_if_over()
         if overdrawn:
             hub.notify()
 
@@ -446,10 +442,16 @@ class Turn:
             )
             if pending:
                 self.hub.flushed_seq = pending[-1].seq
-            if self._buffered > self.limits.buffer_bytes:
-                self.hub.forget_stored()  # readers behind read the rest from the store
-                self._buffered = 0
+            self._forget_if_over()
         self.settled = True
+
+    def _forget_if_over(self) -> None:
+        """Past ``buffer_bytes`` in the hub, drop its stored events: readers that are
+        behind read them from the store, so one that does not read pins no more."""
+        if self._buffered > self.limits.buffer_bytes:
+            self.hub.forget_stored()
+            # What is left was published during the write, and is not stored yet.
+            self._buffered = sum(body_size(e.body) for e in self.hub.unflushed())
 
     async def _flush_periodically(self) -> None:
         while True:

@@ -87,6 +87,8 @@ def build_engine(settings: Settings) -> Engine:
             approval=settings.tools_approval,
             interrupt_expiry=settings.interrupt_expiry,
             max_state_bytes=settings.max_state_bytes,
+            max_event_bytes=settings.max_event_bytes,
+            buffer_bytes=settings.stream_buffer_bytes,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
         max_runs_per_caller=settings.runs_per_caller,

@@ -19,6 +19,10 @@ TOML layout (every key optional)::
                                            #   postgresql://... or postgres://...
     max_concurrent_runs = 512              # AGENTIK_MAX_CONCURRENT_RUNS
     max_message_bytes = 4194304            # AGENTIK_MAX_MESSAGE_BYTES (largest gRPC request)
+    max_event_bytes = 1048576              # AGENTIK_MAX_EVENT_BYTES: largest event, message
+                                           #   and page the engine hands out (16 KiB..3 MiB)
+    stream_buffer_bytes = 8388608          # AGENTIK_STREAM_BUFFER_BYTES: stored events kept in
+                                           #   memory per session, and read at once per reader
     event_retention = 604800.0             # AGENTIK_EVENT_RETENTION seconds, 0 = forever
     shutdown_grace = 10.0                  # AGENTIK_SHUTDOWN_GRACE seconds
     lease_seconds = 10.0                   # AGENTIK_LEASE_SECONDS: with PostgreSQL, a dead
@@ -147,6 +151,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from engine_service.core.bounds import MAX_EVENT_BYTES, MIN_EVENT_BYTES
 from engine_service.core.caller import PRINCIPAL_RULE, is_valid_principal
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
@@ -228,6 +233,12 @@ class Settings:
     """A session's shared state as compact JSON, at most; patches are bounded by it."""
     store_retry_seconds: float = 5.0
     """How long a PostgreSQL store call retries a lost connection before it fails."""
+    max_event_bytes: int = 1024 * 1024
+    """The largest event, message and page the engine makes or hands out: longer text is
+    split into several deltas or clipped with a note (``core.bounds``)."""
+    stream_buffer_bytes: int = 8 * 1024 * 1024
+    """Stored events kept in memory per session for readers that are behind, and read
+    from the store at once per reader: a reader that does not read pins no more."""
     log_level: str = "INFO"
     log_format: str = "text"
     """``text`` (one readable line per record) or ``json`` (one JSON object per line)."""
@@ -451,6 +462,19 @@ def _integer(minimum: int) -> Parser:
             raise _Invalid(f"must be an integer, not {type(raw).__name__}")
         if value < minimum:
             raise _Invalid("must be positive" if minimum == 1 else f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _bytes_between(lowest: int, highest: int) -> Parser:
+    whole = _integer(1)
+
+    def parse(raw: object, from_env: bool) -> object:
+        value = whole(raw, from_env)
+        assert isinstance(value, int)
+        if not lowest <= value <= highest:
+            raise _Invalid(f"must be between {lowest} and {highest} bytes")
         return value
 
     return parse
@@ -965,6 +989,20 @@ _FIELDS: tuple[_Field, ...] = (
         "engine",
         "store_retry_seconds",
         _seconds(zero_ok=True),
+    ),
+    _Field(
+        "max_event_bytes",
+        "AGENTIK_MAX_EVENT_BYTES",
+        "engine",
+        "max_event_bytes",
+        _bytes_between(MIN_EVENT_BYTES, MAX_EVENT_BYTES),
+    ),
+    _Field(
+        "stream_buffer_bytes",
+        "AGENTIK_STREAM_BUFFER_BYTES",
+        "engine",
+        "stream_buffer_bytes",
+        _bytes_between(MIN_EVENT_BYTES, 1 << 40),
     ),
     _Field("log_level", "AGENTIK_LOG_LEVEL", "log", "level", _log_level),
     _Field("log_format", "AGENTIK_LOG_FORMAT", "log", "format", _log_format),

@@ -35,6 +35,7 @@ from engine_service import tracing
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
+from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from engine_service.core.engine import Engine
 from engine_service.core.hitl import ASK_USER, needs_approval
 from engine_service.llm.probe import LlmWatch
@@ -179,7 +180,9 @@ class EngineServer:
             ],
             options=[
                 ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", max(limit, 4 * 1024 * 1024)),
+                # What most clients accept; every event and page the engine sends is
+                # bounded under it by [engine] max_event_bytes (core.bounds).
+                ("grpc.max_send_message_length", GRPC_MESSAGE_LIMIT),
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )

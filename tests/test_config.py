@@ -44,6 +44,8 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.shutdown_grace == 10.0
     assert settings.engine_workers == 1
     assert settings.max_message_bytes == 4194304
+    assert settings.max_event_bytes == 1048576
+    assert settings.stream_buffer_bytes == 8388608
     assert settings.log_level == "INFO"
     assert settings.http_addr == "127.0.0.1:8000"
     assert settings.engine_target == "127.0.0.1:50051"
@@ -437,6 +439,9 @@ def test_a_bad_engine_target_names_the_forms(target: str, why: str) -> None:
         ("AGENTIK_EVENT_RETENTION", "-1", "event_retention", "must not be negative"),
         ("AGENTIK_SHUTDOWN_GRACE", "-0.5", "shutdown_grace", "must not be negative"),
         ("AGENTIK_MAX_MESSAGE_BYTES", "0", "max_message_bytes", "must be positive"),
+        ("AGENTIK_MAX_EVENT_BYTES", "100", "max_event_bytes", "must be between 16384 and"),
+        ("AGENTIK_MAX_EVENT_BYTES", "4194304", "max_event_bytes", "must be between 16384 and"),
+        ("AGENTIK_STREAM_BUFFER_BYTES", "1k", "stream_buffer_bytes", "must be an integer"),
         ("AGENTIK_WEB_WORKERS", "0", "web_workers", "must be positive"),
         ("AGENTIK_WEB_THREADS", "many", "web_threads", "must be an integer"),
         ("AGENTIK_WEB_HEADER_TIMEOUT", "0", "web_header_timeout", "must be positive"),
@@ -588,7 +593,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 52
+    assert len(rows) == 54
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -36,6 +36,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from engine_service import tracing
 from engine_service.config import Settings
+from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 __all__ = [
@@ -93,8 +94,9 @@ SERVICE_CONFIG: dict[str, Any] = {
 """The channel's service config: round robin over every engine address, and retries."""
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    # A history page of 1000 messages with images can pass the 4 MiB default.
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # The engine sends nothing larger: its events and pages are bounded under this by
+    # [engine] max_event_bytes (engine_service/core/bounds.py).
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT),
     # Reconnect fast after an engine restart instead of backing off for up to 2 minutes.
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),

@@ -90,6 +90,8 @@ HTTP_CODES: dict[int, str] = {
 }
 """HTTP status of a werkzeug exception → error code (others: ``http_<status>``)."""
 
+_TOO_LARGE = "message larger than max"
+"""In gRPC's own details of a message over its size limit."""
 _UNREACHABLE_DETAILS = ("failed to connect", "connection refused", "dns resolution failed")
 
 _INTERNALS = re.compile(
@@ -179,6 +181,12 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
         marker in message.lower() for marker in _UNREACHABLE_DETAILS
     ):
         message = "the engine is unreachable"
+    elif code is grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in message:
+        # gRPC's own refusal of a message over its size limit (the engine bounds what it
+        # sends under it: an older engine, or a misconfigured channel), not the engine's.
+        log.error("engine call failed: %s %s", code, details)
+        status, name = 502, "engine_error"
+        message = "the engine's answer was larger than one gRPC message may be (4 MiB)"
     elif status >= 500 and name == "engine_error":
         log.error("engine call failed: %s %s", code, details)
         message = "the engine failed to answer"

@@ -25,6 +25,20 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from engine_service.core import events as ev
+from engine_service.core.bounds import (
+    MESSAGE_ROOM,
+    body_size,
+    bound_message,
+    bound_run,
+    bound_session,
+    bounded_events,
+    bounded_page,
+    fit_bytes,
+    fit_page,
+    message_size,
+    run_size,
+    session_size,
+)
 from engine_service.core.caller import Caller
 from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, page_chains
 from engine_service.core.chat import ChatModel
@@ -71,6 +85,11 @@ MAX_PAGE = 1000
 MAX_CHAIN_PAGE = 100
 """Most runs one ListRunChains page reads."""
 READ_BATCH = 500
+STORE_BATCH = 8
+"""Stored events a follower reads at first; it doubles while they are small (up to
+``READ_BATCH``) and shrinks to what fits in ``max_event_bytes`` when they are big."""
+LIVE_BATCH = 64
+"""Most events a follower takes from the hub at once (and holds while it is not read)."""
 STORAGE_PROBE_INTERVAL = 1.0
 """Seconds between write probes while the store fails."""
 REMOTE_POLL_INTERVAL = 1.0
@@ -161,6 +180,7 @@ class Engine:
                 self.limits.lease_seconds,
                 is_local=lambda session_id: session_id in self._turns,
                 on_lost=self._leases_lost,
+                max_event_bytes=self.limits.turn.max_event_bytes,
             )
 
     def observe(self, observer: RunObserver) -> None:
@@ -192,7 +212,7 @@ class Engine:
         for run in await self.store.running_runs():
             if run.session_id in self._turns:
                 continue  # ours, started after a failed recovery; not abandoned
-            await close_abandoned_run(self.store, run, _now())
+            await close_abandoned_run(self.store, run, _now(), max_event_bytes=self._event_limit)
             log.warning(
                 "run %s of session %s was left running by a stopped engine; "
                 "stored as interrupted with what it had said",
@@ -349,7 +369,7 @@ class Engine:
         )
 
     async def get_session(self, caller: Caller, session_id: str) -> Session:
-        return await self._session(caller, session_id)
+        return bound_session(await self._session(caller, session_id), self._event_limit)
 
     async def list_sessions(
         self, caller: Caller, offset: int, limit: int
@@ -358,12 +378,19 @@ class Engine:
             raise InvalidInput("offset must not be negative")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-        return await self.store.list_sessions(offset, limit or 50, owner=caller.owner_filter)
+        sessions, total = await self.store.list_sessions(
+            offset, limit or 50, owner=caller.owner_filter
+        )
+        # One page is one gRPC message: fewer items when they would not fit (the caller
+        # pages on by offset; ``total`` says how many there are).
+        bounded = [bound_session(s, self._event_limit) for s in sessions]
+        return fit_page(bounded, session_size, self._event_limit), total
 
     async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
         await self._session(caller, session_id)
         check_title(title)
-        return await self._writing(self.store.rename_session(session_id, title, _now()))
+        renamed = await self._writing(self.store.rename_session(session_id, title, _now()))
+        return bound_session(renamed, self._event_limit)
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:
         await self._session(caller, session_id)
@@ -384,17 +411,43 @@ class Engine:
             check_id(after_id, "after_message_id")
         if run_id:
             check_id(run_id, "run_id")
-        if not run_id:
-            return await self.store.list_messages(session_id, after_id, limit or 100)
-        await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
-        mine = [m for m in await self.store.all_messages(session_id) if m.run_id == run_id]
-        if after_id:
-            ids = [m.id for m in mine]
-            if after_id not in ids:
-                raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
-            mine = mine[ids.index(after_id) + 1 :]
         limit = limit or 100
-        return mine[:limit], len(mine) > limit
+        if not run_id:
+            page, more = await self.store.list_messages(session_id, after_id, limit)
+        else:
+            await self.store.get_run(session_id, run_id)  # unknown run → RunNotFound
+            mine = [m for m in await self.store.all_messages(session_id) if m.run_id == run_id]
+            if after_id:
+                ids = [m.id for m in mine]
+                if after_id not in ids:
+                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+                mine = mine[ids.index(after_id) + 1 :]
+            page, more = mine[:limit], len(mine) > limit
+        # One page is one gRPC message: it holds what fits in max_event_bytes, each
+        # message clipped to fit (rows stored before the bound, or under a larger one).
+        bounded = bounded_page(page, self._message_limit, self.limits.turn.max_event_bytes)
+        return bounded, more or len(bounded) < len(page)
+
+    @property
+    def _event_limit(self) -> int:
+        """The most bytes one event, message, page or record may take (``core.bounds``)."""
+        return self.limits.turn.max_event_bytes
+
+    @property
+    def _message_limit(self) -> int:
+        """The most bytes one message may hold (``core.bounds``)."""
+        return self.limits.turn.max_event_bytes - MESSAGE_ROOM
+
+    def _refuse_oversized(self, messages: Sequence[Message]) -> None:
+        """``InvalidInput`` naming the first new message too large to store and hand out."""
+        limit = self._message_limit
+        for index, message in enumerate(messages):
+            size = message_size(message)
+            if size > limit:
+                raise InvalidInput(
+                    f"messages[{index}] is about {size:,} bytes; a message may hold at most "
+                    f"{limit:,} ([engine] max_event_bytes)"
+                )
 
     # -- runs as records ----------------------------------------------------------
 
@@ -405,8 +458,10 @@ class Engine:
                 await self._session(caller, session_id)
             except SessionNotFound:
                 raise RunNotFound(run_id) from None
-            return await self.store.get_run(session_id, run_id)
-        return await self.store.find_run(run_id, owner=caller.owner_filter)
+            run = await self.store.get_run(session_id, run_id)
+        else:
+            run = await self.store.find_run(run_id, owner=caller.owner_filter)
+        return bound_run(run, self._event_limit)
 
     async def list_runs(
         self, caller: Caller, session_id: str, offset: int, limit: int
@@ -417,9 +472,11 @@ class Engine:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
         if session_id:
             await self._session(caller, session_id)
-        return await self.store.page_runs(
+        runs, total = await self.store.page_runs(
             session_id, offset, limit or 50, owner=caller.owner_filter
         )
+        bounded = [bound_run(r, self._event_limit) for r in runs]
+        return fit_page(bounded, run_size, self._event_limit), total
 
     async def list_run_chains(
         self, caller: Caller, session_id: str, offset: int, limit: int, last_messages: int
@@ -457,6 +514,7 @@ class Engine:
             )
         incoming = prepare_incoming(run_input.messages)
         check_client_tools(run_input.tools, lambda name: self.tools.get(name) is not None)
+        self._refuse_oversized(incoming)
         for index, entry in enumerate(run_input.resume):
             check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
         if run_input.state is not UNSET:
@@ -494,6 +552,8 @@ class Engine:
             if run_input.reconcile is ReconcileMode.APPEND and begun.session.message_count:
                 history = await self.store.all_messages(session_id)
                 incoming = reconcile((m.id for m in history), incoming)
+                # Rows stored before the bound (or under a larger one) are clipped on read.
+                history = [bound_message(m, self._message_limit) for m in history]
         except BaseException:
             await self._writing(
                 self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
@@ -731,24 +791,37 @@ class Engine:
             self._catch_up(hub, session.last_seq, session.active_run_id)
         hub.followers += 1
         last = after_seq
+        batch = STORE_BATCH
+        limit = self.limits.turn.max_event_bytes
         try:
             while True:
                 if self._hubs.get(thread_id) is not hub:
                     return  # the session was deleted
                 if last + 1 < hub.first_seq:
-                    stored = await self.store.read_events(thread_id, last, READ_BATCH)
+                    stored = await self.store.read_events(thread_id, last, batch)
                     if not await self._same_session(hub):
                         return  # deleted meanwhile: what was read may be the id's next owner's
                     stored = [e for e in stored if e.seq < hub.first_seq]
                     if not stored:
                         last = hub.first_seq - 1  # retention removed them
                         continue
+                    # A reader holds at most one event's worth of big events while it
+                    # is not read (``core.bounds``); what is left is read again later.
+                    read = len(stored)
+                    stored = bounded_events(stored, limit, limit)
+                    # Read about what fits next time: a batch of big events is never
+                    # much more than max_event_bytes, even for a moment.
+                    batch = len(stored) if len(stored) < read else min(batch * 2, READ_BATCH)
                     for event in stored:
                         yield event
                     last = stored[-1].seq
+                    del stored
                     continue
-                live = hub.since(last)
+                live = hub.since(last, LIVE_BATCH)
                 if live:
+                    # What a reader holds while its client does not read: one event's
+                    # worth of bytes (or one event), as for stored events.
+                    live = live[: fit_bytes((body_size(e.body) for e in live), limit)]
                     for event in live:
                         yield event
                     last = live[-1].seq

@@ -129,10 +129,13 @@ class SessionHub:
         end of a run whose store failed, with a shared store)."""
         return self.visible_seq < self.last_seq
 
-    def since(self, after_seq: int) -> list[Event]:
-        """Visible buffered events with ``seq > after_seq`` (``after_seq >= first_seq - 1``)."""
+    def since(self, after_seq: int, most: int | None = None) -> list[Event]:
+        """Visible buffered events with ``seq > after_seq`` (``after_seq >= first_seq - 1``),
+        at most ``most`` of them."""
         start = after_seq + 1 - self._first_seq
         end = self.visible_seq + 1 - self._first_seq
+        if most is not None:
+            end = min(end, start + most)
         return self._buffer[start:end] if start < end else []
 
     def unflushed(self) -> list[Event]:
@@ -140,6 +143,14 @@ class SessionHub:
         if self.flushed_seq < self._first_seq - 1:
             return []
         return self._buffer[self.flushed_seq + 1 - self._first_seq :]
+
+    def forget_stored(self) -> None:
+        """Drop the stored events at the buffer's head (a run that publishes a lot):
+        followers that are behind read them from the store."""
+        drop = self.flushed_seq + 1 - self._first_seq
+        if drop > 0:
+            del self._buffer[:drop]
+            self._first_seq += drop
 
     def release(self) -> None:
         """Drop the buffer once its events are stored and no run is active."""

@@ -48,8 +48,11 @@ class LeaseKeeper:
         *,
         is_local: Callable[[str], bool],
         on_lost: Callable[[], None],
+        max_event_bytes: int = 1024 * 1024,
     ) -> None:
         self.store = store
+        self.max_event_bytes = max_event_bytes
+        """What a closed run's partial answer is clipped to (``close_abandoned_run``)."""
         self.replica = replica
         self.seconds = seconds
         self._is_local = is_local
@@ -92,7 +95,9 @@ class LeaseKeeper:
         for run in await self.store.claim_expired_runs(self.replica, now, until):
             if self._is_local(run.session_id):
                 continue  # ours: a renewal raced the expiry; the run goes on
-            last_seq = await close_abandoned_run(self.store, run, _now())
+            last_seq = await close_abandoned_run(
+                self.store, run, _now(), max_event_bytes=self.max_event_bytes
+            )
             log.warning(
                 "run %s of session %s lost its engine (lease expired); stored as interrupted "
                 "with what it had said",

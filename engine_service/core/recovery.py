@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from engine_service.core import events as ev
+from engine_service.core.bounds import MESSAGE_ROOM, bound_message
 from engine_service.core.history import new_id
 from engine_service.core.models import (
     Message,
@@ -88,8 +89,12 @@ async def _read_run(store: SessionStore, run: RunRecord) -> _OpenWork:
         after = batch[-1].seq
 
 
-async def close_abandoned_run(store: SessionStore, run: RunRecord, now: datetime) -> int:
-    """Store the closing events and the end of ``run``; returns the seq of its last event."""
+async def close_abandoned_run(
+    store: SessionStore, run: RunRecord, now: datetime, *, max_event_bytes: int = 1024 * 1024
+) -> int:
+    """Store the closing events and the end of ``run``; returns the seq of its last event.
+
+    The partial answer rebuilt from its deltas is clipped to one event (``core.bounds``)."""
     work = await _read_run(store, run)
     history = await store.all_messages(run.session_id)
     known = {m.id for m in history}
@@ -103,16 +108,15 @@ async def close_abandoned_run(store: SessionStore, run: RunRecord, now: datetime
     for message_id, deltas in (work.ended_texts | work.texts).items():
         if message_id in work.stored or not deltas:
             continue
-        kept.append(
-            Message(
-                id=message_id,
-                role=Role.ASSISTANT,
-                content=[TextPart("".join(deltas))],
-                status=MessageStatus.INTERRUPTED,
-                created_at=now,
-                run_id=run.id,
-            )
+        partial = Message(
+            id=message_id,
+            role=Role.ASSISTANT,
+            content=[TextPart("".join(deltas))],
+            status=MessageStatus.INTERRUPTED,
+            created_at=now,
+            run_id=run.id,
         )
+        kept.append(bound_message(partial, max_event_bytes - MESSAGE_ROOM))
     answered = {m.tool_call_id for m in history if m.role is Role.TOOL}
     results: list[tuple[str, Message]] = []
     for message in history:

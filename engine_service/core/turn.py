@@ -12,6 +12,7 @@ Everything opened is closed before the end.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -20,6 +21,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from engine_service.core import events as ev
+from engine_service.core.bounds import (
+    MESSAGE_ROOM,
+    body_size,
+    bound_body,
+    bound_message,
+    bound_result,
+    bounded_snapshot,
+    split_text,
+)
 from engine_service.core.chat import (
     ChatModel,
     ChatRequest,
@@ -83,6 +93,16 @@ class TurnLimits:
     """Seconds after which an unanswered interrupt counts as declined; 0: never."""
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
     """The session's shared state as JSON, at most; a patch is bounded by it as it applies."""
+    max_event_bytes: int = 1024 * 1024
+    """The largest event the run makes (``core.bounds``): longer deltas are split, tool
+    results and messages clipped with a note, the messages snapshot bounded."""
+    buffer_bytes: int = 8 * 1024 * 1024
+    """Stored events the session's hub keeps for readers that are behind; past this it
+    forgets them, and those readers read them from the store."""
+
+
+_DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
+"""Bodies that are pieces of a longer text: split, never clipped, when too long."""
 
 
 @dataclass(slots=True)
@@ -162,6 +182,10 @@ class Turn:
         self._reasoning_id = ""
         self._calls: dict[int, _OpenCall] = {}
         self._pending_results: dict[str, ToolCall] = {}
+        self._split_at = (limits.max_event_bytes - MESSAGE_ROOM) // 4
+        """A delta of more characters than this may need splitting."""
+        self._buffered = 0
+        """Bytes published into the hub since it last forgot its stored events."""
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
         self._observer: RunObserver = observer or RunLog()
@@ -185,7 +209,23 @@ class Turn:
         self.interrupt()
 
     def emit(self, body: ev.EventBody) -> ev.Event:
-        """Publish an event; followers see it once the flusher has stored it."""
+        """Publish ``body`` bounded to ``max_event_bytes`` (``core.bounds``): a longer
+        delta goes out as several deltas (the last one is returned), anything else is
+        clipped."""
+        if isinstance(body, _DELTAS):
+            delta = body.delta
+            self._buffered += len(delta)
+            if len(delta) > self._split_at:
+                pieces = split_text(delta, self.limits.max_event_bytes - MESSAGE_ROOM)
+                for piece in pieces[:-1]:
+                    self._publish(dataclasses.replace(body, delta=piece))
+                body = dataclasses.replace(body, delta=pieces[-1])
+        else:
+            body = bound_body(body, self.limits.max_event_bytes)
+            self._buffered += body_size(body)
+        return self._publish(body)
+
+    def _publish(self, body: ev.EventBody) -> ev.Event:
         if self.hub.waiting:
             self._followers_woken = True
         event = self.hub.publish(self.run_id, body)
@@ -244,6 +284,7 @@ class Turn:
         hub.reserved_seq = max(hub.reserved_seq, reserve)
         if pending:
             hub.stored(pending[-1].seq)
+        self._forget_if_over()
 
     async def _flush_continually(self) -> None:
         """Store events as soon as they are published: one write at a time, each taking
@@ -395,7 +436,11 @@ class Turn:
             self._on_done(self)
             return
         if self.input.messages_snapshot and isinstance(final, ev.RunFinished):
-            self.emit(ev.MessagesSnapshot(messages=list(self._history)))
+            # The most recent messages that fit in one event: the whole history is the
+            # messages list's to page through.
+            room = self.limits.max_event_bytes - MESSAGE_ROOM
+            self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(self._history, room)))
+        final = bound_body(final, self.limits.max_event_bytes)  # type: ignore[assignment]
         self.hub.publish(self.run_id, final, hold=True)
         self.final = final
         self._report_end(final)
@@ -460,7 +505,16 @@ class Turn:
             )
             if pending:
                 self.hub.stored(pending[-1].seq)
+            self._forget_if_over()
         self.settled = True
+
+    def _forget_if_over(self) -> None:
+        """Past ``buffer_bytes`` in the hub, drop its stored events: readers that are
+        behind read them from the store, so one that does not read pins no more."""
+        if self._buffered > self.limits.buffer_bytes:
+            self.hub.forget_stored()
+            # What is left was published during the write, and is not stored yet.
+            self._buffered = sum(body_size(e.body) for e in self.hub.unflushed())
 
     async def _turn(self) -> ev.RunFinished:
         client_tools = {t.name: t for t in self.input.tools}
@@ -520,6 +574,7 @@ class Turn:
             self.emit(ev.MessageStored(message))
 
     async def _store(self, message: Message) -> None:
+        message = bound_message(message, self.limits.max_event_bytes - MESSAGE_ROOM)
         message.created_at = _now()
         message.run_id = self.run_id
         await self.store.append_messages(self.session_id, [message])
@@ -700,16 +755,19 @@ class Turn:
 
     async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
         self._pending_results.pop(call.id, None)
+        message_id = new_id()
+        event = bound_result(
+            ev.ToolCallResult(message_id, call.id, result.content, result.is_error, result.parts),
+            self.limits.max_event_bytes - MESSAGE_ROOM,
+        )
         message = Message(
-            id=new_id(),
+            id=message_id,
             role=Role.TOOL,
-            content=[TextPart(result.content), *result.parts],
+            content=[TextPart(event.content), *event.parts],
             tool_call_id=call.id,
             status=MessageStatus.ERROR if result.is_error else MessageStatus.COMPLETE,
         )
-        self.emit(
-            ev.ToolCallResult(message.id, call.id, result.content, result.is_error, result.parts)
-        )
+        self.emit(event)
         await self._store(message)
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:

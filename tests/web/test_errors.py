@@ -251,3 +251,17 @@ def test_engine_details_with_urls_hosts_or_exception_classes_never_reach_the_cli
 )
 def test_engine_details_meant_for_clients_pass_through(code: grpc.StatusCode, details: str) -> None:
     assert from_rpc_error(_RpcError(code, details)).message == details
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        "SERVER: Sent message larger than max (5000385 vs. 4194304)",
+        "CLIENT: Received message larger than max (5000385 vs. 4194304)",
+    ],
+)
+def test_grpcs_own_message_size_refusal_is_an_engine_error_without_its_text(details: str) -> None:
+    mapped = from_rpc_error(_RpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, details))
+    assert (mapped.status, mapped.code) == (502, "engine_error")
+    assert "vs." not in mapped.message and "SERVER" not in mapped.message
+    assert "4 MiB" in mapped.message

@@ -30,6 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ValidationError
 
+from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.agentik.decisions import resume_entries
@@ -53,13 +54,13 @@ _TITLE_LENGTH = 60
 """Characters of the first message a new conversation is titled with."""
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT),
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
-"""As the facade's channel (web_facade/engine_client.py): large history pages, and fast
-reconnects after an engine restart."""
+"""As the facade's channel (web_facade/engine_client.py): what the engine may send, and
+fast reconnects after an engine restart."""
 
 _ROLES = {
     pb.ROLE_USER: "user",

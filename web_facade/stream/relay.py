@@ -34,6 +34,7 @@ __all__ = [
     "MAX_RESUMES",
     "OPEN_WAIT",
     "POLL",
+    "QUEUE_BYTES",
     "QUEUE_SIZE",
     "RESUME_BACKOFF",
     "RESUME_WINDOW",
@@ -50,6 +51,11 @@ POLL: Final = 0.25
 """How often a waiting reader looks up (draining, cancelled), in seconds."""
 QUEUE_SIZE: Final = 4096
 """Events read ahead of a slow HTTP client before the relay stops reading gRPC."""
+QUEUE_BYTES: Final = 4 * 1024 * 1024
+"""Bytes of events read ahead of a slow HTTP client before the relay stops reading gRPC
+(at least one event is always let through): a client that does not read holds no more
+here, and gRPC's flow control holds the rest back in the engine, which reads it from its
+store when the client reads again."""
 OPEN_WAIT: Final = 10.0
 """How long a new stream waits for the engine to accept its call, in seconds: a refusal
 (404, 409, ...) within this time is answered as an error response, not in the stream."""
@@ -171,6 +177,8 @@ class EventRelay:
         self._resume = resume
         self._lock = threading.Lock()
         self._queue: queue.Queue[Item] = queue.Queue(QUEUE_SIZE)
+        self._room = threading.Condition()
+        self._queued_bytes = 0
         self._cancelled = threading.Event()
         self._held: Item | None = None
         self._deadline: float | None = None
@@ -179,6 +187,13 @@ class EventRelay:
         self._thread.start()
 
     def _put(self, item: Item) -> bool:
+        size = item.ByteSize() if isinstance(item, pb.Event) else 0
+        with self._room:
+            while self._queued_bytes and self._queued_bytes + size > QUEUE_BYTES:
+                if self._cancelled.is_set():
+                    return False
+                self._room.wait(POLL)
+            self._queued_bytes += size
         while not self._cancelled.is_set():
             try:
                 self._queue.put(item, timeout=POLL)
@@ -261,7 +276,7 @@ class EventRelay:
         if item is not None:
             return item
         try:
-            return self._queue.get(timeout=timeout)
+            return self._taken(self._queue.get(timeout=timeout))
         except queue.Empty:
             return None
 
@@ -271,9 +286,16 @@ class EventRelay:
         if item is not None:
             return item
         try:
-            return self._queue.get_nowait()
+            return self._taken(self._queue.get_nowait())
         except queue.Empty:
             return None
+
+    def _taken(self, item: Item) -> Item:
+        if isinstance(item, pb.Event):
+            with self._room:
+                self._queued_bytes -= item.ByteSize()
+                self._room.notify()
+        return item
 
     def peek(self, timeout: float) -> Item | None:
         """Like :meth:`get`, but the item stays first in line."""

@@ -227,7 +227,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         self, request: pb.ListRunChainsRequest, context: Context
     ) -> pb.ListRunChainsResponse:
         caller = await self._caller(context)
-        chains, total = await _mapped(
+        chains, total, runs_read = await _mapped(
             context,
             lambda: self.engine.list_run_chains(
                 caller, request.session_id, request.offset, request.limit, request.last_messages
@@ -243,6 +243,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
                 for chain in chains
             ],
             total=total,
+            runs_read=runs_read,
         )
 
     async def Authenticate(

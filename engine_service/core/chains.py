@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine_service.core.bounds import bound_message, bound_run, message_size, run_size
 from engine_service.core.errors import RunNotFound
 from engine_service.core.models import Message, RunRecord
 from engine_service.core.store import SessionStore
 
-__all__ = ["MAX_CHAIN", "MAX_LAST_MESSAGES", "RunChain", "page_chains"]
+__all__ = ["MAX_CHAIN", "MAX_LAST_MESSAGES", "RunChain", "fit_chains", "page_chains"]
 
 MAX_CHAIN = 1000
 """Most runs followed in one chain (a bound on a walk through stored links)."""
@@ -75,3 +76,28 @@ async def page_chains(
             )
         chains.append(chain)
     return chains
+
+
+def fit_chains(chains: list[RunChain], message_limit: int, budget: int) -> list[RunChain]:
+    """``chains`` bounded to ``budget`` bytes in all (one gRPC message): each run and
+    message bounded (``core.bounds``), the leading chains whose runs fit (at least one),
+    and of each chain's messages the latest that fit in what is left (``clipped`` when
+    some are left out)."""
+    out: list[RunChain] = []
+    left = budget
+    for chain in chains:
+        runs = [bound_run(run, budget) for run in chain.runs]
+        cost = sum(run_size(run) for run in runs)
+        if out and cost > left:
+            break
+        left -= cost
+        kept: list[Message] = []
+        for message in reversed([bound_message(m, message_limit) for m in chain.messages]):
+            size = message_size(message)
+            if size > left:
+                break
+            kept.append(message)
+            left -= size
+        kept.reverse()
+        out.append(RunChain(runs, kept, chain.clipped or len(kept) < len(chain.messages)))
+    return out

@@ -40,7 +40,7 @@ from engine_service.core.bounds import (
     session_size,
 )
 from engine_service.core.caller import Caller
-from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, page_chains
+from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, fit_chains, page_chains
 from engine_service.core.chat import ChatModel
 from engine_service.core.client_tools import check_client_tools
 from engine_service.core.errors import (
@@ -480,14 +480,21 @@ class Engine:
 
     async def list_run_chains(
         self, caller: Caller, session_id: str, offset: int, limit: int, last_messages: int
-    ) -> tuple[list[RunChain], int]:
-        """A page of runs as chains (``core/chains.py``), each with its latest messages."""
+    ) -> tuple[list[RunChain], int, int]:
+        """A page of runs as chains (``core/chains.py``), each with its latest messages,
+        bounded to one message of ``max_event_bytes``; the runs in all, and how many runs of
+        the page the chains cover (the next page starts after them)."""
         if not 0 <= limit <= MAX_CHAIN_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_CHAIN_PAGE}")
         if not 0 <= last_messages <= MAX_LAST_MESSAGES:
             raise InvalidInput(f"last_messages must be between 0 and {MAX_LAST_MESSAGES}")
         page, total = await self.list_runs(caller, session_id, offset, limit or 50)
-        return await page_chains(self.store, page, last_messages), total
+        chains = await page_chains(self.store, page, last_messages)
+        fitted = fit_chains(chains, self._message_limit, self._event_limit)
+        if len(fitted) == len(chains):
+            return fitted, total, len(page)
+        first_left_out = chains[len(fitted)].runs[0].id
+        return fitted, total, [run.id for run in page].index(first_left_out)
 
     # -- runs ---------------------------------------------------------------------
 

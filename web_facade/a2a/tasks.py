@@ -214,7 +214,9 @@ class TaskService:
             if not request.include_artifacts:
                 task.ClearField("artifacts")
             tasks.append(task)
-        end = offset + size
+        # A page too big for one answer covers fewer runs: the next one starts after them.
+        # (0 from an engine that predates runs_read.)
+        end = offset + (page.runs_read or size)
         return ListTasksResponse(
             tasks=tasks,
             next_page_token=str(end) if end < page.total else "",

@@ -2155,9 +2155,13 @@ class ListRunChainsResponse(_message.Message):
 
     CHAINS_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    RUNS_READ_FIELD_NUMBER: _builtins.int
     total: _builtins.int
-    """Number of runs in all (as ListRunsResponse.total): the next page starts
-    at offset + limit.
+    """Number of runs in all (as ListRunsResponse.total)."""
+    runs_read: _builtins.int
+    """How many runs of the page this answer covers: the next page starts at
+    offset + runs_read. Fewer than limit when the page would not fit in one
+    message ([engine] max_event_bytes).
     """
     @_builtins.property
     def chains(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunChain]:
@@ -2168,10 +2172,11 @@ class ListRunChainsResponse(_message.Message):
         *,
         chains: _abc.Iterable[Global___RunChain] | None = ...,
         total: _builtins.int = ...,
+        runs_read: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chains", b"chains", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chains", b"chains", "runs_read", b"runs_read", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

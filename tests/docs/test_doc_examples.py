@@ -294,6 +294,9 @@ def run_command(command: str, stack: Stack, reader: Reader, tools: Path) -> str:
     assert not ERROR_BODY.search(text), f"{command!r} answered an error:\n{text}"
     values = dict(item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
     reader.env = {k: v for k, v in values.items() if k not in INJECTED}
+    named = re.search(r"^agentik: conversation (\S+)", text, re.M)  # piped agentik chat
+    if named and "ID" not in reader.env:
+        reader.env["ID"] = named.group(1)
     return text
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from engine_service import tracing
 from engine_service.config import ConfigError, Settings
@@ -19,7 +22,16 @@ from engine_service.tools.a2a_sources import A2aAgentSources
 from engine_service.tools.builtin import builtin_tools
 from engine_service.tools.mcp_sources import McpToolSources
 
-__all__ = ["build_a2a_agents", "build_engine", "build_mcp_sources", "build_model", "build_tools"]
+__all__ = [
+    "build_a2a_agents",
+    "build_engine",
+    "build_mcp_sources",
+    "build_model",
+    "build_tools",
+    "connected_briefly",
+]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +115,23 @@ def build_engine(settings: Settings) -> Engine:
         limits,
         tracer,
     )
+
+
+async def connected_briefly(
+    sources: McpToolSources, agents: A2aAgentSources, look: Callable[[], T]
+) -> T:
+    """Start ``sources`` and ``agents``, wait until each is ready or has failed (its own
+    connect timeout, plus a second), take ``look()`` at them, and stop them again: for
+    commands that report on the tools (``agentik tools``, ``agentik doctor``)."""
+    sources.start()
+    agents.start()
+    try:
+        wait = max(
+            [s.config.connect_timeout for s in sources]
+            + [a.config.connect_timeout for a in agents],
+            default=0.0,
+        )
+        await asyncio.gather(sources.wait_settled(wait + 1.0), agents.wait_settled(wait + 1.0))
+        return look()
+    finally:
+        await asyncio.gather(sources.stop(), agents.stop())

@@ -94,7 +94,12 @@ def _tracing() -> None:
 def _tools(args: argparse.Namespace) -> int:
     """Print every tool the LLM would be offered, connecting to the MCP servers and
     reading the remote agents' cards briefly."""
-    from engine_service.build import build_a2a_agents, build_mcp_sources, build_tools
+    from engine_service.build import (
+        build_a2a_agents,
+        build_mcp_sources,
+        build_tools,
+        connected_briefly,
+    )
 
     settings = _settings(args)
     # The table says why a server is absent; its log lines would only repeat that.
@@ -107,24 +112,13 @@ def _tools(args: argparse.Namespace) -> int:
     sources = build_mcp_sources(settings, registry)
     agents = build_a2a_agents(settings, registry)
 
-    async def snapshot() -> tuple[
+    def snapshot() -> tuple[
         list[tuple[str, str, str]], list[tuple[str, str, str, str]], list[tuple[str, str, str]]
     ]:
-        sources.start()
-        agents.start()
-        try:
-            wait = max(
-                [s.config.connect_timeout for s in sources]
-                + [a.config.connect_timeout for a in agents],
-                default=0.0,
-            )
-            await asyncio.gather(sources.wait_settled(wait + 1.0), agents.wait_settled(wait + 1.0))
-            return registry.describe(), sources.describe(), agents.describe()
-        finally:
-            await asyncio.gather(sources.stop(), agents.stop())
+        return registry.describe(), sources.describe(), agents.describe()
 
     if len(sources) or len(agents):
-        tools, servers, remote = asyncio.run(snapshot())
+        tools, servers, remote = asyncio.run(connected_briefly(sources, agents, snapshot))
     else:
         tools, servers, remote = registry.describe(), [], []
     gated = [

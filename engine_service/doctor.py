@@ -141,24 +141,15 @@ async def _llm(settings: Settings) -> Finding:
 async def _sources(settings: Settings) -> list[Finding]:
     if not settings.mcp_servers and not settings.a2a_agents:
         return []
-    from engine_service.build import build_a2a_agents, build_mcp_sources
+    from engine_service.build import build_a2a_agents, build_mcp_sources, connected_briefly
     from engine_service.core.registry import ToolRegistry
 
     registry = ToolRegistry()
     sources = build_mcp_sources(settings, registry)
     agents = build_a2a_agents(settings, registry)
-    sources.start()
-    agents.start()
-    try:
-        wait = max(
-            [s.config.connect_timeout for s in sources]
-            + [a.config.connect_timeout for a in agents],
-            default=0.0,
-        )
-        await asyncio.gather(sources.wait_settled(wait + 1.0), agents.wait_settled(wait + 1.0))
-        servers, remote = sources.describe(), agents.describe()
-    finally:
-        await asyncio.gather(sources.stop(), agents.stop())
+    servers, remote = await connected_briefly(
+        sources, agents, lambda: (sources.describe(), agents.describe())
+    )
     findings = []
     for name, transport, target, status in servers:
         ready = status.startswith("ready")

@@ -593,7 +593,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 54
+    assert len(rows) == 55
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -146,6 +146,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.header_timeout = settings.web_header_timeout
         self.body_timeout = settings.web_body_timeout
         self.queue_timeout = settings.web_queue_timeout
+        self.send_timeout = settings.web_send_timeout
         self.head_limits = HeadLimits(self.cfg)
         # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
         self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
@@ -285,6 +286,22 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             waiting = next(iter(self.waiting))
             self._submit(waiting, self.waiting.pop(waiting), lane=False)
 
+    def handle_request(self, req: Any, conn: TConn) -> bool:
+        """gthread's, with a send timeout: a client that stops reading while its answer (an
+        SSE stream, a long page) waits to be sent is cut after ``web_send_timeout``, and the
+        thread goes back to the pool instead of blocking in ``send`` for as long as the
+        client stays connected. The body's own deadline (``DeadlineUnreader``) is shorter
+        where it applies."""
+        conn.sock.settimeout(self.send_timeout)
+        try:
+            keep: bool = super().handle_request(req, conn)
+            return keep
+        except TimeoutError:
+            # The answer is cut mid-way: nothing more can be written; gthread closes the
+            # connection (and gunicorn has closed the answer's iterator, so its stream).
+            self.count_refusal("send_timeout", 0, _remote(conn))
+            raise StopIteration() from None
+
     # --- deadlines and refusals ---------------------------------------------------------
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
@@ -336,8 +353,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
     ) -> None:
         """Answer from the loop (a few hundred bytes: the socket buffer takes them whole,
         so this never blocks), count it and close."""
-        remote = conn.client[0] if isinstance(conn.client, tuple) else ""
-        self.count_refusal(reason, status, remote)
+        self.count_refusal(reason, status, _remote(conn))
         try:
             conn.sock.setblocking(False)
             conn.sock.send(error_bytes(status, code, message, retry_after))
@@ -408,3 +424,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             util.write_nonblock(client, error_bytes(*refusal))
         except OSError:
             self.log.debug("Failed to send error message.")
+
+
+def _remote(conn: TConn) -> str:
+    return conn.client[0] if isinstance(conn.client, tuple) else ""

@@ -257,3 +257,54 @@ def test_mcp_streams_held_open_on_every_thread_leave_health_answering(idle: Stac
         assert len(crowd.answers) >= 4  # those beyond the threads: 503, not a hang
     finally:
         crowd.close()
+
+
+@pytest.fixture(scope="module")
+def impatient(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One thread, and an answer may wait two seconds for a client that does not read."""
+    running = Stack(
+        llm,
+        tmp_path_factory.mktemp("impatient"),
+        AGENTIK_WEB_WORKERS="1",
+        AGENTIK_WEB_THREADS="1",
+        AGENTIK_WEB_SEND_TIMEOUT="2",
+        AGENTIK_WEB_QUEUE_TIMEOUT="1",
+        AGENTIK_MAX_BODY_BYTES="1048576",
+    )
+    yield running
+    running.stop()
+
+
+def test_a_client_that_stops_reading_its_stream_is_cut_and_its_thread_comes_back(
+    impatient: Stack,
+) -> None:
+    base = impatient.base_url
+    conversation = _conversation(impatient)
+    big = {"content": [{"type": "text", "text": "x" * 900_000}]}
+    for _ in range(12):  # ~11 MB of stored events: more than loopback's socket buffers
+        with httpx.stream(
+            "POST", f"{base}/agentik/conversations/{conversation}/send", json=big, timeout=WAIT
+        ) as sent:
+            assert sent.status_code == 200
+            for _ in sent.iter_bytes():
+                pass
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.connect(("127.0.0.1", impatient.http_port))
+    try:
+        stuck.sendall(
+            f"GET /agentik/conversations/{conversation}/events?after=0 HTTP/1.1\r\n"
+            "Host: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n".encode()
+        )
+        # The replay fills the buffers and blocks the one thread: a request waits, then 503.
+        waiting = httpx.get(f"{base}/agentik/conversations", timeout=WAIT)
+        assert waiting.status_code == 503, waiting.text
+        # After the send timeout the stream is cut and the thread serves again.
+        wait_for(
+            lambda: httpx.get(f"{base}/agentik/conversations", timeout=WAIT).status_code == 200,
+            "the thread of a stream nobody reads to come back",
+        )
+        metrics = httpx.get(f"{base}/metrics", timeout=WAIT).text
+        assert re.search(r'agentik_http_refused_total\{reason="send_timeout"\} [1-9]', metrics)
+    finally:
+        stuck.close()

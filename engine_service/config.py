@@ -90,7 +90,7 @@ TOML layout (every key optional)::
     body_timeout = 15.0                    # AGENTIK_WEB_BODY_TIMEOUT seconds for a whole body
     queue_timeout = 2.0                    # AGENTIK_WEB_QUEUE_TIMEOUT seconds a request may
                                            #   wait for a free thread before a 503
-    send_timeout = 30.0                    # AGENTIK_WEB_SEND_TIMEOUT seconds an answer may
+    write_timeout = 60.0                   # AGENTIK_WEB_WRITE_TIMEOUT seconds an answer may
                                            #   wait for a client that does not read
     heartbeat_interval = 15.0              # AGENTIK_HEARTBEAT seconds
     max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
@@ -257,7 +257,7 @@ class Settings:
     """Seconds a request body has to arrive whole, from the end of its head."""
     web_queue_timeout: float = 2.0
     """Seconds a whole request may wait for a free thread before it is refused with 503."""
-    web_send_timeout: float = 30.0
+    web_write_timeout: float = 60.0
     """Seconds an answer may wait for a client that does not read before it is cut."""
     heartbeat_interval: float = 15.0
     max_body_bytes: int = 1024 * 1024
@@ -1036,10 +1036,10 @@ _FIELDS: tuple[_Field, ...] = (
         _seconds(zero_ok=False),
     ),
     _Field(
-        "web_send_timeout",
-        "AGENTIK_WEB_SEND_TIMEOUT",
+        "web_write_timeout",
+        "AGENTIK_WEB_WRITE_TIMEOUT",
         "web",
-        "send_timeout",
+        "write_timeout",
         _seconds(zero_ok=False),
     ),
     _Field(

@@ -146,7 +146,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.header_timeout = settings.web_header_timeout
         self.body_timeout = settings.web_body_timeout
         self.queue_timeout = settings.web_queue_timeout
-        self.send_timeout = settings.web_send_timeout
+        self.write_timeout = settings.web_write_timeout
         self.head_limits = HeadLimits(self.cfg)
         # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
         self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
@@ -288,18 +288,18 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def handle_request(self, req: Any, conn: TConn) -> bool:
         """gthread's, with a send timeout: a client that stops reading while its answer (an
-        SSE stream, a long page) waits to be sent is cut after ``web_send_timeout``, and the
+        SSE stream, a long page) waits to be sent is cut after ``web_write_timeout``, and the
         thread goes back to the pool instead of blocking in ``send`` for as long as the
         client stays connected. The body's own deadline (``DeadlineUnreader``) is shorter
         where it applies."""
-        conn.sock.settimeout(self.send_timeout)
+        conn.sock.settimeout(self.write_timeout)
         try:
             keep: bool = super().handle_request(req, conn)
             return keep
         except TimeoutError:
             # The answer is cut mid-way: nothing more can be written; gthread closes the
             # connection (and gunicorn has closed the answer's iterator, so its stream).
-            self.count_refusal("send_timeout", 0, _remote(conn))
+            self.count_refusal("write_timeout", 0, _remote(conn))
             raise StopIteration() from None
 
     # --- deadlines and refusals ---------------------------------------------------------

@@ -74,10 +74,10 @@ EDGE_REFUSALS = Counter(
     "agentik_http_refused_total",
     "Requests the web worker answered itself before any thread: 408 (head or body too slow), "
     "503 (no thread free), 414/431 (a head that could never be valid); and answers it cut "
-    "because the client stopped reading (send_timeout).",
+    "because the client stopped reading (write_timeout).",
     ["reason"],
 )
-REFUSAL_REASONS = ("head_timeout", "body_timeout", "busy", "too_large", "send_timeout")
+REFUSAL_REASONS = ("head_timeout", "body_timeout", "busy", "too_large", "write_timeout")
 """The ``reason`` label's values: a closed set."""
 
 

@@ -267,7 +267,7 @@ def impatient(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iter
         tmp_path_factory.mktemp("impatient"),
         AGENTIK_WEB_WORKERS="1",
         AGENTIK_WEB_THREADS="1",
-        AGENTIK_WEB_SEND_TIMEOUT="2",
+        AGENTIK_WEB_WRITE_TIMEOUT="2",
         AGENTIK_WEB_QUEUE_TIMEOUT="1",
         AGENTIK_MAX_BODY_BYTES="1048576",
     )
@@ -305,6 +305,6 @@ def test_a_client_that_stops_reading_its_stream_is_cut_and_its_thread_comes_back
             "the thread of a stream nobody reads to come back",
         )
         metrics = httpx.get(f"{base}/metrics", timeout=WAIT).text
-        assert re.search(r'agentik_http_refused_total\{reason="send_timeout"\} [1-9]', metrics)
+        assert re.search(r'agentik_http_refused_total\{reason="write_timeout"\} [1-9]', metrics)
     finally:
         stuck.close()

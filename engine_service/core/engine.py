@@ -62,17 +62,19 @@ from engine_service.core.models import (
     Interrupt,
     Message,
     ReconcileMode,
+    Role,
     RunInput,
     RunRecord,
     RunStatus,
     Session,
+    TextPart,
 )
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.state import check_state
 from engine_service.core.store import SessionStore, Signal, SignalKind
-from engine_service.core.text import check_title
+from engine_service.core.text import check_title, title_from
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Turn, TurnLimits
@@ -590,6 +592,7 @@ class Engine:
             observer=self.observer,
             principal=caller.principal,
             session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
+            title=_first_title(begun.session, incoming),
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)
@@ -854,3 +857,15 @@ class Engine:
         finally:
             hub.followers -= 1
             self._drop_hub_if_unused(hub)
+
+
+def _first_title(session: Session, incoming: Sequence[Message]) -> str:
+    """The title a conversation's first run gives it, when it has none: the start of its
+    first user message's text (a client's own title is never replaced)."""
+    if session.title or session.message_count:
+        return ""
+    for message in incoming:
+        if message.role is Role.USER:
+            text = " ".join(p.text for p in message.content if isinstance(p, TextPart))
+            return title_from(text)
+    return ""

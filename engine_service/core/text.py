@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from engine_service.core.errors import InvalidInput
 
-__all__ = ["MAX_TITLE_LENGTH", "check_title"]
+__all__ = ["MAX_TITLE_LENGTH", "TITLE_FROM_MESSAGE", "check_title", "title_from"]
 
 MAX_TITLE_LENGTH = 500
+TITLE_FROM_MESSAGE = 80
+"""Most characters of a first message that become an untitled conversation's title."""
 
 
 def check_title(title: str) -> None:
@@ -22,3 +24,16 @@ def check_title(title: str) -> None:
         raise InvalidInput(f"title is longer than {MAX_TITLE_LENGTH} characters")
     if "\x00" in title:
         raise InvalidInput("title must not contain the NUL character (U+0000)")
+
+
+def title_from(text: str) -> str:
+    """A title made of the start of ``text``: its words on one line, control characters
+    left out, at most :data:`TITLE_FROM_MESSAGE` characters (cut at a word, with "…")."""
+    words = "".join(c if c.isprintable() else " " for c in text).split()
+    title = " ".join(words)
+    if len(title) <= TITLE_FROM_MESSAGE:
+        return title
+    cut = title[: TITLE_FROM_MESSAGE - 1]
+    if " " in cut[TITLE_FROM_MESSAGE // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip() + "…"

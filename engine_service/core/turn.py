@@ -139,8 +139,11 @@ class Turn:
         observer: RunObserver | None = None,
         principal: str = "",
         session_key: str = "",
+        title: str = "",
     ) -> None:
         self.store = store
+        self.title = title
+        """The title this run gives its untitled conversation, from its first message."""
         self.session_key = session_key
         """``ToolContext.session_key`` of this run's session."""
         self.tracer = tracer
@@ -570,6 +573,8 @@ class Turn:
             if self.incoming:
                 await self.store.append_messages(self.session_id, self.incoming)
             self._history.extend(self.incoming)
+        if self.title:
+            await self.store.rename_session(self.session_id, self.title, now)
         for message in self.incoming:
             self.emit(ev.MessageStored(message))
 

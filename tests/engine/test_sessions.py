@@ -165,3 +165,23 @@ async def test_a_run_is_stored_as_ended_before_its_terminal_event_reaches_anyone
     )
     again = await harness.stub.GetRun(pb.GetRunRequest(run_id=second[0].run_id))
     assert again.start_seq == events[-1].seq + 1 == second[0].seq
+
+
+async def test_an_untitled_conversation_is_titled_by_its_first_message(harness: Harness) -> None:
+    first = "  What is\tthe   weather\nin Paris tomorrow? " + "and more words " * 10
+    await collect(
+        harness.stub.Run(
+            pb.RunRequest(session_id="t1", create_session=True, messages=[user(first)])
+        )
+    )
+    got = await harness.stub.GetSession(pb.GetSessionRequest(session_id="t1"))
+    assert got.title.startswith("What is the weather in Paris tomorrow? and more")
+    assert got.title.endswith("…") and len(got.title) <= 80
+    # A later message never renames it, and a client's own title is never replaced.
+    await collect(harness.stub.Run(pb.RunRequest(session_id="t1", messages=[user("other")])))
+    again = await harness.stub.GetSession(pb.GetSessionRequest(session_id="t1"))
+    assert again.title == got.title
+    await harness.stub.CreateSession(pb.CreateSessionRequest(session_id="t2", title="Mine"))
+    await collect(harness.stub.Run(pb.RunRequest(session_id="t2", messages=[user("hello")])))
+    mine = await harness.stub.GetSession(pb.GetSessionRequest(session_id="t2"))
+    assert mine.title == "Mine"

@@ -336,6 +336,8 @@ async function openConversation(id) {
   const conversation = await call("GET", `${API}/${id}`);
   const messages = await loadMessages(id);
   if (current !== view) return;
+  // Opened by a link to a conversation made since the list was read: read it again.
+  if (!conversations.some((c) => c.id === id)) await loadConversations();
   const active = conversation.active_run_id;
   const saved = active ? loadRun(id) : null;
   for (const message of messages) {

@@ -32,14 +32,19 @@ def _connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10)
 
 
-def partial_heads(port: int, count: int) -> list[socket.socket]:
-    """``count`` connections that each send part of a request head, then nothing."""
+def _sending(port: int, count: int, data: bytes) -> list[socket.socket]:
+    """``count`` connections that have each sent ``data`` and nothing more."""
     sockets = []
     for _ in range(count):
         sock = _connect(port)
-        sock.sendall(PARTIAL_HEAD)
+        sock.sendall(data)
         sockets.append(sock)
     return sockets
+
+
+def partial_heads(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that each send part of a request head, then nothing."""
+    return _sending(port, count, PARTIAL_HEAD)
 
 
 PARTIAL_BODY = (
@@ -51,24 +56,14 @@ PARTIAL_BODY = (
 
 def partial_bodies(port: int, count: int) -> list[socket.socket]:
     """``count`` connections that each send a head and part of its body, then nothing."""
-    sockets = []
-    for _ in range(count):
-        sock = _connect(port)
-        sock.sendall(PARTIAL_BODY)
-        sockets.append(sock)
-    return sockets
+    return _sending(port, count, PARTIAL_BODY)
 
 
 def unclosed_requests(port: int, path: str, count: int) -> list[socket.socket]:
     """``count`` connections that each ask for ``path`` and for the connection to close,
     then neither read the answer nor close their side."""
     request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
-    sockets = []
-    for _ in range(count):
-        sock = _connect(port)
-        sock.sendall(request)
-        sockets.append(sock)
-    return sockets
+    return _sending(port, count, request)
 
 
 def stream_requests(port: int, path: str, count: int) -> list[socket.socket]:
@@ -76,12 +71,7 @@ def stream_requests(port: int, path: str, count: int) -> list[socket.socket]:
     request = (
         f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
     ).encode()
-    sockets = []
-    for _ in range(count):
-        sock = _connect(port)
-        sock.sendall(request)
-        sockets.append(sock)
-    return sockets
+    return _sending(port, count, request)
 
 
 @dataclass

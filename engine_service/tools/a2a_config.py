@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from engine_service.config import ConfigError
 from engine_service.tools.config_tables import (
     NAME,
-    ConfigTableError,
     TableReader,
     check_keys,
     display_url,
@@ -39,7 +39,6 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "MAX_AGENT_NAME",
     "A2aAgentConfig",
-    "A2aConfigError",
     "parse_a2a_agents",
     "parse_a2a_agents_env",
 ]
@@ -58,9 +57,6 @@ _KEYS = (
     "connect_timeout",
     "call_timeout",
 )
-
-A2aConfigError = ConfigTableError
-"""An ``[[a2a.agents]]`` entry is unusable; the message names the entry and field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +113,7 @@ def _unique(agents: list[A2aAgentConfig], where: str) -> tuple[A2aAgentConfig, .
     seen: set[str] = set()
     for agent in agents:
         if agent.name in seen:
-            raise A2aConfigError(f"{where}: the agent name {agent.name!r} is used twice")
+            raise ConfigError(f"{where}: the agent name {agent.name!r} is used twice")
         seen.add(agent.name)
     return tuple(agents)
 
@@ -127,12 +123,12 @@ def parse_a2a_agents(
 ) -> tuple[A2aAgentConfig, ...]:
     """Validate the ``[[a2a.agents]]`` tables read from ``where`` (a file name)."""
     if not isinstance(tables, list):
-        raise A2aConfigError(f"a2a.agents in {where} must be an array of tables ([[a2a.agents]])")
+        raise ConfigError(f"a2a.agents in {where} must be an array of tables ([[a2a.agents]])")
     agents: list[A2aAgentConfig] = []
     for number, table in enumerate(tables, start=1):
         label = f"[[a2a.agents]] entry {number} in {where}"
         if not isinstance(table, dict):
-            raise A2aConfigError(f"{label} must be a table")
+            raise ConfigError(f"{label} must be a table")
         agents.append(_agent(table, label, env))
     return _unique(agents, f"[[a2a.agents]] in {where}")
 
@@ -148,7 +144,7 @@ def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
         name = name.strip()
         label = f"item {number} of {A2A_AGENTS_ENV}"
         if not equals or not NAME.match(name) or len(name) > MAX_AGENT_NAME:
-            raise A2aConfigError(
+            raise ConfigError(
                 f"{label} must be NAME=URL with a NAME of 1 to {MAX_AGENT_NAME} characters of "
                 f"A-Z a-z 0-9 _ -; got {item!r}"
             )

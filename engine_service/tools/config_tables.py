@@ -12,16 +12,14 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-__all__ = ["NAME", "ConfigTableError", "TableReader", "check_keys", "display_url"]
+from engine_service.config import ConfigError
+
+__all__ = ["NAME", "TableReader", "check_keys", "display_url"]
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 """What a configured server or agent name may contain (it becomes part of tool names)."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
-
-class ConfigTableError(ValueError):
-    """An entry is unusable; the message names the entry and the field."""
 
 
 def check_keys(table: Mapping[str, object], known: Sequence[str], label: str) -> None:
@@ -30,7 +28,7 @@ def check_keys(table: Mapping[str, object], known: Sequence[str], label: str) ->
         if key not in known:
             hint = difflib.get_close_matches(key, known, n=1)
             tail = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
-            raise ConfigTableError(f"unknown key {key!r} in {label}{tail}")
+            raise ConfigError(f"unknown key {key!r} in {label}{tail}")
 
 
 def display_url(url: str) -> str:
@@ -49,15 +47,15 @@ class TableReader:
         self.label = label
         self.env = env
 
-    def fail(self, key: str, why: str, shown: object = None) -> ConfigTableError:
+    def fail(self, key: str, why: str, shown: object = None) -> ConfigError:
         got = "" if shown is None else f"; got {shown!r}"
-        return ConfigTableError(f"invalid {key} of {self.label}: {why}{got}")
+        return ConfigError(f"invalid {key} of {self.label}: {why}{got}")
 
     def string(self, key: str, *, required: bool = False) -> str | None:
         raw = self.table.get(key)
         if raw is None:
             if required:
-                raise ConfigTableError(f"{self.label} needs {key!r}")
+                raise ConfigError(f"{self.label} needs {key!r}")
             return None
         if not isinstance(raw, str):
             raise self.fail(key, f"must be a string, not {type(raw).__name__}")

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine_service.config import ConfigError
 from engine_service.tools.config_tables import (
-    ConfigTableError,
     TableReader,
     check_keys,
     display_url,
@@ -39,7 +39,6 @@ from engine_service.tools.config_tables import (
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "MAX_SERVER_NAME",
-    "McpConfigError",
     "McpServerConfig",
     "Transport",
     "parse_mcp_servers",
@@ -67,10 +66,6 @@ _KEYS = (
 )
 _STDIO_ONLY = ("command", "args", "env", "cwd")
 _HTTP_ONLY = ("url", "headers")
-
-
-McpConfigError = ConfigTableError
-"""An ``[[mcp.servers]]`` entry is unusable; the message names the entry and field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +106,7 @@ def _transport(entry: TableReader) -> Transport:
             return "stdio"
         if "url" in entry.table and "command" not in entry.table:
             return "http"
-        raise McpConfigError(
+        raise ConfigError(
             f"{entry.label} needs either 'command' (stdio) or 'url' (http, sse), "
             "or an explicit 'transport'"
         )
@@ -169,13 +164,15 @@ def _server(table: dict[str, object], label: str, env: Mapping[str, str]) -> Mcp
 
 
 def parse_mcp_servers(
-    tables: list[object], where: str, env: Mapping[str, str]
+    tables: object, where: str, env: Mapping[str, str]
 ) -> tuple[McpServerConfig, ...]:
     """Validate the ``[[mcp.servers]]`` tables read from ``where`` (a file name)."""
+    if not isinstance(tables, list):
+        raise ConfigError(f"mcp.servers in {where} must be an array of tables ([[mcp.servers]])")
     checked: list[dict[str, object]] = []
     for number, table in enumerate(tables, start=1):
         if not isinstance(table, dict):
-            raise McpConfigError(f"[[mcp.servers]] entry {number} in {where} must be a table")
+            raise ConfigError(f"[[mcp.servers]] entry {number} in {where} must be a table")
         checked.append(table)
     servers: list[McpServerConfig] = []
     seen: set[str] = set()
@@ -183,7 +180,7 @@ def parse_mcp_servers(
         label = f"[[mcp.servers]] entry {number} in {where}"
         server = _server(table, label, env)
         if server.name in seen:
-            raise McpConfigError(f"{label}: the server name {server.name!r} is used twice")
+            raise ConfigError(f"{label}: the server name {server.name!r} is used twice")
         seen.add(server.name)
         servers.append(server)
     return tuple(servers)

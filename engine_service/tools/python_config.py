@@ -18,16 +18,14 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["PythonToolConfig", "PythonToolConfigError", "parse_python_tools"]
+from engine_service.config import ConfigError
+
+__all__ = ["PythonToolConfig", "parse_python_tools"]
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _FUNCTION = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _KEYS = ("function", "name", "description", "timeout")
-
-
-class PythonToolConfigError(ValueError):
-    """A ``[[tools.python]]`` entry is unusable; the message names the entry and key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,25 +44,21 @@ class PythonToolConfig:
 
 def _entry(table: object, label: str) -> PythonToolConfig:
     if not isinstance(table, dict):
-        raise PythonToolConfigError(f"{label}: must be a table with a 'function' key")
+        raise ConfigError(f"{label}: must be a table with a 'function' key")
     for key in table:
         if key not in _KEYS:
-            raise PythonToolConfigError(f"{label}: unknown key {key!r}; known: {', '.join(_KEYS)}")
+            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(_KEYS)}")
     function = table.get("function")
     if not isinstance(function, str) or not _FUNCTION.match(function.strip()):
-        raise PythonToolConfigError(
+        raise ConfigError(
             f"{label}: 'function' must be 'package.module:function'; got {function!r}"
         )
     name = table.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME.match(name)):
-        raise PythonToolConfigError(
-            f"{label}: 'name' must be 1 to 64 of A-Z a-z 0-9 _ -; got {name!r}"
-        )
+        raise ConfigError(f"{label}: 'name' must be 1 to 64 of A-Z a-z 0-9 _ -; got {name!r}")
     description = table.get("description")
     if description is not None and (not isinstance(description, str) or not description.strip()):
-        raise PythonToolConfigError(
-            f"{label}: 'description' must be a non-empty string; got {description!r}"
-        )
+        raise ConfigError(f"{label}: 'description' must be a non-empty string; got {description!r}")
     timeout = table.get("timeout")
     if timeout is not None and (
         isinstance(timeout, bool)
@@ -72,7 +66,7 @@ def _entry(table: object, label: str) -> PythonToolConfig:
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise PythonToolConfigError(
+        raise ConfigError(
             f"{label}: 'timeout' must be a positive number of seconds; got {timeout!r}"
         )
     return PythonToolConfig(
@@ -87,9 +81,7 @@ def _entry(table: object, label: str) -> PythonToolConfig:
 def parse_python_tools(raw: object, where: str) -> tuple[PythonToolConfig, ...]:
     """The entries of ``tools.python`` (an array of tables) from ``where`` (a file name)."""
     if not isinstance(raw, list):
-        raise PythonToolConfigError(
-            f"tools.python in {where} must be an array of tables ([[tools.python]])"
-        )
+        raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
     return tuple(
         _entry(table, f"[[tools.python]] entry {number}")
         for number, table in enumerate(raw, start=1)

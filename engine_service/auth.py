@@ -48,9 +48,9 @@ class _Jwt:
 
 
 def _load_jwt(settings: Settings) -> _Jwt | None:
-    if not settings.jwt_key_file:
+    if not settings.auth.jwt_key_file:
         return None
-    path = settings.jwt_key_file
+    path = settings.auth.jwt_key_file
     try:
         with open(path, "rb") as handle:
             material = handle.read()
@@ -62,7 +62,7 @@ def _load_jwt(settings: Settings) -> _Jwt | None:
     if not material.strip():
         raise ConfigError(f"invalid jwt_key_file: {path!r} is empty")
     asymmetric = material.lstrip().startswith(b"-----BEGIN")
-    algorithms = settings.jwt_algorithms or (
+    algorithms = settings.auth.jwt_algorithms or (
         ("RS256", "ES256", "EdDSA") if asymmetric else ("HS256",)
     )
     hmac_algorithms = [a for a in algorithms if a.startswith("HS")]
@@ -90,15 +90,15 @@ def _load_jwt(settings: Settings) -> _Jwt | None:
             key = load_pem_public_key(material)
         except ValueError:
             raise ConfigError(f"invalid jwt_key_file: {path!r} is not a PEM public key") from None
-    return _Jwt(key, tuple(algorithms), settings.jwt_issuer, settings.jwt_audience)
+    return _Jwt(key, tuple(algorithms), settings.auth.jwt_issuer, settings.auth.jwt_audience)
 
 
 class Authenticator:
     """Turns an ``Authorization`` header value into a ``Caller``."""
 
     def __init__(self, settings: Settings) -> None:
-        self._tokens = [(_digest(t.token), t.principal) for t in settings.auth_tokens]
-        self._admins = frozenset(settings.admins)
+        self._tokens = [(_digest(t.token), t.principal) for t in settings.auth.tokens]
+        self._admins = frozenset(settings.auth.admins)
         self._jwt = _load_jwt(settings)
 
     @property
@@ -206,7 +206,7 @@ class Gate:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Gate:
-        return cls(Authenticator(settings), RateLimiter(settings.requests_per_minute))
+        return cls(Authenticator(settings), RateLimiter(settings.auth.requests_per_minute))
 
     def admit(self, authorization: str | None) -> Caller:
         caller = self.authenticator.authenticate(authorization)

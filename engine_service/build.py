@@ -38,14 +38,14 @@ log = logging.getLogger(__name__)
 
 def build_model(settings: Settings) -> ChatModel:
     """The OpenAI-compatible model when an endpoint or key is configured, else offline."""
-    if settings.openai_base_url or settings.openai_api_key:
+    if settings.llm.base_url or settings.llm.api_key:
         return OpenAIChatModel(
-            base_url=settings.openai_base_url or "https://api.openai.com/v1",
-            api_key=settings.openai_api_key or "not-needed",
-            model=settings.model,
-            timeout=settings.llm_timeout,
-            first_token_timeout=settings.llm_first_token_timeout,
-            max_retries=settings.llm_max_retries,
+            base_url=settings.llm.base_url or "https://api.openai.com/v1",
+            api_key=settings.llm.api_key or "not-needed",
+            model=settings.llm.model,
+            timeout=settings.llm.timeout,
+            first_token_timeout=settings.llm.first_token_timeout,
+            max_retries=settings.llm.max_retries,
         )
     return OfflineChatModel()
 
@@ -57,16 +57,16 @@ def build_tools(settings: Settings) -> ToolRegistry:
     registry = ToolRegistry()
     for tool in builtin_tools():
         registry.register(tool)
-    if settings.tools_ask_user:
+    if settings.tools.ask_user:
         registry.register(AskUserTool())
-    if settings.python_tools:  # pydantic and the functions' modules load only when used
+    if settings.tools.python:  # pydantic and the functions' modules load only when used
         from engine_service.tools.python_tools import PythonToolLoadError, register_python_tools
 
         try:
-            register_python_tools(settings.python_tools, registry)
+            register_python_tools(settings.tools.python, registry)
         except PythonToolLoadError as exc:
             raise ConfigError(str(exc)) from None
-    for agent in settings.a2a_agents:  # their tools join in build_a2a_agents
+    for agent in settings.a2a.agents:  # their tools join in build_a2a_agents
         if agent.name in registry:
             raise ConfigError(
                 f"the A2A agent name {agent.name!r} is taken by the "
@@ -78,7 +78,7 @@ def build_tools(settings: Settings) -> ToolRegistry:
 def build_mcp_sources(settings: Settings, registry: ToolRegistry) -> McpToolSources:
     """One source per configured MCP server, adding its tools to ``registry`` once started."""
     return McpToolSources(
-        settings.mcp_servers, registry, default_call_timeout=settings.tool_timeout
+        settings.mcp.servers, registry, default_call_timeout=settings.tools.timeout
     )
 
 
@@ -86,30 +86,30 @@ def build_a2a_agents(settings: Settings, registry: ToolRegistry) -> A2aAgentSour
     """One source per configured remote A2A agent; its tool is registered now and offered
     once the agent's card is read (after ``start``)."""
     return A2aAgentSources(
-        settings.a2a_agents, registry, default_call_timeout=settings.tool_timeout
+        settings.a2a.agents, registry, default_call_timeout=settings.tools.timeout
     )
 
 
 def build_engine(settings: Settings) -> Engine:
     limits = EngineLimits(
         turn=TurnLimits(
-            system_prompt=settings.system_prompt,
-            max_tool_rounds=settings.max_tool_rounds,
-            tool_timeout=settings.tool_timeout,
-            approval=settings.tools_approval,
-            interrupt_expiry=settings.interrupt_expiry,
-            max_state_bytes=settings.max_state_bytes,
-            max_event_bytes=settings.max_event_bytes,
-            buffer_bytes=settings.stream_buffer_bytes,
+            system_prompt=settings.llm.system_prompt,
+            max_tool_rounds=settings.llm.max_tool_rounds,
+            tool_timeout=settings.tools.timeout,
+            approval=settings.tools.approval,
+            interrupt_expiry=settings.tools.interrupt_expiry,
+            max_state_bytes=settings.engine.max_state_bytes,
+            max_event_bytes=settings.engine.max_event_bytes,
+            buffer_bytes=settings.engine.stream_buffer_bytes,
         ),
-        max_concurrent_runs=settings.max_concurrent_runs,
+        max_concurrent_runs=settings.engine.max_concurrent_runs,
         max_runs_per_caller=settings.runs_per_caller,
-        lease_seconds=settings.lease_seconds,
-        event_retention=settings.event_retention,
+        lease_seconds=settings.engine.lease_seconds,
+        event_retention=settings.engine.event_retention,
     )
     tracer = tracing.tracer() if tracing.enabled() else NO_TRACER
     return Engine(
-        open_store(settings.store, retry_seconds=settings.store_retry_seconds),
+        open_store(settings.engine.store, retry_seconds=settings.engine.store_retry_seconds),
         build_model(settings),
         build_tools(settings),
         limits,

@@ -35,7 +35,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _logging(settings: Settings) -> None:
     from engine_service.logs import configure_logging
 
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log.level, settings.log.format)
 
 
 def _engine(args: argparse.Namespace) -> int:
@@ -45,14 +45,14 @@ def _engine(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _logging(settings)
-    workers = 1 if args.worker else args.workers or settings.engine_workers
+    workers = 1 if args.worker else args.workers or settings.engine.workers
     try:
-        refuse_open_exposure(settings, settings.grpc_addr, "engine")
+        refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
         check_workers(settings, workers)
         if not args.worker:  # workers share the port their supervisor checked
-            refuse_taken_address(settings.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
-        if workers > 1 and settings.metrics_addr:
+            refuse_taken_address(settings.engine.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
+        if workers > 1 and settings.engine.metrics_addr:
             raise ConfigError(
                 "metrics_addr is set with more than one engine worker: each worker would "
                 "need a port of its own; run one engine per metrics port instead"
@@ -75,7 +75,7 @@ def _engine(args: argparse.Namespace) -> int:
         if "Failed to bind" not in str(exc):
             raise
         print(
-            f"agentik: the engine cannot listen on {settings.grpc_addr}: the address is in "
+            f"agentik: the engine cannot listen on {settings.engine.grpc_addr}: the address is in "
             "use (another agentik?) or not this machine's; set AGENTIK_GRPC_ADDR",
             file=sys.stderr,
         )
@@ -103,7 +103,7 @@ def _tools(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     # The table says why a server is absent; its log lines would only repeat that.
-    logging.basicConfig(level=settings.log_level if settings.log_level == "DEBUG" else "CRITICAL")
+    logging.basicConfig(level=settings.log.level if settings.log.level == "DEBUG" else "CRITICAL")
     try:
         registry = build_tools(settings)
     except ConfigError as exc:  # a [[tools.python]] function that does not load
@@ -122,7 +122,7 @@ def _tools(args: argparse.Namespace) -> int:
     else:
         tools, servers, remote = registry.describe(), [], []
     gated = [
-        (name, source, status, _gate(name, settings.tools_approval))
+        (name, source, status, _gate(name, settings.tools.approval))
         for name, source, status in tools
     ]
     _table(("TOOL", "SOURCE", "STATUS", "A PERSON"), gated)
@@ -158,9 +158,9 @@ def _migrate(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _logging(settings)
-    where = redacted_url(settings.store)
+    where = redacted_url(settings.engine.store)
     try:
-        versions = migrate_store(settings.store)
+        versions = migrate_store(settings.engine.store)
     except ValueError as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -62,9 +62,17 @@ if TYPE_CHECKING:  # imported when used: the web facade never loads engine_servi
     from engine_service.tools.python_config import PythonToolConfig
 
 __all__ = [
+    "A2aSettings",
+    "AuthSettings",
     "ConfigError",
+    "EngineSettings",
+    "LlmSettings",
+    "LogSettings",
+    "McpSettings",
     "Settings",
     "TokenEntry",
+    "ToolsSettings",
+    "WebSettings",
     "is_loopback",
     "load_settings",
     "refuse_open_exposure",
@@ -807,73 +815,6 @@ class Settings:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
         for name, value in tables.items():
             object.__setattr__(self, name, value)
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any:
-            if (key := _FLAT.get(name)) is None:
-                raise AttributeError(f"'Settings' object has no attribute {name!r}")
-            return getattr(getattr(self, key.table), key.key)
-
-    else:  # the flat view, read-only: settings.llm_timeout is settings.llm.timeout
-        grpc_addr: str
-        store: str
-        max_concurrent_runs: int
-        max_message_bytes: int
-        max_event_bytes: int
-        stream_buffer_bytes: int
-        event_retention: float
-        shutdown_grace: float
-        lease_seconds: float
-        engine_workers: int
-        max_state_bytes: int
-        store_retry_seconds: float
-        metrics_addr: str
-        openai_base_url: str | None
-        openai_api_key: str | None
-        model: str
-        system_prompt: str
-        max_tool_rounds: int
-        llm_timeout: float
-        llm_first_token_timeout: float
-        llm_max_retries: int
-        llm_check_interval: float
-        tool_timeout: float
-        tools_approval: tuple[str, ...]
-        tools_ask_user: bool
-        interrupt_expiry: float
-        python_tools: tuple[PythonToolConfig, ...]
-        log_level: str
-        log_format: str
-        http_addr: str
-        engine_target: str
-        web_workers: int
-        web_threads: int
-        web_header_timeout: float
-        web_body_timeout: float
-        web_queue_timeout: float
-        web_write_timeout: float
-        heartbeat_interval: float
-        max_body_bytes: int
-        on_disconnect: str
-        cors_origins: tuple[str, ...]
-        public_url: str
-        agent_name: str
-        agent_description: str
-        agent_version: str
-        agent_skills: tuple[dict[str, Any], ...] | None
-        a2a_agents: tuple[A2aAgentConfig, ...]
-        auth_tokens: tuple[TokenEntry, ...]
-        allow_anonymous: bool
-        admins: tuple[str, ...]
-        max_runs_per_caller: int
-        caller_run_share: float
-        requests_per_minute: int
-        jwt_key_file: str
-        jwt_issuer: str
-        jwt_audience: str
-        jwt_algorithms: tuple[str, ...]
-        mcp_servers: tuple[McpServerConfig, ...]
 
     @property
     def auth_enabled(self) -> bool:

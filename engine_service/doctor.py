@@ -63,8 +63,8 @@ def _print(findings: list[Finding], out: Callable[[str], None]) -> None:
 def _config(settings: Settings, path: str | None) -> Finding:
     source = path or os.environ.get("AGENTIK_CONFIG") or "defaults and the environment"
     try:
-        refuse_open_exposure(settings, settings.grpc_addr, "engine")
-        refuse_open_exposure(settings, settings.http_addr, "web facade")
+        refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
+        refuse_open_exposure(settings, settings.web.http_addr, "web facade")
     except ConfigError as exc:
         return Finding(
             FAIL_MARK, "config", str(exc), "add tokens ([[auth.tokens]]) or listen on 127.0.0.1"
@@ -76,7 +76,7 @@ def _config(settings: Settings, path: str | None) -> Finding:
     except ConfigError as exc:
         return Finding(FAIL_MARK, "config", str(exc), "fix the [[tools.python]] entry named above")
     auth = "auth on" if settings.auth_enabled else "auth off (loopback only)"
-    where = f"engine {settings.grpc_addr}, web {settings.http_addr}, {auth}"
+    where = f"engine {settings.engine.grpc_addr}, web {settings.web.http_addr}, {auth}"
     return Finding(OK_MARK, "config", f"{source}; {where}")
 
 
@@ -84,10 +84,10 @@ def _store(settings: Settings) -> Finding:
     from engine_service.core.errors import StorageUnavailable
     from engine_service.stores import open_store, redacted_url
 
-    where = redacted_url(settings.store)
+    where = redacted_url(settings.engine.store)
 
     async def check() -> None:
-        store = open_store(settings.store)
+        store = open_store(settings.engine.store)
         try:
             await store.check_writable()
         finally:
@@ -113,7 +113,7 @@ def _store(settings: Settings) -> Finding:
         )
     except RuntimeError as exc:  # a schema newer than this code
         return Finding(FAIL_MARK, "store", f"{where}: {exc}", "upgrade agentik")
-    if settings.store == "memory://":
+    if settings.engine.store == "memory://":
         return Finding(WARN_MARK, "store", "memory:// keeps nothing across restarts")
     return Finding(OK_MARK, "store", f"{where} (writable)")
 
@@ -126,20 +126,20 @@ async def _remote(settings: Settings) -> list[Finding]:
 async def _llm(settings: Settings) -> Finding:
     from engine_service.llm.probe import probe_llm
 
-    if not (settings.openai_base_url or settings.openai_api_key):
+    if not (settings.llm.base_url or settings.llm.api_key):
         return Finding(
             OK_MARK,
             "llm",
             "the built-in offline model (no OPENAI_BASE_URL or OPENAI_API_KEY)",
         )
-    base_url = settings.openai_base_url or "https://api.openai.com/v1"
-    status = await probe_llm(base_url, settings.openai_api_key, settings.model)
+    base_url = settings.llm.base_url or "https://api.openai.com/v1"
+    status = await probe_llm(base_url, settings.llm.api_key, settings.llm.model)
     mark = OK_MARK if status.ok else FAIL_MARK
     return Finding(mark, "llm", f"{status.state}: {status.detail}", status.fix)
 
 
 async def _sources(settings: Settings) -> list[Finding]:
-    if not settings.mcp_servers and not settings.a2a_agents:
+    if not settings.mcp.servers and not settings.a2a.agents:
         return []
     from engine_service.build import build_a2a_agents, build_mcp_sources, connected_briefly
     from engine_service.core.registry import ToolRegistry

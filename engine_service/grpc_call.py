@@ -59,7 +59,7 @@ def _call(args: argparse.Namespace) -> int:
     target = args.target
     if not target:
         try:
-            target = load_settings(args.config, os.environ, mcp=False).engine_target
+            target = load_settings(args.config, os.environ, mcp=False).web.engine_target
         except ConfigError as exc:
             print(f"agentik: configuration error: {exc}", file=sys.stderr)
             return 2

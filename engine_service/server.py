@@ -144,24 +144,24 @@ class EngineServer:
     def __init__(self, engine: Engine, settings: Settings, *, reuse_port: bool = False) -> None:
         """``reuse_port``: bind with SO_REUSEPORT, sharing the port with the other
         workers of ``agentik engine --workers N``; without it a taken port fails."""
-        refuse_open_exposure(settings, settings.grpc_addr, "engine")
+        refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
         self.gate = Gate.from_settings(settings)
         self.engine = engine
         self.settings = settings
-        self.llm = LlmWatch(engine.model, settings.llm_check_interval, settings.openai_api_key)
+        self.llm = LlmWatch(engine.model, settings.llm.check_interval, settings.llm.api_key)
         self.health = _Health(self._health_metadata)
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
-        limit = settings.max_message_bytes
+        limit = settings.engine.max_message_bytes
         interceptors: list[grpc.aio.ServerInterceptor] = []
         self.metrics: Any = None
         self._metrics_server: Any = None
         self.metrics_port = 0
-        if settings.metrics_addr:
-            refuse_open_exposure(settings, settings.metrics_addr, "metrics endpoint")
+        if settings.engine.metrics_addr:
+            refuse_open_exposure(settings, settings.engine.metrics_addr, "metrics endpoint")
             # Loaded only when metrics are on: prometheus_client costs memory otherwise.
             from engine_service.metrics import EngineMetrics, GrpcMetrics
 
@@ -201,26 +201,28 @@ class EngineServer:
     def _health_metadata(self) -> tuple[tuple[str, str], ...]:
         said: tuple[tuple[str, str], ...] = ((LLM_METADATA, self.llm.state),)
         if self.metrics_port:
-            host = self.settings.metrics_addr.rsplit(":", 1)[0]
+            host = self.settings.engine.metrics_addr.rsplit(":", 1)[0]
             said += ((METRICS_METADATA, f"{host}:{self.metrics_port}"),)
         return said
 
     async def start(self) -> int:
         """Bind, recover abandoned runs, serve; returns the bound port."""
-        self.port = self.server.add_insecure_port(self.settings.grpc_addr)
+        self.port = self.server.add_insecure_port(self.settings.engine.grpc_addr)
         if not self.port:
-            raise OSError(f"cannot bind the engine to {self.settings.grpc_addr}")
+            raise OSError(f"cannot bind the engine to {self.settings.engine.grpc_addr}")
         await self.engine.start()
         await self.server.start()
         if self.metrics is not None:
             from engine_service.metrics import serve_metrics
 
             try:
-                self._metrics_server = serve_metrics(self.metrics, self.settings.metrics_addr)
+                self._metrics_server = serve_metrics(
+                    self.metrics, self.settings.engine.metrics_addr
+                )
             except OSError as exc:
                 await self.server.stop(grace=None)
                 raise OSError(
-                    f"cannot serve metrics on {self.settings.metrics_addr}: {exc.strerror}"
+                    f"cannot serve metrics on {self.settings.engine.metrics_addr}: {exc.strerror}"
                 ) from exc
             self.metrics_port = self._metrics_server.server_port
         self.mcp.start()
@@ -244,7 +246,7 @@ class EngineServer:
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
-        await self.engine.shutdown(self.settings.shutdown_grace)
+        await self.engine.shutdown(self.settings.engine.shutdown_grace)
         await asyncio.gather(self.mcp.stop(), self.a2a.stop(), self.llm.stop())
         await self.server.stop(grace=1.0)
         if self._metrics_server is not None:
@@ -266,18 +268,18 @@ def _redacted(url: str) -> str:
 def startup_lines(settings: Settings, engine: Engine) -> list[str]:
     """What an operator checks first: auth, the tools loaded, which wait for a person."""
     if settings.auth_enabled:
-        kinds = [f"{len(settings.auth_tokens)} tokens"] if settings.auth_tokens else []
-        kinds += ["JWT"] if settings.jwt_key_file else []
+        kinds = [f"{len(settings.auth.tokens)} tokens"] if settings.auth.tokens else []
+        kinds += ["JWT"] if settings.auth.jwt_key_file else []
         auth = f"auth: on ({', '.join(kinds)})"
     else:
         auth = "auth: off (no tokens; serves loopback only unless AGENTIK_ALLOW_ANONYMOUS)"
     names = [name for name, _, _ in engine.tools.describe()]
     tools = f"tools: {len(names)} loaded ({', '.join(names) or 'none'})"
-    if settings.mcp_servers:
-        tools += f"; MCP tools join as their {len(settings.mcp_servers)} servers connect"
-    gated = [n for n in names if n != ASK_USER and needs_approval(n, settings.tools_approval)]
-    if settings.tools_approval:
-        patterns = ", ".join(settings.tools_approval)
+    if settings.mcp.servers:
+        tools += f"; MCP tools join as their {len(settings.mcp.servers)} servers connect"
+    gated = [n for n in names if n != ASK_USER and needs_approval(n, settings.tools.approval)]
+    if settings.tools.approval:
+        patterns = ", ".join(settings.tools.approval)
         approval = f"approval needed: {', '.join(gated) or 'none loaded yet'} ({patterns})"
     else:
         approval = "approval needed: none (AGENTIK_TOOLS_APPROVAL)"
@@ -288,11 +290,11 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
     server = EngineServer(engine, settings, reuse_port=reuse_port)
     port = await server.start()
-    host = settings.grpc_addr.rsplit(":", 1)[0]
-    store = redact_store(settings.store)
+    host = settings.engine.grpc_addr.rsplit(":", 1)[0]
+    store = redact_store(settings.engine.store)
     log.info("agentik engine listening on %s:%d (store %s)", host, port, store)
     if server.metrics_port:
-        metrics_host = settings.metrics_addr.rsplit(":", 1)[0]
+        metrics_host = settings.engine.metrics_addr.rsplit(":", 1)[0]
         log.info("engine metrics on http://%s:%d/metrics", metrics_host, server.metrics_port)
     if engine.model.name == "offline":
         log.warning(
@@ -321,7 +323,7 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
         log.info(
             "shutting down: waiting up to %gs for %d runs in flight (signal again to stop "
             "them now)",
-            settings.shutdown_grace,
+            settings.engine.shutdown_grace,
             engine.runs_in_flight,
         )
     await server.stop()

@@ -59,17 +59,17 @@ def check_workers(settings: Settings, workers: int) -> None:
     ephemeral port)."""
     if workers <= 1:
         return
-    scheme = settings.store.partition("://")[0].lower()
+    scheme = settings.engine.store.partition("://")[0].lower()
     if scheme not in SHARED_STORE_SCHEMES:
         kind = "SQLite" if scheme == "sqlite" else f"the {scheme}:// store"
         raise ConfigError(
             f"{workers} engine workers asked for, but {kind} serves one engine process; use "
             "PostgreSQL for several: AGENTIK_STORE=postgresql://... (or run one worker)"
         )
-    if settings.grpc_addr.rpartition(":")[2] == "0":
+    if settings.engine.grpc_addr.rpartition(":")[2] == "0":
         raise ConfigError(
-            f"{workers} engine workers asked for, but grpc_addr {settings.grpc_addr} asks for an "
-            "ephemeral port, which the workers could not share; give a fixed port "
+            f"{workers} engine workers asked for, but grpc_addr {settings.engine.grpc_addr} asks "
+            "for an ephemeral port, which the workers could not share; give a fixed port "
             "(AGENTIK_GRPC_ADDR=HOST:PORT)"
         )
 
@@ -100,12 +100,12 @@ def run_workers(
     log.info(
         "starting %d engine workers on %s (store %s)",
         workers,
-        settings.grpc_addr,
-        redact_store(settings.store),
+        settings.engine.grpc_addr,
+        redact_store(settings.engine.store),
     )
     return supervise(
         [list(argv)] * workers,
         os.environ if env is None else env,
-        stop_timeout=settings.shutdown_grace + _STOP_MARGIN,
+        stop_timeout=settings.engine.shutdown_grace + _STOP_MARGIN,
         together=True,
     )

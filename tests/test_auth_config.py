@@ -24,7 +24,7 @@ SECRET_B = "tokB-8Wm2x"
 
 
 def _tokens(value: str) -> tuple[TokenEntry, ...]:
-    return load_settings(None, {"AGENTIK_TOKENS": value}).auth_tokens
+    return load_settings(None, {"AGENTIK_TOKENS": value}).auth.tokens
 
 
 def _pairs(entries: tuple[TokenEntry, ...]) -> list[tuple[str, str]]:
@@ -126,12 +126,12 @@ def test_toml_tokens_expand_environment_variables(tmp_path: Path) -> None:
         """,
     )
     settings = load_settings(path, {"ALICE_TOKEN": SECRET_A, "BOB_PART": "mid"})
-    assert _pairs(settings.auth_tokens) == [
+    assert _pairs(settings.auth.tokens) == [
         ("alice", SECRET_A),
         ("bob", "pre-mid-post"),
         ("ops", "literal-ops-token"),
     ]
-    assert settings.admins == ("ops",)
+    assert settings.auth.admins == ("ops",)
 
 
 @pytest.mark.parametrize("env", [{}, {"ALICE_TOKEN": ""}], ids=["unset", "empty"])
@@ -198,7 +198,7 @@ def test_tokens_must_be_an_array_of_tables(tmp_path: Path) -> None:
 def test_the_environment_overrides_toml_tokens(tmp_path: Path) -> None:
     path = _toml(tmp_path, f'[[auth.tokens]]\nprincipal = "alice"\ntoken = "{SECRET_A}"\n')
     settings = load_settings(path, {"AGENTIK_TOKENS": f"bob:{SECRET_B}"})
-    assert _pairs(settings.auth_tokens) == [("bob", SECRET_B)]
+    assert _pairs(settings.auth.tokens) == [("bob", SECRET_B)]
 
 
 # --- masking -------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_describe_and_repr_never_show_a_token() -> None:
     rows = {name: shown for name, _, shown in settings.describe()}
     assert rows["auth_tokens"] == "***"
     assert rows["admins"] == "ops"
-    everything = f"{settings.describe()} {settings!r} {settings.auth_tokens!r}"
+    everything = f"{settings.describe()} {settings!r} {settings.auth.tokens!r}"
     assert SECRET_A not in everything and SECRET_B not in everything
 
 
@@ -246,7 +246,7 @@ def test_allow_anonymous_comes_from_the_environment() -> None:
     settings = load_settings(
         None, {"AGENTIK_GRPC_ADDR": "0.0.0.0:50051", "AGENTIK_ALLOW_ANONYMOUS": "true"}
     )
-    refuse_open_exposure(settings, settings.grpc_addr, "engine")
+    refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
 
 
 def _engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:

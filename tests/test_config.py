@@ -28,43 +28,43 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_without_file_or_env_every_setting_has_its_default() -> None:
     settings = load_settings(None, {})
     assert settings == Settings()
-    assert settings.grpc_addr == "127.0.0.1:50051"
-    assert settings.store == "sqlite:///.agentik/agentik.db"
-    assert settings.openai_base_url is None
-    assert settings.openai_api_key is None
-    assert settings.model == "gpt-4o-mini"
-    assert settings.system_prompt == DEFAULT_SYSTEM_PROMPT
-    assert settings.max_tool_rounds == 8
-    assert settings.llm_timeout == 120.0
-    assert settings.llm_first_token_timeout == 60.0
-    assert settings.llm_max_retries == 2
-    assert settings.tool_timeout == 30.0
-    assert settings.max_concurrent_runs == 512
-    assert settings.event_retention == 604800.0
-    assert settings.shutdown_grace == 10.0
-    assert settings.engine_workers == 1
-    assert settings.max_message_bytes == 4194304
-    assert settings.max_event_bytes == 1048576
-    assert settings.stream_buffer_bytes == 8388608
-    assert settings.log_level == "INFO"
-    assert settings.http_addr == "127.0.0.1:8000"
-    assert settings.engine_target == "127.0.0.1:50051"
-    assert settings.web_workers == 2
-    assert settings.web_threads == 64
-    assert settings.web_header_timeout == 5.0
-    assert settings.web_body_timeout == 15.0
-    assert settings.web_queue_timeout == 2.0
-    assert settings.heartbeat_interval == 15.0
-    assert settings.max_body_bytes == 1048576
-    assert settings.on_disconnect == "continue"
-    assert settings.cors_origins == ()
-    assert settings.mcp_servers == ()
+    assert settings.engine.grpc_addr == "127.0.0.1:50051"
+    assert settings.engine.store == "sqlite:///.agentik/agentik.db"
+    assert settings.llm.base_url is None
+    assert settings.llm.api_key is None
+    assert settings.llm.model == "gpt-4o-mini"
+    assert settings.llm.system_prompt == DEFAULT_SYSTEM_PROMPT
+    assert settings.llm.max_tool_rounds == 8
+    assert settings.llm.timeout == 120.0
+    assert settings.llm.first_token_timeout == 60.0
+    assert settings.llm.max_retries == 2
+    assert settings.tools.timeout == 30.0
+    assert settings.engine.max_concurrent_runs == 512
+    assert settings.engine.event_retention == 604800.0
+    assert settings.engine.shutdown_grace == 10.0
+    assert settings.engine.workers == 1
+    assert settings.engine.max_message_bytes == 4194304
+    assert settings.engine.max_event_bytes == 1048576
+    assert settings.engine.stream_buffer_bytes == 8388608
+    assert settings.log.level == "INFO"
+    assert settings.web.http_addr == "127.0.0.1:8000"
+    assert settings.web.engine_target == "127.0.0.1:50051"
+    assert settings.web.workers == 2
+    assert settings.web.threads == 64
+    assert settings.web.header_timeout == 5.0
+    assert settings.web.body_timeout == 15.0
+    assert settings.web.queue_timeout == 2.0
+    assert settings.web.heartbeat_interval == 15.0
+    assert settings.web.max_body_bytes == 1048576
+    assert settings.web.on_disconnect == "continue"
+    assert settings.web.cors_origins == ()
+    assert settings.mcp.servers == ()
 
 
 def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(AttributeError):
-        settings.model = "other"  # type: ignore[misc]
+        settings.llm = settings.llm  # type: ignore[misc]
 
 
 # --- TOML ---------------------------------------------------------------------------
@@ -150,18 +150,18 @@ def test_a_toml_file_sets_every_setting(tmp_path: Path) -> None:
             McpServerConfig(name="web", transport="http", url="http://localhost:9000/mcp"),
         ),
     )
-    assert isinstance(settings.llm_timeout, float)
+    assert isinstance(settings.llm.timeout, float)
 
 
 def test_the_file_can_be_named_by_agentik_config(tmp_path: Path) -> None:
     path = _write(tmp_path, '[llm]\nmodel = "from-env-file"\n')
-    assert load_settings(None, {"AGENTIK_CONFIG": str(path)}).model == "from-env-file"
+    assert load_settings(None, {"AGENTIK_CONFIG": str(path)}).llm.model == "from-env-file"
 
 
 def test_the_path_argument_wins_over_agentik_config(tmp_path: Path) -> None:
     path = _write(tmp_path, '[llm]\nmodel = "from-argument"\n')
     env = {"AGENTIK_CONFIG": str(tmp_path / "elsewhere.toml")}
-    assert load_settings(path, env).model == "from-argument"
+    assert load_settings(path, env).llm.model == "from-argument"
 
 
 def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
@@ -224,12 +224,12 @@ env = { TOKEN = "${AGENTIK_TEST_MCP_TOKEN}" }
 def test_the_web_loads_settings_without_the_engine_mcp_servers(tmp_path: Path) -> None:
     path = _write(tmp_path, MCP_NEEDING_A_SECRET)
     web = load_settings(path, {}, mcp=False)
-    assert web.web_workers == 3
-    assert web.mcp_servers == ()
+    assert web.web.workers == 3
+    assert web.mcp.servers == ()
     with pytest.raises(ConfigError, match="'AGENTIK_TEST_MCP_TOKEN', which is unset"):
         load_settings(path, {})
     engine = load_settings(path, {"AGENTIK_TEST_MCP_TOKEN": "t"})
-    assert [server.name for server in engine.mcp_servers] == ["secret"]
+    assert [server.name for server in engine.mcp.servers] == ["secret"]
 
 
 def test_mcp_entries_must_be_tables(tmp_path: Path) -> None:
@@ -247,8 +247,8 @@ def test_mcp_entries_must_be_tables(tmp_path: Path) -> None:
 def test_env_beats_toml(tmp_path: Path) -> None:
     path = _write(tmp_path, '[llm]\nmodel = "from-file"\nmax_tool_rounds = 3\n')
     settings = load_settings(path, {"AGENTIK_MODEL": "from-env"})
-    assert settings.model == "from-env"
-    assert settings.max_tool_rounds == 3
+    assert settings.llm.model == "from-env"
+    assert settings.llm.max_tool_rounds == 3
 
 
 def test_env_sets_every_setting() -> None:
@@ -317,8 +317,8 @@ def test_env_sets_every_setting() -> None:
 def test_an_empty_env_var_counts_as_unset(tmp_path: Path) -> None:
     path = _write(tmp_path, '[llm]\nmodel = "from-file"\n')
     settings = load_settings(path, {"AGENTIK_MODEL": "", "OPENAI_API_KEY": ""})
-    assert settings.model == "from-file"
-    assert settings.openai_api_key is None
+    assert settings.llm.model == "from-file"
+    assert settings.llm.api_key is None
 
 
 def test_unrelated_env_vars_are_ignored() -> None:
@@ -338,12 +338,12 @@ def test_unrelated_env_vars_are_ignored() -> None:
     ],
 )
 def test_engine_target_defaults_to_a_dialable_grpc_addr(grpc_addr: str, target: str) -> None:
-    assert load_settings(None, {"AGENTIK_GRPC_ADDR": grpc_addr}).engine_target == target
+    assert load_settings(None, {"AGENTIK_GRPC_ADDR": grpc_addr}).web.engine_target == target
 
 
 def test_an_explicit_engine_target_is_kept() -> None:
     env = {"AGENTIK_GRPC_ADDR": "0.0.0.0:6000", "AGENTIK_ENGINE_TARGET": "engine:6000"}
-    assert load_settings(None, env).engine_target == "engine:6000"
+    assert load_settings(None, env).web.engine_target == "engine:6000"
 
 
 @pytest.mark.parametrize(
@@ -369,13 +369,13 @@ def test_an_explicit_engine_target_is_kept() -> None:
     ],
 )
 def test_every_grpc_target_form_is_accepted(target: str, kept: str) -> None:
-    assert load_settings(None, {"AGENTIK_ENGINE_TARGET": target}).engine_target == kept
+    assert load_settings(None, {"AGENTIK_ENGINE_TARGET": target}).web.engine_target == kept
 
 
 def test_a_target_list_in_toml(tmp_path: Path) -> None:
     path = tmp_path / "agentik.toml"
     path.write_text('[web]\nengine_target = "ipv4:127.0.0.1:1,127.0.0.1:2"\n')
-    assert load_settings(path, {}).engine_target == "ipv4:127.0.0.1:1,127.0.0.1:2"
+    assert load_settings(path, {}).web.engine_target == "ipv4:127.0.0.1:1,127.0.0.1:2"
 
 
 @pytest.mark.parametrize(
@@ -572,14 +572,14 @@ def test_a_bad_api_key_value_is_never_echoed(tmp_path: Path) -> None:
     ],
 )
 def test_supported_store_urls_are_accepted(store: str) -> None:
-    assert load_settings(None, {"AGENTIK_STORE": store}).store == store
+    assert load_settings(None, {"AGENTIK_STORE": store}).engine.store == store
 
 
 @pytest.mark.parametrize(
     "addr", ["localhost:1", "10.0.0.5:65535", "[::1]:50051", "engine-1.internal:0", "db_1:5"]
 )
 def test_valid_addresses_are_accepted(addr: str) -> None:
-    assert load_settings(None, {"AGENTIK_HTTP_ADDR": addr}).http_addr == addr
+    assert load_settings(None, {"AGENTIK_HTTP_ADDR": addr}).web.http_addr == addr
 
 
 # --- describing ---------------------------------------------------------------------
@@ -627,9 +627,9 @@ description = "Talks."
 """,
     )
     settings = load_settings(str(path), {})
-    assert settings.public_url == "https://agent.example/"
-    assert settings.agent_name == "helper"
-    assert settings.agent_skills == ({"id": "chat", "name": "Chat", "description": "Talks."},)
+    assert settings.a2a.public_url == "https://agent.example/"
+    assert settings.a2a.name == "helper"
+    assert settings.a2a.skills == ({"id": "chat", "name": "Chat", "description": "Talks."},)
     with pytest.raises(ConfigError, match=r"agent_skills.*AGENTIK_AGENT_SKILLS"):
         load_settings(None, {"AGENTIK_AGENT_SKILLS": '[{"id": "x"}]'})
     with pytest.raises(ConfigError, match="public_url"):
@@ -649,33 +649,36 @@ description = "Talks."
     ],
 )
 def test_cors_origins_are_kept_as_a_browser_writes_them(written: str, origin: str) -> None:
-    assert load_settings(None, {"AGENTIK_CORS_ORIGINS": written}).cors_origins == (origin,)
+    assert load_settings(None, {"AGENTIK_CORS_ORIGINS": written}).web.cors_origins == (origin,)
 
 
 def test_cors_origins_come_from_toml_deduplicated_and_star_only_when_alone(
     tmp_path: Path,
 ) -> None:
     listed = _write(tmp_path, '[web]\ncors_origins = ["https://a.example", "https://A.example"]\n')
-    assert load_settings(listed, {}).cors_origins == ("https://a.example",)
+    assert load_settings(listed, {}).web.cors_origins == ("https://a.example",)
     star = tmp_path / "star.toml"
     star.write_text('[web]\ncors_origins = ["*"]\n')
-    assert load_settings(star, {}).cors_origins == ("*",)
-    assert load_settings(None, {"AGENTIK_CORS_ORIGINS": "*"}).cors_origins == ("*",)
+    assert load_settings(star, {}).web.cors_origins == ("*",)
+    assert load_settings(None, {"AGENTIK_CORS_ORIGINS": "*"}).web.cors_origins == ("*",)
     empty = tmp_path / "empty.toml"
     empty.write_text("[web]\ncors_origins = []\n")
-    assert load_settings(empty, {}).cors_origins == ()
+    assert load_settings(empty, {}).web.cors_origins == ()
 
 
 def test_the_state_limit_and_the_store_retry_time_come_from_toml_or_env_and_are_checked(
     tmp_path: Path,
 ) -> None:
-    assert (Settings().max_state_bytes, Settings().store_retry_seconds) == (1048576, 5.0)
+    assert (Settings().engine.max_state_bytes, Settings().engine.store_retry_seconds) == (
+        1048576,
+        5.0,
+    )
     path = _write(tmp_path, "[engine]\nmax_state_bytes = 2048\nstore_retry_seconds = 0.5\n")
     settings = load_settings(str(path), {})
-    assert (settings.max_state_bytes, settings.store_retry_seconds) == (2048, 0.5)
+    assert (settings.engine.max_state_bytes, settings.engine.store_retry_seconds) == (2048, 0.5)
     env = {"AGENTIK_MAX_STATE_BYTES": "4096", "AGENTIK_STORE_RETRY_SECONDS": "0"}
     settings = load_settings(str(path), env)
-    assert (settings.max_state_bytes, settings.store_retry_seconds) == (4096, 0.0)
+    assert (settings.engine.max_state_bytes, settings.engine.store_retry_seconds) == (4096, 0.0)
     with pytest.raises(ConfigError, match=r"invalid max_state_bytes \(from env"):
         load_settings(None, {"AGENTIK_MAX_STATE_BYTES": "0"})
     with pytest.raises(ConfigError, match=r"invalid store_retry_seconds \(from \[engine\]"):

@@ -40,16 +40,16 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     if settings is None:
         settings = load_settings(None, os.environ, mcp=False)  # MCP is the engine's alone
     app = Flask(__name__, static_folder=None)  # chat_page serves web_facade/static
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = settings.web.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     # Engine workers on one port: a few connections each, so the kernel spreads them.
-    channels = 1 if settings.engine_workers == 1 else 2 * settings.engine_workers
-    install(app, settings, engine or EngineClient(settings.engine_target, channels))
+    channels = 1 if settings.engine.workers == 1 else 2 * settings.engine.workers
+    install(app, settings, engine or EngineClient(settings.web.engine_target, channels))
     install_observability(app)
     install_error_handlers(app)
     install_host_guard(app, settings)
-    install_cors(app, settings.cors_origins)
+    install_cors(app, settings.web.cors_origins)
     app.register_blueprint(agentik.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)

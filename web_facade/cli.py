@@ -32,11 +32,11 @@ def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings
     try:
         # [mcp] is the engine's: an ${VAR} only it needs must not stop the web.
         settings = load_settings(args.config, os.environ, mcp=engine_too)
-        refuse_open_exposure(settings, settings.http_addr, "web facade")
-        refuse_taken_address(settings.http_addr, "web facade", "AGENTIK_HTTP_ADDR")
+        refuse_open_exposure(settings, settings.web.http_addr, "web facade")
+        refuse_taken_address(settings.web.http_addr, "web facade", "AGENTIK_HTTP_ADDR")
         if engine_too:
-            refuse_open_exposure(settings, settings.grpc_addr, "engine")
-            refuse_taken_address(settings.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
+            refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
+            refuse_taken_address(settings.engine.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
         return settings
     except ConfigError as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
@@ -73,7 +73,7 @@ def serve_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
     """``env`` with the engine's metrics on a free loopback port, unless they are configured
     or there are several engine workers: the facade's ``/metrics`` then carries them
     (``web_facade.engine_metrics``)."""
-    if settings.metrics_addr or settings.engine_workers > 1:
+    if settings.engine.metrics_addr or settings.engine.workers > 1:
         return env
     return {**env, "AGENTIK_METRICS_ADDR": "127.0.0.1:0"}
 
@@ -84,7 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args, engine_too=True)
 
     def say(line: str) -> None:
-        if settings.log_format == "json":  # every line on stderr is then JSON
+        if settings.log.format == "json":  # every line on stderr is then JSON
             from engine_service.logs import JsonFormatter
 
             record = logging.LogRecord("agentik", logging.INFO, "", 0, line, None, None)
@@ -92,11 +92,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
 
     def started() -> None:
-        say(f"agentik: engine on {settings.grpc_addr}, web on http://{settings.http_addr}")
+        say(
+            f"agentik: engine on {settings.engine.grpc_addr}, web on http://{settings.web.http_addr}"
+        )
 
     def stopping() -> None:
         say(
-            f"agentik: stopping; runs in flight get up to {settings.shutdown_grace:g}s to "
+            f"agentik: stopping; runs in flight get up to {settings.engine.shutdown_grace:g}s to "
             "finish (press Ctrl-C again to stop them now)"
         )
 

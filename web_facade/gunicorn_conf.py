@@ -28,17 +28,17 @@ stop_with_parent()  # when started by `agentik serve`, a test or a benchmark
 
 try:
     _settings = load_settings(None, os.environ, mcp=False)  # [mcp] is the engine's alone
-    refuse_open_exposure(_settings, _settings.http_addr, "web facade")
+    refuse_open_exposure(_settings, _settings.web.http_addr, "web facade")
 except ConfigError as _exc:
     print(f"agentik web: configuration error: {_exc}", file=sys.stderr)
     raise SystemExit(2) from None
 
 wsgi_app = "web_facade:create_app()"
-bind = [_settings.http_addr]
+bind = [_settings.web.http_addr]
 # gthread with an edge slow and idle clients cannot starve, and JSON refusals.
 worker_class = "web_facade.gunicorn_worker.EdgeThreadWorker"
-workers = _settings.web_workers
-threads = _settings.web_threads
+workers = _settings.web.workers
+threads = _settings.web.threads
 # gthread workers report to the master from their main loop, whatever their threads do, so
 # this does not limit how long a stream may stay open; it only catches a hung worker.
 timeout = 30
@@ -46,11 +46,11 @@ timeout = 30
 # and clients resume with Last-Event-ID; this is how long the rest may take.
 graceful_timeout = 10
 keepalive = 5
-loglevel = _settings.log_level.lower()
+loglevel = _settings.log.level.lower()
 errorlog = "-"
 # gunicorn's lines and the app's (the access log is the app's: web_facade.observe) go to
 # stderr in the configured format, text or JSON lines.
-logconfig_dict = gunicorn_logconfig(_settings.log_level, _settings.log_format)
+logconfig_dict = gunicorn_logconfig(_settings.log.level, _settings.log.format)
 
 
 def _new_metrics_dir() -> str:

@@ -143,10 +143,10 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def init_process(self) -> None:
         settings = load_settings(None, os.environ, mcp=False)
-        self.header_timeout = settings.web_header_timeout
-        self.body_timeout = settings.web_body_timeout
-        self.queue_timeout = settings.web_queue_timeout
-        self.write_timeout = settings.web_write_timeout
+        self.header_timeout = settings.web.header_timeout
+        self.body_timeout = settings.web.body_timeout
+        self.queue_timeout = settings.web.queue_timeout
+        self.write_timeout = settings.web.write_timeout
         self.head_limits = HeadLimits(self.cfg)
         # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
         self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())

@@ -64,9 +64,9 @@ def install_host_guard(app: Flask, settings: Settings) -> None:
     """Refuse HTTP/1.1 requests without ``Host``, and requests to a non-loopback name while
     the facade runs without tokens."""
     app.before_request(require_host)
-    if settings.auth_enabled or settings.allow_anonymous:
+    if settings.auth_enabled or settings.auth.allow_anonymous:
         return
-    public_host = urlsplit(settings.public_url).hostname if settings.public_url else None
+    public_host = urlsplit(settings.a2a.public_url).hostname if settings.a2a.public_url else None
 
     @app.before_request
     def _guard_host() -> Response | None:

@@ -171,11 +171,11 @@ def test_metrics_beyond_loopback_without_authentication_are_refused() -> None:
 
 
 def test_the_metrics_and_log_format_settings_are_checked() -> None:
-    assert load_settings(None, {}).metrics_addr == ""
-    assert load_settings(None, {"AGENTIK_METRICS_ADDR": "127.0.0.1:9464"}).metrics_addr
+    assert load_settings(None, {}).engine.metrics_addr == ""
+    assert load_settings(None, {"AGENTIK_METRICS_ADDR": "127.0.0.1:9464"}).engine.metrics_addr
     with pytest.raises(ConfigError, match="metrics_addr"):
         load_settings(None, {"AGENTIK_METRICS_ADDR": "9464"})
-    assert load_settings(None, {"AGENTIK_LOG_FORMAT": "JSON"}).log_format == "json"
+    assert load_settings(None, {"AGENTIK_LOG_FORMAT": "JSON"}).log.format == "json"
     with pytest.raises(ConfigError, match=r"log_format.*text, json"):
         load_settings(None, {"AGENTIK_LOG_FORMAT": "xml"})
 

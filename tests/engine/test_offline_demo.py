@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from engine_service.config import McpSettings
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import collect, engine_settings, kind, running_engine, text_of, user
 from tests.mcp.servers import WAIT, time_config
@@ -57,7 +58,7 @@ async def test_naming_a_python_tool_calls_it_with_arguments_from_the_message(
 
 
 async def test_use_tool_json_calls_an_mcp_servers_tool_with_the_offline_model() -> None:
-    settings = dataclasses.replace(engine_settings(), mcp_servers=(time_config(),))
+    settings = dataclasses.replace(engine_settings(), mcp=McpSettings(servers=(time_config(),)))
     async with running_engine(settings) as harness:
         await harness.server.mcp["time"].wait_ready(within=WAIT)
         events = await collect(

@@ -194,7 +194,7 @@ async def test_shutdown_lets_a_short_run_finish_and_then_refuses_new_runs(llm: F
         )
         await next_event(call)
         health: Any = health_pb2_grpc.HealthStub(harness.channel)
-        stopping = asyncio.create_task(harness.engine.shutdown(settings.shutdown_grace))
+        stopping = asyncio.create_task(harness.engine.shutdown(settings.engine.shutdown_grace))
         await asyncio.sleep(0)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await collect(harness.stub.Run(pb.RunRequest(session_id="n", create_session=True)))
@@ -217,7 +217,7 @@ async def test_shutdown_interrupts_runs_that_outlast_the_grace_period(llm: FakeO
         first = await next_event(call)
         assert kind(first) == "run_started"
         async with asyncio.timeout(WAIT):
-            await harness.engine.shutdown(settings.shutdown_grace)
+            await harness.engine.shutdown(settings.engine.shutdown_grace)
         events = await collect(call)
         assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
         run = await harness.engine.store.get_run("long", first.run_id)

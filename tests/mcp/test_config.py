@@ -15,7 +15,7 @@ def _load(
 ) -> tuple[McpServerConfig, ...]:
     path = tmp_path / "agentik.toml"
     path.write_text(text, encoding="utf-8")
-    return load_settings(path, env or {}).mcp_servers
+    return load_settings(path, env or {}).mcp.servers
 
 
 def test_a_stdio_server_is_read_with_its_command_args_env_and_cwd(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import json_format
 
 from engine_service.cli import main
-from engine_service.config import Settings
+from engine_service.config import McpSettings, Settings
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.tools.mcp_config import McpServerConfig
 from tests.engine.harness import (
@@ -38,7 +38,7 @@ def _settings(llm: FakeOpenAI, *servers: McpServerConfig) -> Settings:
     settings = engine_settings(
         OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", AGENTIK_LLM_MAX_RETRIES="0"
     )
-    return dataclasses.replace(settings, mcp_servers=servers)
+    return dataclasses.replace(settings, mcp=McpSettings(servers=servers))
 
 
 def _run(thread_id: str, text: str) -> pb.RunRequest:

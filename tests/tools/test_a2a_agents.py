@@ -15,7 +15,7 @@ import pytest
 from google.protobuf import json_format
 
 from engine_service.cli import main
-from engine_service.config import Settings, load_settings
+from engine_service.config import A2aSettings, Settings, load_settings
 from engine_service.core.tool import session_key
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.tools.a2a_agents import A2aAgentSource, AgentState, context_id_for
@@ -44,7 +44,7 @@ _LLM_ENV = {"OPENAI_API_KEY": "k", "AGENTIK_LLM_MAX_RETRIES": "0"}
 
 def _settings(llm: FakeOpenAI, *agents: A2aAgentConfig) -> Settings:
     settings = engine_settings(OPENAI_BASE_URL=llm.base_url, **_LLM_ENV)
-    return dataclasses.replace(settings, a2a_agents=agents)
+    return dataclasses.replace(settings, a2a=dataclasses.replace(settings.a2a, agents=agents))
 
 
 def _run(session_id: str, text: str) -> pb.RunRequest:
@@ -479,7 +479,7 @@ async def test_the_offline_model_calls_a_remote_agent_named_in_the_message(
     agent: SdkAgent,
 ) -> None:
     settings = dataclasses.replace(
-        engine_settings(), a2a_agents=(A2aAgentConfig("helper", agent.url),)
+        engine_settings(), a2a=A2aSettings(agents=(A2aAgentConfig("helper", agent.url),))
     )
     async with running_engine(settings) as harness:
         assert harness.engine.model.name == "offline"

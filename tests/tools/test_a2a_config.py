@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine_service.build import build_tools
-from engine_service.config import ConfigError, Settings, load_settings
+from engine_service.config import A2aSettings, ConfigError, Settings, load_settings
 from engine_service.tools.a2a_config import (
     DEFAULT_CONNECT_TIMEOUT,
     A2aAgentConfig,
@@ -58,7 +58,7 @@ url = "https://user:pw@cards.example.com:8443/agents/plain.json?x=1"
 
 def test_every_key_of_an_entry_is_read(tmp_path: Path) -> None:
     settings = _load(tmp_path, _RESEARCH, {"RESEARCH_TOKEN": "s3cret"})
-    research, plain = settings.a2a_agents
+    research, plain = settings.a2a.agents
     assert research == A2aAgentConfig(
         name="research",
         url="https://research.example.com/",
@@ -75,11 +75,11 @@ def test_every_key_of_an_entry_is_read(tmp_path: Path) -> None:
     assert plain.headers == {} and plain.endpoint == "" and plain.description == ""
     assert plain.connect_timeout == DEFAULT_CONNECT_TIMEOUT
     assert plain.call_timeout is None
-    assert settings.mcp_servers == ()
+    assert settings.mcp.servers == ()
 
 
 def test_the_card_url_of_a_base_url_and_of_a_json_url(tmp_path: Path) -> None:
-    research, plain = _load(tmp_path, _RESEARCH, {"RESEARCH_TOKEN": "t"}).a2a_agents
+    research, plain = _load(tmp_path, _RESEARCH, {"RESEARCH_TOKEN": "t"}).a2a.agents
     assert research.card_url == "https://research.example.com/.well-known/agent-card.json"
     assert research.target == "https://research.example.com/.well-known/agent-card.json"
     assert plain.card_url == plain.url  # a .json URL is the card itself
@@ -89,7 +89,7 @@ def test_the_card_url_of_a_base_url_and_of_a_json_url(tmp_path: Path) -> None:
 
 
 def test_the_secret_in_headers_is_not_in_the_repr(tmp_path: Path) -> None:
-    [research, _] = _load(tmp_path, _RESEARCH, {"RESEARCH_TOKEN": "s3cret"}).a2a_agents
+    [research, _] = _load(tmp_path, _RESEARCH, {"RESEARCH_TOKEN": "s3cret"}).a2a.agents
     assert "s3cret" not in repr(research)
 
 
@@ -106,11 +106,11 @@ def test_the_env_form_names_two_agents() -> None:
     settings = load_settings(
         None, {"AGENTIK_A2A_AGENTS": " research=https://r.example.com/ , other=http://o:9/c.json,"}
     )
-    assert settings.a2a_agents == (
+    assert settings.a2a.agents == (
         A2aAgentConfig(name="research", url="https://r.example.com/"),
         A2aAgentConfig(name="other", url="http://o:9/c.json"),
     )
-    assert settings.a2a_agents[1].card_url == "http://o:9/c.json"
+    assert settings.a2a.agents[1].card_url == "http://o:9/c.json"
 
 
 def test_the_env_form_refuses_an_item_that_is_not_name_equals_url() -> None:
@@ -152,10 +152,10 @@ def test_the_env_form_replaces_the_files_list(tmp_path: Path) -> None:
         _RESEARCH,
         {"RESEARCH_TOKEN": "t", "AGENTIK_A2A_AGENTS": "only=https://only.example.com/"},
     )
-    assert settings.a2a_agents == (A2aAgentConfig(name="only", url="https://only.example.com/"),)
+    assert settings.a2a.agents == (A2aAgentConfig(name="only", url="https://only.example.com/"),)
     # An empty variable does not replace anything.
     kept = _load(tmp_path, _RESEARCH, {"RESEARCH_TOKEN": "t", "AGENTIK_A2A_AGENTS": "  "})
-    assert [a.name for a in kept.a2a_agents] == ["research", "plain-2"]
+    assert [a.name for a in kept.a2a.agents] == ["research", "plain-2"]
 
 
 def test_the_web_facade_skips_the_agents_and_needs_none_of_their_variables(
@@ -163,12 +163,12 @@ def test_the_web_facade_skips_the_agents_and_needs_none_of_their_variables(
 ) -> None:
     env = {"AGENTIK_A2A_AGENTS": "only=https://only.example.com/"}
     settings = _load(tmp_path, _RESEARCH + '\n[a2a]\nname = "Me"\n', env, mcp=False)
-    assert settings.a2a_agents == ()
-    assert settings.agent_name == "Me"  # the rest of [a2a] still counts
+    assert settings.a2a.agents == ()
+    assert settings.a2a.name == "Me"  # the rest of [a2a] still counts
     # The same file for the engine needs RESEARCH_TOKEN.
     assert "RESEARCH_TOKEN" in _refused(tmp_path, _RESEARCH)
     # A broken AGENTIK_A2A_AGENTS is not the facade's business either.
-    assert load_settings(None, {"AGENTIK_A2A_AGENTS": "bad item"}, mcp=False).a2a_agents == ()
+    assert load_settings(None, {"AGENTIK_A2A_AGENTS": "bad item"}, mcp=False).a2a.agents == ()
 
 
 def test_an_unknown_key_gets_a_did_you_mean_hint(tmp_path: Path) -> None:
@@ -228,7 +228,7 @@ def test_a_name_of_up_to_64_characters_is_accepted(tmp_path: Path, length: int) 
     name = ("Ab_9-" * 13)[:length]
     [agent] = _load(
         tmp_path, f'[[a2a.agents]]\nname = "{name}"\nurl = "https://a.example.com/"\n'
-    ).a2a_agents
+    ).a2a.agents
     assert agent.name == name
 
 
@@ -271,7 +271,8 @@ def test_agents_must_be_an_array_of_tables(tmp_path: Path) -> None:
 def test_build_tools_refuses_an_agent_named_like_a_native_tool() -> None:
     settings = load_settings(None, {})
     clash = dataclasses.replace(
-        settings, a2a_agents=(A2aAgentConfig(name="calculate", url="https://c.example.com/"),)
+        settings,
+        a2a=A2aSettings(agents=(A2aAgentConfig(name="calculate", url="https://c.example.com/"),)),
     )
     with pytest.raises(ConfigError) as caught:
         build_tools(clash)
@@ -279,7 +280,8 @@ def test_build_tools_refuses_an_agent_named_like_a_native_tool() -> None:
         "the A2A agent name 'calculate' is taken by the native tool of that name: rename the agent"
     )
     fine = dataclasses.replace(
-        settings, a2a_agents=(A2aAgentConfig(name="calculator", url="https://c.example.com/"),)
+        settings,
+        a2a=A2aSettings(agents=(A2aAgentConfig(name="calculator", url="https://c.example.com/"),)),
     )
     registry = build_tools(fine)
     assert "calculate" in registry and "calculator" not in registry  # joins when started

@@ -72,7 +72,7 @@ def elsewhere() -> Iterator[HostileAgent]:
 
 def _settings(llm: FakeOpenAI, *agents: A2aAgentConfig, **env: str) -> Settings:
     settings = engine_settings(OPENAI_BASE_URL=llm.base_url, **_LLM_ENV, **env)
-    return dataclasses.replace(settings, a2a_agents=agents)
+    return dataclasses.replace(settings, a2a=dataclasses.replace(settings.a2a, agents=agents))
 
 
 def _agent(server: HostileAgent, **options: Any) -> A2aAgentConfig:

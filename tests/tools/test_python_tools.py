@@ -267,8 +267,8 @@ def test_tools_python_tables_are_read_from_the_config_beside_the_tools_settings(
     )
     settings = load_settings(path, {})
 
-    assert settings.tool_timeout == 5.0
-    first, second = settings.python_tools
+    assert settings.tools.timeout == 5.0
+    first, second = settings.tools.python
     assert (first.function, first.name, first.timeout) == (f"{SAMPLES}:forecast", "weather", 2.0)
     assert (second.label, second.name, second.timeout) == ("[[tools.python]] entry 2", None, None)
     registry = build_tools(settings)

@@ -90,7 +90,7 @@ def make_app(engine_target: str) -> Iterator[Callable[..., Flask]]:
 
     def make(target: str | None = None, **env: str) -> Flask:
         settings = web_settings(target or engine_target, **env)
-        client = EngineClient(settings.engine_target)
+        client = EngineClient(settings.web.engine_target)
         clients.append(client)
         app = create_app(settings, client)
         app.testing = True

@@ -71,7 +71,7 @@ def make_client(start_engine: StartEngine) -> Iterator[MakeClient]:
 
     def make(target: str | None = None, **env: str) -> FlaskClient:
         settings = web_settings(target or start_engine(), **{"AGENTIK_TOKENS": TOKENS, **env})
-        channel = EngineClient(settings.engine_target)
+        channel = EngineClient(settings.web.engine_target)
         channels.append(channel)
         app = create_app(settings, channel)
         app.testing = True

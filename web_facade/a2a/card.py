@@ -130,13 +130,13 @@ def _skills(configured: tuple[dict[str, Any], ...] | None) -> tuple[AgentSkill, 
 def card_config(settings: Settings) -> CardConfig:
     """The card's settings; ``ConfigError`` names a skill the card cannot carry."""
     return CardConfig(
-        public_url=settings.public_url,
-        name=settings.agent_name,
-        description=settings.agent_description or _DEFAULT_DESCRIPTION,
-        version=settings.agent_version or _installed_version(),
-        skills=_skills(settings.agent_skills),
-        auth=("JWT" if settings.jwt_key_file else "opaque") if settings.auth_enabled else "",
-        reflect_host=is_loopback(settings.http_addr),
+        public_url=settings.a2a.public_url,
+        name=settings.a2a.name,
+        description=settings.a2a.description or _DEFAULT_DESCRIPTION,
+        version=settings.a2a.version or _installed_version(),
+        skills=_skills(settings.a2a.skills),
+        auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",
+        reflect_host=is_loopback(settings.web.http_addr),
     )
 
 

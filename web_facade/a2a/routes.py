@@ -389,6 +389,6 @@ def rpc() -> Response:
             # Nothing happens to a task that waits for input until the peer answers.
             snapshot = result.shape(StreamResponse(task=result.follow))
             return sse_response(iter([A2aStream.frame(reply(request_id, snapshot))]))
-        heartbeat = current_settings().heartbeat_interval
+        heartbeat = current_settings().web.heartbeat_interval
         return A2aStream(result.follow, heartbeat, request_id, result.shape).response()
     return Response(encode(reply(request_id, result)), mimetype="application/json")

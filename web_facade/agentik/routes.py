@@ -182,7 +182,7 @@ def _run(run_request: pb.RunRequest) -> Response:
     503 ...) is an HTTP error, raised before the stream opens."""
     settings = current_settings()
     run_request.create_session = False
-    run_request.cancel_on_disconnect = settings.on_disconnect == "cancel"
+    run_request.cancel_on_disconnect = settings.web.on_disconnect == "cancel"
     engine = current_engine().engine
     call = engine.Run(run_request)
     try:
@@ -193,7 +193,7 @@ def _run(run_request: pb.RunRequest) -> Response:
             raise
         # The engine speaks of resume entries; here the answer is the /resume endpoint.
         raise ApiError(409, "input_required", _WAITING) from exc
-    return AgentikStream(relay, settings.heartbeat_interval).response()
+    return AgentikStream(relay, settings.web.heartbeat_interval).response()
 
 
 @bp.post("/conversations/<conversation_id>/send")
@@ -243,7 +243,7 @@ def events(conversation_id: str) -> Response:
         until_idle=until_idle,
     )
     relay = EventRelay(engine.Subscribe(subscription), Resume.of_subscription(engine, subscription))
-    return AgentikStream(relay, current_settings().heartbeat_interval).response()
+    return AgentikStream(relay, current_settings().web.heartbeat_interval).response()
 
 
 @bp.post("/conversations/<conversation_id>/interrupt")

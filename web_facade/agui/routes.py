@@ -41,9 +41,9 @@ def run() -> Response:
     settings = current_settings()
     cancel = options.cancel_on_disconnect
     if cancel is None:
-        cancel = settings.on_disconnect == "cancel"
+        cancel = settings.web.on_disconnect == "cancel"
     request = run_request(run_input, options, cancel_on_disconnect=cancel)
     # A refusal (409 busy, 503 overloaded ...) is an HTTP error, raised before the stream opens.
     engine = current_engine().engine
     relay = open_relay(engine.Run(request), resume=Resume.of_run(engine, request))
-    return AguiStream(relay, settings.heartbeat_interval).response()
+    return AguiStream(relay, settings.web.heartbeat_interval).response()

@@ -58,7 +58,7 @@ def mcp() -> Any:
     if app is None:
         from web_facade.mcp.http import McpHttpApp
 
-        made = McpHttpApp(current_engine(), current_settings().max_body_bytes)
+        made = McpHttpApp(current_engine(), current_settings().web.max_body_bytes)
         app = current_app.extensions.setdefault(_EXTENSION, made)
     return app  # Flask runs a returned WSGI app with this request's environ
 

@@ -1,33 +1,37 @@
-"""Settings for the engine and the web facade: one model per TOML table, filled from the
-defaults, a TOML file, then the environment (command-line flags are applied by the CLIs, as
-environment variables, before loading).
+"""Settings for the engine and the web facade: one model per TOML table.
 
 Sources, later wins:
 
 1. the defaults of the models below;
 2. a TOML file, if one is named: the ``path`` argument, else ``AGENTIK_CONFIG``. A file
    named but missing is an error; with neither, no file is read;
-3. environment variables. An empty variable counts as unset.
+3. environment variables. An empty variable counts as unset;
+4. command-line flags, which the CLIs apply on top (``--config`` names the file,
+   ``agentik engine --workers N`` beats ``[engine] workers``).
 
 Every value is checked; a bad one raises :class:`ConfigError` naming the setting, where it
 came from (env var, or TOML key and file) and the value. Unknown TOML tables and keys are
 errors with a "did you mean", so a typo never silently falls back to a default.
 
 The models are the reference: each class is a TOML table (``[engine]`` is
-:class:`EngineSettings`, ...), each field a key of it, with its environment variable, its
-checker and its flat name (``[llm] timeout`` is ``settings.llm.timeout``, env
-``AGENTIK_LLM_TIMEOUT``, flat ``settings.llm_timeout``; the flat names are what errors,
-``agentik config`` and the README table show). Arrays of tables (``[[mcp.servers]]``,
-``[[tools.python]]``, ``[[a2a.agents]]``) are read by ``engine_service/tools/*_config.py``.
+:class:`EngineSettings`, ...), each field a key of it with its default, environment variable,
+checker and setting name: ``[llm] timeout`` is ``settings.llm.timeout``, env
+``AGENTIK_LLM_TIMEOUT``, named ``llm_timeout`` in errors, ``agentik config`` and
+``Settings(llm_timeout=...)``. Arrays of tables (``[[mcp.servers]]``, ``[[tools.python]]``,
+``[[a2a.agents]]``) are read by ``engine_service/tools/*_config.py``.
 
-Adding a setting is one line in its table's model::
+They are frozen dataclasses, not pydantic models: pydantic in the engine's start costs
+about 9 MiB of idle memory (it loads ``pydantic_core`` and ``importlib.metadata``, which
+tests/test_version.py keeps out), and our checkers give the messages anyway.
+
+Adding a setting is one line in its table's model, e.g. in :class:`LlmSettings`::
 
     context_tokens: int = setting(0, "AGENTIK_CONTEXT_TOKENS", _integer(0))
 
-(add ``flat="llm_context_tokens"`` when the key alone is ambiguous, ``secret=True`` to mask
-it), then one flat line in ``Settings``'s ``TYPE_CHECKING`` block if code reads it flat,
-a row in the README's configuration table, and a describe count in tests/test_config.py.
-A new table is a new frozen dataclass and one entry in ``_TABLES``.
+``flat="llm_..."`` names it when the key alone would be unclear (the default is the key);
+``secret=True`` masks it.
+Then a row in the README's configuration table and the describe count in tests/test_config.py.
+A new table is a new frozen dataclass and one entry in ``_TABLES`` and ``Settings``.
 
 Engine targets: ``[web] engine_target`` is where the facade dials the engine, as a gRPC
 target; with several addresses the facade balances calls (round robin) and retries safe
@@ -790,8 +794,8 @@ _SETTINGS = [key for key in _KEYS if key.env]
 @dataclass(frozen=True, init=False)  # no slots: frozen with slots breaks on non-fields
 class Settings:
     """Everything the engine and the web facade are configured with: one model per TOML
-    table. ``Settings(llm_timeout=5)`` and ``settings.llm_timeout`` also take the flat names
-    (``Settings(llm=LlmSettings(timeout=5))``, ``settings.llm.timeout``)."""
+    table, read as ``settings.llm.timeout``. The constructor also takes flat names:
+    ``Settings(llm_timeout=5.0)`` is ``Settings(llm=LlmSettings(timeout=5.0))``."""
 
     engine: EngineSettings
     llm: LlmSettings

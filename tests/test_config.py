@@ -9,7 +9,9 @@ import pytest
 from engine_service.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
+    LlmSettings,
     Settings,
+    WebSettings,
     load_settings,
     setting_keys,
 )
@@ -59,6 +61,15 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.web.on_disconnect == "continue"
     assert settings.web.cors_origins == ()
     assert settings.mcp.servers == ()
+
+
+def test_each_toml_table_is_a_model_and_a_setting_name_builds_it() -> None:
+    settings = Settings(llm_timeout=5.0, web_workers=3)
+    assert settings.llm == LlmSettings(timeout=5.0)
+    assert settings == Settings(llm=LlmSettings(timeout=5.0), web=WebSettings(workers=3))
+    assert settings.web.engine_target == "127.0.0.1:50051"  # derived from [engine] grpc_addr
+    with pytest.raises(TypeError, match="'llm_timeot'"):
+        Settings(llm_timeot=5.0)
 
 
 def test_settings_are_frozen() -> None:

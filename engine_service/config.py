@@ -181,13 +181,21 @@ def _number(raw: object, from_env: bool, kind: type[int] | type[float], what: st
     return kind(raw)
 
 
-def _integer(minimum: int, maximum: int | None = None) -> Parser:
+def _integer(minimum: int) -> Parser:
     def parse(raw: object, from_env: bool) -> object:
         value: int = _number(raw, from_env, int, "an integer")
-        if maximum is not None and not minimum <= value <= maximum:
-            raise _Invalid(f"must be between {minimum} and {maximum} bytes")
         if value < minimum:
             raise _Invalid("must be positive" if minimum == 1 else f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _bytes(lowest: int, highest: int) -> Parser:
+    def parse(raw: object, from_env: bool) -> object:
+        value: int = _number(raw, from_env, int, "an integer")
+        if not lowest <= value <= highest:
+            raise _Invalid(f"must be between {lowest} and {highest} bytes")
         return value
 
     return parse
@@ -588,12 +596,12 @@ class EngineSettings:
     max_concurrent_runs: int = setting(512, "AGENTIK_MAX_CONCURRENT_RUNS", _POSITIVE)
     max_message_bytes: int = setting(4 * _MiB, "AGENTIK_MAX_MESSAGE_BYTES", _POSITIVE)
     max_event_bytes: int = setting(
-        _MiB, "AGENTIK_MAX_EVENT_BYTES", _integer(MIN_EVENT_BYTES, MAX_EVENT_BYTES)
+        _MiB, "AGENTIK_MAX_EVENT_BYTES", _bytes(MIN_EVENT_BYTES, MAX_EVENT_BYTES)
     )
     """The largest event, message and page the engine makes or hands out: longer text is
     split into several deltas or clipped with a note (``core.bounds``)."""
     stream_buffer_bytes: int = setting(
-        8 * _MiB, "AGENTIK_STREAM_BUFFER_BYTES", _integer(MIN_EVENT_BYTES, 1 << 40)
+        8 * _MiB, "AGENTIK_STREAM_BUFFER_BYTES", _bytes(MIN_EVENT_BYTES, 1 << 40)
     )
     """Stored events kept in memory per session for readers that are behind, and read from
     the store at once per reader: a reader that does not read pins no more."""
@@ -958,10 +966,11 @@ def load_settings(
     for key in _SETTINGS:
         if raw := env.get(key.env):
             values.setdefault(key.table, {})[key.key] = key.parse(raw, True, f"env {key.env}")
-    if mcp and (agents := env.get("AGENTIK_A2A_AGENTS", "").strip()):
-        from engine_service.tools.a2a_config import parse_a2a_agents_env
+    if mcp:  # the engine's remote agents; the facade never calls them
+        from engine_service.tools.a2a_config import A2A_AGENTS_ENV, parse_a2a_agents_env
 
-        values.setdefault("a2a", {})["agents"] = parse_a2a_agents_env(agents)
+        if agents := env.get(A2A_AGENTS_ENV, "").strip():
+            values.setdefault("a2a", {})["agents"] = parse_a2a_agents_env(agents)
     return Settings(**{name: model(**values.get(name, {})) for name, model in _TABLES.items()})
 
 

@@ -22,7 +22,7 @@ This module does not import the A2A SDK: the config loads without it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
 from engine_service.config import ConfigError
@@ -48,15 +48,6 @@ CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_AGENT_NAME = 64
 """The longest function name the OpenAI API accepts."""
-_KEYS = (
-    "name",
-    "url",
-    "headers",
-    "endpoint",
-    "description",
-    "connect_timeout",
-    "call_timeout",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +85,7 @@ class A2aAgentConfig:
 
 
 def _agent(table: Mapping[str, object], label: str, env: Mapping[str, str]) -> A2aAgentConfig:
-    check_keys(table, _KEYS, label)
+    check_keys(table, [key.name for key in fields(A2aAgentConfig)], label)
     entry = TableReader(table, label, env)
     name = entry.name(MAX_AGENT_NAME)
     url = entry.url("url", required=True) or ""

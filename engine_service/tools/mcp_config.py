@@ -26,7 +26,7 @@ This module does not import the MCP SDK: the config loads without it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from engine_service.config import ConfigError
@@ -51,19 +51,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_SERVER_NAME = 32
 """Long enough to read, short enough to leave room for tool names under 64 characters."""
 
-_KEYS = (
-    "name",
-    "transport",
-    "command",
-    "args",
-    "env",
-    "cwd",
-    "url",
-    "headers",
-    "connect_timeout",
-    "call_timeout",
-    "tools",
-)
 _STDIO_ONLY = ("command", "args", "env", "cwd")
 _HTTP_ONLY = ("url", "headers")
 
@@ -130,7 +117,7 @@ def _command(entry: TableReader) -> tuple[str, tuple[str, ...]]:
 
 
 def _server(table: dict[str, object], label: str, env: Mapping[str, str]) -> McpServerConfig:
-    check_keys(table, _KEYS, label)
+    check_keys(table, [key.name for key in fields(McpServerConfig)], label)
     entry = TableReader(table, label, env)
     name = entry.name(MAX_SERVER_NAME)
     transport = _transport(entry)

@@ -562,22 +562,32 @@ def table(loader: TableLoader, *, flat: str, engine_only: bool = True) -> Any:
     return field(default=(), metadata={"table": loader, "flat": flat, "engine_only": engine_only})
 
 
+def _entries(parse: Callable[..., tuple[Any, ...]], *args: object) -> tuple[Any, ...]:
+    """``parse(*args)``, its ``ConfigTableError`` raised as a ``ConfigError``."""
+    from engine_service.tools.config_tables import ConfigTableError
+
+    try:
+        return parse(*args)
+    except ConfigTableError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _mcp_servers(raw: object, where: str, env: Mapping[str, str]) -> tuple[Any, ...]:
     from engine_service.tools.mcp_config import parse_mcp_servers
 
-    return parse_mcp_servers(raw, where, env)
+    return _entries(parse_mcp_servers, raw, where, env)
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str]) -> tuple[Any, ...]:
     from engine_service.tools.python_config import parse_python_tools
 
-    return parse_python_tools(raw, where)
+    return _entries(parse_python_tools, raw, where)
 
 
 def _a2a_agents(raw: object, where: str, env: Mapping[str, str]) -> tuple[Any, ...]:
     from engine_service.tools.a2a_config import parse_a2a_agents
 
-    return parse_a2a_agents(raw, where, env)
+    return _entries(parse_a2a_agents, raw, where, env)
 
 
 _POSITIVE = _integer(1)
@@ -970,7 +980,7 @@ def load_settings(
         from engine_service.tools.a2a_config import A2A_AGENTS_ENV, parse_a2a_agents_env
 
         if agents := env.get(A2A_AGENTS_ENV, "").strip():
-            values.setdefault("a2a", {})["agents"] = parse_a2a_agents_env(agents)
+            values.setdefault("a2a", {})["agents"] = _entries(parse_a2a_agents_env, agents)
     return Settings(**{name: model(**values.get(name, {})) for name, model in _TABLES.items()})
 
 

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
-from engine_service.config import ConfigError
 from engine_service.tools.config_tables import (
     NAME,
+    ConfigTableError,
     TableReader,
     check_keys,
     display_url,
@@ -104,7 +104,7 @@ def _unique(agents: list[A2aAgentConfig], where: str) -> tuple[A2aAgentConfig, .
     seen: set[str] = set()
     for agent in agents:
         if agent.name in seen:
-            raise ConfigError(f"{where}: the agent name {agent.name!r} is used twice")
+            raise ConfigTableError(f"{where}: the agent name {agent.name!r} is used twice")
         seen.add(agent.name)
     return tuple(agents)
 
@@ -114,12 +114,12 @@ def parse_a2a_agents(
 ) -> tuple[A2aAgentConfig, ...]:
     """Validate the ``[[a2a.agents]]`` tables read from ``where`` (a file name)."""
     if not isinstance(tables, list):
-        raise ConfigError(f"a2a.agents in {where} must be an array of tables ([[a2a.agents]])")
+        raise ConfigTableError(f"a2a.agents in {where} must be an array of tables ([[a2a.agents]])")
     agents: list[A2aAgentConfig] = []
     for number, table in enumerate(tables, start=1):
         label = f"[[a2a.agents]] entry {number} in {where}"
         if not isinstance(table, dict):
-            raise ConfigError(f"{label} must be a table")
+            raise ConfigTableError(f"{label} must be a table")
         agents.append(_agent(table, label, env))
     return _unique(agents, f"[[a2a.agents]] in {where}")
 
@@ -135,7 +135,7 @@ def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
         name = name.strip()
         label = f"item {number} of {A2A_AGENTS_ENV}"
         if not equals or not NAME.match(name) or len(name) > MAX_AGENT_NAME:
-            raise ConfigError(
+            raise ConfigTableError(
                 f"{label} must be NAME=URL with a NAME of 1 to {MAX_AGENT_NAME} characters of "
                 f"A-Z a-z 0-9 _ -; got {item!r}"
             )

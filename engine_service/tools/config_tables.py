@@ -12,14 +12,17 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from engine_service.config import ConfigError
-
-__all__ = ["NAME", "TableReader", "check_keys", "display_url"]
+__all__ = ["NAME", "ConfigTableError", "TableReader", "check_keys", "display_url"]
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 """What a configured server or agent name may contain (it becomes part of tool names)."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+class ConfigTableError(ValueError):
+    """An entry is unusable; the message names the entry and the field (``load_settings``
+    raises it as a ``ConfigError``; not imported here, so no import runs in a circle)."""
 
 
 def check_keys(table: Mapping[str, object], known: Sequence[str], label: str) -> None:
@@ -28,7 +31,7 @@ def check_keys(table: Mapping[str, object], known: Sequence[str], label: str) ->
         if key not in known:
             hint = difflib.get_close_matches(key, known, n=1)
             tail = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
-            raise ConfigError(f"unknown key {key!r} in {label}{tail}")
+            raise ConfigTableError(f"unknown key {key!r} in {label}{tail}")
 
 
 def display_url(url: str) -> str:
@@ -47,15 +50,15 @@ class TableReader:
         self.label = label
         self.env = env
 
-    def fail(self, key: str, why: str, shown: object = None) -> ConfigError:
+    def fail(self, key: str, why: str, shown: object = None) -> ConfigTableError:
         got = "" if shown is None else f"; got {shown!r}"
-        return ConfigError(f"invalid {key} of {self.label}: {why}{got}")
+        return ConfigTableError(f"invalid {key} of {self.label}: {why}{got}")
 
     def string(self, key: str, *, required: bool = False) -> str | None:
         raw = self.table.get(key)
         if raw is None:
             if required:
-                raise ConfigError(f"{self.label} needs {key!r}")
+                raise ConfigTableError(f"{self.label} needs {key!r}")
             return None
         if not isinstance(raw, str):
             raise self.fail(key, f"must be a string, not {type(raw).__name__}")

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from engine_service.config import ConfigError
 from engine_service.tools.config_tables import (
+    ConfigTableError,
     TableReader,
     check_keys,
     display_url,
@@ -93,7 +93,7 @@ def _transport(entry: TableReader) -> Transport:
             return "stdio"
         if "url" in entry.table and "command" not in entry.table:
             return "http"
-        raise ConfigError(
+        raise ConfigTableError(
             f"{entry.label} needs either 'command' (stdio) or 'url' (http, sse), "
             "or an explicit 'transport'"
         )
@@ -155,11 +155,13 @@ def parse_mcp_servers(
 ) -> tuple[McpServerConfig, ...]:
     """Validate the ``[[mcp.servers]]`` tables read from ``where`` (a file name)."""
     if not isinstance(tables, list):
-        raise ConfigError(f"mcp.servers in {where} must be an array of tables ([[mcp.servers]])")
+        raise ConfigTableError(
+            f"mcp.servers in {where} must be an array of tables ([[mcp.servers]])"
+        )
     checked: list[dict[str, object]] = []
     for number, table in enumerate(tables, start=1):
         if not isinstance(table, dict):
-            raise ConfigError(f"[[mcp.servers]] entry {number} in {where} must be a table")
+            raise ConfigTableError(f"[[mcp.servers]] entry {number} in {where} must be a table")
         checked.append(table)
     servers: list[McpServerConfig] = []
     seen: set[str] = set()
@@ -167,7 +169,7 @@ def parse_mcp_servers(
         label = f"[[mcp.servers]] entry {number} in {where}"
         server = _server(table, label, env)
         if server.name in seen:
-            raise ConfigError(f"{label}: the server name {server.name!r} is used twice")
+            raise ConfigTableError(f"{label}: the server name {server.name!r} is used twice")
         seen.add(server.name)
         servers.append(server)
     return tuple(servers)

@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from engine_service.config import ConfigError
+from engine_service.tools.config_tables import ConfigTableError
 
 __all__ = ["PythonToolConfig", "parse_python_tools"]
 
@@ -44,21 +44,23 @@ class PythonToolConfig:
 
 def _entry(table: object, label: str) -> PythonToolConfig:
     if not isinstance(table, dict):
-        raise ConfigError(f"{label}: must be a table with a 'function' key")
+        raise ConfigTableError(f"{label}: must be a table with a 'function' key")
     for key in table:
         if key not in _KEYS:
-            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(_KEYS)}")
+            raise ConfigTableError(f"{label}: unknown key {key!r}; known: {', '.join(_KEYS)}")
     function = table.get("function")
     if not isinstance(function, str) or not _FUNCTION.match(function.strip()):
-        raise ConfigError(
+        raise ConfigTableError(
             f"{label}: 'function' must be 'package.module:function'; got {function!r}"
         )
     name = table.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME.match(name)):
-        raise ConfigError(f"{label}: 'name' must be 1 to 64 of A-Z a-z 0-9 _ -; got {name!r}")
+        raise ConfigTableError(f"{label}: 'name' must be 1 to 64 of A-Z a-z 0-9 _ -; got {name!r}")
     description = table.get("description")
     if description is not None and (not isinstance(description, str) or not description.strip()):
-        raise ConfigError(f"{label}: 'description' must be a non-empty string; got {description!r}")
+        raise ConfigTableError(
+            f"{label}: 'description' must be a non-empty string; got {description!r}"
+        )
     timeout = table.get("timeout")
     if timeout is not None and (
         isinstance(timeout, bool)
@@ -66,7 +68,7 @@ def _entry(table: object, label: str) -> PythonToolConfig:
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise ConfigError(
+        raise ConfigTableError(
             f"{label}: 'timeout' must be a positive number of seconds; got {timeout!r}"
         )
     return PythonToolConfig(
@@ -81,7 +83,9 @@ def _entry(table: object, label: str) -> PythonToolConfig:
 def parse_python_tools(raw: object, where: str) -> tuple[PythonToolConfig, ...]:
     """The entries of ``tools.python`` (an array of tables) from ``where`` (a file name)."""
     if not isinstance(raw, list):
-        raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
+        raise ConfigTableError(
+            f"tools.python in {where} must be an array of tables ([[tools.python]])"
+        )
     return tuple(
         _entry(table, f"[[tools.python]] entry {number}")
         for number, table in enumerate(raw, start=1)

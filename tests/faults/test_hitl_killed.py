@@ -23,7 +23,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.core.test_recovery import MCP_CONNECTED, EngineProcess
 from tests.engine.harness import kind, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
-from tests.mcp.servers import DEMO
+from tests.tools.mcp.servers import DEMO
 from tests.web.e2e.conftest import WAIT
 
 

@@ -23,9 +23,9 @@ from engine_service.core.codec import message_to_dict
 from engine_service.core.models import Message, Role, TextPart
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
+from tests.core.test_recovery import EngineProcess
 from tests.engine.auth_helpers import TOKENS_ENV, Metadata, as_, rpc_error
 from tests.engine.harness import engine_settings, kind, running_engine, text_of, user
-from tests.engine.test_crash import EngineProcess
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.procs import NEEDS_SIGNALS
 from tests.web.e2e.conftest import WAIT

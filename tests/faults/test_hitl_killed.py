@@ -20,10 +20,10 @@ import pytest
 from google.protobuf import json_format
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.core.test_recovery import MCP_CONNECTED, EngineProcess
 from tests.engine.harness import kind, user
-from tests.engine.test_crash import MCP_CONNECTED, EngineProcess
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
-from tests.mcp.servers import DEMO
+from tests.tools.mcp.servers import DEMO
 from tests.web.e2e.conftest import WAIT
 
 

@@ -9,9 +9,10 @@ import pytest
 
 from engine_service.stores import MemorySessionStore, SessionStore, SqliteSessionStore
 from engine_service.stores.postgres import PostgresSessionStore
+from tests.engine.conftest import llm
 from tests.postgres_server import pg_database, pg_url
 
-__all__ = ["pg_database", "pg_url", "store"]
+__all__ = ["llm", "pg_database", "pg_url", "store"]
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

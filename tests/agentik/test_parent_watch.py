@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WAIT = 15.0
 
 PARENT = textwrap.dedent(

@@ -25,7 +25,7 @@ from tests.engine.harness import (
     user,
 )
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
-from tests.mcp.servers import WAIT, demo_stdio_config, stderr_of, time_config
+from tests.tools.mcp.servers import WAIT, demo_stdio_config, stderr_of, time_config
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.harness import kind, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
-from tests.mcp.servers import DEMO
+from tests.tools.mcp.servers import DEMO
 from tests.web.e2e.conftest import ENGINE_LISTENING, WAIT, Process
 
 MCP_CONNECTED = r"MCP server 'demo' connected"

@@ -18,7 +18,7 @@ from engine_service.config import (
     refuse_open_exposure,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET_A = "tokA-5s9Lq"
 SECRET_B = "tokB-8Wm2x"
 

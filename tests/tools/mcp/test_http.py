@@ -12,7 +12,7 @@ from engine_service.core.events import Custom
 from engine_service.core.models import ImagePart
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.tools.mcp import DISCONNECTED, McpTool, SourceState
-from tests.mcp.servers import (
+from tests.tools.mcp.servers import (
     WAIT,
     DemoHttpServer,
     Emitted,

@@ -15,7 +15,7 @@ import pytest
 from engine_service.core.events import Custom
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.tools.mcp import DISCONNECTED, McpTool, McpToolSource, SourceState
-from tests.mcp.servers import (
+from tests.tools.mcp.servers import (
     WAIT,
     Emitted,
     demo_stdio_config,

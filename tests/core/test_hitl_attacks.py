@@ -13,6 +13,7 @@ from google.protobuf import json_format
 
 from engine_service.core.errors import StorageUnavailable
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.core.test_hitl import HITL, _id, paused, resolved, results
 from tests.engine.harness import (
     Harness,
     collect,
@@ -23,7 +24,6 @@ from tests.engine.harness import (
     running_engine,
     user,
 )
-from tests.engine.test_human_in_the_loop import HITL, _id, paused, resolved, results
 from tests.fakes.fake_openai import FakeOpenAI
 
 

@@ -1,0 +1,3 @@
+from tests.engine.conftest import harness
+
+__all__ = ["harness"]

@@ -100,18 +100,6 @@ REMOTE_POLL_INTERVAL = 1.0
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class EngineLimits:
-    turn: TurnLimits = field(default_factory=TurnLimits)
-    max_concurrent_runs: int = 512
-    max_runs_per_caller: int = 0
-    """Runs one principal may have in flight at once; 0: no limit of its own."""
-    event_retention: float = 7 * 24 * 3600.0
-    """Seconds stored events are kept; 0 keeps them forever."""
-    lease_seconds: float = 10.0
-    """With a shared store: a replica that died has its runs closed by another within this."""
-
-
 @dataclass(slots=True)
 class RunHandle:
     """A run that has been accepted; ``events`` streams it from RUN_STARTED to its end."""

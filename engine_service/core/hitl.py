@@ -37,6 +37,7 @@ __all__ = [
     "decide",
     "interrupt_for",
     "needs_approval",
+    "needs_person",
 ]
 
 ASK_USER = "ask_user"
@@ -90,6 +91,14 @@ class AskUserTool(Tool):
 def needs_approval(name: str, patterns: Sequence[str]) -> bool:
     """Whether a tool named ``name`` is listed (names or globs) for approval."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def needs_person(tool: Tool | None, name: str, approval: Sequence[str]) -> bool:
+    """Whether a call of ``tool`` (named ``name``; None: not there) waits for a person:
+    ``ask_user``, or a tool listed for approval."""
+    if tool is None:
+        return False
+    return isinstance(tool, AskUserTool) or (name != ASK_USER and needs_approval(name, approval))
 
 
 def _arguments(call: ToolCall) -> JSON:

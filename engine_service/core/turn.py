@@ -309,6 +309,20 @@ class Run:
         await self.out.settle(self.status, self.final)
         self.settled = True
 
+    async def settle_late(self) -> None:
+        """Store the end of a run that could not be stored when it ended. With a shared
+        store another replica may have closed the run meanwhile (our lease lapsed while
+        the store failed): its end is the stored one, and ours is dropped unseen."""
+        try:
+            await self.settle()
+        except InvalidInput:
+            closed_at = await self.closed_elsewhere()
+            if closed_at is None:
+                raise
+            log.warning("run %s was closed by another replica meanwhile", self.run_id)
+            self.lost_at = closed_at
+            self.hub.drop_unstored(closed_at)
+
     def _first_token(self) -> None:
         if not self.report.first_token:
             self.report.first_token = time.monotonic()

@@ -15,9 +15,9 @@ from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hub import SessionHub
+from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.turn import TurnLimits
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -38,7 +38,7 @@ class BurstModel(ChatModel):
 
 def test_the_hub_shows_followers_only_stored_events_even_inside_the_reserved_block() -> None:
     hub = SessionHub("s", 0)
-    hub.reserved_seq = 10
+    hub.begin("r", 0, reserved_seq=10)
     for _ in range(4):
         hub.publish("r", ev.StepStarted("x"))
 
@@ -53,12 +53,12 @@ def test_the_hub_shows_followers_only_stored_events_even_inside_the_reserved_blo
 
 async def test_every_event_a_follower_gets_is_stored_when_it_gets_it() -> None:
     store = MemorySessionStore()
-    limits = EngineLimits(turn=TurnLimits(seq_block=8))
+    limits = EngineLimits(run=RunLimits(seq_block=8))
     engine = Engine(store, BurstModel(300), ToolRegistry(), limits)
     await engine.start()
     message = Message(id="u", role=Role.USER, content=[TextPart("go")])
     handle = await engine.start_run(
-        ANONYMOUS, RunInput(thread_id="t", create_session=True, messages=[message])
+        ANONYMOUS, RunInput(session_id="t", create_session=True, messages=[message])
     )
 
     seen: list[int] = []

@@ -1,17 +1,25 @@
 """``Engine``: the transport-free API the gRPC servicer (and tests) call.
 
-It validates requests, owns the running turns and the per-session hubs, and hands out
-event streams. Runs live here, not in any RPC: a caller that goes away leaves its run
-running, and its owner can pick up the rest with ``subscribe``.
+It validates requests, owns the running runs, and hands out event streams. Runs live
+here, not in any RPC: a caller that goes away leaves its run running, and its owner can
+pick up the rest with ``subscribe``.
 
 Every operation takes the ``Caller``: the one place that decides who sees what. A
 session belongs to the principal that created it; to anyone else (but an admin) it does
 not exist — the same ``SessionNotFound`` an unknown id gets, so no answer hints at it.
 
-Several engines may share one store (``store.shared``): each runs its own turns under a
+Its parts each have one job and get callbacks, not the engine: ``core.follow`` (the hubs
+and their followers), ``core.health`` (storage health, retention), ``core.records`` (the
+read side), ``core.intake`` (a run's input), ``core.leases``; a run is ``core.turn.Run``.
+
+Words: a run is *stopped* (``stop_run``; the ``Interrupt`` RPC); a run *asks* a person
+through an ``Interrupt`` (human in the loop, AG-UI's word); replicas send each other
+*signals* (``SignalKind.STOP`` asks the one holding a run to stop it).
+
+Several engines may share one store (``store.shared``): each runs its own runs under a
 lease (``core.leases``), follows the others' runs from the store as their signals say
-events were stored (with a poll as a safety net), and forwards an interrupt for a run it
-does not hold to the replica that does.
+events were stored (with a poll as a safety net), and signals a stop for a run it does
+not hold to the replica that does.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A run stops (outcome INTERRUPT) when the LLM calls a tool listed for approval, o
 ``ask_user`` tool. Each such call becomes an :class:`Interrupt`, stored on the session
 until a later run *resumes* it: the run's ``resume`` entries are checked here
 (:func:`admit`, inside the store's transaction, so two resumes cannot both pass) and
-turned into :class:`Decision` s the turn carries out before the LLM goes on. Pure rules,
+turned into :class:`Decision` s the run carries out before the LLM goes on. Pure rules,
 no I/O.
 """
 

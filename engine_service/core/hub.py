@@ -166,7 +166,7 @@ class SessionHub:
         self.notify()
 
     def resync(self, last_seq: int) -> None:
-        """Follow the store's numbering (another replica may have run turns meanwhile)."""
+        """Follow the store's numbering (another replica may have had runs meanwhile)."""
         if self._buffer:
             raise RuntimeError("resync with buffered events")
         self._first_seq = self._next_seq = last_seq + 1

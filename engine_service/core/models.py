@@ -182,7 +182,7 @@ class Session:
 
 @dataclass(slots=True)
 class RunRecord:
-    """One turn as stored: a run is an A2A task too, so it outlives its stream."""
+    """One run as stored: a run is an A2A task too, so it outlives its stream."""
 
     id: str
     session_id: str

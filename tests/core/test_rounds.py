@@ -88,10 +88,18 @@ async def test_a_stopped_round_closes_what_is_open_and_keeps_the_partial_answer(
         [TextDelta("half an "), TextDelta("answer"), ToolCallDelta(0, id="c1", name="clock")],
         hang=True,
     )
-    reader, bodies, _ = _reader(model)
+    bodies: list[ev.EventBody] = []
+    call_started = asyncio.Event()
+
+    def emit(body: ev.EventBody) -> None:
+        bodies.append(body)
+        if isinstance(body, ev.ToolCallStart):
+            call_started.set()
+
+    reader = RoundReader(model, NO_TRACER, emit=emit, on_first_token=lambda: None)
     round_ = asyncio.create_task(reader.read(ChatRequest(messages=[], tools=[])))
-    while not any(isinstance(b, ev.ToolCallStart) for b in bodies):
-        await asyncio.sleep(0)
+    async with asyncio.timeout(10):
+        await call_started.wait()
     round_.cancel()
     await asyncio.gather(round_, return_exceptions=True)
 

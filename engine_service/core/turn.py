@@ -193,9 +193,9 @@ class Run:
             self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
             await self.out.let_followers_send()
             if self.input.state is UNSET and self.state is not None:
-                # The client sent no state: give it the thread's, so this run's deltas apply.
+                # The client sent no state: give it the session's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state))
-            # The client's messages are stored even if an interrupt comes right away (after
+            # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
             if not self.decisions:
                 await self._take_input()
@@ -446,7 +446,7 @@ class Run:
 
     def _set_state(self, state: JSON) -> None:
         self.state = state
-        # Stored right away: the next run must see it even if this one is interrupted.
+        # Stored right away: the next run must see it even if this one is stopped.
         task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, state))
         task.add_done_callback(self._state_stored)
 

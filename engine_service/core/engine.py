@@ -39,7 +39,6 @@ from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
     RateLimited,
-    SessionNotFound,
     ShuttingDown,
     StorageUnavailable,
 )
@@ -360,22 +359,6 @@ class Engine(Records):
         self._runs_by_caller[caller.principal] += 1
         run.start()
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
-
-    async def _refuse_empty_history(self, caller: Caller, run_input: RunInput) -> None:
-        """A run without new messages answers the stored history; with none, refuse."""
-        if run_input.reconcile is ReconcileMode.APPEND:
-            try:
-                session = await self._session(caller, run_input.session_id, "session_id")
-            except SessionNotFound:
-                if not run_input.create_session:
-                    raise
-            else:
-                if session.message_count > 0:
-                    return
-        raise InvalidInput(
-            "messages: a run needs at least one message, and this conversation has no "
-            "history to answer"
-        )
 
     def _run_done(self, run: Run) -> None:
         if self._runs.get(run.session_id) is run:

@@ -22,7 +22,7 @@ from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, fit_chains, 
 from engine_service.core.errors import InvalidInput, RunNotFound, SessionNotFound
 from engine_service.core.ids import check_id
 from engine_service.core.limits import EngineLimits
-from engine_service.core.models import Message, RunRecord, Session
+from engine_service.core.models import Message, ReconcileMode, RunInput, RunRecord, Session
 from engine_service.core.store import SessionStore
 
 __all__ = ["MAX_PAGE", "Records"]
@@ -49,6 +49,22 @@ class Records:
         if not caller.owns(session.owner):
             raise SessionNotFound(session_id)
         return session
+
+    async def _refuse_empty_history(self, caller: Caller, run_input: RunInput) -> None:
+        """A run without new messages answers the stored history; with none, refuse."""
+        if run_input.reconcile is ReconcileMode.APPEND:
+            try:
+                session = await self._session(caller, run_input.session_id, "session_id")
+            except SessionNotFound:
+                if not run_input.create_session:
+                    raise
+            else:
+                if session.message_count > 0:
+                    return
+        raise InvalidInput(
+            "messages: a run needs at least one message, and this conversation has no "
+            "history to answer"
+        )
 
     # -- sessions -----------------------------------------------------------------
 

@@ -10,11 +10,11 @@ from typing import TypeVar
 from engine_service import tracing
 from engine_service.config import ConfigError, Settings
 from engine_service.core.chat import ChatModel
-from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.engine import Engine
 from engine_service.core.hitl import AskUserTool
+from engine_service.core.limits import EngineLimits, RunLimits
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.trace import NO_TRACER
-from engine_service.core.turn import TurnLimits
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
@@ -92,7 +92,7 @@ def build_a2a_agents(settings: Settings, registry: ToolRegistry) -> A2aAgentSour
 
 def build_engine(settings: Settings) -> Engine:
     limits = EngineLimits(
-        turn=TurnLimits(
+        run=RunLimits(
             system_prompt=settings.llm.system_prompt,
             max_tool_rounds=settings.llm.max_tool_rounds,
             tool_timeout=settings.tools.timeout,

@@ -298,7 +298,7 @@ def event_to_pb(event: ev.Event) -> pb.Event:
     return pb.Event(
         seq=event.seq,
         time=timestamp_pb2.Timestamp(seconds=seconds, nanos=int((event.time - seconds) * 1e9)),
-        session_id=event.thread_id,
+        session_id=event.session_id,
         run_id=event.run_id,
         **_BODY_TO_PB[type(event.body)](event.body),
     )
@@ -352,7 +352,7 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
     else:
         raise InvalidInput(f"reconcile has an unknown value {request.reconcile}")
     return RunInput(
-        thread_id=request.session_id,
+        session_id=request.session_id,
         run_id=request.run_id,
         messages=[message_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)],
         tools=[

@@ -314,7 +314,7 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     await stopping.wait()
 
     def now() -> None:  # a second signal: do not wait for the runs
-        stopped = engine.interrupt_all()
+        stopped = engine.stop_all()
         log.warning("stopping now: %d runs in flight interrupted (their answers kept)", stopped)
 
     for sig in (signal.SIGTERM, signal.SIGINT):

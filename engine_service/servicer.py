@@ -120,14 +120,14 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         finally:
             # The caller went away early. The run is the engine's and goes on, unless asked.
             if not ended and run_input.cancel_on_disconnect:
-                self.engine.interrupt_now(handle.thread_id, handle.run_id)
+                self.engine.stop_local(handle.session_id, handle.run_id)
 
     async def Interrupt(
         self, request: pb.InterruptRequest, context: Context
     ) -> pb.InterruptResponse:
         caller = await self._caller(context)
         interrupted, run_id = await _mapped(
-            context, lambda: self.engine.interrupt(caller, request.session_id, request.run_id)
+            context, lambda: self.engine.stop_run(caller, request.session_id, request.run_id)
         )
         return pb.InterruptResponse(interrupted=interrupted, run_id=run_id)
 

@@ -195,6 +195,6 @@ def event_to_dict(event: ev.Event) -> dict[str, Any]:
 
 
 def event_from_dict(
-    seq: int, time: float, thread_id: str, run_id: str, raw: dict[str, Any]
+    seq: int, time: float, session_id: str, run_id: str, raw: dict[str, Any]
 ) -> ev.Event:
-    return ev.Event(seq, time, thread_id, run_id, _body_from_dict(raw))
+    return ev.Event(seq, time, session_id, run_id, _body_from_dict(raw))

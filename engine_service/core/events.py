@@ -1,6 +1,6 @@
 """AG-UI 1.0 events as the core emits them.
 
-An :class:`Event` is an envelope (``seq``, time, thread and run ids) around one body
+An :class:`Event` is an envelope (``seq``, time, session and run ids) around one body
 dataclass per AG-UI event kind, the same shape as the ``Event`` oneof of the gRPC
 contract. Bodies are small slotted dataclasses: one is built for every streamed token,
 so they stay cheap.
@@ -232,6 +232,6 @@ class Event:
     seq: int
     time: float
     """Seconds since the epoch."""
-    thread_id: str
+    session_id: str
     run_id: str
     body: EventBody

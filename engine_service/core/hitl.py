@@ -5,7 +5,7 @@ A run stops (outcome INTERRUPT) when the LLM calls a tool listed for approval, o
 ``ask_user`` tool. Each such call becomes an :class:`Interrupt`, stored on the session
 until a later run *resumes* it: the run's ``resume`` entries are checked here
 (:func:`admit`, inside the store's transaction, so two resumes cannot both pass) and
-turned into :class:`Decision` s the turn carries out before the LLM goes on. Pure rules,
+turned into :class:`Decision` s the run carries out before the LLM goes on. Pure rules,
 no I/O.
 """
 
@@ -37,6 +37,7 @@ __all__ = [
     "decide",
     "interrupt_for",
     "needs_approval",
+    "needs_person",
 ]
 
 ASK_USER = "ask_user"
@@ -90,6 +91,14 @@ class AskUserTool(Tool):
 def needs_approval(name: str, patterns: Sequence[str]) -> bool:
     """Whether a tool named ``name`` is listed (names or globs) for approval."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def needs_person(tool: Tool | None, name: str, approval: Sequence[str]) -> bool:
+    """Whether a call of ``tool`` (named ``name``; None: not there) waits for a person:
+    ``ask_user``, or a tool listed for approval."""
+    if tool is None:
+        return False
+    return isinstance(tool, AskUserTool) or (name != ASK_USER and needs_approval(name, approval))
 
 
 def _arguments(call: ToolCall) -> JSON:

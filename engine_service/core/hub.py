@@ -5,8 +5,11 @@ run has ended and its events are stored. A follower that knows the last seq it s
 therefore always find what comes next: in the store (events before the buffer), in the
 buffer, or by waiting for the next stored write. No queue per follower, no copy per event.
 
-Followers see an event only once the store holds it: ``since`` stops at ``flushed_seq``,
-the durable watermark the run advances after each write (``Turn.flush``). Whatever
+Followers see an event only once the store holds it: ``since`` stops at the durable
+watermark the run advances after each write (``stored``, called by ``core.flush``). This
+file alone keeps that promise: nothing outside it writes the hub's seqs, only its methods
+named for what happened (``begin``, ``reserved``, ``stored``, ``end``, ``catch_up``,
+``drop_unstored``). Whatever
 happens to this engine afterwards — a crash, a stall long enough for another replica to
 take its run over, a write the store refuses — what a client saw is what a replay of the
 store shows. Publishing does not wake followers; a stored flush does.
@@ -30,43 +33,47 @@ class SessionHub:
     """Live view of one session on this engine process."""
 
     __slots__ = (
+        "_active_run_id",
         "_buffer",
         "_first_seq",
+        "_flushed_seq",
+        "_followers",
         "_held",
+        "_incarnation",
         "_next_seq",
+        "_reserved_seq",
         "_unstored_shown",
         "_waiter",
-        "active_run_id",
-        "flush_lock",
-        "flushed_seq",
-        "followers",
-        "incarnation",
-        "reserved_seq",
+        "_write_lock",
         "session_id",
     )
 
-    def __init__(self, session_id: str, last_seq: int) -> None:
+    def __init__(
+        self, session_id: str, last_seq: int, incarnation: tuple[object, ...] = ()
+    ) -> None:
         self.session_id = session_id
         self._buffer: list[Event] = []
         self._first_seq = last_seq + 1
         self._next_seq = last_seq + 1
         self._waiter: asyncio.Future[None] | None = None
         self._held = 0
-        """Seq of an event published with ``hold``: hidden from followers until ``reveal``."""
-        self.active_run_id = ""
-        self.flushed_seq = last_seq
+        """Seq of an event published with ``hold``: hidden from followers until ``end``."""
+        self._active_run_id = ""
+        self._flushed_seq = last_seq
         """The highest seq the store holds: followers see up to here, never further."""
-        self.reserved_seq = last_seq
+        self._reserved_seq = last_seq
         """The highest seq the store has reserved: a crashed run's closing events come
         after it, so a seq handed out but never stored is never given to another event."""
         self._unstored_shown = 0
         """Seqs up to here are shown though not stored (``show_unstored``)."""
-        self.followers = 0
-        self.incarnation: tuple[object, ...] = ()
+        self._followers = 0
+        self._incarnation = incarnation
         """Which session of this id the hub is for (its creation time and owner): an id
         deleted on another replica and made again names another session."""
-        self.flush_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
         """Held while events are being stored, so they are stored in order."""
+
+    # -- what is known -------------------------------------------------------------
 
     @property
     def first_seq(self) -> int:
@@ -77,19 +84,102 @@ class SessionHub:
     def last_seq(self) -> int:
         return self._next_seq - 1
 
+    @property
+    def active_run_id(self) -> str:
+        """The run that holds the session, here or (as its signals say) on another replica."""
+        return self._active_run_id
+
+    @property
+    def incarnation(self) -> tuple[object, ...]:
+        return self._incarnation
+
+    @property
+    def unused(self) -> bool:
+        """No follower and no run: the hub may go."""
+        return not self._followers and not self._active_run_id
+
+    @property
+    def all_stored(self) -> bool:
+        """Whether the store holds every event published."""
+        return self._flushed_seq == self.last_seq
+
+    # -- a local run ---------------------------------------------------------------
+
+    def begin(self, run_id: str, last_seq: int, reserved_seq: int) -> None:
+        """A run of this engine took the session, whose store is at ``last_seq`` with seqs
+        reserved through ``reserved_seq``. The previous run's buffer (kept for followers
+        still reading it) goes if it is stored."""
+        if self.all_stored:
+            self.release()
+        if self.last_seq != last_seq:
+            self.resync(last_seq)
+        self._reserved_seq = reserved_seq
+        self._active_run_id = run_id
+
+    def writing(self) -> asyncio.Lock:
+        """Held while events are being stored (``async with hub.writing():``), so they are
+        stored in order."""
+        return self._write_lock
+
+    def to_reserve(self, block: int) -> int:
+        """The seq through which to reserve with the next write (a block ahead once half
+        the reserved seqs are used), or 0: enough are reserved."""
+        last = self.last_seq
+        return last + block if last + block // 2 > self._reserved_seq else 0
+
+    def stored(self, seq: int, reserved_through: int = 0) -> None:
+        """The store holds every event up to ``seq`` (and has reserved seqs through
+        ``reserved_through``): show them and wake the followers."""
+        self._reserved_seq = max(self._reserved_seq, reserved_through)
+        if seq > self._flushed_seq:
+            self._flushed_seq = seq
+            self.notify()
+
+    def end(self, run_id: str) -> None:
+        """Run ``run_id`` let go of the session: show the event held back by
+        ``publish(hold=True)`` (its end) and wake the followers."""
+        if self._active_run_id == run_id:
+            self._active_run_id = ""
+        self._held = 0
+        self.notify()
+
+    def drop_unstored(self, last_seq: int) -> None:
+        """Another replica closed the hub's run, its end stored at ``last_seq``: the events
+        not stored here never will be. Followers read the rest (that replica's closing
+        events) from the store."""
+        self._flushed_seq = self.last_seq
+        self.release()
+        if self.last_seq < last_seq:
+            self.resync(last_seq)
+
+    # -- another replica's runs ------------------------------------------------------
+
+    def catch_up(self, last_seq: int, active_run_id: str) -> None:
+        """Point a hub that follows another replica's runs at the store's state."""
+        if self.last_seq < last_seq:
+            if self._first_seq <= self.last_seq:  # a buffer of an earlier local run
+                if not self.all_stored:
+                    return  # not stored yet: the local settle comes first
+                self.release()
+            self.resync(last_seq)
+        self._active_run_id = active_run_id
+        self.notify()
+
     def resync(self, last_seq: int) -> None:
-        """Follow the store's numbering (another replica may have run turns meanwhile)."""
+        """Follow the store's numbering (another replica may have had runs meanwhile)."""
         if self._buffer:
             raise RuntimeError("resync with buffered events")
         self._first_seq = self._next_seq = last_seq + 1
         self._held = 0
         self._unstored_shown = 0
-        self.flushed_seq = last_seq
-        self.reserved_seq = max(self.reserved_seq, last_seq)
+        self._flushed_seq = last_seq
+        self._reserved_seq = max(self._reserved_seq, last_seq)
+
+    # -- events ----------------------------------------------------------------------
 
     def publish(self, run_id: str, body: EventBody, *, hold: bool = False) -> Event:
         """Number the event and buffer it; followers see it once it is stored (``stored``).
-        ``hold`` hides it even then, until ``reveal`` (the terminal event is shown once
+        ``hold`` hides it even then, until ``end`` (the terminal event is shown once
         the run's end is stored and the run let go of the session)."""
         event = Event(self._next_seq, time.time(), self.session_id, run_id, body)
         self._next_seq += 1
@@ -97,17 +187,6 @@ class SessionHub:
         if hold:
             self._held = event.seq
         return event
-
-    def stored(self, seq: int) -> None:
-        """The store holds every event up to ``seq``: show them and wake the followers."""
-        if seq > self.flushed_seq:
-            self.flushed_seq = seq
-            self.notify()
-
-    def reveal(self) -> None:
-        """Show the event held back by ``publish(hold=True)`` and wake the followers."""
-        self._held = 0
-        self.notify()
 
     def show_unstored(self) -> None:
         """Show every buffered event though the store does not hold them yet: only for
@@ -120,7 +199,7 @@ class SessionHub:
     def visible_seq(self) -> int:
         """The last seq followers may see: stored (or shown by ``show_unstored``), and
         not held back."""
-        visible = min(self.last_seq, max(self.flushed_seq, self._unstored_shown))
+        visible = min(self.last_seq, max(self._flushed_seq, self._unstored_shown))
         return min(visible, self._held - 1) if self._held else visible
 
     @property
@@ -140,26 +219,35 @@ class SessionHub:
 
     def unflushed(self) -> list[Event]:
         """Buffered events not stored yet, visible or not."""
-        if self.flushed_seq < self._first_seq - 1:
+        if self._flushed_seq < self._first_seq - 1:
             return []
-        return self._buffer[self.flushed_seq + 1 - self._first_seq :]
+        return self._buffer[self._flushed_seq + 1 - self._first_seq :]
 
     def forget_stored(self) -> None:
         """Drop the stored events at the buffer's head (a run that publishes a lot):
         followers that are behind read them from the store."""
-        drop = self.flushed_seq + 1 - self._first_seq
+        drop = self._flushed_seq + 1 - self._first_seq
         if drop > 0:
             del self._buffer[:drop]
             self._first_seq += drop
 
     def release(self) -> None:
         """Drop the buffer once its events are stored and no run is active."""
-        if self.flushed_seq != self.last_seq:
+        if not self.all_stored:
             raise RuntimeError("release before flush")
         self._buffer = []
         self._held = 0
         self._unstored_shown = 0
         self._first_seq = self._next_seq
+
+    # -- followers -------------------------------------------------------------------
+
+    def join(self) -> None:
+        """A follower starts reading (the hub stays while it does)."""
+        self._followers += 1
+
+    def leave(self) -> None:
+        self._followers -= 1
 
     @property
     def waiting(self) -> bool:

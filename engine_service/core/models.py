@@ -182,7 +182,7 @@ class Session:
 
 @dataclass(slots=True)
 class RunRecord:
-    """One turn as stored: a run is an A2A task too, so it outlives its stream."""
+    """One run as stored: a run is an A2A task too, so it outlives its stream."""
 
     id: str
     session_id: str
@@ -223,9 +223,9 @@ class ContextItem:
 
 @dataclass(slots=True)
 class RunInput:
-    """One turn as asked for; mirrors AG-UI's RunAgentInput."""
+    """One run as asked for; mirrors AG-UI's RunAgentInput (its threadId is ``session_id``)."""
 
-    thread_id: str
+    session_id: str
     run_id: str = ""
     messages: list[Message] = field(default_factory=list)
     tools: list[ClientTool] = field(default_factory=list)

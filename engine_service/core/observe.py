@@ -55,6 +55,16 @@ class RunReport:
     error_cause: str = ""
     """For the log only: what failed and where (the client gets less)."""
 
+    def end(self, input_tokens: int, output_tokens: int, outcome: str, cause: str = "") -> None:
+        """The run ended with ``outcome`` (``error``: ``error_code``/``failed_in`` say more)."""
+        self.ended = time.monotonic()
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+        self.outcome = outcome
+        if outcome == "error":
+            self.failed_in = self.failed_in or "storage"
+        if cause and not self.error_cause:
+            self.error_cause = cause
+
     @property
     def duration(self) -> float:
         return max((self.ended or time.monotonic()) - self.started, 0.0)

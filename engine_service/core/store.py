@@ -47,8 +47,9 @@ class SignalKind(enum.StrEnum):
     """Run ``run_id`` took the session."""
     ENDED = "ended"
     """Run ``run_id`` ended (its end and last events are stored, up to ``last_seq``)."""
-    INTERRUPT = "interrupt"
-    """Someone asked run ``run_id`` of the session to stop."""
+    STOP = "interrupt"
+    """Someone asked run ``run_id`` of the session to stop (the value is the one replicas
+    of earlier versions send)."""
 
 
 @dataclass(frozen=True, slots=True)

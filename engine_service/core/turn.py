@@ -1,7 +1,11 @@
-"""One run (turn): the chat loop that turns LLM deltas and tool calls into events.
+"""One run: the chat loop that turns LLM rounds and tool calls into events.
 
-A ``Turn`` is owned by the engine, not by any RPC: it runs as its own task until it
-finishes, fails or is interrupted, and publishes every event into the session's hub.
+A ``Run`` is owned by the engine, not by any RPC: it runs as its own task until it
+finishes, fails or is stopped, and publishes every event into the session's hub. Its
+parts have one job each: ``core.flush`` stores the events behind it (write-behind and
+the run's end), ``core.rounds`` reads each LLM round, ``core.tool_calls`` calls a tool;
+this file keeps the loop, the error and stop states, the person in the loop and the
+report.
 
 Order of a run: RUN_STARTED; MESSAGE_STORED for the new client messages; for each LLM
 round the reasoning/text/tool-call events, MESSAGE_STORED for the assistant message, then
@@ -12,113 +16,58 @@ Everything opened is closed before the end.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import (
     MESSAGE_ROOM,
-    body_size,
-    bound_body,
-    bound_message,
-    bound_result,
     bounded_snapshot,
-    split_text,
 )
-from engine_service.core.chat import (
-    ChatModel,
-    ChatRequest,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    ToolSpec,
-    UsageDelta,
-)
+from engine_service.core.chat import ChatModel, ChatRequest, ToolSpec
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
     LLMError,
     StorageUnavailable,
 )
+from engine_service.core.flush import Outbox
 from engine_service.core.history import chat_messages, new_id
-from engine_service.core.hitl import ASK_USER, AskUserTool, Decision, interrupt_for, needs_approval
+from engine_service.core.hitl import Decision, interrupt_for, needs_person
 from engine_service.core.hub import SessionHub
-from engine_service.core.ids import is_valid_id
+from engine_service.core.limits import RunLimits
 from engine_service.core.models import (
     JSON,
     UNSET,
     Interrupt,
     Message,
-    MessageStatus,
-    ReconcileMode,
     Role,
     RunInput,
     RunStatus,
-    TextPart,
     ToolCall,
 )
-from engine_service.core.observe import RunLog, RunObserver, RunReport, ToolOutcome
+from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.state import DEFAULT_MAX_STATE_BYTES
+from engine_service.core.rounds import RoundReader
 from engine_service.core.store import SessionStore
-from engine_service.core.tool import ToolContext, ToolError, ToolResult
-from engine_service.core.trace import NO_TRACER, Span, Tracer
+from engine_service.core.tool import ToolContext, ToolResult
+from engine_service.core.tool_calls import call_tool
+from engine_service.core.trace import NO_TRACER, Tracer
+from engine_service.core.transcript import Transcript
 
-__all__ = ["Turn", "TurnLimits"]
+__all__ = ["Run"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnLimits:
-    system_prompt: str = ""
-    max_tool_rounds: int = 8
-    tool_timeout: float = 30.0
-    flush_interval: float = 0.0
-    """Seconds a flush waits, after an event is published, to gather more events into
-    one write; 0: the next turn of the loop. Events published while a write is in flight
-    go in the next write (group commit). Followers see an event once it is stored, so
-    this is added to every token's latency."""
-    seq_block: int = 512
-    """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
-    them. The run tops the reservation up at every flush when half of it is used."""
-    approval: tuple[str, ...] = ()
-    """Engine tools (names or globs) whose calls wait for a person's approval."""
-    interrupt_expiry: float = 0.0
-    """Seconds after which an unanswered interrupt counts as declined; 0: never."""
-    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
-    """The session's shared state as JSON, at most; a patch is bounded by it as it applies."""
-    max_event_bytes: int = 1024 * 1024
-    """The largest event the run makes (``core.bounds``): longer deltas are split, tool
-    results and messages clipped with a note, the messages snapshot bounded."""
-    buffer_bytes: int = 8 * 1024 * 1024
-    """Stored events the session's hub keeps for readers that are behind; past this it
-    forgets them, and those readers read them from the store."""
-
-
-_DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
-"""Bodies that are pieces of a longer text: split, never clipped, when too long."""
-
-
-@dataclass(slots=True)
-class _OpenCall:
-    id: str
-    name: str
-    arguments: list[str] = field(default_factory=list)
-    started: bool = False
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class Turn:
-    """The run loop of one turn. ``task`` is the asyncio task running ``main``."""
+class Run:
+    """The loop of one run. ``task`` is the asyncio task running ``main``."""
 
     def __init__(
         self,
@@ -126,13 +75,13 @@ class Turn:
         store: SessionStore,
         model: ChatModel,
         tools: ToolRegistry,
-        limits: TurnLimits,
+        limits: RunLimits,
         hub: SessionHub,
         run_input: RunInput,
         incoming: list[Message],
         history: list[Message],
         state: JSON,
-        on_done: Callable[[Turn], None],
+        on_done: Callable[[Run], None],
         on_storage_error: Callable[[StorageUnavailable], None] = lambda exc: None,
         decisions: Sequence[Decision] = (),
         tracer: Tracer = NO_TRACER,
@@ -152,7 +101,7 @@ class Turn:
         self.limits = limits
         self.hub = hub
         self.input = run_input
-        self.session_id = run_input.thread_id
+        self.session_id = run_input.session_id
         self.run_id = run_input.run_id
         self.incoming = incoming
         self.state = state
@@ -163,34 +112,30 @@ class Turn:
         self._on_done = on_done
         self._on_storage_error = on_storage_error
         self._storage_failure: StorageUnavailable | None = None
-        self._unflushed = asyncio.Event()
-        """Set when an event is published: the flusher stores it (``_flush_continually``)."""
+        self.out = Outbox(store, hub, self.run_id, limits, on_failure=self.fail, on_lost=self.lose)
+        """Publishes the run's events and stores them behind it."""
+        self.emit = self.out.emit
         self.settled = True
         """False while the run's end could not be stored (the engine retries it)."""
         self.final: ev.RunFinished | ev.RunError | None = None
         self.status = RunStatus.RUNNING
         self.task: asyncio.Task[None] | None = None
         self._work: asyncio.Task[ev.RunFinished] | None = None
-        self._interrupt_requested = False
+        self._stop_requested = False
         self.lost_at = 0
         """Non-zero once another replica closed this run (the store's last seq then): the
         run stops without writing anything more."""
-        self._followers_woken = False
-        self._history = history
-        self._usage = ev.Usage()
-        # What is open right now, so an interrupt can close it and keep the partial answer.
-        self._message_id = ""
-        self._text_open = False
-        self._text: list[str] = []
-        self._reasoning_id = ""
-        self._calls: dict[int, _OpenCall] = {}
+        room = limits.max_event_bytes - MESSAGE_ROOM
+        self.transcript = Transcript(
+            store, self.session_id, self.run_id, history, room=room, emit=self.emit
+        )
+        """The session's messages, and what the run adds to them."""
         self._pending_results: dict[str, ToolCall] = {}
-        self._split_at = (limits.max_event_bytes - MESSAGE_ROOM) // 4
-        """A delta of more characters than this may need splitting."""
-        self._buffered = 0
-        """Bytes published into the hub since it last forgot its stored events."""
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
+        self.rounds = RoundReader(model, tracer, emit=self.emit, on_first_token=self._first_token)
+        """Reads each LLM round; what is open stays there, so a stop can close it."""
+        self._usage = self.rounds.usage
         self._observer: RunObserver = observer or RunLog()
 
     # -- control ------------------------------------------------------------------
@@ -200,40 +145,16 @@ class Turn:
             self._traced_main(), name=f"run {self.run_id}"
         )
 
-    def interrupt(self) -> None:
+    def stop(self) -> None:
         """Stop the work in flight; ``main`` closes the run as cancelled."""
-        self._interrupt_requested = True
+        self._stop_requested = True
         if self._work is not None:
             self._work.cancel()
 
     def lose(self, last_seq: int) -> None:
         """Another replica closed this run (our lease lapsed): stop, and write nothing more."""
         self.lost_at = max(last_seq, 1)
-        self.interrupt()
-
-    def emit(self, body: ev.EventBody) -> ev.Event:
-        """Publish ``body`` bounded to ``max_event_bytes`` (``core.bounds``): a longer
-        delta goes out as several deltas (the last one is returned), anything else is
-        clipped."""
-        if isinstance(body, _DELTAS):
-            delta = body.delta
-            self._buffered += len(delta)
-            if len(delta) > self._split_at:
-                pieces = split_text(delta, self.limits.max_event_bytes - MESSAGE_ROOM)
-                for piece in pieces[:-1]:
-                    self._publish(dataclasses.replace(body, delta=piece))
-                body = dataclasses.replace(body, delta=pieces[-1])
-        else:
-            body = bound_body(body, self.limits.max_event_bytes)
-            self._buffered += body_size(body)
-        return self._publish(body)
-
-    def _publish(self, body: ev.EventBody) -> ev.Event:
-        if self.hub.waiting:
-            self._followers_woken = True
-        event = self.hub.publish(self.run_id, body)
-        self._unflushed.set()
-        return event
+        self.stop()
 
     def fail(self, exc: StorageUnavailable) -> None:
         """Stop the run because the store failed; ``main`` ends it with RUN_ERROR."""
@@ -246,95 +167,9 @@ class Turn:
             self._storage_failure = exc
             self._on_storage_error(exc)
 
-    async def _let_followers_send(self) -> None:
-        """Give the flusher and woken followers their turn on the loop now.
-
-        The LLM's chunks arrive in bursts that the loop could parse without pausing; a
-        follower that is waiting would then see the first token only after the burst.
-        """
-        if self._followers_woken:
-            self._followers_woken = False
-            await asyncio.sleep(0)
-
-    async def flush(self) -> None:
-        """Store the events published so far, topping up the reserved seqs when half of
-        the block is used; then followers may see them."""
-        hub = self.hub
-        async with hub.flush_lock:
-            pending = hub.unflushed()
-            block = self.limits.seq_block
-            reserve = hub.last_seq + block if hub.last_seq + block // 2 > hub.reserved_seq else 0
-            if not pending and not reserve:
-                return
-            write = asyncio.ensure_future(
-                self.store.append_events(self.session_id, pending, reserve_through=reserve)
-            )
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                # The periodic flusher is cancelled when the run ends, perhaps mid-write:
-                # the write goes on (it may already be committed). Wait for it and record
-                # what it stored before the lock goes, or the final store would write the
-                # same events again.
-                await asyncio.wait([write])
-                if not write.cancelled() and write.exception() is None:
-                    self._flushed(pending, reserve)
-                raise
-            self._flushed(pending, reserve)
-
-    def _flushed(self, pending: list[ev.Event], reserve: int) -> None:
-        hub = self.hub
-        hub.reserved_seq = max(hub.reserved_seq, reserve)
-        if pending:
-            hub.stored(pending[-1].seq)
-        self._forget_if_over()
-
-    async def _flush_continually(self) -> None:
-        """Store events as soon as they are published: one write at a time, each taking
-        everything published meanwhile (group commit), so a token waits for about one
-        write before followers see it, and a burst costs one write."""
-        unflushed = self._unflushed
-        while True:
-            await unflushed.wait()
-            if self.limits.flush_interval:
-                await asyncio.sleep(self.limits.flush_interval)
-            unflushed.clear()
-            try:
-                await self.flush()
-            except StorageUnavailable as exc:
-                self.fail(exc)
-                return
-            except InvalidInput as exc:
-                await self._refused(exc)
-                return
-
-    async def _refused(self, exc: InvalidInput) -> None:
-        """The store refused the run's events: their seqs no longer follow its last one,
-        because another replica closed the run (this engine stalled past its lease) and
-        stored its closing events there. Stop without writing anything more: followers
-        read that replica's end from the store, and never see the refused events."""
-        closed_at = await self.closed_elsewhere()
-        if closed_at is None:
-            log.error("run %s: the store refused its events: %s", self.run_id, exc.message)
-            self.fail(StorageUnavailable("storage unavailable: the store refused the events"))
-            return
-        log.warning(
-            "run %s of session %s was closed by another replica; stopping it here",
-            self.run_id,
-            self.session_id,
-        )
-        self.lose(closed_at)
-
     async def closed_elsewhere(self) -> int | None:
         """The store's last seq if another replica has closed this run, else None."""
-        try:
-            run = await self.store.get_run(self.session_id, self.run_id)
-            if run.status is RunStatus.RUNNING:
-                return None
-            return (await self.store.get_session(self.session_id)).last_seq
-        except StorageUnavailable as exc:
-            self._note_storage_failure(exc)
-            return None
+        return await self.out.closed_elsewhere()
 
     # -- the run ------------------------------------------------------------------
 
@@ -350,24 +185,24 @@ class Turn:
                 span.fail(self.final.code, self.final.message)
 
     async def main(self) -> None:
-        flusher = asyncio.get_running_loop().create_task(self._flush_continually())
+        flusher = asyncio.get_running_loop().create_task(self.out.flush_continually())
         final: ev.RunFinished | ev.RunError
         self.report.started = time.monotonic()
         self._observer.run_started(self.report)
         try:
             self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
-            await self._let_followers_send()
+            await self.out.let_followers_send()
             if self.input.state is UNSET and self.state is not None:
-                # The client sent no state: give it the thread's, so this run's deltas apply.
+                # The client sent no state: give it the session's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state))
-            # The client's messages are stored even if an interrupt comes right away (after
+            # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
             if not self.decisions:
                 await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure
-            if not self._interrupt_requested:
-                self._work = asyncio.get_running_loop().create_task(self._turn())
+            if not self._stop_requested:
+                self._work = asyncio.get_running_loop().create_task(self._loop())
                 final = await self._work
                 self.status = (
                     RunStatus.INPUT_REQUIRED
@@ -380,15 +215,13 @@ class Turn:
             if self.lost_at:
                 final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
             elif self._storage_failure is not None:
-                await self._close_open(interrupted=False)
-                final = _storage_error(self._storage_failure)
-                self.status = RunStatus.FAILED
-            elif not self._interrupt_requested:
+                final = await self._failed(_storage_error(self._storage_failure))
+            elif not self._stop_requested:
                 self._report_end(ev.RunFinished(outcome=ev.Outcome.CANCELLED), "task cancelled")
                 raise
             else:
                 try:
-                    await self._close_open(interrupted=True)
+                    await self._close_open(stopped=True)
                     if not self._input_taken:
                         await self._take_input()
                     final = ev.RunFinished(
@@ -409,26 +242,18 @@ class Turn:
                     final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
-            await self._close_open(interrupted=False)
-            final = _storage_error(exc)
-            self.status = RunStatus.FAILED
+            final = await self._failed(_storage_error(exc))
         except LLMError as exc:
             # The client is told what failed; where (endpoint, cause) goes to the log.
             log.warning("run %s failed: %s: %s", self.run_id, exc.code, exc.detail)
             self.report.error_cause, self.report.failed_in = exc.detail, "llm"
-            await self._close_open(interrupted=False)
-            final = ev.RunError(message=exc.message, code=exc.code)
-            self.status = RunStatus.FAILED
+            final = await self._failed(ev.RunError(message=exc.message, code=exc.code))
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
             self.report.error_cause = f"{type(exc).__name__}: {exc}"
             self.report.failed_in = "internal"
-            await self._close_open(interrupted=False)
-            final = ev.RunError(
-                message=f"internal error (see the engine log for run {self.run_id})",
-                code="internal",
-            )
-            self.status = RunStatus.FAILED
+            message = f"internal error (see the engine log for run {self.run_id})"
+            final = await self._failed(ev.RunError(message=message, code="internal"))
         finally:
             flusher.cancel()
         if self.lost_at:
@@ -442,10 +267,10 @@ class Turn:
             # The most recent messages that fit in one event: the whole history is the
             # messages list's to page through.
             room = self.limits.max_event_bytes - MESSAGE_ROOM
-            self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(self._history, room)))
-        final = bound_body(final, self.limits.max_event_bytes)  # type: ignore[assignment]
-        self.hub.publish(self.run_id, final, hold=True)
-        self.final = final
+            self.emit(
+                ev.MessagesSnapshot(messages=bounded_snapshot(self.transcript.messages, room))
+            )
+        self.final = final = self.out.publish_end(final)
         self._report_end(final)
         try:
             await self.settle()
@@ -470,56 +295,39 @@ class Turn:
             self._on_done(self)
 
     def _report_end(self, final: ev.RunFinished | ev.RunError, cause: str = "") -> None:
-        report = self.report
-        report.ended = time.monotonic()
-        report.input_tokens = self._usage.input_tokens
-        report.output_tokens = self._usage.output_tokens
+        outcome = final.outcome.value if isinstance(final, ev.RunFinished) else "error"
         if isinstance(final, ev.RunError):
-            report.outcome = "error"
-            report.error_code = final.code
-            report.failed_in = report.failed_in or "storage"
-            if not report.error_cause:
-                report.error_cause = (
-                    self._storage_failure.message if self._storage_failure else final.message
-                )
-        else:
-            report.outcome = final.outcome.value
-            if cause:
-                report.error_cause = cause
-        self._observer.run_finished(report)
+            self.report.error_code = final.code
+            failure = self._storage_failure
+            cause = failure.message if failure else final.message
+        self.report.end(self._usage.input_tokens, self._usage.output_tokens, outcome, cause)
+        self._observer.run_finished(self.report)
 
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""
-        final = self.final
-        assert final is not None
-        error = final if isinstance(final, ev.RunError) else None
-        async with self.hub.flush_lock:
-            pending = self.hub.unflushed()
-            await self.store.finish_run(
-                self.session_id,
-                self.run_id,
-                self.status,
-                _now(),
-                error.code if error else "",
-                error.message if error else "",
-                final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
-                events=pending,
-                interrupts=final.interrupts if isinstance(final, ev.RunFinished) else (),
-            )
-            if pending:
-                self.hub.stored(pending[-1].seq)
-            self._forget_if_over()
+        assert self.final is not None
+        await self.out.settle(self.status, self.final)
         self.settled = True
 
-    def _forget_if_over(self) -> None:
-        """Past ``buffer_bytes`` in the hub, drop its stored events: readers that are
-        behind read them from the store, so one that does not read pins no more."""
-        if self._buffered > self.limits.buffer_bytes:
-            self.hub.forget_stored()
-            # What is left was published during the write, and is not stored yet.
-            self._buffered = sum(body_size(e.body) for e in self.hub.unflushed())
+    async def settle_late(self) -> None:
+        """Store the end of a run that could not be stored when it ended. With a shared
+        store another replica may have closed the run meanwhile (our lease lapsed while
+        the store failed): its end is the stored one, and ours is dropped unseen."""
+        try:
+            await self.settle()
+        except InvalidInput:
+            closed_at = await self.closed_elsewhere()
+            if closed_at is None:
+                raise
+            log.warning("run %s was closed by another replica meanwhile", self.run_id)
+            self.lost_at = closed_at
+            self.hub.drop_unstored(closed_at)
 
-    async def _turn(self) -> ev.RunFinished:
+    def _first_token(self) -> None:
+        if not self.report.first_token:
+            self.report.first_token = time.monotonic()
+
+    async def _loop(self) -> ev.RunFinished:
         client_tools = {t.name: t for t in self.input.tools}
         specs = self.tools.specs() + [
             ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools
@@ -532,18 +340,19 @@ class Turn:
             offer = specs if rounds < self.limits.max_tool_rounds else []
             request = ChatRequest(
                 messages=chat_messages(
-                    self.limits.system_prompt, self.input.context, self._history
+                    self.limits.system_prompt, self.input.context, self.transcript.messages
                 ),
                 tools=offer,
             )
-            assistant = await self._stream_round(request)
+            assistant = await self.rounds.read(request)
             if assistant.content or assistant.tool_calls:
-                await self._store(assistant)
+                await self.transcript.add(assistant)
             if not assistant.tool_calls or not offer:
                 return ev.RunFinished(usage=self._usage_or_none())
             pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
             ours = [c for c in assistant.tool_calls if c.name not in client_tools]
-            gated = [c for c in ours if self._needs_person(c)]
+            approval = self.limits.approval
+            gated = [c for c in ours if needs_person(self.tools.get(c.name), c.name, approval)]
             await self._run_tools([c for c in ours if c not in gated])
             interrupts = await self._ask(gated)
             if interrupts:
@@ -562,153 +371,9 @@ class Turn:
         if self.input.state is not UNSET:
             self.state = self.input.state
             await self.store.set_state(self.session_id, self.state)
-        now = _now()
-        for message in self.incoming:
-            message.created_at = now
-            message.run_id = self.run_id
-        if self.input.reconcile is ReconcileMode.REPLACE:
-            await self.store.replace_messages(self.session_id, self.incoming)
-            self._history = list(self.incoming)
-        else:
-            if self.incoming:
-                await self.store.append_messages(self.session_id, self.incoming)
-            self._history.extend(self.incoming)
-        if self.title:
-            await self.store.rename_session(self.session_id, self.title, now)
-        for message in self.incoming:
-            self.emit(ev.MessageStored(message))
-
-    async def _store(self, message: Message) -> None:
-        message = bound_message(message, self.limits.max_event_bytes - MESSAGE_ROOM)
-        message.created_at = _now()
-        message.run_id = self.run_id
-        await self.store.append_messages(self.session_id, [message])
-        self._history.append(message)
-        self.emit(ev.MessageStored(message))
-
-    # -- one LLM round ------------------------------------------------------------
-
-    async def _stream_round(self, request: ChatRequest) -> Message:
-        """One LLM round in its span: model, endpoint, first token, tokens, error code."""
-        model = self.model
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model.name}
-        if model.endpoint_host:
-            attributes["server.address"] = model.endpoint_host
-        usage = self._usage
-        input_before, output_before = usage.input_tokens, usage.output_tokens
-        with self.tracer.span(f"chat {model.name}", attributes) as span:
-            try:
-                return await self._read_round(request, span)
-            except LLMError as exc:
-                span.fail(exc.code, exc.message)
-                raise
-            finally:
-                span.set("gen_ai.usage.input_tokens", usage.input_tokens - input_before)
-                span.set("gen_ai.usage.output_tokens", usage.output_tokens - output_before)
-
-    async def _read_round(self, request: ChatRequest, span: Span) -> Message:
-        self._message_id = new_id()
-        self._text = []
-        self._calls = {}
-        message_id = self._message_id
-        emit = self.emit
-        waiting = True  # for the first token
-        async for delta in self.model.stream(request):
-            kind = type(delta)
-            if waiting and kind is not UsageDelta:
-                span.event("first_token")
-                waiting = False
-            if kind is TextDelta:
-                text = delta.text  # type: ignore[union-attr]
-                if not text:
-                    continue
-                if self._reasoning_id:
-                    self._end_reasoning()
-                if not self._text_open:
-                    if not self.report.first_token:
-                        self.report.first_token = time.monotonic()
-                    emit(ev.TextMessageStart(message_id))
-                    self._text_open = True
-                self._text.append(text)
-                emit(ev.TextMessageContent(message_id, text))
-            elif kind is ToolCallDelta:
-                self._tool_call_delta(delta)  # type: ignore[arg-type]
-            elif kind is ReasoningDelta:
-                self._reasoning_delta(delta.text)  # type: ignore[union-attr]
-            elif kind is UsageDelta:
-                self._usage.input_tokens += delta.input_tokens  # type: ignore[union-attr]
-                self._usage.output_tokens += delta.output_tokens  # type: ignore[union-attr]
-                self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens
-            # Yield to the loop after each delta: the LLM's chunks come in bursts that would
-            # otherwise be parsed in one go while the followers' sends (and their completions)
-            # wait, and the first token would leave only after the whole burst.
-            await asyncio.sleep(0)
-        self._end_reasoning()
-        self._end_text()
-        calls = []
-        for call in self._calls.values():  # in the order the calls began
-            if not call.started:
-                continue
-            emit(ev.ToolCallEnd(call.id))
-            calls.append(ToolCall(call.id, call.name, "".join(call.arguments)))
-        self._calls = {}
-        content = [TextPart("".join(self._text))] if self._text else []
-        self._text = []
-        return Message(id=message_id, role=Role.ASSISTANT, content=list(content), tool_calls=calls)
-
-    def _tool_call_delta(self, delta: ToolCallDelta) -> None:
-        call = self._calls.get(delta.index)
-        if call is None:
-            # The client sends this id back with the result: it must keep the id rule.
-            call_id = delta.id if is_valid_id(delta.id) else new_id()
-            call = self._calls[delta.index] = _OpenCall(id=call_id, name=delta.name)
-        elif delta.name and not call.name:
-            call.name = delta.name
-        if not call.started and call.name:
-            if not self.report.first_token:
-                self.report.first_token = time.monotonic()
-            self._end_text()
-            self.emit(ev.ToolCallStart(call.id, call.name, self._message_id))
-            call.started = True
-            if call.arguments:
-                self.emit(ev.ToolCallArgs(call.id, "".join(call.arguments)))
-        if delta.arguments:
-            call.arguments.append(delta.arguments)
-            if call.started:
-                self.emit(ev.ToolCallArgs(call.id, delta.arguments))
-
-    def _reasoning_delta(self, text: str) -> None:
-        if not text:
-            return
-        if not self._reasoning_id:
-            if not self.report.first_token:
-                self.report.first_token = time.monotonic()
-            self._end_text()
-            self._reasoning_id = new_id()
-            self.emit(ev.ReasoningStart(self._reasoning_id))
-            self.emit(ev.ReasoningMessageStart(self._reasoning_id))
-        self.emit(ev.ReasoningMessageContent(self._reasoning_id, text))
-
-    def _end_reasoning(self) -> None:
-        if self._reasoning_id:
-            self.emit(ev.ReasoningMessageEnd(self._reasoning_id))
-            self.emit(ev.ReasoningEnd(self._reasoning_id))
-            self._reasoning_id = ""
-
-    def _end_text(self) -> None:
-        if self._text_open:
-            self.emit(ev.TextMessageEnd(self._message_id))
-            self._text_open = False
+        await self.transcript.take(self.incoming, self.input.reconcile, self.title)
 
     # -- a person in the loop -------------------------------------------------------
-
-    def _needs_person(self, call: ToolCall) -> bool:
-        tool = self.tools.get(call.name)
-        if tool is None:
-            return False
-        if isinstance(tool, AskUserTool):
-            return True
-        return call.name != ASK_USER and needs_approval(call.name, self.limits.approval)
 
     async def _ask(self, calls: Sequence[ToolCall]) -> list[Interrupt]:
         """The interrupts the gated calls raise (a malformed question is answered with an
@@ -730,7 +395,7 @@ class Turn:
         A call that already has a result (a resume cut short by a crash, and resumed
         again) is not run twice.
         """
-        answered = {m.tool_call_id for m in self._history if m.role is Role.TOOL}
+        answered = {m.tool_call_id for m in self.transcript.messages if m.role is Role.TOOL}
         self._resolving = True
         to_run = []
         for decision in decisions:
@@ -755,58 +420,6 @@ class Turn:
                 group.create_task(self._run_tool(call))
 
     async def _run_tool(self, call: ToolCall) -> None:
-        result = await self._call_tool(call)
-        await self._store_result(call, result)
-
-    async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
-        self._pending_results.pop(call.id, None)
-        message_id = new_id()
-        event = bound_result(
-            ev.ToolCallResult(message_id, call.id, result.content, result.is_error, result.parts),
-            self.limits.max_event_bytes - MESSAGE_ROOM,
-        )
-        message = Message(
-            id=message_id,
-            role=Role.TOOL,
-            content=[TextPart(event.content), *event.parts],
-            tool_call_id=call.id,
-            status=MessageStatus.ERROR if result.is_error else MessageStatus.COMPLETE,
-        )
-        self.emit(event)
-        await self._store(message)
-
-    async def _call_tool(self, call: ToolCall) -> ToolResult:
-        """The tool's result, in a span: tool name, outcome (its duration is the span's)."""
-        attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.id,
-        }
-        with self.tracer.span(f"execute_tool {call.name}", attributes) as span:
-            outcome = ToolOutcome.ERROR  # also if the call is cut short (an interrupt)
-            try:
-                result, outcome = await self._invoke_tool(call)
-            finally:
-                self.report.tool_calls.append((call.name, outcome))
-            span.set("agentik.tool.outcome", "error" if result.is_error else "ok")
-            if result.is_error:
-                span.fail("tool_error", result.content[:200])
-            return result
-
-    async def _invoke_tool(self, call: ToolCall) -> tuple[ToolResult, str]:
-        """The tool's result and its ``ToolOutcome``."""
-        tool = self.tools.get(call.name)
-        if tool is None:
-            message = f"error: unknown tool {call.name!r}"
-            return ToolResult(message, is_error=True), ToolOutcome.UNKNOWN
-        try:
-            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            message = f"error: arguments are not valid JSON ({exc})"
-            return ToolResult(message, is_error=True), ToolOutcome.ERROR
-        if not isinstance(arguments, dict):
-            message = "error: arguments must be a JSON object"
-            return ToolResult(message, is_error=True), ToolOutcome.ERROR
         context = ToolContext(
             session_id=self.session_id,
             run_id=self.run_id,
@@ -817,24 +430,23 @@ class Turn:
             session_key=self.session_key,
             max_state_bytes=self.limits.max_state_bytes,
         )
-        limit = tool.timeout if tool.timeout is not None else self.limits.tool_timeout
-        try:
-            async with asyncio.timeout(limit):
-                result = await tool.call(arguments, context)
-        except ToolError as exc:
-            return ToolResult(f"error: {exc}", is_error=True), ToolOutcome.ERROR
-        except TimeoutError:
-            message = f"error: tool {call.name!r} timed out after {limit:g} s"
-            return ToolResult(message, is_error=True), ToolOutcome.TIMEOUT
-        except Exception as exc:
-            log.warning("tool %s raised", call.name, exc_info=True)
-            message = f"error: tool {call.name!r} failed: {exc}"
-            return ToolResult(message, is_error=True), ToolOutcome.ERROR
-        return result, ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
+        result = await call_tool(
+            self.tools,
+            call,
+            context,
+            default_limit=self.limits.tool_timeout,
+            tracer=self.tracer,
+            outcomes=self.report.tool_calls,
+        )
+        await self._store_result(call, result)
+
+    async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
+        self._pending_results.pop(call.id, None)
+        await self.transcript.add_result(call, result)
 
     def _set_state(self, state: JSON) -> None:
         self.state = state
-        # Stored right away: the next run must see it even if this one is interrupted.
+        # Stored right away: the next run must see it even if this one is stopped.
         task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, state))
         task.add_done_callback(self._state_stored)
 
@@ -845,25 +457,19 @@ class Turn:
 
     # -- ending -------------------------------------------------------------------
 
-    async def _close_open(self, *, interrupted: bool) -> None:
-        """Close what is open; on interrupt keep the partial answer, marked interrupted."""
-        self._end_reasoning()
-        self._end_text()
-        for open_call in self._calls.values():
-            if open_call.started:
-                self.emit(ev.ToolCallEnd(open_call.id))
-        self._calls = {}
-        if not interrupted:
+    async def _failed(self, final: ev.RunError) -> ev.RunError:
+        """The run failed: close what is open (no half-written message is kept)."""
+        await self._close_open(stopped=False)
+        self.status = RunStatus.FAILED
+        return final
+
+    async def _close_open(self, *, stopped: bool) -> None:
+        """Close what is open; when stopped keep the partial answer, marked interrupted."""
+        partial = self.rounds.close()
+        if not stopped:
             return  # a failed round leaves no half-written message behind
-        if self._text:
-            partial = Message(
-                id=self._message_id,
-                role=Role.ASSISTANT,
-                content=[TextPart("".join(self._text))],
-                status=MessageStatus.INTERRUPTED,
-            )
-            self._text = []
-            await self._store(partial)
+        if partial is not None:
+            await self.transcript.add(partial)
         for call in list(self._pending_results.values()):
             await self._store_result(
                 call, ToolResult("error: interrupted before the tool finished", is_error=True)

@@ -88,8 +88,8 @@ def event_rows(session_id: str, events: Sequence[Event]) -> list[tuple[Any, ...]
     """(session id, seq, time, run id, JSON body) per event of ``session_id``."""
     rows = []
     for event in events:
-        if event.thread_id != session_id:
-            raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
+        if event.session_id != session_id:
+            raise InvalidInput(f"the event is of session {event.session_id!r}, not {session_id!r}")
         body = dumps(event_to_dict(event), "event")
         rows.append((session_id, event.seq, event.time, event.run_id, body))
     return rows

@@ -412,8 +412,10 @@ class MemorySessionStore(SessionStore):
         rows = []
         last = entry.last_seq
         for event in events:
-            if event.thread_id != session_id:
-                raise InvalidInput(f"event thread {event.thread_id!r} is not {session_id!r}")
+            if event.session_id != session_id:
+                raise InvalidInput(
+                    f"the event is of session {event.session_id!r}, not {session_id!r}"
+                )
             if event.seq <= last:
                 raise InvalidInput(f"event seq {event.seq} does not follow {last}")
             last = event.seq

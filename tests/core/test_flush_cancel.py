@@ -16,9 +16,9 @@ from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.events import Event
+from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.turn import TurnLimits
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -48,14 +48,14 @@ class SteadyModel(ChatModel):
 
 async def test_a_run_ending_during_a_slow_flush_stores_each_event_once() -> None:
     store = SlowCommitStore()
-    limits = EngineLimits(turn=TurnLimits(flush_interval=0.01), event_retention=0)
+    limits = EngineLimits(run=RunLimits(flush_interval=0.01), event_retention=0)
     engine = Engine(store, SteadyModel(), ToolRegistry(), limits)
     await engine.start()
     for attempt in range(3):  # the first flush outlasts the answer: the end lands mid-flush
         thread = f"t{attempt}"
         message = Message(id="u", role=Role.USER, content=[TextPart("go")])
         handle = await engine.start_run(
-            ANONYMOUS, RunInput(thread_id=thread, create_session=True, messages=[message])
+            ANONYMOUS, RunInput(session_id=thread, create_session=True, messages=[message])
         )
         async with asyncio.timeout(WAIT):
             seen = [event async for event in engine.run_events(handle)]

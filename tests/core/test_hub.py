@@ -1,75 +1,92 @@
-"""No follower ever sees a seq the store does not hold; the run still reserves seqs ahead.
+"""The hub's named steps: what a run, the store and other replicas may tell it.
 
-Followers see what is stored, so what a client saw is what a replay shows, whatever
-happens to the engine after. The reserved block keeps a crashed run's closing events
-after every seq the dead engine handed out, stored or not.
+Its seqs are its own (``core/hub.py``): nothing outside can set them, so "followers see
+only stored events" is kept by this one class.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+import pytest
 
 from engine_service.core import events as ev
-from engine_service.core.caller import ANONYMOUS
-from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
-from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hub import SessionHub
-from engine_service.core.models import Message, Role, RunInput, TextPart
-from engine_service.core.registry import ToolRegistry
-from engine_service.core.turn import TurnLimits
-from engine_service.stores import MemorySessionStore
-
-WAIT = 10.0
 
 
-class BurstModel(ChatModel):
-    """Answers with ``count`` text deltas, as fast as the loop takes them."""
-
-    name = "burst"
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
-        for index in range(self.count):
-            yield TextDelta(f"w{index} ")
+def _publish(hub: SessionHub, count: int, run_id: str = "r") -> list[ev.Event]:
+    return [hub.publish(run_id, ev.StepStarted("x")) for _ in range(count)]
 
 
-def test_the_hub_shows_followers_only_stored_events_even_inside_the_reserved_block() -> None:
+@pytest.mark.parametrize(
+    "name", ["flushed_seq", "reserved_seq", "active_run_id", "incarnation", "followers"]
+)
+def test_the_hub_s_seqs_and_run_cannot_be_set_from_outside(name: str) -> None:
     hub = SessionHub("s", 0)
-    hub.reserved_seq = 10
-    for _ in range(4):
-        hub.publish("r", ev.StepStarted("x"))
+    with pytest.raises(AttributeError):
+        setattr(hub, name, 5)
 
-    assert hub.since(0) == []
-    assert [e.seq for e in hub.unflushed()] == [1, 2, 3, 4]
+
+def test_begin_drops_a_stored_buffer_follows_the_store_and_takes_the_run() -> None:
+    hub = SessionHub("s", 0)
+    hub.begin("r1", 0, reserved_seq=8)
+    _publish(hub, 3, "r1")
     hub.stored(3)
-    assert [e.seq for e in hub.since(1)] == [2, 3]
-    assert [e.seq for e in hub.unflushed()] == [4]
-    hub.stored(4)
-    assert [e.seq for e in hub.since(0)] == [1, 2, 3, 4]
+    hub.end("r1")
+    assert hub.active_run_id == "" and [e.seq for e in hub.since(0)] == [1, 2, 3]
+
+    hub.begin("r2", 10, reserved_seq=20)  # another replica ran meanwhile: the store is at 10
+
+    assert (hub.active_run_id, hub.first_seq, hub.last_seq) == ("r2", 11, 10)
+    assert hub.since(10) == []
+    assert hub.to_reserve(16) == 0  # 20 reserved: enough until 12 are used
+    assert hub.publish("r2", ev.StepStarted("y")).seq == 11
 
 
-async def test_every_event_a_follower_gets_is_stored_when_it_gets_it() -> None:
-    store = MemorySessionStore()
-    limits = EngineLimits(turn=TurnLimits(seq_block=8))
-    engine = Engine(store, BurstModel(300), ToolRegistry(), limits)
-    await engine.start()
-    message = Message(id="u", role=Role.USER, content=[TextPart("go")])
-    handle = await engine.start_run(
-        ANONYMOUS, RunInput(thread_id="t", create_session=True, messages=[message])
-    )
+def test_to_reserve_asks_for_a_block_once_half_of_it_is_used() -> None:
+    hub = SessionHub("s", 0)
+    hub.begin("r", 0, reserved_seq=8)
+    _publish(hub, 3)
+    assert hub.to_reserve(8) == 0
+    _publish(hub, 2)  # 5 used: 5 + 4 > 8
+    assert hub.to_reserve(8) == 13
+    hub.stored(5, reserved_through=13)
+    assert hub.to_reserve(8) == 0
 
-    seen: list[int] = []
-    async with asyncio.timeout(WAIT):
-        async for event in engine.run_events(handle):
-            session = await store.get_session("t")
-            assert event.seq <= session.last_seq, event.seq
-            seen.append(event.seq)
-    await engine.shutdown(1.0)
 
-    stored = [e.seq for e in await store.read_events("t", 0, 0)]
-    assert seen == stored == list(range(1, len(stored) + 1))
-    assert len(seen) > 300  # the run went far past its first block of 8
-    assert (await store.get_session("t")).reserved_seq >= seen[-1]
+def test_the_end_is_shown_once_the_run_let_go_and_only_its_own_run_is_let_go() -> None:
+    hub = SessionHub("s", 0)
+    hub.begin("r", 0, reserved_seq=8)
+    _publish(hub, 2)
+    hub.publish("r", ev.RunFinished(), hold=True)
+    hub.stored(3)
+    assert [e.seq for e in hub.since(0)] == [1, 2]  # stored, but held
+
+    hub.end("other")
+    assert hub.active_run_id == "r"
+    hub.end("r")
+    assert hub.active_run_id == "" and [e.seq for e in hub.since(0)] == [1, 2, 3]
+    assert hub.unused
+
+
+def test_catch_up_waits_for_a_local_buffer_to_be_stored() -> None:
+    hub = SessionHub("s", 0)
+    hub.begin("r", 0, reserved_seq=8)
+    _publish(hub, 2)
+    hub.end("r")
+    hub.catch_up(9, "remote")  # not stored yet: the local settle comes first
+    assert (hub.last_seq, hub.active_run_id) == (2, "")
+
+    hub.stored(2)
+    hub.catch_up(9, "remote")
+    assert (hub.first_seq, hub.last_seq, hub.active_run_id) == (10, 9, "remote")
+
+
+def test_drop_unstored_forgets_what_another_replica_closed() -> None:
+    hub = SessionHub("s", 0)
+    hub.begin("r", 0, reserved_seq=8)
+    _publish(hub, 4)
+    hub.stored(2)
+
+    hub.drop_unstored(6)  # the other replica stored the run's end at 6
+
+    assert hub.all_stored and hub.unflushed() == []
+    assert (hub.first_seq, hub.last_seq) == (7, 6)

@@ -86,7 +86,7 @@ async def _run(engine: Engine, text: str) -> list[ev.Event]:
     await engine.start()
     message = Message(id="u", role=Role.USER, content=[TextPart(text)])
     handle = await engine.start_run(
-        ANONYMOUS, RunInput(thread_id="t", run_id="r", create_session=True, messages=[message])
+        ANONYMOUS, RunInput(session_id="t", run_id="r", create_session=True, messages=[message])
     )
     async with asyncio.timeout(WAIT):
         events = [event async for event in engine.run_events(handle)]

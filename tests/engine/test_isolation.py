@@ -376,7 +376,7 @@ async def _two_replicas(llm: FakeOpenAI, pg_url: str) -> AsyncIterator[tuple[Eng
 
 async def _finish(engine: Engine, caller: Caller, thread_id: str, text: str) -> list[ev.Event]:
     handle = await engine.start_run(
-        caller, RunInput(thread_id=thread_id, create_session=True, messages=[_message(text)])
+        caller, RunInput(session_id=thread_id, create_session=True, messages=[_message(text)])
     )
     return [e async for e in engine.run_events(handle)]
 

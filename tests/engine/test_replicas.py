@@ -21,8 +21,8 @@ from google.protobuf import struct_pb2
 
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.limits import RunLimits
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.turn import TurnLimits
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
@@ -69,7 +69,7 @@ async def replicas(
                 build_model(settings),
                 ToolRegistry(builtin_tools() if approval else ()),
                 EngineLimits(
-                    turn=TurnLimits(approval=approval), lease_seconds=LEASE, event_retention=0
+                    run=RunLimits(approval=approval), lease_seconds=LEASE, event_retention=0
                 ),
             )
             server = EngineServer(engine, settings)

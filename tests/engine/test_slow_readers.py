@@ -88,11 +88,10 @@ async def test_readers_that_stop_reading_a_20_mb_answer_pin_a_bounded_amount_and
                 pb.RunRequest(session_id=f"slow{index}", create_session=True, messages=[user("go")])
             )
             calls.append((call, [await next_event(call)]))  # open; then not read
-        turns = [harness.engine.active_run(f"slow{i}") for i in range(READERS)]
-        tasks = [turn.task for turn in turns if turn is not None and turn.task is not None]
-        assert len(tasks) == READERS
+        assert harness.engine.runs_in_flight == READERS
         async with asyncio.timeout(6 * WAIT):
-            await asyncio.wait(tasks)  # every run ended: its events are stored
+            while harness.engine.runs_in_flight:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # until every run ended: its events are stored
         pinned = await _steady_memory() - before
         # Three 20 MB answers; what stays is each session's buffer (the setting, and the
         # event that tips it over) and what each reader holds: its next event (as an

@@ -212,8 +212,8 @@ async def test_a_watcher_on_one_store_hears_every_write_on_another_within_a_seco
             Signal(SignalKind.EVENTS, "s1", "r1", 2),
         ),
         await expect(
-            lambda: a.signal(Signal(SignalKind.INTERRUPT, "s1", "r1")),
-            Signal(SignalKind.INTERRUPT, "s1", "r1", 0),
+            lambda: a.signal(Signal(SignalKind.STOP, "s1", "r1")),
+            Signal(SignalKind.STOP, "s1", "r1", 0),
         ),
         await expect(
             lambda: a.finish_run("s1", "r1", RunStatus.INTERRUPTED, at(1), events=[event(3)]),
@@ -279,7 +279,7 @@ async def test_the_watcher_reconnects_when_its_connection_drops(
         assert killed
         deadline = time.monotonic() + 5
         while True:  # signals sent while it reconnects may be lost: followers also poll
-            await a.signal(Signal(SignalKind.INTERRUPT, "s1", "r1"))
+            await a.signal(Signal(SignalKind.STOP, "s1", "r1"))
             try:
                 await heard.next(0.2)
                 break

@@ -1,0 +1,217 @@
+"""Write-behind: a run's events from the hub into the store, then to its followers.
+
+The run publishes each event into the session's hub (``emit``, bounded to
+``max_event_bytes``); the :class:`Outbox` stores them continually, one write at a time,
+each taking everything published while the previous one was in flight (group commit), and
+tops up the seqs the store has reserved for the run. Followers see an event once a write
+holding it committed (``SessionHub.stored``). ``settle`` stores the run's last events and
+its end in one transaction.
+
+One job, callbacks instead of imports (as ``core.leases``): a failed write is reported to
+``on_failure``; a refused one, because another replica closed the run, to ``on_lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from engine_service.core import events as ev
+from engine_service.core.bounds import MESSAGE_ROOM, body_size, bound_body, split_text
+from engine_service.core.errors import InvalidInput, StorageUnavailable
+from engine_service.core.hub import SessionHub
+from engine_service.core.limits import RunLimits
+from engine_service.core.models import RunStatus
+from engine_service.core.store import SessionStore
+
+__all__ = ["Outbox"]
+
+log = logging.getLogger(__name__)
+
+_DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
+"""Bodies that are pieces of a longer text: split, never clipped, when too long."""
+
+
+class Outbox:
+    """Publishes one run's events and stores them behind it."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        hub: SessionHub,
+        run_id: str,
+        limits: RunLimits,
+        *,
+        on_failure: Callable[[StorageUnavailable], None],
+        on_lost: Callable[[int], None],
+    ) -> None:
+        self.store = store
+        self.hub = hub
+        self.session_id = hub.session_id
+        self.run_id = run_id
+        self.max_event_bytes = limits.max_event_bytes
+        self.flush_interval = limits.flush_interval
+        self.seq_block = limits.seq_block
+        self.buffer_bytes = limits.buffer_bytes
+        self._on_failure = on_failure
+        self._on_lost = on_lost
+        self._unflushed = asyncio.Event()
+        """Set when an event is published: the flusher stores it (``flush_continually``)."""
+        self._split_at = (limits.max_event_bytes - MESSAGE_ROOM) // 4
+        """A delta of more characters than this may need splitting."""
+        self._buffered = 0
+        """Bytes published into the hub since it last forgot its stored events."""
+        self._followers_woken = False
+
+    # -- publishing -------------------------------------------------------------------
+
+    def emit(self, body: ev.EventBody) -> ev.Event:
+        """Publish ``body`` bounded to ``max_event_bytes`` (``core.bounds``): a longer
+        delta goes out as several deltas (the last one is returned), anything else is
+        clipped."""
+        if isinstance(body, _DELTAS):
+            delta = body.delta
+            self._buffered += len(delta)
+            if len(delta) > self._split_at:
+                pieces = split_text(delta, self.max_event_bytes - MESSAGE_ROOM)
+                for piece in pieces[:-1]:
+                    self._publish(dataclasses.replace(body, delta=piece))
+                body = dataclasses.replace(body, delta=pieces[-1])
+        else:
+            body = bound_body(body, self.max_event_bytes)
+            self._buffered += body_size(body)
+        return self._publish(body)
+
+    def _publish(self, body: ev.EventBody) -> ev.Event:
+        if self.hub.waiting:
+            self._followers_woken = True
+        event = self.hub.publish(self.run_id, body)
+        self._unflushed.set()
+        return event
+
+    def publish_end(self, final: ev.RunFinished | ev.RunError) -> ev.RunFinished | ev.RunError:
+        """Publish the run's end (bounded), held from followers until the run lets go of
+        the session (``SessionHub.end``)."""
+        final = bound_body(final, self.max_event_bytes)  # type: ignore[assignment]
+        self.hub.publish(self.run_id, final, hold=True)
+        return final
+
+    async def let_followers_send(self) -> None:
+        """Give the flusher and woken followers their turn on the loop now.
+
+        The LLM's chunks arrive in bursts that the loop could parse without pausing; a
+        follower that is waiting would then see the first token only after the burst.
+        """
+        if self._followers_woken:
+            self._followers_woken = False
+            await asyncio.sleep(0)
+
+    # -- storing ----------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Store the events published so far, topping up the reserved seqs when half of
+        the block is used; then followers may see them."""
+        hub = self.hub
+        async with hub.writing():
+            pending = hub.unflushed()
+            reserve = hub.to_reserve(self.seq_block)
+            if not pending and not reserve:
+                return
+            write = asyncio.ensure_future(
+                self.store.append_events(self.session_id, pending, reserve_through=reserve)
+            )
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The periodic flusher is cancelled when the run ends, perhaps mid-write:
+                # the write goes on (it may already be committed). Wait for it and record
+                # what it stored before the lock goes, or the final store would write the
+                # same events again.
+                await asyncio.wait([write])
+                if not write.cancelled() and write.exception() is None:
+                    self._stored(pending, reserve)
+                raise
+            self._stored(pending, reserve)
+
+    def _stored(self, pending: list[ev.Event], reserve: int) -> None:
+        self.hub.stored(pending[-1].seq if pending else 0, reserve)
+        self._forget_if_over()
+
+    async def flush_continually(self) -> None:
+        """Store events as soon as they are published: one write at a time, each taking
+        everything published meanwhile (group commit), so a token waits for about one
+        write before followers see it, and a burst costs one write."""
+        unflushed = self._unflushed
+        while True:
+            await unflushed.wait()
+            if self.flush_interval:
+                await asyncio.sleep(self.flush_interval)
+            unflushed.clear()
+            try:
+                await self.flush()
+            except StorageUnavailable as exc:
+                self._on_failure(exc)
+                return
+            except InvalidInput as exc:
+                await self._refused(exc)
+                return
+
+    async def _refused(self, exc: InvalidInput) -> None:
+        """The store refused the run's events: their seqs no longer follow its last one,
+        because another replica closed the run (this engine stalled past its lease) and
+        stored its closing events there. Stop without writing anything more: followers
+        read that replica's end from the store, and never see the refused events."""
+        closed_at = await self.closed_elsewhere()
+        if closed_at is None:
+            log.error("run %s: the store refused its events: %s", self.run_id, exc.message)
+            self._on_failure(
+                StorageUnavailable("storage unavailable: the store refused the events")
+            )
+            return
+        log.warning(
+            "run %s of session %s was closed by another replica; stopping it here",
+            self.run_id,
+            self.session_id,
+        )
+        self._on_lost(closed_at)
+
+    async def closed_elsewhere(self) -> int | None:
+        """The store's last seq if another replica has closed this run, else None."""
+        try:
+            run = await self.store.get_run(self.session_id, self.run_id)
+            if run.status is RunStatus.RUNNING:
+                return None
+            return (await self.store.get_session(self.session_id)).last_seq
+        except StorageUnavailable as exc:
+            self._on_failure(exc)
+            return None
+
+    async def settle(self, status: RunStatus, final: ev.RunFinished | ev.RunError) -> None:
+        """Store the run's last events and its end in one transaction."""
+        error = final if isinstance(final, ev.RunError) else None
+        finished = final if isinstance(final, ev.RunFinished) else None
+        async with self.hub.writing():
+            pending = self.hub.unflushed()
+            await self.store.finish_run(
+                self.session_id,
+                self.run_id,
+                status,
+                datetime.now(UTC),
+                error.code if error else "",
+                error.message if error else "",
+                finished.pending_tool_call_ids if finished else (),
+                events=pending,
+                interrupts=finished.interrupts if finished else (),
+            )
+            self._stored(pending, 0)
+
+    def _forget_if_over(self) -> None:
+        """Past ``buffer_bytes`` in the hub, drop its stored events: readers that are
+        behind read them from the store, so one that does not read pins no more."""
+        if self._buffered > self.buffer_bytes:
+            self.hub.forget_stored()
+            # What is left was published during the write, and is not stored yet.
+            self._buffered = sum(body_size(e.body) for e in self.hub.unflushed())

@@ -1,0 +1,60 @@
+"""What a run's input must be before the engine accepts it, and what it gives the session.
+
+Checked before anything is stored, so a bad request changes nothing and its error names
+the field at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from engine_service.core.bounds import MESSAGE_ROOM, message_size
+from engine_service.core.client_tools import check_client_tools
+from engine_service.core.errors import InvalidInput
+from engine_service.core.history import prepare_incoming
+from engine_service.core.ids import check_id
+from engine_service.core.limits import RunLimits
+from engine_service.core.models import UNSET, Message, Role, RunInput, Session, TextPart
+from engine_service.core.state import check_state
+from engine_service.core.text import title_from
+from engine_service.core.tool import Tool
+
+__all__ = ["check_input", "first_title"]
+
+
+def check_input(
+    run_input: RunInput, limits: RunLimits, engine_tool: Callable[[str], Tool | None]
+) -> list[Message]:
+    """The run's new messages, prepared (``history.prepare_incoming``); ``InvalidInput``
+    when a message, a client tool, a resume entry or the state is not acceptable."""
+    incoming = prepare_incoming(run_input.messages)
+    check_client_tools(run_input.tools, lambda name: engine_tool(name) is not None)
+    _refuse_oversized(incoming, limits.max_event_bytes - MESSAGE_ROOM)
+    for index, entry in enumerate(run_input.resume):
+        check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
+    if run_input.state is not UNSET:
+        check_state(run_input.state, limits.max_state_bytes)
+    return incoming
+
+
+def _refuse_oversized(messages: Sequence[Message], limit: int) -> None:
+    """``InvalidInput`` naming the first new message too large to store and hand out."""
+    for index, message in enumerate(messages):
+        size = message_size(message)
+        if size > limit:
+            raise InvalidInput(
+                f"messages[{index}] is about {size:,} bytes; a message may hold at most "
+                f"{limit:,} ([engine] max_event_bytes)"
+            )
+
+
+def first_title(session: Session, incoming: Sequence[Message]) -> str:
+    """The title a conversation's first run gives it, when it has none: the start of its
+    first user message's text (a client's own title is never replaced)."""
+    if session.title or session.message_count:
+        return ""
+    for message in incoming:
+        if message.role is Role.USER:
+            text = " ".join(p.text for p in message.content if isinstance(p, TextPart))
+            return title_from(text)
+    return ""

@@ -1,0 +1,48 @@
+"""The limits an engine and each of its runs keep (set from ``[engine]`` and ``[llm]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine_service.core.state import DEFAULT_MAX_STATE_BYTES
+
+__all__ = ["EngineLimits", "RunLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    system_prompt: str = ""
+    max_tool_rounds: int = 8
+    tool_timeout: float = 30.0
+    flush_interval: float = 0.0
+    """Seconds a flush waits, after an event is published, to gather more events into
+    one write; 0: the next turn of the loop. Events published while a write is in flight
+    go in the next write (group commit). Followers see an event once it is stored, so
+    this is added to every token's latency."""
+    seq_block: int = 512
+    """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
+    them. The run tops the reservation up at every flush when half of it is used."""
+    approval: tuple[str, ...] = ()
+    """Engine tools (names or globs) whose calls wait for a person's approval."""
+    interrupt_expiry: float = 0.0
+    """Seconds after which an unanswered interrupt counts as declined; 0: never."""
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
+    """The session's shared state as JSON, at most; a patch is bounded by it as it applies."""
+    max_event_bytes: int = 1024 * 1024
+    """The largest event the run makes (``core.bounds``): longer deltas are split, tool
+    results and messages clipped with a note, the messages snapshot bounded."""
+    buffer_bytes: int = 8 * 1024 * 1024
+    """Stored events the session's hub keeps for readers that are behind; past this it
+    forgets them, and those readers read them from the store."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    run: RunLimits = field(default_factory=RunLimits)
+    max_concurrent_runs: int = 512
+    max_runs_per_caller: int = 0
+    """Runs one principal may have in flight at once; 0: no limit of its own."""
+    event_retention: float = 7 * 24 * 3600.0
+    """Seconds stored events are kept; 0 keeps them forever."""
+    lease_seconds: float = 10.0
+    """With a shared store: a replica that died has its runs closed by another within this."""

@@ -1,0 +1,194 @@
+"""The LLM round reader: one round's deltas into events, and the assistant message.
+
+A :class:`RoundReader` reads the model's stream for one round (``read``), emits the
+reasoning, text and tool-call events as the deltas come, and returns the assistant
+message. What is open at any moment (a text, a reasoning, the tool calls) is kept, so a
+stop can close it and keep the partial answer (``close``).
+
+One job, callbacks instead of imports (as ``core.leases``): events go out through
+``emit``, the first token is reported to ``on_first_token``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine_service.core import events as ev
+from engine_service.core.chat import (
+    ChatModel,
+    ChatRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageDelta,
+)
+from engine_service.core.errors import LLMError
+from engine_service.core.history import new_id
+from engine_service.core.ids import is_valid_id
+from engine_service.core.models import Message, MessageStatus, Role, TextPart, ToolCall
+from engine_service.core.trace import Span, Tracer
+
+__all__ = ["RoundReader"]
+
+
+@dataclass(slots=True)
+class _OpenCall:
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+class RoundReader:
+    """Reads a run's LLM rounds, one at a time; ``usage`` adds up their tokens."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        tracer: Tracer,
+        *,
+        emit: Callable[[ev.EventBody], object],
+        on_first_token: Callable[[], None],
+    ) -> None:
+        self.model = model
+        self.tracer = tracer
+        self.usage = ev.Usage()
+        self._emit = emit
+        self._on_first_token = on_first_token
+        self._message_id = ""
+        self._text_open = False
+        self._text: list[str] = []
+        self._reasoning_id = ""
+        self._calls: dict[int, _OpenCall] = {}
+
+    async def read(self, request: ChatRequest) -> Message:
+        """One LLM round in its span: model, endpoint, first token, tokens, error code."""
+        model = self.model
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model.name}
+        if model.endpoint_host:
+            attributes["server.address"] = model.endpoint_host
+        usage = self.usage
+        input_before, output_before = usage.input_tokens, usage.output_tokens
+        with self.tracer.span(f"chat {model.name}", attributes) as span:
+            try:
+                return await self._read(request, span)
+            except LLMError as exc:
+                span.fail(exc.code, exc.message)
+                raise
+            finally:
+                span.set("gen_ai.usage.input_tokens", usage.input_tokens - input_before)
+                span.set("gen_ai.usage.output_tokens", usage.output_tokens - output_before)
+
+    async def _read(self, request: ChatRequest, span: Span) -> Message:
+        self._message_id = new_id()
+        self._text = []
+        self._calls = {}
+        message_id = self._message_id
+        emit = self._emit
+        usage = self.usage
+        waiting = True  # for the first token
+        async for delta in self.model.stream(request):
+            kind = type(delta)
+            if waiting and kind is not UsageDelta:
+                span.event("first_token")
+                waiting = False
+            if kind is TextDelta:
+                text = delta.text  # type: ignore[union-attr]
+                if not text:
+                    continue
+                if self._reasoning_id:
+                    self._end_reasoning()
+                if not self._text_open:
+                    self._on_first_token()
+                    emit(ev.TextMessageStart(message_id))
+                    self._text_open = True
+                self._text.append(text)
+                emit(ev.TextMessageContent(message_id, text))
+            elif kind is ToolCallDelta:
+                self._tool_call_delta(delta)  # type: ignore[arg-type]
+            elif kind is ReasoningDelta:
+                self._reasoning_delta(delta.text)  # type: ignore[union-attr]
+            elif kind is UsageDelta:
+                usage.input_tokens += delta.input_tokens  # type: ignore[union-attr]
+                usage.output_tokens += delta.output_tokens  # type: ignore[union-attr]
+                usage.total_tokens = usage.input_tokens + usage.output_tokens
+            # Yield to the loop after each delta: the LLM's chunks come in bursts that would
+            # otherwise be parsed in one go while the followers' sends (and their completions)
+            # wait, and the first token would leave only after the whole burst.
+            await asyncio.sleep(0)
+        self._end_reasoning()
+        self._end_text()
+        calls = []
+        for call in self._calls.values():  # in the order the calls began
+            if not call.started:
+                continue
+            emit(ev.ToolCallEnd(call.id))
+            calls.append(ToolCall(call.id, call.name, "".join(call.arguments)))
+        self._calls = {}
+        content = [TextPart("".join(self._text))] if self._text else []
+        self._text = []
+        return Message(id=message_id, role=Role.ASSISTANT, content=list(content), tool_calls=calls)
+
+    def _tool_call_delta(self, delta: ToolCallDelta) -> None:
+        call = self._calls.get(delta.index)
+        if call is None:
+            # The client sends this id back with the result: it must keep the id rule.
+            call_id = delta.id if is_valid_id(delta.id) else new_id()
+            call = self._calls[delta.index] = _OpenCall(id=call_id, name=delta.name)
+        elif delta.name and not call.name:
+            call.name = delta.name
+        if not call.started and call.name:
+            self._on_first_token()
+            self._end_text()
+            self._emit(ev.ToolCallStart(call.id, call.name, self._message_id))
+            call.started = True
+            if call.arguments:
+                self._emit(ev.ToolCallArgs(call.id, "".join(call.arguments)))
+        if delta.arguments:
+            call.arguments.append(delta.arguments)
+            if call.started:
+                self._emit(ev.ToolCallArgs(call.id, delta.arguments))
+
+    def _reasoning_delta(self, text: str) -> None:
+        if not text:
+            return
+        if not self._reasoning_id:
+            self._on_first_token()
+            self._end_text()
+            self._reasoning_id = new_id()
+            self._emit(ev.ReasoningStart(self._reasoning_id))
+            self._emit(ev.ReasoningMessageStart(self._reasoning_id))
+        self._emit(ev.ReasoningMessageContent(self._reasoning_id, text))
+
+    def _end_reasoning(self) -> None:
+        if self._reasoning_id:
+            self._emit(ev.ReasoningMessageEnd(self._reasoning_id))
+            self._emit(ev.ReasoningEnd(self._reasoning_id))
+            self._reasoning_id = ""
+
+    def _end_text(self) -> None:
+        if self._text_open:
+            self._emit(ev.TextMessageEnd(self._message_id))
+            self._text_open = False
+
+    def close(self) -> Message | None:
+        """Close what is open; the partial answer so far, marked interrupted (the run
+        stores it when it was stopped), or None."""
+        self._end_reasoning()
+        self._end_text()
+        for open_call in self._calls.values():
+            if open_call.started:
+                self._emit(ev.ToolCallEnd(open_call.id))
+        self._calls = {}
+        if not self._text:
+            return None
+        partial = Message(
+            id=self._message_id,
+            role=Role.ASSISTANT,
+            content=[TextPart("".join(self._text))],
+            status=MessageStatus.INTERRUPTED,
+        )
+        self._text = []
+        return partial

@@ -1,0 +1,82 @@
+"""One call of an engine tool: its arguments parsed, its time bounded, its span.
+
+Whatever the tool does, the run gets a ``ToolResult`` (an error result for an unknown
+tool, bad arguments, a timeout or an exception) and a ``ToolOutcome`` for its report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from engine_service.core.models import ToolCall
+from engine_service.core.observe import ToolOutcome
+from engine_service.core.registry import ToolRegistry
+from engine_service.core.tool import ToolContext, ToolError, ToolResult
+from engine_service.core.trace import Tracer
+
+__all__ = ["call_tool"]
+
+log = logging.getLogger(__name__)
+
+
+async def call_tool(
+    tools: ToolRegistry,
+    call: ToolCall,
+    context: ToolContext,
+    *,
+    default_limit: float,
+    tracer: Tracer,
+    outcomes: list[tuple[str, str]],
+) -> ToolResult:
+    """The tool's result, in a span: tool name, outcome (its duration is the span's). The
+    call's (name, ``ToolOutcome``) is added to ``outcomes``, also when it is cut short.
+    The call may take the tool's own timeout, else ``default_limit`` seconds."""
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+    }
+    with tracer.span(f"execute_tool {call.name}", attributes) as span:
+        outcome = ToolOutcome.ERROR  # also if the call is cut short (a stop)
+        try:
+            result, outcome = await _invoke(tools, call, context, default_limit)
+        finally:
+            outcomes.append((call.name, outcome))
+        span.set("agentik.tool.outcome", "error" if result.is_error else "ok")
+        if result.is_error:
+            span.fail("tool_error", result.content[:200])
+        return result
+
+
+async def _invoke(
+    tools: ToolRegistry, call: ToolCall, context: ToolContext, default_limit: float
+) -> tuple[ToolResult, str]:
+    """The tool's result and its ``ToolOutcome``."""
+    tool = tools.get(call.name)
+    if tool is None:
+        message = f"error: unknown tool {call.name!r}"
+        return ToolResult(message, is_error=True), ToolOutcome.UNKNOWN
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        message = f"error: arguments are not valid JSON ({exc})"
+        return ToolResult(message, is_error=True), ToolOutcome.ERROR
+    if not isinstance(arguments, dict):
+        message = "error: arguments must be a JSON object"
+        return ToolResult(message, is_error=True), ToolOutcome.ERROR
+    limit = tool.timeout if tool.timeout is not None else default_limit
+    try:
+        async with asyncio.timeout(limit):
+            result = await tool.call(arguments, context)
+    except ToolError as exc:
+        return ToolResult(f"error: {exc}", is_error=True), ToolOutcome.ERROR
+    except TimeoutError:
+        message = f"error: tool {call.name!r} timed out after {limit:g} s"
+        return ToolResult(message, is_error=True), ToolOutcome.TIMEOUT
+    except Exception as exc:
+        log.warning("tool %s raised", call.name, exc_info=True)
+        message = f"error: tool {call.name!r} failed: {exc}"
+        return ToolResult(message, is_error=True), ToolOutcome.ERROR
+    return result, ToolOutcome.ERROR if result.is_error else ToolOutcome.OK

@@ -1,0 +1,93 @@
+"""A run's messages: the session's history as the LLM sees it, and what the run adds.
+
+Every message the run adds (the client's input, the assistant's answers, the tool
+results) is bounded to one event, stored, put at the end of the history, and then
+announced with MESSAGE_STORED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from engine_service.core import events as ev
+from engine_service.core.bounds import bound_message, bound_result
+from engine_service.core.history import new_id
+from engine_service.core.models import (
+    Message,
+    MessageStatus,
+    ReconcileMode,
+    Role,
+    TextPart,
+    ToolCall,
+)
+from engine_service.core.store import SessionStore
+from engine_service.core.tool import ToolResult
+
+__all__ = ["Transcript"]
+
+
+class Transcript:
+    """The history of one run's session; ``messages`` is what the next LLM round sees."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        run_id: str,
+        messages: list[Message],
+        *,
+        room: int,
+        emit: Callable[[ev.EventBody], object],
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.run_id = run_id
+        self.messages = messages
+        self._room = room
+        """The most bytes one message may hold (``core.bounds``)."""
+        self._emit = emit
+
+    async def take(self, incoming: list[Message], reconcile: ReconcileMode, title: str) -> None:
+        """Store the client's messages (replacing the history with ``REPLACE``); ``title``,
+        when given, names the untitled conversation."""
+        now = datetime.now(UTC)
+        for message in incoming:
+            message.created_at = now
+            message.run_id = self.run_id
+        if reconcile is ReconcileMode.REPLACE:
+            await self.store.replace_messages(self.session_id, incoming)
+            self.messages = list(incoming)
+        else:
+            if incoming:
+                await self.store.append_messages(self.session_id, incoming)
+            self.messages.extend(incoming)
+        if title:
+            await self.store.rename_session(self.session_id, title, now)
+        for message in incoming:
+            self._emit(ev.MessageStored(message))
+
+    async def add(self, message: Message) -> None:
+        message = bound_message(message, self._room)
+        message.created_at = datetime.now(UTC)
+        message.run_id = self.run_id
+        await self.store.append_messages(self.session_id, [message])
+        self.messages.append(message)
+        self._emit(ev.MessageStored(message))
+
+    async def add_result(self, call: ToolCall, result: ToolResult) -> None:
+        """Publish a tool's result (TOOL_CALL_RESULT) and store it as a tool message."""
+        message_id = new_id()
+        event = bound_result(
+            ev.ToolCallResult(message_id, call.id, result.content, result.is_error, result.parts),
+            self._room,
+        )
+        message = Message(
+            id=message_id,
+            role=Role.TOOL,
+            content=[TextPart(event.content), *event.parts],
+            tool_call_id=call.id,
+            status=MessageStatus.ERROR if result.is_error else MessageStatus.COMPLETE,
+        )
+        self._emit(event)
+        await self.add(message)

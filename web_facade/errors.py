@@ -69,6 +69,8 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
 
 REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limited"): (429, "rate_limited"),
+    # The caller used its tokens of the day ([auth] tokens_per_day); Retry-After: the reset.
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "budget_exceeded"): (429, "budget_exceeded"),
     # The conversation waits for a person's answer: resume it (see docs/agentik-api.md).
     (grpc.StatusCode.FAILED_PRECONDITION, "input_required"): (409, "input_required"),
 }

@@ -39,6 +39,7 @@ from engine_service.core.bounds import (
     run_size,
     session_size,
 )
+from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
 from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, fit_chains, page_chains
 from engine_service.core.chat import ChatModel
@@ -52,6 +53,7 @@ from engine_service.core.errors import (
     ShuttingDown,
     StorageUnavailable,
 )
+from engine_service.core.fork import fork_session
 from engine_service.core.history import new_id, prepare_incoming, reconcile
 from engine_service.core.hitl import Decision, admit
 from engine_service.core.hub import SessionHub
@@ -110,6 +112,8 @@ class EngineLimits:
     """Seconds stored events are kept; 0 keeps them forever."""
     lease_seconds: float = 10.0
     """With a shared store: a replica that died has its runs closed by another within this."""
+    tokens_per_day: int = 0
+    """Tokens one principal's runs may use a UTC day (``core.budget``); 0: no budget."""
 
 
 @dataclass(slots=True)
@@ -160,6 +164,7 @@ class Engine:
         self.tools = tools
         self.limits = limits or EngineLimits()
         self.observer = RunObservers([RunLog(), *observers])
+        self.budget = TokenBudget(store, self.limits.tokens_per_day)
         self._turns: dict[str, Turn] = {}
         self._turn_callers: dict[str, tuple[str, str]] = {}
         """(principal that started it, session owner) of each session's run in flight."""
@@ -402,6 +407,15 @@ class Engine:
         if hub is not None:
             hub.notify()
 
+    async def fork_session(
+        self, caller: Caller, session_id: str, up_to_message_id: str, new_session_id: str = ""
+    ) -> Session:
+        """A copy of the session up to a message, owned by ``caller`` (``core.fork``)."""
+        forked = await self._writing(
+            fork_session(self.store, caller, session_id, up_to_message_id, new_session_id, _now())
+        )
+        return bound_session(forked, self._event_limit)
+
     async def list_messages(
         self, caller: Caller, session_id: str, after_id: str, limit: int, run_id: str = ""
     ) -> tuple[list[Message], bool]:
@@ -522,6 +536,7 @@ class Engine:
                 retry_after=1,
             )
         incoming = prepare_incoming(run_input.messages)
+        await self.budget.check(caller.principal)
         check_client_tools(run_input.tools, lambda name: self.tools.get(name) is not None)
         self._refuse_oversized(incoming)
         for index, entry in enumerate(run_input.resume):
@@ -593,6 +608,7 @@ class Engine:
             principal=caller.principal,
             session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
             title=_first_title(begun.session, incoming),
+            budget=self.budget,
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)

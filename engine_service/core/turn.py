@@ -30,6 +30,7 @@ from engine_service.core.bounds import (
     bounded_snapshot,
     split_text,
 )
+from engine_service.core.budget import TokenBudget
 from engine_service.core.chat import (
     ChatModel,
     ChatRequest,
@@ -41,6 +42,7 @@ from engine_service.core.chat import (
 )
 from engine_service.core.errors import (
     AlreadyExists,
+    BudgetExceeded,
     InvalidInput,
     LLMError,
     StorageUnavailable,
@@ -140,8 +142,12 @@ class Turn:
         principal: str = "",
         session_key: str = "",
         title: str = "",
+        budget: TokenBudget | None = None,
     ) -> None:
         self.store = store
+        self.budget = budget
+        """Checked before each LLM call, charged after it (``core.budget``)."""
+        self.principal = principal
         self.title = title
         """The title this run gives its untitled conversation, from its first message."""
         self.session_key = session_key
@@ -412,6 +418,11 @@ class Turn:
             await self._close_open(interrupted=False)
             final = _storage_error(exc)
             self.status = RunStatus.FAILED
+        except BudgetExceeded as exc:
+            self.report.error_cause, self.report.failed_in = exc.message, "budget"
+            await self._close_open(interrupted=False)
+            final = ev.RunError(message=exc.message, code=exc.code)
+            self.status = RunStatus.FAILED
         except LLMError as exc:
             # The client is told what failed; where (endpoint, cause) goes to the log.
             log.warning("run %s failed: %s: %s", self.run_id, exc.code, exc.detail)
@@ -443,6 +454,8 @@ class Turn:
             # messages list's to page through.
             room = self.limits.max_event_bytes - MESSAGE_ROOM
             self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(self._history, room)))
+        if isinstance(final, ev.RunError) and final.usage is None:
+            final.usage = self._usage_or_none()
         final = bound_body(final, self.limits.max_event_bytes)  # type: ignore[assignment]
         self.hub.publish(self.run_id, final, hold=True)
         self.final = final
@@ -505,6 +518,7 @@ class Turn:
                 final.pending_tool_call_ids if isinstance(final, ev.RunFinished) else (),
                 events=pending,
                 interrupts=final.interrupts if isinstance(final, ev.RunFinished) else (),
+                usage=self._usage_or_none(),
             )
             if pending:
                 self.hub.stored(pending[-1].seq)
@@ -596,6 +610,8 @@ class Turn:
             attributes["server.address"] = model.endpoint_host
         usage = self._usage
         input_before, output_before = usage.input_tokens, usage.output_tokens
+        if self.budget is not None:
+            await self.budget.check(self.principal)
         with self.tracer.span(f"chat {model.name}", attributes) as span:
             try:
                 return await self._read_round(request, span)
@@ -605,6 +621,9 @@ class Turn:
             finally:
                 span.set("gen_ai.usage.input_tokens", usage.input_tokens - input_before)
                 span.set("gen_ai.usage.output_tokens", usage.output_tokens - output_before)
+                if self.budget is not None:
+                    spent = usage.input_tokens + usage.output_tokens - input_before - output_before
+                    await self.budget.charge(self.principal, spent)
 
     async def _read_round(self, request: ChatRequest, span: Span) -> Message:
         self._message_id = new_id()
@@ -638,6 +657,7 @@ class Turn:
             elif kind is UsageDelta:
                 self._usage.input_tokens += delta.input_tokens  # type: ignore[union-attr]
                 self._usage.output_tokens += delta.output_tokens  # type: ignore[union-attr]
+                self._usage.cached_tokens += delta.cached_tokens  # type: ignore[union-attr]
                 self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens
             # Yield to the loop after each delta: the LLM's chunks come in bursts that would
             # otherwise be parsed in one go while the followers' sends (and their completions)

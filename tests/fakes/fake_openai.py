@@ -111,6 +111,8 @@ class FakeReply:
     """Send the tool calls' argument fragments round-robin, to exercise assembly by index."""
     usage: tuple[int, int] | None = None
     """(prompt, completion) tokens; counted from the words when None."""
+    cached_tokens: int = 0
+    """Reported as ``usage.prompt_tokens_details.cached_tokens`` when not zero."""
     finish_reason: str = ""
     """Empty means ``tool_calls`` when there are tool calls, else ``stop``."""
     delay: float = 0.0
@@ -268,18 +270,21 @@ class _Handler(StreamingHandler):
         self._send_json(200, _completion(body, reply))
 
 
-def _usage(body: dict[str, Any], reply: FakeReply, produced: int) -> dict[str, int]:
+def _usage(body: dict[str, Any], reply: FakeReply, produced: int) -> dict[str, Any]:
     if reply.usage is not None:
         prompt, completion = reply.usage
     else:
         messages = body.get("messages") or []
         prompt = sum(len(_message_text(m).split()) for m in messages if isinstance(m, dict))
         completion = produced
-    return {
+    out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if reply.cached_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+    return out
 
 
 def _finish_reason(reply: FakeReply) -> str:

@@ -16,7 +16,9 @@ from tests.stores.test_session_store import at, message
 
 async def _conversation(store: SessionStore, session_id: str = "s1", owner: str = "ann") -> None:
     await store.create_session(session_id, "talk", at(0), owner=owner)
-    await store.append_messages(session_id, [message(f"{session_id}-m{i}", f"t{i}") for i in range(5)])
+    await store.append_messages(
+        session_id, [message(f"{session_id}-m{i}", f"t{i}") for i in range(5)]
+    )
     await store.set_state(session_id, {"k": [1, 2]})
 
 
@@ -65,7 +67,7 @@ async def test_a_fork_refuses_what_it_cannot_do_and_writes_nothing(store: Sessio
         await store.fork_session("s1", "s1-m0", "s2", at(1))
     with pytest.raises(InvalidInput, match="session id must not be empty"):
         await store.fork_session("s1", "s1-m0", "", at(1))
-    sessions, total = await store.list_sessions(0, 0)
+    _, total = await store.list_sessions(0, 0)
     assert total == 2
     assert (await store.get_session("s2")).message_count == 5
     fork = await store.fork_session("s1", "s1-m0", "f1", at(1), source_owner="ann")

@@ -71,6 +71,8 @@ TOML layout (every key optional)::
                                            #   max_concurrent_runs one principal may hold
                                            #   (1 = no limit of its own)
     requests_per_minute = 0                # AGENTIK_REQUESTS_PER_MINUTE per principal (0 = none)
+    tokens_per_day = 0                     # AGENTIK_TOKENS_PER_DAY per principal, UTC day
+                                           #   (0 = none); counted in the store
     jwt_key_file = "/etc/agentik/jwt.pem"  # AGENTIK_JWT_KEY_FILE: PEM public key or HMAC secret
     jwt_issuer = "https://issuer.example"  # AGENTIK_JWT_ISSUER ("" = not checked)
     jwt_audience = "agentik"               # AGENTIK_JWT_AUDIENCE ("" = not checked)
@@ -94,6 +96,10 @@ TOML layout (every key optional)::
                                            #   wait for a client that does not read
     heartbeat_interval = 15.0              # AGENTIK_HEARTBEAT seconds
     max_body_bytes = 1048576               # AGENTIK_MAX_BODY_BYTES
+    discard_body_bytes = 0                 # AGENTIK_WEB_DISCARD_BODY_BYTES: a body over
+                                           #   max_body_bytes up to this is read and dropped
+                                           #   before the 413 (0 = 2 x max_body_bytes, at
+                                           #   least 4 MiB); larger ones: 413 and close
     on_disconnect = "continue"             # AGENTIK_ON_DISCONNECT: continue | cancel
     cors_origins = ["https://app.example"] # AGENTIK_CORS_ORIGINS="https://a,https://b"
                                            #   ([] = no cross-origin access; ["*"] = any)
@@ -261,6 +267,10 @@ class Settings:
     """Seconds an answer may wait for a client that does not read before it is cut."""
     heartbeat_interval: float = 15.0
     max_body_bytes: int = 1024 * 1024
+    web_discard_body_bytes: int = 0
+    """A body over ``max_body_bytes`` with a ``Content-Length`` up to this is read and
+    dropped before the 413, so a client that sends it whole without ``Expect:
+    100-continue`` reads the answer; 0: twice ``max_body_bytes``, at least 4 MiB."""
     on_disconnect: str = "continue"
     cors_origins: tuple[str, ...] = ()
     """Origins a browser page may call the facade from; ``("*",)``: any; empty: none."""
@@ -285,6 +295,8 @@ class Settings:
     """With authentication on and ``max_runs_per_caller`` 0: the share of
     ``max_concurrent_runs`` one principal may hold, so one cannot take every slot."""
     requests_per_minute: int = 0
+    tokens_per_day: int = 0
+    """LLM tokens (input + output) one principal's runs may use a UTC day; 0: no budget."""
     jwt_key_file: str = ""
     jwt_issuer: str = ""
     jwt_audience: str = ""
@@ -318,6 +330,18 @@ class Settings:
         if self.max_runs_per_caller or not self.auth_enabled or self.caller_run_share >= 1:
             return self.max_runs_per_caller
         return max(1, math.floor(self.max_concurrent_runs * self.caller_run_share))
+
+    @property
+    def request_message_bytes(self) -> int:
+        """The largest gRPC request the engine takes and the facade sends:
+        ``max_message_bytes``, raised to twice ``max_body_bytes`` when the body limit is
+        the larger, so a body the facade accepts is never refused as a gRPC message."""
+        return max(self.max_message_bytes, 2 * self.max_body_bytes)
+
+    @property
+    def discard_body_bytes(self) -> int:
+        """A body over the limit up to this size is read and dropped before the 413."""
+        return self.web_discard_body_bytes or max(2 * self.max_body_bytes, 4 * 1024 * 1024)
 
     def describe(self) -> list[tuple[str, str, str]]:
         """``(setting, env var, value)`` rows for a table; the API key is masked."""
@@ -1057,6 +1081,13 @@ _FIELDS: tuple[_Field, ...] = (
         _seconds(zero_ok=False),
     ),
     _Field("max_body_bytes", "AGENTIK_MAX_BODY_BYTES", "web", "max_body_bytes", _POSITIVE),
+    _Field(
+        "web_discard_body_bytes",
+        "AGENTIK_WEB_DISCARD_BODY_BYTES",
+        "web",
+        "discard_body_bytes",
+        _integer(0),
+    ),
     _Field("on_disconnect", "AGENTIK_ON_DISCONNECT", "web", "on_disconnect", _on_disconnect),
     _Field("cors_origins", "AGENTIK_CORS_ORIGINS", "web", "cors_origins", _origins),
     _Field("public_url", "AGENTIK_PUBLIC_URL", "a2a", "public_url", _optional_http_url),
@@ -1082,6 +1113,7 @@ _FIELDS: tuple[_Field, ...] = (
         "requests_per_minute",
         _integer(0),
     ),
+    _Field("tokens_per_day", "AGENTIK_TOKENS_PER_DAY", "auth", "tokens_per_day", _integer(0)),
     _Field("jwt_key_file", "AGENTIK_JWT_KEY_FILE", "auth", "jwt_key_file", _prompt),
     _Field("jwt_issuer", "AGENTIK_JWT_ISSUER", "auth", "jwt_issuer", _prompt),
     _Field("jwt_audience", "AGENTIK_JWT_AUDIENCE", "auth", "jwt_audience", _prompt),

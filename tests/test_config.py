@@ -593,7 +593,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 55
+    assert by_name["tokens_per_day"] == ("AGENTIK_TOKENS_PER_DAY", "0")
+    assert by_name["web_discard_body_bytes"] == ("AGENTIK_WEB_DISCARD_BODY_BYTES", "0")
+    assert len(rows) == 57
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -53,8 +53,8 @@ class TokenBudget:
             who = f"principal {principal!r}" if principal else "this server's callers"
             raise BudgetExceeded(
                 f"token budget exceeded: {who} used {used} of {self.per_day} tokens today"
-                f" ([auth] tokens_per_day); it resets at {resets_at.isoformat()}"
-                f" (UTC midnight, in {wait} s)",
+                f" ([auth] tokens_per_day); it resets at the start of"
+                f" {resets_at.date().isoformat()} UTC (midnight, in {wait} s)",
                 resets_at,
                 wait,
             )

@@ -25,6 +25,8 @@ boundaries can steer the fake through the product's own input:
     stream a few ``reasoning_content`` chunks before the text.
 ``[[error:STATUS]]``
     answer that HTTP status with an OpenAI-style error body.
+``[[cached:N]]``
+    report N of the prompt tokens as cached (``usage.prompt_tokens_details.cached_tokens``).
 ``[[hang]]``
     send the first text chunk, then hang until the client goes away or the fake stops.
 ``[[drop]]``
@@ -73,7 +75,7 @@ _ERROR_KINDS: dict[int, tuple[str, str]] = {
 
 _DIRECTIVE = re.compile(
     r"\[\[(?:tool:(?P<tool>[\w.\-]+)\s*(?P<args>\{.*?\})?\s*"
-    r"|(?P<kind>slow|chunks|reason|error|hang|drop)(?::(?P<arg>[^\]]*))?)\]\]",
+    r"|(?P<kind>slow|chunks|reason|error|hang|drop|cached)(?::(?P<arg>[^\]]*))?)\]\]",
     re.DOTALL,
 )
 _WORD = re.compile(r"\S+\s*")
@@ -469,6 +471,8 @@ class FakeOpenAI(BackgroundServer):
                 reply.reasoning = ["Let me ", "think ", "about ", "that."]
             elif kind == "error":
                 reply.status = int(arg)
+            elif kind == "cached":
+                reply.cached_tokens = int(arg)
             else:
                 fault = kind
         rest = " ".join(_DIRECTIVE.sub(" ", text).split())

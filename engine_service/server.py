@@ -165,7 +165,7 @@ class EngineServer:
             # Loaded only when metrics are on: prometheus_client costs memory otherwise.
             from engine_service.metrics import EngineMetrics, GrpcMetrics
 
-            self.metrics = EngineMetrics()
+            self.metrics = EngineMetrics(engine.model.name)
             engine.observe(self.metrics)
             self.metrics.watch_mcp(self.mcp)
             self.metrics.watch_a2a(self.a2a)

@@ -487,6 +487,8 @@ class Turn:
         report.ended = time.monotonic()
         report.input_tokens = self._usage.input_tokens
         report.output_tokens = self._usage.output_tokens
+        report.cached_tokens = self._usage.cached_tokens
+        report.model = self.model.name
         if isinstance(final, ev.RunError):
             report.outcome = "error"
             report.error_code = final.code

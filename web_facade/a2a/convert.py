@@ -182,7 +182,7 @@ status update's): ``inputTokens``, ``outputTokens``, ``totalTokens``, ``cachedTo
 
 def _add_usage(metadata: struct_pb2.Struct, usage: pb.Usage) -> None:
     """Add ``usage`` to the tokens ``metadata`` holds under :data:`USAGE`."""
-    held = json_value(metadata[USAGE]) if USAGE in metadata else {}
+    held = json_value(metadata.fields[USAGE]) if USAGE in metadata.fields else {}
     counts = held if isinstance(held, dict) else {}
     added = {
         "inputTokens": usage.input_tokens,

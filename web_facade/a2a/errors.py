@@ -142,6 +142,8 @@ def from_rpc(exc: grpc.RpcError) -> A2AError:
     message = mapped.message
     if mapped.status == 401:
         return AuthenticationRequired(message)
+    if mapped.code == "payload_too_large":  # as a body over the size limit is
+        return InvalidRequestError(message, data={"grpcStatus": "INVALID_ARGUMENT"})
     if mapped.code == "budget_exceeded":
         return BudgetExceededError(message, mapped.retry_after)
     if mapped.status == 429:

@@ -37,9 +37,9 @@ def _status_and_body(data: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
 
 
-def test_a_3_mb_body_sent_whole_gets_the_413(stack: Stack) -> None:
+def test_a_4_mb_body_sent_whole_gets_the_413(stack: Stack) -> None:
     status, _, body = _status_and_body(
-        _send_whole_then_read(stack, "/agentik/conversations", 3_000_000)
+        _send_whole_then_read(stack, "/agentik/conversations", 4_100_000)
     )
     assert status == 413
     error = json.loads(body)["error"]
@@ -51,7 +51,7 @@ def test_a_3_mb_body_sent_whole_gets_the_413(stack: Stack) -> None:
 
 def test_an_a2a_body_sent_whole_gets_its_invalid_request(stack: Stack) -> None:
     status, _, body = _status_and_body(
-        _send_whole_then_read(stack, "/", 3_000_000, b"A2A-Version: 1.0\r\n")
+        _send_whole_then_read(stack, "/", 4_100_000, b"A2A-Version: 1.0\r\n")
     )
     assert status == 200
     assert json.loads(body)["error"]["code"] == -32600

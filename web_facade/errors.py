@@ -173,12 +173,13 @@ def _trailer(exc: grpc.RpcError, key: str) -> str:
 
 
 def _request_too_large(details: str) -> bool:
-    """gRPC's refusal of our request for its size: by our channel ("Sent message ..."), or
+    """gRPC's refusal of our request for its size: by our channel ("Sent message ...", not
+    "SERVER: Sent ...", the engine failing to send its answer), or
     by the engine, whose receive limit (the number after "vs.") is not our channel's
     receive limit (the engine's answers are bounded under that)."""
     lowered = details.lower()
     if _SENT_TOO_LARGE in lowered:
-        return True
+        return not lowered.startswith("server:")  # the engine's own answer, too large
     sizes = _SIZES.search(details)
     return _TOO_LARGE in lowered and sizes is not None and int(sizes[2]) != GRPC_MESSAGE_LIMIT
 

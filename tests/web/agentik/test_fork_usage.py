@@ -8,6 +8,7 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply
+from tests.web.a2a.conftest import V10
 from tests.web.agentik.test_conversations import _send, _wait_idle
 from tests.web.conftest import ApiClient
 from tests.web.test_auth import (
@@ -19,8 +20,10 @@ from tests.web.test_auth import (
     make_client,
     messages,
     new_conversation,
+    rpc_body,
     say,
     start_engine,
+    user_message,
 )
 
 __all__ = ["make_client", "start_engine"]  # the fixtures, shared with tests.web.test_auth
@@ -137,6 +140,16 @@ def test_over_the_token_budget_is_429_with_the_reset_and_others_go_on(
     resets = (datetime.now(UTC) + timedelta(seconds=wait)).date().isoformat()
     assert f"resets at the start of {resets} UTC (midnight, in {wait} s)" in error["message"]
     assert 0 < wait <= 86_400
+    # A2A says it in its own error table: HTTP 429, reason BUDGET_EXCEEDED, Retry-After.
+    a2a = client.post(
+        "/",
+        json=rpc_body("SendMessage", {"message": user_message("three")}),
+        headers={**V10, **ALICE},
+    )
+    assert a2a.status_code == 429 and 0 < int(a2a.headers["Retry-After"]) <= 86_400
+    a2a_error = a2a.get_json()["error"]
+    assert "used 110 of 100 tokens today" in a2a_error["message"]
+    assert a2a_error["data"][0]["reason"] == "BUDGET_EXCEEDED"
     # Bob has a budget of his own.
     bobs = new_conversation(client, BOB)
     assert "Echo: hi" in say(client, BOB, bobs, "hi")

@@ -8,14 +8,17 @@ may end a day over it by at most one call's tokens. The day resets at UTC midnig
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 
-from engine_service.core.errors import BudgetExceeded
+from engine_service.core.errors import BudgetExceeded, StorageUnavailable
 from engine_service.core.store import SessionStore
 
 __all__ = ["TokenBudget"]
+
+log = logging.getLogger(__name__)
 
 
 def _now() -> datetime:
@@ -60,7 +63,12 @@ class TokenBudget:
             )
 
     async def charge(self, principal: str, tokens: int) -> None:
-        """Count ``tokens`` the LLM reported against ``principal``'s today."""
+        """Count ``tokens`` the LLM reported against ``principal``'s today. A store that
+        cannot write loses this count (logged): the call it counts has happened, and the
+        run's own error, if any, is the one to report."""
         if self.enabled and tokens > 0:
             today, _ = self._today()
-            await self.store.add_tokens(principal, today, tokens)
+            try:
+                await self.store.add_tokens(principal, today, tokens)
+            except StorageUnavailable as exc:
+                log.warning("%d tokens of %r not counted: %s", tokens, principal, exc.message)

@@ -68,8 +68,9 @@ class PermissionDenied(AgentikError):
 
 
 class Overloaded(AgentikError):
-    """At the engine's run limit or the caller's rate limit (RESOURCE_EXHAUSTED);
-    ``retry_after`` says when to try again, where the engine says it."""
+    """At the engine's run limit, the caller's rate limit or its token budget of the day
+    (RESOURCE_EXHAUSTED; ``reason`` ``budget_exceeded`` for the budget); ``retry_after``
+    says when to try again, where the engine says it."""
 
 
 class Unavailable(AgentikError):

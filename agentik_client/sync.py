@@ -73,6 +73,16 @@ class Client:
         request = pb.ListSessionsRequest(offset=offset, limit=limit)
         return self._unary(self._stub.ListSessions, request)
 
+    def fork(self, session_id: str, up_to_message_id: str, new_session_id: str = "") -> pb.Session:
+        """A new session of the caller's holding a copy of ``session_id``'s messages up to
+        and including ``up_to_message_id`` (``new_session_id``, or a generated id)."""
+        request = pb.ForkSessionRequest(
+            session_id=session_id,
+            up_to_message_id=up_to_message_id,
+            new_session_id=new_session_id,
+        )
+        return self._unary(self._stub.ForkSession, request)
+
     def delete_session(self, session_id: str) -> None:
         self._unary(self._stub.DeleteSession, pb.DeleteSessionRequest(session_id=session_id))
 

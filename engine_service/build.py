@@ -104,6 +104,7 @@ def build_engine(settings: Settings) -> Engine:
         ),
         max_concurrent_runs=settings.engine.max_concurrent_runs,
         max_runs_per_caller=settings.runs_per_caller,
+        tokens_per_day=settings.auth.tokens_per_day,
         lease_seconds=settings.engine.lease_seconds,
         event_retention=settings.engine.event_retention,
     )

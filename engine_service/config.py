@@ -707,6 +707,11 @@ class WebSettings:
     """Seconds an answer may wait for a client that does not read before it is cut."""
     heartbeat_interval: float = setting(15.0, "AGENTIK_HEARTBEAT", _SECONDS)
     max_body_bytes: int = setting(_MiB, "AGENTIK_MAX_BODY_BYTES", _POSITIVE)
+    discard_body_bytes: int = setting(
+        0, "AGENTIK_WEB_DISCARD_BODY_BYTES", _integer(0), flat="web_discard_body_bytes"
+    )
+    """A body over ``max_body_bytes`` up to this is read and dropped before the 413
+    (0: twice ``max_body_bytes``, at least 4 MiB); a longer one gets the 413 and a close."""
     on_disconnect: str = setting("continue", "AGENTIK_ON_DISCONNECT", _choice("continue", "cancel"))
     cors_origins: tuple[str, ...] = setting((), "AGENTIK_CORS_ORIGINS", _origins)
     """Origins a browser page may call the facade from; ``("*",)``: any; empty: none."""
@@ -750,6 +755,8 @@ class AuthSettings:
     """With authentication on and ``max_runs_per_caller`` 0: the share of
     ``max_concurrent_runs`` one principal may hold, so one cannot take every slot."""
     requests_per_minute: int = setting(0, "AGENTIK_REQUESTS_PER_MINUTE", _integer(0))
+    tokens_per_day: int = setting(0, "AGENTIK_TOKENS_PER_DAY", _integer(0))
+    """LLM tokens one principal may use per UTC day, counted in the store; 0: no limit."""
     jwt_key_file: str = setting("", "AGENTIK_JWT_KEY_FILE", _prompt)
     jwt_issuer: str = setting("", "AGENTIK_JWT_ISSUER", _prompt)
     jwt_audience: str = setting("", "AGENTIK_JWT_AUDIENCE", _prompt)
@@ -854,6 +861,18 @@ class Settings:
         if auth.max_runs_per_caller or not self.auth_enabled or auth.caller_run_share >= 1:
             return auth.max_runs_per_caller
         return max(1, math.floor(self.engine.max_concurrent_runs * auth.caller_run_share))
+
+    @property
+    def request_message_bytes(self) -> int:
+        """The largest gRPC request the engine takes and the facade sends:
+        ``max_message_bytes``, raised to twice ``max_body_bytes`` when the body limit is
+        the larger, so a body the facade accepts is never refused as a gRPC message."""
+        return max(self.engine.max_message_bytes, 2 * self.web.max_body_bytes)
+
+    @property
+    def discard_body_bytes(self) -> int:
+        """A body over the limit up to this size is read and dropped before the 413."""
+        return self.web.discard_body_bytes or max(2 * self.web.max_body_bytes, 4 * _MiB)
 
     def describe(self) -> list[tuple[str, str, str]]:
         """``(setting, env var, value)`` rows for a table; secrets are masked."""

@@ -170,6 +170,7 @@ def session_to_pb(session: Session) -> pb.Session:
         active_run_id=session.active_run_id,
         owner=session.owner,
         pending_interrupts=[interrupt_to_pb(i) for i in session.interrupts],
+        usage=_counts(session.input_tokens, session.output_tokens, session.cached_tokens),
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))
@@ -201,7 +202,17 @@ def run_to_pb(run: RunRecord) -> pb.RunInfo:
     )
     if run.finished_at is not None:
         out.end_time.CopyFrom(timestamp(run.finished_at))
+        out.usage.CopyFrom(_counts(run.input_tokens, run.output_tokens, run.cached_tokens))
     return out
+
+
+def _counts(input_tokens: int, output_tokens: int, cached_tokens: int) -> pb.Usage:
+    return pb.Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens,
+        cached_tokens=cached_tokens,
+    )
 
 
 def _usage(usage: ev.Usage | None) -> pb.Usage | None:
@@ -211,6 +222,7 @@ def _usage(usage: ev.Usage | None) -> pb.Usage | None:
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         total_tokens=usage.total_tokens,
+        cached_tokens=usage.cached_tokens,
     )
 
 
@@ -246,7 +258,9 @@ _BODY_TO_PB: dict[type, Callable[[Any], dict[str, Any]]] = {
     },
     ev.RunStarted: lambda b: {"run_started": pb.RunStarted(parent_run_id=b.parent_run_id)},
     ev.RunFinished: _run_finished,
-    ev.RunError: lambda b: {"run_error": pb.RunError(message=b.message, code=b.code)},
+    ev.RunError: lambda b: {
+        "run_error": pb.RunError(message=b.message, code=b.code, usage=_usage(b.usage))
+    },
     ev.StepStarted: lambda b: {"step_started": pb.StepStarted(step_name=b.step_name)},
     ev.StepFinished: lambda b: {"step_finished": pb.StepFinished(step_name=b.step_name)},
     ev.TextMessageStart: lambda b: {

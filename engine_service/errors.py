@@ -17,6 +17,7 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.InputRequired: grpc.StatusCode.FAILED_PRECONDITION,
     errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.BudgetExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
     errors.LLMError: grpc.StatusCode.UNAVAILABLE,

@@ -7,6 +7,8 @@ client's mistake, and internal wording. Any client that does not use our stubs c
 bytes. ``MalformedRequests`` wraps every method's deserializer so that a failure to parse
 becomes a ``Malformed`` marker, and the method answers the marker with INVALID_ARGUMENT
 naming the method, before the servicer (or the health and reflection services) reads it.
+A request over the engine's size limit is refused the same way, unparsed, naming the limit
+(``agentik-error: payload_too_large``).
 
 Server streams the servicer checks itself (``refuse_malformed``, first thing in ``Run`` and
 ``Subscribe``) keep their behaviour unwrapped: a wrapper costs a hop per event.
@@ -27,12 +29,15 @@ _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
 class Malformed:
-    """What a request that failed to parse becomes; ``reason`` is our words for why."""
+    """What a request that failed to parse becomes; ``reason`` is our words for why.
+    ``code`` is the ``agentik-error`` trailer: ``payload_too_large`` for a request over
+    the engine's size limit (parsed never), else ``invalid_argument``."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("code", "reason")
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, code: str = "invalid_argument") -> None:
         self.reason = reason
+        self.code = code
 
 
 def _reason(exc: Exception) -> str:
@@ -41,11 +46,20 @@ def _reason(exc: Exception) -> str:
     return "its bytes are not a valid protobuf message (or nest too deep)"
 
 
-def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+def _safe(
+    deserializer: Callable[[bytes], Any] | None, max_bytes: int = 0
+) -> Callable[[bytes], Any] | None:
     if deserializer is None:
         return None
 
     def parse(raw: bytes) -> Any:
+        if max_bytes and len(raw) > max_bytes:
+            return Malformed(
+                f"it is {len(raw)} bytes, more than the engine takes in one request:"
+                f" {max_bytes} bytes (AGENTIK_MAX_MESSAGE_BYTES, or twice"
+                " AGENTIK_MAX_BODY_BYTES when that is larger)",
+                "payload_too_large",
+            )
         try:
             return deserializer(raw)
         except Exception as exc:  # DecodeError, RecursionError, ...: the client's bytes
@@ -57,10 +71,10 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
 async def refuse_malformed(context: _Context, method: str, request: object) -> None:
     """Abort with INVALID_ARGUMENT when ``request`` did not parse; else nothing."""
     if isinstance(request, Malformed):
-        context.set_trailing_metadata((("agentik-error", "invalid_argument"),))
+        context.set_trailing_metadata((("agentik-error", request.code),))
+        what = "too large" if request.code == "payload_too_large" else "malformed"
         await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"the {method} request is malformed: {request.reason}",
+            grpc.StatusCode.INVALID_ARGUMENT, f"the {method} request is {what}: {request.reason}"
         )
 
 
@@ -103,7 +117,7 @@ def _stream_request(behaviour: Any, method: str, streaming: bool) -> Any:
     return unary
 
 
-def _guarded(handler: _Handler, method: str, self_checked: bool) -> _Handler:
+def _guarded(handler: _Handler, method: str, self_checked: bool, max_bytes: int) -> _Handler:
     kinds = (
         (handler.unary_unary, grpc.unary_unary_rpc_method_handler, _unary_request, False),
         (handler.unary_stream, grpc.unary_stream_rpc_method_handler, _unary_request, True),
@@ -115,7 +129,7 @@ def _guarded(handler: _Handler, method: str, self_checked: bool) -> _Handler:
         if behaviour is not None:
             return make(
                 behaviour if self_checked else wrap(behaviour, name, streaming),
-                request_deserializer=_safe(handler.request_deserializer),
+                request_deserializer=_safe(handler.request_deserializer, max_bytes),
                 response_serializer=handler.response_serializer,
             )
     return handler
@@ -129,8 +143,12 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     the other interceptors (metrics, traces) see the refusal like any other answer.
     """
 
-    def __init__(self, self_checked: Collection[str] = ()) -> None:
+    def __init__(self, self_checked: Collection[str] = (), max_bytes: int = 0) -> None:
+        """``max_bytes``: a request larger is refused unparsed, INVALID_ARGUMENT naming the
+        limit (0: no limit of its own); gRPC takes up to twice that (``server``), so what
+        comes close to the limit gets our words, not gRPC's."""
         self._self_checked = frozenset(self_checked)
+        self._max_bytes = max_bytes
         self._guarded: dict[str, tuple[_Handler, _Handler]] = {}
 
     async def intercept_service(
@@ -145,6 +163,6 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         cached = self._guarded.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]  # the same object each time: the metrics cache theirs on it
-        guarded = _guarded(handler, method, method in self._self_checked)
+        guarded = _guarded(handler, method, method in self._self_checked, self._max_bytes)
         self._guarded[method] = (handler, guarded)
         return guarded

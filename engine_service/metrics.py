@@ -66,7 +66,8 @@ class _SourceStatus(Collector):
 class EngineMetrics:
     """The engine's metrics, in a registry of their own; also the run observer."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "") -> None:
+        """``model``: the engine's model, whose token series exist from the start."""
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise
         self.registry = CollectorRegistry()
         r = self.registry
@@ -90,8 +91,9 @@ class EngineMetrics:
         )
         self.tokens = Counter(
             "agentik_llm_tokens",
-            "LLM tokens as the LLM's usage reports them; direction is input or output.",
-            ["direction"],
+            "LLM tokens as the LLM's usage reports them, by direction (input, output, and"
+            " cached: the part of input served from the LLM's prompt cache) and model.",
+            ["direction", "model"],
             registry=r,
         )
         self.tool_calls = Counter(
@@ -114,8 +116,9 @@ class EngineMetrics:
             "agentik_grpc_streams_open", "Server streams open, by method.", ["method"], registry=r
         )
         self.runs_finished.labels("success")  # the usual series exist from the start
-        self.tokens.labels("input")
-        self.tokens.labels("output")
+        self.model = model
+        for direction in ("input", "output", "cached"):
+            self.tokens.labels(direction, model)
 
     def stream_opened(self, method: str, context: Any) -> None:
         """Count a server stream as open until it ends, then time it (once per stream)."""
@@ -157,10 +160,14 @@ class EngineMetrics:
         ttft = report.time_to_first_token
         if ttft is not None:
             self.first_token.observe(ttft)
-        if report.input_tokens:
-            self.tokens.labels("input").inc(report.input_tokens)
-        if report.output_tokens:
-            self.tokens.labels("output").inc(report.output_tokens)
+        model = report.model or self.model
+        for direction, count in (
+            ("input", report.input_tokens),
+            ("output", report.output_tokens),
+            ("cached", report.cached_tokens),
+        ):
+            if count:
+                self.tokens.labels(direction, model).inc(count)
         for name, outcome in report.tool_calls:
             # A name the LLM made up is not a label: the series would be unbounded.
             tool = "(unknown)" if outcome == ToolOutcome.UNKNOWN else name

@@ -155,7 +155,7 @@ class EngineServer:
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
-        limit = settings.engine.max_message_bytes
+        limit = settings.request_message_bytes
         interceptors: list[grpc.aio.ServerInterceptor] = []
         self.metrics: Any = None
         self._metrics_server: Any = None
@@ -165,7 +165,7 @@ class EngineServer:
             # Loaded only when metrics are on: prometheus_client costs memory otherwise.
             from engine_service.metrics import EngineMetrics, GrpcMetrics
 
-            self.metrics = EngineMetrics()
+            self.metrics = EngineMetrics(engine.model.name)
             engine.observe(self.metrics)
             self.metrics.watch_mcp(self.mcp)
             self.metrics.watch_a2a(self.a2a)
@@ -176,10 +176,12 @@ class EngineServer:
             interceptors=[
                 *_interceptors(),
                 *interceptors,
-                MalformedRequests({f"/{RUN_METHOD}", f"/{SUBSCRIBE_METHOD}"}),
+                MalformedRequests({f"/{RUN_METHOD}", f"/{SUBSCRIBE_METHOD}"}, limit),
             ],
             options=[
-                ("grpc.max_receive_message_length", limit),
+                # Twice the limit: a request over it but under this is refused by
+                # MalformedRequests in our words, naming the limit, unparsed.
+                ("grpc.max_receive_message_length", 2 * limit),
                 # What most clients accept; every event and page the engine sends is
                 # bounded under it by [engine] max_event_bytes (core.bounds).
                 ("grpc.max_send_message_length", GRPC_MESSAGE_LIMIT),

@@ -26,7 +26,7 @@ from engine_service.convert import (
 )
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
-from engine_service.core.errors import AgentikError, RateLimited
+from engine_service.core.errors import AgentikError, BudgetExceeded, RateLimited
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -59,7 +59,7 @@ async def _mapped(context: Context, call: Callable[[], Awaitable[T]]) -> T:
 async def _abort(context: Context, exc: AgentikError) -> None:
     """Abort with the table's status, the message, and the code (and retry time) as trailers."""
     trailers: list[tuple[str, str]] = [("agentik-error", exc.code)]
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | BudgetExceeded):
         trailers.append(("retry-after", str(exc.retry_after)))
     context.set_trailing_metadata(tuple(trailers))
     await context.abort(status_for(exc), exc.message)
@@ -176,6 +176,16 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             context, lambda: self.engine.list_sessions(caller, request.offset, request.limit)
         )
         return pb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], total=total)
+
+    async def ForkSession(self, request: pb.ForkSessionRequest, context: Context) -> pb.Session:
+        caller = await self._caller(context)
+        session = await _mapped(
+            context,
+            lambda: self.engine.fork_session(
+                caller, request.session_id, request.up_to_message_id, request.new_session_id
+            ),
+        )
+        return session_to_pb(session)
 
     async def RenameSession(self, request: pb.RenameSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)

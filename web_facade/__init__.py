@@ -36,16 +36,23 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     from web_facade.hosts import install_host_guard
     from web_facade.mcp import routes as mcp_routes
     from web_facade.observe import install_observability
+    from web_facade.request_body import DISCARD_KEY
 
     if settings is None:
         settings = load_settings(None, os.environ, mcp=False)  # MCP is the engine's alone
     app = Flask(__name__, static_folder=None)  # chat_page serves web_facade/static
     app.config["MAX_CONTENT_LENGTH"] = settings.web.max_body_bytes
+    app.config[DISCARD_KEY] = settings.discard_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     # Engine workers on one port: a few connections each, so the kernel spreads them.
     channels = 1 if settings.engine.workers == 1 else 2 * settings.engine.workers
-    install(app, settings, engine or EngineClient(settings.web.engine_target, channels))
+    install(
+        app,
+        settings,
+        engine
+        or EngineClient(settings.web.engine_target, channels, settings.request_message_bytes),
+    )
     install_observability(app)
     install_error_handlers(app)
     install_host_guard(app, settings)

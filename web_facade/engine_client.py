@@ -200,9 +200,15 @@ class EngineClient:
     leave all of its calls on one engine process.
     """
 
-    def __init__(self, target: str, channels: int = 1) -> None:
+    def __init__(self, target: str, channels: int = 1, max_send_bytes: int = 0) -> None:
+        """``max_send_bytes``: the largest request sent (the engine's limit, the settings'
+        ``request_message_bytes``); a larger one fails here, not on the wire (0: gRPC's
+        default, no limit)."""
         self.target = target
         self.channels = max(1, channels)
+        self._options = list(_CHANNEL_OPTIONS)
+        if max_send_bytes > 0:
+            self._options.append(("grpc.max_send_message_length", max_send_bytes))
         self._lock = threading.Lock()
         self._pid = 0
         self._channel: Any = None
@@ -217,7 +223,7 @@ class EngineClient:
                 return
             # Channels inherited through fork are unusable; drop them without closing.
             self._channels = [
-                grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+                grpc.insecure_channel(self.target, options=self._options)
                 for _ in range(self.channels)
             ]
             self._channel = self._channels[0]

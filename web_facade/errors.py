@@ -29,6 +29,7 @@ import grpc
 from flask import Flask, Response, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from web_facade.request_heads import BodyTimeout
 
 __all__ = [
@@ -69,6 +70,10 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
 
 REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limited"): (429, "rate_limited"),
+    # The caller used its tokens of the day ([auth] tokens_per_day); Retry-After: the reset.
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "budget_exceeded"): (429, "budget_exceeded"),
+    # A request larger than the engine takes in one message (AGENTIK_MAX_MESSAGE_BYTES).
+    (grpc.StatusCode.INVALID_ARGUMENT, "payload_too_large"): (413, "payload_too_large"),
     # The conversation waits for a person's answer: resume it (see docs/agentik-api.md).
     (grpc.StatusCode.FAILED_PRECONDITION, "input_required"): (409, "input_required"),
 }
@@ -92,6 +97,9 @@ HTTP_CODES: dict[int, str] = {
 
 _TOO_LARGE = "message larger than max"
 """In gRPC's own details of a message over its size limit."""
+_SENT_TOO_LARGE = "sent message larger than max"
+"""gRPC's client-side refusal of a request over the channel's send limit."""
+_SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")
 _UNREACHABLE_DETAILS = ("failed to connect", "connection refused", "dns resolution failed")
 
 _INTERNALS = re.compile(
@@ -164,6 +172,18 @@ def _trailer(exc: grpc.RpcError, key: str) -> str:
     return ""
 
 
+def _request_too_large(details: str) -> bool:
+    """gRPC's refusal of our request for its size: by our channel ("Sent message ...", not
+    "SERVER: Sent ...", the engine failing to send its answer), or
+    by the engine, whose receive limit (the number after "vs.") is not our channel's
+    receive limit (the engine's answers are bounded under that)."""
+    lowered = details.lower()
+    if _SENT_TOO_LARGE in lowered:
+        return not lowered.startswith("server:")  # the engine's own answer, too large
+    sizes = _SIZES.search(details)
+    return _TOO_LARGE in lowered and sizes is not None and int(sizes[2]) != GRPC_MESSAGE_LIMIT
+
+
 def from_rpc_error(exc: grpc.RpcError) -> ApiError:
     """Map a failed engine call through :data:`GRPC_TO_HTTP`; details that name internals
     (a URL, an address, a host, an exception class, a file path) stay in the log."""
@@ -181,6 +201,16 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
         marker in message.lower() for marker in _UNREACHABLE_DETAILS
     ):
         message = "the engine is unreachable"
+    elif code is grpc.StatusCode.RESOURCE_EXHAUSTED and _request_too_large(message):
+        # The request, refused by our own channel before it left: larger than the engine
+        # takes (the channel's send limit is the engine's receive limit).
+        status, name = 413, "payload_too_large"
+        sizes = _SIZES.search(message)
+        shown = f" ({sizes[1]} bytes; at most {sizes[2]})" if sizes else ""
+        message = (
+            f"the request is larger than the engine takes in one message{shown}:"
+            " AGENTIK_MAX_MESSAGE_BYTES, or twice AGENTIK_MAX_BODY_BYTES when that is larger"
+        )
     elif code is grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in message:
         # gRPC's own refusal of a message over its size limit (the engine bounds what it
         # sends under it: an older engine, or a misconfigured channel), not the engine's.
@@ -198,6 +228,14 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
             fallback = f"the engine refused the request: {code.name.lower().replace('_', ' ')}"
             message = _WITHOUT_DETAILS.get(code, fallback)
     return ApiError(status, name, message, retry_after=retry_after)
+
+
+def _discarded() -> bool:
+    """Whether the rest of a body refused as too large was read and dropped (see
+    ``request_body.discard_body``); imported here, as that module imports this one."""
+    from web_facade.request_body import discard_body
+
+    return discard_body()
 
 
 def install_error_handlers(app: Flask) -> None:
@@ -234,6 +272,8 @@ def install_error_handlers(app: Flask) -> None:
             limit = app.config.get("MAX_CONTENT_LENGTH")
             message = f"the request body is larger than {limit} bytes"
         response = error_response(status, code, message)
+        if status == 413 and not _discarded():
+            response.headers["Connection"] = "close"
         if status == 405 and allowed:
             response.headers["Allow"] = ", ".join(allowed)
         return response

@@ -32,7 +32,7 @@ import math
 import sys
 from typing import Any
 
-from flask import request
+from flask import current_app, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.errors import ApiError
@@ -176,6 +176,40 @@ def _read_body() -> bytes:
     if problem is not None:
         raise UnsupportedMediaType(problem)
     return data
+
+
+DISCARD_CHUNK = 64 * 1024
+
+DISCARD_KEY = "agentik.discard_body_bytes"
+"""``app.config`` key: how much of a refused body is read and dropped (``discard_body``)."""
+
+
+def discard_body() -> bool:
+    """Read and drop the rest of a body refused as too large, up to the app's
+    ``[web] discard_body_bytes``: a client that sends it whole before reading (no ``Expect:
+    100-continue``) then reads the 413 instead of a reset connection. False when the body
+    is longer than that, or did not arrive in time: the answer must close the connection.
+    """
+    environ = request.environ
+    if "agentik.discarded" in environ:
+        return bool(environ["agentik.discarded"])
+    bound = int(current_app.config.get(DISCARD_KEY) or 0)
+    length = request.content_length
+    whole = False
+    if bound > 0 and (length is None or length <= bound):
+        stream = environ["wsgi.input"]
+        read = 0
+        try:
+            while read <= bound:
+                chunk = stream.read(DISCARD_CHUNK)
+                if not chunk:
+                    whole = True
+                    break
+                read += len(chunk)
+        except Exception:  # a timeout (BodyTimeout), a broken chunked encoding, a reset
+            whole = False
+    environ["agentik.discarded"] = whole
+    return whole
 
 
 def parse_json(raw: bytes, unacceptable: int = 400) -> Any:

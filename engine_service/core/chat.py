@@ -67,6 +67,8 @@ class ToolCallDelta:
 class UsageDelta:
     input_tokens: int
     output_tokens: int
+    cached_tokens: int = 0
+    """Of ``input_tokens``, those served from the provider's prompt cache."""
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message, bound_session
+from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
 from engine_service.core.errors import (
@@ -43,6 +44,7 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.follow import Hubs
+from engine_service.core.fork import fork_session
 from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
 from engine_service.core.hitl import Decision, admit
@@ -106,6 +108,7 @@ class Engine(Records):
         self.model = model
         self.tools = tools
         self.observer = RunObservers([RunLog(), *observers])
+        self.budget = TokenBudget(store, self.limits.tokens_per_day)
         self._runs: dict[str, Run] = {}
         self._run_callers: dict[str, tuple[str, str]] = {}
         """(principal that started it, session owner) of each session's run in flight."""
@@ -263,6 +266,15 @@ class Engine(Records):
         renamed = await self._writing(self.store.rename_session(session_id, title, _now()))
         return bound_session(renamed, self._event_limit)
 
+    async def fork_session(
+        self, caller: Caller, session_id: str, up_to_message_id: str, new_session_id: str = ""
+    ) -> Session:
+        """A copy of the session up to a message, owned by ``caller`` (``core.fork``)."""
+        forked = await self._writing(
+            fork_session(self.store, caller, session_id, up_to_message_id, new_session_id, _now())
+        )
+        return bound_session(forked, self._event_limit)
+
     async def delete_session(self, caller: Caller, session_id: str) -> None:
         await self._session(caller, session_id)
         self._refuse_unsettled(session_id)
@@ -293,6 +305,7 @@ class Engine(Records):
                 retry_after=1,
             )
         incoming = check_input(run_input, self.limits.run, self.tools.get)
+        await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
             await self._refuse_empty_history(caller, run_input)
@@ -353,6 +366,7 @@ class Engine(Records):
             principal=caller.principal,
             session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
             title=first_title(begun.session, incoming),
+            budget=self.budget,
         )
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)

@@ -10,6 +10,7 @@
     ├── InputRequired            the session waits for a person's answer (resume it)
     ├── Overloaded               the engine is at its concurrent-run limit
     ├── RateLimited              the caller is over one of its own limits (retry later)
+    ├── BudgetExceeded           the caller used its tokens of the day (retry after reset)
     ├── Unauthenticated          no valid credentials
     ├── ShuttingDown             the engine takes no new runs
     ├── RunNotFound              no such run in the session
@@ -19,9 +20,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
     "AgentikError",
     "AlreadyExists",
+    "BudgetExceeded",
     "InputRequired",
     "InvalidInput",
     "LLMError",
@@ -99,6 +103,19 @@ class RateLimited(AgentikError):
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
+        self.retry_after = max(1, retry_after)
+
+
+class BudgetExceeded(AgentikError):
+    """The caller used its tokens of the day (``[auth] tokens_per_day``). ``resets_at`` is
+    the UTC midnight when the count starts again; ``retry_after`` the whole seconds until
+    then."""
+
+    code = "budget_exceeded"
+
+    def __init__(self, message: str, resets_at: datetime, retry_after: int) -> None:
+        super().__init__(message)
+        self.resets_at = resets_at
         self.retry_after = max(1, retry_after)
 
 

@@ -57,6 +57,8 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
 
 
 @dataclass(slots=True)
@@ -78,6 +80,8 @@ class RunFinished:
 class RunError:
     message: str
     code: str
+    usage: Usage | None = None
+    """Tokens the run used before it failed, when the LLM reported any."""
 
 
 @dataclass(slots=True)

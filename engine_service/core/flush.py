@@ -189,7 +189,12 @@ class Outbox:
             self._on_failure(exc)
             return None
 
-    async def settle(self, status: RunStatus, final: ev.RunFinished | ev.RunError) -> None:
+    async def settle(
+        self,
+        status: RunStatus,
+        final: ev.RunFinished | ev.RunError,
+        usage: ev.Usage | None = None,
+    ) -> None:
         """Store the run's last events and its end in one transaction."""
         error = final if isinstance(final, ev.RunError) else None
         finished = final if isinstance(final, ev.RunFinished) else None
@@ -205,6 +210,7 @@ class Outbox:
                 finished.pending_tool_call_ids if finished else (),
                 events=pending,
                 interrupts=finished.interrupts if finished else (),
+                usage=usage,
             )
             self._stored(pending, 0)
 

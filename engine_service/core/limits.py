@@ -46,3 +46,5 @@ class EngineLimits:
     """Seconds stored events are kept; 0 keeps them forever."""
     lease_seconds: float = 10.0
     """With a shared store: a replica that died has its runs closed by another within this."""
+    tokens_per_day: int = 0
+    """Tokens one principal's runs may use a UTC day (``core.budget``); 0: no budget."""

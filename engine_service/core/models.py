@@ -178,6 +178,11 @@ class Session:
     """The principal that created the session ("" when it was made without credentials)."""
     interrupts: list[Interrupt] = field(default_factory=list)
     """What the session waits for from a person (not yet resumed)."""
+    input_tokens: int = 0
+    """Tokens the LLM read over all the session's runs, as it reported them."""
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
 
 
 @dataclass(slots=True)
@@ -204,6 +209,10 @@ class RunRecord:
     resumed_by: str = ""
     """The run that resumed this one's interrupts ("" while none has)."""
     parent_run_id: str = ""
+    input_tokens: int = 0
+    """Tokens the LLM read during the run, as it reported them (0 while running)."""
+    output_tokens: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -45,6 +45,10 @@ class RunReport:
     ended: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``input_tokens``, those served from the LLM's prompt cache."""
+    model: str = ""
+    """The model the run's LLM calls named."""
     tool_calls: list[tuple[str, str]] = field(default_factory=list)
     """(tool name, ``ToolOutcome``) of each engine tool call, in the order they ended."""
     outcome: str = ""

@@ -113,6 +113,7 @@ class RoundReader:
             elif kind is UsageDelta:
                 usage.input_tokens += delta.input_tokens  # type: ignore[union-attr]
                 usage.output_tokens += delta.output_tokens  # type: ignore[union-attr]
+                usage.cached_tokens += delta.cached_tokens  # type: ignore[union-attr]
                 usage.total_tokens = usage.input_tokens + usage.output_tokens
             # Yield to the loop after each delta: the LLM's chunks come in bursts that would
             # otherwise be parsed in one go while the followers' sends (and their completions)

@@ -15,9 +15,9 @@ import abc
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
-from engine_service.core.events import Event
+from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
 __all__ = ["Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
@@ -160,15 +160,50 @@ class SessionStore(abc.ABC):
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
+        usage: Usage | None = None,
     ) -> None:
         """Store the run's last ``events``, record how it ended and clear the active run.
 
         ``interrupts`` (a run that ends waiting for a person) are kept on the run and
-        become the session's pending interrupts.
+        become the session's pending interrupts. ``usage`` (the tokens the LLM reported
+        for the run) is kept on the run and added to the session's totals.
 
         All in one transaction: whoever sees the run ended also finds all its events. A
         shared store signals ``ENDED`` (with the session's last seq) on commit.
         """
+
+    @abc.abstractmethod
+    async def fork_session(
+        self,
+        source_id: str,
+        up_to_message_id: str,
+        new_id: str,
+        now: datetime,
+        *,
+        owner: str = "",
+        source_owner: str | None = None,
+        title: str = "",
+    ) -> Session:
+        """A new session ``new_id`` owned by ``owner`` holding a copy of ``source_id``'s
+        messages up to and including ``up_to_message_id``, and its state.
+
+        The copy has no runs, events or pending interrupts, and its token totals start at
+        zero; the source is untouched. A run in progress in the source does not stop the
+        fork: the messages stored so far are copied. ``SessionNotFound`` when the source
+        does not exist (or, with ``source_owner`` not None, belongs to another owner),
+        ``InvalidInput`` when ``up_to_message_id`` is not one of its messages,
+        ``AlreadyExists`` when ``new_id`` is taken.
+        """
+
+    @abc.abstractmethod
+    async def add_tokens(self, principal: str, day: date, tokens: int) -> int:
+        """Count ``tokens`` more against ``principal`` on ``day`` (UTC); the day's total.
+
+        Atomic: engines sharing the store count into the same total."""
+
+    @abc.abstractmethod
+    async def tokens_used(self, principal: str, day: date) -> int:
+        """The tokens counted against ``principal`` on ``day`` (0 when none)."""
 
     @abc.abstractmethod
     async def resolve_interrupts(self, session_id: str, run_id: str) -> None:

@@ -26,9 +26,11 @@ from engine_service.core.bounds import (
     MESSAGE_ROOM,
     bounded_snapshot,
 )
+from engine_service.core.budget import TokenBudget
 from engine_service.core.chat import ChatModel, ChatRequest, ToolSpec
 from engine_service.core.errors import (
     AlreadyExists,
+    BudgetExceeded,
     InvalidInput,
     LLMError,
     StorageUnavailable,
@@ -89,8 +91,12 @@ class Run:
         principal: str = "",
         session_key: str = "",
         title: str = "",
+        budget: TokenBudget | None = None,
     ) -> None:
         self.store = store
+        self.budget = budget
+        """Checked before each LLM call, charged after it (``core.budget``)."""
+        self.principal = principal
         self.title = title
         """The title this run gives its untitled conversation, from its first message."""
         self.session_key = session_key
@@ -243,6 +249,9 @@ class Run:
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
             final = await self._failed(_storage_error(exc))
+        except BudgetExceeded as exc:
+            self.report.error_cause, self.report.failed_in = exc.message, "budget"
+            final = await self._failed(ev.RunError(message=exc.message, code=exc.code))
         except LLMError as exc:
             # The client is told what failed; where (endpoint, cause) goes to the log.
             log.warning("run %s failed: %s: %s", self.run_id, exc.code, exc.detail)
@@ -270,6 +279,8 @@ class Run:
             self.emit(
                 ev.MessagesSnapshot(messages=bounded_snapshot(self.transcript.messages, room))
             )
+        if isinstance(final, ev.RunError) and final.usage is None:
+            final.usage = self._usage_or_none()
         self.final = final = self.out.publish_end(final)
         self._report_end(final)
         try:
@@ -300,13 +311,15 @@ class Run:
             self.report.error_code = final.code
             failure = self._storage_failure
             cause = failure.message if failure else final.message
+        self.report.cached_tokens = self._usage.cached_tokens
+        self.report.model = self.model.name
         self.report.end(self._usage.input_tokens, self._usage.output_tokens, outcome, cause)
         self._observer.run_finished(self.report)
 
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""
         assert self.final is not None
-        await self.out.settle(self.status, self.final)
+        await self.out.settle(self.status, self.final, self._usage_or_none())
         self.settled = True
 
     async def settle_late(self) -> None:
@@ -344,7 +357,7 @@ class Run:
                 ),
                 tools=offer,
             )
-            assistant = await self.rounds.read(request)
+            assistant = await self._read_round(request)
             if assistant.content or assistant.tool_calls:
                 await self.transcript.add(assistant)
             if not assistant.tool_calls or not offer:
@@ -454,6 +467,19 @@ class Run:
         exc = None if task.cancelled() else task.exception()
         if isinstance(exc, StorageUnavailable):
             self.fail(exc)
+
+    async def _read_round(self, request: ChatRequest) -> Message:
+        """One LLM round, within the principal's token budget (``core.budget``)."""
+        if self.budget is None:
+            return await self.rounds.read(request)
+        usage = self._usage
+        before = usage.input_tokens + usage.output_tokens
+        await self.budget.check(self.principal)
+        try:
+            return await self.rounds.read(request)
+        finally:
+            spent = usage.input_tokens + usage.output_tokens - before
+            await self.budget.charge(self.principal, spent)
 
     # -- ending -------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
@@ -326,8 +327,15 @@ class _ChunkParser:
                 raise self._nonsense(payload) from None
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            deltas.append(UsageDelta(int(prompt or 0), int(completion or 0)))
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+            deltas.append(
+                UsageDelta(
+                    _count(usage.get("prompt_tokens")),
+                    _count(usage.get("completion_tokens")),
+                    _count(cached),
+                )
+            )
 
     def _choice(self, choice: dict[str, Any], deltas: list[ChatDelta]) -> None:
         delta = choice.get("delta") or {}
@@ -433,3 +441,12 @@ def _content_part(part: TextPart | ImagePart) -> dict[str, Any]:
         encoded = base64.b64encode(part.data).decode("ascii")
         url = f"data:{part.mime_type or 'application/octet-stream'};base64,{encoded}"
     return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _count(value: object) -> int:
+    """A token count the LLM reported; 0 for anything that is not a count."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return max(0, min(int(value), 1 << 40))

@@ -108,6 +108,9 @@ def session_from_row(row: Sequence[Any], time: TimeReader) -> Session:
         reserved_seq=max(row[8], row[5]),
         owner=row[9],
         interrupts=decode_interrupts(row[10]),
+        input_tokens=row[11],
+        output_tokens=row[12],
+        cached_tokens=row[13],
     )
 
 
@@ -127,4 +130,7 @@ def run_from_row(row: Sequence[Any], time: TimeReader) -> RunRecord:
         interrupts=decode_interrupts(row[11]),
         resumed_by=row[12],
         parent_run_id=row[13],
+        input_tokens=row[14],
+        output_tokens=row[15],
+        cached_tokens=row[16],
     )

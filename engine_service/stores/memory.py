@@ -17,7 +17,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 
 from engine_service.core.codec import (
     event_from_dict,
@@ -31,7 +31,7 @@ from engine_service.core.errors import (
     SessionBusy,
     SessionNotFound,
 )
-from engine_service.core.events import Event
+from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
 from engine_service.stores.encoding import decode_interrupts, encode_interrupts, run_taken
@@ -73,6 +73,9 @@ class _Entry:
     """By id, in the order they began."""
     events: list[tuple[int, float, str, str]] = field(default_factory=list)
     """(seq, time, run id, stored JSON body) ascending by seq."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
 
     def session(self) -> Session:
         return Session(
@@ -87,6 +90,9 @@ class _Entry:
             reserved_seq=max(self.reserved_seq, self.last_seq),
             owner=self.owner,
             interrupts=decode_interrupts(self.interrupts),
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_tokens=self.cached_tokens,
         )
 
 
@@ -112,6 +118,8 @@ class MemorySessionStore(SessionStore):
         """Every stored run's id: they are unique in the store."""
         self._shared = shared
         self._watchers: list[Callable[[Signal], None]] = []
+        self._tokens: dict[str, dict[date, int]] = {}
+        """Tokens counted per principal per UTC day; days before yesterday are dropped."""
 
     # -- several engines ------------------------------------------------------------
 
@@ -296,6 +304,7 @@ class MemorySessionStore(SessionStore):
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
+        usage: Usage | None = None,
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -316,9 +325,62 @@ class MemorySessionStore(SessionStore):
             entry.updated_at = now
             if asked is not None:
                 entry.interrupts = asked
+            if usage is not None:
+                run.input_tokens = usage.input_tokens
+                run.output_tokens = usage.output_tokens
+                run.cached_tokens = usage.cached_tokens
+                entry.input_tokens += usage.input_tokens
+                entry.output_tokens += usage.output_tokens
+                entry.cached_tokens += usage.cached_tokens
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
         self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))
+
+    async def fork_session(
+        self,
+        source_id: str,
+        up_to_message_id: str,
+        new_id: str,
+        now: datetime,
+        *,
+        owner: str = "",
+        source_owner: str | None = None,
+        title: str = "",
+    ) -> Session:
+        now = _utc(now, "now")
+        source = self._sessions.get(source_id)
+        if source is None or (source_owner is not None and source.owner != source_owner):
+            raise SessionNotFound(source_id)
+        ids = [message_id for message_id, _ in source.messages]
+        if up_to_message_id not in ids:
+            raise InvalidInput(
+                f"up_to_message_id {up_to_message_id!r} is not a message of the session"
+            )
+        if not new_id:
+            raise InvalidInput("session id must not be empty")
+        if new_id in self._sessions:
+            raise AlreadyExists(f"session {new_id!r} already exists")
+        entry = _Entry(new_id, title, now, now, state=source.state, owner=owner)
+        entry.messages = source.messages[: ids.index(up_to_message_id) + 1]
+        for run_id, positions in source.by_run.items():
+            kept = [p for p in positions if p < len(entry.messages)]
+            if kept:
+                entry.by_run[run_id] = kept
+        self._sessions[new_id] = entry
+        return entry.session()
+
+    async def add_tokens(self, principal: str, day: date, tokens: int) -> int:
+        if tokens < 0:
+            raise InvalidInput("tokens must not be negative")
+        days = self._tokens.setdefault(principal, {})
+        if day not in days:  # only today's and yesterday's counts matter
+            for old in [d for d in days if (day - d).days > 1]:
+                del days[old]
+        days[day] = days.get(day, 0) + tokens
+        return days[day]
+
+    async def tokens_used(self, principal: str, day: date) -> int:
+        return self._tokens.get(principal, {}).get(day, 0)
 
     async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
         entry = self._entry(session_id)

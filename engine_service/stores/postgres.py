@@ -43,7 +43,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -65,7 +65,7 @@ from engine_service.core.errors import (
     SessionNotFound,
     StorageUnavailable,
 )
-from engine_service.core.events import Event
+from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
 from engine_service.stores.encoding import (
@@ -197,7 +197,24 @@ every message whose text holds U+0000 (jsonb cannot), which the store otherwise 
 backfill reads it from the compact JSON text (a ``"`` inside a string is always escaped, so
 only the key itself matches)."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+_SCHEMA_V4 = """
+ALTER TABLE sessions ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN output_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN output_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
+CREATE TABLE token_usage (
+    principal text COLLATE "C" NOT NULL,
+    day       date NOT NULL,
+    tokens    bigint NOT NULL,
+    PRIMARY KEY (principal, day)
+);
+"""
+"""Usage: the tokens of each run and the totals of each session, and the tokens counted
+per principal per UTC day (``[auth] tokens_per_day``), shared by every replica."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -205,11 +222,12 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
-    s.interrupts
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id"
+    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
+    " input_tokens, output_tokens, cached_tokens"
 )
 
 # -- values ---------------------------------------------------------------------------
@@ -857,6 +875,7 @@ class PostgresSessionStore(SessionStore):
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
+        usage: Usage | None = None,
     ) -> None:
         stamp = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -891,10 +910,22 @@ class PostgresSessionStore(SessionStore):
                         run_id,
                     ),
                 )
+                counts = (
+                    (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+                    if usage is not None
+                    else (0, 0, 0)
+                )
+                if usage is not None:
+                    await conn.execute(
+                        "UPDATE runs SET input_tokens = %s, output_tokens = %s,"
+                        " cached_tokens = %s WHERE session_id = %s AND id = %s",
+                        (*counts, session_id, run_id),
+                    )
                 await conn.execute(
-                    "UPDATE sessions SET updated_at = %s, interrupts = coalesce(%s, interrupts)"
-                    " WHERE id = %s",
-                    (stamp, asked, session_id),
+                    "UPDATE sessions SET updated_at = %s, interrupts = coalesce(%s, interrupts),"
+                    " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
+                    " cached_tokens = cached_tokens + %s WHERE id = %s",
+                    (stamp, asked, *counts, session_id),
                 )
             await conn.execute(
                 "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s",
@@ -903,6 +934,85 @@ class PostgresSessionStore(SessionStore):
             await self._notify(conn, Signal(SignalKind.ENDED, session_id, run_id, last))
 
         await self._write(work)
+
+    async def fork_session(
+        self,
+        source_id: str,
+        up_to_message_id: str,
+        new_id: str,
+        now: datetime,
+        *,
+        owner: str = "",
+        source_owner: str | None = None,
+        title: str = "",
+    ) -> Session:
+        stamp = _utc(now, "now")
+        if not new_id:
+            raise InvalidInput("session id must not be empty")
+
+        async def work(conn: _Conn) -> Session:
+            await self._require(conn, source_id, source_owner)
+            row = await self._one(
+                conn,
+                "SELECT position FROM messages WHERE session_id = %s AND id = %s",
+                (source_id, up_to_message_id),
+            )
+            if row is None:
+                raise InvalidInput(
+                    f"up_to_message_id {up_to_message_id!r} is not a message of the session"
+                )
+            cursor = await conn.execute(
+                "INSERT INTO sessions (id, title, created_at, updated_at, owner, state)"
+                " SELECT %s, %s, %s, %s, %s, state FROM sessions WHERE id = %s"
+                " ON CONFLICT (id) DO NOTHING",
+                (new_id, title, stamp, stamp, owner, source_id),
+            )
+            if cursor.rowcount != 1:
+                raise AlreadyExists(f"session {new_id!r} already exists")
+            await conn.execute(
+                "INSERT INTO messages (session_id, position, id, body, run_id)"
+                " SELECT %s, position, id, body, run_id FROM messages"
+                " WHERE session_id = %s AND position <= %s",
+                (new_id, source_id, row[0]),
+            )
+            return await self._load(conn, new_id)
+
+        return await self._write(work)
+
+    async def add_tokens(self, principal: str, day: date, tokens: int) -> int:
+        if tokens < 0:
+            raise InvalidInput("tokens must not be negative")
+
+        async def work(conn: _Conn) -> int:
+            row = await self._one(
+                conn,
+                "INSERT INTO token_usage AS t (principal, day, tokens) VALUES (%s, %s, %s)"
+                " ON CONFLICT (principal, day) DO UPDATE SET tokens = t.tokens + excluded.tokens"
+                " RETURNING tokens, xmax = 0",
+                (principal, day, tokens),
+            )
+            assert row is not None
+            if row[1]:
+                # The principal's first count of the day: drop its older days (only today's
+                # and yesterday's matter), so the table holds a row or two a principal.
+                await conn.execute(
+                    "DELETE FROM token_usage WHERE principal = %s AND day < %s",
+                    (principal, day - timedelta(days=1)),
+                )
+            return int(row[0])
+
+        return await self._write(work)
+
+    async def tokens_used(self, principal: str, day: date) -> int:
+        async def work(conn: _Conn) -> int:
+            row = await self._one(
+                conn,
+                "SELECT tokens FROM token_usage WHERE principal = %s AND day = %s",
+                (principal, day),
+            )
+            return int(row[0]) if row else 0
+
+        return await self._read(work)
 
     async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
         async def work(conn: _Conn) -> None:
@@ -1197,7 +1307,7 @@ class PostgresSessionStore(SessionStore):
             )
 
         rows = await self._write(work)
-        rows.sort(key=lambda row: (row[1], row[3], row[11]))
+        rows.sort(key=lambda row: (row[1], row[3], row[-1]))
         return [_run(row) for row in rows]
 
     async def watch(self, on_signal: Callable[[Signal], None]) -> None:

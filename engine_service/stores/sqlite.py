@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -49,7 +49,7 @@ from engine_service.core.errors import (
     SessionNotFound,
     StorageUnavailable,
 )
-from engine_service.core.events import Event
+from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore
 from engine_service.stores.encoding import (
@@ -176,6 +176,23 @@ CREATE INDEX messages_by_run ON messages (session_id, json_extract(body, '$.run_
 """A run's messages found by index (``run_messages``, A2A ListTasks), not by a scan of the
 whole history."""
 
+_SCHEMA_V7 = """
+ALTER TABLE sessions ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE token_usage (
+    principal TEXT NOT NULL,
+    day       TEXT NOT NULL,
+    tokens    INTEGER NOT NULL,
+    PRIMARY KEY (principal, day)
+) WITHOUT ROWID;
+"""
+"""Usage: the tokens of each run and the totals of each session, and the tokens counted
+per principal per UTC day (``[auth] tokens_per_day``)."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -183,6 +200,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V4,
     _SCHEMA_V5,
     _SCHEMA_V6,
+    _SCHEMA_V7,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
@@ -191,11 +209,12 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
-    s.interrupts
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id"
+    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
+    " input_tokens, output_tokens, cached_tokens"
 )
 
 
@@ -756,6 +775,7 @@ class SqliteSessionStore(SessionStore):
         pending_tool_call_ids: Sequence[str] = (),
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
+        usage: Usage | None = None,
     ) -> None:
         stamp = _iso(now, "now")
         if status is RunStatus.RUNNING:
@@ -786,6 +806,19 @@ class SqliteSessionStore(SessionStore):
                     ),
                 )
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+                if usage is not None:
+                    counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+                    conn.execute(
+                        "UPDATE runs SET input_tokens = ?, output_tokens = ?, cached_tokens = ?"
+                        " WHERE session_id = ? AND id = ?",
+                        (*counts, session_id, run_id),
+                    )
+                    conn.execute(
+                        "UPDATE sessions SET input_tokens = input_tokens + ?,"
+                        " output_tokens = output_tokens + ?, cached_tokens = cached_tokens + ?"
+                        " WHERE id = ?",
+                        (*counts, session_id),
+                    )
                 if asked is not None:
                     conn.execute(
                         "UPDATE sessions SET interrupts = ? WHERE id = ?", (asked, session_id)
@@ -794,6 +827,75 @@ class SqliteSessionStore(SessionStore):
                 "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?",
                 (session_id, run_id),
             )
+
+    @_off_loop
+    def fork_session(
+        self,
+        source_id: str,
+        up_to_message_id: str,
+        new_id: str,
+        now: datetime,
+        *,
+        owner: str = "",
+        source_owner: str | None = None,
+        title: str = "",
+    ) -> Session:
+        stamp = _iso(now, "now")
+        if not new_id:
+            raise InvalidInput("session id must not be empty")
+        with self._tx() as conn:
+            self._require(conn, source_id, source_owner)
+            row = conn.execute(
+                "SELECT position FROM messages WHERE session_id = ? AND id = ?",
+                (source_id, up_to_message_id),
+            ).fetchone()
+            if row is None:
+                raise InvalidInput(
+                    f"up_to_message_id {up_to_message_id!r} is not a message of the session"
+                )
+            try:
+                conn.execute(
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, state)"
+                    " SELECT ?, ?, ?, ?, ?, state FROM sessions WHERE id = ?",
+                    (new_id, title, stamp, stamp, owner, source_id),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise AlreadyExists(f"session {new_id!r} already exists") from exc
+            conn.execute(
+                "INSERT INTO messages (session_id, position, id, body)"
+                " SELECT ?, position, id, body FROM messages"
+                " WHERE session_id = ? AND position <= ?",
+                (new_id, source_id, row[0]),
+            )
+            return self._load(conn, new_id)
+
+    @_off_loop
+    def add_tokens(self, principal: str, day: date, tokens: int) -> int:
+        if tokens < 0:
+            raise InvalidInput("tokens must not be negative")
+        with self._tx() as conn:
+            # Only today's and yesterday's counts matter: the table stays one row or two a
+            # principal.
+            yesterday = date.fromordinal(day.toordinal() - 1).isoformat()
+            conn.execute(
+                "DELETE FROM token_usage WHERE principal = ? AND day < ?", (principal, yesterday)
+            )
+            (total,) = conn.execute(
+                "INSERT INTO token_usage (principal, day, tokens) VALUES (?, ?, ?)"
+                " ON CONFLICT (principal, day) DO UPDATE SET tokens = tokens + excluded.tokens"
+                " RETURNING tokens",
+                (principal, day.isoformat(), tokens),
+            ).fetchone()
+        return int(total)
+
+    @_off_loop
+    def tokens_used(self, principal: str, day: date) -> int:
+        with _mapped_errors():
+            row = self._conn.execute(
+                "SELECT tokens FROM token_usage WHERE principal = ? AND day = ?",
+                (principal, day.isoformat()),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     @_off_loop
     def resolve_interrupts(self, session_id: str, run_id: str) -> None:

@@ -604,7 +604,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 55
+    assert by_name["tokens_per_day"] == ("AGENTIK_TOKENS_PER_DAY", "0")
+    assert by_name["web_discard_body_bytes"] == ("AGENTIK_WEB_DISCARD_BODY_BYTES", "0")
+    assert len(rows) == 57
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -694,3 +696,24 @@ def test_the_state_limit_and_the_store_retry_time_come_from_toml_or_env_and_are_
         load_settings(None, {"AGENTIK_MAX_STATE_BYTES": "0"})
     with pytest.raises(ConfigError, match=r"invalid store_retry_seconds \(from \[engine\]"):
         load_settings(str(_write(tmp_path, "[engine]\nstore_retry_seconds = -1\n")), {})
+
+
+def test_the_token_budget_and_the_discard_bound_come_from_env_and_toml(tmp_path: Path) -> None:
+    settings = load_settings(
+        None, {"AGENTIK_TOKENS_PER_DAY": "50000", "AGENTIK_WEB_DISCARD_BODY_BYTES": "123"}
+    )
+    assert (settings.auth.tokens_per_day, settings.discard_body_bytes) == (50000, 123)
+    path = _write(tmp_path, "[auth]\ntokens_per_day = 7\n[web]\ndiscard_body_bytes = 9\n")
+    from_toml = load_settings(str(path), {})
+    assert (from_toml.auth.tokens_per_day, from_toml.web.discard_body_bytes) == (7, 9)
+    with pytest.raises(ConfigError, match="AGENTIK_TOKENS_PER_DAY"):
+        load_settings(None, {"AGENTIK_TOKENS_PER_DAY": "-1"})
+
+
+def test_the_grpc_request_limit_follows_the_body_limit_and_the_discard_bound_defaults() -> None:
+    default = Settings()
+    assert default.request_message_bytes == 4 * 1024 * 1024
+    assert default.discard_body_bytes == 4 * 1024 * 1024
+    raised = load_settings(None, {"AGENTIK_MAX_BODY_BYTES": str(8 << 20)})
+    assert raised.request_message_bytes == 16 << 20
+    assert raised.discard_body_bytes == 16 << 20

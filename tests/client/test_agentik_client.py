@@ -196,3 +196,20 @@ async def test_a_subscription_cut_mid_stream_follows_on_with_no_event_lost_or_tw
 
 async def collect_run(client: AsyncClient, session_id: str) -> list[pb.Event]:
     return [event async for event in client.run(session_id, SLOW_RUN)]
+
+
+async def test_fork_copies_a_session_up_to_a_message_sync_and_async(harness: Harness) -> None:
+    async with asyncio.timeout(WAIT), AsyncClient(harness.target) as client:
+        [event async for event in client.run("to-fork", "hello", create_session=True)]
+        listed = await harness.stub.ListMessages(pb.ListMessagesRequest(session_id="to-fork"))
+        first = listed.messages[0].id
+        forked = await client.fork("to-fork", first, "forked-async")
+        assert (forked.id, forked.message_count) == ("forked-async", 1)
+        with pytest.raises(InvalidArgument, match="up_to_message_id 'zzz'"):
+            await client.fork("to-fork", "zzz")
+
+    def sync_fork() -> int:
+        with Client(harness.target) as sync:
+            return sync.fork("to-fork", first).message_count
+
+    assert await asyncio.to_thread(sync_fork) == 1

@@ -90,6 +90,9 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
         "RenameSession": lambda s, md: s.RenameSession(
             pb.RenameSessionRequest(session_id=session_id, title="t"), metadata=md
         ),
+        "ForkSession": lambda s, md: s.ForkSession(
+            pb.ForkSessionRequest(session_id=session_id, up_to_message_id="m1"), metadata=md
+        ),
         "DeleteSession": lambda s, md: s.DeleteSession(
             pb.DeleteSessionRequest(session_id=session_id), metadata=md
         ),

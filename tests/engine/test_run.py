@@ -400,10 +400,14 @@ async def test_a_malformed_run_request_is_invalid_argument_naming_the_field(
     assert (await harness.stub.ListSessions(pb.ListSessionsRequest())).total == 0
 
 
-async def test_an_oversized_request_is_refused_with_resource_exhausted(llm: FakeOpenAI) -> None:
+async def test_an_oversized_request_is_refused_naming_the_limit(llm: FakeOpenAI) -> None:
     from tests.engine.harness import engine_settings, running_engine
 
-    settings = engine_settings(OPENAI_BASE_URL=llm.base_url, AGENTIK_MAX_MESSAGE_BYTES="65536")
+    settings = engine_settings(
+        OPENAI_BASE_URL=llm.base_url,
+        AGENTIK_MAX_MESSAGE_BYTES="65536",
+        AGENTIK_MAX_BODY_BYTES="16384",  # else the limit is twice the body limit
+    )
     async with running_engine(settings) as harness:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await run(
@@ -412,7 +416,10 @@ async def test_an_oversized_request_is_refused_with_resource_exhausted(llm: Fake
                     session_id="big", create_session=True, messages=[user("x" * 100_000)]
                 ),
             )
-        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "more than the engine takes in one request: 65536 bytes" in str(
+            caught.value.details()
+        )
         assert (await harness.stub.ListSessions(pb.ListSessionsRequest())).total == 0
 
 

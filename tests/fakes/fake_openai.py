@@ -25,6 +25,8 @@ boundaries can steer the fake through the product's own input:
     stream a few ``reasoning_content`` chunks before the text.
 ``[[error:STATUS]]``
     answer that HTTP status with an OpenAI-style error body.
+``[[cached:N]]``
+    report N of the prompt tokens as cached (``usage.prompt_tokens_details.cached_tokens``).
 ``[[hang]]``
     send the first text chunk, then hang until the client goes away or the fake stops.
 ``[[drop]]``
@@ -73,7 +75,7 @@ _ERROR_KINDS: dict[int, tuple[str, str]] = {
 
 _DIRECTIVE = re.compile(
     r"\[\[(?:tool:(?P<tool>[\w.\-]+)\s*(?P<args>\{.*?\})?\s*"
-    r"|(?P<kind>slow|chunks|reason|error|hang|drop)(?::(?P<arg>[^\]]*))?)\]\]",
+    r"|(?P<kind>slow|chunks|reason|error|hang|drop|cached)(?::(?P<arg>[^\]]*))?)\]\]",
     re.DOTALL,
 )
 _WORD = re.compile(r"\S+\s*")
@@ -111,6 +113,8 @@ class FakeReply:
     """Send the tool calls' argument fragments round-robin, to exercise assembly by index."""
     usage: tuple[int, int] | None = None
     """(prompt, completion) tokens; counted from the words when None."""
+    cached_tokens: int = 0
+    """Reported as ``usage.prompt_tokens_details.cached_tokens`` when not zero."""
     finish_reason: str = ""
     """Empty means ``tool_calls`` when there are tool calls, else ``stop``."""
     delay: float = 0.0
@@ -268,18 +272,21 @@ class _Handler(StreamingHandler):
         self._send_json(200, _completion(body, reply))
 
 
-def _usage(body: dict[str, Any], reply: FakeReply, produced: int) -> dict[str, int]:
+def _usage(body: dict[str, Any], reply: FakeReply, produced: int) -> dict[str, Any]:
     if reply.usage is not None:
         prompt, completion = reply.usage
     else:
         messages = body.get("messages") or []
         prompt = sum(len(_message_text(m).split()) for m in messages if isinstance(m, dict))
         completion = produced
-    return {
+    out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if reply.cached_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+    return out
 
 
 def _finish_reason(reply: FakeReply) -> str:
@@ -464,6 +471,8 @@ class FakeOpenAI(BackgroundServer):
                 reply.reasoning = ["Let me ", "think ", "about ", "that."]
             elif kind == "error":
                 reply.status = int(arg)
+            elif kind == "cached":
+                reply.cached_tokens = int(arg)
             else:
                 fault = kind
         rest = " ".join(_DIRECTIVE.sub(" ", text).split())

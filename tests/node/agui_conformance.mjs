@@ -61,6 +61,7 @@ async function run(agent, parameters = {}, onEvent = () => {}, subscriber = {}) 
     finished,
     runStarted: events.find((e) => e.type === "RUN_STARTED") ?? null,
     runError: events.find((e) => e.type === "RUN_ERROR") ?? null,
+    usage: events.find((e) => e.type === "RUN_FINISHED")?.usage ?? null,
     text: events
       .filter((e) => e.type === "TEXT_MESSAGE_CONTENT")
       .map((e) => e.delta)
@@ -90,6 +91,12 @@ const SCENARIOS = {
   async plain_text() {
     const agent = newAgent();
     agent.addMessage(userMessage("hello from the official client"));
+    return { runs: [await run(agent)], ...summary(agent) };
+  },
+
+  async usage() {
+    const agent = newAgent();
+    agent.addMessage(userMessage("[[cached:2]] count my tokens"));
     return { runs: [await run(agent)], ...summary(agent) };
   },
 

@@ -175,6 +175,24 @@ def _failure(task: Task, code: str, text: str) -> Message:
     )
 
 
+USAGE = "usage"
+"""The metadata key of the tokens a task used (the task's) or a run of it used (the final
+status update's): ``inputTokens``, ``outputTokens``, ``totalTokens``, ``cachedTokens``."""
+
+
+def _add_usage(metadata: struct_pb2.Struct, usage: pb.Usage) -> None:
+    """Add ``usage`` to the tokens ``metadata`` holds under :data:`USAGE`."""
+    held = json_value(metadata.fields[USAGE]) if USAGE in metadata.fields else {}
+    counts = held if isinstance(held, dict) else {}
+    added = {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.total_tokens,
+        "cachedTokens": usage.cached_tokens,
+    }
+    metadata.update({USAGE: {k: int(counts.get(k, 0)) + v for k, v in added.items()}})
+
+
 def task_from_runs(runs: Sequence[pb.RunInfo], messages: Sequence[Iterable[pb.Message]]) -> Task:
     """The task a chain of stored runs is (the first run's id, the latest run's state):
     history and answers of every run, ``messages`` holding each run's messages."""
@@ -185,6 +203,8 @@ def task_from_runs(runs: Sequence[pb.RunInfo], messages: Sequence[Iterable[pb.Me
             record_message(task, message)
         if run is not latest and run.interrupts:  # answered by the next run
             task.history.append(input_required_message(task, run.id, run.interrupts))
+        if run.HasField("usage"):
+            _add_usage(task.metadata, run.usage)
     task.status.state = TASK_STATES.get(latest.status, TaskState.TASK_STATE_UNSPECIFIED)
     stamp = latest.end_time if latest.HasField("end_time") else latest.start_time
     task.status.timestamp.CopyFrom(stamp)
@@ -217,13 +237,18 @@ class RunStream:
         self._artifact = ""
         self._started = False
 
-    def _status(self, state: TaskState, stamp: timestamp_pb2.Timestamp) -> StreamResponse:
+    def _status(
+        self, state: TaskState, stamp: timestamp_pb2.Timestamp, usage: pb.Usage | None = None
+    ) -> StreamResponse:
         self.task.status.state = state
         self.task.status.timestamp.CopyFrom(stamp)
         if state == TaskState.TASK_STATE_WORKING:
             self.task.status.ClearField("message")
         update = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id)
         update.status.CopyFrom(self.task.status)
+        if usage is not None:  # the run's end: its tokens, and the task's so far
+            _add_usage(update.metadata, usage)
+            _add_usage(self.task.metadata, usage)
         return StreamResponse(status_update=update)
 
     def _chunk(self, text: str, *, last: bool) -> list[StreamResponse]:
@@ -263,12 +288,14 @@ class RunStream:
             if state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 asked = input_required_message(self.task, self.run_id, finished.interrupts)
                 self.task.status.message.CopyFrom(asked)
-            return [self._status(state, event.time)]
+            usage = finished.usage if finished.HasField("usage") else None
+            return [self._status(state, event.time, usage)]
         elif kind == "run_error":
             self.done = True
             error = event.run_error
             self.task.status.message.CopyFrom(_failure(self.task, error.code, error.message))
-            return [self._status(TaskState.TASK_STATE_FAILED, event.time)]
+            usage = error.usage if error.HasField("usage") else None
+            return [self._status(TaskState.TASK_STATE_FAILED, event.time, usage)]
         return []
 
 

@@ -57,6 +57,7 @@ from web_facade.errors import from_rpc_error
 __all__ = [
     "DOMAIN",
     "AuthenticationRequired",
+    "BudgetExceededError",
     "RateLimitedError",
     "ERRORS",
     "GRPC_ERRORS",
@@ -103,8 +104,13 @@ class RateLimitedError(A2AError):
         self.retry_after = retry_after
 
 
+class BudgetExceededError(RateLimitedError):
+    """The caller used its tokens of the day: HTTP 429, ``Retry-After`` the reset."""
+
+
 ERRORS[AuthenticationRequired] = (-32600, "UNAUTHENTICATED")
 ERRORS[RateLimitedError] = (-32600, "RATE_LIMITED")
+ERRORS[BudgetExceededError] = (-32600, "BUDGET_EXCEEDED")
 
 GRPC_ERRORS: dict[grpc.StatusCode, type[A2AError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidParamsError,
@@ -136,6 +142,10 @@ def from_rpc(exc: grpc.RpcError) -> A2AError:
     message = mapped.message
     if mapped.status == 401:
         return AuthenticationRequired(message)
+    if mapped.code == "payload_too_large":  # as a body over the size limit is
+        return InvalidRequestError(message, data={"grpcStatus": "INVALID_ARGUMENT"})
+    if mapped.code == "budget_exceeded":
+        return BudgetExceededError(message, mapped.retry_after)
     if mapped.status == 429:
         return RateLimitedError(message, mapped.retry_after)
     return error_class(message, data={"grpcStatus": code.name if code is not None else "UNKNOWN"})

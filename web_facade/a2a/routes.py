@@ -51,7 +51,7 @@ from web_facade.a2a.stream import A2aStream, Shape
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, challenge
-from web_facade.request_body import UnacceptableJson, check_json, read_body
+from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
 from web_facade.stream import sse_response
 
 __all__ = ["METHODS", "VERSION_HEADER", "bp"]
@@ -269,6 +269,7 @@ def _body() -> bytes:
     try:
         return read_body()
     except RequestEntityTooLarge:
+        discard_body()  # so a client that sent it all reads the answer
         limit = request.max_content_length
         raise InvalidRequestError(f"the request body is larger than {limit} bytes") from None
     except BadRequest as exc:

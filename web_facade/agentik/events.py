@@ -18,7 +18,7 @@ run_finished, outcome success     ``end``               ``outcome`` "success", `
 run_finished, outcome interrupt   ``input_required``    ``interrupts`` (see below), then
                                   ``end``               ``outcome`` "input_required", as above
 run_finished, outcome cancelled   ``interrupted``       ``usage``?
-run_error                         ``error``             ``code``, ``message``
+run_error                         ``error``             ``code``, ``message``, ``usage``?
 tool_call_start                   ``tool_call_start``   ``tool_call_id``, ``name``, ``message_id``
 tool_call_args                    ``tool_call_args``    ``tool_call_id``, ``delta``
 tool_call_end                     ``tool_call_end``     ``tool_call_id``
@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.agentik.shapes import interrupt_json, message_json, part_json
+from web_facade.agentik.shapes import interrupt_json, message_json, part_json, usage_json
 from web_facade.proto_json import json_value
 
 __all__ = ["EVENT_TABLE", "event_frame", "frame", "input_required", "to_agentik"]
@@ -78,17 +78,10 @@ def _append_reasoning(event: pb.Event) -> tuple[str, dict[str, Any]]:
     return "append_text", {"message_id": body.message_id, "text": body.delta}
 
 
-def _usage(body: pb.RunFinished) -> dict[str, Any]:
+def _usage(body: pb.RunFinished | pb.RunError) -> dict[str, Any]:
     if not body.HasField("usage"):
         return {}
-    usage = body.usage
-    return {
-        "usage": {
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "total_tokens": usage.total_tokens,
-        }
-    }
+    return {"usage": usage_json(body.usage)}
 
 
 def _finished(event: pb.Event) -> tuple[str, dict[str, Any]]:
@@ -106,7 +99,7 @@ def _finished(event: pb.Event) -> tuple[str, dict[str, Any]]:
 
 def _error(event: pb.Event) -> tuple[str, dict[str, Any]]:
     body = event.run_error
-    return "error", {"code": body.code or "internal", "message": body.message}
+    return "error", {"code": body.code or "internal", "message": body.message, **_usage(body)}
 
 
 def _tool_call_start(event: pb.Event) -> tuple[str, dict[str, Any]]:

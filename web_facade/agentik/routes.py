@@ -148,6 +148,24 @@ def list_messages(conversation_id: str) -> dict[str, Any]:
     return {"items": [message_json(m) for m in page.messages], "has_more": page.has_more}
 
 
+@bp.post("/conversations/<conversation_id>/fork")
+def fork_conversation(conversation_id: str) -> tuple[dict[str, Any], int]:
+    """A new conversation of the caller's holding this one's messages up to and including
+    ``up_to_message_id`` (optional ``id`` for it) → 201; the original is untouched."""
+    body = _json_body(required=True)
+    if not isinstance(body.get("up_to_message_id"), str) or not body["up_to_message_id"]:
+        invalid("up_to_message_id is required and must be a message id (a string)")
+    session = current_engine().engine.ForkSession(
+        pb.ForkSessionRequest(
+            session_id=conversation_id,
+            up_to_message_id=body["up_to_message_id"],
+            new_session_id=_optional_string(body, "id"),
+        ),
+        timeout=UNARY_TIMEOUT,
+    )
+    return conversation_json(session), 201
+
+
 @bp.post("/conversations/<conversation_id>/rename")
 def rename_conversation(conversation_id: str) -> dict[str, Any]:
     """Change the title."""

@@ -68,6 +68,17 @@ def conversation_json(session: pb.Session) -> dict[str, Any]:
         "last_event_id": session.last_seq,
         "active_run_id": session.active_run_id or None,
         "pending_interrupts": [interrupt_json(i) for i in session.pending_interrupts],
+        "usage": usage_json(session.usage),
+    }
+
+
+def usage_json(usage: pb.Usage) -> dict[str, int]:
+    """Tokens as the LLM reported them; ``cached_tokens`` is part of ``input_tokens``."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "cached_tokens": usage.cached_tokens,
     }
 
 

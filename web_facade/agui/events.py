@@ -6,7 +6,8 @@ RUN_STARTED and the event's time as ``timestamp`` (ms). Three rows do more than 
 
 - ``run_finished``: the outcome becomes ``{"type": "success", "pendingToolCallIds"?}``,
   ``{"type": "interrupt", "interrupts": [...]}`` (see :func:`interrupt_to_agui`) or
-  ``{"type": "cancelled"}``; usage becomes a one-entry ``TokenUsage`` list;
+  ``{"type": "cancelled"}``; usage becomes a one-entry ``TokenUsage`` list (on
+  RUN_ERROR too, AG-UI's own field; cached tokens as ``cachedInputTokens``);
 - ``tool_call_result``: content is the text, or text and image parts when the tool
   returned images;
 - ``messages_snapshot``: the stored messages as AG-UI messages, ids unchanged.
@@ -204,29 +205,36 @@ def _outcome(body: pb.RunFinished) -> RunFinishedOutcome:
     return RunFinishedSuccessOutcome(pending_tool_call_ids=pending or None)
 
 
+def _usage(body: pb.RunFinished | pb.RunError) -> list[TokenUsage] | None:
+    """The run's tokens as AG-UI's one-entry ``TokenUsage`` list (cached tokens are part of
+    the input tokens there too); None when the LLM reported none."""
+    if not body.HasField("usage"):
+        return None
+    usage = body.usage
+    return [
+        TokenUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+            cached_input_tokens=usage.cached_tokens or None,
+        )
+    ]
+
+
 def _run_finished(event: pb.Event) -> BaseEvent:
     body = event.run_finished
-    usage = None
-    if body.HasField("usage"):
-        usage = [
-            TokenUsage(
-                input_tokens=body.usage.input_tokens,
-                output_tokens=body.usage.output_tokens,
-                total_tokens=body.usage.total_tokens,
-            )
-        ]
     return RunFinishedEvent(
         thread_id=event.session_id,
         run_id=event.run_id,
         outcome=_outcome(body),
-        usage=usage,
+        usage=_usage(body),
         result=json_value(body.result) if body.HasField("result") else None,
     )
 
 
-def run_error(code: str, message: str) -> RunErrorEvent:
+def run_error(code: str, message: str, usage: list[TokenUsage] | None = None) -> RunErrorEvent:
     """RUN_ERROR; ``code`` is one of the engine's codes or the facade's error table's."""
-    return RunErrorEvent(code=code or "internal", message=message or code)
+    return RunErrorEvent(code=code or "internal", message=message or code, usage=usage)
 
 
 def _tool_call_result(event: pb.Event) -> BaseEvent:
@@ -249,7 +257,7 @@ def _text_message_start(event: pb.Event) -> BaseEvent:
 EVENT_TABLE: dict[str, Mapper] = {
     "run_started": _run_started,
     "run_finished": _run_finished,
-    "run_error": lambda e: run_error(e.run_error.code, e.run_error.message),
+    "run_error": lambda e: run_error(e.run_error.code, e.run_error.message, _usage(e.run_error)),
     "step_started": lambda e: StepStartedEvent(step_name=e.step_started.step_name),
     "step_finished": lambda e: StepFinishedEvent(step_name=e.step_finished.step_name),
     "text_message_start": _text_message_start,

@@ -72,6 +72,7 @@ const actions = {
   },
   resume: (view, decisions) => resume(view, decisions).catch(showError),
   retry: (text) => send(text).catch(showError),
+  edit: (view, messageId, text) => editAndResend(view, messageId, text).catch(showError),
   status: (text) => setStatus(text, true),
 };
 
@@ -101,6 +102,22 @@ async function send(text, fromComposer = false) {
       setStatus(error instanceof HttpError ? refusal(error) : `Not sent: ${error.message}`, true);
     }
   }
+}
+
+// Edit and resend: the conversation is copied up to the message before the edited one (POST
+// .../fork), the copy opened and the edited text sent there; the original is left as it was.
+// The first message has nothing before it: the edited text starts a new conversation.
+async function editAndResend(view, messageId, text) {
+  const index = view.order.indexOf(messageId);
+  const before = index > 0 ? view.order[index - 1] : "";
+  if (before) {
+    const copy = await call("POST", `${API}/${view.id}/fork`, { up_to_message_id: before });
+    await loadConversations();
+    await openConversation(copy.id);
+  } else {
+    newChat();
+  }
+  await send(text);
 }
 
 async function resume(view, decisions) {

@@ -38,7 +38,8 @@ function tokens(usage) {
 const TERMINAL = new Set(["end", "interrupted", "error"]);
 
 export class View {
-  // actions: {busy(running), turnEnded(), resume(view, decisions), retry(text), status(text)}
+  // actions: {busy(running), turnEnded(), resume(view, decisions), retry(text), status(text),
+  //           edit(view, messageId, text)}
   constructor(id, log, actions) {
     this.id = id;
     this.log = log;
@@ -53,6 +54,7 @@ export class View {
     this.prompted = new Set(); // interrupt ids asked
     this.runs = new Map(); // run id -> {text, last, footer, started, firstToken, live}
     this.idless = new Set(); // id-less frames already handled
+    this.order = []; // stored message ids, in the conversation's order
   }
 
   get signal() {
@@ -171,10 +173,13 @@ export class View {
   // turn corrects whatever its deltas drew twice.
   message(message) {
     const runId = message.run_id || "";
+    if (!this.order.includes(message.id)) this.order.push(message.id);
     if (message.role === "user") {
       if (this.users.has(message.id)) return;
       this.users.add(message.id);
-      this.setText(this.bubble(message.id, "msg user", runId), messageText(message));
+      const bubble = this.bubble(message.id, "msg user", runId);
+      this.setText(bubble, messageText(message));
+      this.editable(bubble, message.id);
       if (runId) this.run(runId).text = messageText(message);
     } else if (message.role === "assistant") {
       const bubble = this.bubble(message.id, "msg assistant", runId);
@@ -192,6 +197,45 @@ export class View {
       this.toolResult(message.tool_call_id, messageText(message), message.status === "error", took || undefined);
     }
     this.scroll();
+  }
+
+  // "Edit and resend" on a user message: a new conversation holding what came before it
+  // (a fork), where the edited text is sent; this one stays as it is.
+  editable(bubble, messageId) {
+    // Its words come from the style sheet (::before), so the bubble's text stays the message's.
+    const edit = element("button", "edit");
+    edit.type = "button";
+    edit.setAttribute("aria-label", "Edit and resend");
+    edit.title = "Edit and resend: continue in a copy of this conversation from here";
+    edit.addEventListener("click", () => {
+      const box = element("form", "edit-box");
+      const input = element("textarea", "edit-text");
+      input.value = bubble.raw;
+      input.setAttribute("aria-label", "Edited message");
+      const resend = element("button", "resend", "Resend in a copy");
+      resend.type = "submit";
+      const cancel = element("button", "cancel", "Cancel");
+      cancel.type = "button";
+      box.append(input, resend, cancel);
+      bubble.text.hidden = true;
+      edit.hidden = true;
+      bubble.root.append(box);
+      input.focus();
+      const close = () => {
+        box.remove();
+        bubble.text.hidden = false;
+        edit.hidden = false;
+      };
+      cancel.addEventListener("click", close);
+      box.addEventListener("submit", (event) => {
+        event.preventDefault();
+        const text = input.value.trim();
+        if (!text) return;
+        close();
+        this.actions.edit(this, messageId, text);
+      });
+    });
+    bubble.root.append(edit);
   }
 
   // -- events --------------------------------------------------------------------------------

@@ -12,7 +12,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.web.a2a.conftest import V10, Rpc, user_message
-from web_facade.a2a.errors import ERRORS, AuthenticationRequired, RateLimitedError
+from web_facade.a2a.errors import (
+    ERRORS,
+    AuthenticationRequired,
+    BudgetExceededError,
+    RateLimitedError,
+)
 
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 
@@ -31,7 +36,8 @@ def _reason(error: dict[str, Any]) -> str:
 
 
 def test_the_error_table_agrees_with_the_sdk() -> None:
-    ours = {AuthenticationRequired, RateLimitedError}  # HTTP-level refusals A2A leaves to HTTP
+    # HTTP-level refusals A2A leaves to HTTP.
+    ours = {AuthenticationRequired, RateLimitedError, BudgetExceededError}
     assert ours <= set(ERRORS)
     for error_class, (code, reason) in ERRORS.items():
         if error_class in ours:

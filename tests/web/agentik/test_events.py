@@ -81,7 +81,7 @@ ROWS: list[tuple[pb.Event, str, dict[str, Any]]] = [
         "end",
         {
             "outcome": "success",
-            "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
+            "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "cached_tokens": 0},
             "pending_tool_call_ids": ["c1"],
         },
     ),

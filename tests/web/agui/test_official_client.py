@@ -34,6 +34,15 @@ def test_the_official_client_accepts_a_plain_text_run(stack: Stack) -> None:
     assert run["finished"] == {"outcome": "success", "pendingToolCallIds": []}
 
 
+def test_the_official_client_accepts_the_runs_token_usage(stack: Stack) -> None:
+    (run,) = _scenario(stack, "usage")["runs"]
+
+    assert run["finished"]["outcome"] == "success"
+    (usage,) = run["usage"]
+    assert usage["cachedInputTokens"] == 2
+    assert usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"] > 0
+
+
 def test_the_official_client_accepts_a_backend_tool_round(stack: Stack) -> None:
     summary = _scenario(stack, "backend_tool")
     (run,) = summary["runs"]

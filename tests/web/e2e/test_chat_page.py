@@ -281,6 +281,51 @@ def test_conversations_are_created_switched_and_deleted(page: Page) -> None:
     page.assert_no_console_errors()
 
 
+def test_edit_and_resend_forks_before_the_message_and_sends_the_edited_text(
+    page: Page,
+) -> None:
+    page.one("#new-conversation").click()
+    page.wait(lambda: not page.find("#log > *"), "an empty log")
+    page.send("first words")
+    page.wait_for_answer(r'You said: "first words"')
+    page.idle()
+    page.send("second words")
+    page.wait_for_answer(r'You said: "second words"')
+    page.idle()
+    original = page.current_id()
+
+    page.click(".msg.user .edit")  # the last one
+    box = page.one(".edit-box textarea")
+    assert box.get_attribute("value") == "second words"
+    box.clear()
+    box.send_keys("second words, edited")
+    page.click(".edit-box .resend")
+    page.wait(lambda: page.current_id() != original, "the copy to open")
+    page.wait_for_answer(r'You said: "second words, edited"')
+    page.idle()
+    copy = page.current_id()
+    assert [e.text for e in page.find(".msg.user")] == ["first words", "second words, edited"]
+    assert not any('second words"' in answer for answer in page.answers())
+    assert {original, copy} <= set(page.conversation_ids())
+
+    page.click(f'#conversations li[data-id="{original}"] .open')  # left as it was
+    page.wait(
+        lambda: [e.text for e in page.find(".msg.user")] == ["first words", "second words"],
+        "the original's messages",
+    )
+    # The first message has nothing before it: its edit starts a new conversation.
+    page.find(".msg.user .edit")[0].click()
+    box = page.one(".edit-box textarea")
+    box.clear()
+    box.send_keys("a fresh start")
+    page.click(".edit-box .resend")
+    page.wait_for_answer(r'You said: "a fresh start"')
+    page.idle()
+    assert page.current_id() not in (original, copy)
+    assert [e.text for e in page.find(".msg.user")] == ["a fresh start"]
+    page.assert_no_console_errors()
+
+
 def test_a_refused_send_keeps_the_message_and_says_why(page: Page) -> None:
     page.send("calculate 5+5")
     page.one(".prompt button.approve")

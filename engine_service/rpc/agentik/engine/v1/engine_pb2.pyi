@@ -291,6 +291,7 @@ class Session(_message.Message):
     ACTIVE_RUN_ID_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     PENDING_INTERRUPTS_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Session id; also the AG-UI thread id."""
     title: _builtins.str
@@ -324,6 +325,10 @@ class Session(_message.Message):
         any of them has not expired.
         """
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """Tokens used by all the session's finished runs, as the LLM reported them."""
+
     def __init__(
         self,
         *,
@@ -337,10 +342,11 @@ class Session(_message.Message):
         active_run_id: _builtins.str = ...,
         owner: _builtins.str = ...,
         pending_interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1077,22 +1083,28 @@ class Usage(_message.Message):
     INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHED_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
     """Prompt tokens."""
     output_tokens: _builtins.int
     """Completion tokens."""
     total_tokens: _builtins.int
     """Sum of both."""
+    cached_tokens: _builtins.int
+    """Of input_tokens, those the LLM served from its prompt cache (0 when it
+    does not say).
+    """
     def __init__(
         self,
         *,
         input_tokens: _builtins.int = ...,
         output_tokens: _builtins.int = ...,
         total_tokens: _builtins.int = ...,
+        cached_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_tokens", b"cached_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1154,22 +1166,28 @@ class RunError(_message.Message):
 
     MESSAGE_FIELD_NUMBER: _builtins.int
     CODE_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     message: _builtins.str
     """Human-readable description."""
     code: _builtins.str
     """Machine-readable code, e.g. "llm_unavailable", "llm_auth",
     "llm_rate_limited", "llm_server_error", "llm_timeout", "llm_bad_stream",
-    "max_tool_rounds", "internal".
+    "max_tool_rounds", "budget_exceeded", "internal".
     """
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """Tokens the run used before it failed, when the LLM reported any."""
+
     def __init__(
         self,
         *,
         message: _builtins.str = ...,
         code: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1709,6 +1727,36 @@ class CreateSessionRequest(_message.Message):
 Global___CreateSessionRequest: _TypeAlias = CreateSessionRequest  # noqa: Y015
 
 @_typing.final
+class ForkSessionRequest(_message.Message):
+    """ForkSession input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    UP_TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    NEW_SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session to copy."""
+    up_to_message_id: _builtins.str
+    """The last message to copy (a message of the session)."""
+    new_session_id: _builtins.str
+    """Id for the new session; generated when empty."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        up_to_message_id: _builtins.str = ...,
+        new_session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_session_id", b"new_session_id", "session_id", b"session_id", "up_to_message_id", b"up_to_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015
+
+@_typing.final
 class GetSessionRequest(_message.Message):
     """GetSession input."""
 
@@ -1867,6 +1915,7 @@ class RunInfo(_message.Message):
     INTERRUPTS_FIELD_NUMBER: _builtins.int
     RESUMED_BY_RUN_ID_FIELD_NUMBER: _builtins.int
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Run id."""
     session_id: _builtins.str
@@ -1901,6 +1950,10 @@ class RunInfo(_message.Message):
     def interrupts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interrupt]:
         """The interrupts the run ended with (status INPUT_REQUIRED)."""
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """Tokens the run used, as the LLM reported them (unset while it runs)."""
+
     def __init__(
         self,
         *,
@@ -1916,10 +1969,11 @@ class RunInfo(_message.Message):
         interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
         resumed_by_run_id: _builtins.str = ...,
         parent_run_id: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "interrupts", b"interrupts", "parent_run_id", b"parent_run_id", "pending_tool_call_ids", b"pending_tool_call_ids", "resumed_by_run_id", b"resumed_by_run_id", "session_id", b"session_id", "start_seq", b"start_seq", "start_time", b"start_time", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "interrupts", b"interrupts", "parent_run_id", b"parent_run_id", "pending_tool_call_ids", b"pending_tool_call_ids", "resumed_by_run_id", b"resumed_by_run_id", "session_id", b"session_id", "start_seq", b"start_seq", "start_time", b"start_time", "status", b"status", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

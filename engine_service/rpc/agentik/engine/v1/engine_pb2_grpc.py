@@ -95,6 +95,11 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsResponse.FromString,
                 _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ForkSession',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+                _registered_method=True)
         self.Authenticate = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/Authenticate',
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
@@ -215,6 +220,18 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkSession(self, request, context):
+        """Makes a new session, owned by the caller, holding a copy of a session's
+        messages up to and including `up_to_message_id`, and its state. The
+        original is untouched; runs, events and pending interrupts are not copied,
+        and the copy's token totals start at zero. A session the caller cannot see
+        is NOT_FOUND; a message not in it INVALID_ARGUMENT. A run in progress does
+        not stop a fork: the messages stored so far are copied.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Authenticate(self, request, context):
         """Checks the call's credentials as every other RPC does first, and names the
         caller; UNAUTHENTICATED when they name none. It counts no request against
@@ -286,6 +303,11 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.ListRunChains,
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ForkSessionRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
             ),
             'Authenticate': grpc.unary_unary_rpc_method_handler(
                     servicer.Authenticate,
@@ -618,6 +640,33 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/ListRunChains',
             agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.ListRunChainsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ForkSession',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ForkSessionRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,

@@ -110,6 +110,14 @@ class AgentEngineStub:
     page of runs, newest first, as ListRuns: a run on it that resumed another
     belongs to that run's chain and adds no chain of its own.
     """
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ForkSessionRequest, _engine_pb2.Session]
+    """Makes a new session, owned by the caller, holding a copy of a session's
+    messages up to and including `up_to_message_id`, and its state. The
+    original is untouched; runs, events and pending interrupts are not copied,
+    and the copy's token totals start at zero. A session the caller cannot see
+    is NOT_FOUND; a message not in it INVALID_ARGUMENT. A run in progress does
+    not stop a fork: the messages stored so far are copied.
+    """
     Authenticate: _grpc.UnaryUnaryMultiCallable[_engine_pb2.AuthenticateRequest, _engine_pb2.AuthenticateResponse]
     """Checks the call's credentials as every other RPC does first, and names the
     caller; UNAUTHENTICATED when they name none. It counts no request against
@@ -175,6 +183,14 @@ class AgentEngineAsyncStub(AgentEngineStub):
     that resumed the one before it (RunInfo.resumed_by_run_id). The page is a
     page of runs, newest first, as ListRuns: a run on it that resumed another
     belongs to that run's chain and adds no chain of its own.
+    """
+    ForkSession: _aio.UnaryUnaryMultiCallable[_engine_pb2.ForkSessionRequest, _engine_pb2.Session]  # type: ignore[assignment]
+    """Makes a new session, owned by the caller, holding a copy of a session's
+    messages up to and including `up_to_message_id`, and its state. The
+    original is untouched; runs, events and pending interrupts are not copied,
+    and the copy's token totals start at zero. A session the caller cannot see
+    is NOT_FOUND; a message not in it INVALID_ARGUMENT. A run in progress does
+    not stop a fork: the messages stored so far are copied.
     """
     Authenticate: _aio.UnaryUnaryMultiCallable[_engine_pb2.AuthenticateRequest, _engine_pb2.AuthenticateResponse]  # type: ignore[assignment]
     """Checks the call's credentials as every other RPC does first, and names the
@@ -310,6 +326,20 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         that resumed the one before it (RunInfo.resumed_by_run_id). The page is a
         page of runs, newest first, as ListRuns: a run on it that resumed another
         belongs to that run's chain and adds no chain of its own.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkSession(
+        self,
+        request: _engine_pb2.ForkSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.Session, _abc.Awaitable[_engine_pb2.Session]]:
+        """Makes a new session, owned by the caller, holding a copy of a session's
+        messages up to and including `up_to_message_id`, and its state. The
+        original is untouched; runs, events and pending interrupts are not copied,
+        and the copy's token totals start at zero. A session the caller cannot see
+        is NOT_FOUND; a message not in it INVALID_ARGUMENT. A run in progress does
+        not stop a fork: the messages stored so far are copied.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,69 @@
+"""A body over the limit sent whole, without ``Expect: 100-continue`` (issue 21): under
+gunicorn the client reads the 413 (its body read and dropped up to ``[web]
+discard_body_bytes``), not a reset connection. The stack's limit is 64 KiB."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from tests.web.e2e.conftest import Stack
+
+
+def _send_whole_then_read(stack: Stack, path: str, body_size: int, extra: bytes = b"") -> bytes:
+    """Send a request and all of its body before reading anything, as most clients do."""
+    head = (
+        (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {body_size}\r\n"
+        ).encode()
+        + extra
+        + b"\r\n"
+    )
+    body = b'"' + b"x" * (body_size - 2) + b'"'
+    with socket.create_connection(("127.0.0.1", stack.http_port), timeout=20) as sock:
+        sock.sendall(head + body)
+        sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def _status_and_body(data: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def test_a_4_mb_body_sent_whole_gets_the_413(stack: Stack) -> None:
+    status, _, body = _status_and_body(
+        _send_whole_then_read(stack, "/agentik/conversations", 4_100_000)
+    )
+    assert status == 413
+    error = json.loads(body)["error"]
+    assert error == {
+        "code": "payload_too_large",
+        "message": "the request body is larger than 65536 bytes",
+    }
+
+
+def test_an_a2a_body_sent_whole_gets_its_invalid_request(stack: Stack) -> None:
+    status, _, body = _status_and_body(
+        _send_whole_then_read(stack, "/", 4_100_000, b"A2A-Version: 1.0\r\n")
+    )
+    assert status == 200
+    assert json.loads(body)["error"]["code"] == -32600
+
+
+def test_past_the_discard_bound_the_413_closes_the_connection(stack: Stack) -> None:
+    """Past 4 MiB (the default bound for a 64 KiB limit) the body is not read: the answer
+    says it closes; the client may or may not read it before the reset."""
+    try:
+        data = _send_whole_then_read(stack, "/agentik/conversations", 6_000_000)
+    except (ConnectionResetError, BrokenPipeError):
+        return
+    if data:
+        status, headers, _ = _status_and_body(data)
+        assert status == 413 and headers.get("connection", "").lower() == "close"

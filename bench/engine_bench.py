@@ -65,8 +65,8 @@ from urllib.parse import urlsplit
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 60.0

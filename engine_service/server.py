@@ -31,6 +31,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service import tracing
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
@@ -40,8 +42,6 @@ from engine_service.core.engine import Engine
 from engine_service.core.hitl import ASK_USER, needs_approval
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
 from engine_service.workers import redact_store
 

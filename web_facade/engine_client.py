@@ -34,10 +34,10 @@ import grpc.experimental
 from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service import tracing
 from engine_service.config import Settings
 from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 __all__ = [
     "RETRIED_METHODS",

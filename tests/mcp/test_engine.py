@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.cli import main
 from engine_service.config import Settings
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.tools.mcp_config import McpServerConfig
 from tests.engine.harness import (
     collect,

@@ -20,8 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.exceptions import ToolError
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
 from tests.web.e2e.conftest import free_port

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import Harness, engine_settings, running_engine
 from tests.fakes.fake_openai import FakeOpenAI
 from web_facade.mcp.server import UNAUTHORIZED

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.config import Settings
 from engine_service.core.tool import session_key
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.tools.a2a_agents import (
     MAX_PROGRESS_CHARS,
     MAX_RESULT_CHARS,

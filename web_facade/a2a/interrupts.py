@@ -19,7 +19,7 @@ from typing import Any, Final
 from a2a.types import Message, Part, Role, Task
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import invalid_params
 from web_facade.proto_json import json_value
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import invalid
 
 __all__ = ["MAX_DECISIONS", "resume_entries"]

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from flask import Blueprint, Response, request
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import conversation_json, message_json, parts_from_json
 from web_facade.agentik.stream import AgentikStream

@@ -30,7 +30,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61gentik/eng
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engine_service.rpc.agentik.engine.v1.engine_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentik.rpc.agentik.engine.v1.engine_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\021agentik.engine.v1B\013EngineProtoP\001Z\032agentik/engine/v1;enginev1\242\002\003AEX\252\002\021Agentik.Engine.V1\312\002\021Agentik\\Engine\\V1\352\002\023Agentik::Engine::V1'

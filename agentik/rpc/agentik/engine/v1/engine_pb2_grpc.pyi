@@ -25,7 +25,7 @@ Conventions:
   UNAVAILABLE while the engine shuts down.
 """
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as _engine_pb2
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as _engine_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1

@@ -44,9 +44,9 @@ from typing import Any
 import grpc
 import httpx
 
+from agentik.parent_watch import env_for_child
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service.parent_watch import env_for_child
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 30.0

@@ -7,7 +7,8 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from engine_service import tracing
+from agentik import tracing
+from engine_service import otel_tracer
 from engine_service.config import ConfigError, Settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine, EngineLimits
@@ -107,7 +108,7 @@ def build_engine(settings: Settings) -> Engine:
         lease_seconds=settings.lease_seconds,
         event_retention=settings.event_retention,
     )
-    tracer = tracing.tracer() if tracing.enabled() else NO_TRACER
+    tracer = otel_tracer.tracer() if tracing.enabled() else NO_TRACER
     return Engine(
         open_store(settings.store, retry_seconds=settings.store_retry_seconds),
         build_model(settings),

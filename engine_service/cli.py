@@ -10,7 +10,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from engine_service import tracing
+from agentik import tracing
+from agentik.parent_watch import stop_with_parent
 from engine_service.config import (
     ConfigError,
     Settings,
@@ -18,7 +19,6 @@ from engine_service.config import (
     refuse_open_exposure,
     refuse_taken_address,
 )
-from engine_service.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
 
 __all__ = ["main"]
@@ -33,7 +33,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _logging(settings: Settings) -> None:
-    from engine_service.logs import configure_logging
+    from agentik.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
 

@@ -31,9 +31,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from agentik import tracing
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service import tracing
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
 from engine_service.config import Settings, refuse_open_exposure
@@ -130,7 +130,7 @@ class _Health(HealthServicer):
 
 
 def _interceptors() -> list[grpc.aio.ServerInterceptor]:
-    """A server span per RPC while tracing is on (``engine_service.tracing``), else none."""
+    """A server span per RPC while tracing is on (``agentik.tracing``), else none."""
     if not tracing.enabled():
         return []
     from engine_service.tracing_rpc import TracingInterceptor

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from engine_service import tracing
+from agentik import tracing
 from engine_service.config import Settings, load_settings
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any
 
+from agentik.parent_watch import supervise
 from engine_service.config import (
     ConfigError,
     Settings,
@@ -18,7 +19,6 @@ from engine_service.config import (
     refuse_open_exposure,
     refuse_taken_address,
 )
-from engine_service.parent_watch import supervise
 
 __all__ = ["add_commands", "gunicorn_argv"]
 
@@ -85,7 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     def say(line: str) -> None:
         if settings.log_format == "json":  # every line on stderr is then JSON
-            from engine_service.logs import JsonFormatter
+            from agentik.logs import JsonFormatter
 
             record = logging.LogRecord("agentik", logging.INFO, "", 0, line, None, None)
             line = JsonFormatter().format(record)

@@ -9,7 +9,7 @@ Every engine call made while a request is handled carries that request's
 ``Authorization`` header as the ``authorization`` metadata: the facade checks no
 credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
 which the engine refuses like any malformed one). While tracing is on
-(``engine_service.tracing``) it also carries the current span as W3C ``traceparent``
+(``agentik.tracing``) it also carries the current span as W3C ``traceparent``
 metadata, so the engine's spans join the request's trace.
 
 The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
@@ -34,8 +34,8 @@ import grpc.experimental
 from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
+from agentik import tracing
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service import tracing
 from engine_service.config import Settings
 from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 

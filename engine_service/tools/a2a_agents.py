@@ -665,7 +665,7 @@ class A2aAgentSource:
 def _trace_hooks() -> dict[str, list[Callable[[httpx.Request], Awaitable[None]]]]:
     """With tracing on, each call carries the calling tool span's ``traceparent``, so the
     remote agent's spans (another agentik's) join our run's trace."""
-    from engine_service import tracing
+    from agentik import tracing
 
     if not tracing.enabled():
         return {}

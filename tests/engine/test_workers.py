@@ -118,7 +118,7 @@ def test_the_store_password_is_kept_out_of_the_log() -> None:
 
 CHILD = """
 import os, signal, socket, sys
-from engine_service.parent_watch import stop_with_parent
+from agentik.parent_watch import stop_with_parent
 stop_with_parent()
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 sock = socket.socket()

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engine_service.parent_watch import env_for_child
+from agentik.parent_watch import env_for_child
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.openapi_check import assert_event_conforms, assert_response_conforms
 from tests.web.sse_frames import Frame, SseParser

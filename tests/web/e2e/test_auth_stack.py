@@ -33,7 +33,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError
 
-from engine_service.parent_watch import env_for_child
+from agentik.parent_watch import env_for_child
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.node_tools import NODE_DIR, node_or_skip
 from tests.web.e2e.conftest import ROOT, WAIT, SseStream, Stack, free_port

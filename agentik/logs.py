@@ -71,7 +71,7 @@ def gunicorn_logconfig(level: str, log_format: str) -> dict[str, Any]:
     """gunicorn's ``logconfig_dict``: its own lines and the app's, to stderr, in one format."""
     formatter: dict[str, Any]
     if log_format == "json":
-        formatter = {"()": "engine_service.logs.JsonFormatter"}
+        formatter = {"()": "agentik.logs.JsonFormatter"}
     else:
         formatter = {"format": TEXT_FORMAT, "class": "logging.Formatter"}
     return {

@@ -153,8 +153,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from engine_service.core.bounds import MAX_EVENT_BYTES, MIN_EVENT_BYTES
-from engine_service.core.caller import PRINCIPAL_RULE, is_valid_principal
+from agentik.ids import PRINCIPAL_RULE, is_valid_principal
+from agentik.limits import MAX_EVENT_BYTES, MIN_EVENT_BYTES
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
     from engine_service.tools.a2a_config import A2aAgentConfig

@@ -35,9 +35,9 @@ from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
 from agentik import tracing
+from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.config import Settings
-from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 
 __all__ = [
     "RETRIED_METHODS",

@@ -42,9 +42,9 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
+from agentik.ids import ID_RULE, is_valid_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service.core.ids import ID_RULE, is_valid_id
 from web_facade.a2a.convert import (
     RunStream,
     check_message,

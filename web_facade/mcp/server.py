@@ -30,9 +30,9 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ValidationError
 
+from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import interrupt_json
 from web_facade.errors import ApiError, from_rpc_error

@@ -33,7 +33,7 @@ def add_command(subparsers: Any) -> None:
 def _mcp(args: argparse.Namespace) -> int:
     import anyio
 
-    from engine_service.config import ConfigError, load_settings
+    from agentik.config import ConfigError, load_settings
     from web_facade.mcp.server import EngineAccess, build_server
 
     target = args.target

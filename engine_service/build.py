@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from agentik import tracing
+from agentik.config import ConfigError, Settings
 from engine_service import otel_tracer
-from engine_service.config import ConfigError, Settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hitl import AskUserTool

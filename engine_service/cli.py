@@ -11,14 +11,14 @@ import sys
 from collections.abc import Sequence
 
 from agentik import tracing
-from agentik.parent_watch import stop_with_parent
-from engine_service.config import (
+from agentik.config import (
     ConfigError,
     Settings,
     load_settings,
     refuse_open_exposure,
     refuse_taken_address,
 )
+from agentik.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
 
 __all__ = ["main"]

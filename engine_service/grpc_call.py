@@ -38,8 +38,8 @@ def _call(args: argparse.Namespace) -> int:
     import grpc
     from google.protobuf import json_format
 
+    from agentik.config import ConfigError, load_settings
     from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-    from engine_service.config import ConfigError, load_settings
 
     methods = _methods()
     if args.method not in methods:

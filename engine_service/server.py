@@ -32,12 +32,12 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from agentik import tracing
+from agentik.config import Settings, refuse_open_exposure
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
-from engine_service.config import Settings, refuse_open_exposure
 from engine_service.core.engine import Engine
 from engine_service.core.hitl import ASK_USER, needs_approval
 from engine_service.llm.probe import LlmWatch

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
+from agentik.config import ConfigError, Settings
 from agentik.parent_watch import supervise
-from engine_service.config import ConfigError, Settings
 
 __all__ = [
     "SHARED_STORE_SCHEMES",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.config import (
+from agentik.config import (
     ConfigError,
     Settings,
     TokenEntry,

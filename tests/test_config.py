@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.config import (
+from agentik.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
     Settings,
     load_settings,
     setting_keys,
 )
-from engine_service.tools.mcp_config import McpServerConfig
+from agentik.tool_config.mcp import McpServerConfig
 
 
 def _write(tmp_path: Path, text: str) -> Path:

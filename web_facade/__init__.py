@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from agentik import tracing
-from engine_service.config import Settings, load_settings
+from agentik.config import Settings, load_settings
 
 if TYPE_CHECKING:
     from flask import Flask

@@ -11,14 +11,14 @@ import os
 import sys
 from typing import Any
 
-from agentik.parent_watch import supervise
-from engine_service.config import (
+from agentik.config import (
     ConfigError,
     Settings,
     load_settings,
     refuse_open_exposure,
     refuse_taken_address,
 )
+from agentik.parent_watch import supervise
 
 __all__ = ["add_commands", "gunicorn_argv"]
 

@@ -61,11 +61,11 @@ from a2a.utils.errors import A2AError
 from google.protobuf import json_format
 from google.protobuf.message import Error as ProtobufError
 
+from agentik.tool_config.a2a import A2aAgentConfig
 from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
-from engine_service.tools.a2a_config import A2aAgentConfig
 
 __all__ = ["A2aAgentSource", "A2aAgentTool", "AgentState", "context_id_for"]
 

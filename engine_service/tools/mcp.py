@@ -38,12 +38,12 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from agentik.tool_config.mcp import McpServerConfig
 from engine_service import __version__
 from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
-from engine_service.tools.mcp_config import McpServerConfig
 from engine_service.tools.mcp_results import disambiguate, tool_name, tool_result
 from engine_service.tools.mcp_transport import STREAM_READ_TIMEOUT, open_transport
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from agentik.tool_config.mcp import McpServerConfig
 from engine_service.core.registry import ToolRegistry
-from engine_service.tools.mcp_config import McpServerConfig
 from engine_service.tools.sources import ToolSources
 
 if TYPE_CHECKING:

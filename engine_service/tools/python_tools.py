@@ -29,10 +29,10 @@ from typing import Any
 import pydantic
 import pydantic_core
 
+from agentik.tool_config.python import PythonToolConfig
 from engine_service.core.models import JSON
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import Tool, ToolContext, ToolError, ToolResult
-from engine_service.tools.python_config import PythonToolConfig
 
 __all__ = ["PythonTool", "PythonToolLoadError", "load_python_tool", "register_python_tools"]
 

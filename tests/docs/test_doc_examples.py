@@ -38,7 +38,7 @@ from typing import TypeVar, cast
 
 import pytest
 
-from engine_service.config import load_settings, setting_keys
+from agentik.config import load_settings, setting_keys
 from tests.docs.examples import ROOT, Block, blocks, commands
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import Stack

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from agentik.config import ConfigError, Settings
 from engine_service.build import build_engine
-from engine_service.config import ConfigError, Settings
 from engine_service.server import EngineServer
 from engine_service.workers import check_workers, redact_store
 from tests.engine.harness import WAIT, engine_settings
@@ -132,7 +132,7 @@ while True:
 
 PARENT = """
 import logging, sys
-from engine_service.config import Settings
+from agentik.config import Settings
 from engine_service.workers import run_workers
 logging.basicConfig(level="INFO", format="%(message)s")
 settings = Settings(grpc_addr="127.0.0.1:{port}", store={store!r}, shutdown_grace=1.0)

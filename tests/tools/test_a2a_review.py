@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from agentik.config import Settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.config import Settings
+from agentik.tool_config.a2a import A2aAgentConfig
 from engine_service.core.tool import session_key
 from engine_service.tools.a2a_agents import (
     MAX_PROGRESS_CHARS,
@@ -30,7 +31,6 @@ from engine_service.tools.a2a_agents import (
     AgentState,
     context_id_for,
 )
-from engine_service.tools.a2a_config import A2aAgentConfig
 from tests.engine.auth_helpers import TOKENS_ENV, as_
 from tests.engine.harness import (
     Harness,

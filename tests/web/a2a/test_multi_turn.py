@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from tests.web.a2a.conftest import Rpc, user_message
 from tests.web.conftest import BackgroundEngine
 from tests.web.e2e.conftest import wait_for

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from tests.web.agentik.streams import StreamReader, types
 from tests.web.conftest import ApiClient, BackgroundEngine, web_settings
 from tests.web.sse_frames import Frame

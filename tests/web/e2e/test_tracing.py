@@ -272,7 +272,7 @@ _NO_OTEL_SCRIPT = """
 import asyncio, json, os, queue, sys, threading
 from agentik import tracing
 from engine_service.build import build_engine
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from engine_service.server import EngineServer
 from web_facade import create_app
 from web_facade import gunicorn_conf

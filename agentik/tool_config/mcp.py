@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine_service.tools.config_tables import (
+from agentik.tool_config.tables import (
     ConfigTableError,
     TableReader,
     check_keys,

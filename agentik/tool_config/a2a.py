@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from engine_service.tools.config_tables import (
+from agentik.tool_config.tables import (
     NAME,
     ConfigTableError,
     TableReader,

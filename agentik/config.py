@@ -157,9 +157,9 @@ from agentik.ids import PRINCIPAL_RULE, is_valid_principal
 from agentik.limits import MAX_EVENT_BYTES, MIN_EVENT_BYTES
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
-    from engine_service.tools.a2a_config import A2aAgentConfig
-    from engine_service.tools.mcp_config import McpServerConfig
-    from engine_service.tools.python_config import PythonToolConfig
+    from agentik.tool_config.a2a import A2aAgentConfig
+    from agentik.tool_config.mcp import McpServerConfig
+    from agentik.tool_config.python import PythonToolConfig
 
 __all__ = [
     "ConfigError",
@@ -1135,7 +1135,7 @@ def _read_toml(path: str, origin: str) -> dict[str, Any]:
 
 
 def _mcp_servers(table: object, path: str, env: Mapping[str, str]) -> tuple[McpServerConfig, ...]:
-    from engine_service.tools.mcp_config import McpConfigError, parse_mcp_servers
+    from agentik.tool_config.mcp import McpConfigError, parse_mcp_servers
 
     if not isinstance(table, dict):
         raise ConfigError(f"[mcp] in {path!r} must be a table with [[mcp.servers]] entries")
@@ -1152,7 +1152,7 @@ def _mcp_servers(table: object, path: str, env: Mapping[str, str]) -> tuple[McpS
 
 
 def _python_tools(raw: object, path: str) -> tuple[PythonToolConfig, ...]:
-    from engine_service.tools.python_config import PythonToolConfigError, parse_python_tools
+    from agentik.tool_config.python import PythonToolConfigError, parse_python_tools
 
     try:
         return parse_python_tools(raw, repr(path))
@@ -1164,7 +1164,7 @@ def _a2a_agents(
     raw: object, origin: str, env: Mapping[str, str], *, from_env: bool = False
 ) -> tuple[A2aAgentConfig, ...]:
     """``[[a2a.agents]]`` tables (``raw`` a list), or the ``AGENTIK_A2A_AGENTS`` string."""
-    from engine_service.tools.a2a_config import (
+    from agentik.tool_config.a2a import (
         A2aConfigError,
         parse_a2a_agents,
         parse_a2a_agents_env,
@@ -1259,7 +1259,7 @@ def load_settings(
         if raw is not None and raw != "":
             values[spec.name] = _parse(spec, raw, True, f"env {spec.env}")
     if mcp:  # the engine's remote agents; the facade never calls them
-        from engine_service.tools.a2a_config import A2A_AGENTS_ENV
+        from agentik.tool_config.a2a import A2A_AGENTS_ENV
 
         agents = env.get(A2A_AGENTS_ENV, "").strip()
         if agents:

@@ -1,6 +1,6 @@
 """``agentik mcp``: agentik as an MCP server on stdin/stdout, for desktop MCP clients.
 
-``engine_service.cli`` calls :func:`add_command`; the MCP SDK is imported only when the
+``agentik.cli`` calls :func:`add_command`; the MCP SDK is imported only when the
 command runs. The process talks to the engine over gRPC: the target comes from ``--target``,
 else the config (``AGENTIK_ENGINE_TARGET`` / ``grpc_addr``), as for the web facade; the
 token from ``AGENTIK_TOKEN``.

@@ -316,7 +316,7 @@ class Processes:
             for address in addresses
         ]
         self.web = subprocess.Popen(
-            [sys.executable, "-m", "engine_service.cli", "web"],
+            [sys.executable, "-m", "agentik.cli", "web"],
             cwd=ROOT,
             env=env_for_child(env),
         )

@@ -86,7 +86,7 @@ def redact_store(url: str) -> str:
 def worker_argv(config: str | None) -> list[str]:
     """The command of one child engine."""
     named = ["--config", os.path.abspath(config)] if config else []
-    return [sys.executable, "-m", "engine_service.cli", *named, "engine", "--worker"]
+    return [sys.executable, "-m", "agentik.cli", *named, "engine", "--worker"]
 
 
 def run_workers(

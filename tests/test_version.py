@@ -12,7 +12,7 @@ from tests.web.e2e.conftest import ROOT, WAIT
 
 def test_version_prints_the_installed_version_and_exits_0() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--version"],
+        [sys.executable, "-m", "agentik.cli", "--version"],
         cwd=ROOT,
         capture_output=True,
         text=True,

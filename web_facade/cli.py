@@ -1,6 +1,6 @@
 """``agentik web`` (the facade under gunicorn) and ``agentik serve`` (engine + web).
 
-``engine_service.cli`` calls :func:`add_commands` when the facade is installed.
+``agentik.cli`` calls :func:`add_commands` when the facade is installed.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _web(args: argparse.Namespace) -> int:
 
 def _engine_argv(args: argparse.Namespace) -> list[str]:
     config = ["--config", os.path.abspath(args.config)] if args.config else []
-    return [sys.executable, "-m", "engine_service.cli", *config, "engine"]
+    return [sys.executable, "-m", "agentik.cli", *config, "engine"]
 
 
 def serve_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:

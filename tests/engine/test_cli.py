@@ -131,7 +131,7 @@ def test_a_config_file_that_does_not_exist_stops_start_up(tmp_path: Path) -> Non
 
 def test_agentik_tools_lists_the_native_tools(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "tools"],
+        [sys.executable, "-m", "agentik.cli", "tools"],
         cwd=ROOT,
         env=engine_env(tmp_path),
         capture_output=True,
@@ -153,7 +153,7 @@ def test_agentik_tools_says_which_calls_wait_for_a_person(tmp_path: Path) -> Non
         "AGENTIK_TOOLS_ASK_USER": "true",
     }
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "tools"],
+        [sys.executable, "-m", "agentik.cli", "tools"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -211,7 +211,7 @@ def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
             env["AGENTIK_HTTP_ADDR"] = "127.0.0.1:0"  # not the one this case is about
         started = time.monotonic()
         result = subprocess.run(
-            [sys.executable, "-m", "engine_service.cli", command],
+            [sys.executable, "-m", "agentik.cli", command],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -234,7 +234,7 @@ def test_an_mcp_server_installed_beside_agentik_is_found_without_the_virtualenv_
     env = {**engine_env(tmp_path), "PATH": "/usr/bin:/bin"}
     assert str(Path(sys.executable).parent) not in env["PATH"]
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--config", str(config), "tools"],
+        [sys.executable, "-m", "agentik.cli", "--config", str(config), "tools"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -167,7 +167,7 @@ async def test_an_interrupt_cancels_a_running_async_python_tool(
 def test_agentik_tools_lists_python_tools_with_source_python(tmp_path: Path) -> None:
     path = config(tmp_path, f'function = "{SAMPLES}:shout"\nname = "loud"')
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--config", path, "tools"],
+        [sys.executable, "-m", "agentik.cli", "--config", path, "tools"],
         cwd=ROOT,
         env=engine_env(tmp_path),
         capture_output=True,
@@ -184,7 +184,7 @@ def test_a_python_tool_that_does_not_load_stops_the_command_naming_the_entry(
 ) -> None:
     path = config(tmp_path, f'function = "{SAMPLES}:shout"', f'function = "{SAMPLES}:untyped"')
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--config", path, command],
+        [sys.executable, "-m", "agentik.cli", "--config", path, command],
         cwd=ROOT,
         env=engine_env(tmp_path),
         capture_output=True,

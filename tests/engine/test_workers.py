@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 def _agentik(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", *args],
+        [sys.executable, "-m", "agentik.cli", *args],
         cwd=ROOT,
         env=engine_env(tmp_path, **env),
         capture_output=True,

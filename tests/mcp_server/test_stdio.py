@@ -46,7 +46,7 @@ async def mcp_client(target: str, token: str | None = None) -> AsyncIterator[Cli
         env["AGENTIK_TOKEN"] = token
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "engine_service.cli", "mcp", "--target", target],
+        args=["-m", "agentik.cli", "mcp", "--target", target],
         env=env,
     )
     errlog: TextIO

@@ -130,7 +130,7 @@ class Stack:
 
     def start_web(self) -> Process:
         """Start a facade process on ``http_port`` and wait until it serves."""
-        argv = [sys.executable, "-m", "engine_service.cli", "web"]
+        argv = [sys.executable, "-m", "agentik.cli", "web"]
         self.web = Process("web", argv, self.env, self.logs)
         # Our gunicorn must be the one listening: a port taken meanwhile by another
         # process would otherwise answer the health check.

@@ -278,7 +278,7 @@ def test_agentik_web_beyond_loopback_without_tokens_exits_2_naming_the_settings(
     tmp_path: Path,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "web"],
+        [sys.executable, "-m", "agentik.cli", "web"],
         env=env_for_child(_open_env(tmp_path)),
         cwd=ROOT,
         capture_output=True,

@@ -19,9 +19,9 @@ from engine_service.core.turn import TurnLimits
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
-from engine_service.tools.a2a_sources import A2aAgentSources
+from engine_service.tools.a2a.sources import A2aAgentSources
 from engine_service.tools.builtin import builtin_tools
-from engine_service.tools.mcp_sources import McpToolSources
+from engine_service.tools.mcp.sources import McpToolSources
 
 __all__ = [
     "build_a2a_agents",
@@ -61,7 +61,7 @@ def build_tools(settings: Settings) -> ToolRegistry:
     if settings.tools_ask_user:
         registry.register(AskUserTool())
     if settings.python_tools:  # pydantic and the functions' modules load only when used
-        from engine_service.tools.python_tools import PythonToolLoadError, register_python_tools
+        from engine_service.tools.python.tool import PythonToolLoadError, register_python_tools
 
         try:
             register_python_tools(settings.python_tools, registry)

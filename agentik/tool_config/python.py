@@ -9,7 +9,7 @@ Each entry names one Python function the engine offers the LLM as a tool::
     timeout = 10.0                          # seconds per call (default: [tools] timeout)
 
 Only the text is checked here; the module is imported when the engine builds its tools
-(``engine_service/tools/python_tools.py``), so the web facade never imports it.
+(``engine_service/tools/python/tool.py``), so the web facade never imports it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from engine_service.core.events import Custom
 from engine_service.core.models import ImagePart
 from engine_service.core.registry import READY, ToolRegistry
-from engine_service.tools.mcp import DISCONNECTED, McpTool, SourceState
+from engine_service.tools.mcp.tool import DISCONNECTED, McpTool, SourceState
 from tests.mcp.servers import (
     WAIT,
     DemoHttpServer,

@@ -14,7 +14,7 @@ import pytest
 
 from engine_service.core.events import Custom
 from engine_service.core.registry import READY, ToolRegistry
-from engine_service.tools.mcp import DISCONNECTED, McpTool, McpToolSource, SourceState
+from engine_service.tools.mcp.tool import DISCONNECTED, McpTool, McpToolSource, SourceState
 from tests.mcp.servers import (
     WAIT,
     Emitted,

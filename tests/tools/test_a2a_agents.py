@@ -19,7 +19,7 @@ from agentik.config import Settings, load_settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.tool_config.a2a import A2aAgentConfig
 from engine_service.core.tool import session_key
-from engine_service.tools.a2a_agents import A2aAgentSource, AgentState, context_id_for
+from engine_service.tools.a2a.tool import A2aAgentSource, AgentState, context_id_for
 from tests.engine.harness import (
     Harness,
     collect,

@@ -1,6 +1,6 @@
 """``A2aAgentSources``: every configured remote A2A agent, started and stopped with the engine.
 
-Kept apart from :mod:`engine_service.tools.a2a_agents` so that an engine with no remote
+Kept apart from :mod:`engine_service.tools.a2a.tool` so that an engine with no remote
 agents never imports the A2A SDK's client.
 """
 
@@ -15,7 +15,7 @@ from engine_service.core.registry import ToolRegistry
 from engine_service.tools.sources import ToolSources
 
 if TYPE_CHECKING:
-    from engine_service.tools.a2a_agents import A2aAgentSource
+    from engine_service.tools.a2a.tool import A2aAgentSource
 
 __all__ = ["A2aAgentSources"]
 
@@ -37,7 +37,7 @@ class A2aAgentSources(ToolSources["A2aAgentSource"]):
             # a2a-sdk traces its own calls, a span per streamed event: noise under our tool
             # call's span unless asked for (read once, when the SDK is first imported).
             os.environ.setdefault(_SDK_SPANS, "false")
-            from engine_service.tools.a2a_agents import A2aAgentSource
+            from engine_service.tools.a2a.tool import A2aAgentSource
 
             sources = {
                 c.name: A2aAgentSource(c, registry, default_call_timeout=default_call_timeout)

@@ -249,7 +249,7 @@ class A2aAgentSource:
         self.config = config
         self.registry = registry
         self.call_timeout = config.call_timeout or default_call_timeout
-        self.log = logging.getLogger(f"{__name__}.{config.name}")
+        self.log = logging.getLogger(f"{__package__}.{config.name}")
         self.state = AgentState.STARTING
         self.reason = ""
         self.attempts = 0

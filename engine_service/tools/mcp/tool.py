@@ -2,7 +2,7 @@
 
 An :class:`McpToolSource` owns one server. Started with the engine, it connects in the
 background (bounded by the server's ``connect_timeout``), lists the tools and registers
-them as ``<server>__<tool>`` (see :mod:`engine_service.tools.mcp_results`), then watches
+them as ``<server>__<tool>`` (see :mod:`engine_service.tools.mcp.results`), then watches
 the connection:
 
 - a tool-list change announced by the server (``subscriptions/listen`` on protocol
@@ -44,8 +44,8 @@ from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
-from engine_service.tools.mcp_results import disambiguate, tool_name, tool_result
-from engine_service.tools.mcp_transport import STREAM_READ_TIMEOUT, open_transport
+from engine_service.tools.mcp.results import disambiguate, tool_name, tool_result
+from engine_service.tools.mcp.transport import STREAM_READ_TIMEOUT, open_transport
 
 __all__ = [
     "DISCONNECTED",
@@ -109,7 +109,7 @@ class McpToolSource:
         self.config = config
         self.registry = registry
         self.call_timeout = config.call_timeout or default_call_timeout
-        self.log = logging.getLogger(f"{__name__}.{config.name}")
+        self.log = logging.getLogger(f"{__package__}.{config.name}")
         self._stderr_log = self.log.getChild("stderr")
         self.state = SourceState.STARTING
         self.reason = ""

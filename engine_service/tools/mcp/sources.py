@@ -1,6 +1,6 @@
 """``McpToolSources``: every configured MCP server, started and stopped with the engine.
 
-Kept apart from :mod:`engine_service.tools.mcp` so that an engine with no MCP servers
+Kept apart from :mod:`engine_service.tools.mcp.tool` so that an engine with no MCP servers
 never imports the MCP SDK (it adds a second or more to start-up).
 """
 
@@ -14,7 +14,7 @@ from engine_service.core.registry import ToolRegistry
 from engine_service.tools.sources import ToolSources
 
 if TYPE_CHECKING:
-    from engine_service.tools.mcp import McpToolSource
+    from engine_service.tools.mcp.tool import McpToolSource
 
 __all__ = ["McpToolSources"]
 
@@ -31,7 +31,7 @@ class McpToolSources(ToolSources["McpToolSource"]):
     ) -> None:
         sources: dict[str, McpToolSource] = {}
         if configs:
-            from engine_service.tools.mcp import McpToolSource
+            from engine_service.tools.mcp.tool import McpToolSource
 
             sources = {
                 c.name: McpToolSource(c, registry, default_call_timeout=default_call_timeout)

@@ -34,6 +34,7 @@ def _mcp(args: argparse.Namespace) -> int:
     import anyio
 
     from agentik.config import ConfigError, load_settings
+    from web_facade.engine_client import EngineClient
     from web_facade.mcp.server import EngineAccess, build_server
 
     target = args.target
@@ -43,14 +44,14 @@ def _mcp(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"agentik: configuration error: {exc}", file=sys.stderr)
             return 2
-    engine = EngineAccess(target, os.environ.get("AGENTIK_TOKEN"))
-    server = build_server(engine)
+    client = EngineClient(target)
+    server = build_server(EngineAccess(client, os.environ.get("AGENTIK_TOKEN")))
 
     async def serve() -> None:
         try:
             await server.run_stdio_async()
         finally:
-            await engine.close()
+            client.close()
 
     try:
         anyio.run(serve)

@@ -48,6 +48,7 @@ __all__ = [
     "current_settings",
     "forwarded_authorization",
     "forwarded_metadata",
+    "forwardable",
     "install",
 ]
 
@@ -136,10 +137,10 @@ def forwarded_authorization() -> str | None:
     if not has_request_context():
         return None
     value = request.headers.get("Authorization")
-    return None if value is None else _forwardable(value)
+    return None if value is None else forwardable(value)
 
 
-def _forwardable(value: str) -> str:
+def forwardable(value: str) -> str:
     """``value`` if gRPC metadata can carry it (printable ASCII), else an empty bearer."""
     if len(value) <= 8192 and value.isascii() and value.isprintable():
         return value

@@ -174,7 +174,7 @@ def test_a_tool_call_the_engine_fails_is_worded_by_the_facades_table() -> None:
             client.engine.ListSessions(pb.ListSessionsRequest(), timeout=WAIT)
     finally:
         client.close()
-    access = EngineAccess(stub=lambda: client.engine)
+    access = EngineAccess(client, from_request=True)
     no_context: Any = None  # only a refused token reads the request
     error = access.failure(caught.value, no_context)
     assert isinstance(error, ToolError)

@@ -163,7 +163,14 @@ async def _stopped_run(harness: Harness) -> pb.RunInfo:
 
 @pytest.mark.parametrize(
     ("token", "says"),
-    [(None, "set AGENTIK_TOKEN"), ("wrong", "the token in AGENTIK_TOKEN was refused")],
+    [
+        (None, "set AGENTIK_TOKEN"),
+        ("wrong", "the token in AGENTIK_TOKEN was refused"),
+        # What gRPC metadata cannot carry goes as an empty bearer, as from the facade.
+        ("t\u00f6k\u00e9n", "the token in AGENTIK_TOKEN was refused"),
+        ("x" * 9000, "the token in AGENTIK_TOKEN was refused"),
+    ],
+    ids=["missing", "wrong", "not-ascii", "too-long"],
 )
 async def test_a_missing_or_wrong_token_is_a_clear_mcp_error(
     llm: FakeOpenAI, token: str | None, says: str

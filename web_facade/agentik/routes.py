@@ -209,8 +209,8 @@ def resume(conversation_id: str) -> Response:
     ``message``) and stream the turn that carries the answers out."""
     body = _json_body(required=True)
     text = _optional_string(body, "message")
-    session = _get_session(conversation_id)  # 404 before anything is checked against it
-    entries = resume_entries(body, session.pending_interrupts)
+    _get_session(conversation_id)  # 404 before the decisions are read
+    entries = resume_entries(body)
     run_request = pb.RunRequest(session_id=conversation_id, resume=entries)
     if text:
         run_request.messages.append(

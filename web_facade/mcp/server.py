@@ -214,14 +214,11 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         "answer": "..."}.
         """
         try:
-            session = await engine.unary(
-                "GetSession", pb.GetSessionRequest(session_id=conversation_id), ctx
-            )
-            try:
-                entries = resume_entries({"decisions": decisions}, session.pending_interrupts)
-            except ApiError as exc:
-                raise ToolError(exc.message) from None
-            request = pb.RunRequest(session_id=conversation_id, resume=entries)
+            entries = resume_entries({"decisions": decisions})
+        except ApiError as exc:
+            raise ToolError(exc.message) from None
+        request = pb.RunRequest(session_id=conversation_id, resume=entries)
+        try:
             return await _run(engine, ctx, request)
         except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc

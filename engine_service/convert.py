@@ -383,7 +383,3 @@ def _resume_from_pb(entry: pb.ResumeEntry, where: str) -> ResumeEntry:
         raise InvalidInput(f"{where}.status must be RESUME_STATUS_RESOLVED or _CANCELLED")
     payload = _from_value(entry.payload, f"{where}.payload") if entry.HasField("payload") else None
     return ResumeEntry(entry.interrupt_id, status, payload)
-
-
-def datetime_from_pb(value: timestamp_pb2.Timestamp) -> datetime:
-    return value.ToDatetime(tzinfo=UTC)

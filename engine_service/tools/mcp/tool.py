@@ -162,11 +162,6 @@ class McpToolSource:
         """Wait until the server is connected and its tools are registered."""
         await self.wait_until(lambda s: s.state is SourceState.READY, within)
 
-    @property
-    def tool_names(self) -> list[str]:
-        """The registry names of this server's tools."""
-        return list(self._tools)
-
     def describe(self) -> str:
         """A one-line status for listings."""
         if self.state is SourceState.READY:

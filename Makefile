@@ -70,7 +70,7 @@ browser:
 	else echo "chromium not found (apt-get install chromium chromium-driver): browser tests will be skipped"; fi
 
 ## Regenerate the gRPC stubs from the .proto (a test fails when they drift). The descriptor is
-## named agentik/engine/v1/engine.proto, the modules live in engine_service.rpc: see the script.
+## named agentik/engine/v1/engine.proto, the modules live in agentik.rpc: see the script.
 proto: dev-install
 	$(BIN)/python tools/gen_proto.py
 

@@ -1,6 +1,6 @@
 """``agentik chat``: the subcommand, interactive on a terminal, one message when piped.
 
-``engine_service.cli`` calls :func:`add_command`; nothing heavy is imported until the command
+``agentik.cli`` calls :func:`add_command`; nothing heavy is imported until the command
 runs (the parser is built for every ``agentik`` command).
 """
 

@@ -9,13 +9,14 @@
             if event.WhichOneof("kind") == "text_message_content":
                 print(event.text_message_content.delta, end="")
 
-A run is an iterator of ``Event`` messages (``engine_service.rpc.agentik.engine.v1``) that
+A run is an iterator of ``Event`` messages (``agentik.rpc.agentik.engine.v1``) that
 resumes by itself after a dropped connection (``Subscribe`` after the last seq it delivered:
 no event lost, none twice). Refusals are exceptions (:mod:`agentik_client.errors`).
 """
 
 from __future__ import annotations
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik_client.aio import AsyncClient, AsyncEventStream
 from agentik_client.errors import (
     AgentikError,
@@ -31,7 +32,6 @@ from agentik_client.errors import (
     Unavailable,
 )
 from agentik_client.sync import Client, EventStream
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 __all__ = [
     "AgentikError",

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik_client import errors
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 TERMINAL = frozenset({"run_finished", "run_error"})
 """The event kinds that end a run."""

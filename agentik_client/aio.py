@@ -11,6 +11,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from agentik_client import errors
 from agentik_client._common import (
     DEFAULT_TARGET,
@@ -20,8 +22,6 @@ from agentik_client._common import (
     metadata,
     run_request,
 )
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 __all__ = ["AsyncClient", "AsyncEventStream"]
 

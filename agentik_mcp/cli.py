@@ -1,6 +1,6 @@
 """``agentik mcp``: agentik as an MCP server on stdin/stdout, for desktop MCP clients.
 
-``engine_service.cli`` calls :func:`add_command`; the MCP SDK is imported only when the
+``agentik.cli`` calls :func:`add_command`; the MCP SDK is imported only when the
 command runs. The process talks to the engine over gRPC: the target comes from ``--target``,
 else the config (``AGENTIK_ENGINE_TARGET`` / ``grpc_addr``), as for the web facade; the
 token from ``AGENTIK_TOKEN``.
@@ -33,7 +33,8 @@ def add_command(subparsers: Any) -> None:
 def _mcp(args: argparse.Namespace) -> int:
     import anyio
 
-    from engine_service.config import ConfigError, load_settings
+    from agentik.config import ConfigError, load_settings
+    from web_facade.engine_client import EngineClient
     from web_facade.mcp.server import EngineAccess, build_server
 
     target = args.target
@@ -43,14 +44,14 @@ def _mcp(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"agentik: configuration error: {exc}", file=sys.stderr)
             return 2
-    engine = EngineAccess(target, os.environ.get("AGENTIK_TOKEN"))
-    server = build_server(engine)
+    client = EngineClient(target)
+    server = build_server(EngineAccess(client, os.environ.get("AGENTIK_TOKEN")))
 
     async def serve() -> None:
         try:
             await server.run_stdio_async()
         finally:
-            await engine.close()
+            client.close()
 
     try:
         anyio.run(serve)

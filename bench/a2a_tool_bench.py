@@ -28,9 +28,9 @@ from collections.abc import Sequence
 
 import grpc
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from bench.facade_bench import Processes
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.a2a_sdk_client import collect_events, sdk_client, user_message
 from tests.fakes.a2a_sdk_agent_process import SdkAgent
 

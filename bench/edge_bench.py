@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.web.e2e.conftest import Stack
+from tests.stack import Stack
 from tests.web.edge_attacks import Crowd, partial_heads, probe, stream_requests
 
 WAIT = 30.0

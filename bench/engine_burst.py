@@ -23,9 +23,9 @@ from pathlib import Path
 
 import grpc
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from bench.facade_bench import Processes
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 
 async def _one(stub: pb_grpc.AgentEngineAsyncStub, text: str) -> tuple[float, float]:

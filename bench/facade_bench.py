@@ -44,9 +44,9 @@ from typing import Any
 import grpc
 import httpx
 
-from engine_service.parent_watch import env_for_child
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.parent_watch import env_for_child
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 30.0
@@ -316,7 +316,7 @@ class Processes:
             for address in addresses
         ]
         self.web = subprocess.Popen(
-            [sys.executable, "-m", "engine_service.cli", "web"],
+            [sys.executable, "-m", "agentik.cli", "web"],
             cwd=ROOT,
             env=env_for_child(env),
         )

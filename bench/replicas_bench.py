@@ -23,12 +23,12 @@ from typing import Any
 
 import grpc
 
+from agentik.config import load_settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_model
-from engine_service.config import load_settings
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.registry import ToolRegistry
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 from engine_service.stores.postgres import PostgresSessionStore
 from tests.fakes.fake_openai import FakeOpenAI

@@ -48,7 +48,7 @@ from tests.faults.ledger import (
     store_view,
 )
 from tests.faults.procs import worker_pids
-from tests.web.e2e.conftest import Process, Stack
+from tests.stack import Process, Stack
 
 FAKE_LISTENING = re.compile(r"http://127\.0\.0\.1:(\d+)/v1")
 TURN_WITHIN = 120.0

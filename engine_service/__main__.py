@@ -2,6 +2,6 @@
 
 import sys
 
-from engine_service.cli import main
+from agentik.cli import main
 
 raise SystemExit(main([*sys.argv[1:], "engine"] if "engine" not in sys.argv else sys.argv[1:]))

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine_service.config import ConfigError, Settings
-from engine_service.core.caller import ANONYMOUS, PRINCIPAL_RULE, Caller, is_valid_principal
+from agentik.config import ConfigError, Settings
+from agentik.ids import PRINCIPAL_RULE, is_valid_principal
+from engine_service.core.caller import ANONYMOUS, Caller
 from engine_service.core.errors import RateLimited, Unauthenticated
 
 __all__ = ["Authenticator", "Gate", "RateLimiter"]

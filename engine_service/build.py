@@ -7,8 +7,9 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from engine_service import tracing
-from engine_service.config import ConfigError, Settings
+from agentik import tracing
+from agentik.config import ConfigError, Settings
+from engine_service import otel_tracer
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine
 from engine_service.core.hitl import AskUserTool
@@ -18,9 +19,9 @@ from engine_service.core.trace import NO_TRACER
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
-from engine_service.tools.a2a_sources import A2aAgentSources
+from engine_service.tools.a2a.sources import A2aAgentSources
 from engine_service.tools.builtin import builtin_tools
-from engine_service.tools.mcp_sources import McpToolSources
+from engine_service.tools.mcp.sources import McpToolSources
 
 __all__ = [
     "build_a2a_agents",
@@ -60,7 +61,7 @@ def build_tools(settings: Settings) -> ToolRegistry:
     if settings.tools.ask_user:
         registry.register(AskUserTool())
     if settings.tools.python:  # pydantic and the functions' modules load only when used
-        from engine_service.tools.python_tools import PythonToolLoadError, register_python_tools
+        from engine_service.tools.python.tool import PythonToolLoadError, register_python_tools
 
         try:
             register_python_tools(settings.tools.python, registry)
@@ -108,7 +109,7 @@ def build_engine(settings: Settings) -> Engine:
         lease_seconds=settings.engine.lease_seconds,
         event_retention=settings.engine.event_retention,
     )
-    tracer = tracing.tracer() if tracing.enabled() else NO_TRACER
+    tracer = otel_tracer.tracer() if tracing.enabled() else NO_TRACER
     return Engine(
         open_store(settings.engine.store, retry_seconds=settings.engine.store_retry_seconds),
         build_model(settings),

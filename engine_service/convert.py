@@ -14,6 +14,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput
 from engine_service.core.hitl import RESPONSE_SCHEMAS
@@ -39,7 +40,6 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 __all__ = [
     "event_to_pb",
@@ -397,7 +397,3 @@ def _resume_from_pb(entry: pb.ResumeEntry, where: str) -> ResumeEntry:
         raise InvalidInput(f"{where}.status must be RESUME_STATUS_RESOLVED or _CANCELLED")
     payload = _from_value(entry.payload, f"{where}.payload") if entry.HasField("payload") else None
     return ResumeEntry(entry.interrupt_id, status, payload)
-
-
-def datetime_from_pb(value: timestamp_pb2.Timestamp) -> datetime:
-    return value.ToDatetime(tzinfo=UTC)

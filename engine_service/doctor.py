@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine_service.config import ConfigError, Settings, load_settings, refuse_open_exposure
+from agentik.config import ConfigError, Settings, load_settings, refuse_open_exposure
 
 __all__ = ["Finding", "doctor"]
 

@@ -22,7 +22,7 @@ _STREAMING = frozenset({"Run", "Subscribe"})
 
 def _methods() -> dict[str, tuple[Any, Any]]:
     """Method name → (request class, response class) of ``AgentEngine``."""
-    from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+    from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 
     service = pb.DESCRIPTOR.services_by_name["AgentEngine"]
     return {
@@ -38,8 +38,8 @@ def _call(args: argparse.Namespace) -> int:
     import grpc
     from google.protobuf import json_format
 
-    from engine_service.config import ConfigError, load_settings
-    from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+    from agentik.config import ConfigError, load_settings
+    from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
     methods = _methods()
     if args.method not in methods:

@@ -29,10 +29,10 @@ from prometheus_client.registry import Collector
 from engine_service.core.observe import RunReport, ToolOutcome
 
 if TYPE_CHECKING:
-    from engine_service.tools.a2a_agents import A2aAgentSource
-    from engine_service.tools.a2a_sources import A2aAgentSources
-    from engine_service.tools.mcp import McpToolSource
-    from engine_service.tools.mcp_sources import McpToolSources
+    from engine_service.tools.a2a.sources import A2aAgentSources
+    from engine_service.tools.a2a.tool import A2aAgentSource
+    from engine_service.tools.mcp.sources import McpToolSources
+    from engine_service.tools.mcp.tool import McpToolSource
 
 __all__ = ["EngineMetrics", "GrpcMetrics", "serve_metrics"]
 

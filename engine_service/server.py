@@ -31,17 +31,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from engine_service import tracing
+from agentik import tracing
+from agentik.config import Settings, refuse_open_exposure
+from agentik.limits import GRPC_MESSAGE_LIMIT
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_mcp_sources
-from engine_service.config import Settings, refuse_open_exposure
-from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
 from engine_service.core.engine import Engine
 from engine_service.core.hitl import ASK_USER, needs_approval
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
 from engine_service.workers import redact_store
 
@@ -130,7 +130,7 @@ class _Health(HealthServicer):
 
 
 def _interceptors() -> list[grpc.aio.ServerInterceptor]:
-    """A server span per RPC while tracing is on (``engine_service.tracing``), else none."""
+    """A server span per RPC while tracing is on (``agentik.tracing``), else none."""
     if not tracing.enabled():
         return []
     from engine_service.tracing_rpc import TracingInterceptor

@@ -16,6 +16,8 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
 from engine_service.convert import (
     event_to_pb,
@@ -29,8 +31,6 @@ from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, BudgetExceeded, RateLimited
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 __all__ = ["AgentEngineServicer"]
 

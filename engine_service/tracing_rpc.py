@@ -1,6 +1,6 @@
 """A server span per ``AgentEngine`` RPC, child of the span the caller sent in metadata.
 
-Installed on the engine's gRPC server only when tracing is on (``engine_service.tracing``).
+Installed on the engine's gRPC server only when tracing is on (``agentik.tracing``).
 The caller's W3C ``traceparent`` metadata (the facade's HTTP span) becomes the parent, and
 the span is current while the method runs: a run started by ``Run`` opens its own span
 (``agentik.run``) under it. Health and reflection calls are not traced.
@@ -15,7 +15,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from engine_service import tracing
+from agentik import tracing
 
 __all__ = ["TracingInterceptor"]
 

@@ -4,7 +4,7 @@ With more than one worker the ``agentik engine`` process serves nothing itself: 
 child engines (``agentik engine --worker``), each of which binds ``grpc_addr`` with
 SO_REUSEPORT so the kernel spreads new connections across them. The parent forwards
 SIGTERM/SIGINT to the children and exits once they have stopped; when one of them dies
-on its own it stops the others and exits 1 (:func:`engine_service.parent_watch.supervise`).
+on its own it stops the others and exits 1 (:func:`agentik.parent_watch.supervise`).
 
 The children share nothing but the store, so the store must be one several engines may
 share (PostgreSQL, see ``SessionStore.shared``): the choice is made here from the store
@@ -21,8 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from engine_service.config import ConfigError, Settings
-from engine_service.parent_watch import supervise
+from agentik.config import ConfigError, Settings
+from agentik.parent_watch import supervise
 
 __all__ = [
     "SHARED_STORE_SCHEMES",
@@ -86,7 +86,7 @@ def redact_store(url: str) -> str:
 def worker_argv(config: str | None) -> list[str]:
     """The command of one child engine."""
     named = ["--config", os.path.abspath(config)] if config else []
-    return [sys.executable, "-m", "engine_service.cli", *named, "engine", "--worker"]
+    return [sys.executable, "-m", "agentik.cli", *named, "engine", "--worker"]
 
 
 def run_workers(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_service import tracing
+from agentik import tracing
 from engine_service.stores import migrate_store, open_store
 
 ROOT = Path(__file__).resolve().parents[1]

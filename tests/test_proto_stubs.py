@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = Path("engine_service/rpc/agentik/engine/v1")
+GENERATED = Path("agentik/rpc/agentik/engine/v1")
 FILES = ("engine_pb2.py", "engine_pb2.pyi", "engine_pb2_grpc.py", "engine_pb2_grpc.pyi")
 
 
@@ -25,8 +25,8 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
         assert fresh == committed, f"{GENERATED / name} drifted from the .proto: run `make proto`"
 
 
-def test_the_descriptor_has_the_public_path_and_the_modules_stay_in_engine_service() -> None:
-    """Clients see the contract's public path; the code imports it from engine_service.rpc.
+def test_the_descriptor_has_the_public_path_and_the_modules_stay_in_agentik_rpc() -> None:
+    """Clients see the contract's public path; the code imports it from agentik.rpc.
 
     a2a-sdk registers its own files (``a2a.proto``, ``a2a_v0_3.proto``) in the same default
     pool: loading them next to ours must clash on neither a file name nor a symbol.
@@ -35,7 +35,7 @@ def test_the_descriptor_has_the_public_path_and_the_modules_stay_in_engine_servi
     from a2a.types import a2a_pb2
     from google.protobuf import descriptor_pool
 
-    from engine_service.rpc.agentik.engine.v1 import engine_pb2, engine_pb2_grpc
+    from agentik.rpc.agentik.engine.v1 import engine_pb2, engine_pb2_grpc
 
     pool = descriptor_pool.Default()
     assert engine_pb2.DESCRIPTOR.name == "agentik/engine/v1/engine.proto"
@@ -44,13 +44,13 @@ def test_the_descriptor_has_the_public_path_and_the_modules_stay_in_engine_servi
     symbol = pool.FindFileContainingSymbol("agentik.engine.v1.AgentEngine")
     assert symbol is engine_pb2.DESCRIPTOR
     with pytest.raises(KeyError):
-        pool.FindFileByName("engine_service/rpc/agentik/engine/v1/engine.proto")
+        pool.FindFileByName("agentik/rpc/agentik/engine/v1/engine.proto")
     assert {a2a_pb2.DESCRIPTOR.name, a2a_v0_3_pb2.DESCRIPTOR.name}.isdisjoint(
         {engine_pb2.DESCRIPTOR.name}
     )
-    assert engine_pb2.Session.__module__ == "engine_service.rpc.agentik.engine.v1.engine_pb2"
-    assert engine_pb2_grpc.AgentEngineStub.__module__.startswith("engine_service.rpc.")
-    assert "agentik" not in sys.modules, "a generated import escaped engine_service.rpc"
+    assert engine_pb2.Session.__module__ == "agentik.rpc.agentik.engine.v1.engine_pb2"
+    assert engine_pb2_grpc.AgentEngineStub.__module__.startswith("agentik.rpc.")
+    assert "agentik.engine" not in sys.modules, "a generated import escaped agentik.rpc"
 
 
 def test_the_proto_is_lint_clean() -> None:

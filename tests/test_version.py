@@ -12,7 +12,7 @@ from tests.web.e2e.conftest import ROOT, WAIT
 
 def test_version_prints_the_installed_version_and_exits_0() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--version"],
+        [sys.executable, "-m", "agentik.cli", "--version"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -33,7 +33,7 @@ def test_an_engine_with_an_llm_endpoint_loads_neither_importlib_metadata_nor_url
     script = (
         "import sys\n"
         "from engine_service.build import build_engine\n"
-        "from engine_service.config import load_settings\n"
+        "from agentik.config import load_settings\n"
         "env = {'AGENTIK_STORE': 'memory://', 'OPENAI_BASE_URL': 'http://127.0.0.1:9/v1'}\n"
         "build_engine(load_settings(env=env))\n"
         "print(sorted(m for m in ('importlib.metadata', 'urllib.request', 'email')"

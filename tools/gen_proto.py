@@ -6,18 +6,18 @@ Python modules are placed and imported after that same path. We want the two apa
 
 - the descriptor named by the contract's public path, ``agentik/engine/v1/engine.proto`` (what
   clients compile against, what ``buf`` and the docs name);
-- the modules importable as ``engine_service.rpc.agentik.engine.v1.engine_pb2`` /
-  ``engine_pb2_grpc``, as every import in the codebase is (a top-level ``agentik`` package would
-  be a name we do not own).
+- the modules importable as ``agentik.rpc.agentik.engine.v1.engine_pb2`` /
+  ``engine_pb2_grpc``, as every import in the codebase is (inside the shared package, under
+  ``agentik.rpc``, apart from the code we write by hand).
 
-``-Iengine_service/rpc=proto`` gives the second but names the descriptor
-``engine_service/rpc/agentik/engine/v1/engine.proto``. So: generate with ``-Iproto`` into a
+``-Iagentik/rpc=proto`` gives the second but names the descriptor
+``agentik/rpc/agentik/engine/v1/engine.proto``. So: generate with ``-Iproto`` into a
 temporary directory, then rewrite the few places that name the Python module (listed in
 ``REWRITES``; each must match exactly once, so a change in the generators' output fails here
 instead of producing stubs that import a package that does not exist).
 
 Usage: ``python tools/gen_proto.py [OUT]``; the stubs are written under
-``OUT/engine_service/rpc/agentik/engine/v1`` (OUT defaults to the repository).
+``OUT/agentik/rpc/agentik/engine/v1`` (OUT defaults to the repository).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = "proto"
 PROTO = "agentik/engine/v1/engine.proto"
-PREFIX = "engine_service.rpc."
-GENERATED = Path("engine_service/rpc") / Path(PROTO).parent
+PREFIX = "agentik.rpc."
+GENERATED = Path("agentik/rpc") / Path(PROTO).parent
 FILES = ("engine_pb2.py", "engine_pb2.pyi", "engine_pb2_grpc.py", "engine_pb2_grpc.pyi")
 
 _MODULE = re.escape("agentik.engine.v1")
@@ -46,7 +46,7 @@ REWRITES: dict[str, tuple[tuple[str, str], ...]] = {
     "engine_pb2.py": ((rf"'({_MODULE}\.engine_pb2)'", rf"'{PREFIX}\1'"),),
     "engine_pb2_grpc.py": (
         _IMPORT,
-        (r"generated code in (agentik/engine/v1/)", r"generated code in engine_service/rpc/\1"),
+        (r"generated code in (agentik/engine/v1/)", r"generated code in agentik/rpc/\1"),
     ),
     "engine_pb2_grpc.pyi": (_IMPORT,),
 }
@@ -75,7 +75,7 @@ def protoc_command(out: Path) -> list[str]:
 
 
 def rewrite(name: str, text: str) -> str:
-    """Point one generated file's module references into ``engine_service.rpc``."""
+    """Point one generated file's module references into ``agentik.rpc``."""
     for pattern, replacement in REWRITES.get(name, ()):
         text, count = re.subn(pattern, replacement, text)
         if count != 1:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from engine_service import tracing
-from engine_service.config import Settings, load_settings
+from agentik import tracing
+from agentik.config import Settings, load_settings
 
 if TYPE_CHECKING:
     from flask import Flask

@@ -1,6 +1,6 @@
 """``agentik web`` (the facade under gunicorn) and ``agentik serve`` (engine + web).
 
-``engine_service.cli`` calls :func:`add_commands` when the facade is installed.
+``agentik.cli`` calls :func:`add_commands` when the facade is installed.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import os
 import sys
 from typing import Any
 
-from engine_service.config import (
+from agentik.config import (
     ConfigError,
     Settings,
     load_settings,
     refuse_open_exposure,
     refuse_taken_address,
 )
-from engine_service.parent_watch import supervise
+from agentik.parent_watch import supervise
 
 __all__ = ["add_commands", "gunicorn_argv"]
 
@@ -66,7 +66,7 @@ def _web(args: argparse.Namespace) -> int:
 
 def _engine_argv(args: argparse.Namespace) -> list[str]:
     config = ["--config", os.path.abspath(args.config)] if args.config else []
-    return [sys.executable, "-m", "engine_service.cli", *config, "engine"]
+    return [sys.executable, "-m", "agentik.cli", *config, "engine"]
 
 
 def serve_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
@@ -85,7 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     def say(line: str) -> None:
         if settings.log.format == "json":  # every line on stderr is then JSON
-            from engine_service.logs import JsonFormatter
+            from agentik.logs import JsonFormatter
 
             record = logging.LogRecord("agentik", logging.INFO, "", 0, line, None, None)
             line = JsonFormatter().format(record)

@@ -9,11 +9,11 @@ Every engine call made while a request is handled carries that request's
 ``Authorization`` header as the ``authorization`` metadata: the facade checks no
 credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
 which the engine refuses like any malformed one). While tracing is on
-(``engine_service.tracing``) it also carries the current span as W3C ``traceparent``
+(``agentik.tracing``) it also carries the current span as W3C ``traceparent``
 metadata, so the engine's spans join the request's trace.
 
 The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
-addresses, ...; see :mod:`engine_service.config`). The channel balances calls over all of
+addresses, ...; see :mod:`agentik.config`). The channel balances calls over all of
 them (``round_robin``: each call goes to the next ready engine; one that is down is left
 out until it reconnects) and retries the calls that are safe to repeat when an engine was
 unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the relay
@@ -34,10 +34,10 @@ import grpc.experimental
 from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
 
-from engine_service import tracing
-from engine_service.config import Settings
-from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik import tracing
+from agentik.config import Settings
+from agentik.limits import GRPC_MESSAGE_LIMIT
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 
 __all__ = [
     "RETRIED_METHODS",
@@ -48,6 +48,7 @@ __all__ = [
     "current_settings",
     "forwarded_authorization",
     "forwarded_metadata",
+    "forwardable",
     "install",
 ]
 
@@ -136,10 +137,10 @@ def forwarded_authorization() -> str | None:
     if not has_request_context():
         return None
     value = request.headers.get("Authorization")
-    return None if value is None else _forwardable(value)
+    return None if value is None else forwardable(value)
 
 
-def _forwardable(value: str) -> str:
+def forwardable(value: str) -> str:
     """``value`` if gRPC metadata can carry it (printable ASCII), else an empty bearer."""
     if len(value) <= 8192 and value.isascii() and value.isprintable():
         return value

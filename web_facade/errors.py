@@ -29,7 +29,7 @@ import grpc
 from flask import Flask, Response, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
+from agentik.limits import GRPC_MESSAGE_LIMIT
 from web_facade.request_heads import BodyTimeout
 
 __all__ = [

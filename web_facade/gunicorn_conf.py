@@ -20,9 +20,9 @@ import tempfile
 from types import FrameType
 from typing import Any
 
-from engine_service.config import ConfigError, load_settings, refuse_open_exposure
-from engine_service.logs import gunicorn_logconfig
-from engine_service.parent_watch import stop_with_parent
+from agentik.config import ConfigError, load_settings, refuse_open_exposure
+from agentik.logs import gunicorn_logconfig
+from agentik.parent_watch import stop_with_parent
 
 stop_with_parent()  # when started by `agentik serve`, a test or a benchmark
 
@@ -104,7 +104,7 @@ def on_exit(server: Any) -> None:
 
 def when_ready(server: Any) -> None:
     """Say once (not per worker) where the workers' traces go, when they are on."""
-    from engine_service import tracing
+    from agentik import tracing
 
     where = tracing.describe(os.environ)
     if where is not None:
@@ -113,14 +113,14 @@ def when_ready(server: Any) -> None:
 
 def post_fork(server: Any, worker: Any) -> None:
     """Start tracing in the new worker (the exporter's thread does not survive a fork)."""
-    from engine_service import tracing
+    from agentik import tracing
 
     tracing.setup("agentik-web")
 
 
 def worker_exit(server: Any, worker: Any) -> None:
     """Export the worker's spans still waiting before it exits."""
-    from engine_service import tracing
+    from agentik import tracing
 
     tracing.shutdown()
 

@@ -49,7 +49,7 @@ from gunicorn import util  # type: ignore[import-untyped]
 from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from web_facade.gunicorn_refusals import error_bytes, parse_error
 from web_facade.request_heads import (
     BodyTimeout,

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from flask import Flask, Response, request
 
-from engine_service.config import Settings
+from agentik.config import Settings
 from web_facade.errors import error_response
 
 __all__ = ["PUBLIC_PATHS", "install_host_guard", "is_loopback_host", "require_host"]

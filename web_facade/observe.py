@@ -33,7 +33,7 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-from engine_service.logs import FIELDS
+from agentik.logs import FIELDS
 from web_facade.engine_metrics import engine_metrics
 
 __all__ = [

@@ -25,6 +25,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
+from agentik.limits import GRPC_MESSAGE_LIMIT, MAX_EVENT_BYTES, MIN_EVENT_BYTES
 from engine_service.core import events as ev
 from engine_service.core.models import (
     JSON,
@@ -62,13 +63,6 @@ __all__ = [
     "text_bytes",
 ]
 
-GRPC_MESSAGE_LIMIT: Final = 4 * 1024 * 1024
-"""What gRPC clients accept by default in one message: what the engine never sends past."""
-MIN_EVENT_BYTES: Final = 16 * 1024
-"""The smallest ``max_event_bytes``: a note and a useful piece must fit."""
-MAX_EVENT_BYTES: Final = 3 * 1024 * 1024
-"""The largest ``max_event_bytes``: an event, its envelope and a page's overhead stay
-under ``GRPC_MESSAGE_LIMIT``."""
 MESSAGE_ROOM: Final = 1024
 """What an event adds around a message: a message holds ``max_event_bytes`` less this."""
 EVENT_OMITTED: Final = "agentik.event_omitted"

@@ -7,19 +7,9 @@ principal is told it does not exist. An admin sees every session.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-__all__ = ["ANONYMOUS", "PRINCIPAL_RULE", "Caller", "is_valid_principal"]
-
-PRINCIPAL_RULE = "1-128 letters, digits or ._~@+- (no spaces, ':' or ',')"
-"""The one rule for a principal, whoever names it: a configured token's or a JWT's ``sub``.
-Principals are stored as session owners and shown in logs, lists and metrics."""
-_PRINCIPAL = re.compile(r"[A-Za-z0-9._~@+-]{1,128}")
-
-
-def is_valid_principal(value: str) -> bool:
-    return _PRINCIPAL.fullmatch(value) is not None
+__all__ = ["ANONYMOUS", "Caller"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine_service.logs import FIELDS
+from agentik.logs import FIELDS
 
 __all__ = ["RunLog", "RunObserver", "RunObservers", "RunReport", "ToolOutcome"]
 

@@ -1,7 +1,7 @@
 """The tracing port: the spans a run opens, with nothing behind them by default.
 
 The core marks where a run, each LLM round and each tool call begin and end; an adapter
-(``engine_service.tracing``, OpenTelemetry) turns those marks into spans when tracing is
+(``engine_service.otel_tracer``, OpenTelemetry) turns those marks into spans when tracing is
 configured. With the default :data:`NO_TRACER` a mark costs one call that returns a
 shared object, and nothing is imported: tracing that is off adds no memory and no work per
 event. Spans are opened per run, per LLM round and per tool call, never per token.

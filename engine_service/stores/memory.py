@@ -19,11 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
-from engine_service.core.codec import (
-    event_from_dict,
-    event_to_dict,
-    message_from_dict,
-)
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -34,7 +29,14 @@ from engine_service.core.errors import (
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
-from engine_service.stores.encoding import decode_interrupts, encode_interrupts, run_taken
+from engine_service.stores.encoding import (
+    decode_interrupts,
+    encode_interrupts,
+    event_from_dict,
+    event_to_dict,
+    message_from_dict,
+    run_taken,
+)
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import utc as _utc

@@ -53,10 +53,6 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from engine_service.core.codec import (
-    event_from_dict,
-    message_from_dict,
-)
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -71,6 +67,8 @@ from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, Sig
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
+    event_from_dict,
+    message_from_dict,
     run_from_row,
     run_taken,
     session_from_row,

@@ -37,10 +37,6 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from engine_service.core.codec import (
-    event_from_dict,
-    message_from_dict,
-)
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -55,6 +51,8 @@ from engine_service.core.store import Lease, RunBegun, SessionStore
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
+    event_from_dict,
+    message_from_dict,
     run_from_row,
     run_taken,
     session_from_row,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.config import (
+from agentik.config import (
     ConfigError,
     Settings,
     TokenEntry,
@@ -257,7 +257,7 @@ def _engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _agentik_engine(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", *args, "engine"],
+        [sys.executable, "-m", "agentik.cli", *args, "engine"],
         cwd=ROOT,
         env=_engine_env(tmp_path, **env),
         capture_output=True,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.config import (
+from agentik.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
     LlmSettings,
@@ -15,7 +15,7 @@ from engine_service.config import (
     load_settings,
     setting_keys,
 )
-from engine_service.tools.mcp_config import McpServerConfig
+from agentik.tool_config.mcp import McpServerConfig
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -15,10 +15,10 @@ WAIT = 15.0
 PARENT = textwrap.dedent(
     """
     import os, subprocess, sys
-    from engine_service.parent_watch import env_for_child
+    from agentik.parent_watch import env_for_child
     child = subprocess.Popen(
         [sys.executable, "-c",
-         "from engine_service.parent_watch import stop_with_parent; stop_with_parent();"
+         "from agentik.parent_watch import stop_with_parent; stop_with_parent();"
          "import signal; print('ready', flush=True); signal.pause()"],
         env=env_for_child(os.environ), stdout=subprocess.PIPE,
     )

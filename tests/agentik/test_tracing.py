@@ -1,4 +1,4 @@
-"""Which ``OTEL_*`` settings turn traces on (``engine_service.tracing``), as the
+"""Which ``OTEL_*`` settings turn traces on (``agentik.tracing``), as the
 OpenTelemetry specification reads them; the end-to-end trace is in tests/web/e2e."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from engine_service.tracing import describe, exporters
+from agentik.tracing import describe, exporters
 
 
 @pytest.mark.parametrize(

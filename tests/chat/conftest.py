@@ -17,7 +17,7 @@ from tests.web.e2e.conftest import ROOT, WAIT, Stack
 # The stack's fixtures: the fake LLM for the module.
 from tests.web.e2e.conftest import llm as llm
 
-CHAT = [sys.executable, "-m", "engine_service.cli", "chat"]
+CHAT = [sys.executable, "-m", "agentik.cli", "chat"]
 
 
 def chat_env(**extra: str) -> dict[str, str]:

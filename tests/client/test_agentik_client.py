@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik_client import (
     AsyncClient,
     Busy,
@@ -21,7 +22,6 @@ from agentik_client import (
     PermissionDenied,
     Unauthenticated,
 )
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.cuttable_proxy import CuttableProxy
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.engine.harness import WAIT, Harness, engine_settings, running_engine

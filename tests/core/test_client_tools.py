@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import Harness, kinds, refused, run, user
 
 

@@ -16,8 +16,8 @@ import grpc
 import pytest
 from google.protobuf import json_format, struct_pb2
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.tool import Tool, ToolContext, ToolResult
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     WAIT,
     Harness,

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.errors import StorageUnavailable
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.core.test_hitl import HITL, _id, paused, resolved, results
 from tests.engine.harness import (
     Harness,

@@ -7,7 +7,7 @@ import re
 import grpc
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     Harness,
     kinds,

@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.harness import kind, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 from tests.tools.mcp.servers import DEMO

@@ -38,7 +38,7 @@ from typing import TypeVar, cast
 
 import pytest
 
-from engine_service.config import load_settings, setting_keys
+from agentik.config import load_settings, setting_keys
 from tests.docs.examples import ROOT, Block, blocks, commands
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import Stack
@@ -107,7 +107,7 @@ PRELUDES: dict[tuple[str, str], str] = {
     # (document, text in the block): what a snippet names from the one before it
     ("docs/grpc.md", "Bearer {token}"): (
         "import os, grpc\n"
-        "from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb, engine_pb2_grpc\n"
+        "from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb, engine_pb2_grpc\n"
         "channel = grpc.insecure_channel(os.environ['AGENTIK_ENGINE_TARGET'])\n"
         "stub = engine_pb2_grpc.AgentEngineStub(channel)\n"
         "token = '<alice's token>'\n"

@@ -9,8 +9,8 @@ from typing import Any, TypeAlias
 import grpc
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.harness import WAIT, collect
 
 Metadata: TypeAlias = tuple[tuple[str, str], ...]

@@ -11,14 +11,14 @@ from typing import Any
 import grpc
 import pytest
 
+from agentik.config import Settings, load_settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_engine
-from engine_service.config import Settings, load_settings
 from engine_service.core.chat import ChatModel
 from engine_service.core.engine import Engine
 from engine_service.core.store import SessionStore
 from engine_service.core.tool import Tool
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 
 StoreFor = Callable[[], SessionStore]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.cli import main
+from agentik.cli import main
 from tests.fakes.fake_openai import FakeOpenAI
 
 

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     Harness,
     engine_settings,

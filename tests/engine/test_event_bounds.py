@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core import events as ev
 from engine_service.core.bounds import message_size
 from engine_service.core.models import (
@@ -28,7 +29,6 @@ from engine_service.core.models import (
     ToolCall,
 )
 from engine_service.core.tool import Tool, ToolContext, ToolResult
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.stores import open_store
 from tests.engine.harness import (
     Harness,

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.registry import ToolRegistry
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 from engine_service.tools.builtin import builtin_tools
 from tests.engine.auth_helpers import TOKENS_ENV, as_, trailers

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine_service.cli import main
+from agentik.cli import main
 from tests.engine.harness import engine_settings, running_engine
 
 

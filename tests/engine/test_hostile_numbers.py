@@ -9,7 +9,7 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     Harness,
     refused,

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.models import JSON
 from engine_service.core.tool import Tool, ToolContext, ToolResult
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     WAIT,
     Harness,

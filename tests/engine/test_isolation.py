@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.build import build_model
 from engine_service.core import events as ev
 from engine_service.core.caller import Caller
@@ -24,7 +25,6 @@ from engine_service.core.errors import SessionNotFound
 from engine_service.core.models import Message, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.stores import MemorySessionStore
 from engine_service.stores.postgres import PostgresSessionStore
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV, as_, bearer, outcome, rpc_error

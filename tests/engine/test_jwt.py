@@ -25,9 +25,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from agentik.config import ConfigError
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.auth import Authenticator
-from engine_service.config import ConfigError
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.auth_helpers import bearer, rpc_error, trailers
 from tests.engine.harness import Harness, engine_settings, running_engine
 

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine_service.cli import main as cli_main
-from engine_service.config import ConfigError, load_settings
+from agentik.cli import main as cli_main
+from agentik.config import ConfigError, load_settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.observe import RunReport
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.server import EngineServer
 from tests.engine.harness import (
     WAIT,

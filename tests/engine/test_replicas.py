@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf import struct_pb2
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_model
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.limits import RunLimits
 from engine_service.core.registry import ToolRegistry
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 from engine_service.tools.builtin import builtin_tools
 from tests.engine.harness import (

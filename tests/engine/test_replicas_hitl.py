@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import StoreFor, collect, kind, user
 from tests.engine.test_replicas import replicas
 from tests.fakes.fake_openai import FakeOpenAI

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import Harness, collect, kind, kinds, next_event, text_of, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import Harness, collect, next_event, user
 
 

@@ -3,8 +3,8 @@ person."""
 
 from __future__ import annotations
 
+from agentik.config import load_settings
 from engine_service.build import build_engine
-from engine_service.config import load_settings
 from engine_service.server import startup_lines
 
 

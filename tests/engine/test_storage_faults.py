@@ -15,8 +15,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core import events as ev
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.stores import SqliteSessionStore
 from tests.engine.harness import (
     WAIT,

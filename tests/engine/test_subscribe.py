@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import WAIT, Harness, collect, kind, kinds, next_event, user
 from tests.fakes.fake_openai import FakeOpenAI
 

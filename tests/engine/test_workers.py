@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from agentik.config import ConfigError, Settings
 from engine_service.build import build_engine
-from engine_service.config import ConfigError, Settings
 from engine_service.server import EngineServer
 from engine_service.workers import check_workers, redact_store
 from tests.engine.harness import WAIT, engine_settings
-from tests.engine.test_cli import ROOT, engine_env
+from tests.agentik.test_cli import ROOT, engine_env
 
 SHARED = "postgresql://agentik:s3cret@db:5432/agentik"
 
@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 def _agentik(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", *args],
+        [sys.executable, "-m", "agentik.cli", *args],
         cwd=ROOT,
         env=engine_env(tmp_path, **env),
         capture_output=True,
@@ -118,7 +118,7 @@ def test_the_store_password_is_kept_out_of_the_log() -> None:
 
 CHILD = """
 import os, signal, socket, sys
-from engine_service.parent_watch import stop_with_parent
+from agentik.parent_watch import stop_with_parent
 stop_with_parent()
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 sock = socket.socket()
@@ -132,7 +132,7 @@ while True:
 
 PARENT = """
 import logging, sys
-from engine_service.config import Settings
+from agentik.config import Settings
 from engine_service.workers import run_workers
 logging.basicConfig(level="INFO", format="%(message)s")
 settings = Settings(grpc_addr="127.0.0.1:{port}", store={store!r}, shutdown_grace=1.0)

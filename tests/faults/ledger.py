@@ -23,8 +23,8 @@ from typing import Any, Final
 import grpc
 import httpx
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.web.sse_frames import Frame, SseParser
 
 __all__ = [

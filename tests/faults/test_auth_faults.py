@@ -19,9 +19,9 @@ from typing import Any
 import grpc
 import pytest
 
-from engine_service.core.codec import message_to_dict
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.models import Message, Role, TextPart
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.stores.encoding import message_to_dict
 from engine_service.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
 from tests.core.test_recovery import EngineProcess
 from tests.engine.auth_helpers import TOKENS_ENV, Metadata, as_, rpc_error

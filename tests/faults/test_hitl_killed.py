@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.core.test_recovery import MCP_CONNECTED, EngineProcess
 from tests.engine.harness import kind, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall

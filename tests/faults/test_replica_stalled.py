@@ -24,8 +24,8 @@ from typing import Any
 import grpc
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.harness import kind, user
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.conftest import SIGNAL_MARKS, WITHIN

@@ -17,8 +17,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg import sql
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.hostile.verdict import DEADLINE, rss_bytes
 from tests.postgres_server import pg_database, pg_url, with_schema

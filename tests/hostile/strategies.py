@@ -17,7 +17,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 from hypothesis import strategies as st
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 __all__ = [
     "REQUESTS",

@@ -20,7 +20,7 @@ import jwt
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.auth_helpers import TOKENS_ENV, as_, bearer, outcome, rpc_error
 from tests.engine.harness import Harness, collect, engine_settings, running_engine, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall

@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.auth_helpers import TOKENS
 from tests.hostile.conftest import EngineProcess, alice
 from tests.hostile.strategies import REQUESTS, credentials, raw_bytes, runs_with_hostile_content

@@ -7,8 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from engine_service.config import McpSettings
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.config import McpSettings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import collect, engine_settings, kind, running_engine, text_of, user
 from tests.tools.mcp.servers import WAIT, time_config
 

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import Harness, engine_settings, running_engine
 from tests.fakes.fake_openai import FakeOpenAI
 from web_facade.mcp.server import UNAUTHORIZED
@@ -46,7 +46,7 @@ async def mcp_client(target: str, token: str | None = None) -> AsyncIterator[Cli
         env["AGENTIK_TOKEN"] = token
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "engine_service.cli", "mcp", "--target", target],
+        args=["-m", "agentik.cli", "mcp", "--target", target],
         env=env,
     )
     errlog: TextIO
@@ -163,7 +163,14 @@ async def _stopped_run(harness: Harness) -> pb.RunInfo:
 
 @pytest.mark.parametrize(
     ("token", "says"),
-    [(None, "set AGENTIK_TOKEN"), ("wrong", "the token in AGENTIK_TOKEN was refused")],
+    [
+        (None, "set AGENTIK_TOKEN"),
+        ("wrong", "the token in AGENTIK_TOKEN was refused"),
+        # What gRPC metadata cannot carry goes as an empty bearer, as from the facade.
+        ("t\u00f6k\u00e9n", "the token in AGENTIK_TOKEN was refused"),
+        ("x" * 9000, "the token in AGENTIK_TOKEN was refused"),
+    ],
+    ids=["missing", "wrong", "not-ascii", "too-long"],
 )
 async def test_a_missing_or_wrong_token_is_a_clear_mcp_error(
     llm: FakeOpenAI, token: str | None, says: str

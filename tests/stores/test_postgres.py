@@ -67,7 +67,7 @@ def migrate_cli(store_url: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
     env["AGENTIK_STORE"] = store_url
     return subprocess.Popen(
-        [sys.executable, "-m", "engine_service.cli", "migrate"],
+        [sys.executable, "-m", "agentik.cli", "migrate"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

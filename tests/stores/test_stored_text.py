@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import WAIT, Harness, collect, engine_settings, kind, running_engine
 from tests.fakes.fake_openai import FakeOpenAI
 

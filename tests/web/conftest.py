@@ -11,8 +11,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from agentik.config import Settings, load_settings
 from engine_service.build import build_engine
-from engine_service.config import Settings, load_settings
 from engine_service.server import EngineServer
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.openapi_check import assert_response_conforms

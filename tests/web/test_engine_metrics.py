@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from flask import Flask
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.conftest import BackgroundEngine, engine_settings
 from web_facade.cli import serve_env

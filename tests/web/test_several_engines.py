@@ -28,11 +28,11 @@ import pytest
 from ag_ui.core import EventType
 from flask import Flask
 
+from agentik.config import Settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_engine, build_model, build_tools
-from engine_service.config import Settings
 from engine_service.core.engine import Engine
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.server import EngineServer
 from engine_service.stores.memory import MemorySessionStore
 from tests.cuttable_proxy import CuttableProxy

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from flask import Flask
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.conftest import V10, user_message
 from tests.web.agui.agui_reader import AguiReader, types

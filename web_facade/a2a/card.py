@@ -40,7 +40,7 @@ from a2a.types import (
 )
 from google.protobuf import json_format
 
-from engine_service.config import ConfigError, Settings, is_loopback
+from agentik.config import ConfigError, Settings, is_loopback
 
 __all__ = [
     "CARD_MAX_AGE",

@@ -6,7 +6,10 @@ interrupt, and a data part ``{"interrupts": [...]}`` with the structured request
 peer's next message on that task is the answer; :func:`resume_entries` reads it into the
 engine's resume entries — a data part (``{"approved": ...}``, ``{"answer": ...}`` or
 ``{"decisions": [...]}``) or plain text (yes/no for approvals, the answer to a question).
-Nothing here calls the engine.
+Nothing here calls the engine, and nothing here decides: a reply is translated into entries
+(which interrupt, which kind, yes or no), and the engine alone checks them
+(engine_service/core/hitl.py: every pending one answered, an explicit yes); its refusal
+reaches the peer through this facade's error table.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Final
 from a2a.types import Message, Part, Role, Task
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import invalid_params
 from web_facade.proto_json import json_value
 
@@ -192,10 +195,7 @@ def _from_data(
         if interrupt_id in entries:
             raise invalid_params(f"{at}.interruptId", f"{interrupt_id!r} is answered twice")
         entries[interrupt_id] = _entry(at, by_id[interrupt_id], decision)
-    missing = [i for i in interrupts if i.id not in entries]
-    if missing:
-        raise invalid_params(where, f"answer every pending interrupt; missing {_pending(missing)}")
-    return [entries[i.id] for i in interrupts]
+    return list(entries.values())  # the engine checks that every pending one is answered
 
 
 def _words(text: str) -> str:

@@ -15,7 +15,7 @@ import grpc
 from a2a.types import StreamResponse
 from a2a.utils.errors import A2AError, InternalError
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import from_rpc
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.tasks import TaskFollow

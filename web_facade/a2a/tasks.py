@@ -42,9 +42,9 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
-from engine_service.core.ids import ID_RULE, is_valid_id
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.ids import ID_RULE, is_valid_id
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a.convert import (
     RunStream,
     check_message,
@@ -69,8 +69,8 @@ __all__ = [
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 100
 """The spec's bounds on ``ListTasks.pageSize``."""
-SETTLE_WAIT: Final = 10.0
-"""Seconds to wait for the engine to store the end of a run whose last event arrived."""
+CANCEL_WAIT: Final = 10.0
+"""Seconds a cancel waits for the run it interrupted to end."""
 _FIRST_WINDOW: Final = 64
 """Events looked back at first when a subscriber searches a live run's first event."""
 TEXT_MODES: Final = frozenset({"text/plain", "text/*", "*/*", "text"})
@@ -375,9 +375,7 @@ class TaskService:
                 if event is None:
                     continue
                 stream.feed(event)
-                if stream.done:
-                    self.settle(stream.task.context_id, stream.run_id, event.seq)
-                elif request.configuration.return_immediately:
+                if not stream.done and request.configuration.return_immediately:
                     break
         finally:
             relay.cancel()
@@ -388,17 +386,17 @@ class TaskService:
         relay, stream = self._start(request)
         return TaskFollow(self, relay, stream, [])
 
-    def settle(self, context_id: str, task_id: str, after_seq: int) -> None:
-        """Wait until the engine has stored the end of the run.
+    def _wait_for_end(self, context_id: str, task_id: str, after_seq: int) -> None:
+        """Wait until the run interrupted by a cancel has ended (``Interrupt`` answers once
+        the run is told to stop, not once it stopped).
 
-        The engine publishes a run's last event before it stores the run's final status.
-        A subscription with ``until_idle`` ends only once that is stored, and an event of
-        a later run also means it is. Without this wait, a GetTask sent right after the
-        answer could still read WORKING.
+        A subscription with ``until_idle`` ends only once the run's end is stored, and an
+        event of a later run also means it is. (A run's terminal event itself is shown only
+        once its end is stored, so a client that saw it needs no such wait.)
         """
         call = self._engine.Subscribe(
             pb.SubscribeRequest(session_id=context_id, after_seq=after_seq, until_idle=True),
-            timeout=SETTLE_WAIT,
+            timeout=CANCEL_WAIT,
         )
         try:
             for event in call:
@@ -437,7 +435,7 @@ class TaskService:
         except grpc.RpcError as exc:
             raise from_rpc(exc) from None
         if not waiting:  # a waiting run is stored stopped when Interrupt answers
-            self.settle(latest.session_id, latest.id, last_seq)
+            self._wait_for_end(latest.session_id, latest.id, last_seq)
         task = self._task(self._chain(task_id))
         if task.status.state != TaskState.TASK_STATE_CANCELED:
             state = _state_name(task.status.state)
@@ -523,13 +521,9 @@ class TaskFollow:
         return self._stream.done
 
     def feed(self, event: pb.Event) -> list[StreamResponse]:
-        """The responses for one engine event; the last one only once the engine stored
-        the run's end, so a GetTask right after it reads the final state."""
-        out = self._stream.feed(event)
-        if self._stream.done:
-            task = self._stream.task
-            self._service.settle(task.context_id, self._stream.run_id, event.seq)
-        return out
+        """The responses for one engine event (the engine shows a run's terminal event
+        only once it stored the run's end: a GetTask right after it reads the final state)."""
+        return self._stream.feed(event)
 
 
 def check_task_id(task_id: str) -> None:

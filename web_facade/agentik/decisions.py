@@ -15,20 +15,20 @@ answer                           RESOLVED      ``{"answer": "..."}``
 ===============================  ============  ================================
 
 Unknown keys in a decision are refused, unlike elsewhere in the API: a misspelled
-``arguments`` must not approve the call as the LLM wrote it. Each decision is checked
-against the conversation's pending interrupts too, so a mistake is named as the client
-wrote it (``decisions[1].answer``); the engine checks again, and has the last word.
+``arguments`` must not approve the call as the LLM wrote it. This is translation only: the
+engine alone checks the entries against what the conversation waits for (engine_service/
+core/hitl.py: pending, answered once, every one answered, the right kind, an explicit yes),
+and its refusal is a 400 through the facade's error table, naming ``resume[i]``, the entry
+made from ``decisions[i]``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import invalid
 
 __all__ = ["MAX_DECISIONS", "resume_entries"]
@@ -55,8 +55,8 @@ def _value(value: Any) -> struct_pb2.Value:
     return out
 
 
-def _entry(raw: object, where: str) -> tuple[str, pb.ResumeEntry, bool]:
-    """``(interrupt_id, entry, answers_a_question)`` of one decision, or a 400 naming it."""
+def _entry(raw: object, where: str) -> pb.ResumeEntry:
+    """The resume entry of one decision, or a 400 naming it."""
     if not isinstance(raw, dict):
         invalid(f"{where} must be an object, got {_kind(raw)}")
     unknown = [key for key in raw if key not in _KEYS]
@@ -83,7 +83,7 @@ def _entry(raw: object, where: str) -> tuple[str, pb.ResumeEntry, bool]:
             status=pb.RESUME_STATUS_RESOLVED,
             payload=_value({"answer": answer}),
         )
-        return interrupt_id, entry, True
+        return entry
     approve = raw["approve"]
     if not isinstance(approve, bool):
         invalid(f"{where}.approve must be true or false")
@@ -101,7 +101,7 @@ def _entry(raw: object, where: str) -> tuple[str, pb.ResumeEntry, bool]:
             status=pb.RESUME_STATUS_RESOLVED,
             payload=_value(payload),
         )
-        return interrupt_id, entry, False
+        return entry
     if "arguments" in raw:
         invalid(f"{where}.arguments goes with approve: true")
     entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_CANCELLED)
@@ -111,22 +111,12 @@ def _entry(raw: object, where: str) -> tuple[str, pb.ResumeEntry, bool]:
             invalid(f"{where}.reason must be a string, got {_kind(reason)}")
         if reason.strip():
             entry.payload.CopyFrom(_value({"reason": reason}))
-    return interrupt_id, entry, False
+    return entry
 
 
-def _expired(interrupt: pb.Interrupt, now: datetime) -> bool:
-    return interrupt.HasField("expire_time") and interrupt.expire_time.ToDatetime(UTC) <= now
-
-
-def _describe(interrupt: pb.Interrupt) -> str:
-    if interrupt.kind == pb.INTERRUPT_KIND_QUESTION:
-        return f"{_shown(interrupt.id)} (a question)"
-    return f"{_shown(interrupt.id)} (approve {interrupt.tool_call.name})"
-
-
-def resume_entries(body: dict[str, Any], pending: Sequence[pb.Interrupt]) -> list[pb.ResumeEntry]:
+def resume_entries(body: dict[str, Any]) -> list[pb.ResumeEntry]:
     """The resume entries of a ``resume`` body, in the order of its ``decisions``; a 400
-    naming the field when a decision is malformed or does not fit what is pending."""
+    naming the field when a decision is malformed."""
     decisions = body.get("decisions")
     if not isinstance(decisions, list):
         got = "missing" if decisions is None else _kind(decisions)
@@ -135,31 +125,4 @@ def resume_entries(body: dict[str, Any], pending: Sequence[pb.Interrupt]) -> lis
         invalid("decisions must have at least one decision")
     if len(decisions) > MAX_DECISIONS:
         invalid(f"decisions has more than {MAX_DECISIONS} items")
-    parsed = [_entry(raw, f"decisions[{i}]") for i, raw in enumerate(decisions)]
-    if not pending:
-        invalid("this conversation waits for no answer: there is nothing to resume")
-    by_id = {interrupt.id: interrupt for interrupt in pending}
-    seen: set[str] = set()
-    for index, (interrupt_id, _, answers) in enumerate(parsed):
-        where = f"decisions[{index}]"
-        interrupt = by_id.get(interrupt_id)
-        if interrupt is None:
-            waiting = ", ".join(_describe(i) for i in pending)
-            invalid(
-                f"{where}.interrupt_id {_shown(interrupt_id)} is not pending in this "
-                f"conversation; it waits for {waiting}"
-            )
-        if interrupt_id in seen:
-            invalid(f"{where}.interrupt_id {_shown(interrupt_id)} is answered twice")
-        seen.add(interrupt_id)
-        question = interrupt.kind == pb.INTERRUPT_KIND_QUESTION
-        if answers and not question:
-            invalid(f"{where} answers an approval: give approve (true or false), not answer")
-        if question and not answers and parsed[index][1].status == pb.RESUME_STATUS_RESOLVED:
-            invalid(f"{where} answers a question: give answer, or approve: false to decline it")
-    now = datetime.now(UTC)
-    missing = [i for i in pending if i.id not in seen and not _expired(i, now)]
-    if missing:
-        names = ", ".join(_describe(i) for i in missing)
-        invalid(f"decisions must answer every pending interrupt; missing {names}")
-    return [entry for _, entry, _ in parsed]
+    return [_entry(raw, f"decisions[{i}]") for i, raw in enumerate(decisions)]

@@ -47,7 +47,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.shapes import interrupt_json, message_json, part_json, usage_json
 from web_facade.proto_json import json_value
 

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from flask import Blueprint, Response, request
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import conversation_json, message_json, parts_from_json
 from web_facade.agentik.stream import AgentikStream
@@ -227,8 +227,8 @@ def resume(conversation_id: str) -> Response:
     ``message``) and stream the turn that carries the answers out."""
     body = _json_body(required=True)
     text = _optional_string(body, "message")
-    session = _get_session(conversation_id)  # 404 before anything is checked against it
-    entries = resume_entries(body, session.pending_interrupts)
+    _get_session(conversation_id)  # 404 before the decisions are read
+    entries = resume_entries(body)
     run_request = pb.RunRequest(session_id=conversation_id, resume=entries)
     if text:
         run_request.messages.append(

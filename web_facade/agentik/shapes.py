@@ -15,7 +15,7 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import invalid
 from web_facade.proto_json import json_value
 

@@ -14,7 +14,7 @@ from typing import Final
 
 import grpc
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.events import event_frame, frame
 from web_facade.errors import from_rpc_error
 from web_facade.stream import EventStream

@@ -68,7 +68,7 @@ from ag_ui.core import (
 )
 from ag_ui.core.events import TextMessageRole
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.proto_json import json_value
 
 __all__ = [

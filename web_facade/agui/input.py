@@ -44,7 +44,7 @@ from ag_ui.core import (
 from google.protobuf import json_format, struct_pb2
 from pydantic import ValidationError
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import ApiError
 
 __all__ = [

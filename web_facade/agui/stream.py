@@ -13,7 +13,7 @@ import grpc
 from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agui.events import run_error, to_agui
 from web_facade.errors import from_rpc_error
 from web_facade.stream import EventStream

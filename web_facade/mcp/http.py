@@ -74,7 +74,7 @@ class McpHttpApp:
             from web_facade.mcp.server import EngineAccess, build_server
 
             engine = self.engine
-            server = build_server(EngineAccess(stub=lambda: engine.engine))
+            server = build_server(EngineAccess(engine, from_request=True))
             # The facade's host guard (web_facade/hosts.py) has checked the Host header
             # already, with the facade's own rules.
             security = TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 from flask import Blueprint, Response, current_app, request
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, error_response, from_rpc_error
 from web_facade.request_body import parse_json, read_body

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any
 
@@ -30,17 +30,13 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ValidationError
 
-from engine_service.core.bounds import GRPC_MESSAGE_LIMIT
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import interrupt_json
+from web_facade.engine_client import UNARY_TIMEOUT, EngineClient, forwardable
 from web_facade.errors import ApiError, from_rpc_error
 
-__all__ = ["MAX_OFFSET", "UNARY_TIMEOUT", "UNAUTHORIZED", "EngineAccess", "build_server"]
-
-UNARY_TIMEOUT = 30.0
-"""Deadline of the engine's unary calls, in seconds."""
+__all__ = ["MAX_OFFSET", "UNAUTHORIZED", "EngineAccess", "build_server"]
 
 UNAUTHORIZED = -32010
 """The MCP error code of a call the engine refused for its credentials (JSON-RPC's
@@ -53,15 +49,6 @@ MAX_OFFSET = 2**31 - 1
 _TITLE_LENGTH = 60
 """Characters of the first message a new conversation is titled with."""
 
-_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT),
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-]
-"""As the facade's channel (web_facade/engine_client.py): what the engine may send, and
-fast reconnects after an engine restart."""
-
 _ROLES = {
     pb.ROLE_USER: "user",
     pb.ROLE_ASSISTANT: "assistant",
@@ -72,43 +59,27 @@ _ROLES = {
 
 
 class EngineAccess:
-    """The engine, and where the bearer token of its calls comes from.
+    """The engine, through the facade's engine client (web_facade/engine_client.py: its
+    channel options, balancing and retries), and where the bearer token of its calls
+    comes from. The client's calls block: they run in the event loop's executor threads.
 
-    Over stdio (``agentik mcp``): an async channel of its own to ``target``, and one
-    ``token`` for the process (``AGENTIK_TOKEN``). Over HTTP (``/mcp``): ``stub`` gives the
-    facade's one engine client (web_facade/engine_client.py), whose blocking calls run in
-    the event loop's executor threads, and each MCP request's own ``Authorization`` header.
+    Over HTTP (``/mcp``, ``from_request``): the facade's one client, and each MCP request's
+    own ``Authorization`` header. Over stdio (``agentik mcp``): a client to the configured
+    target, and one ``token`` for the process (``AGENTIK_TOKEN``).
     """
 
     def __init__(
-        self,
-        target: str = "",
-        token: str | None = None,
-        *,
-        stub: Callable[[], pb_grpc.AgentEngineStub] | None = None,
+        self, client: EngineClient, token: str | None = None, *, from_request: bool = False
     ) -> None:
-        self.target = target
+        self.client = client
+        self.target = client.target
         self.token = token or None
-        self.from_request = stub is not None
-        self._sync_stub = stub
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.AgentEngineAsyncStub | None = None
-
-    @property
-    def stub(self) -> pb_grpc.AgentEngineAsyncStub:
-        """The async engine stub (stdio); its channel is made on first use, in the loop."""
-        if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
-            self._stub = pb_grpc.AgentEngineStub(self._channel)
-        return self._stub
+        self.from_request = from_request
 
     async def unary(self, method: str, request: Any, ctx: Context) -> Any:
         """The engine's answer to the unary call ``method``; ``grpc.RpcError`` when it fails."""
         metadata = self.metadata(ctx)
-        if self._sync_stub is None:
-            call = getattr(self.stub, method)
-            return await call(request, metadata=metadata, timeout=UNARY_TIMEOUT)
-        call = getattr(self._sync_stub(), method)
+        call = getattr(self.client.engine, method)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             None, partial(call, request, metadata=metadata, timeout=UNARY_TIMEOUT)
@@ -116,12 +87,7 @@ class EngineAccess:
 
     async def run(self, request: pb.RunRequest, ctx: Context) -> AsyncIterator[pb.Event]:
         """The events of the engine's ``Run``; leaving early cancels the call."""
-        metadata = self.metadata(ctx)
-        if self._sync_stub is None:
-            async for event in _events(self.stub.Run(request, metadata=metadata)):
-                yield event
-            return
-        call = self._sync_stub().Run(request, metadata=metadata)
+        call = self.client.engine.Run(request, metadata=self.metadata(ctx))
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -134,22 +100,14 @@ class EngineAccess:
 
     def _authorization(self, ctx: Context) -> str | None:
         if not self.from_request:
-            return f"Bearer {self.token}" if self.token else None
+            return forwardable(f"Bearer {self.token}") if self.token else None
         value = (ctx.headers or {}).get("authorization")
-        if value is None:
-            return None
-        # What gRPC metadata cannot carry goes as an empty bearer, refused like any bad one.
-        return value if value.isascii() and value.isprintable() else "Bearer"
+        return None if value is None else forwardable(value)
 
     def metadata(self, ctx: Context) -> tuple[tuple[str, str], ...]:
         """The engine call's metadata for the MCP request ``ctx``."""
         authorization = self._authorization(ctx)
         return (("authorization", authorization),) if authorization else ()
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-        self._channel = self._stub = None
 
     def failure(self, exc: grpc.RpcError, ctx: Context) -> Exception:
         """The MCP error for a failed engine call: worded by the facade's error table
@@ -256,14 +214,11 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         "answer": "..."}.
         """
         try:
-            session = await engine.unary(
-                "GetSession", pb.GetSessionRequest(session_id=conversation_id), ctx
-            )
-            try:
-                entries = resume_entries({"decisions": decisions}, session.pending_interrupts)
-            except ApiError as exc:
-                raise ToolError(exc.message) from None
-            request = pb.RunRequest(session_id=conversation_id, resume=entries)
+            entries = resume_entries({"decisions": decisions})
+        except ApiError as exc:
+            raise ToolError(exc.message) from None
+        request = pb.RunRequest(session_id=conversation_id, resume=entries)
+        try:
             return await _run(engine, ctx, request)
         except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
@@ -365,12 +320,6 @@ async def _title(engine: EngineAccess, ctx: Context, session_id: str, title: str
     rename = pb.RenameSessionRequest(session_id=session_id, title=title)
     with contextlib.suppress(grpc.RpcError):
         await engine.unary("RenameSession", rename, ctx)
-
-
-async def _events(call: Any) -> AsyncIterator[pb.Event]:
-    event: pb.Event
-    async for event in call:
-        yield event
 
 
 def _outcome(finished: pb.RunFinished) -> tuple[str, str]:

@@ -27,7 +27,7 @@ from typing import Final
 import grpc
 from flask import Response
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.stream.relay import POLL, EventRelay, Item
 
 __all__ = ["BATCH", "DRAINING", "HEARTBEAT", "SSE_HEADERS", "EventStream", "sse_response"]

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import grpc
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_client import forwarded_metadata
 
 __all__ = [

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.build import build_tools
-from engine_service.config import A2aSettings, ConfigError, Settings, load_settings
-from engine_service.tools.a2a_config import (
+from agentik.config import A2aSettings, ConfigError, Settings, load_settings
+from agentik.tool_config.a2a import (
     DEFAULT_CONNECT_TIMEOUT,
     A2aAgentConfig,
     parse_a2a_agents_env,
 )
+from engine_service.build import build_tools
 
 
 def _write(tmp_path: Path, text: str) -> Path:

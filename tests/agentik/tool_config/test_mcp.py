@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.config import ConfigError, load_settings
-from engine_service.tools.mcp_config import DEFAULT_CONNECT_TIMEOUT, McpServerConfig
+from agentik.config import ConfigError, load_settings
+from agentik.tool_config.mcp import DEFAULT_CONNECT_TIMEOUT, McpServerConfig
 
 
 def _load(

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from engine_service.config import Settings
+from agentik.config import Settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.tool_config.a2a import A2aAgentConfig
 from engine_service.core.tool import session_key
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.tools.a2a_agents import (
+from engine_service.tools.a2a.tool import (
     MAX_PROGRESS_CHARS,
     MAX_RESULT_CHARS,
     PROGRESS_EVERY,
@@ -30,7 +31,6 @@ from engine_service.tools.a2a_agents import (
     AgentState,
     context_id_for,
 )
-from engine_service.tools.a2a_config import A2aAgentConfig
 from tests.engine.auth_helpers import TOKENS_ENV, as_
 from tests.engine.harness import (
     Harness,
@@ -322,7 +322,7 @@ async def test_a_gigantic_error_message_from_the_agent_is_clipped(
     llm: FakeOpenAI, hostile: HostileAgent, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A 300,000-character error message from a hostile agent is cut like progress (2,000).
-    caplog.set_level(logging.ERROR, logger="engine_service.tools.a2a_agents")
+    caplog.set_level(logging.ERROR, logger="engine_service.tools.a2a")
     llm.enqueue(_call("rpc-error 300000", "e1"))
     async with running_engine(_settings(llm, _agent(hostile))) as harness:
         await _ready(harness)
@@ -592,7 +592,7 @@ async def test_principals_never_share_a_remote_context_nor_a_waiting_task(
 async def test_a_ready_agent_that_changes_its_card_is_described_anew_and_one_that_fails_is_kept(
     llm: FakeOpenAI, hostile: HostileAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine_service.tools import a2a_agents
+    from engine_service.tools.a2a import tool as a2a_agents
 
     monkeypatch.setattr(a2a_agents, "CARD_REFRESH", 0.1)
     async with running_engine(_settings(llm, _agent(hostile))) as harness:
@@ -627,7 +627,7 @@ async def test_a_ready_agent_that_changes_its_card_is_described_anew_and_one_tha
 
 
 def test_the_tasks_remembered_per_context_are_bounded() -> None:
-    from engine_service.tools import a2a_agents
+    from engine_service.tools.a2a import tool as a2a_agents
 
     remembered: dict[str, str] = {}
     for number in range(a2a_agents.MAX_REMEMBERED + 5):

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+from agentik.tool_config.mcp import McpServerConfig
 from engine_service.core.events import EventBody
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import ToolContext
-from engine_service.tools.mcp import McpToolSource
-from engine_service.tools.mcp_config import McpServerConfig
+from engine_service.tools.mcp.tool import McpToolSource
 
 DEMO = str(Path(__file__).with_name("demo_server.py"))
 WAIT = 20.0

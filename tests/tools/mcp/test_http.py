@@ -11,7 +11,7 @@ import pytest
 from engine_service.core.events import Custom
 from engine_service.core.models import ImagePart
 from engine_service.core.registry import READY, ToolRegistry
-from engine_service.tools.mcp import DISCONNECTED, McpTool, SourceState
+from engine_service.tools.mcp.tool import DISCONNECTED, McpTool, SourceState
 from tests.tools.mcp.servers import (
     WAIT,
     DemoHttpServer,
@@ -37,7 +37,7 @@ def _tool(registry: ToolRegistry, name: str) -> McpTool:
 async def test_results_map_text_images_structured_content_and_errors(demo: DemoHttpServer) -> None:
     registry = ToolRegistry()
     async with running_source(demo.config(), registry) as source:
-        assert "demo__slow" in source.tool_names and "demo__image" in source.tool_names
+        assert "demo__slow" in registry.names() and "demo__image" in registry.names()
         assert source.protocol_version
 
         text = await _tool(registry, "demo__slow").call({"seconds": 0.05}, tool_context())
@@ -83,13 +83,13 @@ async def test_a_changed_tool_list_is_picked_up_without_reconnecting(
     async with running_source(demo.config(), registry) as source:
         grown = await _tool(registry, "demo__grow").call({"name": "added"}, tool_context())
         assert grown.content == "added added"
-        await source.wait_until(lambda s: "demo__added" in s.tool_names, within=WAIT)
+        await source.wait_until(lambda s: "demo__added" in registry.names(), within=WAIT)
         assert ("demo__added", "mcp:demo", READY) in registry.describe()
         added = await _tool(registry, "demo__added").call({}, tool_context())
         assert added.content == "added works"
 
         await _tool(registry, "demo__shrink").call({"name": "added"}, tool_context())
-        await source.wait_until(lambda s: "demo__added" not in s.tool_names, within=WAIT)
+        await source.wait_until(lambda s: "demo__added" not in registry.names(), within=WAIT)
         assert "demo__added" not in registry
         assert source.connections == 1
 

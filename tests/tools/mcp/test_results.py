@@ -17,7 +17,7 @@ from mcp_types import (
 )
 
 from engine_service.core.models import ImagePart
-from engine_service.tools.mcp_results import disambiguate, tool_name, tool_result
+from engine_service.tools.mcp.results import disambiguate, tool_name, tool_result
 
 PNG = b"\x89PNG\r\n\x1a\n not really the rest of an image"
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

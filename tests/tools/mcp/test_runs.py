@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from engine_service.cli import main
-from engine_service.config import McpSettings, Settings
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.tools.mcp_config import McpServerConfig
+from agentik.cli import main
+from agentik.config import McpSettings, Settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.tool_config.mcp import McpServerConfig
 from tests.engine.harness import (
     collect,
     engine_settings,

@@ -14,7 +14,7 @@ import pytest
 
 from engine_service.core.events import Custom
 from engine_service.core.registry import READY, ToolRegistry
-from engine_service.tools.mcp import DISCONNECTED, McpTool, McpToolSource, SourceState
+from engine_service.tools.mcp.tool import DISCONNECTED, McpTool, McpToolSource, SourceState
 from tests.tools.mcp.servers import (
     WAIT,
     Emitted,
@@ -35,7 +35,7 @@ def _tool(registry: ToolRegistry, name: str) -> McpTool:
 async def test_the_time_servers_tools_are_registered_under_the_server_prefix() -> None:
     registry = ToolRegistry()
     async with running_source(time_config(), registry) as source:
-        assert set(source.tool_names) == {"time__get_current_time", "time__convert_time"}
+        assert set(registry.names()) == {"time__get_current_time", "time__convert_time"}
         assert ("time__get_current_time", "mcp:time", READY) in registry.describe()
         tool = _tool(registry, "time__get_current_time")
         assert tool.parameters["type"] == "object"
@@ -65,8 +65,8 @@ async def test_a_tool_error_of_the_server_is_an_error_result_the_llm_reads() -> 
 
 async def test_the_allow_list_offers_only_the_named_tools() -> None:
     registry = ToolRegistry()
-    async with running_source(time_config(tools=("convert_time", "missing")), registry) as source:
-        assert source.tool_names == ["time__convert_time"]
+    async with running_source(time_config(tools=("convert_time", "missing")), registry):
+        assert registry.names() == ["time__convert_time"]
     assert registry.names() == []
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import (
     WAIT,
     collect,
@@ -22,7 +22,7 @@ from tests.engine.harness import (
     text_of,
     user,
 )
-from tests.engine.test_cli import ROOT, engine_env
+from tests.agentik.test_cli import ROOT, engine_env
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.tools import sample_tools
 
@@ -167,7 +167,7 @@ async def test_an_interrupt_cancels_a_running_async_python_tool(
 def test_agentik_tools_lists_python_tools_with_source_python(tmp_path: Path) -> None:
     path = config(tmp_path, f'function = "{SAMPLES}:shout"\nname = "loud"')
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--config", path, "tools"],
+        [sys.executable, "-m", "agentik.cli", "--config", path, "tools"],
         cwd=ROOT,
         env=engine_env(tmp_path),
         capture_output=True,
@@ -184,7 +184,7 @@ def test_a_python_tool_that_does_not_load_stops_the_command_naming_the_entry(
 ) -> None:
     path = config(tmp_path, f'function = "{SAMPLES}:shout"', f'function = "{SAMPLES}:untyped"')
     result = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--config", path, command],
+        [sys.executable, "-m", "agentik.cli", "--config", path, command],
         cwd=ROOT,
         env=engine_env(tmp_path),
         capture_output=True,

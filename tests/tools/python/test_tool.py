@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from agentik.config import ConfigError, load_settings
+from agentik.tool_config.python import PythonToolConfig
 from engine_service.build import build_tools
-from engine_service.config import ConfigError, load_settings
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import ToolContext, ToolError
 from engine_service.tools.builtin import builtin_tools
-from engine_service.tools.python_config import PythonToolConfig
-from engine_service.tools.python_tools import (
+from engine_service.tools.python.tool import (
     PythonTool,
     PythonToolLoadError,
     load_python_tool,

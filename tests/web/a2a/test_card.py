@@ -16,7 +16,7 @@ from a2a.types import AgentCard
 from flask import Flask
 from google.protobuf import json_format
 
-from engine_service.config import ConfigError
+from agentik.config import ConfigError
 from tests.web.a2a.card_schema import agent_card_schema
 
 PUBLIC = "https://agents.example.com/agentik/"

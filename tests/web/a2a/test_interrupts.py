@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
+from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.conftest import Rpc, user_message
-from tests.web.conftest import BackgroundEngine
+from tests.web.conftest import BackgroundEngine, engine_settings
 from tests.web.e2e.conftest import wait_for
 
 HITL = {
@@ -177,6 +178,33 @@ def test_an_unclear_reply_is_invalid_params_and_the_task_still_waits(
     got = rpc.result("GetTask", {"id": task["id"]})
     assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert _answer(_send(rpc, _reply(task, {"text": "yes"}))) == "2+2 = 4."
+
+
+@pytest.fixture(scope="module")
+def two_calls_target() -> Iterator[str]:
+    """An engine whose LLM (the fake) makes the calls a message names, in parallel."""
+    with FakeOpenAI() as llm:
+        engine = BackgroundEngine(engine_settings(llm, AGENTIK_TOOLS_APPROVAL="calculate"))
+        target = engine.start()
+        yield target
+        engine.stop()
+
+
+def test_a_reply_that_leaves_an_interrupt_unanswered_is_refused_by_the_engine(
+    make_app: Callable[..., Flask], two_calls_target: str
+) -> None:
+    rpc = Rpc(make_app(two_calls_target).test_client())
+    calls = '[[tool:calculate {"expression": "1+1"}]][[tool:calculate {"expression": "2+2"}]]'
+    task = _paused(rpc, f"{calls} both")
+    first, second = task["status"]["message"]["parts"][1]["data"]["interrupts"]
+    one = {"data": {"decisions": [{"interruptId": first["id"], "approved": True}]}}
+    error = rpc.error("SendMessage", {"message": _reply(task, one)})
+    # The facade only translates the reply; the engine decides what it lacks.
+    assert error["code"] == -32602, error
+    assert "resume must answer every pending interrupt" in error["message"]
+    assert second["id"] in error["message"]
+    got = rpc.result("GetTask", {"id": task["id"]})
+    assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
 
 
 def test_a_reply_with_another_context_is_invalid_params(rpc: Rpc) -> None:

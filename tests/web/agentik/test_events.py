@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from google.protobuf import struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.openapi_check import assert_event_conforms
 from tests.web.sse_frames import SseParser
 from web_facade.agentik.events import EVENT_TABLE, event_frame, input_required, to_agentik

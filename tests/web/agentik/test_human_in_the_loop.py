@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from tests.web.agentik.streams import StreamReader, types
 from tests.web.conftest import ApiClient, BackgroundEngine, web_settings
 from tests.web.sse_frames import Frame
@@ -250,11 +250,12 @@ def test_send_while_the_conversation_waits_is_409_input_required_naming_resume(
         ),
         (
             {"decisions": [{"interrupt_id": "{id}", "answer": "4"}]},
-            "decisions[0] answers an approval: give approve",
+            # The engine decides: an approval's entry holds no answer.
+            "resume[0].payload has an unknown key 'answer'",
         ),
         (
             {"decisions": [{"interrupt_id": "nope", "approve": True}]},
-            "decisions[0].interrupt_id 'nope' is not pending in this conversation",
+            "resume[0].interrupt_id 'nope' is not pending in this conversation",
         ),
         (
             {
@@ -263,7 +264,7 @@ def test_send_while_the_conversation_waits_is_409_input_required_naming_resume(
                     {"interrupt_id": "{id}", "approve": False},
                 ]
             },
-            "decisions[1].interrupt_id",
+            "resume[1].interrupt_id",
         ),
         (
             {"decisions": [{"interrupt_id": "{id}", "approve": True}], "message": 5},
@@ -295,7 +296,8 @@ def test_approving_a_question_is_400_naming_the_decision(api: ApiClient) -> None
         json={"decisions": [{"interrupt_id": interrupt["id"], "approve": True}]},
     )
     assert response.status_code == 400
-    assert "decisions[0] answers a question: give answer" in response.get_json()["error"]["message"]
+    message = response.get_json()["error"]["message"]
+    assert 'resume[0].payload: the answer to a question is {"answer": "..."}' in message
 
 
 def test_resume_on_a_conversation_that_waits_for_nothing_is_400(api: ApiClient) -> None:

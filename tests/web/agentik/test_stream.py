@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.conftest import WAIT
 from tests.web.sse_frames import SseParser
 from web_facade.agentik.events import frame

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
 from web_facade.agui.events import EVENT_TABLE, message_to_agui, to_agui

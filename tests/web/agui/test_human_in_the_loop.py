@@ -19,7 +19,7 @@ from ag_ui.core import BaseEvent, EventType
 from flask import Flask
 from flask.testing import FlaskClient
 
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, of, text, types
 from tests.web.conftest import BackgroundEngine
 

@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from google.protobuf import json_format
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.conftest import BackgroundEngine, engine_settings
 from tests.web.e2e.conftest import free_port

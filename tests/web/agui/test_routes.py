@@ -12,8 +12,8 @@ import grpc
 from ag_ui.core import BaseEvent, EventType
 from flask.testing import FlaskClient
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, has, of, text, types
 from tests.web.conftest import WAIT

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import collect, engine_settings, kind, running_engine, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 from tests.web.e2e.conftest import WAIT, SseStream, Stack, checked, has, types, wait_for

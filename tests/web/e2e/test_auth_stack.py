@@ -33,7 +33,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError
 
-from engine_service.parent_watch import env_for_child
+from agentik.parent_watch import env_for_child
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.node_tools import NODE_DIR, node_or_skip
 from tests.web.e2e.conftest import ROOT, WAIT, SseStream, Stack, free_port
@@ -278,7 +278,7 @@ def test_agentik_web_beyond_loopback_without_tokens_exits_2_naming_the_settings(
     tmp_path: Path,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "web"],
+        [sys.executable, "-m", "agentik.cli", "web"],
         env=env_for_child(_open_env(tmp_path)),
         cwd=ROOT,
         capture_output=True,

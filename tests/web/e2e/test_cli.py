@@ -45,7 +45,7 @@ def test_serve_runs_engine_and_web_together_and_stops_both_on_a_signal(
     tmp_path: Path, sig: int
 ) -> None:
     with FakeOpenAI() as llm:
-        argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+        argv = [sys.executable, "-m", "agentik.cli", "serve"]
         serve = Process("serve", argv, _env(llm, tmp_path), tmp_path)
         try:
             base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
@@ -63,7 +63,7 @@ def test_web_refuses_a_bad_setting_with_a_message_that_names_it(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTIK_WEB_THREADS": "many"}
     env.pop("AGENTIK_CONFIG", None)
     done = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "web"],
+        [sys.executable, "-m", "agentik.cli", "web"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -110,7 +110,7 @@ def test_web_starts_with_an_mcp_server_whose_variable_only_the_engine_has(
 ) -> None:
     config = tmp_path / "agentik.toml"
     config.write_text(MCP_NEEDING_A_SECRET)
-    argv = [sys.executable, "-m", "engine_service.cli", "--config", str(config), "web"]
+    argv = [sys.executable, "-m", "agentik.cli", "--config", str(config), "web"]
     web = Process("web", argv, _web_env(tmp_path), tmp_path)
     try:
         base = f"http://127.0.0.1:{web.wait_for_log(GUNICORN_LISTENING)}"
@@ -125,7 +125,7 @@ def test_serve_refuses_an_mcp_server_whose_variable_is_unset(tmp_path: Path) -> 
     config = tmp_path / "agentik.toml"
     config.write_text(MCP_NEEDING_A_SECRET)
     done = subprocess.run(
-        [sys.executable, "-m", "engine_service.cli", "--config", str(config), "serve"],
+        [sys.executable, "-m", "agentik.cli", "--config", str(config), "serve"],
         env=_web_env(tmp_path),
         cwd=ROOT,
         capture_output=True,
@@ -163,7 +163,7 @@ def test_two_facades_on_one_host_start_side_by_side_without_a_control_socket(
     home.mkdir()
     runtime.mkdir()
     env = _web_env(tmp_path, HOME=str(home), XDG_RUNTIME_DIR=str(runtime))
-    argv = [sys.executable, "-m", "engine_service.cli", "web"]
+    argv = [sys.executable, "-m", "agentik.cli", "web"]
     webs = [Process(f"web{n}", argv, env, tmp_path) for n in (1, 2)]
     try:
         bases = [f"http://127.0.0.1:{web.wait_for_log(GUNICORN_LISTENING)}" for web in webs]
@@ -184,7 +184,7 @@ def test_a_second_ctrl_c_stops_a_run_in_flight_now_and_keeps_its_answer(tmp_path
 
     with FakeOpenAI() as llm:
         env = {**_env(llm, tmp_path), "AGENTIK_SHUTDOWN_GRACE": "60"}
-        argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+        argv = [sys.executable, "-m", "agentik.cli", "serve"]
         serve = Process("serve", argv, env, tmp_path)
         try:
             base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
@@ -232,7 +232,7 @@ def test_a_second_ctrl_c_stops_a_run_in_flight_now_and_keeps_its_answer(tmp_path
 
 def test_a_local_start_says_nothing_about_the_public_url(tmp_path: Path) -> None:
     with FakeOpenAI() as llm:
-        argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+        argv = [sys.executable, "-m", "agentik.cli", "serve"]
         env = {**_env(llm, tmp_path), "AGENTIK_WEB_WORKERS": "2"}
         serve = Process("serve", argv, env, tmp_path)
         try:

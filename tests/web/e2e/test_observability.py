@@ -332,7 +332,7 @@ def test_agentik_serve_in_json_writes_only_json_lines(llm: FakeOpenAI, tmp_path:
         "AGENTIK_WEB_THREADS": "4",
         "AGENTIK_LOG_FORMAT": "json",
     }
-    argv = [sys.executable, "-m", "engine_service.cli", "serve"]
+    argv = [sys.executable, "-m", "agentik.cli", "serve"]
     serve = Process("serve", argv, env, tmp_path)
     try:
         port = serve.wait_for_log(re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)"))

@@ -270,9 +270,9 @@ def test_the_otel_variables_that_turn_tracing_off_export_nothing(
 
 _NO_OTEL_SCRIPT = """
 import asyncio, json, os, queue, sys, threading
-from engine_service import tracing
+from agentik import tracing
 from engine_service.build import build_engine
-from engine_service.config import load_settings
+from agentik.config import load_settings
 from engine_service.server import EngineServer
 from web_facade import create_app
 from web_facade import gunicorn_conf

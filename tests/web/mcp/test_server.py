@@ -20,8 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.exceptions import ToolError
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
-from engine_service.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
 from tests.web.e2e.conftest import free_port
@@ -174,7 +174,7 @@ def test_a_tool_call_the_engine_fails_is_worded_by_the_facades_table() -> None:
             client.engine.ListSessions(pb.ListSessionsRequest(), timeout=WAIT)
     finally:
         client.close()
-    access = EngineAccess(stub=lambda: client.engine)
+    access = EngineAccess(client, from_request=True)
     no_context: Any = None  # only a refused token reads the request
     error = access.failure(caught.value, no_context)
     assert isinstance(error, ToolError)

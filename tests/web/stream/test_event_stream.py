@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.conftest import WAIT
 from web_facade.stream import BATCH, DRAINING, HEARTBEAT, EventRelay, EventStream
 

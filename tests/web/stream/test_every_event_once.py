@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.a2a.conftest import V10, frames_of
 from tests.web.agui.agui_reader import AguiReader, text
 from tests.web.conftest import WAIT, web_settings

@@ -16,7 +16,7 @@ import pytest
 from ag_ui.encoder import EventEncoder
 from google.protobuf import json_format, struct_pb2
 
-from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.events import event_frame
 from web_facade.agui.events import to_agui
 

@@ -1,0 +1,16 @@
+"""Sizes both processes hold to: what one gRPC message may carry, and the range of
+``max_event_bytes`` (the engine's setting, checked where the settings are read)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["GRPC_MESSAGE_LIMIT", "MAX_EVENT_BYTES", "MIN_EVENT_BYTES"]
+
+GRPC_MESSAGE_LIMIT: Final = 4 * 1024 * 1024
+"""What gRPC clients accept by default in one message: what the engine never sends past."""
+MIN_EVENT_BYTES: Final = 16 * 1024
+"""The smallest ``max_event_bytes``: a note and a useful piece must fit."""
+MAX_EVENT_BYTES: Final = 3 * 1024 * 1024
+"""The largest ``max_event_bytes``: an event, its envelope and a page's overhead stay
+under ``GRPC_MESSAGE_LIMIT``."""

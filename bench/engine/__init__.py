@@ -1,0 +1,1 @@
+"""The engine bench's parts, by job; ``python -m bench.engine_bench`` runs it."""

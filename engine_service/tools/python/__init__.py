@@ -1,0 +1,1 @@
+"""``[[tools.python]]``: functions of the operator's own modules as tools (``tool``)."""

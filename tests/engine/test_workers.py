@@ -18,8 +18,8 @@ from agentik.config import ConfigError, Settings
 from engine_service.build import build_engine
 from engine_service.server import EngineServer
 from engine_service.workers import check_workers, redact_store
-from tests.engine.harness import WAIT, engine_settings
 from tests.agentik.test_cli import ROOT, engine_env
+from tests.engine.harness import WAIT, engine_settings
 
 SHARED = "postgresql://agentik:s3cret@db:5432/agentik"
 

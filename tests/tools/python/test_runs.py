@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.agentik.test_cli import ROOT, engine_env
 from tests.engine.harness import (
     WAIT,
     collect,
@@ -22,7 +23,6 @@ from tests.engine.harness import (
     text_of,
     user,
 )
-from tests.agentik.test_cli import ROOT, engine_env
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.tools import sample_tools
 

@@ -183,6 +183,8 @@ def _body_to_dict(body: ev.EventBody) -> dict[str, Any]:
         case ev.RunFinished(usage=usage, interrupts=interrupts):
             out["usage"] = dataclasses.asdict(usage) if usage else None
             out["interrupts"] = [interrupt_to_dict(i) for i in interrupts]
+        case ev.RunError(usage=usage):
+            out["usage"] = dataclasses.asdict(usage) if usage else None
         case ev.ToolCallResult(parts=parts):
             out["parts"] = [part_to_dict(p) for p in parts]
         case ev.MessagesSnapshot(messages=messages):
@@ -201,6 +203,8 @@ def _body_from_dict(raw: dict[str, Any]) -> ev.EventBody:
         kwargs["outcome"] = ev.Outcome(kwargs["outcome"])
         kwargs["usage"] = ev.Usage(**kwargs["usage"]) if kwargs.get("usage") else None
         kwargs["interrupts"] = interrupts_from_list(kwargs.get("interrupts"))
+    elif cls is ev.RunError:
+        kwargs["usage"] = ev.Usage(**kwargs["usage"]) if kwargs.get("usage") else None
     elif cls is ev.ToolCallResult:
         kwargs["parts"] = [part_from_dict(p) for p in kwargs.get("parts", [])]
     elif cls is ev.MessagesSnapshot:

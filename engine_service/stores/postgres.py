@@ -43,6 +43,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -67,7 +68,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore, Signal, SignalKind
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -197,14 +198,27 @@ every message whose text holds U+0000 (jsonb cannot), which the store otherwise 
 backfill reads it from the compact JSON text (a ``"`` inside a string is always escaped, so
 only the key itself matches)."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+_SCHEMA_V4 = """
+CREATE TABLE checkpoints (
+    session_id text COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    position   integer NOT NULL,
+    through_id text COLLATE "C" NOT NULL,
+    summary    text NOT NULL,
+    tokens     integer NOT NULL
+);
+"""
+"""Compaction (``core.context``): the message position a session's checkpoint covers up
+to, and its summary; runs read the messages after it only."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
+    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
+    s.reserved_seq, s.owner,
     s.interrupts
 """
 _RUN_COLUMNS = (
@@ -680,6 +694,68 @@ class PostgresSessionStore(SessionStore):
         messages, _ = await self.list_messages(session_id, "", 0)
         return messages
 
+    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        async def work(conn: _Conn) -> int:
+            await self._require(conn, session_id, lock=True)
+            row = await self._one(
+                conn,
+                "SELECT position FROM messages WHERE session_id = %s AND id = %s",
+                (session_id, checkpoint.through_id),
+            )
+            if row is None:
+                raise InvalidInput(
+                    f"through_id {checkpoint.through_id[:80]!r} is not a message of the session"
+                )
+            await conn.execute(
+                "INSERT INTO checkpoints (session_id, position, through_id, summary, tokens)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET"
+                " position = excluded.position, through_id = excluded.through_id,"
+                " summary = excluded.summary, tokens = excluded.tokens",
+                (session_id, row[0], checkpoint.through_id, checkpoint.summary, checkpoint.tokens),
+            )
+            return int(row[0])
+
+        position = await self._write(work)
+        return replace(checkpoint, covered=position + 1)
+
+    async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
+        async def work(
+            conn: _Conn,
+        ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+            await self._require(conn, session_id)
+            row = await self._one(
+                conn,
+                "SELECT position, through_id, summary, tokens FROM checkpoints"
+                " WHERE session_id = %s",
+                (session_id,),
+            )
+            rows = await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s AND position > %s"
+                " ORDER BY position",
+                (session_id, row[0] if row is not None else -1),
+            )
+            return row, rows
+
+        row, rows = await self._snapshot(work)
+        checkpoint = None
+        if row is not None:
+            checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
+        return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
+
+    async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            await self._require(conn, session_id)
+            return await self._all(
+                conn,
+                "SELECT id FROM messages WHERE session_id = %s AND id = ANY(%s)",
+                (session_id, list(ids)),
+            )
+
+        if not ids:
+            return set()
+        return {r[0] for r in await self._snapshot(work)}
+
     async def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
     ) -> tuple[list[Message], bool]:
@@ -735,6 +811,7 @@ class PostgresSessionStore(SessionStore):
         async def work(conn: _Conn) -> None:
             await self._require(conn, session_id, lock=True)
             await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
+            await conn.execute("DELETE FROM checkpoints WHERE session_id = %s", (session_id,))
             if encoded:
                 async with conn.cursor() as cursor:
                     await cursor.executemany(

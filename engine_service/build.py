@@ -101,6 +101,7 @@ def build_engine(settings: Settings) -> Engine:
             max_state_bytes=settings.max_state_bytes,
             max_event_bytes=settings.max_event_bytes,
             buffer_bytes=settings.stream_buffer_bytes,
+            context=settings.context,
         ),
         max_concurrent_runs=settings.max_concurrent_runs,
         max_runs_per_caller=settings.runs_per_caller,

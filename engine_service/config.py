@@ -46,12 +46,19 @@ TOML layout (every key optional)::
     max_retries = 2                        # AGENTIK_LLM_MAX_RETRIES
     check_interval = 60.0                  # AGENTIK_LLM_CHECK_INTERVAL seconds between
                                            #   GET /models checks (0 = at start only)
+    context_tokens = 0                     # AGENTIK_CONTEXT_TOKENS: the model's window
+                                           #   (0 = known for the model's name, else 128000)
+    reserve_output_tokens = 0              # AGENTIK_RESERVE_OUTPUT_TOKENS kept for the
+                                           #   answer (0 = min(4096, window / 4))
+    compaction = "summarize"               # AGENTIK_COMPACTION: summarize | trim | off
 
     [tools]
     timeout = 30.0                         # AGENTIK_TOOL_TIMEOUT seconds per tool call
     approval = ["calculate", "time__*"]    # AGENTIK_TOOLS_APPROVAL="calculate,time__*":
                                            #   engine tools whose calls wait for a person
     ask_user = true                        # AGENTIK_TOOLS_ASK_USER: offer the LLM ask_user
+    max_result_chars = 50000               # AGENTIK_TOOLS_MAX_RESULT_CHARS: longer tool
+                                           #   results are clipped for the LLM (kept whole)
     interrupt_expiry = 0.0                 # AGENTIK_INTERRUPT_EXPIRY seconds until an
                                            #   unanswered request counts as declined (0 = never)
 
@@ -155,6 +162,7 @@ from urllib.parse import urlsplit
 
 from engine_service.core.bounds import MAX_EVENT_BYTES, MIN_EVENT_BYTES
 from engine_service.core.caller import PRINCIPAL_RULE, is_valid_principal
+from engine_service.core.context import COMPACTION_MODES, ContextLimits, default_window
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
     from engine_service.tools.a2a_config import A2aAgentConfig
@@ -215,6 +223,14 @@ class Settings:
     llm_max_retries: int = 2
     llm_check_interval: float = 60.0
     """Seconds between checks of the LLM endpoint (``GET /models``); 0: at start only."""
+    context_tokens: int = 0
+    """The model's context window; 0: from its name (``core.context``), else 128,000."""
+    reserve_output_tokens: int = 0
+    """Tokens of the window kept for the answer; 0: min(4,096, a quarter of the window)."""
+    compaction: str = "summarize"
+    """How a conversation over the budget is made to fit: summarize | trim | off."""
+    tools_max_result_chars: int = 50_000
+    """A longer tool result is clipped for the LLM, with a note (the stored one is whole)."""
     tool_timeout: float = 30.0
     tools_approval: tuple[str, ...] = ()
     """Engine tools (names or globs) whose calls wait for a person's approval."""
@@ -302,6 +318,22 @@ class Settings:
             object.__setattr__(self, "engine_target", _target_for(self.grpc_addr))
         if self.jwt_algorithms and not self.jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
+        if self.context_tokens and self.reserve_output_tokens >= self.context_tokens:
+            raise ConfigError(
+                f"reserve_output_tokens ({self.reserve_output_tokens}) must be less than "
+                f"context_tokens ({self.context_tokens}): the request needs room too"
+            )
+
+    @property
+    def context(self) -> ContextLimits:
+        """The model's context budget (``core.context``)."""
+        window = self.context_tokens or default_window(self.model)
+        return ContextLimits(
+            window=window,
+            reserve_output=min(self.reserve_output_tokens, window - 1),
+            compaction=self.compaction,
+            max_result_chars=self.tools_max_result_chars,
+        )
 
     @property
     def auth_enabled(self) -> bool:
@@ -713,6 +745,13 @@ def _log_level(raw: object, from_env: bool) -> object:
     return value
 
 
+def _compaction(raw: object, from_env: bool) -> object:
+    value = _text(raw).lower()
+    if value not in COMPACTION_MODES:
+        raise _Invalid(f"must be one of {', '.join(COMPACTION_MODES)}")
+    return value
+
+
 def _log_format(raw: object, from_env: bool) -> object:
     value = _text(raw).lower()
     if value not in _LOG_FORMATS:
@@ -934,7 +973,23 @@ _FIELDS: tuple[_Field, ...] = (
         "check_interval",
         _seconds(zero_ok=True),
     ),
+    _Field("context_tokens", "AGENTIK_CONTEXT_TOKENS", "llm", "context_tokens", _integer(0)),
+    _Field(
+        "reserve_output_tokens",
+        "AGENTIK_RESERVE_OUTPUT_TOKENS",
+        "llm",
+        "reserve_output_tokens",
+        _integer(0),
+    ),
+    _Field("compaction", "AGENTIK_COMPACTION", "llm", "compaction", _compaction),
     _Field("tool_timeout", "AGENTIK_TOOL_TIMEOUT", "tools", "timeout", _seconds(zero_ok=False)),
+    _Field(
+        "tools_max_result_chars",
+        "AGENTIK_TOOLS_MAX_RESULT_CHARS",
+        "tools",
+        "max_result_chars",
+        _POSITIVE,
+    ),
     _Field("tools_approval", "AGENTIK_TOOLS_APPROVAL", "tools", "approval", _tool_patterns),
     _Field("tools_ask_user", "AGENTIK_TOOLS_ASK_USER", "tools", "ask_user", _boolean),
     _Field(

@@ -593,7 +593,11 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_tool_rounds"] == ("AGENTIK_MAX_TOOL_ROUNDS", "8")
     assert by_name["heartbeat_interval"] == ("AGENTIK_HEARTBEAT", "15.0")
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
-    assert len(rows) == 55
+    assert by_name["context_tokens"] == ("AGENTIK_CONTEXT_TOKENS", "0")
+    assert by_name["reserve_output_tokens"] == ("AGENTIK_RESERVE_OUTPUT_TOKENS", "0")
+    assert by_name["compaction"] == ("AGENTIK_COMPACTION", "summarize")
+    assert by_name["tools_max_result_chars"] == ("AGENTIK_TOOLS_MAX_RESULT_CHARS", "50000")
+    assert len(rows) == 59
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -680,3 +684,28 @@ def test_the_state_limit_and_the_store_retry_time_come_from_toml_or_env_and_are_
         load_settings(None, {"AGENTIK_MAX_STATE_BYTES": "0"})
     with pytest.raises(ConfigError, match=r"invalid store_retry_seconds \(from \[engine\]"):
         load_settings(str(_write(tmp_path, "[engine]\nstore_retry_seconds = -1\n")), {})
+
+
+# --- the context budget (docs/conversations.md) ------------------------------------
+
+
+def test_the_context_budget_comes_from_the_model_name_unless_set() -> None:
+    assert load_settings(None, {"AGENTIK_MODEL": "gpt-4o-mini"}).context.window == 128_000
+    assert load_settings(None, {"AGENTIK_MODEL": "llama3:8b"}).context.window == 8_192
+    assert load_settings(None, {"AGENTIK_MODEL": "something-new"}).context.window == 128_000
+    small = load_settings(None, {"AGENTIK_CONTEXT_TOKENS": "4000", "AGENTIK_COMPACTION": "TRIM"})
+    assert (small.context.window, small.context.reserve, small.context.budget) == (4000, 1000, 3000)
+    assert small.context.compaction == "trim"
+    big = load_settings(None, {"AGENTIK_CONTEXT_TOKENS": "200000"}).context
+    assert (big.reserve, big.max_result_chars) == (4096, 50_000)
+
+
+def test_bad_context_settings_name_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="AGENTIK_COMPACTION.*summarize, trim, off"):
+        load_settings(None, {"AGENTIK_COMPACTION": "squash"})
+    with pytest.raises(ConfigError, match="AGENTIK_TOOLS_MAX_RESULT_CHARS"):
+        load_settings(None, {"AGENTIK_TOOLS_MAX_RESULT_CHARS": "0"})
+    with pytest.raises(ConfigError, match="must be less than context_tokens"):
+        load_settings(
+            None, {"AGENTIK_CONTEXT_TOKENS": "4000", "AGENTIK_RESERVE_OUTPUT_TOKENS": "4000"}
+        )

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from engine_service.core import events as ev
 from engine_service.core.chat import ChatModel, ChatRequest, TextDelta, ToolSpec, UsageDelta
-from engine_service.core.errors import InvalidInput, LLMError
+from engine_service.core.errors import ContextTooLong, LLMError
 from engine_service.core.history import chat_messages
 from engine_service.core.models import ContextItem, ImagePart, Message, Role, TextPart
 from engine_service.core.store import Checkpoint
@@ -53,6 +53,7 @@ __all__ = [
     "estimate_text",
     "is_overflow",
     "plan_cut",
+    "refuse_too_long",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,6 @@ SUMMARY_INSTRUCTION = (
     "Write only the summary, in at most {words} words."
 )
 SUMMARY_HEADING = "Summary of the earlier conversation (older messages are not shown):"
-
-
-class ContextTooLong(InvalidInput):
-    """The conversation, or one message, does not fit the model's context budget."""
-
-    code = CONTEXT_TOO_LONG
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,9 +199,7 @@ class Anchors:
         while len(self._by_session) > self._size:
             self._by_session.popitem(last=False)
 
-    def count(
-        self, session_id: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> int:
+    def count(self, session_id: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
         """The request's tokens: the anchor plus an estimate of what follows it, when the
         request starts with the anchored messages; else all of it estimated."""
         anchor = self._by_session.get(session_id)
@@ -279,6 +272,22 @@ def plan_cut(
     return last if (last >= low) else 0
 
 
+def refuse_too_long(incoming: Sequence[Message], limits: ContextLimits, system_prompt: str) -> None:
+    """``ContextTooLong`` naming the first new user message that alone (with the system
+    prompt) does not fit the budget: refused before the run starts."""
+    room = limits.budget - estimate_text(system_prompt) - MESSAGE_OVERHEAD
+    for index, message in enumerate(incoming):
+        if message.role is not Role.USER:
+            continue
+        size = estimate_message(message)
+        if size > room:
+            raise ContextTooLong(
+                f"messages[{index}] is about {size:,} tokens, more than the model's context "
+                f"budget of {room:,} ([llm] context_tokens {limits.window:,} less "
+                f"reserve_output_tokens {limits.reserve:,} and the system prompt)"
+            )
+
+
 def is_overflow(exc: LLMError) -> bool:
     """Whether the LLM answered that the request is larger than its context."""
     return exc.code == LLM_CONTEXT_ERROR
@@ -331,6 +340,14 @@ class RunContext:
             f"reserve_output_tokens {limits.reserve:,})",
         )
 
+    def count(self, request: ChatRequest) -> int:
+        """The request's tokens (the LLM's count of the last request plus an estimate)."""
+        return self.anchors.count(self.session_id, request.messages, request.tools)
+
+    def observed(self, request: ChatRequest, prompt_tokens: int) -> None:
+        """The LLM counted ``request`` as ``prompt_tokens`` (0: it did not say)."""
+        self.anchors.note(self.session_id, request.messages, prompt_tokens)
+
     def _build(
         self, system_prompt: str, context: Sequence[ContextItem], history: Sequence[Message]
     ) -> list[Message]:
@@ -340,9 +357,9 @@ class RunContext:
             note = f"{SUMMARY_HEADING}\n{summary}"
             if built and built[0].role is Role.SYSTEM:
                 head = "".join(p.text for p in built[0].content if isinstance(p, TextPart))
-                built[0] = Message(id="system", role=Role.SYSTEM, content=[TextPart(f"{head}\n\n{note}")])
+                built[0] = _system(f"{head}\n\n{note}")
             else:
-                built.insert(0, Message(id="system", role=Role.SYSTEM, content=[TextPart(note)]))
+                built.insert(0, _system(note))
         return clip_results(built, self.limits.max_result_chars)
 
     async def messages(
@@ -456,7 +473,7 @@ class RunContext:
             text = f"Summary so far:\n{summary or '(none)'}\n\nConversation:\n{transcript}"
             request = ChatRequest(
                 messages=[
-                    Message(id="summary-instruction", role=Role.SYSTEM, content=[TextPart(instruction)]),
+                    _system(instruction),
                     Message(id="summary-input", role=Role.USER, content=[TextPart(text)]),
                 ]
             )
@@ -475,6 +492,10 @@ class RunContext:
         if not text:
             raise LLMError("llm_bad_stream", "the summariser's answer was empty")
         return text
+
+
+def _system(text: str) -> Message:
+    return Message(id="system", role=Role.SYSTEM, content=[TextPart(text)])
 
 
 def _clip_tokens(text: str, tokens: int) -> str:

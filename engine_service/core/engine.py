@@ -43,6 +43,7 @@ from engine_service.core.caller import Caller
 from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, fit_chains, page_chains
 from engine_service.core.chat import ChatModel
 from engine_service.core.client_tools import check_client_tools
+from engine_service.core.context import Anchors, refuse_too_long
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
@@ -174,6 +175,8 @@ class Engine:
         self._storage_prober: asyncio.Task[None] | None = None
         self._storage_listeners: list[Callable[[bool], None]] = []
         self.replica = new_replica_id()
+        self._anchors = Anchors()
+        """The LLM's count of each session's last request (``core.context``)."""
         self._leases: LeaseKeeper | None = None
         if store.shared:
             self._leases = LeaseKeeper(
@@ -524,6 +527,7 @@ class Engine:
         incoming = prepare_incoming(run_input.messages)
         check_client_tools(run_input.tools, lambda name: self.tools.get(name) is not None)
         self._refuse_oversized(incoming)
+        refuse_too_long(incoming, self.limits.turn.context, self.limits.turn.system_prompt)
         for index, entry in enumerate(run_input.resume):
             check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
         if run_input.state is not UNSET:
@@ -558,9 +562,14 @@ class Engine:
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.
+            checkpoint = None
             if run_input.reconcile is ReconcileMode.APPEND and begun.session.message_count:
-                history = await self.store.all_messages(session_id)
-                incoming = reconcile((m.id for m in history), incoming)
+                # Context budget (core/context.py): the checkpoint and the messages after it
+                # only, and which new ids are known by index: bounded by the window, not by
+                # the conversation's length.
+                checkpoint, history = await self.store.context_messages(session_id)
+                known = await self.store.known_message_ids(session_id, [m.id for m in incoming])
+                incoming = reconcile(known, incoming)
                 # Rows stored before the bound (or under a larger one) are clipped on read.
                 history = [bound_message(m, self._message_limit) for m in history]
         except BaseException:
@@ -593,6 +602,8 @@ class Engine:
             principal=caller.principal,
             session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
             title=_first_title(begun.session, incoming),
+            checkpoint=checkpoint,
+            anchors=self._anchors,
         )
         self._turns[session_id] = turn
         self._turn_callers[session_id] = (caller.principal, begun.session.owner)

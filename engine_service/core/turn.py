@@ -39,13 +39,14 @@ from engine_service.core.chat import (
     ToolSpec,
     UsageDelta,
 )
+from engine_service.core.context import Anchors, ContextLimits, RunContext, is_overflow
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
     LLMError,
     StorageUnavailable,
 )
-from engine_service.core.history import chat_messages, new_id
+from engine_service.core.history import new_id
 from engine_service.core.hitl import ASK_USER, AskUserTool, Decision, interrupt_for, needs_approval
 from engine_service.core.hub import SessionHub
 from engine_service.core.ids import is_valid_id
@@ -65,7 +66,7 @@ from engine_service.core.models import (
 from engine_service.core.observe import RunLog, RunObserver, RunReport, ToolOutcome
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.state import DEFAULT_MAX_STATE_BYTES
-from engine_service.core.store import SessionStore
+from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.tool import ToolContext, ToolError, ToolResult
 from engine_service.core.trace import NO_TRACER, Span, Tracer
 
@@ -99,6 +100,8 @@ class TurnLimits:
     buffer_bytes: int = 8 * 1024 * 1024
     """Stored events the session's hub keeps for readers that are behind; past this it
     forgets them, and those readers read them from the store."""
+    context: ContextLimits = field(default_factory=ContextLimits)
+    """The model's context budget and how the conversation is compacted (``core.context``)."""
 
 
 _DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
@@ -140,6 +143,8 @@ class Turn:
         principal: str = "",
         session_key: str = "",
         title: str = "",
+        checkpoint: Checkpoint | None = None,
+        anchors: Anchors | None = None,
     ) -> None:
         self.store = store
         self.title = title
@@ -192,6 +197,18 @@ class Turn:
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
         self._observer: RunObserver = observer or RunLog()
+        # Context budget (core/context.py): builds each request within the model's window,
+        # from the session's checkpoint and ``history`` (the messages after it).
+        session_id = self.session_id
+        self.context = RunContext(
+            limits.context,
+            session_id,
+            model,
+            anchors or Anchors(),
+            lambda checkpoint: store.save_checkpoint(session_id, checkpoint),
+            self.emit,
+            checkpoint,
+        )
 
     # -- control ------------------------------------------------------------------
 
@@ -530,13 +547,9 @@ class Turn:
         rounds = 0
         while True:
             offer = specs if rounds < self.limits.max_tool_rounds else []
-            request = ChatRequest(
-                messages=chat_messages(
-                    self.limits.system_prompt, self.input.context, self._history
-                ),
-                tools=offer,
-            )
-            assistant = await self._stream_round(request)
+            # Context budget (core/context.py): the messages compacted to fit the window.
+            request = ChatRequest(messages=await self._llm_messages(offer), tools=offer)
+            assistant = await self._round_within_window(request)
             if assistant.content or assistant.tool_calls:
                 await self._store(assistant)
             if not assistant.tool_calls or not offer:
@@ -556,6 +569,40 @@ class Turn:
             if pending:
                 return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
             rounds += 1
+
+    # -- the context budget (core/context.py) ----------------------------------------
+
+    async def _llm_messages(self, tools: list[ToolSpec], *, force: bool = False) -> list[Message]:
+        return await self.context.messages(
+            self.limits.system_prompt, self.input.context, self._history, tools, force=force
+        )
+
+    async def _round_within_window(self, request: ChatRequest) -> Message:
+        """One LLM round; when the LLM answers that its context is exceeded, one compaction
+        and one retry, then ``context_too_long``. The LLM's count of the request is kept
+        for counting the next one."""
+        before = self._usage.input_tokens
+        try:
+            assistant = await self._stream_round(request)
+        except LLMError as exc:
+            if not is_overflow(exc):
+                raise
+            log.info("run %s: the LLM's context is exceeded; compacting", self.run_id)
+            request.messages = await self._llm_messages(request.tools, force=True)
+            before = self._usage.input_tokens
+            try:
+                assistant = await self._stream_round(request)
+            except LLMError as again:
+                if is_overflow(again):
+                    raise self.context.too_long(self.context.count(request)) from again
+                raise
+        finally:
+            spent, self.context.usage[:] = self.context.usage, [0, 0]
+            self._usage.input_tokens += spent[0]
+            self._usage.output_tokens += spent[1]
+            self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens
+        self.context.observed(request, self._usage.input_tokens - before - spent[0])
+        return assistant
 
     async def _take_input(self) -> None:
         self._input_taken = True

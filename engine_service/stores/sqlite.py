@@ -694,8 +694,7 @@ class SqliteSessionStore(SessionStore):
             if row is not None:
                 checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
             rows = conn.execute(
-                "SELECT body FROM messages WHERE session_id = ? AND position > ?"
-                " ORDER BY position",
+                "SELECT body FROM messages WHERE session_id = ? AND position > ? ORDER BY position",
                 (session_id, row[0] if row is not None else -1),
             ).fetchall()
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]

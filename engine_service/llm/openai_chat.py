@@ -203,15 +203,16 @@ class OpenAIChatModel(ChatModel):
         """The error an HTTP error answer means (``llm.refusals``): the provider's code
         and a plain cause for the client, everything for the log."""
         status = response.status
-        code, text = "", ""
+        code, text, param = "", "", ""
         try:
             raw = await response.read_all(64 * 1024)
-            code, text = _error_fields(json.loads(raw))
-            text = text or raw[:300].decode("utf-8", "replace")
+            code, text, param = _error_fields(json.loads(raw))
         except (HttpError, ValueError):
             pass
+        else:
+            text = text or raw[:300].decode("utf-8", "replace")
         logged = f"LLM endpoint {self._endpoint} answered HTTP {status}: {code} {text}".rstrip()
-        return provider_error(status, code, text, logged)
+        return provider_error(status, code, text, logged, param)
 
 
 def _error(code: str, message: str, detail: str = "") -> LLMError:
@@ -219,20 +220,22 @@ def _error(code: str, message: str, detail: str = "") -> LLMError:
     return LLMError(code, message, retryable=code in _RETRYABLE, detail=detail)
 
 
-def _error_fields(body: object) -> tuple[str, str]:
-    """The ``error.code`` (or ``type``) and ``error.message`` of an OpenAI-style error body."""
+def _error_fields(body: object) -> tuple[str, str, str]:
+    """The ``error.code`` (or ``type``), ``error.message`` and ``error.param`` of an
+    OpenAI-style error body."""
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict):
-            message = error.get("message")
+            message, param = error.get("message"), error.get("param")
             code = error.get("code") or error.get("type")
             return (
                 str(code) if isinstance(code, str | int) else "",
                 message if isinstance(message, str) else "",
+                param if isinstance(param, str) else "",
             )
         if isinstance(error, str):  # llama.cpp and Ollama: {"error": "..."}
-            return "", error
-    return "", ""
+            return "", error, ""
+    return "", "", ""
 
 
 async def _drain(body: AsyncIterator[bytes]) -> None:
@@ -317,7 +320,7 @@ class _ChunkParser:
         if not isinstance(chunk, dict):
             raise self._nonsense(payload)
         if "error" in chunk:
-            code, text = _error_fields(chunk)
+            code, text, _ = _error_fields(chunk)
             detail = text or str(chunk["error"])
             if code == "context_length_exceeded" or is_context_words(detail):
                 logged = f"LLM endpoint {self._endpoint} reported mid-stream: {detail}"

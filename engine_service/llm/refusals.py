@@ -1,10 +1,10 @@
 """What an LLM endpoint's error answer means, in words a client can act on.
 
 An HTTP error from an OpenAI-compatible endpoint becomes an ``LLMError`` whose message
-names the provider's error code and a plain cause (a bad key, an unknown model, a bad
-parameter, a context that is too long), never a bare "HTTP 400". The provider's own text
-is passed on only scrubbed of URLs, hosts, addresses and anything like a key; the log
-(``detail``) keeps all of it.
+names the provider's error code (and the parameter it names) and a plain cause (a bad
+key, an unknown model, a bad parameter, a context that is too long), never a bare "HTTP
+400". The provider's own text is not passed on (it may hold URLs, hosts, account ids or
+part of a key); the log (``detail``) keeps all of it.
 
 A context that is too long is recognised by OpenAI's code ``context_length_exceeded`` and
 by the wordings of vLLM ("maximum context length"), llama.cpp ("exceeds the available
@@ -19,7 +19,7 @@ import re
 from engine_service.core.context import LLM_CONTEXT_ERROR
 from engine_service.core.errors import LLMError
 
-__all__ = ["RETRYABLE", "is_context_words", "provider_error", "scrub"]
+__all__ = ["RETRYABLE", "is_context_words", "provider_error"]
 
 RETRYABLE = frozenset({"llm_unavailable", "llm_rate_limited", "llm_server_error", "llm_timeout"})
 
@@ -28,25 +28,7 @@ _CONTEXT_WORDS = re.compile(
     r"|too many tokens|reduce the length of the messages|exceeds? the (?:available )?context",
     re.IGNORECASE,
 )
-_SECRETS = re.compile(
-    r"[A-Za-z][\w+.-]*://\S*"  # a URL
-    r"|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"  # an IPv4 address
-    r"|\[[0-9a-fA-F:]*:[0-9a-fA-F:]*\](?::\d+)?"  # a bracketed IPv6 address
-    r"|\b[\w.-]+\.[A-Za-z]{2,}(?::\d+)?\b"  # a host name
-    r"|\b[\w.-]+:\d{2,5}\b"  # host:port
-    r"|\b(?:sk|pk|key|rk)-[\w-]+"  # an API key
-    r"|\b[A-Za-z0-9_\-+/=]{24,}"  # a long token
-    r"|\bBearer\s+\S+",
-    re.IGNORECASE,
-)
 _CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_MAX_TEXT = 200
-
-
-def scrub(text: str) -> str:
-    """``text`` without URLs, hosts, addresses or keys, on one line, at most 200 chars."""
-    text = _SECRETS.sub("[...]", " ".join(text.split()))
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT].rstrip() + " [...]"
 
 
 def is_context_words(text: str) -> bool:
@@ -54,13 +36,13 @@ def is_context_words(text: str) -> bool:
     return _CONTEXT_WORDS.search(text) is not None
 
 
-def provider_error(status: int, code: str, text: str, detail: str) -> LLMError:
-    """The ``LLMError`` for an endpoint's HTTP ``status`` with its error ``code`` and
-    ``text`` (both may be empty); ``detail`` is what the log gets."""
+def provider_error(status: int, code: str, text: str, detail: str, param: str = "") -> LLMError:
+    """The ``LLMError`` for an endpoint's HTTP ``status`` with its error ``code``, ``text``
+    and ``param`` (each may be empty); ``detail`` is what the log gets."""
     code = code if _CODE.fullmatch(code) else ""
-    said = scrub(text)
+    param = param if _CODE.fullmatch(param) else ""
     named = f" ({code})" if code else f" (HTTP {status})"
-    tail = f": {said}" if said else ""
+    tail = f": parameter {param!r}" if param and param != "messages" else ""
     if code == "context_length_exceeded" or (400 <= status < 500 and _CONTEXT_WORDS.search(text)):
         return _error(
             LLM_CONTEXT_ERROR,

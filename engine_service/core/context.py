@@ -331,11 +331,19 @@ class RunContext:
     usage: list[int] = field(default_factory=lambda: [0, 0])
     """Tokens the summariser used, (input, output)."""
 
-    def too_long(self, needed: int, what: str = "the conversation") -> LLMError:
+    def too_long(self, needed: int, *, said: bool = False) -> LLMError:
+        """``context_too_long``; ``said``: the LLM answered so, whatever our count."""
         limits = self.limits
+        if said:
+            return LLMError(
+                CONTEXT_TOO_LONG,
+                f"the conversation is too long for the model, which says its context is "
+                f"exceeded (about {needed:,} tokens by our count); its window may be smaller "
+                f"than [llm] context_tokens ({limits.window:,})",
+            )
         return LLMError(
             CONTEXT_TOO_LONG,
-            f"{what} is too long for the model: about {needed:,} tokens, and the model's "
+            f"the conversation is too long for the model: about {needed:,} tokens, and the model's "
             f"budget is {limits.budget:,} ([llm] context_tokens {limits.window:,} less "
             f"reserve_output_tokens {limits.reserve:,})",
         )
@@ -392,13 +400,13 @@ class RunContext:
         target = min(int(limits.budget * KEEP_SHARE), limits.budget - fixed - summary_room)
         cut = plan_cut(body, tokens, target, force=True)
         if cut == 0:
-            raise self.too_long(before)
+            raise self.too_long(before, said=force)
         # The stored messages the cut covers: those before the first one kept.
         held = history[self.start :]
         first_kept = body[cut].id
         at = next((i for i, m in enumerate(held) if m.id == first_kept), None)
         if at is None or at == 0:
-            raise self.too_long(before)
+            raise self.too_long(before, said=force)
         covered = list(held[:at])
         mode, summary = await self._summarise(body[:cut], summary_room)
         checkpoint = Checkpoint(

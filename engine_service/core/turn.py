@@ -594,7 +594,7 @@ class Turn:
                 assistant = await self._stream_round(request)
             except LLMError as again:
                 if is_overflow(again):
-                    raise self.context.too_long(self.context.count(request)) from again
+                    raise self.context.too_long(self.context.count(request), said=True) from again
                 raise
         finally:
             spent, self.context.usage[:] = self.context.usage, [0, 0]

@@ -66,9 +66,7 @@ class Chat:
 async def open_chat(
     fake: FakeOpenAI, store: SessionStore, limits: ContextLimits, system_prompt: str = ""
 ) -> Chat:
-    model = OpenAIChatModel(
-        base_url=fake.base_url, api_key="k", model="fake-model", max_retries=0
-    )
+    model = OpenAIChatModel(base_url=fake.base_url, api_key="k", model="fake-model", max_retries=0)
     turn = TurnLimits(system_prompt=system_prompt, context=limits)
     engine = Engine(store, model, ToolRegistry(), EngineLimits(turn=turn))
     await engine.start()

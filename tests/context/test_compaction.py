@@ -4,6 +4,8 @@ checkpoint and the messages after it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from engine_service.core import events as ev
@@ -48,7 +50,7 @@ async def test_a_long_conversation_on_a_small_window_never_fails(
     assert max(fake.prompt_tokens) <= WINDOW
     assert len(await any_store.all_messages("s")) == 200  # every message kept
     assert len(events) >= 5
-    assert {e.value["mode"] for e in events} == {mode}  # type: ignore[index]
+    assert {e.value["mode"] for e in events} == {mode}
     checkpoint, after = await any_store.context_messages("s")
     assert checkpoint is not None and checkpoint.covered + len(after) == 200
     assert bool(checkpoint.summary) is (mode == "summarize")
@@ -116,7 +118,8 @@ async def test_a_user_message_larger_than_the_budget_is_refused_before_the_run(
     store = MemorySessionStore()
     chat = await open_chat(fake, store, ContextLimits(window=1000))
     try:
-        with pytest.raises(ContextTooLong, match=r"messages\[0\] is about 1,\d{3} tokens.*budget of 746"):
+        refused = r"messages\[0\] is about 1,\d{3} tokens.*budget of 746"
+        with pytest.raises(ContextTooLong, match=refused):
             await chat.turn("s", user("x" * 5000))
     finally:
         await chat.engine.shutdown(1.0)
@@ -182,7 +185,7 @@ async def test_when_the_summariser_fails_the_run_trims_instead(fake: FakeOpenAI)
         await chat.engine.shutdown(1.0)
 
     assert fake.summaries >= 1
-    assert events and {e.value["mode"] for e in events} == {"trim"}  # type: ignore[index]
+    assert events and {e.value["mode"] for e in events} == {"trim"}
 
 
 async def test_a_history_larger_than_the_window_is_summarised_in_pieces_within_it(
@@ -192,7 +195,7 @@ async def test_a_history_larger_than_the_window_is_summarised_in_pieces_within_i
     summariser reads it in pieces, and no request is larger than the window."""
     fake.context_window = WINDOW
     store = MemorySessionStore()
-    await store.create_session("s", "", __import__("datetime").datetime.now(__import__("datetime").UTC))
+    await store.create_session("s", "", datetime.now(UTC))
     old = [
         Message(
             id=f"o{i}",
@@ -212,6 +215,6 @@ async def test_a_history_larger_than_the_window_is_summarised_in_pieces_within_i
     assert fake.summaries >= 3
     assert fake.overflows == 0 and max(fake.prompt_tokens) <= WINDOW
     (event,) = compacted(bodies)
-    assert event.value["covered"] >= 150  # type: ignore[index]
-    assert event.value["summary"].startswith("Summary:")  # type: ignore[index]
+    assert event.value["covered"] >= 150
+    assert event.value["summary"].startswith("Summary:")
     assert len(await store.all_messages("s")) == 202

@@ -562,8 +562,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default=None, help="require this bearer token")
+    parser.add_argument("--context-window", type=int, default=None, help="tokens, enforced")
+    parser.add_argument("--answer-words", type=int, default=0, help="words of each answer")
     options = parser.parse_args(argv)
     with FakeOpenAI(options.host, options.port, options.api_key) as fake:
+        fake.context_window = options.context_window
+        fake.answer_words = options.answer_words
         print(fake.base_url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

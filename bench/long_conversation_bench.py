@@ -160,7 +160,7 @@ async def main(argv: list[str] | None = None) -> None:
         base_url = fake.stdout.readline().strip()
         with tempfile.TemporaryDirectory() as folder:
             print(
-                "| stored messages | first token (ms) | engine CPU per turn (ms) | memory held (MB) |"
+                "| stored messages | first token (ms) | engine CPU/turn (ms) | memory held (MB) |"
             )
             print("|---:|---:|---:|---:|")
             for size in (int(s) for s in options.sizes.split(",")):

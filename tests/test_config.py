@@ -700,8 +700,8 @@ def test_the_context_budget_comes_from_the_model_name_unless_set() -> None:
     assert (big.reserve, big.max_result_chars) == (4096, 50_000)
 
 
-def test_bad_context_settings_name_the_setting(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="AGENTIK_COMPACTION.*summarize, trim, off"):
+def test_bad_context_settings_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"AGENTIK_COMPACTION.*summarize, trim, off"):
         load_settings(None, {"AGENTIK_COMPACTION": "squash"})
     with pytest.raises(ConfigError, match="AGENTIK_TOOLS_MAX_RESULT_CHARS"):
         load_settings(None, {"AGENTIK_TOOLS_MAX_RESULT_CHARS": "0"})

@@ -14,7 +14,7 @@ from agentik_chat.render import Renderer
 from engine_service.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.convert import RunStream
 
-VALUE = {
+VALUE: dict[str, str | int] = {
     "mode": "summarize",
     "covered": 40,
     "through_message_id": "m39",
@@ -40,7 +40,8 @@ def test_a2a_tells_of_a_compaction_in_a_status_update_of_the_working_task() -> N
 
     update = response.status_update
     assert (update.task_id, update.status.state) == ("t1", TaskState.TASK_STATE_WORKING)
-    said = dict(update.metadata["agentik_compacted"])
+    said = update.metadata["agentik_compacted"]
+    assert isinstance(said, struct_pb2.Struct)
     assert said["mode"] == "summarize" and said["covered"] == 40
     assert said["summary"] == "They talked about cats."
     other = pb.Event(seq=6, run_id="r1", custom=pb.Custom(name="tool_progress"))

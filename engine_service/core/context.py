@@ -99,7 +99,8 @@ KEEP_SHARE = 0.5
 """After a compaction the messages kept take at most this share of the budget, so the
 next turns have room before the next compaction."""
 SUMMARY_SHARE = 0.125
-"""The most of the budget a summary may take (longer ones are clipped)."""
+"""The most of the budget a summary may take (longer ones are clipped), and never more
+than the room kept for an answer."""
 MAX_SUMMARY_PIECES = 8
 """The most LLM calls one summary takes; older messages beyond them are trimmed."""
 MAX_ANCHORS = 4096
@@ -396,7 +397,8 @@ class RunContext:
         # What stays whatever is cut: the system message (less the old summary) and tools.
         fixed = before - sum(tokens) - (self.checkpoint.tokens if self.checkpoint else 0)
         summarize = limits.compaction == "summarize"
-        summary_room = int(limits.budget * SUMMARY_SHARE) if summarize else 0
+        # The summary is the summariser's answer: it must fit the room kept for answers too.
+        summary_room = min(int(limits.budget * SUMMARY_SHARE), limits.reserve) if summarize else 0
         target = min(int(limits.budget * KEEP_SHARE), limits.budget - fixed - summary_room)
         cut = plan_cut(body, tokens, target, force=True)
         if cut == 0:

@@ -4,7 +4,9 @@ For each stored length (10, 1,000, 10,000 and 100,000 messages by default) a con
 is seeded straight into a SQLite store, with the checkpoint a past compaction leaves
 (``core.context``: the summary, and the last few messages after it), and then the engine
 (in this process, compaction on) runs turns on it against the fake OpenAI server (its
-own process, so its CPU is not ours). Reported, as medians of 3 turns:
+own process, so its CPU is not ours). Reported, as the medians of 3 repetitions of the
+mean over 10 turns (a turn that compacts makes one more LLM request; each repetition holds
+its share of them):
 
 * **first token**: from ``start_run`` to the first text delta of the answer;
 * **engine CPU per turn**: this process's CPU time (user + system) over the turn: the
@@ -49,6 +51,8 @@ WINDOW = 4000
 ANSWER_WORDS = 150  # about 300 tokens as the fake counts them
 KEPT = 10
 """Messages after the seeded checkpoint."""
+TURNS = 10
+"""Turns per repetition (their mean is one of the three values whose median is shown)."""
 
 
 def cpu() -> float:
@@ -99,10 +103,12 @@ async def measure(size: int, base_url: str, folder: Path) -> tuple[float, float,
     try:
         await one_turn(engine, -1)  # warm: connections, caches
         firsts, cpus = [], []
-        for index in range(3):
-            first, spent = await one_turn(engine, index)
-            firsts.append(first)
-            cpus.append(spent)
+        for rep in range(3):
+            # Each repetition takes several turns, so each holds its share of the turns
+            # that compact (one more LLM request) whatever the length.
+            turns = [await one_turn(engine, rep * TURNS + i) for i in range(TURNS)]
+            firsts.append(statistics.mean(first for first, _ in turns))
+            cpus.append(statistics.mean(spent for _, spent in turns))
         tracemalloc.start()
         await one_turn(engine, 99)
         _, peak = tracemalloc.get_traced_memory()
@@ -171,7 +177,7 @@ async def main(argv: list[str] | None = None) -> None:
             for mode in ("summarize", "trim") if options.turns else ():
                 print(await long_run(options.turns, base_url, Path(folder), mode), flush=True)
             fake_turns = f"the fake LLM with a {WINDOW:,}-token window"
-            print(f"(medians of 3 turns; {fake_turns}; answers of ~300 tokens)")
+            print(f"(medians of 3 means of {TURNS} turns; {fake_turns}; answers of ~300 tokens)")
     finally:
         fake.terminate()
         fake.wait()

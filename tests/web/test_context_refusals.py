@@ -48,7 +48,7 @@ def test_agentik_refuses_a_message_larger_than_the_budget_with_both_sizes(
 
 def test_agui_refuses_it_before_the_stream_opens(small_window_app: Flask) -> None:
     client = small_window_app.test_client()
-    body = {
+    body: dict[str, object] = {
         "threadId": "t-huge",
         "runId": "r-huge",
         "messages": [{"id": "u1", "role": "user", "content": HUGE}],

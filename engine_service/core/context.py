@@ -420,6 +420,15 @@ class RunContext:
         self.start += at
         built = self._build(system_prompt, context, history)
         after = sum(estimate_message(m) for m in built) + estimate_tools(tools)
+        log.info(
+            "session %s: %s through message %s (%d messages covered): %d -> %d tokens",
+            self.session_id,
+            "summarised" if mode == "summarize" else "trimmed",
+            checkpoint.through_id,
+            checkpoint.covered,
+            before,
+            after,
+        )
         self.emit(
             ev.Custom(
                 "compacted",

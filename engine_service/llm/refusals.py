@@ -28,7 +28,9 @@ _CONTEXT_WORDS = re.compile(
     r"|too many tokens|reduce the length of the messages|exceeds? the (?:available )?context",
     re.IGNORECASE,
 )
-_CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+"""What a provider's error code or parameter name must look like to be passed on
+(snake_case): anything else, a host or an address included, is left out."""
 
 
 def is_context_words(text: str) -> bool:

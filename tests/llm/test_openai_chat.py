@@ -622,3 +622,16 @@ async def test_a_refusal_names_the_provider_code_and_a_plain_cause_without_inter
     for internal in ("https://", "internal.example", "sk-abc123", "10.0.0.5", "127.0.0.1"):
         assert internal not in error.message
     assert "answered HTTP" in error.detail
+
+
+async def test_a_provider_code_that_is_not_snake_case_is_left_out(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    body = {"error": {"code": "gw.internal.example:8443", "message": "no", "param": "10.0.0.5"}}
+    fake.enqueue(FakeReply(status=400, error_body=body))
+
+    _, error = await run(model, ask("hi"))
+
+    assert error is not None
+    assert error.message == "the LLM refused a parameter of the request (HTTP 400)"
+    assert "gw.internal.example" in error.detail

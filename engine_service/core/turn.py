@@ -587,6 +587,8 @@ class Turn:
         except LLMError as exc:
             if not is_overflow(exc):
                 raise
+            if self._text or self._calls or self._reasoning_id:  # said mid-answer: no retry
+                raise self.context.too_long(self.context.count(request), said=True) from exc
             log.info("run %s: the LLM's context is exceeded; compacting", self.run_id)
             request.messages = await self._llm_messages(request.tools, force=True)
             before = self._usage.input_tokens
@@ -597,7 +599,9 @@ class Turn:
                     raise self.context.too_long(self.context.count(request), said=True) from again
                 raise
         finally:
-            spent, self.context.usage[:] = self.context.usage, [0, 0]
+            # What the summariser used counts as the run's too.
+            spent = list(self.context.usage)
+            self.context.usage[:] = [0, 0]
             self._usage.input_tokens += spent[0]
             self._usage.output_tokens += spent[1]
             self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens

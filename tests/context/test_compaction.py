@@ -211,8 +211,12 @@ async def test_a_history_larger_than_the_window_is_summarised_in_pieces_within_i
     finally:
         await chat.engine.shutdown(1.0)
 
-    assert isinstance(ended(bodies), ev.RunFinished)
+    finished = ended(bodies)
+    assert isinstance(finished, ev.RunFinished)
     assert fake.summaries >= 3
+    # The summariser's tokens are the run's too: every request's prompt is counted.
+    assert finished.usage is not None
+    assert finished.usage.input_tokens == sum(fake.prompt_tokens)
     assert fake.overflows == 0 and max(fake.prompt_tokens) <= WINDOW
     (event,) = compacted(bodies)
     assert event.value["covered"] >= 150

@@ -162,7 +162,12 @@ from urllib.parse import urlsplit
 
 from engine_service.core.bounds import MAX_EVENT_BYTES, MIN_EVENT_BYTES
 from engine_service.core.caller import PRINCIPAL_RULE, is_valid_principal
-from engine_service.core.context import COMPACTION_MODES, ContextLimits, default_window
+from engine_service.core.context import (
+    COMPACTION_MODES,
+    MIN_CONTEXT_TOKENS,
+    ContextLimits,
+    default_window,
+)
 
 if TYPE_CHECKING:  # imported when used: the web facade never loads engine_service.tools
     from engine_service.tools.a2a_config import A2aAgentConfig
@@ -318,6 +323,11 @@ class Settings:
             object.__setattr__(self, "engine_target", _target_for(self.grpc_addr))
         if self.jwt_algorithms and not self.jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
+        if 0 < self.context_tokens < MIN_CONTEXT_TOKENS:
+            raise ConfigError(
+                f"context_tokens ({self.context_tokens}) must be 0 (known for the model's "
+                f"name) or at least {MIN_CONTEXT_TOKENS}"
+            )
         if self.context_tokens and self.reserve_output_tokens >= self.context_tokens:
             raise ConfigError(
                 f"reserve_output_tokens ({self.reserve_output_tokens}) must be less than "

@@ -705,6 +705,8 @@ def test_bad_context_settings_name_the_setting() -> None:
         load_settings(None, {"AGENTIK_COMPACTION": "squash"})
     with pytest.raises(ConfigError, match="AGENTIK_TOOLS_MAX_RESULT_CHARS"):
         load_settings(None, {"AGENTIK_TOOLS_MAX_RESULT_CHARS": "0"})
+    with pytest.raises(ConfigError, match=r"context_tokens .100. must be 0 .* or at least 512"):
+        load_settings(None, {"AGENTIK_CONTEXT_TOKENS": "100"})
     with pytest.raises(ConfigError, match="must be less than context_tokens"):
         load_settings(
             None, {"AGENTIK_CONTEXT_TOKENS": "4000", "AGENTIK_RESERVE_OUTPUT_TOKENS": "4000"}

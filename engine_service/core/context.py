@@ -43,6 +43,7 @@ from engine_service.core.store import Checkpoint
 __all__ = [
     "COMPACTION_MODES",
     "CONTEXT_TOO_LONG",
+    "MIN_CONTEXT_TOKENS",
     "Anchors",
     "ContextLimits",
     "ContextTooLong",
@@ -64,6 +65,9 @@ LLM_CONTEXT_ERROR = "llm_context_too_long"
 """The ``LLMError`` code of a model that answered that its context is exceeded."""
 
 DEFAULT_WINDOW = 128_000
+MIN_CONTEXT_TOKENS = 512
+"""The smallest window ``[llm] context_tokens`` may name: room for a system prompt, one
+exchange and a summary."""
 _WINDOWS: tuple[tuple[str, int], ...] = (
     # Most specific first: the first prefix the model name starts with wins.
     ("gpt-4.1", 1_047_576),

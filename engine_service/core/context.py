@@ -44,6 +44,7 @@ __all__ = [
     "COMPACTION_MODES",
     "CONTEXT_TOO_LONG",
     "MIN_CONTEXT_TOKENS",
+    "SMALLEST_MESSAGE",
     "Anchors",
     "ContextLimits",
     "ContextTooLong",
@@ -108,6 +109,9 @@ than the room kept for an answer."""
 MAX_SUMMARY_PIECES = 8
 """The most LLM calls one summary takes; older messages beyond them are trimmed."""
 MAX_ANCHORS = 4096
+SMALLEST_MESSAGE = 64
+"""Bytes a stored message takes at least as an event: a messages snapshot read from the
+store reads at most its room divided by this."""
 
 SUMMARY_INSTRUCTION = (
     "You summarise conversations between a user and an AI assistant so the assistant can "

@@ -134,6 +134,11 @@ class SessionStore(abc.ABC):
         older part, so its cost follows the messages after the checkpoint."""
 
     @abc.abstractmethod
+    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        """The last ``limit`` messages, oldest first, read from the end of the history (by
+        index): the work follows ``limit``, not the history's length."""
+
+    @abc.abstractmethod
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` that are messages of the session (found by index)."""
 

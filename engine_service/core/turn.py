@@ -39,7 +39,13 @@ from engine_service.core.chat import (
     ToolSpec,
     UsageDelta,
 )
-from engine_service.core.context import Anchors, ContextLimits, RunContext, is_overflow
+from engine_service.core.context import (
+    SMALLEST_MESSAGE,
+    Anchors,
+    ContextLimits,
+    RunContext,
+    is_overflow,
+)
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -459,7 +465,8 @@ class Turn:
             # The most recent messages that fit in one event: the whole history is the
             # messages list's to page through.
             room = self.limits.max_event_bytes - MESSAGE_ROOM
-            self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(self._history, room)))
+            history = await self._snapshot_history(room)  # context budget (core/context.py)
+            self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(history, room)))
         final = bound_body(final, self.limits.max_event_bytes)  # type: ignore[assignment]
         self.hub.publish(self.run_id, final, hold=True)
         self.final = final
@@ -607,6 +614,17 @@ class Turn:
             self._usage.total_tokens = self._usage.input_tokens + self._usage.output_tokens
         self.context.observed(request, self._usage.input_tokens - before - spent[0])
         return assistant
+
+    async def _snapshot_history(self, room: int) -> list[Message]:
+        """The history a messages snapshot is cut from: what the run holds, or, when a
+        checkpoint keeps the older messages out of it, the latest messages from the store
+        (as many as could fit in ``room``: bounded, whatever the conversation's length)."""
+        if self.context.checkpoint is None:
+            return self._history
+        try:
+            return await self.store.recent_messages(self.session_id, room // SMALLEST_MESSAGE)
+        except StorageUnavailable:
+            return self._history
 
     async def _take_input(self) -> None:
         self._input_taken = True

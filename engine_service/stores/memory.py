@@ -241,6 +241,11 @@ class MemorySessionStore(SessionStore):
         rest = entry.messages[start:]
         return entry.checkpoint, [message_from_dict(json.loads(body)) for _, body in rest]
 
+    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        entry = self._entry(session_id)
+        rest = entry.messages[-limit:] if limit > 0 else []
+        return [message_from_dict(json.loads(body)) for _, body in rest]
+
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         entry = self._entry(session_id)
         return {message_id for message_id in ids if message_id in entry.positions}

@@ -743,6 +743,18 @@ class PostgresSessionStore(SessionStore):
             checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
+    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            await self._require(conn, session_id)
+            return await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s ORDER BY position DESC LIMIT %s",
+                (session_id, max(limit, 0)),
+            )
+
+        rows = await self._snapshot(work)
+        return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
+
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)

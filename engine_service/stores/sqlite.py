@@ -700,6 +700,16 @@ class SqliteSessionStore(SessionStore):
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
     @_off_loop
+    def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ? ORDER BY position DESC LIMIT ?",
+                (session_id, max(limit, 0)),
+            ).fetchall()
+        return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
+
+    @_off_loop
     def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
         with self._read() as conn:

@@ -54,12 +54,17 @@ class Chat:
     engine: Engine
     store: SessionStore
 
-    async def turn(self, session_id: str, *messages: Message) -> list[ev.EventBody]:
-        """One run's event bodies, to its end."""
-        handle = await self.engine.start_run(
-            ANONYMOUS,
-            RunInput(thread_id=session_id, create_session=True, messages=list(messages)),
+    async def turn(
+        self, session_id: str, *messages: Message, snapshot: bool = False
+    ) -> list[ev.EventBody]:
+        """One run's event bodies, to its end (``snapshot``: ask for MESSAGES_SNAPSHOT)."""
+        run_input = RunInput(
+            thread_id=session_id,
+            create_session=True,
+            messages=list(messages),
+            messages_snapshot=snapshot,
         )
+        handle = await self.engine.start_run(ANONYMOUS, run_input)
         return [event.body async for event in self.engine.run_events(handle)]
 
 

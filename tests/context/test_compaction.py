@@ -222,3 +222,26 @@ async def test_a_history_larger_than_the_window_is_summarised_in_pieces_within_i
     assert event.value["covered"] >= 150
     assert event.value["summary"].startswith("Summary:")
     assert len(await store.all_messages("s")) == 202
+
+
+async def test_a_messages_snapshot_still_holds_the_messages_before_the_checkpoint(
+    fake: FakeOpenAI,
+) -> None:
+    """AG-UI ends a run with MESSAGES_SNAPSHOT, which replaces the client's view: it holds
+    the latest stored messages that fit in one event, not only what the LLM is sent."""
+    fake.answer_words = 150
+    store = MemorySessionStore()
+    chat = await open_chat(fake, store, ContextLimits(window=2000, compaction="trim"))
+    try:
+        for index in range(12):
+            await chat.turn("s", user(f"question {index}", f"u{index}"))
+        bodies = await chat.turn("s", user("last", "u-last"), snapshot=True)
+    finally:
+        await chat.engine.shutdown(1.0)
+
+    checkpoint, _ = await store.context_messages("s")
+    assert checkpoint is not None and checkpoint.covered > 4
+    (snapshot,) = [b for b in bodies if isinstance(b, ev.MessagesSnapshot)]
+    ids = [m.id for m in snapshot.messages]
+    assert ids[0] == "u0" and ids[-1] != "u-last" and "u-last" in ids
+    assert len(ids) == 26

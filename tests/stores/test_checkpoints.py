@@ -103,3 +103,13 @@ async def test_known_message_ids_are_those_of_the_session(store: SessionStore) -
 
     assert await store.known_message_ids("s1", many) == {"m0", "m2"}
     assert await store.known_message_ids("s1", []) == set()
+
+
+async def test_recent_messages_are_the_last_ones_oldest_first(store: SessionStore) -> None:
+    ids = await seeded(store, 7)
+
+    assert [m.id for m in await store.recent_messages("s1", 3)] == ids[-3:]
+    assert [m.id for m in await store.recent_messages("s1", 50)] == ids
+    assert await store.recent_messages("s1", 0) == []
+    with pytest.raises(SessionNotFound):
+        await store.recent_messages("other", 3)

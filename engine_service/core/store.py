@@ -134,6 +134,15 @@ class SessionStore(abc.ABC):
         older part, so its cost follows the messages after the checkpoint."""
 
     @abc.abstractmethod
+    async def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        """The messages of run ``run_id`` after its message ``after_id`` (all when empty),
+        oldest first, at most ``limit``, and whether more follow; found by index, so the
+        work follows the page, not the history. ``InvalidInput`` when ``after_id`` is not a
+        message of the run."""
+
+    @abc.abstractmethod
     async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
         """The last ``limit`` messages, oldest first, read from the end of the history (by
         index): the work follows ``limit``, not the history's length."""

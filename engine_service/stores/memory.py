@@ -241,6 +241,20 @@ class MemorySessionStore(SessionStore):
         rest = entry.messages[start:]
         return entry.checkpoint, [message_from_dict(json.loads(body)) for _, body in rest]
 
+    async def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        entry = self._entry(session_id)
+        positions = entry.by_run.get(run_id, [])
+        if after_id:
+            at = entry.positions.get(after_id)
+            if at is None or at not in positions:
+                raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+            positions = positions[positions.index(at) + 1 :]
+        page = positions[:limit] if limit > 0 else positions
+        found = [message_from_dict(json.loads(entry.messages[p][1])) for p in page]
+        return found, len(positions) > len(page)
+
     async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
         entry = self._entry(session_id)
         rest = entry.messages[-limit:] if limit > 0 else []

@@ -743,6 +743,36 @@ class PostgresSessionStore(SessionStore):
             checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
+    async def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        size = _sql_limit(limit)
+
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            await self._require(conn, session_id)
+            after = -1
+            if after_id:
+                row = await self._one(
+                    conn,
+                    "SELECT position FROM messages WHERE session_id = %s AND id = %s"
+                    " AND run_id = %s",
+                    (session_id, after_id, run_id),
+                )
+                if row is None:
+                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+                after = row[0]
+            return await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s AND run_id = %s"
+                " AND position > %s ORDER BY position LIMIT %s",
+                (session_id, run_id, after, size + 1 if size else None),
+            )
+
+        rows = await self._snapshot(work)
+        more = size is not None and size < len(rows)
+        kept = rows[:size] if more else rows
+        return [message_from_dict(json.loads(r[0])) for r in kept], more
+
     async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)

@@ -700,6 +700,33 @@ class SqliteSessionStore(SessionStore):
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
     @_off_loop
+    def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        size = _sql_limit(limit)
+        # The expression is messages_by_run's, so the index finds the rows.
+        with self._read() as conn:
+            self._require(conn, session_id)
+            after = -1
+            if after_id:
+                row = conn.execute(
+                    "SELECT position FROM messages WHERE session_id = ? AND id = ?"
+                    " AND json_extract(body, '$.run_id') = ?",
+                    (session_id, after_id, run_id),
+                ).fetchone()
+                if row is None:
+                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+                after = row[0]
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ?"
+                " AND json_extract(body, '$.run_id') = ? AND position > ?"
+                " ORDER BY position LIMIT ?",
+                (session_id, run_id, after, size + 1 if size > 0 else -1),
+            ).fetchall()
+        more = 0 < size < len(rows)
+        return [message_from_dict(json.loads(r[0])) for r in rows[: len(rows) - more]], more
+
+    @_off_loop
     def recent_messages(self, session_id: str, limit: int) -> list[Message]:
         with self._read() as conn:
             self._require(conn, session_id)

@@ -113,3 +113,26 @@ async def test_recent_messages_are_the_last_ones_oldest_first(store: SessionStor
     assert await store.recent_messages("s1", 0) == []
     with pytest.raises(SessionNotFound):
         await store.recent_messages("other", 3)
+
+
+async def test_a_runs_messages_are_paged_by_index(store: SessionStore) -> None:
+    await store.create_session("s1", "", T0)
+    made = []
+    for index in range(9):
+        one = message(f"m{index}")
+        one.run_id = "r1" if index % 3 else "r2"
+        made.append(one)
+    await store.append_messages("s1", made)
+
+    page, more = await store.list_run_messages("s1", "r1", "", 4)
+    assert ([m.id for m in page], more) == (["m1", "m2", "m4", "m5"], True)
+    page, more = await store.list_run_messages("s1", "r1", "m5", 4)
+    assert ([m.id for m in page], more) == (["m7", "m8"], False)
+    assert [m.id for m in (await store.list_run_messages("s1", "r2", "", 0))[0]] == [
+        "m0",
+        "m3",
+        "m6",
+    ]
+    with pytest.raises(InvalidInput, match="not a message of the run"):
+        await store.list_run_messages("s1", "r1", "m3", 4)
+    assert await store.list_run_messages("s1", "none", "", 4) == ([], False)

@@ -39,6 +39,7 @@ from engine_service.core.errors import ContextTooLong, LLMError
 from engine_service.core.history import chat_messages
 from engine_service.core.models import ContextItem, ImagePart, Message, Role, TextPart
 from engine_service.core.store import Checkpoint
+from engine_service.core.trace import NO_TRACER, AttributeValue, Tracer
 
 __all__ = [
     "COMPACTION_MODES",
@@ -339,6 +340,8 @@ class RunContext:
     start: int = 0
     usage: list[int] = field(default_factory=lambda: [0, 0])
     """Tokens the summariser used, (input, output)."""
+    tracer: Tracer = NO_TRACER
+    """Each compaction is a span ``agentik.compact`` (mode, messages covered)."""
 
     def too_long(self, needed: int, *, said: bool = False) -> LLMError:
         """``context_too_long``; ``said``: the LLM answered so, whatever our count."""
@@ -418,12 +421,19 @@ class RunContext:
         if at is None or at == 0:
             raise self.too_long(before, said=force)
         covered = list(held[:at])
-        mode, summary = await self._summarise(body[:cut], summary_room)
-        checkpoint = Checkpoint(
-            through_id=covered[-1].id, summary=summary, tokens=estimate_text(summary)
-        )
-        # Stored before it is used: a crash now leaves all messages and the old checkpoint.
-        checkpoint = await self.save(checkpoint)
+        attributes: dict[str, AttributeValue] = {
+            "agentik.session.id": self.session_id,
+            "agentik.compaction.tokens": before,
+        }
+        with self.tracer.span("agentik.compact", attributes) as span:
+            mode, summary = await self._summarise(body[:cut], summary_room)
+            checkpoint = Checkpoint(
+                through_id=covered[-1].id, summary=summary, tokens=estimate_text(summary)
+            )
+            # Stored before it is used: a crash now leaves all messages and the old one.
+            checkpoint = await self.save(checkpoint)
+            span.set("agentik.compaction.mode", mode)
+            span.set("agentik.compaction.covered", checkpoint.covered)
         self.checkpoint = checkpoint
         self.start += at
         built = self._build(system_prompt, context, history)

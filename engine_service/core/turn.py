@@ -214,6 +214,7 @@ class Turn:
             lambda checkpoint: store.save_checkpoint(session_id, checkpoint),
             self.emit,
             checkpoint,
+            tracer=tracer,
         )
 
     # -- control ------------------------------------------------------------------

@@ -58,7 +58,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from agentik.ids import PRINCIPAL_RULE, is_valid_principal
-from agentik.limits import MAX_EVENT_BYTES, MIN_EVENT_BYTES
+from agentik.limits import (
+    COMPACTION_MODES,
+    MAX_EVENT_BYTES,
+    MIN_CONTEXT_TOKENS,
+    MIN_EVENT_BYTES,
+)
 
 if TYPE_CHECKING:  # imported when used (the tool tables)
     from agentik.tool_config.a2a import A2aAgentConfig
@@ -649,6 +654,12 @@ class LlmSettings:
     check_interval: float = setting(
         60.0, "AGENTIK_LLM_CHECK_INTERVAL", _SECONDS_OR_ZERO, flat="llm_check_interval"
     )
+    context_tokens: int = setting(0, "AGENTIK_CONTEXT_TOKENS", _integer(0))
+    """The model's context window; 0: from its name (``core.context``), else 128,000."""
+    reserve_output_tokens: int = setting(0, "AGENTIK_RESERVE_OUTPUT_TOKENS", _integer(0))
+    """Tokens of the window kept for the answer; 0: min(4,096, a quarter of the window)."""
+    compaction: str = setting("summarize", "AGENTIK_COMPACTION", _choice(*COMPACTION_MODES))
+    """How a conversation over the budget is made to fit: summarize | trim | off."""
     """Seconds between checks of the endpoint (``GET /models``); 0: at start only."""
 
 
@@ -664,6 +675,10 @@ class ToolsSettings:
     ask_user: bool = setting(False, "AGENTIK_TOOLS_ASK_USER", _boolean, flat="tools_ask_user")
     """Offer the LLM the ``ask_user`` tool (a question a person answers)."""
     interrupt_expiry: float = setting(0.0, "AGENTIK_INTERRUPT_EXPIRY", _SECONDS_OR_ZERO)
+    max_result_chars: int = setting(
+        50_000, "AGENTIK_TOOLS_MAX_RESULT_CHARS", _POSITIVE, flat="tools_max_result_chars"
+    )
+    """A longer tool result is clipped for the LLM, with a note (the stored one is whole)."""
     """Seconds after which an unanswered interrupt counts as declined; 0: never."""
     python: tuple[PythonToolConfig, ...] = table(
         _python_tools, flat="python_tools", engine_only=False
@@ -840,6 +855,17 @@ class Settings:
         if not tables["web"].engine_target:
             target = _target_for(tables["engine"].grpc_addr)
             tables["web"] = replace(tables["web"], engine_target=target)
+        llm = tables["llm"]
+        if 0 < llm.context_tokens < MIN_CONTEXT_TOKENS:
+            raise ConfigError(
+                f"context_tokens ({llm.context_tokens}) must be 0 (known for the model's "
+                f"name) or at least {MIN_CONTEXT_TOKENS}"
+            )
+        if llm.context_tokens and llm.reserve_output_tokens >= llm.context_tokens:
+            raise ConfigError(
+                f"reserve_output_tokens ({llm.reserve_output_tokens}) must be less than "
+                f"context_tokens ({llm.context_tokens}): the request needs room too"
+            )
         if tables["auth"].jwt_algorithms and not tables["auth"].jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
         for name, value in tables.items():

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["GRPC_MESSAGE_LIMIT", "MAX_EVENT_BYTES", "MIN_EVENT_BYTES"]
+__all__ = [
+    "COMPACTION_MODES",
+    "GRPC_MESSAGE_LIMIT",
+    "MAX_EVENT_BYTES",
+    "MIN_CONTEXT_TOKENS",
+    "MIN_EVENT_BYTES",
+]
 
 GRPC_MESSAGE_LIMIT: Final = 4 * 1024 * 1024
 """What gRPC clients accept by default in one message: what the engine never sends past."""
@@ -14,3 +20,8 @@ MIN_EVENT_BYTES: Final = 16 * 1024
 MAX_EVENT_BYTES: Final = 3 * 1024 * 1024
 """The largest ``max_event_bytes``: an event, its envelope and a page's overhead stay
 under ``GRPC_MESSAGE_LIMIT``."""
+COMPACTION_MODES: Final = ("summarize", "trim", "off")
+"""``[llm] compaction``: how a conversation over the context budget is made to fit."""
+MIN_CONTEXT_TOKENS: Final = 512
+"""The smallest window ``[llm] context_tokens`` may name: room for a system prompt, one
+exchange and a summary."""

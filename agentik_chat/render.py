@@ -103,6 +103,15 @@ class Renderer:
             message = f" {value['message']}" if value.get("message") else ""
             self._line(self._aside, f"… {value.get('progress')}{total}{message}", dim=True)
 
+    def _on_compacted(self, data: dict[str, Any]) -> None:
+        how = "summarised" if data.get("mode") == "summarize" else "left out"
+        self._line(
+            self._aside,
+            f"[earlier messages {how} for the model: {data.get('covered')} messages, "
+            f"{data.get('tokens_before')} → {data.get('tokens_after')} tokens]",
+            dim=True,
+        )
+
     def _on_interrupted(self, data: dict[str, Any]) -> None:
         self._line(self._aside, "[interrupted]")
 

@@ -11,6 +11,7 @@ from agentik import tracing
 from agentik.config import ConfigError, Settings
 from engine_service import otel_tracer
 from engine_service.core.chat import ChatModel
+from engine_service.core.context import ContextLimits, default_window
 from engine_service.core.engine import Engine
 from engine_service.core.hitl import AskUserTool
 from engine_service.core.limits import EngineLimits, RunLimits
@@ -91,6 +92,18 @@ def build_a2a_agents(settings: Settings, registry: ToolRegistry) -> A2aAgentSour
     )
 
 
+def context_limits(settings: Settings) -> ContextLimits:
+    """The model's context budget (``core.context``) from ``[llm]`` and ``[tools]``."""
+    llm = settings.llm
+    window = llm.context_tokens or default_window(llm.model)
+    return ContextLimits(
+        window=window,
+        reserve_output=min(llm.reserve_output_tokens, window - 1),
+        compaction=llm.compaction,
+        max_result_chars=settings.tools.max_result_chars,
+    )
+
+
 def build_engine(settings: Settings) -> Engine:
     limits = EngineLimits(
         run=RunLimits(
@@ -102,6 +115,7 @@ def build_engine(settings: Settings) -> Engine:
             max_state_bytes=settings.engine.max_state_bytes,
             max_event_bytes=settings.engine.max_event_bytes,
             buffer_bytes=settings.engine.stream_buffer_bytes,
+            context=context_limits(settings),
         ),
         max_concurrent_runs=settings.engine.max_concurrent_runs,
         max_runs_per_caller=settings.runs_per_caller,

@@ -10,6 +10,7 @@ __all__ = ["STATUS_FOR", "status_for"]
 
 STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.ContextTooLong: grpc.StatusCode.INVALID_ARGUMENT,
     errors.SessionNotFound: grpc.StatusCode.NOT_FOUND,
     errors.RunNotFound: grpc.StatusCode.NOT_FOUND,
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,

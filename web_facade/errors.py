@@ -76,6 +76,8 @@ REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
     (grpc.StatusCode.INVALID_ARGUMENT, "payload_too_large"): (413, "payload_too_large"),
     # The conversation waits for a person's answer: resume it (see docs/agentik-api.md).
     (grpc.StatusCode.FAILED_PRECONDITION, "input_required"): (409, "input_required"),
+    # A new message alone is larger than the model's context budget (docs/conversations.md).
+    (grpc.StatusCode.INVALID_ARGUMENT, "context_too_long"): (400, "context_too_long"),
 }
 """(gRPC status, the engine's ``agentik-error`` trailer) → (HTTP status, error code), where
 it differs from :data:`GRPC_TO_HTTP`."""

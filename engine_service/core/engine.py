@@ -36,6 +36,7 @@ from engine_service.core.bounds import bound_message, bound_session
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
+from engine_service.core.context import Anchors, refuse_too_long
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
@@ -109,6 +110,8 @@ class Engine(Records):
         self.tools = tools
         self.observer = RunObservers([RunLog(), *observers])
         self.budget = TokenBudget(store, self.limits.tokens_per_day)
+        self._anchors = Anchors()
+        """The LLM's count of each session's last request (``core.context``)."""
         self._runs: dict[str, Run] = {}
         self._run_callers: dict[str, tuple[str, str]] = {}
         """(principal that started it, session owner) of each session's run in flight."""
@@ -305,6 +308,7 @@ class Engine(Records):
                 retry_after=1,
             )
         incoming = check_input(run_input, self.limits.run, self.tools.get)
+        refuse_too_long(incoming, self.limits.run.context, self.limits.run.system_prompt)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
@@ -336,9 +340,14 @@ class Engine(Records):
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.
+            checkpoint = None
             if run_input.reconcile is ReconcileMode.APPEND and begun.session.message_count:
-                history = await self.store.all_messages(session_id)
-                incoming = reconcile((m.id for m in history), incoming)
+                # Context budget (core/context.py): the checkpoint and the messages after it
+                # only, and which new ids are known by index: bounded by the window, not by
+                # the conversation's length.
+                checkpoint, history = await self.store.context_messages(session_id)
+                known = await self.store.known_message_ids(session_id, [m.id for m in incoming])
+                incoming = reconcile(known, incoming)
                 # Rows stored before the bound (or under a larger one) are clipped on read.
                 history = [bound_message(m, self._message_limit) for m in history]
         except BaseException:
@@ -367,6 +376,8 @@ class Engine(Records):
             session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
             title=first_title(begun.session, incoming),
             budget=self.budget,
+            checkpoint=checkpoint,
+            anchors=self._anchors,
         )
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)

@@ -4,6 +4,7 @@
 
     AgentikError                 base; ``code`` is a stable snake_case name
     ├── InvalidInput             the request is malformed (names the field)
+    │   └── ContextTooLong       a new message alone is larger than the model's budget
     ├── SessionNotFound          no such session
     ├── AlreadyExists            an id the caller chose is taken
     ├── SessionBusy              the session already has a run in flight
@@ -26,6 +27,7 @@ __all__ = [
     "AgentikError",
     "AlreadyExists",
     "BudgetExceeded",
+    "ContextTooLong",
     "InputRequired",
     "InvalidInput",
     "LLMError",
@@ -52,6 +54,13 @@ class AgentikError(Exception):
 
 class InvalidInput(AgentikError):
     code = "invalid_argument"
+
+
+class ContextTooLong(InvalidInput):
+    """A new message that alone does not fit the model's context budget (``core.context``);
+    a run whose conversation cannot be made to fit ends with RUN_ERROR of this code."""
+
+    code = "context_too_long"
 
 
 class SessionNotFound(AgentikError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine_service.core.context import ContextLimits
 from engine_service.core.state import DEFAULT_MAX_STATE_BYTES
 
 __all__ = ["EngineLimits", "RunLimits"]
@@ -34,6 +35,8 @@ class RunLimits:
     buffer_bytes: int = 8 * 1024 * 1024
     """Stored events the session's hub keeps for readers that are behind; past this it
     forgets them, and those readers read them from the store."""
+    context: ContextLimits = field(default_factory=ContextLimits)
+    """The model's context budget and how the conversation is compacted (``core.context``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,6 +174,12 @@ class RoundReader:
             self._emit(ev.TextMessageEnd(self._message_id))
             self._text_open = False
 
+    @property
+    def said_anything(self) -> bool:
+        """Whether the round read so far (or cut by an error) has shown text, reasoning or
+        a tool call to clients."""
+        return bool(self._text or self._calls or self._reasoning_id)
+
     def close(self) -> Message | None:
         """Close what is open; the partial answer so far, marked interrupted (the run
         stores it when it was stopped), or None."""

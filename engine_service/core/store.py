@@ -20,7 +20,7 @@ from datetime import date, datetime
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
-__all__ = ["Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
+__all__ = ["Checkpoint", "Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
 
 
 @dataclass(slots=True)
@@ -30,6 +30,21 @@ class RunBegun:
     session: Session
     created: bool
     """True when the session was created by this call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A compaction of the oldest part of a session's history (``core.context``): what the
+    LLM is sent instead of the messages up to ``through_id``. The messages stay stored."""
+
+    through_id: str
+    """The last message it covers."""
+    summary: str = ""
+    """What replaces them; empty when they were trimmed."""
+    tokens: int = 0
+    """The summary's size in tokens (estimated)."""
+    covered: int = 0
+    """How many messages, from the first, it covers (set by the store)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +121,36 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def all_messages(self, session_id: str) -> list[Message]:
         """The whole history, oldest first."""
+
+    @abc.abstractmethod
+    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        """Make ``checkpoint`` the session's (replacing the one it had); returns it with
+        ``covered`` set. ``InvalidInput`` when ``through_id`` is not a message of the session.
+        ``replace_messages`` drops the checkpoint; deleting the session deletes it."""
+
+    @abc.abstractmethod
+    async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
+        """The session's checkpoint (None without one) and the messages after it, oldest
+        first (all of them without one): what a run needs, read without the history's
+        older part, so its cost follows the messages after the checkpoint."""
+
+    @abc.abstractmethod
+    async def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        """The messages of run ``run_id`` after its message ``after_id`` (all when empty),
+        oldest first, at most ``limit``, and whether more follow; found by index, so the
+        work follows the page, not the history. ``InvalidInput`` when ``after_id`` is not a
+        message of the run."""
+
+    @abc.abstractmethod
+    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        """The last ``limit`` messages, oldest first, read from the end of the history (by
+        index): the work follows ``limit``, not the history's length."""
+
+    @abc.abstractmethod
+    async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` that are messages of the session (found by index)."""
 
     @abc.abstractmethod
     async def run_messages(

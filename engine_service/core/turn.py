@@ -28,6 +28,7 @@ from engine_service.core.bounds import (
 )
 from engine_service.core.budget import TokenBudget
 from engine_service.core.chat import ChatModel, ChatRequest, ToolSpec
+from engine_service.core.context import SMALLEST_MESSAGE, Anchors, RunContext, is_overflow
 from engine_service.core.errors import (
     AlreadyExists,
     BudgetExceeded,
@@ -36,7 +37,7 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.flush import Outbox
-from engine_service.core.history import chat_messages, new_id
+from engine_service.core.history import new_id
 from engine_service.core.hitl import Decision, interrupt_for, needs_person
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
@@ -53,7 +54,7 @@ from engine_service.core.models import (
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.rounds import RoundReader
-from engine_service.core.store import SessionStore
+from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.tool import ToolContext, ToolResult
 from engine_service.core.tool_calls import call_tool
 from engine_service.core.trace import NO_TRACER, Tracer
@@ -92,6 +93,8 @@ class Run:
         session_key: str = "",
         title: str = "",
         budget: TokenBudget | None = None,
+        checkpoint: Checkpoint | None = None,
+        anchors: Anchors | None = None,
     ) -> None:
         self.store = store
         self.budget = budget
@@ -143,6 +146,19 @@ class Run:
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage
         self._observer: RunObserver = observer or RunLog()
+        # Context budget (core/context.py): builds each request within the model's window,
+        # from the session's checkpoint and ``history`` (the messages after it).
+        session_id = self.session_id
+        self.context = RunContext(
+            limits.context,
+            session_id,
+            model,
+            anchors or Anchors(),
+            lambda checkpoint: store.save_checkpoint(session_id, checkpoint),
+            self.emit,
+            checkpoint,
+            tracer=tracer,
+        )
 
     # -- control ------------------------------------------------------------------
 
@@ -276,9 +292,8 @@ class Run:
             # The most recent messages that fit in one event: the whole history is the
             # messages list's to page through.
             room = self.limits.max_event_bytes - MESSAGE_ROOM
-            self.emit(
-                ev.MessagesSnapshot(messages=bounded_snapshot(self.transcript.messages, room))
-            )
+            history = await self._snapshot_history(room)  # context budget (core/context.py)
+            self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(history, room)))
         if isinstance(final, ev.RunError) and final.usage is None:
             final.usage = self._usage_or_none()
         self.final = final = self.out.publish_end(final)
@@ -351,13 +366,9 @@ class Run:
         rounds = 0
         while True:
             offer = specs if rounds < self.limits.max_tool_rounds else []
-            request = ChatRequest(
-                messages=chat_messages(
-                    self.limits.system_prompt, self.input.context, self.transcript.messages
-                ),
-                tools=offer,
-            )
-            assistant = await self._read_round(request)
+            # Context budget (core/context.py): the messages compacted to fit the window.
+            request = ChatRequest(messages=await self._llm_messages(offer), tools=offer)
+            assistant = await self._round_within_window(request)
             if assistant.content or assistant.tool_calls:
                 await self.transcript.add(assistant)
             if not assistant.tool_calls or not offer:
@@ -467,6 +478,61 @@ class Run:
         exc = None if task.cancelled() else task.exception()
         if isinstance(exc, StorageUnavailable):
             self.fail(exc)
+
+    # -- the context budget (core/context.py) ----------------------------------------
+
+    async def _llm_messages(self, tools: list[ToolSpec], *, force: bool = False) -> list[Message]:
+        return await self.context.messages(
+            self.limits.system_prompt,
+            self.input.context,
+            self.transcript.messages,
+            tools,
+            force=force,
+        )
+
+    async def _round_within_window(self, request: ChatRequest) -> Message:
+        """One LLM round; when the LLM answers that its context is exceeded, one compaction
+        and one retry, then ``context_too_long``. The LLM's count of the request is kept
+        for counting the next one."""
+        usage = self._usage
+        before = usage.input_tokens
+        spent = [0, 0]
+        try:
+            assistant = await self._read_round(request)
+        except LLMError as exc:
+            if not is_overflow(exc):
+                raise
+            if self.rounds.said_anything:  # said mid-answer: no retry
+                raise self.context.too_long(self.context.count(request), said=True) from exc
+            log.info("run %s: the LLM's context is exceeded; compacting", self.run_id)
+            request.messages = await self._llm_messages(request.tools, force=True)
+            before = usage.input_tokens
+            try:
+                assistant = await self._read_round(request)
+            except LLMError as again:
+                if is_overflow(again):
+                    raise self.context.too_long(self.context.count(request), said=True) from again
+                raise
+        finally:
+            # What the summariser used counts as the run's too.
+            spent = list(self.context.usage)
+            self.context.usage[:] = [0, 0]
+            usage.input_tokens += spent[0]
+            usage.output_tokens += spent[1]
+            usage.total_tokens = usage.input_tokens + usage.output_tokens
+        self.context.observed(request, usage.input_tokens - before - spent[0])
+        return assistant
+
+    async def _snapshot_history(self, room: int) -> list[Message]:
+        """The history a messages snapshot is cut from: what the run holds, or, when a
+        checkpoint keeps the older messages out of it, the latest messages from the store
+        (as many as could fit in ``room``: bounded, whatever the conversation's length)."""
+        if self.context.checkpoint is None:
+            return self.transcript.messages
+        try:
+            return await self.store.recent_messages(self.session_id, room // SMALLEST_MESSAGE)
+        except StorageUnavailable:
+            return self.transcript.messages
 
     async def _read_round(self, request: ChatRequest) -> Message:
         """One LLM round, within the principal's token budget (``core.budget``)."""

@@ -40,6 +40,7 @@ from engine_service.llm.http import (
     ReadTimedOut,
     Response,
 )
+from engine_service.llm.refusals import RETRYABLE, is_context_words, provider_error
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
@@ -51,7 +52,7 @@ _T = TypeVar("_T")
 _DRAIN_SECONDS = 1.0
 """How long to wait for the end of a body after ``[DONE]``."""
 
-_RETRYABLE = frozenset({"llm_unavailable", "llm_rate_limited", "llm_server_error", "llm_timeout"})
+_RETRYABLE = RETRYABLE
 
 
 class OpenAIChatModel(ChatModel):
@@ -200,21 +201,19 @@ class OpenAIChatModel(ChatModel):
             ) from None
 
     async def _status_error(self, response: Response) -> LLMError:
+        """The error an HTTP error answer means (``llm.refusals``): the provider's code
+        and a plain cause for the client, everything for the log."""
         status = response.status
+        code, text, param = "", "", ""
         try:
             raw = await response.read_all(64 * 1024)
-            detail = _error_detail(json.loads(raw)) or raw[:300].decode("utf-8", "replace")
+            code, text, param = _error_fields(json.loads(raw))
         except (HttpError, ValueError):
-            detail = ""
-        message = f"the LLM endpoint answered HTTP {status}"
-        logged = f"LLM endpoint {self._endpoint} answered HTTP {status}: {detail}"
-        if status in (401, 403):
-            return _error("llm_auth", message, logged)
-        if status == 429:
-            return _error("llm_rate_limited", message, logged)
-        if status >= 500:
-            return _error("llm_server_error", message, logged)
-        return _error("llm_bad_request", message, logged)
+            pass
+        else:
+            text = text or raw[:300].decode("utf-8", "replace")
+        logged = f"LLM endpoint {self._endpoint} answered HTTP {status}: {code} {text}".rstrip()
+        return provider_error(status, code, text, logged, param)
 
 
 def _error(code: str, message: str, detail: str = "") -> LLMError:
@@ -222,13 +221,22 @@ def _error(code: str, message: str, detail: str = "") -> LLMError:
     return LLMError(code, message, retryable=code in _RETRYABLE, detail=detail)
 
 
-def _error_detail(body: object) -> str:
-    """The ``error.message`` of an OpenAI-style error body, if there is one."""
+def _error_fields(body: object) -> tuple[str, str, str]:
+    """The ``error.code`` (or ``type``), ``error.message`` and ``error.param`` of an
+    OpenAI-style error body."""
     if isinstance(body, dict):
         error = body.get("error", body)
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return cast(str, error["message"])
-    return ""
+        if isinstance(error, dict):
+            message, param = error.get("message"), error.get("param")
+            code = error.get("code") or error.get("type")
+            return (
+                str(code) if isinstance(code, str | int) else "",
+                message if isinstance(message, str) else "",
+                param if isinstance(param, str) else "",
+            )
+        if isinstance(error, str):  # llama.cpp and Ollama: {"error": "..."}
+            return "", error, ""
+    return "", "", ""
 
 
 async def _drain(body: AsyncIterator[bytes]) -> None:
@@ -313,7 +321,11 @@ class _ChunkParser:
         if not isinstance(chunk, dict):
             raise self._nonsense(payload)
         if "error" in chunk:
-            detail = _error_detail(chunk) or str(chunk["error"])
+            code, text, _ = _error_fields(chunk)
+            detail = text or str(chunk["error"])
+            if code == "context_length_exceeded" or is_context_words(detail):
+                logged = f"LLM endpoint {self._endpoint} reported mid-stream: {detail}"
+                raise provider_error(400, code, detail, logged)
             raise _error(
                 "llm_server_error",
                 "the LLM endpoint reported an error mid-stream",

@@ -28,7 +28,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore, Signal, SignalKind
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -71,6 +71,10 @@ class _Entry:
     """(message id, stored JSON) in history order."""
     by_run: dict[str, list[int]] = field(default_factory=dict)
     """Run id → the positions of its messages in ``messages``, ascending."""
+    positions: dict[str, int] = field(default_factory=dict)
+    """Message id → its position in ``messages``."""
+    checkpoint: Checkpoint | None = None
+    """The compaction the runs start from (``core.context``); ``covered`` is its position + 1."""
     runs: dict[str, RunRecord] = field(default_factory=dict)
     """By id, in the order they began."""
     events: list[tuple[int, float, str, str]] = field(default_factory=list)
@@ -220,10 +224,9 @@ class MemorySessionStore(SessionStore):
         size = _page_limit(limit)
         start = 0
         if after_id:
-            ids = [message_id for message_id, _ in entry.messages]
-            if after_id not in ids:
+            if after_id not in entry.positions:
                 raise InvalidInput(f"after_id {after_id!r} is not a message of the session")
-            start = ids.index(after_id) + 1
+            start = entry.positions[after_id] + 1
         rest = entry.messages[start:]
         page = rest if size is None else rest[:size]
         return [message_from_dict(json.loads(body)) for _, body in page], len(rest) > len(page)
@@ -231,6 +234,45 @@ class MemorySessionStore(SessionStore):
     async def all_messages(self, session_id: str) -> list[Message]:
         entry = self._entry(session_id)
         return [message_from_dict(json.loads(body)) for _, body in entry.messages]
+
+    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        entry = self._entry(session_id)
+        position = entry.positions.get(checkpoint.through_id)
+        if position is None:
+            raise InvalidInput(
+                f"through_id {checkpoint.through_id!r} is not a message of the session"
+            )
+        entry.checkpoint = replace(checkpoint, covered=position + 1)
+        return entry.checkpoint
+
+    async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
+        entry = self._entry(session_id)
+        start = entry.checkpoint.covered if entry.checkpoint else 0
+        rest = entry.messages[start:]
+        return entry.checkpoint, [message_from_dict(json.loads(body)) for _, body in rest]
+
+    async def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        entry = self._entry(session_id)
+        positions = entry.by_run.get(run_id, [])
+        if after_id:
+            at = entry.positions.get(after_id)
+            if at is None or at not in positions:
+                raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+            positions = positions[positions.index(at) + 1 :]
+        page = positions[:limit] if limit > 0 else positions
+        found = [message_from_dict(json.loads(entry.messages[p][1])) for p in page]
+        return found, len(positions) > len(page)
+
+    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        entry = self._entry(session_id)
+        rest = entry.messages[-limit:] if limit > 0 else []
+        return [message_from_dict(json.loads(body)) for _, body in rest]
+
+    async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
+        entry = self._entry(session_id)
+        return {message_id for message_id in ids if message_id in entry.positions}
 
     async def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
@@ -441,12 +483,15 @@ class MemorySessionStore(SessionStore):
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         entry = self._entry(session_id)
         encoded = _encode_messages(messages)
-        taken = {message_id for message_id, _ in entry.messages}
+        taken = entry.positions
+        new: set[str] = set()
         for message_id, _ in encoded:
-            if message_id in taken:
+            if message_id in taken or message_id in new:
                 raise AlreadyExists(f"message {message_id!r} already exists in the session")
-            taken.add(message_id)
+            new.add(message_id)
         _index_runs(entry, messages, len(entry.messages))
+        for offset, (message_id, _) in enumerate(encoded):
+            taken[message_id] = len(entry.messages) + offset
         entry.messages.extend(encoded)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
@@ -456,6 +501,8 @@ class MemorySessionStore(SessionStore):
             raise InvalidInput("message ids must be unique")
         entry.messages = encoded
         entry.by_run = {}
+        entry.positions = {message_id: i for i, (message_id, _) in enumerate(encoded)}
+        entry.checkpoint = None
         _index_runs(entry, messages, 0)
 
     async def set_state(self, session_id: str, state: JSON) -> None:

@@ -43,6 +43,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -63,7 +64,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore, Signal, SignalKind
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -212,14 +213,27 @@ CREATE TABLE token_usage (
 """Usage: the tokens of each run and the totals of each session, and the tokens counted
 per principal per UTC day (``[auth] tokens_per_day``), shared by every replica."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+_SCHEMA_V5 = """
+CREATE TABLE checkpoints (
+    session_id text COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    position   integer NOT NULL,
+    through_id text COLLATE "C" NOT NULL,
+    summary    text NOT NULL,
+    tokens     integer NOT NULL
+);
+"""
+"""Compaction (``core.context``): the message position a session's checkpoint covers up
+to, and its summary; runs read the messages after it only."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
+    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
+    s.reserved_seq, s.owner,
     s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
 """
 _RUN_COLUMNS = (
@@ -696,6 +710,110 @@ class PostgresSessionStore(SessionStore):
         messages, _ = await self.list_messages(session_id, "", 0)
         return messages
 
+    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        async def work(conn: _Conn) -> int:
+            await self._require(conn, session_id, lock=True)
+            row = await self._one(
+                conn,
+                "SELECT position FROM messages WHERE session_id = %s AND id = %s",
+                (session_id, checkpoint.through_id),
+            )
+            if row is None:
+                raise InvalidInput(
+                    f"through_id {checkpoint.through_id[:80]!r} is not a message of the session"
+                )
+            await conn.execute(
+                "INSERT INTO checkpoints (session_id, position, through_id, summary, tokens)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET"
+                " position = excluded.position, through_id = excluded.through_id,"
+                " summary = excluded.summary, tokens = excluded.tokens",
+                (session_id, row[0], checkpoint.through_id, checkpoint.summary, checkpoint.tokens),
+            )
+            return int(row[0])
+
+        position = await self._write(work)
+        return replace(checkpoint, covered=position + 1)
+
+    async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
+        async def work(
+            conn: _Conn,
+        ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+            await self._require(conn, session_id)
+            row = await self._one(
+                conn,
+                "SELECT position, through_id, summary, tokens FROM checkpoints"
+                " WHERE session_id = %s",
+                (session_id,),
+            )
+            rows = await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s AND position > %s"
+                " ORDER BY position",
+                (session_id, row[0] if row is not None else -1),
+            )
+            return row, rows
+
+        row, rows = await self._snapshot(work)
+        checkpoint = None
+        if row is not None:
+            checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
+        return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
+
+    async def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        size = _sql_limit(limit)
+
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            await self._require(conn, session_id)
+            after = -1
+            if after_id:
+                row = await self._one(
+                    conn,
+                    "SELECT position FROM messages WHERE session_id = %s AND id = %s"
+                    " AND run_id = %s",
+                    (session_id, after_id, run_id),
+                )
+                if row is None:
+                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+                after = row[0]
+            return await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s AND run_id = %s"
+                " AND position > %s ORDER BY position LIMIT %s",
+                (session_id, run_id, after, size + 1 if size else None),
+            )
+
+        rows = await self._snapshot(work)
+        more = size is not None and size < len(rows)
+        kept = rows[:size] if more else rows
+        return [message_from_dict(json.loads(r[0])) for r in kept], more
+
+    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            await self._require(conn, session_id)
+            return await self._all(
+                conn,
+                "SELECT body FROM messages WHERE session_id = %s ORDER BY position DESC LIMIT %s",
+                (session_id, max(limit, 0)),
+            )
+
+        rows = await self._snapshot(work)
+        return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
+
+    async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            await self._require(conn, session_id)
+            return await self._all(
+                conn,
+                "SELECT id FROM messages WHERE session_id = %s AND id = ANY(%s)",
+                (session_id, list(ids)),
+            )
+
+        if not ids:
+            return set()
+        return {r[0] for r in await self._snapshot(work)}
+
     async def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
     ) -> tuple[list[Message], bool]:
@@ -751,6 +869,7 @@ class PostgresSessionStore(SessionStore):
         async def work(conn: _Conn) -> None:
             await self._require(conn, session_id, lock=True)
             await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
+            await conn.execute("DELETE FROM checkpoints WHERE session_id = %s", (session_id,))
             if encoded:
                 async with conn.cursor() as cursor:
                     await cursor.executemany(

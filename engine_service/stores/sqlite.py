@@ -47,7 +47,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Lease, RunBegun, SessionStore
+from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -191,6 +191,18 @@ CREATE TABLE token_usage (
 """Usage: the tokens of each run and the totals of each session, and the tokens counted
 per principal per UTC day (``[auth] tokens_per_day``)."""
 
+_SCHEMA_V8 = """
+CREATE TABLE checkpoints (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    position   INTEGER NOT NULL,
+    through_id TEXT NOT NULL,
+    summary    TEXT NOT NULL,
+    tokens     INTEGER NOT NULL
+);
+"""
+"""Compaction (``core.context``): the message position a session's checkpoint covers up
+to, and its summary; runs read the messages after it only."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -199,6 +211,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V5,
     _SCHEMA_V6,
     _SCHEMA_V7,
+    _SCHEMA_V8,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
@@ -206,7 +219,8 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
+    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
+    s.reserved_seq, s.owner,
     s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
 """
 _RUN_COLUMNS = (
@@ -664,6 +678,97 @@ class SqliteSessionStore(SessionStore):
         return messages
 
     @_off_loop
+    def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            row = conn.execute(
+                "SELECT position FROM messages WHERE session_id = ? AND id = ?",
+                (session_id, checkpoint.through_id),
+            ).fetchone()
+            if row is None:
+                raise InvalidInput(
+                    f"through_id {checkpoint.through_id[:80]!r} is not a message of the session"
+                )
+            conn.execute(
+                "INSERT INTO checkpoints (session_id, position, through_id, summary, tokens)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET"
+                " position = excluded.position, through_id = excluded.through_id,"
+                " summary = excluded.summary, tokens = excluded.tokens",
+                (session_id, row[0], checkpoint.through_id, checkpoint.summary, checkpoint.tokens),
+            )
+        return replace(checkpoint, covered=row[0] + 1)
+
+    @_off_loop
+    def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            row = conn.execute(
+                "SELECT position, through_id, summary, tokens FROM checkpoints"
+                " WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            checkpoint = None
+            if row is not None:
+                checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ? AND position > ? ORDER BY position",
+                (session_id, row[0] if row is not None else -1),
+            ).fetchall()
+        return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
+
+    @_off_loop
+    def list_run_messages(
+        self, session_id: str, run_id: str, after_id: str, limit: int
+    ) -> tuple[list[Message], bool]:
+        size = _sql_limit(limit)
+        # The expression is messages_by_run's, so the index finds the rows.
+        with self._read() as conn:
+            self._require(conn, session_id)
+            after = -1
+            if after_id:
+                row = conn.execute(
+                    "SELECT position FROM messages WHERE session_id = ? AND id = ?"
+                    " AND json_extract(body, '$.run_id') = ?",
+                    (session_id, after_id, run_id),
+                ).fetchone()
+                if row is None:
+                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
+                after = row[0]
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ?"
+                " AND json_extract(body, '$.run_id') = ? AND position > ?"
+                " ORDER BY position LIMIT ?",
+                (session_id, run_id, after, size + 1 if size > 0 else -1),
+            ).fetchall()
+        more = 0 < size < len(rows)
+        return [message_from_dict(json.loads(r[0])) for r in rows[: len(rows) - more]], more
+
+    @_off_loop
+    def recent_messages(self, session_id: str, limit: int) -> list[Message]:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session_id = ? ORDER BY position DESC LIMIT ?",
+                (session_id, max(limit, 0)),
+            ).fetchall()
+        return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
+
+    @_off_loop
+    def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        with self._read() as conn:
+            self._require(conn, session_id)
+            for start in range(0, len(ids), 500):  # under SQLite's limit of variables
+                batch = ids[start : start + 500]
+                rows = conn.execute(
+                    "SELECT id FROM messages WHERE session_id = ?"
+                    f" AND id IN ({', '.join('?' * len(batch))})",
+                    (session_id, *batch),
+                ).fetchall()
+                found.update(r[0] for r in rows)
+        return found
+
+    @_off_loop
     def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
     ) -> tuple[list[Message], bool]:
@@ -1015,6 +1120,7 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             self._require(conn, session_id)
             conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM checkpoints WHERE session_id = ?", (session_id,))
             conn.executemany(
                 "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
                 [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],

@@ -16,6 +16,7 @@ from agentik.config import (
     setting_keys,
 )
 from agentik.tool_config.mcp import McpServerConfig
+from engine_service.build import context_limits
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -606,7 +607,12 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["cors_origins"] == ("AGENTIK_CORS_ORIGINS", "(none)")
     assert by_name["tokens_per_day"] == ("AGENTIK_TOKENS_PER_DAY", "0")
     assert by_name["web_discard_body_bytes"] == ("AGENTIK_WEB_DISCARD_BODY_BYTES", "0")
-    assert len(rows) == 57
+
+    assert by_name["context_tokens"] == ("AGENTIK_CONTEXT_TOKENS", "0")
+    assert by_name["reserve_output_tokens"] == ("AGENTIK_RESERVE_OUTPUT_TOKENS", "0")
+    assert by_name["compaction"] == ("AGENTIK_COMPACTION", "summarize")
+    assert by_name["tools_max_result_chars"] == ("AGENTIK_TOOLS_MAX_RESULT_CHARS", "50000")
+    assert len(rows) == 61
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -717,3 +723,32 @@ def test_the_grpc_request_limit_follows_the_body_limit_and_the_discard_bound_def
     raised = load_settings(None, {"AGENTIK_MAX_BODY_BYTES": str(8 << 20)})
     assert raised.request_message_bytes == 16 << 20
     assert raised.discard_body_bytes == 16 << 20
+
+
+# --- the context budget (docs/conversations.md) ------------------------------------
+
+
+def test_the_context_budget_comes_from_the_model_name_unless_set() -> None:
+    assert context_limits(load_settings(None, {"AGENTIK_MODEL": "gpt-4o-mini"})).window == 128_000
+    assert context_limits(load_settings(None, {"AGENTIK_MODEL": "llama3:8b"})).window == 8_192
+    assert context_limits(load_settings(None, {"AGENTIK_MODEL": "something-new"})).window == 128_000
+    small = context_limits(
+        load_settings(None, {"AGENTIK_CONTEXT_TOKENS": "4000", "AGENTIK_COMPACTION": "TRIM"})
+    )
+    assert (small.window, small.reserve, small.budget) == (4000, 1000, 3000)
+    assert small.compaction == "trim"
+    big = context_limits(load_settings(None, {"AGENTIK_CONTEXT_TOKENS": "200000"}))
+    assert (big.reserve, big.max_result_chars) == (4096, 50_000)
+
+
+def test_bad_context_settings_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"AGENTIK_COMPACTION.*summarize, trim, off"):
+        load_settings(None, {"AGENTIK_COMPACTION": "squash"})
+    with pytest.raises(ConfigError, match="AGENTIK_TOOLS_MAX_RESULT_CHARS"):
+        load_settings(None, {"AGENTIK_TOOLS_MAX_RESULT_CHARS": "0"})
+    with pytest.raises(ConfigError, match=r"context_tokens .100. must be 0 .* or at least 512"):
+        load_settings(None, {"AGENTIK_CONTEXT_TOKENS": "100"})
+    with pytest.raises(ConfigError, match="must be less than context_tokens"):
+        load_settings(
+            None, {"AGENTIK_CONTEXT_TOKENS": "4000", "AGENTIK_RESERVE_OUTPUT_TOKENS": "4000"}
+        )

@@ -208,3 +208,73 @@ def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
     sent = llm.requests[-1]["messages"]
     assert any(m.get("role") == "tool" and m.get("tool_call_id") == "slow1" for m in sent)
     assert kind(after[-1]) == "run_finished" and after[0].seq > resumed[-1].seq
+
+
+def _drain(call: object) -> None:
+    """Read a Run stream to its end, or until it is cancelled or the engine dies."""
+    try:
+        for _ in call:  # type: ignore[attr-defined]
+            pass
+    except grpc.RpcError:
+        pass
+
+
+def test_kill_9_mid_compaction_loses_nothing_and_the_next_turn_compacts_again(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The engine dies while the LLM writes the summary (docs/conversations.md): every
+    message is still stored, no checkpoint half made, and the next turn compacts again."""
+    import threading
+    import time
+
+    llm.summary_reply = FakeReply(hang_after=0)  # the summariser waits forever
+    env = {"AGENTIK_CONTEXT_TOKENS": "1500"}
+    engine = EngineProcess(llm, tmp_path, **env)
+    sent = 0
+    try:
+        for index in range(10):
+            call = engine.stub.Run(
+                pb.RunRequest(
+                    session_id="t",
+                    create_session=True,
+                    messages=[user(f"turn {index} " + "tell me more " * 60)],
+                ),
+                timeout=WAIT,
+            )
+            sent += 1
+            reader = threading.Thread(target=_drain, args=(call,), daemon=True)
+            reader.start()
+            deadline = time.monotonic() + WAIT
+            while reader.is_alive() and not llm.summaries and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if llm.summaries:
+                break
+            reader.join(WAIT)
+        assert llm.summaries == 1, "no compaction began"
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+
+    llm.summary_reply = None
+    engine = EngineProcess(llm, tmp_path, **env)
+    try:
+        before = engine.messages("t")
+        after = list(
+            engine.stub.Run(
+                pb.RunRequest(session_id="t", messages=[user("and now? " + "more " * 100)]),
+                timeout=WAIT,
+            )
+        )
+        stored = engine.messages("t")
+    finally:
+        engine.stop()
+
+    # Every user message sent, and the answers of the turns that ended, are stored.
+    assert [m.role for m in before].count(pb.ROLE_USER) == sent
+    assert len(before) == 2 * sent - 1
+    assert kind(after[-1]) == "run_finished"
+    compacted = [e for e in after if kind(e) == "custom" and e.custom.name == "compacted"]
+    assert len(compacted) == 1 and llm.summaries == 2
+    assert compacted[0].custom.value.struct_value["mode"] == "summarize"
+    assert len(stored) == len(before) + 2

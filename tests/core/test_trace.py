@@ -11,12 +11,15 @@ import contextvars
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest
-from engine_service.core.engine import Engine
+from engine_service.core.context import ContextLimits
+from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import LLMError
+from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.trace import NO_TRACER, AttributeValue, Span
@@ -163,3 +166,28 @@ def test_the_default_tracer_hands_out_one_shared_span_that_records_nothing() -> 
         span.event("e")
         span.fail("code")
     assert NO_TRACER.span("b", {}) is first
+
+
+async def test_a_compaction_is_a_span_inside_the_run() -> None:
+    """A conversation over the budget is compacted in a span of its own (core/context.py)."""
+    store = MemorySessionStore()
+    await store.create_session("t", "", datetime.now(UTC))
+    old = [
+        Message(
+            id=f"o{i}",
+            role=Role.USER if i % 2 == 0 else Role.ASSISTANT,
+            content=[TextPart("blah " * 200)],
+        )
+        for i in range(20)
+    ]
+    await store.append_messages("t", old)
+    tracer = RecordingTracer()
+    limits = EngineLimits(run=RunLimits(context=ContextLimits(window=4000, compaction="trim")))
+    engine = Engine(store, OfflineChatModel(), _tools(), limits, tracer=tracer)
+    await _run(engine, "and now?")
+
+    (compact,) = tracer.named("agentik.compact")
+    assert compact.parent == "agentik.run" and compact.ended and compact.failed is None
+    assert compact.attributes["agentik.compaction.mode"] == "trim"
+    assert int(compact.attributes["agentik.compaction.covered"]) >= 10
+    assert int(compact.attributes["agentik.compaction.tokens"]) > 3000

@@ -11,6 +11,16 @@ What it answers, in order:
    ``Result: <content>`` (several trailing results are joined with ``"; "``); otherwise it echoes
    the last user message as ``Echo: <text>`` in word chunks, after applying the directives below.
 
+A context window (``context_window``): each request's prompt is counted the fake's own
+way (``count_tokens``: a quarter of the characters of each message's text and tool calls,
+plus 4 a message, plus the tools' JSON), recorded in ``prompt_tokens``, reported as the
+usage's ``prompt_tokens``, and a request larger than the window is answered like OpenAI:
+HTTP 400 ``{"error": {"code": "context_length_exceeded", ...}}``.
+
+A request whose system message starts with ``SUMMARY_MARK`` (agentik's summariser) is
+answered by ``summary_reply`` when set, else with a short summary naming how many lines
+it read.
+
 Directives in the last user message (removed from the echoed text), so tests that cross process
 boundaries can steer the fake through the product's own input:
 
@@ -45,6 +55,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import json
 import re
@@ -124,6 +135,8 @@ class FakeReply:
     send_done: bool = True
     status: int = 200
     error_message: str = ""
+    error_body: dict[str, Any] | None = None
+    """The whole JSON error body to answer with (with ``status``), instead of the default."""
 
 
 def _words(text: str | list[str]) -> list[str]:
@@ -143,6 +156,25 @@ def _message_text(message: dict[str, Any]) -> str:
             if isinstance(p, dict) and p.get("type") == "text"
         )
     return ""
+
+
+SUMMARY_MARK = "You summarise conversations"
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """The fake's own count of a request's prompt tokens."""
+    tokens = 0
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        text = _message_text(message)
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            text += str(function.get("name", "")) + str(function.get("arguments", ""))
+        tokens += 4 + (len(text) + 3) // 4
+    if body.get("tools"):
+        tokens += len(json.dumps(body["tools"])) // 4
+    return tokens
 
 
 class _Server(ThreadingHTTPServer):
@@ -198,8 +230,31 @@ class _Handler(StreamingHandler):
         ):
             self._send_error(401, "Incorrect API key provided.")
             return
+        prompt = count_tokens(body)
+        with fake._lock:
+            fake.prompt_tokens.append(prompt)
+        if fake.context_window is not None and prompt > fake.context_window:
+            with fake._lock:
+                fake.overflows += 1
+            message = (
+                f"This model's maximum context length is {fake.context_window} tokens. However,"
+                f" your messages resulted in {prompt} tokens. Please reduce the length of the"
+                " messages."
+            )
+            error = {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+            self._send_json(400, {"error": error})
+            return
         reply = fake._next_reply(body)
-        if reply.status != 200:
+        if reply.usage is None and fake.context_window is not None:
+            reply.usage = (prompt, len(_words(reply.text)))
+        if reply.status != 200 and reply.error_body is not None:
+            self._send_json(reply.status, reply.error_body)
+        elif reply.status != 200:
             self._send_error(reply.status, reply.error_message or f"fake error {reply.status}")
         elif body.get("stream"):
             self._stream(body, reply)
@@ -401,6 +456,18 @@ class FakeOpenAI(BackgroundServer):
         self.closed_mid_stream = 0
         self._replies: collections.deque[FakeReply] = collections.deque()
         self._call_ids = itertools.count(1)
+        self.context_window: int | None = None
+        """When set, a request whose prompt (``count_tokens``) is larger gets OpenAI's 400."""
+        self.prompt_tokens: list[int] = []
+        """The prompt tokens of every request, as ``count_tokens`` counts them."""
+        self.overflows = 0
+        """Requests refused for being larger than ``context_window``."""
+        self.summary_reply: FakeReply | None = None
+        """What a summariser's request gets (copied for each); None: a short summary."""
+        self.summaries = 0
+        """Summariser requests seen."""
+        self.answer_words = 0
+        """When set, the default answer is this many words (a long answer for each turn)."""
 
     @property
     def base_url(self) -> str:
@@ -434,6 +501,14 @@ class FakeOpenAI(BackgroundServer):
         self.connection_closed.set()
 
     def _next_reply(self, body: dict[str, Any]) -> FakeReply:
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        if messages and _message_text(messages[0]).startswith(SUMMARY_MARK):
+            with self._lock:
+                self.summaries += 1
+            if self.summary_reply is not None:
+                return dataclasses.replace(self.summary_reply)
+            lines = _message_text(messages[-1]).count("\n")
+            return FakeReply(text=f"Summary: the user and the assistant talked ({lines} lines).")
         try:
             return self._replies.popleft()
         except IndexError:
@@ -478,6 +553,8 @@ class FakeOpenAI(BackgroundServer):
         rest = " ".join(_DIRECTIVE.sub(" ", text).split())
         if chunks is not None:
             reply.text = [f"w{i} " for i in range(chunks)]
+        elif self.answer_words and not reply.tool_calls:
+            reply.text = [f"word{i} " for i in range(self.answer_words)]
         elif rest or not reply.tool_calls:
             reply.text = f"Echo: {rest}".strip()
         first_text = 1 + len(_words(reply.reasoning)) + 1
@@ -494,8 +571,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default=None, help="require this bearer token")
+    parser.add_argument("--context-window", type=int, default=None, help="tokens, enforced")
+    parser.add_argument("--answer-words", type=int, default=0, help="words of each answer")
     options = parser.parse_args(argv)
     with FakeOpenAI(options.host, options.port, options.api_key) as fake:
+        fake.context_window = options.context_window
+        fake.answer_words = options.answer_words
         print(fake.base_url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import cast
@@ -315,7 +316,10 @@ async def test_an_http_error_status_becomes_its_error_code_before_any_delta(
     assert deltas == []
     assert error is not None
     assert error.code == code
-    assert error.message == f"the LLM endpoint answered HTTP {status}"
+    # The provider's code and a plain cause; never a bare status, the server's text or URL.
+    assert "answered HTTP" not in error.message
+    assert re.search(r"\([a-z_]+\)", error.message)
+    assert "nope" not in error.message and "127.0.0.1" not in error.message
     assert f"{fake.base_url}/chat/completions" in error.detail
     assert "nope, says the server" in error.detail
 
@@ -511,3 +515,123 @@ async def test_closing_the_stream_early_closes_the_http_connection(
 
     assert first == TextDelta("first")
     assert await fake.wait_connection_closed_async(WAIT)
+
+
+# --- the provider's refusals in plain words (llm/refusals.py) --------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code", "words"),
+    [
+        (
+            400,
+            {
+                "error": {
+                    "code": "context_length_exceeded",
+                    "message": "This model's maximum context length is 4000 tokens",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                }
+            },
+            "llm_context_too_long",
+            "too long for the model (context_length_exceeded)",
+        ),
+        (
+            400,
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 4096 "
+                "tokens. However, you requested 5000 tokens",
+                "type": "BadRequestError",
+            },
+            "llm_context_too_long",
+            "too long for the model",
+        ),
+        (
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error",
+                }
+            },
+            "llm_context_too_long",
+            "too long for the model",
+        ),
+        (
+            400,
+            {"error": "input length exceeds the context length"},
+            "llm_context_too_long",
+            "too long for the model",
+        ),
+        (
+            404,
+            {
+                "error": {
+                    "code": "model_not_found",
+                    "message": "The model `gpt-9` does not "
+                    "exist at https://internal.example:8443/v1 sk-abc123",
+                    "type": "invalid_request_error",
+                }
+            },
+            "llm_bad_request",
+            "unknown model",
+        ),
+        (
+            401,
+            {
+                "error": {
+                    "code": "invalid_api_key",
+                    "message": "Incorrect API key provided: sk-abc123",
+                    "type": "invalid_request_error",
+                }
+            },
+            "llm_auth",
+            "refused the API key",
+        ),
+        (
+            400,
+            {
+                "error": {
+                    "code": "invalid_value",
+                    "message": "temperature at 10.0.0.5 bad",
+                    "type": "invalid_request_error",
+                    "param": "temperature",
+                }
+            },
+            "llm_bad_request",
+            "parameter 'temperature'",
+        ),
+    ],
+)
+async def test_a_refusal_names_the_provider_code_and_a_plain_cause_without_internals(
+    fake: FakeOpenAI,
+    model: OpenAIChatModel,
+    status: int,
+    body: dict[str, object],
+    code: str,
+    words: str,
+) -> None:
+    fake.enqueue(FakeReply(status=status, error_body=body))
+
+    _, error = await run(model, ask("hi"))
+
+    assert error is not None
+    assert (error.code, words in error.message) == (code, True), error.message
+    for internal in ("https://", "internal.example", "sk-abc123", "10.0.0.5", "127.0.0.1"):
+        assert internal not in error.message
+    assert "answered HTTP" in error.detail
+
+
+async def test_a_provider_code_that_is_not_snake_case_is_left_out(
+    fake: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    body = {"error": {"code": "gw.internal.example:8443", "message": "no", "param": "10.0.0.5"}}
+    fake.enqueue(FakeReply(status=400, error_body=body))
+
+    _, error = await run(model, ask("hi"))
+
+    assert error is not None
+    assert error.message == "the LLM refused a parameter of the request (HTTP 400)"
+    assert "gw.internal.example" in error.detail

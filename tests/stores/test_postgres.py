@@ -327,6 +327,7 @@ async def test_the_run_index_migration_reads_run_ids_of_messages_holding_nul(
     finally:
         await store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to schema version 2
+        conn.execute("DROP TABLE checkpoints")
         conn.execute("DROP INDEX messages_by_run")
         conn.execute("ALTER TABLE messages DROP COLUMN run_id")
         conn.execute("DELETE FROM agentik_schema_migrations WHERE version >= 3")

@@ -281,6 +281,13 @@ class RunStream:
             return self._chunk("", last=True)
         elif kind == "message_stored":
             record_message(self.task, event.message_stored.message)
+        elif kind == "custom" and event.custom.name == "compacted":
+            # The conversation's oldest part was summarised or trimmed for the LLM
+            # (docs/conversations.md): a status update whose metadata says so.
+            update = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id)
+            update.status.CopyFrom(self.task.status)
+            update.metadata.update({"agentik_compacted": json_value(event.custom.value)})
+            return [StreamResponse(status_update=update)]
         elif kind == "run_finished":
             self.done = True
             finished = event.run_finished

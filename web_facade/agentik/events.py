@@ -26,7 +26,11 @@ tool_call_result                  ``tool_call_result``  ``tool_call_id``, ``mess
                                                         ``content``, ``is_error``, ``parts``?
 state_snapshot                    ``state_snapshot``    ``snapshot``
 state_delta                       ``state_delta``       ``delta`` (RFC 6902 operations)
-custom                            ``custom``            ``name``, ``value`` (e.g. ``tool_progress``)
+custom ``compacted``               ``compacted``         ``mode``, ``covered``,
+                                                        ``through_message_id``,
+                                                        ``tokens_before``, ``tokens_after``,
+                                                        ``summary_tokens``, ``summary``
+custom (other names)              ``custom``            ``name``, ``value`` (e.g. ``tool_progress``)
 ================================  ====================  ====================================
 
 A run that stops for a person (outcome INTERRUPT) gives two frames: ``input_required``
@@ -143,7 +147,12 @@ def _state_delta(event: pb.Event) -> tuple[str, dict[str, Any]]:
 
 def _custom(event: pb.Event) -> tuple[str, dict[str, Any]]:
     body = event.custom
-    return "custom", {"name": body.name, "value": json_value(body.value)}
+    value = json_value(body.value)
+    if body.name == "compacted" and isinstance(value, dict):
+        # The conversation's oldest part was summarised or trimmed for the LLM
+        # (docs/conversations.md); the stored history keeps it.
+        return "compacted", value
+    return "custom", {"name": body.name, "value": value}
 
 
 EVENT_TABLE: dict[str, Mapper] = {

@@ -74,6 +74,17 @@ export class View {
     this.scroll();
   }
 
+  /** The conversation's oldest part was summarised (or left out) for the model; the
+   * summary opens on a click (docs/conversations.md). Text only: never parsed as HTML. */
+  compacted(data) {
+    const how = data.mode === "summarize" ? "summarised" : "left out";
+    const box = element("details", "note compacted");
+    box.append(element("summary", "", `Earlier messages ${how} for the model (${data.covered} messages)`));
+    if (data.summary) box.append(element("p", "", data.summary));
+    this.log.append(box);
+    this.scroll();
+  }
+
   run(runId) {
     let found = this.runs.get(runId);
     if (!found) {
@@ -317,6 +328,9 @@ export class View {
       }
       case "custom":
         if (data.name === "tool_progress") this.toolProgress(data.value);
+        break;
+      case "compacted":
+        this.compacted(data);
         break;
       case "input_required":
         this.prompt(data.interrupts);

@@ -32,6 +32,22 @@ def _user_message() -> pb.Message:
     return message
 
 
+def _compacted() -> struct_pb2.Value:
+    value = struct_pb2.Value()
+    value.struct_value.update(
+        {
+            "mode": "summarize",
+            "covered": 40,
+            "through_message_id": "m39",
+            "tokens_before": 3100,
+            "tokens_after": 900,
+            "summary_tokens": 120,
+            "summary": "They talked about cats.",
+        }
+    )
+    return value
+
+
 ROWS: list[tuple[pb.Event, str, dict[str, Any]]] = [
     (
         _event(message_stored=pb.MessageStored(message=_user_message())),
@@ -142,6 +158,19 @@ ROWS: list[tuple[pb.Event, str, dict[str, Any]]] = [
         {"name": "tool_progress", "value": "half way"},
     ),
     (
+        _event(custom=pb.Custom(name="compacted", value=_compacted())),
+        "compacted",
+        {
+            "mode": "summarize",
+            "covered": 40,
+            "through_message_id": "m39",
+            "tokens_before": 3100,
+            "tokens_after": 900,
+            "summary_tokens": 120,
+            "summary": "They talked about cats.",
+        },
+    ),
+    (
         _event(state_snapshot=pb.StateSnapshot(snapshot=struct_pb2.Value(string_value="s"))),
         "state_snapshot",
         {"snapshot": "s"},
@@ -206,6 +235,7 @@ def test_every_mapped_event_name_is_documented_in_the_openapi_event_union() -> N
         "state_snapshot",
         "state_delta",
         "custom",
+        "compacted",
     }
     assert len(EVENT_TABLE) == 14
 

@@ -679,3 +679,33 @@ def test_a_remote_agents_progress_shows_in_its_tool_call_until_its_result(
     page.wait(lambda: "progress" not in (result.get_attribute("class") or ""), "the result")
     assert result.text == "→ error: interrupted before the tool finished"
     page.assert_no_console_errors()
+
+
+@pytest.fixture(scope="module")
+def small_window_stack(
+    llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    running = Stack(llm, tmp_path_factory.mktemp("page-window"), AGENTIK_CONTEXT_TOKENS="1500")
+    yield running
+    running.stop()
+
+
+def test_earlier_messages_summarised_show_as_a_note_that_opens_to_the_summary(
+    browser: Chrome, small_window_stack: Stack
+) -> None:
+    """A 1,500-token window fills in a few turns: the page says the earlier messages were
+    summarised for the model, and the note opens to the summary (docs/conversations.md)."""
+    page = Page(browser, small_window_stack.base_url)
+    page.open()
+    for index in range(6):
+        page.send(f"turn {index} " + "tell me more " * 60)
+        page.wait_for_answer(rf"^Echo: turn {index} ")
+        page.idle()
+        if page.find("details.compacted"):
+            break
+    note = page.one("details.compacted")
+    assert re.fullmatch(r"Earlier messages summarised for the model \(\d+ messages\)", note.text)
+    note.find_element(By.TAG_NAME, "summary").click()
+    page.wait(lambda: "Summary: the user and the assistant talked" in note.text, "the summary")
+    assert len(page.find(".msg.user")) == index + 1  # the page still shows every message
+    page.assert_no_console_errors()

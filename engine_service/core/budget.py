@@ -10,26 +10,27 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, time, timedelta
+from typing import TypeVar
 
+from engine_service.core.clock import utc_now
 from engine_service.core.errors import BudgetExceeded, StorageUnavailable
+from engine_service.core.events import Usage
 from engine_service.core.store import SessionStore
 
 __all__ = ["TokenBudget"]
 
 log = logging.getLogger(__name__)
 
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+T = TypeVar("T")
 
 
 class TokenBudget:
     """The daily token budget of every principal; ``per_day`` 0 means none."""
 
     def __init__(
-        self, store: SessionStore, per_day: int, clock: Callable[[], datetime] = _now
+        self, store: SessionStore, per_day: int, clock: Callable[[], datetime] = utc_now
     ) -> None:
         self.store = store
         self.per_day = per_day
@@ -61,6 +62,16 @@ class TokenBudget:
                 resets_at,
                 wait,
             )
+
+    async def spending(self, principal: str, usage: Usage, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` (an LLM call adding to ``usage``) once the budget allows it; what it
+        used is charged, also when it fails."""
+        before = usage.input_tokens + usage.output_tokens
+        await self.check(principal)
+        try:
+            return await call()
+        finally:
+            await self.charge(principal, usage.input_tokens + usage.output_tokens - before)
 
     async def charge(self, principal: str, tokens: int) -> None:
         """Count ``tokens`` the LLM reported against ``principal``'s today. A store that

@@ -29,14 +29,14 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message, bound_session
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
-from engine_service.core.context import Anchors, refuse_too_long
+from engine_service.core.clock import utc_now
+from engine_service.core.context import Anchors
 from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
@@ -83,10 +83,6 @@ class RunHandle:
     session_id: str
     run_id: str
     after_seq: int
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Engine(Records):
@@ -172,7 +168,7 @@ class Engine(Records):
         for run in await self.store.running_runs():
             if run.session_id in self._runs:
                 continue  # ours, started after a failed recovery; not abandoned
-            await close_abandoned_run(self.store, run, _now(), max_event_bytes=self._event_limit)
+            await close_abandoned_run(self.store, run, utc_now(), max_event_bytes=self._event_limit)
             log.warning(
                 "run %s of session %s was left running by a stopped engine; "
                 "stored as interrupted with what it had said",
@@ -260,13 +256,15 @@ class Engine(Records):
         if session_id:
             check_id(session_id, "session_id")
         return await self._writing(
-            self.store.create_session(session_id or new_id(), title, _now(), owner=caller.principal)
+            self.store.create_session(
+                session_id or new_id(), title, utc_now(), owner=caller.principal
+            )
         )
 
     async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
         await self._session(caller, session_id)
         check_title(title)
-        renamed = await self._writing(self.store.rename_session(session_id, title, _now()))
+        renamed = await self._writing(self.store.rename_session(session_id, title, utc_now()))
         return bound_session(renamed, self._event_limit)
 
     async def fork_session(
@@ -274,7 +272,9 @@ class Engine(Records):
     ) -> Session:
         """A copy of the session up to a message, owned by ``caller`` (``core.fork``)."""
         forked = await self._writing(
-            fork_session(self.store, caller, session_id, up_to_message_id, new_session_id, _now())
+            fork_session(
+                self.store, caller, session_id, up_to_message_id, new_session_id, utc_now()
+            )
         )
         return bound_session(forked, self._event_limit)
 
@@ -308,7 +308,6 @@ class Engine(Records):
                 retry_after=1,
             )
         incoming = check_input(run_input, self.limits.run, self.tools.get)
-        refuse_too_long(incoming, self.limits.run.context, self.limits.run.system_prompt)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
@@ -316,7 +315,7 @@ class Engine(Records):
         decisions: list[Decision] = []
 
         def admit_run(pending: list[Interrupt]) -> None:
-            decisions[:] = admit(pending, run_input.resume, _now())
+            decisions[:] = admit(pending, run_input.resume, utc_now())
 
         if session_id in self._unsettled:
             # Refused either way; but to anyone else it is not found, never "not stored yet".
@@ -326,7 +325,7 @@ class Engine(Records):
             self.store.begin_run(
                 session_id,
                 run_input.run_id,
-                _now(),
+                utc_now(),
                 create=run_input.create_session,
                 reserve=self.limits.run.seq_block,
                 owner=caller.principal,
@@ -352,7 +351,7 @@ class Engine(Records):
                 history = [bound_message(m, self._message_limit) for m in history]
         except BaseException:
             await self._writing(
-                self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
+                self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, utc_now())
             )
             raise
         hub = self._hubs.hub(begun.session)

@@ -18,6 +18,7 @@ from engine_service.core.models import UNSET, Message, Role, RunInput, Session, 
 from engine_service.core.state import check_state
 from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
+from engine_service.core.window import refuse_too_long
 
 __all__ = ["check_input", "first_title"]
 
@@ -30,6 +31,7 @@ def check_input(
     incoming = prepare_incoming(run_input.messages)
     check_client_tools(run_input.tools, lambda name: engine_tool(name) is not None)
     _refuse_oversized(incoming, limits.max_event_bytes - MESSAGE_ROOM)
+    refuse_too_long(incoming, limits.context, limits.system_prompt)  # the model's window
     for index, entry in enumerate(run_input.resume):
         check_id(entry.interrupt_id, f"resume[{index}].interrupt_id")
     if run_input.state is not UNSET:

@@ -17,8 +17,9 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
+from engine_service.core.clock import utc_now
 from engine_service.core.errors import StorageUnavailable
 from engine_service.core.models import RunRecord
 from engine_service.core.recovery import close_abandoned_run
@@ -31,10 +32,6 @@ log = logging.getLogger(__name__)
 
 def new_replica_id() -> str:
     return uuid.uuid4().hex
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class LeaseKeeper:
@@ -57,15 +54,15 @@ class LeaseKeeper:
         self.seconds = seconds
         self._is_local = is_local
         self._on_lost = on_lost
-        self._renewed = _now()
+        self._renewed = utc_now()
         self._task: asyncio.Task[None] | None = None
 
     def lease(self) -> Lease:
         """A fresh lease for a run this replica starts."""
-        return Lease(self.replica, _now() + timedelta(seconds=self.seconds))
+        return Lease(self.replica, utc_now() + timedelta(seconds=self.seconds))
 
     def start(self) -> None:
-        self._renewed = _now()
+        self._renewed = utc_now()
         self._task = asyncio.get_running_loop().create_task(self._keep())
 
     async def stop(self) -> None:
@@ -78,7 +75,7 @@ class LeaseKeeper:
             try:
                 await self.tick()
             except StorageUnavailable as exc:
-                if (_now() - self._renewed).total_seconds() > self.seconds:
+                if (utc_now() - self._renewed).total_seconds() > self.seconds:
                     log.error("%s; this replica's leases lapsed: stopping its runs", exc.message)
                     self._on_lost()
             except Exception:
@@ -87,7 +84,7 @@ class LeaseKeeper:
 
     async def tick(self) -> list[tuple[RunRecord, int]]:
         """Renew, then close expired runs; returns each closed run with its last seq."""
-        now = _now()
+        now = utc_now()
         until = now + timedelta(seconds=self.seconds)
         await self.store.renew_leases(self.replica, until)
         self._renewed = now
@@ -96,7 +93,7 @@ class LeaseKeeper:
             if self._is_local(run.session_id):
                 continue  # ours: a renewal raced the expiry; the run goes on
             last_seq = await close_abandoned_run(
-                self.store, run, _now(), max_event_bytes=self.max_event_bytes
+                self.store, run, utc_now(), max_event_bytes=self.max_event_bytes
             )
             log.warning(
                 "run %s of session %s lost its engine (lease expired); stored as interrupted "

@@ -9,16 +9,69 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Sequence
 
 from engine_service.core.models import ToolCall
 from engine_service.core.observe import ToolOutcome
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import ToolContext, ToolError, ToolResult
 from engine_service.core.trace import Tracer
+from engine_service.core.transcript import Transcript
 
-__all__ = ["call_tool"]
+__all__ = ["ToolRunner", "call_tool"]
 
 log = logging.getLogger(__name__)
+
+
+class ToolRunner:
+    """Runs a run's engine tools concurrently; each result is added to the transcript as
+    it lands, and the calls still running when the run stops get a closing result."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry,
+        transcript: Transcript,
+        context: Callable[[str], ToolContext],
+        *,
+        default_limit: float,
+        tracer: Tracer,
+        outcomes: list[tuple[str, str]],
+    ) -> None:
+        self.tools = tools
+        self.transcript = transcript
+        self._context = context
+        self.default_limit = default_limit
+        self.tracer = tracer
+        self.outcomes = outcomes
+        self._pending: dict[str, ToolCall] = {}
+
+    async def run(self, calls: Sequence[ToolCall]) -> None:
+        """Run the calls concurrently; each result is published as it lands."""
+        self._pending = {c.id: c for c in calls}
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(self._run(call))
+
+    async def _run(self, call: ToolCall) -> None:
+        result = await call_tool(
+            self.tools,
+            call,
+            self._context(call.id),
+            default_limit=self.default_limit,
+            tracer=self.tracer,
+            outcomes=self.outcomes,
+        )
+        await self.store(call, result)
+
+    async def store(self, call: ToolCall, result: ToolResult) -> None:
+        """The call's result, in the transcript (and so in the store and the stream)."""
+        self._pending.pop(call.id, None)
+        await self.transcript.add_result(call, result)
+
+    async def close_pending(self, result: ToolResult) -> None:
+        """Give every call still running ``result`` (the run was stopped)."""
+        for call in list(self._pending.values()):
+            await self.store(call, result)
 
 
 async def call_tool(

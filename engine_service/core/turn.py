@@ -19,16 +19,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 
 from engine_service.core import events as ev
+from engine_service.core.asks import PersonInTheLoop
 from engine_service.core.bounds import (
     MESSAGE_ROOM,
     bounded_snapshot,
 )
 from engine_service.core.budget import TokenBudget
 from engine_service.core.chat import ChatModel, ChatRequest, ToolSpec
-from engine_service.core.context import SMALLEST_MESSAGE, Anchors, RunContext, is_overflow
+from engine_service.core.context import Anchors, RunContext
 from engine_service.core.errors import (
     AlreadyExists,
     BudgetExceeded,
@@ -37,36 +37,28 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.flush import Outbox
-from engine_service.core.history import new_id
-from engine_service.core.hitl import Decision, interrupt_for, needs_person
+from engine_service.core.hitl import Decision, needs_person
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import (
     JSON,
     UNSET,
-    Interrupt,
     Message,
-    Role,
     RunInput,
     RunStatus,
-    ToolCall,
 )
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.rounds import RoundReader
 from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.tool import ToolContext, ToolResult
-from engine_service.core.tool_calls import call_tool
+from engine_service.core.tool_calls import ToolRunner
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.transcript import Transcript
 
 __all__ = ["Run"]
 
 log = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Run:
@@ -116,7 +108,6 @@ class Run:
         self.state = state
         self.decisions = list(decisions)
         """A person's answers to the session's pending interrupts, carried out first."""
-        self._resolving = False
         self._input_taken = False
         self._on_done = on_done
         self._on_storage_error = on_storage_error
@@ -139,13 +130,34 @@ class Run:
             store, self.session_id, self.run_id, history, room=room, emit=self.emit
         )
         """The session's messages, and what the run adds to them."""
-        self._pending_results: dict[str, ToolCall] = {}
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
         self.rounds = RoundReader(model, tracer, emit=self.emit, on_first_token=self._first_token)
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage
         self._observer: RunObserver = observer or RunLog()
+        self.tool_runner = ToolRunner(
+            tools,
+            self.transcript,
+            lambda call_id: ToolContext(
+                session_id=self.session_id,
+                run_id=self.run_id,
+                tool_call_id=call_id,
+                emit=self.emit,
+                get_state=lambda: self.state,
+                set_state=self._set_state,
+                session_key=self.session_key,
+                max_state_bytes=limits.max_state_bytes,
+            ),
+            default_limit=limits.tool_timeout,
+            tracer=tracer,
+            outcomes=self.report.tool_calls,
+        )
+        """Runs the engine's tools, each result stored as it lands."""
+        self.person = PersonInTheLoop(
+            store, self.session_id, self.run_id, self.tool_runner, limits.interrupt_expiry
+        )
+        """Asks a person about gated calls, and carries out their answers."""
         # Context budget (core/context.py): builds each request within the model's window,
         # from the session's checkpoint and ``history`` (the messages after it).
         session_id = self.session_id
@@ -292,7 +304,10 @@ class Run:
             # The most recent messages that fit in one event: the whole history is the
             # messages list's to page through.
             room = self.limits.max_event_bytes - MESSAGE_ROOM
-            history = await self._snapshot_history(room)  # context budget (core/context.py)
+            # The latest messages, from the store once a checkpoint keeps older ones out.
+            history = await self.context.snapshot_history(
+                self.store, self.transcript.messages, room
+            )
             self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(history, room)))
         if isinstance(final, ev.RunError) and final.usage is None:
             final.usage = self._usage_or_none()
@@ -361,7 +376,7 @@ class Run:
             ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools
         ]
         if self.decisions:
-            await self._carry_out(self.decisions)
+            await self.person.carry_out(self.decisions)
             await self._take_input()
         rounds = 0
         while True:
@@ -377,8 +392,8 @@ class Run:
             ours = [c for c in assistant.tool_calls if c.name not in client_tools]
             approval = self.limits.approval
             gated = [c for c in ours if needs_person(self.tools.get(c.name), c.name, approval)]
-            await self._run_tools([c for c in ours if c not in gated])
-            interrupts = await self._ask(gated)
+            await self.tool_runner.run([c for c in ours if c not in gated])
+            interrupts = await self.person.ask(gated)
             if interrupts:
                 return ev.RunFinished(
                     outcome=ev.Outcome.INTERRUPT,
@@ -397,77 +412,6 @@ class Run:
             await self.store.set_state(self.session_id, self.state)
         await self.transcript.take(self.incoming, self.input.reconcile, self.title)
 
-    # -- a person in the loop -------------------------------------------------------
-
-    async def _ask(self, calls: Sequence[ToolCall]) -> list[Interrupt]:
-        """The interrupts the gated calls raise (a malformed question is answered with an
-        error instead, and the LLM goes on)."""
-        interrupts = []
-        now = _now()
-        for call in calls:
-            asked = interrupt_for(call, new_id(), self.run_id, now, self.limits.interrupt_expiry)
-            if isinstance(asked, Interrupt):
-                interrupts.append(asked)
-            else:
-                await self._store_result(call, asked)
-        return interrupts
-
-    async def _carry_out(self, decisions: Sequence[Decision]) -> None:
-        """Carry out a person's answers: approved calls run (with edited arguments where
-        given), the rest become tool results; then the interrupts are no longer pending.
-
-        A call that already has a result (a resume cut short by a crash, and resumed
-        again) is not run twice.
-        """
-        answered = {m.tool_call_id for m in self.transcript.messages if m.role is Role.TOOL}
-        self._resolving = True
-        to_run = []
-        for decision in decisions:
-            call = decision.interrupt.tool_call
-            if call.id in answered:
-                continue
-            if decision.run is not None:
-                to_run.append(decision.run)
-            else:
-                await self._store_result(call, ToolResult(decision.result))
-        await self._run_tools(to_run)
-        await self.store.resolve_interrupts(self.session_id, self.run_id)
-        self._resolving = False
-
-    # -- tools --------------------------------------------------------------------
-
-    async def _run_tools(self, calls: Sequence[ToolCall]) -> None:
-        """Run the engine's tools concurrently; each result is published as it lands."""
-        self._pending_results = {c.id: c for c in calls}
-        async with asyncio.TaskGroup() as group:
-            for call in calls:
-                group.create_task(self._run_tool(call))
-
-    async def _run_tool(self, call: ToolCall) -> None:
-        context = ToolContext(
-            session_id=self.session_id,
-            run_id=self.run_id,
-            tool_call_id=call.id,
-            emit=self.emit,
-            get_state=lambda: self.state,
-            set_state=self._set_state,
-            session_key=self.session_key,
-            max_state_bytes=self.limits.max_state_bytes,
-        )
-        result = await call_tool(
-            self.tools,
-            call,
-            context,
-            default_limit=self.limits.tool_timeout,
-            tracer=self.tracer,
-            outcomes=self.report.tool_calls,
-        )
-        await self._store_result(call, result)
-
-    async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
-        self._pending_results.pop(call.id, None)
-        await self.transcript.add_result(call, result)
-
     def _set_state(self, state: JSON) -> None:
         self.state = state
         # Stored right away: the next run must see it even if this one is stopped.
@@ -479,7 +423,7 @@ class Run:
         if isinstance(exc, StorageUnavailable):
             self.fail(exc)
 
-    # -- the context budget (core/context.py) ----------------------------------------
+    # -- the context budget (core/context.py) and the token budget (core/budget.py) ---
 
     async def _llm_messages(self, tools: list[ToolSpec], *, force: bool = False) -> list[Message]:
         return await self.context.messages(
@@ -491,61 +435,22 @@ class Run:
         )
 
     async def _round_within_window(self, request: ChatRequest) -> Message:
-        """One LLM round; when the LLM answers that its context is exceeded, one compaction
-        and one retry, then ``context_too_long``. The LLM's count of the request is kept
-        for counting the next one."""
-        usage = self._usage
-        before = usage.input_tokens
-        spent = [0, 0]
-        try:
-            assistant = await self._read_round(request)
-        except LLMError as exc:
-            if not is_overflow(exc):
-                raise
-            if self.rounds.said_anything:  # said mid-answer: no retry
-                raise self.context.too_long(self.context.count(request), said=True) from exc
-            log.info("run %s: the LLM's context is exceeded; compacting", self.run_id)
-            request.messages = await self._llm_messages(request.tools, force=True)
-            before = usage.input_tokens
-            try:
-                assistant = await self._read_round(request)
-            except LLMError as again:
-                if is_overflow(again):
-                    raise self.context.too_long(self.context.count(request), said=True) from again
-                raise
-        finally:
-            # What the summariser used counts as the run's too.
-            spent = list(self.context.usage)
-            self.context.usage[:] = [0, 0]
-            usage.input_tokens += spent[0]
-            usage.output_tokens += spent[1]
-            usage.total_tokens = usage.input_tokens + usage.output_tokens
-        self.context.observed(request, usage.input_tokens - before - spent[0])
-        return assistant
-
-    async def _snapshot_history(self, room: int) -> list[Message]:
-        """The history a messages snapshot is cut from: what the run holds, or, when a
-        checkpoint keeps the older messages out of it, the latest messages from the store
-        (as many as could fit in ``room``: bounded, whatever the conversation's length)."""
-        if self.context.checkpoint is None:
-            return self.transcript.messages
-        try:
-            return await self.store.recent_messages(self.session_id, room // SMALLEST_MESSAGE)
-        except StorageUnavailable:
-            return self.transcript.messages
+        """One LLM round within the window (``RunContext.round``) and the budget."""
+        return await self.context.round(
+            request,
+            self._read_round,
+            self._usage,
+            said=lambda: self.rounds.said_anything,
+            rebuild=lambda: self._llm_messages(request.tools, force=True),
+        )
 
     async def _read_round(self, request: ChatRequest) -> Message:
         """One LLM round, within the principal's token budget (``core.budget``)."""
         if self.budget is None:
             return await self.rounds.read(request)
-        usage = self._usage
-        before = usage.input_tokens + usage.output_tokens
-        await self.budget.check(self.principal)
-        try:
-            return await self.rounds.read(request)
-        finally:
-            spent = usage.input_tokens + usage.output_tokens - before
-            await self.budget.charge(self.principal, spent)
+        return await self.budget.spending(
+            self.principal, self._usage, lambda: self.rounds.read(request)
+        )
 
     # -- ending -------------------------------------------------------------------
 
@@ -562,14 +467,10 @@ class Run:
             return  # a failed round leaves no half-written message behind
         if partial is not None:
             await self.transcript.add(partial)
-        for call in list(self._pending_results.values()):
-            await self._store_result(
-                call, ToolResult("error: interrupted before the tool finished", is_error=True)
-            )
-        if self._resolving:
-            # Every answered call has its result now: the person is not asked again.
-            await self.store.resolve_interrupts(self.session_id, self.run_id)
-            self._resolving = False
+        await self.tool_runner.close_pending(
+            ToolResult("error: interrupted before the tool finished", is_error=True)
+        )
+        await self.person.close()
 
     def _usage_or_none(self) -> ev.Usage | None:
         return self._usage if self._usage.total_tokens else None

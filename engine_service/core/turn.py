@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from engine_service.core import events as ev
 from engine_service.core.asks import PersonInTheLoop
@@ -435,22 +435,22 @@ class Run:
         )
 
     async def _round_within_window(self, request: ChatRequest) -> Message:
-        """One LLM round within the window (``RunContext.round``) and the budget."""
-        return await self.context.round(
-            request,
-            self._read_round,
-            self._usage,
-            said=lambda: self.rounds.said_anything,
-            rebuild=lambda: self._llm_messages(request.tools, force=True),
-        )
+        """One LLM round within the window (``RunContext.round``: a compaction and a retry
+        when the LLM says its context is exceeded) and within the principal's token budget
+        (``core.budget``), which is charged what the round and any summary used."""
 
-    async def _read_round(self, request: ChatRequest) -> Message:
-        """One LLM round, within the principal's token budget (``core.budget``)."""
+        def within() -> Awaitable[Message]:
+            return self.context.round(
+                request,
+                self.rounds.read,
+                self._usage,
+                said=lambda: self.rounds.said_anything,
+                rebuild=lambda: self._llm_messages(request.tools, force=True),
+            )
+
         if self.budget is None:
-            return await self.rounds.read(request)
-        return await self.budget.spending(
-            self.principal, self._usage, lambda: self.rounds.read(request)
-        )
+            return await within()
+        return await self.budget.spending(self.principal, self._usage, within)
 
     # -- ending -------------------------------------------------------------------
 

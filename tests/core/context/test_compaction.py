@@ -10,8 +10,12 @@ import pytest
 
 from engine_service.core import events as ev
 from engine_service.core.context import ContextLimits
+from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import ContextTooLong
+from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, TextPart
+from engine_service.core.registry import ToolRegistry
+from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import MemorySessionStore, SessionStore
 from tests.core.context.conftest import Chat, open_chat, tool_call, tool_result, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply
@@ -245,3 +249,34 @@ async def test_a_messages_snapshot_still_holds_the_messages_before_the_checkpoin
     ids = [m.id for m in snapshot.messages]
     assert ids[0] == "u0" and ids[-1] != "u-last" and "u-last" in ids
     assert len(ids) == 26
+
+
+async def test_the_token_budget_is_charged_what_the_summariser_used_too(fake: FakeOpenAI) -> None:
+    """A summary is LLM calls of the run: the principal's daily count holds them, so a
+    budget cannot be outrun by conversations that compact."""
+    fake.context_window = WINDOW
+    store = MemorySessionStore()
+    await store.create_session("s", "", datetime.now(UTC))
+    old = [
+        Message(id=f"o{i}", role=Role.USER, content=[TextPart(f"old {i} " + "blah " * 80)])
+        for i in range(60)
+    ]
+    await store.append_messages("s", old)
+    model = OpenAIChatModel(base_url=fake.base_url, api_key="k", model="fake-model", max_retries=0)
+    limits = EngineLimits(run=RunLimits(context=ContextLimits(window=WINDOW)), tokens_per_day=10**9)
+    engine = Engine(store, model, ToolRegistry(), limits)
+    await engine.start()
+    try:
+        bodies = await Chat(engine, store).turn("s", user("and now?"))
+    finally:
+        await engine.shutdown(1.0)
+
+    finished = ended(bodies)
+    assert isinstance(finished, ev.RunFinished) and finished.usage is not None
+    assert fake.summaries >= 1
+    used = await store.tokens_used("", datetime.now(UTC).date())
+    assert (
+        used
+        == finished.usage.total_tokens
+        == sum(fake.prompt_tokens) + finished.usage.output_tokens
+    )

@@ -24,9 +24,9 @@ TESTS = ROOT / "tests"
 
 # The share of modules with a test file at the mirrored path may not fall below this: 35 of
 # 113 modules (31 %) before the tests moved to mirror the source, 63 of 113 (56 %) after;
-# 67 of 126 (53 %) once issue 26's split and layout added their modules (the core's parts,
-# the shared package's rules), most tested through the engine's tests rather than their own.
-MIN_MIRRORED = 0.53
+# 71 of 131 (54 %) once issues 26 and 21 added their modules (the core's parts, the shared
+# package's rules), several tested through the engine's tests rather than their own.
+MIN_MIRRORED = 0.54
 
 # Source folder (relative to the repository) -> the tests folder that mirrors it.
 MIRRORS: tuple[tuple[str, str], ...] = (

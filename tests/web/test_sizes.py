@@ -39,8 +39,14 @@ def small_engine(llm: FakeOpenAI) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def roomy_engine(llm: FakeOpenAI) -> Iterator[str]:
-    """An engine configured as the facade is, with the body limit raised to 8 MiB."""
-    engine = BackgroundEngine(engine_settings(llm, AGENTIK_MAX_BODY_BYTES=str(8 << 20)))
+    """An engine configured as the facade is, with the body limit raised to 8 MiB, for a
+    model whose window takes a 1 MB message (a 128,000-token one refuses it as
+    ``context_too_long``: tests/core/test_context.py)."""
+    engine = BackgroundEngine(
+        engine_settings(
+            llm, AGENTIK_MAX_BODY_BYTES=str(8 << 20), AGENTIK_CONTEXT_TOKENS=str(1_000_000)
+        )
+    )
     yield engine.start()
     engine.stop()
 

@@ -270,6 +270,7 @@ def impatient(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iter
         AGENTIK_WEB_WRITE_TIMEOUT="2",
         AGENTIK_WEB_QUEUE_TIMEOUT="1",
         AGENTIK_MAX_BODY_BYTES="1048576",
+        AGENTIK_CONTEXT_TOKENS="1000000",  # a model whose window takes the 900 KB messages
     )
     yield running
     running.stop()

@@ -1,4 +1,4 @@
-"""The pure rules of the context budget (``core.context``): counting, where to cut,
+"""The pure rules of the context budget (``core.window``): counting, where to cut,
 clipping, the window of a model name."""
 
 from __future__ import annotations

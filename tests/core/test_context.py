@@ -17,7 +17,7 @@ from engine_service.core.models import Message, Role, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import MemorySessionStore, SessionStore
-from tests.core.context.conftest import Chat, open_chat, tool_call, tool_result, user
+from tests.core.context_helpers import Chat, open_chat, tool_call, tool_result, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply
 
 WINDOW = 4000

@@ -20,9 +20,8 @@ from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import MemorySessionStore, SessionStore, SqliteSessionStore
 from engine_service.stores.postgres import PostgresSessionStore
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.postgres_server import pg_database, pg_url
 
-__all__ = ["Chat", "fake", "pg_database", "pg_url", "user"]
+__all__ = ["Chat", "any_store", "fake", "open_chat", "user"]
 
 
 @pytest.fixture

@@ -770,6 +770,36 @@ class McpSettings:
     servers: tuple[McpServerConfig, ...] = table(_mcp_servers, flat="mcp_servers")
 
 
+@dataclass(frozen=True, slots=True)
+class WebhooksSettings:
+    """``[webhooks]``: outgoing webhooks (run webhooks, A2A push) and their delivery
+    (docs/webhooks.md)."""
+
+    secret: str = setting("", "AGENTIK_WEBHOOK_SECRET", _secret, flat="webhook_secret", secret=True)
+    """The key every webhook is signed with (Standard Webhooks); ``whsec_<base64>`` is
+    base64-decoded; empty: requests go unsigned."""
+    allow_private: bool = setting(
+        False, "AGENTIK_WEBHOOKS_ALLOW_PRIVATE", _boolean, flat="webhooks_allow_private"
+    )
+    """Allow plain http and loopback, private and link-local addresses (tests, private
+    networks); off: https to public addresses only."""
+    max_attempts: int = setting(
+        8, "AGENTIK_WEBHOOKS_MAX_ATTEMPTS", _POSITIVE, flat="webhooks_max_attempts"
+    )
+    """Attempts per delivery before it is kept as failed."""
+    base_delay: float = setting(
+        30.0, "AGENTIK_WEBHOOKS_BASE_DELAY", _SECONDS, flat="webhooks_base_delay"
+    )
+    """Seconds before the first retry; each next one waits about twice as long (with
+    jitter): 8 attempts span about an hour."""
+    timeout: float = setting(10.0, "AGENTIK_WEBHOOKS_TIMEOUT", _SECONDS, flat="webhooks_timeout")
+    """Seconds one attempt may take, connecting and reading the answer's head together."""
+    poll_interval: float = setting(
+        1.0, "AGENTIK_WEBHOOKS_POLL_INTERVAL", _SECONDS, flat="webhooks_poll_interval"
+    )
+    """Seconds between looks for due deliveries when none was due."""
+
+
 _TABLES: dict[str, type[Any]] = {
     "engine": EngineSettings,
     "llm": LlmSettings,
@@ -779,6 +809,7 @@ _TABLES: dict[str, type[Any]] = {
     "a2a": A2aSettings,
     "auth": AuthSettings,
     "mcp": McpSettings,
+    "webhooks": WebhooksSettings,
 }
 
 
@@ -830,6 +861,7 @@ class Settings:
     a2a: A2aSettings
     auth: AuthSettings
     mcp: McpSettings
+    webhooks: WebhooksSettings
 
     def __init__(self, **values: Any) -> None:
         tables = {name: values.pop(name, None) or model() for name, model in _TABLES.items()}

@@ -16,9 +16,13 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import TYPE_CHECKING
 
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
+
+if TYPE_CHECKING:
+    from engine_service.core.deliveries import Delivery
 
 __all__ = ["Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
 
@@ -301,6 +305,34 @@ class SessionStore(abc.ABC):
         """Take over RUNNING runs whose lease expired before ``now`` (their replica died):
         each is leased to ``replica`` until ``until`` and returned, to exactly one caller."""
         return []
+
+    # -- the delivery outbox (core.deliveries) ----------------------------------------
+
+    @abc.abstractmethod
+    async def add_delivery(self, delivery: Delivery) -> None:
+        """Store a delivery to make; one whose id is stored already is left as it is
+        (adding is idempotent)."""
+
+    @abc.abstractmethod
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        """Take up to ``limit`` PENDING deliveries due by ``now`` whose lease (if any)
+        expired, oldest due first, leasing each to ``replica`` until ``until``: with
+        several engines on one store each is handed to exactly one caller."""
+
+    @abc.abstractmethod
+    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        """Store the outcome of an attempt: ``delivery``'s status, attempts, next attempt
+        time and last error; its lease ends."""
+
+    @abc.abstractmethod
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        """One delivery by id; None when there is none."""
+
+    @abc.abstractmethod
+    async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        """A page of FAILED deliveries, most recent first, and their total."""
 
     @abc.abstractmethod
     async def check_writable(self) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
+from engine_service.core.deliveries import Delivery, DeliveryStatus
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -104,6 +105,10 @@ def _index_runs(entry: _Entry, messages: Sequence[Message], start: int) -> None:
         entry.by_run.setdefault(message.run_id, []).append(start + offset)
 
 
+def _copy_delivery(delivery: Delivery) -> Delivery:
+    return replace(delivery, headers=dict(delivery.headers))
+
+
 def _page_limit(limit: int) -> int | None:
     """A page size, where zero means no limit."""
     if limit < 0:
@@ -122,6 +127,8 @@ class MemorySessionStore(SessionStore):
         self._watchers: list[Callable[[Signal], None]] = []
         self._tokens: dict[str, dict[date, int]] = {}
         """Tokens counted per principal per UTC day; days before yesterday are dropped."""
+        self._deliveries: dict[str, tuple[Delivery, str, datetime | None]] = {}
+        """The outbox: each delivery with the replica holding it and its lease's end."""
 
     # -- several engines ------------------------------------------------------------
 
@@ -519,6 +526,48 @@ class MemorySessionStore(SessionStore):
             if run.status is RunStatus.RUNNING
         ]
         return runs
+
+    # -- the delivery outbox -------------------------------------------------------
+
+    async def add_delivery(self, delivery: Delivery) -> None:
+        if delivery.id not in self._deliveries:
+            self._deliveries[delivery.id] = (_copy_delivery(delivery), "", None)
+
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        now, until = _utc(now, "now"), _utc(until, "until")
+        due = [
+            held
+            for held, _, lease in self._deliveries.values()
+            if held.status is DeliveryStatus.PENDING
+            and held.next_attempt_at <= now
+            and (lease is None or lease < now)
+        ]
+        due.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
+        claimed = due[: _page_limit(limit)]
+        for delivery in claimed:
+            self._deliveries[delivery.id] = (delivery, replica, until)
+        return [_copy_delivery(delivery) for delivery in claimed]
+
+    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        if delivery.id not in self._deliveries:
+            return
+        settled = _copy_delivery(delivery)
+        settled.updated_at = _utc(now, "now")
+        self._deliveries[delivery.id] = (settled, "", None)
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        held = self._deliveries.get(delivery_id)
+        return _copy_delivery(held[0]) if held else None
+
+    async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        failed = [d for d, _, _ in self._deliveries.values() if d.status is DeliveryStatus.FAILED]
+        failed.sort(key=lambda d: (d.updated_at or d.created_at, d.id), reverse=True)
+        end = offset + limit if _page_limit(limit) else None
+        return [_copy_delivery(d) for d in failed[offset:end]], len(failed)
 
     async def check_writable(self) -> None:
         """Memory is always writable."""

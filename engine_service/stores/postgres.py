@@ -53,6 +53,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
+from engine_service.core.deliveries import Delivery, DeliveryStatus
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -212,7 +213,28 @@ CREATE TABLE token_usage (
 """Usage: the tokens of each run and the totals of each session, and the tokens counted
 per principal per UTC day (``[auth] tokens_per_day``), shared by every replica."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+_SCHEMA_V5 = """
+CREATE TABLE deliveries (
+    id              text COLLATE "C" PRIMARY KEY,
+    kind            text NOT NULL,
+    url             text NOT NULL,
+    headers         text NOT NULL,
+    payload         text NOT NULL,
+    created_at      timestamptz NOT NULL,
+    updated_at      timestamptz,
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    status          text NOT NULL,
+    last_error      text NOT NULL DEFAULT '',
+    replica         text NOT NULL DEFAULT '',
+    lease_until     timestamptz
+);
+CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+"""
+"""The webhook delivery outbox (``core.deliveries``), shared by every replica. Numbered
+after the highest version this branch saw; renumber after other migrations when merging."""
+
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -241,6 +263,28 @@ def _session(row: Sequence[Any]) -> Session:
 
 def _run(row: Sequence[Any]) -> RunRecord:
     return run_from_row(row, _time)
+
+
+_DELIVERY_COLUMNS = (
+    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
+    " last_error, updated_at"
+)
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    return Delivery(
+        id=row[0],
+        url=row[1],
+        payload=row[2],
+        created_at=_time(row[3]),
+        next_attempt_at=_time(row[4]),
+        headers=json.loads(row[5]),
+        kind=row[6],
+        attempts=row[7],
+        status=DeliveryStatus(row[8]),
+        last_error=row[9],
+        updated_at=_time(row[10]) if row[10] is not None else None,
+    )
 
 
 def _sql_limit(limit: int) -> int | None:
@@ -1384,6 +1428,102 @@ class PostgresSessionStore(SessionStore):
                 log.exception("a signal watcher failed")
 
     # -- health and shutdown --------------------------------------------------------
+
+    # -- the delivery outbox -------------------------------------------------------
+
+    async def add_delivery(self, delivery: Delivery) -> None:
+        args = (
+            delivery.id,
+            delivery.kind,
+            delivery.url,
+            _dumps(delivery.headers, "headers"),
+            delivery.payload,
+            _utc(delivery.created_at, "created_at"),
+            delivery.attempts,
+            _utc(delivery.next_attempt_at, "next_attempt_at"),
+            delivery.status.value,
+            delivery.last_error,
+        )
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+                " attempts, next_attempt_at, status, last_error)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                args,
+            )
+
+        await self._write(work)
+
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        now_stamp, until_stamp = _utc(now, "now"), _utc(until, "until")
+        columns = ", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))
+
+        # Rows another replica is claiming right now are skipped, not waited for; each is
+        # re-checked under its lock, so no delivery is handed to two replicas.
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn,
+                f"UPDATE deliveries AS d SET replica = %s, lease_until = %s"
+                " FROM (SELECT id FROM deliveries WHERE status = 'pending'"
+                "       AND next_attempt_at <= %s AND (lease_until IS NULL OR lease_until < %s)"
+                "       ORDER BY next_attempt_at, created_at, id LIMIT %s"
+                "       FOR UPDATE SKIP LOCKED) AS due"
+                f" WHERE d.id = due.id RETURNING {columns}",
+                (replica, until_stamp, now_stamp, now_stamp, _sql_limit(limit)),
+            )
+
+        rows = await self._write(work)
+        claimed = [_delivery(row) for row in rows]
+        claimed.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
+        return claimed
+
+    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        args = (
+            delivery.attempts,
+            delivery.status.value,
+            _utc(delivery.next_attempt_at, "next_attempt_at"),
+            delivery.last_error,
+            _utc(now, "now"),
+            delivery.id,
+        )
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "UPDATE deliveries SET attempts = %s, status = %s, next_attempt_at = %s,"
+                " last_error = %s, updated_at = %s, replica = '', lease_until = NULL"
+                " WHERE id = %s",
+                args,
+            )
+
+        await self._write(work)
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+            return await self._one(
+                conn, f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE id = %s", (delivery_id,)
+            )
+
+        row = await self._read(work)
+        return _delivery(row) if row else None
+
+    async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        if offset < 0 or limit < 0:
+            raise InvalidInput("offset and limit must not be negative")
+
+        async def work(conn: _Conn) -> tuple[list[Delivery], int]:
+            total = await self._one(conn, "SELECT count(*) FROM deliveries WHERE status = 'failed'")
+            rows = await self._all(
+                conn,
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
+                " ORDER BY updated_at DESC, id DESC LIMIT %s OFFSET %s",
+                (_sql_limit(limit), offset),
+            )
+            return [_delivery(row) for row in rows], int(total[0]) if total else 0
+
+        return await self._snapshot(work)
 
     async def check_writable(self) -> None:
         async def work(conn: _Conn) -> None:

@@ -37,6 +37,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from engine_service.core.deliveries import Delivery, DeliveryStatus
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -191,6 +192,27 @@ CREATE TABLE token_usage (
 """Usage: the tokens of each run and the totals of each session, and the tokens counted
 per principal per UTC day (``[auth] tokens_per_day``)."""
 
+_SCHEMA_V8 = """
+CREATE TABLE deliveries (
+    id              TEXT PRIMARY KEY,
+    kind            TEXT NOT NULL,
+    url             TEXT NOT NULL,
+    headers         TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    last_error      TEXT NOT NULL DEFAULT '',
+    replica         TEXT NOT NULL DEFAULT '',
+    lease_until     TEXT
+);
+CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+"""
+"""The webhook delivery outbox (``core.deliveries``). Numbered after the highest version
+this branch saw; renumber after other migrations when merging."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -199,6 +221,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V5,
     _SCHEMA_V6,
     _SCHEMA_V7,
+    _SCHEMA_V8,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
@@ -273,6 +296,28 @@ def _session(row: Any) -> Session:
 
 def _run(row: Any) -> RunRecord:
     return run_from_row(row, _time)
+
+
+_DELIVERY_COLUMNS = (
+    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
+    " last_error, updated_at"
+)
+
+
+def _delivery(row: Any) -> Delivery:
+    return Delivery(
+        id=row[0],
+        url=row[1],
+        payload=row[2],
+        created_at=_time(row[3]),
+        next_attempt_at=_time(row[4]),
+        headers=json.loads(row[5]),
+        kind=row[6],
+        attempts=row[7],
+        status=DeliveryStatus(row[8]),
+        last_error=row[9],
+        updated_at=_time(row[10]) if row[10] else None,
+    )
 
 
 def _sql_limit(limit: int) -> int:
@@ -1110,6 +1155,86 @@ class SqliteSessionStore(SessionStore):
                     (replica, until_stamp, row[1], row[0]),
                 )
         return [replace(_run(row), replica=replica, lease_until=_time(until_stamp)) for row in rows]
+
+    # -- the delivery outbox -------------------------------------------------------
+
+    @_off_loop
+    def add_delivery(self, delivery: Delivery) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+                " attempts, next_attempt_at, status, last_error)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (
+                    delivery.id,
+                    delivery.kind,
+                    delivery.url,
+                    _dumps(delivery.headers, "headers"),
+                    delivery.payload,
+                    _iso(delivery.created_at, "created_at"),
+                    delivery.attempts,
+                    _iso(delivery.next_attempt_at, "next_attempt_at"),
+                    delivery.status.value,
+                    delivery.last_error,
+                ),
+            )
+
+    @_off_loop
+    def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        now_stamp, until_stamp = _iso(now, "now"), _iso(until, "until")
+        with self._tx() as conn:  # BEGIN IMMEDIATE: one claimer at a time
+            rows = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'pending'"
+                " AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)"
+                " ORDER BY next_attempt_at, created_at, id LIMIT ?",
+                (now_stamp, now_stamp, _sql_limit(limit)),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE deliveries SET replica = ?, lease_until = ? WHERE id = ?",
+                [(replica, until_stamp, row[0]) for row in rows],
+            )
+        return [_delivery(row) for row in rows]
+
+    @_off_loop
+    def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE deliveries SET attempts = ?, status = ?, next_attempt_at = ?,"
+                " last_error = ?, updated_at = ?, replica = '', lease_until = NULL WHERE id = ?",
+                (
+                    delivery.attempts,
+                    delivery.status.value,
+                    _iso(delivery.next_attempt_at, "next_attempt_at"),
+                    delivery.last_error,
+                    _iso(now, "now"),
+                    delivery.id,
+                ),
+            )
+
+    @_off_loop
+    def get_delivery(self, delivery_id: str) -> Delivery | None:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,)
+            ).fetchone()
+        return _delivery(row) if row else None
+
+    @_off_loop
+    def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
+                " ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
+                (_sql_limit(limit), offset),
+            ).fetchall()
+            (total,) = conn.execute(
+                "SELECT count(*) FROM deliveries WHERE status = 'failed'"
+            ).fetchone()
+        return [_delivery(row) for row in rows], int(total)
 
     @_off_loop
     def check_writable(self) -> None:

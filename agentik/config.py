@@ -147,6 +147,19 @@ def _secret(raw: object, from_env: bool) -> object:
     return _text(raw) or None
 
 
+def _webhook_secret(raw: object, from_env: bool) -> object:
+    text = _secret(raw, from_env)
+    if isinstance(text, str) and text.startswith("whsec_"):
+        import base64
+        import binascii
+
+        try:
+            base64.b64decode(text[len("whsec_") :], validate=True)
+        except binascii.Error:
+            raise _Invalid("a secret starting with whsec_ must be base64 after it") from None
+    return text or ""
+
+
 def _http_url(raw: object, from_env: bool) -> object:
     if not (value := _text(raw)):
         return None
@@ -775,7 +788,9 @@ class WebhooksSettings:
     """``[webhooks]``: outgoing webhooks (run webhooks, A2A push) and their delivery
     (docs/webhooks.md)."""
 
-    secret: str = setting("", "AGENTIK_WEBHOOK_SECRET", _secret, flat="webhook_secret", secret=True)
+    secret: str = setting(
+        "", "AGENTIK_WEBHOOK_SECRET", _webhook_secret, flat="webhook_secret", secret=True
+    )
     """The key every webhook is signed with (Standard Webhooks); ``whsec_<base64>`` is
     base64-decoded; empty: requests go unsigned."""
     allow_private: bool = setting(

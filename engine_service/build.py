@@ -97,7 +97,7 @@ def build_delivery_worker(
         policy=RetryPolicy(hooks.max_attempts, hooks.base_delay),
         poll_interval=hooks.poll_interval,
         # Longer than an attempt can take: a claimed delivery is never made twice at once.
-        lease_seconds=max(60.0, 3 * hooks.timeout),
+        lease_seconds=max(5.0, 3 * hooks.timeout),
         on_attempt=on_attempt,
     )
 

@@ -19,6 +19,7 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.BudgetExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.Forbidden: grpc.StatusCode.PERMISSION_DENIED,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
     errors.LLMError: grpc.StatusCode.UNAVAILABLE,
     errors.StorageUnavailable: grpc.StatusCode.UNAVAILABLE,

@@ -40,7 +40,9 @@ from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_delivery_worker, build_mcp_sources
 from engine_service.core.deliveries import Delivery, DeliveryStatus, SendResult
 from engine_service.core.engine import Engine
+from engine_service.core.errors import InvalidInput
 from engine_service.core.hitl import ASK_USER, needs_approval
+from engine_service.core.run_webhooks import RunWebhooks
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
@@ -154,6 +156,7 @@ class EngineServer:
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
         self.deliveries = build_delivery_worker(settings, engine, self._webhook_attempt)
+        engine.webhooks = RunWebhooks(self.deliveries, _guard(settings))
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
@@ -268,6 +271,21 @@ class EngineServer:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
         await self.engine.store.close()
+
+
+def _guard(settings: Settings) -> Callable[[str], None]:
+    """The SSRF guard's check of a webhook URL as a run asks for it, in the core's words."""
+    from engine_service.webhooks.guard import WebhookRefused, check_url
+
+    allow_private = settings.webhooks.allow_private
+
+    def check(url: str) -> None:
+        try:
+            check_url(url, allow_private=allow_private)
+        except WebhookRefused as exc:
+            raise InvalidInput(str(exc)) from None
+
+    return check
 
 
 def _redacted(url: str) -> str:

@@ -21,6 +21,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
 from engine_service.convert import (
     event_to_pb,
+    failed_webhook_to_pb,
     message_to_pb,
     run_input_from_pb,
     run_to_pb,
@@ -254,6 +255,18 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             ],
             total=total,
             runs_read=runs_read,
+        )
+
+    async def ListFailedWebhooks(
+        self, request: pb.ListFailedWebhooksRequest, context: Context
+    ) -> pb.ListFailedWebhooksResponse:
+        caller = await self._caller(context)
+        failed, total = await _mapped(
+            context,
+            lambda: self.engine.list_failed_webhooks(caller, request.offset, request.limit),
+        )
+        return pb.ListFailedWebhooksResponse(
+            webhooks=[failed_webhook_to_pb(d) for d in failed], total=total
         )
 
     async def Authenticate(

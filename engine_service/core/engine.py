@@ -36,7 +36,9 @@ from engine_service.core.bounds import bound_message, bound_session
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
+from engine_service.core.deliveries import Delivery
 from engine_service.core.errors import (
+    Forbidden,
     InvalidInput,
     Overloaded,
     RateLimited,
@@ -64,6 +66,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.records import Records
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.run_webhooks import RunWebhooks
 from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
@@ -128,6 +131,9 @@ class Engine(Records):
             accepting=lambda: self._accepting,
         )
         self.replica = new_replica_id()
+        self.webhooks: RunWebhooks | None = None
+        """Run webhooks (set by the server); None: runs asking for one are refused."""
+        self._webhook_writes: set[asyncio.Task[None]] = set()
         self._leases: LeaseKeeper | None = None
         if store.shared:
             self._leases = LeaseKeeper(
@@ -220,6 +226,8 @@ class Engine(Records):
             if pending:
                 self.stop_all()
                 await asyncio.wait(pending, timeout=5.0)
+        if self._webhook_writes:
+            await asyncio.wait(self._webhook_writes, timeout=5.0)
         if self._pruner is not None:
             self._pruner.cancel()
         if self._leases is not None:
@@ -305,6 +313,10 @@ class Engine(Records):
                 retry_after=1,
             )
         incoming = check_input(run_input, self.limits.run, self.tools.get)
+        if run_input.webhook_url:
+            if self.webhooks is None:
+                raise InvalidInput("webhooks are not available on this engine")
+            self.webhooks.check(run_input.webhook_url)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
@@ -381,6 +393,8 @@ class Engine(Records):
             self._runs_by_caller[principal] -= 1
             if self._runs_by_caller[principal] <= 0:
                 del self._runs_by_caller[principal]
+        if run.input.webhook_url and self.webhooks is not None:
+            self._enqueue_webhook(self.webhooks, run)
         hub = run.hub
         if run.lost_at:
             hub.drop_unstored(run.lost_at)
@@ -390,6 +404,38 @@ class Engine(Records):
         # rest from memory. The buffer goes when they do, or when the next run starts.
         hub.end(run.run_id)
         self._hubs.drop_if_unused(hub)
+
+    def _enqueue_webhook(self, webhooks: RunWebhooks, run: Run) -> None:
+        """Put the run's end in the outbox (a store write, off the run's path)."""
+        write = webhooks.run_ended(
+            run.input.webhook_url,
+            run.session_id,
+            run.run_id,
+            run.final,
+            run.transcript.messages,
+        )
+
+        async def guarded() -> None:
+            try:
+                await write
+            except StorageUnavailable as exc:
+                log.error("the webhook of run %s is lost: %s", run.run_id, exc.message)
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._webhook_writes.add(task)
+        task.add_done_callback(self._webhook_writes.discard)
+
+    async def list_failed_webhooks(
+        self, caller: Caller, offset: int, limit: int
+    ) -> tuple[list[Delivery], int]:
+        """A page of the deliveries that gave up, newest first: for admins only."""
+        if not caller.admin:
+            raise Forbidden("only admins may list failed webhooks")
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        if limit < 0 or limit > 1000:
+            raise InvalidInput("limit must be between 1 and 1000")
+        return await self.store.failed_deliveries(offset, limit or 50)
 
     async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
         """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR (the handle

@@ -26,6 +26,7 @@ __all__ = [
     "AgentikError",
     "AlreadyExists",
     "BudgetExceeded",
+    "Forbidden",
     "InputRequired",
     "InvalidInput",
     "LLMError",
@@ -52,6 +53,12 @@ class AgentikError(Exception):
 
 class InvalidInput(AgentikError):
     code = "invalid_argument"
+
+
+class Forbidden(AgentikError):
+    """The caller is known but may not do this (an admin's call by someone who is not)."""
+
+    code = "forbidden"
 
 
 class SessionNotFound(AgentikError):

@@ -247,3 +247,5 @@ class RunInput:
     parent_run_id: str = ""
     messages_snapshot: bool = False
     resume: list[ResumeEntry] = field(default_factory=list)
+    webhook_url: str = ""
+    """Where to POST the run's outcome when it ends (``core.run_webhooks``); empty: nowhere."""

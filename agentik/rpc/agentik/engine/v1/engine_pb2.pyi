@@ -612,6 +612,7 @@ class RunRequest(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_SNAPSHOT_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id (AG-UI threadId). Required."""
     run_id: _builtins.str
@@ -661,6 +662,12 @@ class RunRequest(_message.Message):
         added and the LLM goes on.
         """
 
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """Where to POST the run's outcome when it ends (docs/webhooks.md). A URL
+        the SSRF guard refuses outright is INVALID_ARGUMENT, naming why.
+        """
+
     def __init__(
         self,
         *,
@@ -677,14 +684,37 @@ class RunRequest(_message.Message):
         parent_run_id: _builtins.str = ...,
         messages_snapshot: _builtins.bool = ...,
         resume: _abc.Iterable[Global___ResumeEntry] | None = ...,
+        webhook: Global___Webhook | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunRequest: _TypeAlias = RunRequest  # noqa: Y015
+
+@_typing.final
+class Webhook(_message.Message):
+    """A run webhook: the URL told when the run ends."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """https:// (plain http only with `[webhooks] allow_private`)."""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Webhook: _TypeAlias = Webhook  # noqa: Y015
 
 @_typing.final
 class Interrupt(_message.Message):
@@ -2274,3 +2304,112 @@ class AuthenticateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AuthenticateResponse: _TypeAlias = AuthenticateResponse  # noqa: Y015
+
+@_typing.final
+class ListFailedWebhooksRequest(_message.Message):
+    """---------------------------------------------------------------------------
+    Webhooks
+    ---------------------------------------------------------------------------
+
+    ListFailedWebhooks input.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """How many to skip."""
+    limit: _builtins.int
+    """How many to return, 1..1000; 0 means the default of 50."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailedWebhooksRequest: _TypeAlias = ListFailedWebhooksRequest  # noqa: Y015
+
+@_typing.final
+class FailedWebhook(_message.Message):
+    """A webhook delivery that gave up."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    FAIL_TIME_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The delivery id (the `webhook-id` header of every attempt)."""
+    kind: _builtins.str
+    """What it announced: `run` or `a2a`."""
+    url: _builtins.str
+    """Where it went."""
+    attempts: _builtins.int
+    """Attempts made."""
+    last_error: _builtins.str
+    """Why the last attempt failed."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was made."""
+
+    @_builtins.property
+    def fail_time(self) -> _timestamp_pb2.Timestamp:
+        """When the last attempt failed."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        url: _builtins.str = ...,
+        attempts: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        fail_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "fail_time", b"fail_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "create_time", b"create_time", "fail_time", b"fail_time", "id", b"id", "kind", b"kind", "last_error", b"last_error", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailedWebhook: _TypeAlias = FailedWebhook  # noqa: Y015
+
+@_typing.final
+class ListFailedWebhooksResponse(_message.Message):
+    """ListFailedWebhooks output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEBHOOKS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Number of failed deliveries in all."""
+    @_builtins.property
+    def webhooks(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedWebhook]:
+        """The page, newest first."""
+
+    def __init__(
+        self,
+        *,
+        webhooks: _abc.Iterable[Global___FailedWebhook] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["total", b"total", "webhooks", b"webhooks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailedWebhooksResponse: _TypeAlias = ListFailedWebhooksResponse  # noqa: Y015

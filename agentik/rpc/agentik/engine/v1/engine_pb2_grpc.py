@@ -105,6 +105,11 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.FromString,
                 _registered_method=True)
+        self.ListFailedWebhooks = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListFailedWebhooks',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
+                _registered_method=True)
 
 
 class AgentEngineServicer:
@@ -241,6 +246,15 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFailedWebhooks(self, request, context):
+        """Lists webhook deliveries that gave up after their last attempt (newest
+        first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+        an admin (with authentication off, everyone is).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +327,11 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.Authenticate,
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.SerializeToString,
+            ),
+            'ListFailedWebhooks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFailedWebhooks,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -694,6 +713,33 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/Authenticate',
             agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFailedWebhooks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListFailedWebhooks',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
             options,
             channel_credentials,
             insecure,

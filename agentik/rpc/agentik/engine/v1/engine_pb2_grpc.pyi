@@ -123,6 +123,11 @@ class AgentEngineStub:
     caller; UNAUTHENTICATED when they name none. It counts no request against
     the caller's rate: an edge asks it before it opens a stream.
     """
+    ListFailedWebhooks: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListFailedWebhooksRequest, _engine_pb2.ListFailedWebhooksResponse]
+    """Lists webhook deliveries that gave up after their last attempt (newest
+    first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+    an admin (with authentication off, everyone is).
+    """
 
 @_typing.type_check_only
 class AgentEngineAsyncStub(AgentEngineStub):
@@ -196,6 +201,11 @@ class AgentEngineAsyncStub(AgentEngineStub):
     """Checks the call's credentials as every other RPC does first, and names the
     caller; UNAUTHENTICATED when they name none. It counts no request against
     the caller's rate: an edge asks it before it opens a stream.
+    """
+    ListFailedWebhooks: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListFailedWebhooksRequest, _engine_pb2.ListFailedWebhooksResponse]  # type: ignore[assignment]
+    """Lists webhook deliveries that gave up after their last attempt (newest
+    first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+    an admin (with authentication off, everyone is).
     """
 
 class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
@@ -351,6 +361,17 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         """Checks the call's credentials as every other RPC does first, and names the
         caller; UNAUTHENTICATED when they name none. It counts no request against
         the caller's rate: an edge asks it before it opens a stream.
+        """
+
+    @_abc_1.abstractmethod
+    def ListFailedWebhooks(
+        self,
+        request: _engine_pb2.ListFailedWebhooksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListFailedWebhooksResponse, _abc.Awaitable[_engine_pb2.ListFailedWebhooksResponse]]:
+        """Lists webhook deliveries that gave up after their last attempt (newest
+        first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+        an admin (with authentication off, everyone is).
         """
 
 def add_AgentEngineServicer_to_server(servicer: AgentEngineServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

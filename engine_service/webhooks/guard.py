@@ -105,10 +105,10 @@ def check_url(url: str, *, allow_private: bool) -> Target:
         raise WebhookRefused(f"the webhook URL is not a valid URL ({exc})") from None
     scheme = parts.scheme.lower()
     if scheme not in ("https", "http"):
-        raise WebhookRefused("the webhook URL must be https://")
+        raise WebhookRefused("the webhook URL must use https")
     if scheme == "http" and not allow_private:
         raise WebhookRefused(
-            "the webhook URL must be https:// (plain http only with [webhooks] allow_private)"
+            "the webhook URL must use https (plain http only with [webhooks] allow_private)"
         )
     if parts.username is not None or parts.password is not None:
         raise WebhookRefused("the webhook URL must not hold credentials; use authentication")

@@ -10,8 +10,8 @@ from engine_service.webhooks.guard import WebhookRefused, check_url, resolve_che
 @pytest.mark.parametrize(
     ("url", "why"),
     [
-        ("http://hooks.example.com/in", "must be https:// (plain http only with [webhooks]"),
-        ("ftp://hooks.example.com/in", "must be https://"),
+        ("http://hooks.example.com/in", "must use https (plain http only with [webhooks]"),
+        ("ftp://hooks.example.com/in", "must use https"),
         ("https://127.0.0.1/in", "a loopback address"),
         ("https://[::1]:8443/in", "a loopback address"),
         ("https://localhost/in", "a loopback address"),

@@ -64,7 +64,7 @@ async def test_a_run_with_a_webhook_posts_its_outcome_signed(llm: FakeOpenAI) ->
 @pytest.mark.parametrize(
     ("url", "why"),
     [
-        ("http://hooks.example.com/in", "must be https://"),
+        ("http://hooks.example.com/in", "must use https"),
         ("https://127.0.0.1/in", "loopback address"),
         ("https://10.0.0.7/in", "private address"),
         ("https://169.254.169.254/", "cloud metadata address"),

@@ -30,6 +30,7 @@ from engine_service.core.errors import StorageUnavailable
 from engine_service.core.store import SessionStore
 
 __all__ = [
+    "PushConfig",
     "Delivery",
     "DeliveryStatus",
     "DeliveryWorker",
@@ -75,6 +76,23 @@ class Delivery:
     last_error: str = ""
     updated_at: datetime | None = None
     """When the last attempt's outcome was stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfig:
+    """Where a task's updates are pushed (an A2A ``TaskPushNotificationConfig``), owned
+    like the task's session."""
+
+    id: str
+    task_id: str
+    session_id: str
+    url: str
+    created_at: datetime
+    token: str = ""
+    """Sent as ``X-A2A-Notification-Token``."""
+    auth_scheme: str = ""
+    """``Bearer``, ``Basic``, ...: the receiver's ``Authorization`` scheme; empty: none."""
+    auth_credentials: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
 if TYPE_CHECKING:
-    from engine_service.core.deliveries import Delivery
+    from engine_service.core.deliveries import Delivery, PushConfig
 
 __all__ = ["Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
 
@@ -333,6 +333,24 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
         """A page of FAILED deliveries, most recent first, and their total."""
+
+    @abc.abstractmethod
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        """Store a task's push config, replacing the task's config of the same id;
+        ``InvalidInput`` when the task holds ``limit`` others already. Deleted with the
+        session."""
+
+    @abc.abstractmethod
+    async def push_configs(self, task_id: str) -> list[PushConfig]:
+        """A task's push configs, oldest first."""
+
+    @abc.abstractmethod
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        """The push configs of every task of a session, oldest first."""
+
+    @abc.abstractmethod
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        """Delete one; whether it was there."""
 
     @abc.abstractmethod
     async def check_writable(self) -> None:

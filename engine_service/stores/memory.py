@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
-from engine_service.core.deliveries import Delivery, DeliveryStatus
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -129,6 +129,8 @@ class MemorySessionStore(SessionStore):
         """Tokens counted per principal per UTC day; days before yesterday are dropped."""
         self._deliveries: dict[str, tuple[Delivery, str, datetime | None]] = {}
         """The outbox: each delivery with the replica holding it and its lease's end."""
+        self._push: dict[tuple[str, str], PushConfig] = {}
+        """Push configs by (task id, config id), in the order they were added."""
 
     # -- several engines ------------------------------------------------------------
 
@@ -219,6 +221,8 @@ class MemorySessionStore(SessionStore):
             raise SessionBusy(session_id, entry.active_run_id)
         del self._sessions[session_id]
         self._run_ids.difference_update(entry.runs)
+        for key in [k for k, c in self._push.items() if c.session_id == session_id]:
+            del self._push[key]
 
     async def list_messages(
         self, session_id: str, after_id: str, limit: int
@@ -568,6 +572,24 @@ class MemorySessionStore(SessionStore):
         failed.sort(key=lambda d: (d.updated_at or d.created_at, d.id), reverse=True)
         end = offset + limit if _page_limit(limit) else None
         return [_copy_delivery(d) for d in failed[offset:end]], len(failed)
+
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        self._entry(config.session_id)
+        key = (config.task_id, config.id)
+        if key not in self._push and len(await self.push_configs(config.task_id)) >= limit:
+            raise InvalidInput(f"the task has {limit} push notification configs, the most it may")
+        self._push.pop(key, None)
+        self._push[key] = config
+        return config
+
+    async def push_configs(self, task_id: str) -> list[PushConfig]:
+        return [c for (task, _), c in self._push.items() if task == task_id]
+
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        return [c for c in self._push.values() if c.session_id == session_id]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        return self._push.pop((task_id, config_id), None) is not None
 
     async def check_writable(self) -> None:
         """Memory is always writable."""

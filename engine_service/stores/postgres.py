@@ -53,7 +53,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from engine_service.core.deliveries import Delivery, DeliveryStatus
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -230,6 +230,19 @@ CREATE TABLE deliveries (
     lease_until     timestamptz
 );
 CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+CREATE TABLE push_configs (
+    task_id          text COLLATE "C" NOT NULL,
+    id               text COLLATE "C" NOT NULL,
+    session_id       text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    url              text NOT NULL,
+    token            text NOT NULL DEFAULT '',
+    auth_scheme      text NOT NULL DEFAULT '',
+    auth_credentials text NOT NULL DEFAULT '',
+    created_at       timestamptz NOT NULL,
+    n                bigserial,
+    PRIMARY KEY (task_id, id)
+);
+CREATE INDEX push_configs_session ON push_configs (session_id);
 """
 """The webhook delivery outbox (``core.deliveries``), shared by every replica. Numbered
 after the highest version this branch saw; renumber after other migrations when merging."""
@@ -285,6 +298,13 @@ def _delivery(row: Sequence[Any]) -> Delivery:
         last_error=row[9],
         updated_at=_time(row[10]) if row[10] is not None else None,
     )
+
+
+_PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
+
+
+def _push(row: Sequence[Any]) -> PushConfig:
+    return PushConfig(row[0], row[1], row[2], row[3], _time(row[4]), row[5], row[6], row[7])
 
 
 def _sql_limit(limit: int) -> int | None:
@@ -1524,6 +1544,69 @@ class PostgresSessionStore(SessionStore):
             return [_delivery(row) for row in rows], int(total[0]) if total else 0
 
         return await self._snapshot(work)
+
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        async def work(conn: _Conn) -> PushConfig:
+            await self._require(conn, config.session_id, lock=True)  # serialises the count
+            held = await self._one(
+                conn,
+                "SELECT count(*) FROM push_configs WHERE task_id = %s AND id != %s",
+                (config.task_id, config.id),
+            )
+            if held and held[0] >= limit:
+                raise InvalidInput(
+                    f"the task has {limit} push notification configs, the most it may"
+                )
+            await conn.execute(
+                "DELETE FROM push_configs WHERE task_id = %s AND id = %s",
+                (config.task_id, config.id),
+            )
+            await conn.execute(
+                "INSERT INTO push_configs (id, task_id, session_id, url, created_at, token,"
+                " auth_scheme, auth_credentials) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    config.id,
+                    config.task_id,
+                    config.session_id,
+                    config.url,
+                    _utc(config.created_at, "created_at"),
+                    config.token,
+                    config.auth_scheme,
+                    config.auth_credentials,
+                ),
+            )
+            return config
+
+        return await self._write(work)
+
+    async def push_configs(self, task_id: str) -> list[PushConfig]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn,
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE task_id = %s ORDER BY n",
+                (task_id,),
+            )
+
+        return [_push(row) for row in await self._read(work)]
+
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn,
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
+                (session_id,),
+            )
+
+        return [_push(row) for row in await self._read(work)]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        async def work(conn: _Conn) -> bool:
+            cursor = await conn.execute(
+                "DELETE FROM push_configs WHERE task_id = %s AND id = %s", (task_id, config_id)
+            )
+            return cursor.rowcount > 0
+
+        return await self._write(work)
 
     async def check_writable(self) -> None:
         async def work(conn: _Conn) -> None:

@@ -37,7 +37,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from engine_service.core.deliveries import Delivery, DeliveryStatus
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -209,9 +209,22 @@ CREATE TABLE deliveries (
     lease_until     TEXT
 );
 CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+CREATE TABLE push_configs (
+    task_id          TEXT NOT NULL,
+    id               TEXT NOT NULL,
+    session_id       TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    url              TEXT NOT NULL,
+    token            TEXT NOT NULL DEFAULT '',
+    auth_scheme      TEXT NOT NULL DEFAULT '',
+    auth_credentials TEXT NOT NULL DEFAULT '',
+    created_at       TEXT NOT NULL,
+    n                INTEGER NOT NULL,
+    PRIMARY KEY (task_id, id)
+);
+CREATE INDEX push_configs_session ON push_configs (session_id);
 """
-"""The webhook delivery outbox (``core.deliveries``). Numbered after the highest version
-this branch saw; renumber after other migrations when merging."""
+"""The webhook delivery outbox (``core.deliveries``) and A2A push configs. Numbered after
+the highest version this branch saw; renumber after other migrations when merging."""
 
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -318,6 +331,13 @@ def _delivery(row: Any) -> Delivery:
         last_error=row[9],
         updated_at=_time(row[10]) if row[10] else None,
     )
+
+
+_PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
+
+
+def _push(row: Any) -> PushConfig:
+    return PushConfig(row[0], row[1], row[2], row[3], _time(row[4]), row[5], row[6], row[7])
 
 
 def _sql_limit(limit: int) -> int:
@@ -1235,6 +1255,64 @@ class SqliteSessionStore(SessionStore):
                 "SELECT count(*) FROM deliveries WHERE status = 'failed'"
             ).fetchone()
         return [_delivery(row) for row in rows], int(total)
+
+    @_off_loop
+    def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        with self._tx() as conn:
+            self._require(conn, config.session_id)
+            (held,) = conn.execute(
+                "SELECT count(*) FROM push_configs WHERE task_id = ? AND id != ?",
+                (config.task_id, config.id),
+            ).fetchone()
+            if held >= limit:
+                raise InvalidInput(
+                    f"the task has {limit} push notification configs, the most it may"
+                )
+            conn.execute(
+                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (config.task_id, config.id)
+            )
+            conn.execute(
+                "INSERT INTO push_configs (id, task_id, session_id, url, created_at, token,"
+                " auth_scheme, auth_credentials, n) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+                " (SELECT coalesce(max(n), 0) + 1 FROM push_configs))",
+                (
+                    config.id,
+                    config.task_id,
+                    config.session_id,
+                    config.url,
+                    _iso(config.created_at, "created_at"),
+                    config.token,
+                    config.auth_scheme,
+                    config.auth_credentials,
+                ),
+            )
+        return config
+
+    @_off_loop
+    def push_configs(self, task_id: str) -> list[PushConfig]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE task_id = ? ORDER BY n",
+                (task_id,),
+            ).fetchall()
+        return [_push(row) for row in rows]
+
+    @_off_loop
+    def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = ? ORDER BY n",
+                (session_id,),
+            ).fetchall()
+        return [_push(row) for row in rows]
+
+    @_off_loop
+    def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
+            )
+            return cursor.rowcount > 0
 
     @_off_loop
     def check_writable(self) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine_service.core.deliveries import Delivery, DeliveryStatus
-from engine_service.core.errors import InvalidInput
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
+from engine_service.core.errors import InvalidInput, SessionNotFound
 from engine_service.core.store import SessionStore
 from engine_service.stores.postgres import PostgresSessionStore
 
@@ -108,3 +109,38 @@ async def test_two_replicas_claiming_at_once_never_take_the_same_delivery(
         )
         taken += [d.id for batch in got for d in batch]
     assert sorted(taken) == [f"d{index:02}" for index in range(40)]
+
+
+def push(config_id: str, task_id: str = "t1", session_id: str = "s1") -> PushConfig:
+    return PushConfig(
+        config_id,
+        task_id,
+        session_id,
+        f"https://hooks.example.com/{config_id}",
+        T0,
+        "tok",
+        "Bearer",
+        "c",
+    )
+
+
+async def test_push_configs_are_kept_per_task_bounded_and_go_with_their_session(
+    store: SessionStore,
+) -> None:
+    await store.create_session("s1", "", T0)
+    await store.add_push_config(push("a"), 2)
+    await store.add_push_config(push("b"), 2)
+    with pytest.raises(InvalidInput, match="the task has 2 push notification configs"):
+        await store.add_push_config(push("c"), 2)
+    replaced = replace(push("a"), url="https://hooks.example.com/new")
+    await store.add_push_config(replaced, 2)  # the same id replaces, within the bound
+    assert [c.id for c in await store.push_configs("t1")] == ["b", "a"]
+    assert (await store.push_configs("t1"))[1] == replaced
+    assert await store.push_configs("t2") == []
+    assert [c.id for c in await store.session_push_configs("s1")] == ["b", "a"]
+    assert await store.delete_push_config("t1", "b")
+    assert not await store.delete_push_config("t1", "b")
+    await store.delete_session("s1")
+    assert await store.push_configs("t1") == []
+    with pytest.raises(SessionNotFound):
+        await store.add_push_config(push("x"), 2)

@@ -813,6 +813,10 @@ class WebhooksSettings:
         1.0, "AGENTIK_WEBHOOKS_POLL_INTERVAL", _SECONDS, flat="webhooks_poll_interval"
     )
     """Seconds between looks for due deliveries when none was due."""
+    max_push_configs: int = setting(
+        10, "AGENTIK_WEBHOOKS_MAX_PUSH_CONFIGS", _POSITIVE, flat="webhooks_max_push_configs"
+    )
+    """A2A push notification configs one task may hold."""
 
 
 _TABLES: dict[str, type[Any]] = {

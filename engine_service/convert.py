@@ -16,7 +16,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core import events as ev
-from engine_service.core.deliveries import Delivery
+from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import InvalidInput
 from engine_service.core.hitl import RESPONSE_SCHEMAS
 from engine_service.core.models import (
@@ -52,6 +52,8 @@ __all__ = [
     "session_to_pb",
     "timestamp",
     "failed_webhook_to_pb",
+    "push_config_from_pb",
+    "push_config_to_pb",
 ]
 
 ROLE_TO_PB = {
@@ -385,6 +387,31 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
         messages_snapshot=request.messages_snapshot,
         resume=[_resume_from_pb(e, f"resume[{i}]") for i, e in enumerate(request.resume)],
         webhook_url=request.webhook.url if request.HasField("webhook") else "",
+    )
+
+
+def push_config_to_pb(config: PushConfig) -> pb.PushConfig:
+    return pb.PushConfig(
+        id=config.id,
+        task_id=config.task_id,
+        url=config.url,
+        token=config.token,
+        auth_scheme=config.auth_scheme,
+        auth_credentials=config.auth_credentials,
+    )
+
+
+def push_config_from_pb(config: pb.PushConfig) -> PushConfig:
+    """The request's config; its session and time are the engine's to fill."""
+    return PushConfig(
+        config.id,
+        config.task_id,
+        "",
+        config.url,
+        datetime.now(UTC),
+        config.token,
+        config.auth_scheme,
+        config.auth_credentials,
     )
 
 

@@ -12,6 +12,7 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
     errors.SessionNotFound: grpc.StatusCode.NOT_FOUND,
     errors.RunNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.PushConfigNotFound: grpc.StatusCode.NOT_FOUND,
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.SessionBusy: grpc.StatusCode.FAILED_PRECONDITION,
     errors.InputRequired: grpc.StatusCode.FAILED_PRECONDITION,

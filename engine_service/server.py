@@ -42,10 +42,11 @@ from engine_service.core.deliveries import Delivery, DeliveryStatus, SendResult
 from engine_service.core.engine import Engine
 from engine_service.core.errors import InvalidInput
 from engine_service.core.hitl import ASK_USER, needs_approval
-from engine_service.core.run_webhooks import RunWebhooks
+from engine_service.core.run_webhooks import PushConfigs, RunWebhooks
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
+from engine_service.webhooks.a2a_push import A2aPush
 from engine_service.workers import redact_store
 
 __all__ = ["LLM_METADATA", "METRICS_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
@@ -156,7 +157,10 @@ class EngineServer:
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
         self.deliveries = build_delivery_worker(settings, engine, self._webhook_attempt)
-        engine.webhooks = RunWebhooks(self.deliveries, _guard(settings))
+        check = _guard(settings)
+        pushers = [A2aPush(engine.store, self.deliveries)]
+        engine.webhooks = RunWebhooks(self.deliveries, check, pushers)
+        engine.push = PushConfigs(engine.store, check, settings.webhooks.max_push_configs)
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)

@@ -23,13 +23,16 @@ from engine_service.convert import (
     event_to_pb,
     failed_webhook_to_pb,
     message_to_pb,
+    push_config_from_pb,
+    push_config_to_pb,
     run_input_from_pb,
     run_to_pb,
     session_to_pb,
 )
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
-from engine_service.core.errors import AgentikError, BudgetExceeded, RateLimited
+from engine_service.core.errors import AgentikError, BudgetExceeded, InvalidInput, RateLimited
+from engine_service.core.run_webhooks import PushConfigs
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
 
@@ -268,6 +271,41 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         return pb.ListFailedWebhooksResponse(
             webhooks=[failed_webhook_to_pb(d) for d in failed], total=total
         )
+
+    def _push(self) -> PushConfigs:
+        if self.engine.push is None:  # the server always sets it; a bare engine has none
+            raise InvalidInput("push notifications are not available on this engine")
+        return self.engine.push
+
+    async def SetPushConfig(self, request: pb.PushConfig, context: Context) -> pb.PushConfig:
+        caller = await self._caller(context)
+        config = await _mapped(
+            context, lambda: self._push().set(caller, push_config_from_pb(request))
+        )
+        return push_config_to_pb(config)
+
+    async def GetPushConfig(
+        self, request: pb.GetPushConfigRequest, context: Context
+    ) -> pb.PushConfig:
+        caller = await self._caller(context)
+        config = await _mapped(
+            context, lambda: self._push().get(caller, request.task_id, request.id)
+        )
+        return push_config_to_pb(config)
+
+    async def ListPushConfigs(
+        self, request: pb.ListPushConfigsRequest, context: Context
+    ) -> pb.ListPushConfigsResponse:
+        caller = await self._caller(context)
+        configs = await _mapped(context, lambda: self._push().list(caller, request.task_id))
+        return pb.ListPushConfigsResponse(configs=[push_config_to_pb(c) for c in configs])
+
+    async def DeletePushConfig(
+        self, request: pb.DeletePushConfigRequest, context: Context
+    ) -> pb.DeletePushConfigResponse:
+        caller = await self._caller(context)
+        await _mapped(context, lambda: self._push().delete(caller, request.task_id, request.id))
+        return pb.DeletePushConfigResponse()
 
     async def Authenticate(
         self, request: pb.AuthenticateRequest, context: Context

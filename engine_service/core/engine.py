@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message, bound_session
@@ -66,7 +67,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.records import Records
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.run_webhooks import RunWebhooks
+from engine_service.core.run_webhooks import PushConfigs, RunNotice, RunWebhooks
 from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
@@ -133,7 +134,11 @@ class Engine(Records):
         self.replica = new_replica_id()
         self.webhooks: RunWebhooks | None = None
         """Run webhooks (set by the server); None: runs asking for one are refused."""
+        self.push: PushConfigs | None = None
+        """Tasks' push configs (A2A; set by the server)."""
         self._webhook_writes: set[asyncio.Task[None]] = set()
+        self._resumes: dict[str, str] = {}
+        """The run each run in flight resumed, by run id (for pushers)."""
         self._leases: LeaseKeeper | None = None
         if store.shared:
             self._leases = LeaseKeeper(
@@ -323,8 +328,11 @@ class Engine(Records):
             await self._refuse_empty_history(caller, run_input)
         decisions: list[Decision] = []
 
+        resumed: list[str] = []
+
         def admit_run(pending: list[Interrupt]) -> None:
             decisions[:] = admit(pending, run_input.resume, _now())
+            resumed[:] = [pending[0].run_id] if pending and run_input.resume else []
 
         if session_id in self._unsettled:
             # Refused either way; but to anyone else it is not found, never "not stored yet".
@@ -384,7 +392,16 @@ class Engine(Records):
         self._run_callers[session_id] = (caller.principal, begun.session.owner)
         self._runs_by_caller[caller.principal] += 1
         run.start()
+        if self.webhooks is not None and self.webhooks.pushers:
+            self._resumes[run.run_id] = resumed[0] if resumed else ""
+            self._later(self.webhooks.notice(self._notice(run, started=True)), run.run_id)
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
+
+    def _notice(self, run: Run, *, started: bool) -> RunNotice:
+        resumes = self._resumes.get(run.run_id, "")
+        final = None if started else run.final
+        messages = [] if started else run.transcript.messages
+        return RunNotice(run.session_id, run.run_id, resumes, started, final, messages, _now())
 
     def _run_done(self, run: Run) -> None:
         if self._runs.get(run.session_id) is run:
@@ -393,8 +410,12 @@ class Engine(Records):
             self._runs_by_caller[principal] -= 1
             if self._runs_by_caller[principal] <= 0:
                 del self._runs_by_caller[principal]
-        if run.input.webhook_url and self.webhooks is not None:
-            self._enqueue_webhook(self.webhooks, run)
+        if self.webhooks is not None:
+            if run.input.webhook_url:
+                self._enqueue_webhook(self.webhooks, run)
+            if self.webhooks.pushers:
+                self._later(self.webhooks.notice(self._notice(run, started=False)), run.run_id)
+            self._resumes.pop(run.run_id, None)
         hub = run.hub
         if run.lost_at:
             hub.drop_unstored(run.lost_at)
@@ -414,12 +435,16 @@ class Engine(Records):
             run.final,
             run.transcript.messages,
         )
+        self._later(write, run.run_id)
+
+    def _later(self, write: Coroutine[Any, Any, None], run_id: str) -> None:
+        """Run an outbox write off the run's path; the engine's shutdown waits for it."""
 
         async def guarded() -> None:
             try:
                 await write
             except StorageUnavailable as exc:
-                log.error("the webhook of run %s is lost: %s", run.run_id, exc.message)
+                log.error("a webhook of run %s is lost: %s", run_id, exc.message)
 
         task = asyncio.get_running_loop().create_task(guarded())
         self._webhook_writes.add(task)

@@ -31,6 +31,7 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "Overloaded",
+    "PushConfigNotFound",
     "RateLimited",
     "RunNotFound",
     "SessionBusy",
@@ -75,6 +76,13 @@ class RunNotFound(AgentikError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} not found")
         self.run_id = run_id
+
+
+class PushConfigNotFound(AgentikError):
+    code = "not_found"
+
+    def __init__(self, task_id: str, config_id: str) -> None:
+        super().__init__(f"push notification config {config_id!r} of task {task_id!r} not found")
 
 
 class AlreadyExists(AgentikError):

@@ -608,7 +608,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["web_discard_body_bytes"] == ("AGENTIK_WEB_DISCARD_BODY_BYTES", "0")
     assert by_name["webhooks_max_attempts"] == ("AGENTIK_WEBHOOKS_MAX_ATTEMPTS", "8")
     assert by_name["webhooks_allow_private"] == ("AGENTIK_WEBHOOKS_ALLOW_PRIVATE", "False")
-    assert len(rows) == 63
+    assert len(rows) == 64
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -2413,3 +2413,160 @@ class ListFailedWebhooksResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListFailedWebhooksResponse: _TypeAlias = ListFailedWebhooksResponse  # noqa: Y015
+
+@_typing.final
+class PushConfig(_message.Message):
+    """Where a task's updates are pushed (an A2A TaskPushNotificationConfig)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    AUTH_SCHEME_FIELD_NUMBER: _builtins.int
+    AUTH_CREDENTIALS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The config's id, unique in its task."""
+    task_id: _builtins.str
+    """The task: the id of its first run."""
+    url: _builtins.str
+    """Where updates are POSTed."""
+    token: _builtins.str
+    """Sent as the X-A2A-Notification-Token header."""
+    auth_scheme: _builtins.str
+    """The receiver's Authorization scheme (Bearer, Basic, ...); empty: none."""
+    auth_credentials: _builtins.str
+    """The credentials sent with `auth_scheme`."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+        url: _builtins.str = ...,
+        token: _builtins.str = ...,
+        auth_scheme: _builtins.str = ...,
+        auth_credentials: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_credentials", b"auth_credentials", "auth_scheme", b"auth_scheme", "id", b"id", "task_id", b"task_id", "token", b"token", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PushConfig: _TypeAlias = PushConfig  # noqa: Y015
+
+@_typing.final
+class GetPushConfigRequest(_message.Message):
+    """GetPushConfig input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task."""
+    id: _builtins.str
+    """The config."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPushConfigRequest: _TypeAlias = GetPushConfigRequest  # noqa: Y015
+
+@_typing.final
+class ListPushConfigsRequest(_message.Message):
+    """ListPushConfigs input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPushConfigsRequest: _TypeAlias = ListPushConfigsRequest  # noqa: Y015
+
+@_typing.final
+class ListPushConfigsResponse(_message.Message):
+    """ListPushConfigs output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PushConfig]:
+        """Oldest first."""
+
+    def __init__(
+        self,
+        *,
+        configs: _abc.Iterable[Global___PushConfig] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPushConfigsResponse: _TypeAlias = ListPushConfigsResponse  # noqa: Y015
+
+@_typing.final
+class DeletePushConfigRequest(_message.Message):
+    """DeletePushConfig input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task."""
+    id: _builtins.str
+    """The config."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePushConfigRequest: _TypeAlias = DeletePushConfigRequest  # noqa: Y015
+
+@_typing.final
+class DeletePushConfigResponse(_message.Message):
+    """DeletePushConfig output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePushConfigResponse: _TypeAlias = DeletePushConfigResponse  # noqa: Y015

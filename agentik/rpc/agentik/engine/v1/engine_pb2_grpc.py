@@ -110,6 +110,26 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
                 _registered_method=True)
+        self.SetPushConfig = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/SetPushConfig',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+                _registered_method=True)
+        self.GetPushConfig = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/GetPushConfig',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetPushConfigRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+                _registered_method=True)
+        self.ListPushConfigs = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListPushConfigs',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsResponse.FromString,
+                _registered_method=True)
+        self.DeletePushConfig = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/DeletePushConfig',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.FromString,
+                _registered_method=True)
 
 
 class AgentEngineServicer:
@@ -255,6 +275,39 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetPushConfig(self, request, context):
+        """Sets where the updates of a task (a run and the runs that resumed it: an
+        A2A task) are pushed, replacing the task's config of the same id (an id is
+        made when empty). The task is NOT_FOUND when the caller cannot see its run;
+        a URL the SSRF guard refuses, or more configs than `[webhooks]
+        max_push_configs`, is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPushConfig(self, request, context):
+        """One push config of a task; NOT_FOUND when the task or the config is not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPushConfigs(self, request, context):
+        """Every push config of a task, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePushConfig(self, request, context):
+        """Deletes one push config of a task; NOT_FOUND when the task or the config
+        is not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +385,26 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.ListFailedWebhooks,
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.SerializeToString,
+            ),
+            'SetPushConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPushConfig,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+            ),
+            'GetPushConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPushConfig,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetPushConfigRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+            ),
+            'ListPushConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPushConfigs,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsResponse.SerializeToString,
+            ),
+            'DeletePushConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePushConfig,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -740,6 +813,114 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/ListFailedWebhooks',
             agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPushConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/SetPushConfig',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPushConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/GetPushConfig',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.GetPushConfigRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPushConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListPushConfigs',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePushConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/DeletePushConfig',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

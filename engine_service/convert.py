@@ -178,6 +178,8 @@ def session_to_pb(session: Session) -> pb.Session:
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))
+    if session.webhook_url:
+        out.webhook.url = session.webhook_url
     return out
 
 

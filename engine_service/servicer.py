@@ -161,7 +161,21 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         caller = await self._caller(context)
         session = await _mapped(
             context,
-            lambda: self.engine.create_session(caller, request.title, request.session_id),
+            lambda: self.engine.create_session(
+                caller, request.title, request.session_id, request.webhook.url
+            ),
+        )
+        return session_to_pb(session)
+
+    async def SetSessionWebhook(
+        self, request: pb.SetSessionWebhookRequest, context: Context
+    ) -> pb.Session:
+        caller = await self._caller(context)
+        session = await _mapped(
+            context,
+            lambda: self.engine.set_session_webhook(
+                caller, request.session_id, request.webhook.url
+            ),
         )
         return session_to_pb(session)
 
@@ -277,10 +291,12 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             raise InvalidInput("push notifications are not available on this engine")
         return self.engine.push
 
-    async def SetPushConfig(self, request: pb.PushConfig, context: Context) -> pb.PushConfig:
+    async def SetPushConfig(
+        self, request: pb.SetPushConfigRequest, context: Context
+    ) -> pb.PushConfig:
         caller = await self._caller(context)
         config = await _mapped(
-            context, lambda: self._push().set(caller, push_config_from_pb(request))
+            context, lambda: self._push().set(caller, push_config_from_pb(request.config))
         )
         return push_config_to_pb(config)
 

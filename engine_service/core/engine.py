@@ -264,14 +264,35 @@ class Engine(Records):
     # -- sessions -----------------------------------------------------------------
 
     async def create_session(
-        self, caller: Caller, title: str = "", session_id: str = ""
+        self, caller: Caller, title: str = "", session_id: str = "", webhook_url: str = ""
     ) -> Session:
         check_title(title)
         if session_id:
             check_id(session_id, "session_id")
-        return await self._writing(
-            self.store.create_session(session_id or new_id(), title, _now(), owner=caller.principal)
+        if webhook_url:
+            self._check_webhook(webhook_url)
+        session_id = session_id or new_id()
+        made = await self._writing(
+            self.store.create_session(session_id, title, _now(), owner=caller.principal)
         )
+        if webhook_url:
+            made = await self._writing(
+                self.store.set_session_webhook(session_id, webhook_url, _now())
+            )
+        return made
+
+    async def set_session_webhook(self, caller: Caller, session_id: str, url: str) -> Session:
+        """Set (``url`` "" clears) the session's default run webhook."""
+        await self._session(caller, session_id)
+        if url:
+            self._check_webhook(url)
+        updated = await self._writing(self.store.set_session_webhook(session_id, url, _now()))
+        return bound_session(updated, self._event_limit)
+
+    def _check_webhook(self, url: str) -> None:
+        if self.webhooks is None:
+            raise InvalidInput("webhooks are not available on this engine")
+        self.webhooks.check(url)
 
     async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
         await self._session(caller, session_id)
@@ -319,9 +340,7 @@ class Engine(Records):
             )
         incoming = check_input(run_input, self.limits.run, self.tools.get)
         if run_input.webhook_url:
-            if self.webhooks is None:
-                raise InvalidInput("webhooks are not available on this engine")
-            self.webhooks.check(run_input.webhook_url)
+            self._check_webhook(run_input.webhook_url)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
@@ -366,6 +385,8 @@ class Engine(Records):
                 self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, _now())
             )
             raise
+        if not run_input.webhook_url:
+            run_input.webhook_url = begun.session.webhook_url  # the conversation's default
         hub = self._hubs.hub(begun.session)
         hub.begin(run_input.run_id, begun.session.last_seq, begun.session.reserved_seq)
         run = Run(

@@ -183,6 +183,8 @@ class Session:
     output_tokens: int = 0
     cached_tokens: int = 0
     """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
+    webhook_url: str = ""
+    """The conversation's default run webhook: runs that name none are told here."""
 
 
 @dataclass(slots=True)

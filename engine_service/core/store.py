@@ -95,6 +95,10 @@ class SessionStore(abc.ABC):
         """Set the title; returns the updated session."""
 
     @abc.abstractmethod
+    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        """Set the session's default run webhook ("" clears it); the updated session."""
+
+    @abc.abstractmethod
     async def delete_session(self, session_id: str) -> None:
         """Delete the session and all it holds; ``SessionBusy`` while a run is active."""
 

@@ -79,6 +79,7 @@ class _Entry:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    webhook_url: str = ""
 
     def session(self) -> Session:
         return Session(
@@ -96,6 +97,7 @@ class _Entry:
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             cached_tokens=self.cached_tokens,
+            webhook_url=self.webhook_url,
         )
 
 
@@ -212,6 +214,13 @@ class MemorySessionStore(SessionStore):
         now = _utc(now, "now")
         entry = self._entry(session_id)
         entry.title = title
+        entry.updated_at = now
+        return entry.session()
+
+    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        now = _utc(now, "now")
+        entry = self._entry(session_id)
+        entry.webhook_url = url
         entry.updated_at = now
         return entry.session()
 

@@ -214,6 +214,7 @@ CREATE TABLE token_usage (
 per principal per UTC day (``[auth] tokens_per_day``), shared by every replica."""
 
 _SCHEMA_V5 = """
+ALTER TABLE sessions ADD COLUMN webhook_url text NOT NULL DEFAULT '';
 CREATE TABLE deliveries (
     id              text COLLATE "C" PRIMARY KEY,
     kind            text NOT NULL,
@@ -255,7 +256,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
@@ -711,6 +712,19 @@ class PostgresSessionStore(SessionStore):
             await conn.execute(
                 "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
                 (title, stamp, session_id),
+            )
+            return await self._load(conn, session_id)
+
+        return await self._write(work)
+
+    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        stamp = _utc(now, "now")
+
+        async def work(conn: _Conn) -> Session:
+            await self._require(conn, session_id)
+            await conn.execute(
+                "UPDATE sessions SET webhook_url = %s, updated_at = %s WHERE id = %s",
+                (url, stamp, session_id),
             )
             return await self._load(conn, session_id)
 

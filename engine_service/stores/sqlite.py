@@ -193,6 +193,7 @@ CREATE TABLE token_usage (
 per principal per UTC day (``[auth] tokens_per_day``)."""
 
 _SCHEMA_V8 = """
+ALTER TABLE sessions ADD COLUMN webhook_url TEXT NOT NULL DEFAULT '';
 CREATE TABLE deliveries (
     id              TEXT PRIMARY KEY,
     kind            TEXT NOT NULL,
@@ -243,7 +244,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
@@ -683,6 +684,17 @@ class SqliteSessionStore(SessionStore):
             conn.execute(
                 "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
                 (title, stamp, session_id),
+            )
+            return self._load(conn, session_id)
+
+    @_off_loop
+    def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        stamp = _iso(now, "now")
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            conn.execute(
+                "UPDATE sessions SET webhook_url = ?, updated_at = ? WHERE id = ?",
+                (url, stamp, session_id),
             )
             return self._load(conn, session_id)
 

@@ -63,7 +63,9 @@ class PushConfigService:
             auth_credentials=config.authentication.credentials,
         )
         try:
-            made = self._engine.SetPushConfig(request, timeout=UNARY_TIMEOUT)
+            made = self._engine.SetPushConfig(
+                pb.SetPushConfigRequest(config=request), timeout=UNARY_TIMEOUT
+            )
         except grpc.RpcError as exc:
             raise _refused(config.task_id, exc) from None
         return _a2a(made)

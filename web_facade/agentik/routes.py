@@ -105,15 +105,34 @@ def _get_session(conversation_id: str) -> pb.Session:
 
 @bp.post("/conversations")
 def create_conversation() -> tuple[dict[str, Any], int]:
-    """Create a conversation (``title``, optional client-chosen ``id``) → 201."""
+    """Create a conversation (``title``, optional client-chosen ``id``, optional default
+    ``webhook``) → 201."""
     body = _json_body(required=False)
     session = current_engine().engine.CreateSession(
         pb.CreateSessionRequest(
-            title=_optional_string(body, "title"), session_id=_optional_string(body, "id")
+            title=_optional_string(body, "title"),
+            session_id=_optional_string(body, "id"),
+            webhook=_webhook(body),
         ),
         timeout=UNARY_TIMEOUT,
     )
     return conversation_json(session), 201
+
+
+@bp.patch("/conversations/<conversation_id>")
+def update_conversation(conversation_id: str) -> dict[str, Any]:
+    """Set the conversation's default ``webhook`` (``null`` clears it)."""
+    body = _json_body(required=True)
+    unknown = sorted(set(body) - {"webhook"})
+    if unknown:
+        invalid(f"unknown field {unknown[0][:_SHOWN]!r}: only webhook can be changed here")
+    if "webhook" not in body:
+        invalid('webhook is required: {"url": "https://..."}, or null to clear it')
+    session = current_engine().engine.SetSessionWebhook(
+        pb.SetSessionWebhookRequest(session_id=conversation_id, webhook=_webhook(body)),
+        timeout=UNARY_TIMEOUT,
+    )
+    return conversation_json(session)
 
 
 @bp.get("/conversations")

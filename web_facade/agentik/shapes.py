@@ -70,6 +70,7 @@ def conversation_json(session: pb.Session) -> dict[str, Any]:
         "active_run_id": session.active_run_id or None,
         "pending_interrupts": [interrupt_json(i) for i in session.pending_interrupts],
         "usage": usage_json(session.usage),
+        "webhook": {"url": session.webhook.url} if session.HasField("webhook") else None,
     }
 
 

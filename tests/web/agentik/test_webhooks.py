@@ -144,3 +144,55 @@ def test_failed_webhooks_are_listed_for_admins_and_forbidden_to_others(
     assert refused.get_json()["error"]["message"] == "only admins may list failed webhooks"
     bad = admin.call("GET", "/agentik/webhooks/failed?limit=0")
     assert bad.status_code == 400
+
+
+def test_a_conversation_default_webhook_tells_of_turns_that_name_none(
+    as_user: Callable[[str], ApiClient], own_llm: FakeOpenAI
+) -> None:
+    api = as_user("alice")
+    with Receiver() as default, Receiver() as own:
+        made = api.call("POST", "/agentik/conversations", json={"webhook": {"url": default.url}})
+        assert made.status_code == 201
+        conversation = made.get_json()["id"]
+        assert made.get_json()["webhook"] == {"url": default.url}
+        own_llm.enqueue(FakeReply(text="one"), FakeReply(text="two"))
+        StreamReader(send(api, conversation, {"text": "hi"})).read_until(has("end"))
+        assert json.loads(default.wait_for(1, WAIT)[0].body)["message"]["text"] == "one"
+        # A send that names its own webhook is told there instead.
+        StreamReader(
+            send(api, conversation, {"text": "again", "webhook": {"url": own.url}})
+        ).read_until(has("end"))
+        assert json.loads(own.wait_for(1, WAIT)[0].body)["message"]["text"] == "two"
+        assert len(default.received) == 1
+    patched = api.call("PATCH", f"/agentik/conversations/{conversation}", json={"webhook": None})
+    assert patched.status_code == 200 and patched.get_json()["webhook"] is None
+    read = api.call("GET", f"/agentik/conversations/{conversation}").get_json()
+    assert read["webhook"] is None
+
+
+def test_setting_a_default_webhook_is_checked_and_owner_scoped(
+    as_user: Callable[[str], ApiClient],
+) -> None:
+    alice = as_user("alice")
+    conversation = alice.new_conversation()
+    refused = alice.call(
+        "PATCH",
+        f"/agentik/conversations/{conversation}",
+        json={"webhook": {"url": "https://169.254.169.254/"}},
+    )
+    assert refused.status_code == 400
+    assert "cloud metadata address" in refused.get_json()["error"]["message"]
+    unknown = alice.call("PATCH", f"/agentik/conversations/{conversation}", json={"title": "x"})
+    assert unknown.status_code == 400
+    stranger = as_user("bob").call(
+        "PATCH",
+        f"/agentik/conversations/{conversation}",
+        json={"webhook": {"url": "https://hooks.example.com/"}},
+    )
+    assert stranger.status_code == 404
+    ok = alice.call(
+        "PATCH",
+        f"/agentik/conversations/{conversation}",
+        json={"webhook": {"url": "https://hooks.example.com/in"}},
+    )
+    assert ok.get_json()["webhook"] == {"url": "https://hooks.example.com/in"}

@@ -292,6 +292,7 @@ class Session(_message.Message):
     OWNER_FIELD_NUMBER: _builtins.int
     PENDING_INTERRUPTS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Session id; also the AG-UI thread id."""
     title: _builtins.str
@@ -329,6 +330,12 @@ class Session(_message.Message):
     def usage(self) -> Global___Usage:
         """Tokens used by all the session's finished runs, as the LLM reported them."""
 
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The conversation's default run webhook: a run that names none is told
+        here when it ends (docs/webhooks.md). Absent: none.
+        """
+
     def __init__(
         self,
         *,
@@ -343,10 +350,11 @@ class Session(_message.Message):
         owner: _builtins.str = ...,
         pending_interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
         usage: Global___Usage | None = ...,
+        webhook: Global___Webhook | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1738,19 +1746,25 @@ class CreateSessionRequest(_message.Message):
 
     TITLE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """Title; may be empty."""
     session_id: _builtins.str
     """Client-chosen id; generated when empty. ALREADY_EXISTS when taken."""
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The session's default run webhook (see Session.webhook)."""
+
     def __init__(
         self,
         *,
         title: _builtins.str = ...,
         session_id: _builtins.str = ...,
+        webhook: Global___Webhook | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "title", b"title", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2457,6 +2471,30 @@ class PushConfig(_message.Message):
 Global___PushConfig: _TypeAlias = PushConfig  # noqa: Y015
 
 @_typing.final
+class SetPushConfigRequest(_message.Message):
+    """SetPushConfig input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___PushConfig:
+        """The config to set."""
+
+    def __init__(
+        self,
+        *,
+        config: Global___PushConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetPushConfigRequest: _TypeAlias = SetPushConfigRequest  # noqa: Y015
+
+@_typing.final
 class GetPushConfigRequest(_message.Message):
     """GetPushConfig input."""
 
@@ -2570,3 +2608,31 @@ class DeletePushConfigResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeletePushConfigResponse: _TypeAlias = DeletePushConfigResponse  # noqa: Y015
+
+@_typing.final
+class SetSessionWebhookRequest(_message.Message):
+    """SetSessionWebhook input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Session id."""
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The default webhook; absent clears it."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        webhook: Global___Webhook | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["webhook", b"webhook"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "webhook", b"webhook"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSessionWebhookRequest: _TypeAlias = SetSessionWebhookRequest  # noqa: Y015

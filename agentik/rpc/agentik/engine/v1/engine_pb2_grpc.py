@@ -110,9 +110,14 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
                 _registered_method=True)
+        self.SetSessionWebhook = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/SetSessionWebhook',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetSessionWebhookRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+                _registered_method=True)
         self.SetPushConfig = channel.unary_unary(
                 '/agentik.engine.v1.AgentEngine/SetPushConfig',
-                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetPushConfigRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
                 _registered_method=True)
         self.GetPushConfig = channel.unary_unary(
@@ -275,6 +280,14 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetSessionWebhook(self, request, context):
+        """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+        the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetPushConfig(self, request, context):
         """Sets where the updates of a task (a run and the runs that resumed it: an
         A2A task) are pushed, replacing the task's config of the same id (an id is
@@ -386,9 +399,14 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.SerializeToString,
             ),
+            'SetSessionWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSessionWebhook,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetSessionWebhookRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
+            ),
             'SetPushConfig': grpc.unary_unary_rpc_method_handler(
                     servicer.SetPushConfig,
-                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetPushConfigRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
             ),
             'GetPushConfig': grpc.unary_unary_rpc_method_handler(
@@ -824,6 +842,33 @@ class AgentEngine:
             _registered_method=True)
 
     @staticmethod
+    def SetSessionWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/SetSessionWebhook',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.SetSessionWebhookRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def SetPushConfig(request,
             target,
             options=(),
@@ -838,7 +883,7 @@ class AgentEngine:
             request,
             target,
             '/agentik.engine.v1.AgentEngine/SetPushConfig',
-            agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.SetPushConfigRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
             options,
             channel_credentials,

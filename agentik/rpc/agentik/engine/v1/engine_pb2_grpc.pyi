@@ -128,7 +128,11 @@ class AgentEngineStub:
     first), kept for admins to see. PERMISSION_DENIED for a caller who is not
     an admin (with authentication off, everyone is).
     """
-    SetPushConfig: _grpc.UnaryUnaryMultiCallable[_engine_pb2.PushConfig, _engine_pb2.PushConfig]
+    SetSessionWebhook: _grpc.UnaryUnaryMultiCallable[_engine_pb2.SetSessionWebhookRequest, _engine_pb2.Session]
+    """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+    the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+    """
+    SetPushConfig: _grpc.UnaryUnaryMultiCallable[_engine_pb2.SetPushConfigRequest, _engine_pb2.PushConfig]
     """Sets where the updates of a task (a run and the runs that resumed it: an
     A2A task) are pushed, replacing the task's config of the same id (an id is
     made when empty). The task is NOT_FOUND when the caller cannot see its run;
@@ -222,7 +226,11 @@ class AgentEngineAsyncStub(AgentEngineStub):
     first), kept for admins to see. PERMISSION_DENIED for a caller who is not
     an admin (with authentication off, everyone is).
     """
-    SetPushConfig: _aio.UnaryUnaryMultiCallable[_engine_pb2.PushConfig, _engine_pb2.PushConfig]  # type: ignore[assignment]
+    SetSessionWebhook: _aio.UnaryUnaryMultiCallable[_engine_pb2.SetSessionWebhookRequest, _engine_pb2.Session]  # type: ignore[assignment]
+    """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+    the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+    """
+    SetPushConfig: _aio.UnaryUnaryMultiCallable[_engine_pb2.SetPushConfigRequest, _engine_pb2.PushConfig]  # type: ignore[assignment]
     """Sets where the updates of a task (a run and the runs that resumed it: an
     A2A task) are pushed, replacing the task's config of the same id (an id is
     made when empty). The task is NOT_FOUND when the caller cannot see its run;
@@ -405,9 +413,19 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def SetSessionWebhook(
+        self,
+        request: _engine_pb2.SetSessionWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.Session, _abc.Awaitable[_engine_pb2.Session]]:
+        """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+        the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+        """
+
+    @_abc_1.abstractmethod
     def SetPushConfig(
         self,
-        request: _engine_pb2.PushConfig,
+        request: _engine_pb2.SetPushConfigRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_engine_pb2.PushConfig, _abc.Awaitable[_engine_pb2.PushConfig]]:
         """Sets where the updates of a task (a run and the runs that resumed it: an

@@ -276,7 +276,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def prune_events(self, before: datetime) -> int:
-        """Delete events older than ``before`` (retention); returns how many went."""
+        """Delete events older than ``before`` (retention); returns how many went. Delivered
+        webhook deliveries made before ``before`` go too (not counted); failed ones stay."""
 
     @abc.abstractmethod
     async def running_runs(self) -> list[RunRecord]:

@@ -529,6 +529,13 @@ class MemorySessionStore(SessionStore):
             kept = [row for row in entry.events if row[1] >= cutoff]
             gone += len(entry.events) - len(kept)
             entry.events = kept
+        done = [
+            key
+            for key, (d, _, _) in self._deliveries.items()
+            if d.status is DeliveryStatus.DELIVERED and (d.updated_at or d.created_at) < before
+        ]
+        for key in done:
+            del self._deliveries[key]
         return gone
 
     async def running_runs(self) -> list[RunRecord]:

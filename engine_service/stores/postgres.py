@@ -1334,7 +1334,12 @@ class PostgresSessionStore(SessionStore):
 
         async def work(conn: _Conn) -> int:
             cursor = await conn.execute("DELETE FROM events WHERE time < %s", (before.timestamp(),))
-            return cursor.rowcount
+            gone = cursor.rowcount
+            await conn.execute(
+                "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < %s",
+                (_utc(before, "before"),),
+            )
+            return gone
 
         return await self._write(work)
 

@@ -1151,7 +1151,12 @@ class SqliteSessionStore(SessionStore):
         _iso(before, "before")
         with self._tx() as conn:
             cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
-            return cursor.rowcount
+            gone = cursor.rowcount
+            conn.execute(
+                "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < ?",
+                (_iso(before, "before"),),
+            )
+            return gone
 
     @_off_loop
     def running_runs(self) -> list[RunRecord]:

@@ -144,3 +144,21 @@ async def test_push_configs_are_kept_per_task_bounded_and_go_with_their_session(
     assert await store.push_configs("t1") == []
     with pytest.raises(SessionNotFound):
         await store.add_push_config(push("x"), 2)
+
+
+async def test_retention_prunes_delivered_deliveries_and_keeps_failed_ones(
+    store: SessionStore,
+) -> None:
+    for name in ("done", "failed", "pending"):
+        await store.add_delivery(delivery(name))
+    claimed = {d.id: d for d in await store.claim_deliveries("r", at(1), at(9), 0)}
+    claimed["done"].status = DeliveryStatus.DELIVERED
+    claimed["failed"].status = DeliveryStatus.FAILED
+    for name in ("done", "failed"):
+        await store.settle_delivery(claimed[name], at(2))
+    await store.prune_events(at(1))  # before they were settled: nothing goes
+    assert await store.get_delivery("done") is not None
+    await store.prune_events(at(3))
+    assert await store.get_delivery("done") is None
+    assert await store.get_delivery("failed") is not None
+    assert await store.get_delivery("pending") is not None

@@ -180,13 +180,15 @@ class DeliveryWorker:
 
     async def _serve(self) -> None:
         while True:
+            # Cleared before the look, not after: a delivery added while this one runs
+            # leaves the event set, and the next look comes at once.
+            self._wake.clear()
             try:
                 made = await self.tick()
             except StorageUnavailable as exc:
                 log.warning("webhook deliveries wait for the store: %s", exc.message)
                 made = 0
             if made < self.batch:  # a full batch: more may be due at once
-                self._wake.clear()
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
 

@@ -48,7 +48,7 @@ def worker(store: SessionStore, replica: str = "r1", **kwargs: object) -> Delive
         WebhookSender(allow_private=True, timeout=2.0),
         replica=replica,
         policy=kwargs.pop("policy", FAST),  # type: ignore[arg-type]
-        poll_interval=0.02,
+        poll_interval=kwargs.pop("poll_interval", 0.02),  # type: ignore[arg-type]
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -185,3 +185,20 @@ async def test_two_replicas_on_postgresql_deliver_each_delivery_once(pg_url: str
         hook.stop()
         await a.close()
         await b.close()
+
+
+async def test_a_delivery_added_while_another_is_made_goes_at_once_not_at_the_next_poll() -> None:
+    store = MemorySessionStore()
+    hook = Receiver().start()
+    hook.delay = 0.1  # each answer comes late: the next delivery is added meanwhile
+    made = worker(store, poll_interval=30.0)
+    made.start()
+    try:
+        async with asyncio.timeout(5):  # one missed wake would wait the 30 s poll
+            for index in range(10):
+                # Added as soon as the previous one arrived: while it is being made.
+                await made.enqueue(owed(f"d{index}", hook.url))
+                await asyncio.to_thread(hook.wait_for, index + 1, 5)
+    finally:
+        await made.stop()
+        hook.stop()

@@ -25,6 +25,8 @@ class Receiver:
         self.received: list[Received] = []
         self.status = 200
         self.location = ""
+        self.delay = 0.0
+        """Seconds to wait, after recording a request, before answering it."""
         self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
@@ -48,6 +50,7 @@ class Receiver:
                     receiver.received.append(
                         Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                     )
+                time.sleep(receiver.delay)
                 self.send_response(receiver.status)
                 if receiver.location:
                     self.send_header("Location", receiver.location)

@@ -389,6 +389,7 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
         messages_snapshot=request.messages_snapshot,
         resume=[_resume_from_pb(e, f"resume[{i}]") for i, e in enumerate(request.resume)],
         webhook_url=request.webhook.url if request.HasField("webhook") else "",
+        push_configs=[push_config_from_pb(c) for c in request.push_configs],
     )
 
 

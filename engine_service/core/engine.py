@@ -341,6 +341,12 @@ class Engine(Records):
         incoming = check_input(run_input, self.limits.run, self.tools.get)
         if run_input.webhook_url:
             self._check_webhook(run_input.webhook_url)
+        if run_input.push_configs:
+            if self.push is None:
+                raise InvalidInput("push notifications are not available on this engine")
+            if len(run_input.push_configs) > self.push.limit:
+                raise InvalidInput(f"a run brings at most {self.push.limit} push configs")
+            run_input.push_configs = [self.push.checked(c) for c in run_input.push_configs]
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
@@ -372,6 +378,9 @@ class Engine(Records):
             )
         )
         try:
+            if self.push is not None:
+                for config in run_input.push_configs:
+                    await self.push.set_for_run(session_id, run_input.run_id, config)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.

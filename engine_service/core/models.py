@@ -9,7 +9,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from engine_service.core.deliveries import PushConfig
 
 __all__ = [
     "ClientTool",
@@ -251,3 +254,5 @@ class RunInput:
     resume: list[ResumeEntry] = field(default_factory=list)
     webhook_url: str = ""
     """Where to POST the run's outcome when it ends (``core.run_webhooks``); empty: nowhere."""
+    push_configs: list[PushConfig] = field(default_factory=list)
+    """Push configs of the run's task, stored as the run begins (A2A)."""

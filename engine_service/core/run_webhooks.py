@@ -151,6 +151,20 @@ class PushConfigs:
 
     async def set(self, caller: Caller, config: PushConfig) -> PushConfig:
         session_id = await self._task_session(caller, config.task_id)
+        return await self.store.add_push_config(
+            replace(self.checked(config), session_id=session_id), self.limit
+        )
+
+    async def set_for_run(self, session_id: str, run_id: str, config: PushConfig) -> None:
+        """Store a config a run brought (``checked`` before the run began): its task is
+        the run or a run of the same session."""
+        if config.task_id != run_id:
+            await self.store.get_run(session_id, config.task_id)  # RunNotFound otherwise
+        await self.store.add_push_config(replace(config, session_id=session_id), self.limit)
+
+    def checked(self, config: PushConfig) -> PushConfig:
+        """``config`` with an id, checked; ``InvalidInput`` naming what is wrong."""
+        check_id(config.task_id, "task_id")
         if config.id:
             check_id(config.id, "id")
         else:
@@ -171,17 +185,7 @@ class PushConfigs:
             raise InvalidInput("authentication.scheme must be a word such as Bearer or Basic")
         if config.auth_credentials and not config.auth_scheme:
             raise InvalidInput("authentication.credentials need authentication.scheme")
-        stored = PushConfig(
-            config.id,
-            config.task_id,
-            session_id,
-            config.url,
-            datetime.now(UTC),
-            config.token,
-            config.auth_scheme,
-            config.auth_credentials,
-        )
-        return await self.store.add_push_config(stored, self.limit)
+        return replace(config, created_at=datetime.now(UTC))
 
     async def get(self, caller: Caller, task_id: str, config_id: str) -> PushConfig:
         await self._task_session(caller, task_id)

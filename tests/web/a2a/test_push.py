@@ -48,12 +48,17 @@ def push_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @asynccontextmanager
 async def client_of(
-    stack: Stack, principal: str, *, streaming: bool = False
+    stack: Stack,
+    principal: str,
+    *,
+    streaming: bool = False,
+    push: TaskPushNotificationConfig | None = None,
 ) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {TOKENS[principal]}"}
     async with httpx.AsyncClient(timeout=WAIT, headers=headers) as http:
         card = await A2ACardResolver(http, stack.base_url).get_agent_card()
-        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+        config = ClientConfig(streaming=streaming, httpx_client=http, push_notification_config=push)
+        client = ClientFactory(config).create(card)
         try:
             yield client
         finally:
@@ -165,3 +170,31 @@ async def test_every_update_of_a_task_is_pushed_with_token_and_authentication(
         assert request.headers["authorization"] == "Bearer receiver-secret"
         assert request.headers["webhook-id"].startswith("push_")
     assert len({r.headers["webhook-id"] for r in got}) == len(got)
+
+
+async def test_a_config_sent_with_the_message_gets_every_update_from_the_start(
+    push_stack: Stack, llm: FakeOpenAI
+) -> None:
+    llm.enqueue(FakeReply(text="Told from the start."))
+    with Receiver() as hook:
+        push = TaskPushNotificationConfig(url=hook.url, token="from-the-message")
+        async with client_of(push_stack, "alice", push=push) as alice:
+            task = await one_task(alice, user_message("hello"))
+            got = await asyncio.to_thread(hook.wait_for, 3, WAIT)
+            listed = await alice.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+    updates = [json_format.Parse(r.body, StreamResponse()) for r in got]
+    kinds = sorted(u.WhichOneof("payload") for u in updates)
+    assert kinds == ["artifact_update", "status_update", "status_update"]
+    states = {u.status_update.status.state for u in updates if u.HasField("status_update")}
+    assert states == {TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED}
+    assert all(u.WhichOneof("payload") and _task_of(u) == task.id for u in updates)
+    assert {r.headers["x-a2a-notification-token"] for r in got} == {"from-the-message"}
+    assert [c.url for c in listed.configs] == [hook.url]
+
+
+def _task_of(update: StreamResponse) -> str:
+    if update.HasField("status_update"):
+        return update.status_update.task_id
+    return update.artifact_update.task_id

@@ -621,6 +621,7 @@ class RunRequest(_message.Message):
     MESSAGES_SNAPSHOT_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
     WEBHOOK_FIELD_NUMBER: _builtins.int
+    PUSH_CONFIGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id (AG-UI threadId). Required."""
     run_id: _builtins.str
@@ -676,6 +677,14 @@ class RunRequest(_message.Message):
         the SSRF guard refuses outright is INVALID_ARGUMENT, naming why.
         """
 
+    @_builtins.property
+    def push_configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PushConfig]:
+        """Push configs of the run's task, set as the run begins, before anything of it
+        is pushed (A2A's SendMessageConfiguration.taskPushNotificationConfig):
+        each `task_id` is the run's id or the id of a run of the session that this
+        run continues. Checked as SetPushConfig checks them.
+        """
+
     def __init__(
         self,
         *,
@@ -693,10 +702,11 @@ class RunRequest(_message.Message):
         messages_snapshot: _builtins.bool = ...,
         resume: _abc.Iterable[Global___ResumeEntry] | None = ...,
         webhook: Global___Webhook | None = ...,
+        push_configs: _abc.Iterable[Global___PushConfig] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "push_configs", b"push_configs", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -719,3 +719,23 @@ def test_the_grpc_request_limit_follows_the_body_limit_and_the_discard_bound_def
     raised = load_settings(None, {"AGENTIK_MAX_BODY_BYTES": str(8 << 20)})
     assert raised.request_message_bytes == 16 << 20
     assert raised.discard_body_bytes == 16 << 20
+
+
+def test_the_webhooks_table_reads_env_and_a_bad_secret_is_named_hidden() -> None:
+    settings = load_settings(
+        None,
+        {
+            "AGENTIK_WEBHOOKS_ALLOW_PRIVATE": "true",
+            "AGENTIK_WEBHOOKS_MAX_ATTEMPTS": "3",
+            "AGENTIK_WEBHOOKS_BASE_DELAY": "0.5",
+            "AGENTIK_WEBHOOK_SECRET": "whsec_c2VjcmV0",
+        },
+    )
+    hooks = settings.webhooks
+    assert (hooks.allow_private, hooks.max_attempts, hooks.base_delay) == (True, 3, 0.5)
+    assert hooks.secret == "whsec_c2VjcmV0" and "c2VjcmV0" not in repr(settings)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"AGENTIK_WEBHOOK_SECRET": "whsec_not base64!"})
+    assert "webhook_secret" in str(refused.value) and "not base64!" not in str(refused.value)
+    with pytest.raises(ConfigError, match="webhooks_max_attempts"):
+        load_settings(None, {"AGENTIK_WEBHOOKS_MAX_ATTEMPTS": "0"})

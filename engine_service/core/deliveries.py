@@ -159,6 +159,7 @@ class DeliveryWorker:
         self._on_attempt = on_attempt
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._waiting_for_store = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._serve())
@@ -185,8 +186,13 @@ class DeliveryWorker:
             self._wake.clear()
             try:
                 made = await self.tick()
+                if self._waiting_for_store:
+                    self._waiting_for_store = False
+                    log.info("webhook deliveries go on: the store answers again")
             except StorageUnavailable as exc:
-                log.warning("webhook deliveries wait for the store: %s", exc.message)
+                if not self._waiting_for_store:  # once per outage, not once per poll
+                    self._waiting_for_store = True
+                    log.warning("webhook deliveries wait for the store: %s", exc.message)
                 made = 0
             if made < self.batch:  # a full batch: more may be due at once
                 with suppress(TimeoutError):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from engine_service.core.deliveries import (
     RetryPolicy,
     SendResult,
 )
+from engine_service.core.errors import StorageUnavailable
 from engine_service.core.store import SessionStore
 from engine_service.stores import MemorySessionStore, SqliteSessionStore
 from engine_service.stores.postgres import PostgresSessionStore
@@ -202,3 +204,39 @@ async def test_a_delivery_added_while_another_is_made_goes_at_once_not_at_the_ne
     finally:
         await made.stop()
         hook.stop()
+
+
+class FailingClaims(MemorySessionStore):
+    """A store whose claims fail while ``down`` (a full disk, a lost database)."""
+
+    down = True
+
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        if self.down:
+            raise StorageUnavailable("storage unavailable: the disk is full")
+        return await super().claim_deliveries(replica, now, until, limit)
+
+
+async def test_a_store_outage_is_logged_once_and_deliveries_go_on_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="engine_service.core.deliveries")
+    store = FailingClaims()
+    hook = Receiver().start()
+    made = worker(store)
+    made.start()
+    try:
+        await store.add_delivery(owed("d1", hook.url))
+        await asyncio.sleep(0.3)  # about 15 polls while the store is down
+        store.down = False
+        await asyncio.to_thread(hook.wait_for, 1, 5)
+    finally:
+        await made.stop()
+        hook.stop()
+    said = [r.getMessage() for r in caplog.records if "webhook deliveries" in r.getMessage()]
+    assert said == [
+        "webhook deliveries wait for the store: storage unavailable: the disk is full",
+        "webhook deliveries go on: the store answers again",
+    ]

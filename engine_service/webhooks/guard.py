@@ -115,6 +115,11 @@ def check_url(url: str, *, allow_private: bool) -> Target:
     host = parts.hostname or ""
     if not host:
         raise WebhookRefused("the webhook URL names no host")
+    if not host.isascii():  # an internationalised name: its ASCII (IDNA) form goes on the wire
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise WebhookRefused("the webhook URL's host is not a valid name") from None
     try:
         literal: IPAddress | None = ipaddress.ip_address(host)
     except ValueError:

@@ -96,3 +96,11 @@ async def test_public_addresses_pass_and_a_name_that_does_not_resolve_is_named()
     gone = check_url("https://gone.example.com/in", allow_private=False)
     with pytest.raises(WebhookRefused, match=r"'gone\.example\.com' does not resolve"):
         await resolve_checked(gone, allow_private=False, resolver=resolver)
+
+
+def test_an_internationalised_name_goes_on_in_its_ascii_form() -> None:
+    assert check_url("https://bücher.example/in", allow_private=False).host == (
+        "xn--bcher-kva.example"
+    )
+    with pytest.raises(WebhookRefused, match="not a valid name"):
+        check_url("https://" + "ü" * 70 + ".example/", allow_private=False)

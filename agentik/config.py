@@ -152,6 +152,19 @@ def _secret(raw: object, from_env: bool) -> object:
     return _text(raw) or None
 
 
+def _webhook_secret(raw: object, from_env: bool) -> object:
+    text = _secret(raw, from_env)
+    if isinstance(text, str) and text.startswith("whsec_"):
+        import base64
+        import binascii
+
+        try:
+            base64.b64decode(text[len("whsec_") :], validate=True)
+        except binascii.Error:
+            raise _Invalid("a secret starting with whsec_ must be base64 after it") from None
+    return text or ""
+
+
 def _http_url(raw: object, from_env: bool) -> object:
     if not (value := _text(raw)):
         return None
@@ -785,6 +798,42 @@ class McpSettings:
     servers: tuple[McpServerConfig, ...] = table(_mcp_servers, flat="mcp_servers")
 
 
+@dataclass(frozen=True, slots=True)
+class WebhooksSettings:
+    """``[webhooks]``: outgoing webhooks (run webhooks, A2A push) and their delivery
+    (docs/webhooks.md)."""
+
+    secret: str = setting(
+        "", "AGENTIK_WEBHOOK_SECRET", _webhook_secret, flat="webhook_secret", secret=True
+    )
+    """The key every webhook is signed with (Standard Webhooks); ``whsec_<base64>`` is
+    base64-decoded; empty: requests go unsigned."""
+    allow_private: bool = setting(
+        False, "AGENTIK_WEBHOOKS_ALLOW_PRIVATE", _boolean, flat="webhooks_allow_private"
+    )
+    """Allow plain http and loopback, private and link-local addresses (tests, private
+    networks); off: https to public addresses only."""
+    max_attempts: int = setting(
+        8, "AGENTIK_WEBHOOKS_MAX_ATTEMPTS", _POSITIVE, flat="webhooks_max_attempts"
+    )
+    """Attempts per delivery before it is kept as failed."""
+    base_delay: float = setting(
+        30.0, "AGENTIK_WEBHOOKS_BASE_DELAY", _SECONDS, flat="webhooks_base_delay"
+    )
+    """Seconds before the first retry; each next one waits about twice as long (with
+    jitter): 8 attempts span about an hour."""
+    timeout: float = setting(10.0, "AGENTIK_WEBHOOKS_TIMEOUT", _SECONDS, flat="webhooks_timeout")
+    """Seconds one attempt may take, connecting and reading the answer's head together."""
+    poll_interval: float = setting(
+        1.0, "AGENTIK_WEBHOOKS_POLL_INTERVAL", _SECONDS, flat="webhooks_poll_interval"
+    )
+    """Seconds between looks for due deliveries when none was due."""
+    max_push_configs: int = setting(
+        10, "AGENTIK_WEBHOOKS_MAX_PUSH_CONFIGS", _POSITIVE, flat="webhooks_max_push_configs"
+    )
+    """A2A push notification configs one task may hold."""
+
+
 _TABLES: dict[str, type[Any]] = {
     "engine": EngineSettings,
     "llm": LlmSettings,
@@ -794,6 +843,7 @@ _TABLES: dict[str, type[Any]] = {
     "a2a": A2aSettings,
     "auth": AuthSettings,
     "mcp": McpSettings,
+    "webhooks": WebhooksSettings,
 }
 
 
@@ -845,6 +895,7 @@ class Settings:
     a2a: A2aSettings
     auth: AuthSettings
     mcp: McpSettings
+    webhooks: WebhooksSettings
 
     def __init__(self, **values: Any) -> None:
         tables = {name: values.pop(name, None) or model() for name, model in _TABLES.items()}

@@ -12,6 +12,7 @@ from agentik.config import ConfigError, Settings
 from engine_service import otel_tracer
 from engine_service.core.chat import ChatModel
 from engine_service.core.context import ContextLimits, default_window
+from engine_service.core.deliveries import Delivery, DeliveryWorker, RetryPolicy, SendResult
 from engine_service.core.engine import Engine
 from engine_service.core.hitl import AskUserTool
 from engine_service.core.limits import EngineLimits, RunLimits
@@ -26,6 +27,7 @@ from engine_service.tools.mcp.sources import McpToolSources
 
 __all__ = [
     "build_a2a_agents",
+    "build_delivery_worker",
     "build_engine",
     "build_mcp_sources",
     "build_model",
@@ -75,6 +77,30 @@ def build_tools(settings: Settings) -> ToolRegistry:
                 f"{registry.source_of(agent.name)} tool of that name: rename the agent"
             )
     return registry
+
+
+def build_delivery_worker(
+    settings: Settings,
+    engine: Engine,
+    on_attempt: Callable[[Delivery, SendResult], None] | None = None,
+) -> DeliveryWorker:
+    """The worker that makes this engine's share of the webhook deliveries, over HTTP."""
+    from engine_service.webhooks.sender import WebhookSender
+
+    hooks = settings.webhooks
+    sender = WebhookSender(
+        secret=hooks.secret, allow_private=hooks.allow_private, timeout=hooks.timeout
+    )
+    return DeliveryWorker(
+        engine.store,
+        sender,
+        replica=engine.replica,
+        policy=RetryPolicy(hooks.max_attempts, hooks.base_delay),
+        poll_interval=hooks.poll_interval,
+        # Longer than an attempt can take: a claimed delivery is never made twice at once.
+        lease_seconds=max(5.0, 3 * hooks.timeout),
+        on_attempt=on_attempt,
+    )
 
 
 def build_mcp_sources(settings: Settings, registry: ToolRegistry) -> McpToolSources:

@@ -16,6 +16,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core import events as ev
+from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import InvalidInput
 from engine_service.core.hitl import RESPONSE_SCHEMAS
 from engine_service.core.models import (
@@ -50,6 +51,9 @@ __all__ = [
     "run_to_pb",
     "session_to_pb",
     "timestamp",
+    "failed_webhook_to_pb",
+    "push_config_from_pb",
+    "push_config_to_pb",
 ]
 
 ROLE_TO_PB = {
@@ -174,6 +178,8 @@ def session_to_pb(session: Session) -> pb.Session:
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))
+    if session.webhook_url:
+        out.webhook.url = session.webhook_url
     return out
 
 
@@ -382,7 +388,48 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
         parent_run_id=request.parent_run_id,
         messages_snapshot=request.messages_snapshot,
         resume=[_resume_from_pb(e, f"resume[{i}]") for i, e in enumerate(request.resume)],
+        webhook_url=request.webhook.url if request.HasField("webhook") else "",
+        push_configs=[push_config_from_pb(c) for c in request.push_configs],
     )
+
+
+def push_config_to_pb(config: PushConfig) -> pb.PushConfig:
+    return pb.PushConfig(
+        id=config.id,
+        task_id=config.task_id,
+        url=config.url,
+        token=config.token,
+        auth_scheme=config.auth_scheme,
+        auth_credentials=config.auth_credentials,
+    )
+
+
+def push_config_from_pb(config: pb.PushConfig) -> PushConfig:
+    """The request's config; its session and time are the engine's to fill."""
+    return PushConfig(
+        config.id,
+        config.task_id,
+        "",
+        config.url,
+        datetime.now(UTC),
+        config.token,
+        config.auth_scheme,
+        config.auth_credentials,
+    )
+
+
+def failed_webhook_to_pb(delivery: Delivery) -> pb.FailedWebhook:
+    out = pb.FailedWebhook(
+        id=delivery.id,
+        kind=delivery.kind,
+        url=delivery.url,
+        attempts=delivery.attempts,
+        last_error=delivery.last_error,
+        create_time=timestamp(delivery.created_at),
+    )
+    if delivery.updated_at is not None:
+        out.fail_time.CopyFrom(timestamp(delivery.updated_at))
+    return out
 
 
 RESUME_STATUS_FROM_PB = {

@@ -115,6 +115,13 @@ class EngineMetrics:
         self.streams_open = Gauge(
             "agentik_grpc_streams_open", "Server streams open, by method.", ["method"], registry=r
         )
+        self.webhook_attempts = Counter(
+            "agentik_webhook_attempts",
+            "Webhook delivery attempts, by kind (run, a2a) and outcome (delivered, retry,"
+            " failed: the delivery gave up and is kept for admins).",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.runs_finished.labels("success")  # the usual series exist from the start
         self.model = model
         for direction in ("input", "output", "cached"):
@@ -146,6 +153,10 @@ class EngineMetrics:
             self.registry.register(
                 _SourceStatus("agentik_a2a_agent_up", help_text, "agent", agents)
             )
+
+    def webhook_attempt(self, kind: str, outcome: str) -> None:
+        """Count one delivery attempt (``outcome``: delivered, retry or failed)."""
+        self.webhook_attempts.labels(kind, outcome).inc()
 
     # -- RunObserver ----------------------------------------------------------------
 

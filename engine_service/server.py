@@ -37,12 +37,16 @@ from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
-from engine_service.build import build_a2a_agents, build_mcp_sources
+from engine_service.build import build_a2a_agents, build_delivery_worker, build_mcp_sources
+from engine_service.core.deliveries import Delivery, DeliveryStatus, SendResult
 from engine_service.core.engine import Engine
+from engine_service.core.errors import InvalidInput
 from engine_service.core.hitl import ASK_USER, needs_approval
+from engine_service.core.run_webhooks import PushConfigs, RunWebhooks
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
+from engine_service.webhooks.a2a_push import A2aPush
 from engine_service.workers import redact_store
 
 __all__ = ["LLM_METADATA", "METRICS_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
@@ -152,6 +156,11 @@ class EngineServer:
         self.health = _Health(self._health_metadata)
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
+        self.deliveries = build_delivery_worker(settings, engine, self._webhook_attempt)
+        check = _guard(settings)
+        pushers = [A2aPush(engine.store, self.deliveries)]
+        engine.notices.webhooks = RunWebhooks(self.deliveries, check, pushers)
+        engine.notices.push = PushConfigs(engine.store, check, settings.webhooks.max_push_configs)
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
@@ -200,6 +209,14 @@ class EngineServer:
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
         )
 
+    def _webhook_attempt(self, delivery: Delivery, result: SendResult) -> None:
+        if self.metrics is None:
+            return
+        outcome = "delivered" if result.ok else "retry"
+        if delivery.status is DeliveryStatus.FAILED:
+            outcome = "failed"
+        self.metrics.webhook_attempt(delivery.kind, outcome)
+
     def _health_metadata(self) -> tuple[tuple[str, str], ...]:
         said: tuple[tuple[str, str], ...] = ((LLM_METADATA, self.llm.state),)
         if self.metrics_port:
@@ -230,6 +247,7 @@ class EngineServer:
         self.mcp.start()
         self.a2a.start()
         self.llm.start()
+        self.deliveries.start()
         await self._set_health(self.engine.storage_ok)
         return self.port
 
@@ -249,12 +267,29 @@ class EngineServer:
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
         await self.engine.shutdown(self.settings.engine.shutdown_grace)
-        await asyncio.gather(self.mcp.stop(), self.a2a.stop(), self.llm.stop())
+        await asyncio.gather(
+            self.mcp.stop(), self.a2a.stop(), self.llm.stop(), self.deliveries.stop()
+        )
         await self.server.stop(grace=1.0)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
         await self.engine.store.close()
+
+
+def _guard(settings: Settings) -> Callable[[str], None]:
+    """The SSRF guard's check of a webhook URL as a run asks for it, in the core's words."""
+    from engine_service.webhooks.guard import WebhookRefused, check_url
+
+    allow_private = settings.webhooks.allow_private
+
+    def check(url: str) -> None:
+        try:
+            check_url(url, allow_private=allow_private)
+        except WebhookRefused as exc:
+            raise InvalidInput(str(exc)) from None
+
+    return check
 
 
 def _redacted(url: str) -> str:

@@ -21,14 +21,18 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
 from engine_service.convert import (
     event_to_pb,
+    failed_webhook_to_pb,
     message_to_pb,
+    push_config_from_pb,
+    push_config_to_pb,
     run_input_from_pb,
     run_to_pb,
     session_to_pb,
 )
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
-from engine_service.core.errors import AgentikError, BudgetExceeded, RateLimited
+from engine_service.core.errors import AgentikError, BudgetExceeded, InvalidInput, RateLimited
+from engine_service.core.run_webhooks import PushConfigs
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
 
@@ -157,7 +161,21 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         caller = await self._caller(context)
         session = await _mapped(
             context,
-            lambda: self.engine.create_session(caller, request.title, request.session_id),
+            lambda: self.engine.create_session(
+                caller, request.title, request.session_id, request.webhook.url
+            ),
+        )
+        return session_to_pb(session)
+
+    async def SetSessionWebhook(
+        self, request: pb.SetSessionWebhookRequest, context: Context
+    ) -> pb.Session:
+        caller = await self._caller(context)
+        session = await _mapped(
+            context,
+            lambda: self.engine.set_session_webhook(
+                caller, request.session_id, request.webhook.url
+            ),
         )
         return session_to_pb(session)
 
@@ -255,6 +273,55 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             total=total,
             runs_read=runs_read,
         )
+
+    async def ListFailedWebhooks(
+        self, request: pb.ListFailedWebhooksRequest, context: Context
+    ) -> pb.ListFailedWebhooksResponse:
+        caller = await self._caller(context)
+        failed, total = await _mapped(
+            context,
+            lambda: self.engine.list_failed_webhooks(caller, request.offset, request.limit),
+        )
+        return pb.ListFailedWebhooksResponse(
+            webhooks=[failed_webhook_to_pb(d) for d in failed], total=total
+        )
+
+    def _push(self) -> PushConfigs:
+        if self.engine.notices.push is None:  # the server always sets it; a bare engine has none
+            raise InvalidInput("push notifications are not available on this engine")
+        return self.engine.notices.push
+
+    async def SetPushConfig(
+        self, request: pb.SetPushConfigRequest, context: Context
+    ) -> pb.PushConfig:
+        caller = await self._caller(context)
+        config = await _mapped(
+            context, lambda: self._push().set(caller, push_config_from_pb(request.config))
+        )
+        return push_config_to_pb(config)
+
+    async def GetPushConfig(
+        self, request: pb.GetPushConfigRequest, context: Context
+    ) -> pb.PushConfig:
+        caller = await self._caller(context)
+        config = await _mapped(
+            context, lambda: self._push().get(caller, request.task_id, request.id)
+        )
+        return push_config_to_pb(config)
+
+    async def ListPushConfigs(
+        self, request: pb.ListPushConfigsRequest, context: Context
+    ) -> pb.ListPushConfigsResponse:
+        caller = await self._caller(context)
+        configs = await _mapped(context, lambda: self._push().list(caller, request.task_id))
+        return pb.ListPushConfigsResponse(configs=[push_config_to_pb(c) for c in configs])
+
+    async def DeletePushConfig(
+        self, request: pb.DeletePushConfigRequest, context: Context
+    ) -> pb.DeletePushConfigResponse:
+        caller = await self._caller(context)
+        await _mapped(context, lambda: self._push().delete(caller, request.task_id, request.id))
+        return pb.DeletePushConfigResponse()
 
     async def Authenticate(
         self, request: pb.AuthenticateRequest, context: Context

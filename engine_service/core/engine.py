@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from engine_service.core import events as ev
-from engine_service.core.bounds import bound_message, bound_session
+from engine_service.core.bounds import bound_message
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
 from engine_service.core.chat import ChatModel
@@ -45,7 +45,6 @@ from engine_service.core.errors import (
     StorageUnavailable,
 )
 from engine_service.core.follow import Hubs
-from engine_service.core.fork import fork_session
 from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
 from engine_service.core.hitl import Decision, admit
@@ -59,14 +58,13 @@ from engine_service.core.models import (
     ReconcileMode,
     RunInput,
     RunStatus,
-    Session,
 )
+from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
-from engine_service.core.records import Records
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.sessions import Sessions
 from engine_service.core.store import SessionStore, Signal, SignalKind
-from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Run
@@ -85,7 +83,7 @@ class RunHandle:
     after_seq: int
 
 
-class Engine(Records):
+class Engine(Sessions):
     """Sessions, runs, stops and subscriptions over a store, a model and tools (the read
     side of sessions, messages and run records is ``core.records``)."""
 
@@ -127,6 +125,8 @@ class Engine(Records):
             accepting=lambda: self._accepting,
         )
         self.replica = new_replica_id()
+        self.notices = Notices()
+        """Run webhooks and A2A push (their ``webhooks`` and ``push`` set by the server)."""
         self._leases: LeaseKeeper | None = None
         if store.shared:
             self._leases = LeaseKeeper(
@@ -219,6 +219,7 @@ class Engine(Records):
             if pending:
                 self.stop_all()
                 await asyncio.wait(pending, timeout=5.0)
+        await self.notices.drain(5.0)
         if self._pruner is not None:
             self._pruner.cancel()
         if self._leases is not None:
@@ -247,36 +248,7 @@ class Engine(Records):
     def accepting(self) -> bool:
         return self._accepting
 
-    # -- sessions -----------------------------------------------------------------
-
-    async def create_session(
-        self, caller: Caller, title: str = "", session_id: str = ""
-    ) -> Session:
-        check_title(title)
-        if session_id:
-            check_id(session_id, "session_id")
-        return await self._writing(
-            self.store.create_session(
-                session_id or new_id(), title, utc_now(), owner=caller.principal
-            )
-        )
-
-    async def rename_session(self, caller: Caller, session_id: str, title: str) -> Session:
-        await self._session(caller, session_id)
-        check_title(title)
-        renamed = await self._writing(self.store.rename_session(session_id, title, utc_now()))
-        return bound_session(renamed, self._event_limit)
-
-    async def fork_session(
-        self, caller: Caller, session_id: str, up_to_message_id: str, new_session_id: str = ""
-    ) -> Session:
-        """A copy of the session up to a message, owned by ``caller`` (``core.fork``)."""
-        forked = await self._writing(
-            fork_session(
-                self.store, caller, session_id, up_to_message_id, new_session_id, utc_now()
-            )
-        )
-        return bound_session(forked, self._event_limit)
+    # -- sessions (created, renamed, forked: core.sessions) --------------------------
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:
         await self._session(caller, session_id)
@@ -308,14 +280,18 @@ class Engine(Records):
                 retry_after=1,
             )
         incoming = check_input(run_input, self.limits.run, self.tools.get)
+        self.notices.check_run(run_input)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
             await self._refuse_empty_history(caller, run_input)
         decisions: list[Decision] = []
 
+        resumed: list[str] = []
+
         def admit_run(pending: list[Interrupt]) -> None:
             decisions[:] = admit(pending, run_input.resume, utc_now())
+            resumed[:] = [pending[0].run_id] if pending and run_input.resume else []
 
         if session_id in self._unsettled:
             # Refused either way; but to anyone else it is not found, never "not stored yet".
@@ -336,6 +312,7 @@ class Engine(Records):
             )
         )
         try:
+            await self.notices.keep_push_configs(run_input)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.
@@ -354,6 +331,8 @@ class Engine(Records):
                 self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, utc_now())
             )
             raise
+        if not run_input.webhook_url:
+            run_input.webhook_url = begun.session.webhook_url  # the conversation's default
         hub = self._hubs.hub(begun.session)
         hub.begin(run_input.run_id, begun.session.last_seq, begun.session.reserved_seq)
         run = Run(
@@ -382,6 +361,7 @@ class Engine(Records):
         self._run_callers[session_id] = (caller.principal, begun.session.owner)
         self._runs_by_caller[caller.principal] += 1
         run.start()
+        self.notices.started(run, resumed[0] if resumed else "")
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
 
     def _run_done(self, run: Run) -> None:
@@ -391,6 +371,7 @@ class Engine(Records):
             self._runs_by_caller[principal] -= 1
             if self._runs_by_caller[principal] <= 0:
                 del self._runs_by_caller[principal]
+        self.notices.ended(run)
         hub = run.hub
         if run.lost_at:
             hub.drop_unstored(run.lost_at)

@@ -28,10 +28,12 @@ __all__ = [
     "AlreadyExists",
     "BudgetExceeded",
     "ContextTooLong",
+    "Forbidden",
     "InputRequired",
     "InvalidInput",
     "LLMError",
     "Overloaded",
+    "PushConfigNotFound",
     "RateLimited",
     "RunNotFound",
     "SessionBusy",
@@ -63,6 +65,12 @@ class ContextTooLong(InvalidInput):
     code = "context_too_long"
 
 
+class Forbidden(AgentikError):
+    """The caller is known but may not do this (an admin's call by someone who is not)."""
+
+    code = "forbidden"
+
+
 class SessionNotFound(AgentikError):
     code = "not_found"
 
@@ -77,6 +85,13 @@ class RunNotFound(AgentikError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} not found")
         self.run_id = run_id
+
+
+class PushConfigNotFound(AgentikError):
+    code = "not_found"
+
+    def __init__(self, task_id: str, config_id: str) -> None:
+        super().__init__(f"push notification config {config_id!r} of task {task_id!r} not found")
 
 
 class AlreadyExists(AgentikError):

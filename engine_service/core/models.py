@@ -9,7 +9,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from engine_service.core.deliveries import PushConfig
 
 __all__ = [
     "ClientTool",
@@ -183,6 +186,8 @@ class Session:
     output_tokens: int = 0
     cached_tokens: int = 0
     """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
+    webhook_url: str = ""
+    """The conversation's default run webhook: runs that name none are told here."""
 
 
 @dataclass(slots=True)
@@ -247,3 +252,7 @@ class RunInput:
     parent_run_id: str = ""
     messages_snapshot: bool = False
     resume: list[ResumeEntry] = field(default_factory=list)
+    webhook_url: str = ""
+    """Where to POST the run's outcome when it ends (``core.run_webhooks``); empty: nowhere."""
+    push_configs: list[PushConfig] = field(default_factory=list)
+    """Push configs of the run's task, stored as the run begins (A2A)."""

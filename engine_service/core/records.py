@@ -19,7 +19,8 @@ from engine_service.core.bounds import (
 )
 from engine_service.core.caller import Caller
 from engine_service.core.chains import MAX_LAST_MESSAGES, RunChain, fit_chains, page_chains
-from engine_service.core.errors import InvalidInput, RunNotFound, SessionNotFound
+from engine_service.core.deliveries import Delivery
+from engine_service.core.errors import Forbidden, InvalidInput, RunNotFound, SessionNotFound
 from engine_service.core.ids import check_id
 from engine_service.core.limits import EngineLimits
 from engine_service.core.models import Message, ReconcileMode, RunInput, RunRecord, Session
@@ -165,3 +166,15 @@ class Records:
             return fitted, total, len(page)
         first_left_out = chains[len(fitted)].runs[0].id
         return fitted, total, [run.id for run in page].index(first_left_out)
+
+    async def list_failed_webhooks(
+        self, caller: Caller, offset: int, limit: int
+    ) -> tuple[list[Delivery], int]:
+        """A page of the deliveries that gave up, newest first: for admins only."""
+        if not caller.admin:
+            raise Forbidden("only admins may list failed webhooks")
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        if limit < 0 or limit > 1000:
+            raise InvalidInput("limit must be between 1 and 1000")
+        return await self.store.failed_deliveries(offset, limit or 50)

@@ -16,9 +16,13 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import TYPE_CHECKING
 
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
+
+if TYPE_CHECKING:
+    from engine_service.core.deliveries import Delivery, PushConfig
 
 __all__ = ["Checkpoint", "Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
 
@@ -104,6 +108,10 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         """Set the title; returns the updated session."""
+
+    @abc.abstractmethod
+    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        """Set the session's default run webhook ("" clears it); the updated session."""
 
     @abc.abstractmethod
     async def delete_session(self, session_id: str) -> None:
@@ -313,7 +321,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def prune_events(self, before: datetime) -> int:
-        """Delete events older than ``before`` (retention); returns how many went."""
+        """Delete events older than ``before`` (retention); returns how many went. Delivered
+        webhook deliveries made before ``before`` go too (not counted); failed ones stay."""
 
     @abc.abstractmethod
     async def running_runs(self) -> list[RunRecord]:
@@ -346,6 +355,52 @@ class SessionStore(abc.ABC):
         """Take over RUNNING runs whose lease expired before ``now`` (their replica died):
         each is leased to ``replica`` until ``until`` and returned, to exactly one caller."""
         return []
+
+    # -- the delivery outbox (core.deliveries) ----------------------------------------
+
+    @abc.abstractmethod
+    async def add_delivery(self, delivery: Delivery) -> None:
+        """Store a delivery to make; one whose id is stored already is left as it is
+        (adding is idempotent)."""
+
+    @abc.abstractmethod
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        """Take up to ``limit`` PENDING deliveries due by ``now`` whose lease (if any)
+        expired, oldest due first, leasing each to ``replica`` until ``until``: with
+        several engines on one store each is handed to exactly one caller."""
+
+    @abc.abstractmethod
+    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        """Store the outcome of an attempt: ``delivery``'s status, attempts, next attempt
+        time and last error; its lease ends."""
+
+    @abc.abstractmethod
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        """One delivery by id; None when there is none."""
+
+    @abc.abstractmethod
+    async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        """A page of FAILED deliveries, most recent first, and their total."""
+
+    @abc.abstractmethod
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        """Store a task's push config, replacing the task's config of the same id;
+        ``InvalidInput`` when the task holds ``limit`` others already. Deleted with the
+        session."""
+
+    @abc.abstractmethod
+    async def push_configs(self, task_id: str) -> list[PushConfig]:
+        """A task's push configs, oldest first."""
+
+    @abc.abstractmethod
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        """The push configs of every task of a session, oldest first."""
+
+    @abc.abstractmethod
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        """Delete one; whether it was there."""
 
     @abc.abstractmethod
     async def check_writable(self) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -82,6 +83,7 @@ class _Entry:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    webhook_url: str = ""
 
     def session(self) -> Session:
         return Session(
@@ -99,6 +101,7 @@ class _Entry:
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             cached_tokens=self.cached_tokens,
+            webhook_url=self.webhook_url,
         )
 
 
@@ -106,6 +109,10 @@ def _index_runs(entry: _Entry, messages: Sequence[Message], start: int) -> None:
     """Record the positions of ``messages``, stored from ``start`` on, by their run."""
     for offset, message in enumerate(messages):
         entry.by_run.setdefault(message.run_id, []).append(start + offset)
+
+
+def _copy_delivery(delivery: Delivery) -> Delivery:
+    return replace(delivery, headers=dict(delivery.headers))
 
 
 def _page_limit(limit: int) -> int | None:
@@ -126,6 +133,10 @@ class MemorySessionStore(SessionStore):
         self._watchers: list[Callable[[Signal], None]] = []
         self._tokens: dict[str, dict[date, int]] = {}
         """Tokens counted per principal per UTC day; days before yesterday are dropped."""
+        self._deliveries: dict[str, tuple[Delivery, str, datetime | None]] = {}
+        """The outbox: each delivery with the replica holding it and its lease's end."""
+        self._push: dict[tuple[str, str], PushConfig] = {}
+        """Push configs by (task id, config id), in the order they were added."""
 
     # -- several engines ------------------------------------------------------------
 
@@ -210,12 +221,21 @@ class MemorySessionStore(SessionStore):
         entry.updated_at = now
         return entry.session()
 
+    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        now = _utc(now, "now")
+        entry = self._entry(session_id)
+        entry.webhook_url = url
+        entry.updated_at = now
+        return entry.session()
+
     async def delete_session(self, session_id: str) -> None:
         entry = self._entry(session_id)
         if entry.active_run_id:
             raise SessionBusy(session_id, entry.active_run_id)
         del self._sessions[session_id]
         self._run_ids.difference_update(entry.runs)
+        for key in [k for k, c in self._push.items() if c.session_id == session_id]:
+            del self._push[key]
 
     async def list_messages(
         self, session_id: str, after_id: str, limit: int
@@ -556,6 +576,13 @@ class MemorySessionStore(SessionStore):
             kept = [row for row in entry.events if row[1] >= cutoff]
             gone += len(entry.events) - len(kept)
             entry.events = kept
+        done = [
+            key
+            for key, (d, _, _) in self._deliveries.items()
+            if d.status is DeliveryStatus.DELIVERED and (d.updated_at or d.created_at) < before
+        ]
+        for key in done:
+            del self._deliveries[key]
         return gone
 
     async def running_runs(self) -> list[RunRecord]:
@@ -566,6 +593,66 @@ class MemorySessionStore(SessionStore):
             if run.status is RunStatus.RUNNING
         ]
         return runs
+
+    # -- the delivery outbox -------------------------------------------------------
+
+    async def add_delivery(self, delivery: Delivery) -> None:
+        if delivery.id not in self._deliveries:
+            self._deliveries[delivery.id] = (_copy_delivery(delivery), "", None)
+
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        now, until = _utc(now, "now"), _utc(until, "until")
+        due = [
+            held
+            for held, _, lease in self._deliveries.values()
+            if held.status is DeliveryStatus.PENDING
+            and held.next_attempt_at <= now
+            and (lease is None or lease < now)
+        ]
+        due.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
+        claimed = due[: _page_limit(limit)]
+        for delivery in claimed:
+            self._deliveries[delivery.id] = (delivery, replica, until)
+        return [_copy_delivery(delivery) for delivery in claimed]
+
+    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        if delivery.id not in self._deliveries:
+            return
+        settled = _copy_delivery(delivery)
+        settled.updated_at = _utc(now, "now")
+        self._deliveries[delivery.id] = (settled, "", None)
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        held = self._deliveries.get(delivery_id)
+        return _copy_delivery(held[0]) if held else None
+
+    async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        failed = [d for d, _, _ in self._deliveries.values() if d.status is DeliveryStatus.FAILED]
+        failed.sort(key=lambda d: (d.updated_at or d.created_at, d.id), reverse=True)
+        end = offset + limit if _page_limit(limit) else None
+        return [_copy_delivery(d) for d in failed[offset:end]], len(failed)
+
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        self._entry(config.session_id)
+        key = (config.task_id, config.id)
+        if key not in self._push and len(await self.push_configs(config.task_id)) >= limit:
+            raise InvalidInput(f"the task has {limit} push notification configs, the most it may")
+        self._push.pop(key, None)
+        self._push[key] = config
+        return config
+
+    async def push_configs(self, task_id: str) -> list[PushConfig]:
+        return [c for (task, _), c in self._push.items() if task == task_id]
+
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        return [c for c in self._push.values() if c.session_id == session_id]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        return self._push.pop((task_id, config_id), None) is not None
 
     async def check_writable(self) -> None:
         """Memory is always writable."""

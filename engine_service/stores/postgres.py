@@ -54,6 +54,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -225,7 +226,48 @@ CREATE TABLE checkpoints (
 """Compaction (``core.context``): the message position a session's checkpoint covers up
 to, and its summary; runs read the messages after it only."""
 
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
+_SCHEMA_V6 = """
+ALTER TABLE sessions ADD COLUMN webhook_url text NOT NULL DEFAULT '';
+CREATE TABLE deliveries (
+    id              text COLLATE "C" PRIMARY KEY,
+    kind            text NOT NULL,
+    url             text NOT NULL,
+    headers         text NOT NULL,
+    payload         text NOT NULL,
+    created_at      timestamptz NOT NULL,
+    updated_at      timestamptz,
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    status          text NOT NULL,
+    last_error      text NOT NULL DEFAULT '',
+    replica         text NOT NULL DEFAULT '',
+    lease_until     timestamptz
+);
+CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+CREATE TABLE push_configs (
+    task_id          text COLLATE "C" NOT NULL,
+    id               text COLLATE "C" NOT NULL,
+    session_id       text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    url              text NOT NULL,
+    token            text NOT NULL DEFAULT '',
+    auth_scheme      text NOT NULL DEFAULT '',
+    auth_credentials text NOT NULL DEFAULT '',
+    created_at       timestamptz NOT NULL,
+    n                bigserial,
+    PRIMARY KEY (task_id, id)
+);
+CREATE INDEX push_configs_session ON push_configs (session_id);
+"""
+"""The webhook delivery outbox (``core.deliveries``), shared by every replica."""
+
+_MIGRATIONS: tuple[str, ...] = (
+    _SCHEMA_V1,
+    _SCHEMA_V2,
+    _SCHEMA_V3,
+    _SCHEMA_V4,
+    _SCHEMA_V5,
+    _SCHEMA_V6,
+)
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -234,7 +276,7 @@ _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
     s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
@@ -255,6 +297,35 @@ def _session(row: Sequence[Any]) -> Session:
 
 def _run(row: Sequence[Any]) -> RunRecord:
     return run_from_row(row, _time)
+
+
+_DELIVERY_COLUMNS = (
+    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
+    " last_error, updated_at"
+)
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    return Delivery(
+        id=row[0],
+        url=row[1],
+        payload=row[2],
+        created_at=_time(row[3]),
+        next_attempt_at=_time(row[4]),
+        headers=json.loads(row[5]),
+        kind=row[6],
+        attempts=row[7],
+        status=DeliveryStatus(row[8]),
+        last_error=row[9],
+        updated_at=_time(row[10]) if row[10] is not None else None,
+    )
+
+
+_PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
+
+
+def _push(row: Sequence[Any]) -> PushConfig:
+    return PushConfig(row[0], row[1], row[2], row[3], _time(row[4]), row[5], row[6], row[7])
 
 
 def _sql_limit(limit: int) -> int | None:
@@ -661,6 +732,19 @@ class PostgresSessionStore(SessionStore):
             await conn.execute(
                 "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
                 (title, stamp, session_id),
+            )
+            return await self._load(conn, session_id)
+
+        return await self._write(work)
+
+    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        stamp = _utc(now, "now")
+
+        async def work(conn: _Conn) -> Session:
+            await self._require(conn, session_id)
+            await conn.execute(
+                "UPDATE sessions SET webhook_url = %s, updated_at = %s WHERE id = %s",
+                (url, stamp, session_id),
             )
             return await self._load(conn, session_id)
 
@@ -1375,7 +1459,12 @@ class PostgresSessionStore(SessionStore):
 
         async def work(conn: _Conn) -> int:
             cursor = await conn.execute("DELETE FROM events WHERE time < %s", (before.timestamp(),))
-            return cursor.rowcount
+            gone = cursor.rowcount
+            await conn.execute(
+                "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < %s",
+                (_utc(before, "before"),),
+            )
+            return gone
 
         return await self._write(work)
 
@@ -1503,6 +1592,165 @@ class PostgresSessionStore(SessionStore):
                 log.exception("a signal watcher failed")
 
     # -- health and shutdown --------------------------------------------------------
+
+    # -- the delivery outbox -------------------------------------------------------
+
+    async def add_delivery(self, delivery: Delivery) -> None:
+        args = (
+            delivery.id,
+            delivery.kind,
+            delivery.url,
+            _dumps(delivery.headers, "headers"),
+            delivery.payload,
+            _utc(delivery.created_at, "created_at"),
+            delivery.attempts,
+            _utc(delivery.next_attempt_at, "next_attempt_at"),
+            delivery.status.value,
+            delivery.last_error,
+        )
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+                " attempts, next_attempt_at, status, last_error)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                args,
+            )
+
+        await self._write(work)
+
+    async def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        now_stamp, until_stamp = _utc(now, "now"), _utc(until, "until")
+        columns = ", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))
+
+        # Rows another replica is claiming right now are skipped, not waited for; each is
+        # re-checked under its lock, so no delivery is handed to two replicas.
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn,
+                f"UPDATE deliveries AS d SET replica = %s, lease_until = %s"
+                " FROM (SELECT id FROM deliveries WHERE status = 'pending'"
+                "       AND next_attempt_at <= %s AND (lease_until IS NULL OR lease_until < %s)"
+                "       ORDER BY next_attempt_at, created_at, id LIMIT %s"
+                "       FOR UPDATE SKIP LOCKED) AS due"
+                f" WHERE d.id = due.id RETURNING {columns}",
+                (replica, until_stamp, now_stamp, now_stamp, _sql_limit(limit)),
+            )
+
+        rows = await self._write(work)
+        claimed = [_delivery(row) for row in rows]
+        claimed.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
+        return claimed
+
+    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        args = (
+            delivery.attempts,
+            delivery.status.value,
+            _utc(delivery.next_attempt_at, "next_attempt_at"),
+            delivery.last_error,
+            _utc(now, "now"),
+            delivery.id,
+        )
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "UPDATE deliveries SET attempts = %s, status = %s, next_attempt_at = %s,"
+                " last_error = %s, updated_at = %s, replica = '', lease_until = NULL"
+                " WHERE id = %s",
+                args,
+            )
+
+        await self._write(work)
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+            return await self._one(
+                conn, f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE id = %s", (delivery_id,)
+            )
+
+        row = await self._read(work)
+        return _delivery(row) if row else None
+
+    async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        if offset < 0 or limit < 0:
+            raise InvalidInput("offset and limit must not be negative")
+
+        async def work(conn: _Conn) -> tuple[list[Delivery], int]:
+            total = await self._one(conn, "SELECT count(*) FROM deliveries WHERE status = 'failed'")
+            rows = await self._all(
+                conn,
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
+                " ORDER BY updated_at DESC, id DESC LIMIT %s OFFSET %s",
+                (_sql_limit(limit), offset),
+            )
+            return [_delivery(row) for row in rows], int(total[0]) if total else 0
+
+        return await self._snapshot(work)
+
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        async def work(conn: _Conn) -> PushConfig:
+            await self._require(conn, config.session_id, lock=True)  # serialises the count
+            held = await self._one(
+                conn,
+                "SELECT count(*) FROM push_configs WHERE task_id = %s AND id != %s",
+                (config.task_id, config.id),
+            )
+            if held and held[0] >= limit:
+                raise InvalidInput(
+                    f"the task has {limit} push notification configs, the most it may"
+                )
+            await conn.execute(
+                "DELETE FROM push_configs WHERE task_id = %s AND id = %s",
+                (config.task_id, config.id),
+            )
+            await conn.execute(
+                "INSERT INTO push_configs (id, task_id, session_id, url, created_at, token,"
+                " auth_scheme, auth_credentials) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    config.id,
+                    config.task_id,
+                    config.session_id,
+                    config.url,
+                    _utc(config.created_at, "created_at"),
+                    config.token,
+                    config.auth_scheme,
+                    config.auth_credentials,
+                ),
+            )
+            return config
+
+        return await self._write(work)
+
+    async def push_configs(self, task_id: str) -> list[PushConfig]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn,
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE task_id = %s ORDER BY n",
+                (task_id,),
+            )
+
+        return [_push(row) for row in await self._read(work)]
+
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn,
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
+                (session_id,),
+            )
+
+        return [_push(row) for row in await self._read(work)]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        async def work(conn: _Conn) -> bool:
+            cursor = await conn.execute(
+                "DELETE FROM push_configs WHERE task_id = %s AND id = %s", (task_id, config_id)
+            )
+            return cursor.rowcount > 0
+
+        return await self._write(work)
 
     async def check_writable(self) -> None:
         async def work(conn: _Conn) -> None:

@@ -37,6 +37,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -203,6 +204,40 @@ CREATE TABLE checkpoints (
 """Compaction (``core.context``): the message position a session's checkpoint covers up
 to, and its summary; runs read the messages after it only."""
 
+_SCHEMA_V9 = """
+ALTER TABLE sessions ADD COLUMN webhook_url TEXT NOT NULL DEFAULT '';
+CREATE TABLE deliveries (
+    id              TEXT PRIMARY KEY,
+    kind            TEXT NOT NULL,
+    url             TEXT NOT NULL,
+    headers         TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    last_error      TEXT NOT NULL DEFAULT '',
+    replica         TEXT NOT NULL DEFAULT '',
+    lease_until     TEXT
+);
+CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+CREATE TABLE push_configs (
+    task_id          TEXT NOT NULL,
+    id               TEXT NOT NULL,
+    session_id       TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    url              TEXT NOT NULL,
+    token            TEXT NOT NULL DEFAULT '',
+    auth_scheme      TEXT NOT NULL DEFAULT '',
+    auth_credentials TEXT NOT NULL DEFAULT '',
+    created_at       TEXT NOT NULL,
+    n                INTEGER NOT NULL,
+    PRIMARY KEY (task_id, id)
+);
+CREATE INDEX push_configs_session ON push_configs (session_id);
+"""
+"""The webhook delivery outbox (``core.deliveries``) and A2A push configs."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -212,6 +247,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V6,
     _SCHEMA_V7,
     _SCHEMA_V8,
+    _SCHEMA_V9,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
@@ -221,7 +257,7 @@ _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
     s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
@@ -287,6 +323,35 @@ def _session(row: Any) -> Session:
 
 def _run(row: Any) -> RunRecord:
     return run_from_row(row, _time)
+
+
+_DELIVERY_COLUMNS = (
+    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
+    " last_error, updated_at"
+)
+
+
+def _delivery(row: Any) -> Delivery:
+    return Delivery(
+        id=row[0],
+        url=row[1],
+        payload=row[2],
+        created_at=_time(row[3]),
+        next_attempt_at=_time(row[4]),
+        headers=json.loads(row[5]),
+        kind=row[6],
+        attempts=row[7],
+        status=DeliveryStatus(row[8]),
+        last_error=row[9],
+        updated_at=_time(row[10]) if row[10] else None,
+    )
+
+
+_PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
+
+
+def _push(row: Any) -> PushConfig:
+    return PushConfig(row[0], row[1], row[2], row[3], _time(row[4]), row[5], row[6], row[7])
 
 
 def _sql_limit(limit: int) -> int:
@@ -632,6 +697,17 @@ class SqliteSessionStore(SessionStore):
             conn.execute(
                 "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
                 (title, stamp, session_id),
+            )
+            return self._load(conn, session_id)
+
+    @_off_loop
+    def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
+        stamp = _iso(now, "now")
+        with self._tx() as conn:
+            self._require(conn, session_id)
+            conn.execute(
+                "UPDATE sessions SET webhook_url = ?, updated_at = ? WHERE id = ?",
+                (url, stamp, session_id),
             )
             return self._load(conn, session_id)
 
@@ -1180,7 +1256,12 @@ class SqliteSessionStore(SessionStore):
         _iso(before, "before")
         with self._tx() as conn:
             cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
-            return cursor.rowcount
+            gone = cursor.rowcount
+            conn.execute(
+                "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < ?",
+                (_iso(before, "before"),),
+            )
+            return gone
 
     @_off_loop
     def running_runs(self) -> list[RunRecord]:
@@ -1216,6 +1297,144 @@ class SqliteSessionStore(SessionStore):
                     (replica, until_stamp, row[1], row[0]),
                 )
         return [replace(_run(row), replica=replica, lease_until=_time(until_stamp)) for row in rows]
+
+    # -- the delivery outbox -------------------------------------------------------
+
+    @_off_loop
+    def add_delivery(self, delivery: Delivery) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+                " attempts, next_attempt_at, status, last_error)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (
+                    delivery.id,
+                    delivery.kind,
+                    delivery.url,
+                    _dumps(delivery.headers, "headers"),
+                    delivery.payload,
+                    _iso(delivery.created_at, "created_at"),
+                    delivery.attempts,
+                    _iso(delivery.next_attempt_at, "next_attempt_at"),
+                    delivery.status.value,
+                    delivery.last_error,
+                ),
+            )
+
+    @_off_loop
+    def claim_deliveries(
+        self, replica: str, now: datetime, until: datetime, limit: int
+    ) -> list[Delivery]:
+        now_stamp, until_stamp = _iso(now, "now"), _iso(until, "until")
+        with self._tx() as conn:  # BEGIN IMMEDIATE: one claimer at a time
+            rows = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'pending'"
+                " AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)"
+                " ORDER BY next_attempt_at, created_at, id LIMIT ?",
+                (now_stamp, now_stamp, _sql_limit(limit)),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE deliveries SET replica = ?, lease_until = ? WHERE id = ?",
+                [(replica, until_stamp, row[0]) for row in rows],
+            )
+        return [_delivery(row) for row in rows]
+
+    @_off_loop
+    def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE deliveries SET attempts = ?, status = ?, next_attempt_at = ?,"
+                " last_error = ?, updated_at = ?, replica = '', lease_until = NULL WHERE id = ?",
+                (
+                    delivery.attempts,
+                    delivery.status.value,
+                    _iso(delivery.next_attempt_at, "next_attempt_at"),
+                    delivery.last_error,
+                    _iso(now, "now"),
+                    delivery.id,
+                ),
+            )
+
+    @_off_loop
+    def get_delivery(self, delivery_id: str) -> Delivery | None:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,)
+            ).fetchone()
+        return _delivery(row) if row else None
+
+    @_off_loop
+    def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative")
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
+                " ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
+                (_sql_limit(limit), offset),
+            ).fetchall()
+            (total,) = conn.execute(
+                "SELECT count(*) FROM deliveries WHERE status = 'failed'"
+            ).fetchone()
+        return [_delivery(row) for row in rows], int(total)
+
+    @_off_loop
+    def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        with self._tx() as conn:
+            self._require(conn, config.session_id)
+            (held,) = conn.execute(
+                "SELECT count(*) FROM push_configs WHERE task_id = ? AND id != ?",
+                (config.task_id, config.id),
+            ).fetchone()
+            if held >= limit:
+                raise InvalidInput(
+                    f"the task has {limit} push notification configs, the most it may"
+                )
+            conn.execute(
+                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (config.task_id, config.id)
+            )
+            conn.execute(
+                "INSERT INTO push_configs (id, task_id, session_id, url, created_at, token,"
+                " auth_scheme, auth_credentials, n) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+                " (SELECT coalesce(max(n), 0) + 1 FROM push_configs))",
+                (
+                    config.id,
+                    config.task_id,
+                    config.session_id,
+                    config.url,
+                    _iso(config.created_at, "created_at"),
+                    config.token,
+                    config.auth_scheme,
+                    config.auth_credentials,
+                ),
+            )
+        return config
+
+    @_off_loop
+    def push_configs(self, task_id: str) -> list[PushConfig]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE task_id = ? ORDER BY n",
+                (task_id,),
+            ).fetchall()
+        return [_push(row) for row in rows]
+
+    @_off_loop
+    def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = ? ORDER BY n",
+                (session_id,),
+            ).fetchall()
+        return [_push(row) for row in rows]
+
+    @_off_loop
+    def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
+            )
+            return cursor.rowcount > 0
 
     @_off_loop
     def check_writable(self) -> None:

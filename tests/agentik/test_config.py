@@ -612,7 +612,10 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["reserve_output_tokens"] == ("AGENTIK_RESERVE_OUTPUT_TOKENS", "0")
     assert by_name["compaction"] == ("AGENTIK_COMPACTION", "summarize")
     assert by_name["tools_max_result_chars"] == ("AGENTIK_TOOLS_MAX_RESULT_CHARS", "50000")
-    assert len(rows) == 61
+
+    assert by_name["webhooks_max_attempts"] == ("AGENTIK_WEBHOOKS_MAX_ATTEMPTS", "8")
+    assert by_name["webhooks_allow_private"] == ("AGENTIK_WEBHOOKS_ALLOW_PRIVATE", "False")
+    assert len(rows) == 68
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -752,3 +755,23 @@ def test_bad_context_settings_name_the_setting() -> None:
         load_settings(
             None, {"AGENTIK_CONTEXT_TOKENS": "4000", "AGENTIK_RESERVE_OUTPUT_TOKENS": "4000"}
         )
+
+
+def test_the_webhooks_table_reads_env_and_a_bad_secret_is_named_hidden() -> None:
+    settings = load_settings(
+        None,
+        {
+            "AGENTIK_WEBHOOKS_ALLOW_PRIVATE": "true",
+            "AGENTIK_WEBHOOKS_MAX_ATTEMPTS": "3",
+            "AGENTIK_WEBHOOKS_BASE_DELAY": "0.5",
+            "AGENTIK_WEBHOOK_SECRET": "whsec_c2VjcmV0",
+        },
+    )
+    hooks = settings.webhooks
+    assert (hooks.allow_private, hooks.max_attempts, hooks.base_delay) == (True, 3, 0.5)
+    assert hooks.secret == "whsec_c2VjcmV0" and "c2VjcmV0" not in repr(settings)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"AGENTIK_WEBHOOK_SECRET": "whsec_not base64!"})
+    assert "webhook_secret" in str(refused.value) and "not base64!" not in str(refused.value)
+    with pytest.raises(ConfigError, match="webhooks_max_attempts"):
+        load_settings(None, {"AGENTIK_WEBHOOKS_MAX_ATTEMPTS": "0"})

@@ -65,6 +65,8 @@ EXCLUDED: dict[tuple[str, str], str] = {
     "the buf curl block above makes the same calls",
     ("docs/clients.md", "createGrpcTransport({ baseUrl: "): "tests/node/ts_client.ts makes "
     "these calls, compiled by tsc and run by tests/engine/test_ts_client.py",
+    ("docs/webhooks.md", "function verify(secret, headers, body"): "a receiver's module; "
+    "tests/engine/webhooks/test_doc_verifiers.py runs it against signed deliveries",
     ("docs/clients.md", "--go-grpc_out"): "no Go toolchain here",
     ("docs/clients.md", "grpc.NewClient"): "no Go toolchain here",
     ("docs/clients.md", "--grpc-java_out"): "no Maven artifacts (grpc-java) here",

@@ -103,6 +103,27 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
         "ListRuns": lambda s, md: s.ListRuns(pb.ListRunsRequest(), metadata=md),
         "ListRunChains": lambda s, md: s.ListRunChains(pb.ListRunChainsRequest(), metadata=md),
         "Authenticate": lambda s, md: s.Authenticate(pb.AuthenticateRequest(), metadata=md),
+        "ListFailedWebhooks": lambda s, md: s.ListFailedWebhooks(
+            pb.ListFailedWebhooksRequest(), metadata=md
+        ),
+        "SetSessionWebhook": lambda s, md: s.SetSessionWebhook(
+            pb.SetSessionWebhookRequest(session_id=session_id), metadata=md
+        ),
+        "SetPushConfig": lambda s, md: s.SetPushConfig(
+            pb.SetPushConfigRequest(
+                config=pb.PushConfig(task_id=run_id, url="https://hooks.example.com/")
+            ),
+            metadata=md,
+        ),
+        "GetPushConfig": lambda s, md: s.GetPushConfig(
+            pb.GetPushConfigRequest(task_id=run_id, id="c1"), metadata=md
+        ),
+        "ListPushConfigs": lambda s, md: s.ListPushConfigs(
+            pb.ListPushConfigsRequest(task_id=run_id), metadata=md
+        ),
+        "DeletePushConfig": lambda s, md: s.DeletePushConfig(
+            pb.DeletePushConfigRequest(task_id=run_id, id="c1"), metadata=md
+        ),
     }
 
 

@@ -318,6 +318,29 @@ REQUESTS: dict[str, Requests] = {
     "ListRuns": lambda k: st.builds(
         pb.ListRunsRequest, session_id=st.one_of(st.just(""), ids(k)), offset=int32(), limit=int32()
     ),
+    "SetSessionWebhook": lambda k: st.builds(
+        pb.SetSessionWebhookRequest,
+        session_id=ids(k),
+        webhook=st.builds(pb.Webhook, url=text()),
+    ),
+    "ListFailedWebhooks": lambda k: st.builds(
+        pb.ListFailedWebhooksRequest, offset=int32(), limit=int32()
+    ),
+    "SetPushConfig": lambda k: st.builds(
+        pb.SetPushConfigRequest,
+        config=st.builds(
+            pb.PushConfig,
+            id=st.one_of(st.just(""), ids(k)),
+            task_id=ids(k),
+            url=text(),
+            token=text(),
+            auth_scheme=text(),
+            auth_credentials=text(),
+        ),
+    ),
+    "GetPushConfig": lambda k: st.builds(pb.GetPushConfigRequest, task_id=ids(k), id=ids(k)),
+    "ListPushConfigs": lambda k: st.builds(pb.ListPushConfigsRequest, task_id=ids(k)),
+    "DeletePushConfig": lambda k: st.builds(pb.DeletePushConfigRequest, task_id=ids(k), id=ids(k)),
 }
 """RPC name → the strategy of its request, given the ids that exist."""
 

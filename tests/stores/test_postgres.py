@@ -332,6 +332,9 @@ async def test_the_run_index_migration_reads_run_ids_of_messages_holding_nul(
         conn.execute("ALTER TABLE messages DROP COLUMN run_id")
         conn.execute("DELETE FROM agentik_schema_migrations WHERE version >= 3")
         conn.execute("DROP TABLE token_usage")  # and what version 4 added
+        conn.execute("DROP TABLE push_configs")  # and version 5 (the webhook outbox)
+        conn.execute("DROP TABLE deliveries")
+        conn.execute("ALTER TABLE sessions DROP COLUMN webhook_url")
         for table in ("sessions", "runs"):
             for column in ("input_tokens", "output_tokens", "cached_tokens"):
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")

@@ -150,7 +150,7 @@ def _card(config: CardConfig, url: str) -> AgentCard:
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=True, extended_agent_card=False
         ),
         default_input_modes=INPUT_MODES,
         default_output_modes=OUTPUT_MODES,

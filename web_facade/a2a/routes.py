@@ -1,8 +1,8 @@
 """The A2A facade: the agent card, and JSON-RPC 2.0 at ``POST /``.
 
 A2A 1.0 (``A2A-Version: 1.0``): SendMessage, SendStreamingMessage, GetTask, ListTasks,
-CancelTask, SubscribeToTask; push-notification methods answer
-PushNotificationNotSupported. A2A 0.3 (no ``A2A-Version`` header, or ``0.3``):
+CancelTask, SubscribeToTask and the push notification config methods (``push``). A2A 0.3
+(no ``A2A-Version`` header, or ``0.3``):
 message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe. Each method is
 a small function over :class:`web_facade.a2a.tasks.TaskService`; every error, wherever it
 comes from, leaves through ``web_facade.a2a.errors`` as a JSON-RPC error with HTTP 200,
@@ -21,13 +21,17 @@ from typing import Any, Final, TypeVar
 
 from a2a.types import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     SendMessageRequest,
     SendMessageResponse,
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
 )
 from a2a.utils.errors import (
     A2AError,
@@ -47,6 +51,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMe
 from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config, card_shape
 from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
+from web_facade.a2a.push import PushConfigService
 from web_facade.a2a.stream import A2aStream, Shape
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
@@ -188,8 +193,30 @@ def _subscribe_to_task(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 def _no_push_notifications(tasks: TaskService, params: dict[str, Any]) -> Result:
     raise PushNotificationNotSupportedError(
-        "this agent sends no push notifications; follow a task with SubscribeToTask"
+        "push notifications are configured with A2A 1.0 (header A2A-Version: 1.0):"
+        " CreateTaskPushNotificationConfig"
     )
+
+
+def _push() -> PushConfigService:
+    return PushConfigService(current_engine().engine)
+
+
+def _create_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _json(_push().create(_proto(params, TaskPushNotificationConfig())))
+
+
+def _get_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _json(_push().get(_proto(params, GetTaskPushNotificationConfigRequest())))
+
+
+def _list_push_configs(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _json(_push().list(_proto(params, ListTaskPushNotificationConfigsRequest())))
+
+
+def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
+    _push().delete(_proto(params, DeleteTaskPushNotificationConfigRequest()))
+    return {}
 
 
 def _no_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
@@ -234,10 +261,10 @@ METHODS: dict[str, tuple[str, Handler]] = {
     "ListTasks": ("1.0", _list_tasks),
     "CancelTask": ("1.0", _cancel_task),
     "SubscribeToTask": ("1.0", _subscribe_to_task),
-    "CreateTaskPushNotificationConfig": ("1.0", _no_push_notifications),
-    "GetTaskPushNotificationConfig": ("1.0", _no_push_notifications),
-    "ListTaskPushNotificationConfigs": ("1.0", _no_push_notifications),
-    "DeleteTaskPushNotificationConfig": ("1.0", _no_push_notifications),
+    "CreateTaskPushNotificationConfig": ("1.0", _create_push_config),
+    "GetTaskPushNotificationConfig": ("1.0", _get_push_config),
+    "ListTaskPushNotificationConfigs": ("1.0", _list_push_configs),
+    "DeleteTaskPushNotificationConfig": ("1.0", _delete_push_config),
     "GetExtendedAgentCard": ("1.0", _no_extended_card),
     "message/send": ("0.3", _v03_send),
     "message/stream": ("0.3", _v03_stream),

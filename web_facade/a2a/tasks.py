@@ -35,7 +35,6 @@ from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
     InternalError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -249,8 +248,6 @@ class TaskService:
         if not request.HasField("message"):
             raise invalid_params("message", "is required")
         config = request.configuration
-        if config.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError("this agent does not send push notifications")
         if config.HasField("history_length") and config.history_length < 0:
             raise invalid_params("configuration.historyLength", "must not be negative")
         accepted = set(config.accepted_output_modes)
@@ -260,7 +257,26 @@ class TaskService:
             )
         message = request.message
         if message.task_id:
-            return self._reply(message)
+            run_request, task = self._reply(message)
+        else:
+            run_request, task = self._new_task(message)
+        if config.HasField("task_push_notification_config"):
+            push = config.task_push_notification_config
+            # Set by the engine as the run begins: nothing of the task is pushed before.
+            run_request.push_configs.append(
+                pb.PushConfig(
+                    id=push.id,
+                    task_id=task.id,
+                    url=push.url,
+                    token=push.token,
+                    auth_scheme=push.authentication.scheme,
+                    auth_credentials=push.authentication.credentials,
+                )
+            )
+        return run_request, task
+
+    def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
+        """A message that starts a task: a new run, in its context or a new one."""
         content = engine_content(message)
         context_id = message.context_id
         if context_id:

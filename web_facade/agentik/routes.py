@@ -15,7 +15,12 @@ from flask import Blueprint, Response, request
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
-from web_facade.agentik.shapes import conversation_json, message_json, parts_from_json
+from web_facade.agentik.shapes import (
+    conversation_json,
+    failed_webhook_json,
+    message_json,
+    parts_from_json,
+)
 from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, from_rpc_error, invalid
@@ -100,15 +105,34 @@ def _get_session(conversation_id: str) -> pb.Session:
 
 @bp.post("/conversations")
 def create_conversation() -> tuple[dict[str, Any], int]:
-    """Create a conversation (``title``, optional client-chosen ``id``) → 201."""
+    """Create a conversation (``title``, optional client-chosen ``id``, optional default
+    ``webhook``) → 201."""
     body = _json_body(required=False)
     session = current_engine().engine.CreateSession(
         pb.CreateSessionRequest(
-            title=_optional_string(body, "title"), session_id=_optional_string(body, "id")
+            title=_optional_string(body, "title"),
+            session_id=_optional_string(body, "id"),
+            webhook=_webhook(body),
         ),
         timeout=UNARY_TIMEOUT,
     )
     return conversation_json(session), 201
+
+
+@bp.patch("/conversations/<conversation_id>")
+def update_conversation(conversation_id: str) -> dict[str, Any]:
+    """Set the conversation's default ``webhook`` (``null`` clears it)."""
+    body = _json_body(required=True)
+    unknown = sorted(set(body) - {"webhook"})
+    if unknown:
+        invalid(f"unknown field {unknown[0][:_SHOWN]!r}: only webhook can be changed here")
+    if "webhook" not in body:
+        invalid('webhook is required: {"url": "https://..."}, or null to clear it')
+    session = current_engine().engine.SetSessionWebhook(
+        pb.SetSessionWebhookRequest(session_id=conversation_id, webhook=_webhook(body)),
+        timeout=UNARY_TIMEOUT,
+    )
+    return conversation_json(session)
 
 
 @bp.get("/conversations")
@@ -214,11 +238,38 @@ def _run(run_request: pb.RunRequest) -> Response:
     return AgentikStream(relay, settings.web.heartbeat_interval).response()
 
 
+MAX_WEBHOOK_URL = 2048
+
+
+def _webhook(body: dict[str, Any]) -> pb.Webhook | None:
+    """The body's ``webhook``: ``{"url": "https://..."}`` (the engine's SSRF guard checks
+    the URL and refuses it with 400 naming why)."""
+    if body.get("webhook") is None:
+        return None
+    hook = body["webhook"]
+    if not isinstance(hook, dict):
+        invalid('webhook must be an object: {"url": "https://..."}')
+    unknown = sorted(set(hook) - {"url"})
+    if unknown:
+        invalid(f"webhook has an unknown field {unknown[0][:_SHOWN]!r}")
+    url = hook.get("url")
+    if not isinstance(url, str) or not url:
+        invalid("webhook.url must be a non-empty string")
+    if len(url) > MAX_WEBHOOK_URL:
+        invalid(f"webhook.url is longer than {MAX_WEBHOOK_URL} characters")
+    return pb.Webhook(url=url)
+
+
 @bp.post("/conversations/<conversation_id>/send")
 def send(conversation_id: str) -> Response:
-    """Start a turn with one user message and stream its events."""
-    message = pb.Message(role=pb.ROLE_USER, content=parts_from_json(_json_body(required=True)))
-    return _run(pb.RunRequest(session_id=conversation_id, messages=[message]))
+    """Start a turn with one user message and stream its events (``webhook``: told when
+    the turn ends)."""
+    body = _json_body(required=True)
+    message = pb.Message(role=pb.ROLE_USER, content=parts_from_json(body))
+    run_request = pb.RunRequest(
+        session_id=conversation_id, messages=[message], webhook=_webhook(body)
+    )
+    return _run(run_request)
 
 
 @bp.post("/conversations/<conversation_id>/resume")
@@ -229,7 +280,7 @@ def resume(conversation_id: str) -> Response:
     text = _optional_string(body, "message")
     _get_session(conversation_id)  # 404 before the decisions are read
     entries = resume_entries(body)
-    run_request = pb.RunRequest(session_id=conversation_id, resume=entries)
+    run_request = pb.RunRequest(session_id=conversation_id, resume=entries, webhook=_webhook(body))
     if text:
         run_request.messages.append(
             pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))])
@@ -276,6 +327,22 @@ def interrupt(conversation_id: str) -> dict[str, Any]:
     if reply.run_id:
         out["run_id"] = reply.run_id
     return out
+
+
+@bp.get("/webhooks/failed")
+def failed_webhooks() -> dict[str, Any]:
+    """Webhook deliveries that gave up, newest first (admins only: 403 otherwise)."""
+    offset = _int_arg("offset", 0, 0, 2**31 - 1)
+    limit = _int_arg("limit", 50, 1, MAX_PAGE)
+    page = current_engine().engine.ListFailedWebhooks(
+        pb.ListFailedWebhooksRequest(offset=offset, limit=limit), timeout=UNARY_TIMEOUT
+    )
+    return {
+        "items": [failed_webhook_json(w) for w in page.webhooks],
+        "offset": offset,
+        "limit": limit,
+        "total": page.total,
+    }
 
 
 @cache

@@ -24,6 +24,7 @@ __all__ = [
     "ROLE_NAMES",
     "STATUS_NAMES",
     "conversation_json",
+    "failed_webhook_json",
     "interrupt_json",
     "iso_time",
     "message_json",
@@ -69,6 +70,20 @@ def conversation_json(session: pb.Session) -> dict[str, Any]:
         "active_run_id": session.active_run_id or None,
         "pending_interrupts": [interrupt_json(i) for i in session.pending_interrupts],
         "usage": usage_json(session.usage),
+        "webhook": {"url": session.webhook.url} if session.HasField("webhook") else None,
+    }
+
+
+def failed_webhook_json(hook: pb.FailedWebhook) -> dict[str, Any]:
+    """A webhook delivery that gave up (``GET /agentik/webhooks/failed``)."""
+    return {
+        "id": hook.id,
+        "kind": hook.kind,
+        "url": hook.url,
+        "attempts": hook.attempts,
+        "last_error": hook.last_error,
+        "created_at": iso_time(hook.create_time),
+        "failed_at": iso_time(hook.fail_time) if hook.HasField("fail_time") else None,
     }
 
 

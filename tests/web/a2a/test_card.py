@@ -50,7 +50,7 @@ def test_the_card_names_the_configured_public_url_never_the_request_host(card_ap
     assert card["version"] == "2.1.0"
     assert card["capabilities"] == {
         "streaming": True,
-        "pushNotifications": False,
+        "pushNotifications": True,
         "extendedAgentCard": False,
     }
     assert "text/plain" in card["defaultInputModes"] and card["defaultOutputModes"] == [
@@ -63,7 +63,7 @@ def test_the_card_names_the_configured_public_url_never_the_request_host(card_ap
 def test_the_sdk_parses_the_card_into_a_1_0_agent_card(card_app: Flask) -> None:
     card = parse_agent_card(card_app.test_client().get(CARD).get_json())
     assert card.supported_interfaces[0].protocol_version == "1.0"
-    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert card.capabilities.streaming and card.capabilities.push_notifications
 
 
 # -- the strict 1.0 card and the 0.3 card -------------------------------------------

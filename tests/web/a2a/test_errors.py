@@ -251,15 +251,18 @@ def test_a_message_to_a_context_with_a_task_in_flight_is_an_unsupported_operatio
         "DeleteTaskPushNotificationConfig",
     ],
 )
-def test_push_notification_methods_are_not_supported(rpc: Rpc, method: str) -> None:
-    error = rpc.error(method, {"taskId": "t", "url": "https://example.com/hook"})
-    assert error["code"] == -32003 and _reason(error) == "PUSH_NOTIFICATION_NOT_SUPPORTED"
+def test_push_notification_methods_on_an_unknown_task_are_task_not_found(
+    rpc: Rpc, method: str
+) -> None:
+    error = rpc.error(method, {"taskId": "t", "id": "c", "url": "https://example.com/hook"})
+    assert error["code"] == -32001 and _reason(error) == "TASK_NOT_FOUND"
 
 
-def test_a_message_asking_for_push_notifications_is_refused(rpc: Rpc) -> None:
-    config = {"taskPushNotificationConfig": {"url": "http://169.254.169.254/hook"}}
+def test_a_message_asking_for_pushes_to_a_refused_url_is_invalid_params(rpc: Rpc) -> None:
+    config = {"taskPushNotificationConfig": {"url": "https://169.254.169.254/hook"}}
     error = rpc.error("SendMessage", {"message": user_message("hi"), "configuration": config})
-    assert error["code"] == -32003
+    assert error["code"] == -32602
+    assert "cloud metadata address" in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ async def test_the_sdk_resolves_the_card_with_the_configured_url(stack: Stack) -
         (public, "1.0"),
         (public, "0.3"),
     ]
-    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert card.capabilities.streaming and card.capabilities.push_notifications
     assert card.name == "agentik" and card.skills
 
 

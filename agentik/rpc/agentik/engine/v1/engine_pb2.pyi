@@ -292,6 +292,7 @@ class Session(_message.Message):
     OWNER_FIELD_NUMBER: _builtins.int
     PENDING_INTERRUPTS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Session id; also the AG-UI thread id."""
     title: _builtins.str
@@ -329,6 +330,12 @@ class Session(_message.Message):
     def usage(self) -> Global___Usage:
         """Tokens used by all the session's finished runs, as the LLM reported them."""
 
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The conversation's default run webhook: a run that names none is told
+        here when it ends (docs/webhooks.md). Absent: none.
+        """
+
     def __init__(
         self,
         *,
@@ -343,10 +350,11 @@ class Session(_message.Message):
         owner: _builtins.str = ...,
         pending_interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
         usage: Global___Usage | None = ...,
+        webhook: Global___Webhook | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -612,6 +620,8 @@ class RunRequest(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_SNAPSHOT_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
+    PUSH_CONFIGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id (AG-UI threadId). Required."""
     run_id: _builtins.str
@@ -661,6 +671,20 @@ class RunRequest(_message.Message):
         added and the LLM goes on.
         """
 
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """Where to POST the run's outcome when it ends (docs/webhooks.md). A URL
+        the SSRF guard refuses outright is INVALID_ARGUMENT, naming why.
+        """
+
+    @_builtins.property
+    def push_configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PushConfig]:
+        """Push configs of the run's task, set as the run begins, before anything of it
+        is pushed (A2A's SendMessageConfiguration.taskPushNotificationConfig):
+        each `task_id` is the run's id or the id of a run of the session that this
+        run continues. Checked as SetPushConfig checks them.
+        """
+
     def __init__(
         self,
         *,
@@ -677,14 +701,38 @@ class RunRequest(_message.Message):
         parent_run_id: _builtins.str = ...,
         messages_snapshot: _builtins.bool = ...,
         resume: _abc.Iterable[Global___ResumeEntry] | None = ...,
+        webhook: Global___Webhook | None = ...,
+        push_configs: _abc.Iterable[Global___PushConfig] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "push_configs", b"push_configs", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunRequest: _TypeAlias = RunRequest  # noqa: Y015
+
+@_typing.final
+class Webhook(_message.Message):
+    """A run webhook: the URL told when the run ends."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """https:// (plain http only with `[webhooks] allow_private`)."""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Webhook: _TypeAlias = Webhook  # noqa: Y015
 
 @_typing.final
 class Interrupt(_message.Message):
@@ -1708,19 +1756,25 @@ class CreateSessionRequest(_message.Message):
 
     TITLE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """Title; may be empty."""
     session_id: _builtins.str
     """Client-chosen id; generated when empty. ALREADY_EXISTS when taken."""
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The session's default run webhook (see Session.webhook)."""
+
     def __init__(
         self,
         *,
         title: _builtins.str = ...,
         session_id: _builtins.str = ...,
+        webhook: Global___Webhook | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "title", b"title", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2274,3 +2328,321 @@ class AuthenticateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AuthenticateResponse: _TypeAlias = AuthenticateResponse  # noqa: Y015
+
+@_typing.final
+class ListFailedWebhooksRequest(_message.Message):
+    """---------------------------------------------------------------------------
+    Webhooks
+    ---------------------------------------------------------------------------
+
+    ListFailedWebhooks input.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """How many to skip."""
+    limit: _builtins.int
+    """How many to return, 1..1000; 0 means the default of 50."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailedWebhooksRequest: _TypeAlias = ListFailedWebhooksRequest  # noqa: Y015
+
+@_typing.final
+class FailedWebhook(_message.Message):
+    """A webhook delivery that gave up."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    FAIL_TIME_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The delivery id (the `webhook-id` header of every attempt)."""
+    kind: _builtins.str
+    """What it announced: `run` or `a2a`."""
+    url: _builtins.str
+    """Where it went."""
+    attempts: _builtins.int
+    """Attempts made."""
+    last_error: _builtins.str
+    """Why the last attempt failed."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was made."""
+
+    @_builtins.property
+    def fail_time(self) -> _timestamp_pb2.Timestamp:
+        """When the last attempt failed."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        url: _builtins.str = ...,
+        attempts: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        fail_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "fail_time", b"fail_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "create_time", b"create_time", "fail_time", b"fail_time", "id", b"id", "kind", b"kind", "last_error", b"last_error", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailedWebhook: _TypeAlias = FailedWebhook  # noqa: Y015
+
+@_typing.final
+class ListFailedWebhooksResponse(_message.Message):
+    """ListFailedWebhooks output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEBHOOKS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Number of failed deliveries in all."""
+    @_builtins.property
+    def webhooks(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedWebhook]:
+        """The page, newest first."""
+
+    def __init__(
+        self,
+        *,
+        webhooks: _abc.Iterable[Global___FailedWebhook] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["total", b"total", "webhooks", b"webhooks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailedWebhooksResponse: _TypeAlias = ListFailedWebhooksResponse  # noqa: Y015
+
+@_typing.final
+class PushConfig(_message.Message):
+    """Where a task's updates are pushed (an A2A TaskPushNotificationConfig)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    AUTH_SCHEME_FIELD_NUMBER: _builtins.int
+    AUTH_CREDENTIALS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The config's id, unique in its task."""
+    task_id: _builtins.str
+    """The task: the id of its first run."""
+    url: _builtins.str
+    """Where updates are POSTed."""
+    token: _builtins.str
+    """Sent as the X-A2A-Notification-Token header."""
+    auth_scheme: _builtins.str
+    """The receiver's Authorization scheme (Bearer, Basic, ...); empty: none."""
+    auth_credentials: _builtins.str
+    """The credentials sent with `auth_scheme`."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+        url: _builtins.str = ...,
+        token: _builtins.str = ...,
+        auth_scheme: _builtins.str = ...,
+        auth_credentials: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_credentials", b"auth_credentials", "auth_scheme", b"auth_scheme", "id", b"id", "task_id", b"task_id", "token", b"token", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PushConfig: _TypeAlias = PushConfig  # noqa: Y015
+
+@_typing.final
+class SetPushConfigRequest(_message.Message):
+    """SetPushConfig input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___PushConfig:
+        """The config to set."""
+
+    def __init__(
+        self,
+        *,
+        config: Global___PushConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetPushConfigRequest: _TypeAlias = SetPushConfigRequest  # noqa: Y015
+
+@_typing.final
+class GetPushConfigRequest(_message.Message):
+    """GetPushConfig input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task."""
+    id: _builtins.str
+    """The config."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPushConfigRequest: _TypeAlias = GetPushConfigRequest  # noqa: Y015
+
+@_typing.final
+class ListPushConfigsRequest(_message.Message):
+    """ListPushConfigs input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPushConfigsRequest: _TypeAlias = ListPushConfigsRequest  # noqa: Y015
+
+@_typing.final
+class ListPushConfigsResponse(_message.Message):
+    """ListPushConfigs output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PushConfig]:
+        """Oldest first."""
+
+    def __init__(
+        self,
+        *,
+        configs: _abc.Iterable[Global___PushConfig] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPushConfigsResponse: _TypeAlias = ListPushConfigsResponse  # noqa: Y015
+
+@_typing.final
+class DeletePushConfigRequest(_message.Message):
+    """DeletePushConfig input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task."""
+    id: _builtins.str
+    """The config."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePushConfigRequest: _TypeAlias = DeletePushConfigRequest  # noqa: Y015
+
+@_typing.final
+class DeletePushConfigResponse(_message.Message):
+    """DeletePushConfig output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePushConfigResponse: _TypeAlias = DeletePushConfigResponse  # noqa: Y015
+
+@_typing.final
+class SetSessionWebhookRequest(_message.Message):
+    """SetSessionWebhook input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Session id."""
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The default webhook; absent clears it."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        webhook: Global___Webhook | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["webhook", b"webhook"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "webhook", b"webhook"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSessionWebhookRequest: _TypeAlias = SetSessionWebhookRequest  # noqa: Y015

@@ -105,6 +105,36 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.FromString,
                 _registered_method=True)
+        self.ListFailedWebhooks = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListFailedWebhooks',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
+                _registered_method=True)
+        self.SetSessionWebhook = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/SetSessionWebhook',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetSessionWebhookRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+                _registered_method=True)
+        self.SetPushConfig = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/SetPushConfig',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetPushConfigRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+                _registered_method=True)
+        self.GetPushConfig = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/GetPushConfig',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetPushConfigRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+                _registered_method=True)
+        self.ListPushConfigs = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListPushConfigs',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsResponse.FromString,
+                _registered_method=True)
+        self.DeletePushConfig = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/DeletePushConfig',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.FromString,
+                _registered_method=True)
 
 
 class AgentEngineServicer:
@@ -241,6 +271,56 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFailedWebhooks(self, request, context):
+        """Lists webhook deliveries that gave up after their last attempt (newest
+        first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+        an admin (with authentication off, everyone is).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSessionWebhook(self, request, context):
+        """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+        the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetPushConfig(self, request, context):
+        """Sets where the updates of a task (a run and the runs that resumed it: an
+        A2A task) are pushed, replacing the task's config of the same id (an id is
+        made when empty). The task is NOT_FOUND when the caller cannot see its run;
+        a URL the SSRF guard refuses, or more configs than `[webhooks]
+        max_push_configs`, is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPushConfig(self, request, context):
+        """One push config of a task; NOT_FOUND when the task or the config is not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPushConfigs(self, request, context):
+        """Every push config of a task, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePushConfig(self, request, context):
+        """Deletes one push config of a task; NOT_FOUND when the task or the config
+        is not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +393,36 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.Authenticate,
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.SerializeToString,
+            ),
+            'ListFailedWebhooks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFailedWebhooks,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.SerializeToString,
+            ),
+            'SetSessionWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSessionWebhook,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetSessionWebhookRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Session.SerializeToString,
+            ),
+            'SetPushConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPushConfig,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.SetPushConfigRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+            ),
+            'GetPushConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPushConfig,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetPushConfigRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.SerializeToString,
+            ),
+            'ListPushConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPushConfigs,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsResponse.SerializeToString,
+            ),
+            'DeletePushConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePushConfig,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -694,6 +804,168 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/Authenticate',
             agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFailedWebhooks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListFailedWebhooks',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListFailedWebhooksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSessionWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/SetSessionWebhook',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.SetSessionWebhookRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPushConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/SetPushConfig',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.SetPushConfigRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPushConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/GetPushConfig',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.GetPushConfigRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.PushConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPushConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListPushConfigs',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListPushConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePushConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/DeletePushConfig',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -123,6 +123,30 @@ class AgentEngineStub:
     caller; UNAUTHENTICATED when they name none. It counts no request against
     the caller's rate: an edge asks it before it opens a stream.
     """
+    ListFailedWebhooks: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListFailedWebhooksRequest, _engine_pb2.ListFailedWebhooksResponse]
+    """Lists webhook deliveries that gave up after their last attempt (newest
+    first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+    an admin (with authentication off, everyone is).
+    """
+    SetSessionWebhook: _grpc.UnaryUnaryMultiCallable[_engine_pb2.SetSessionWebhookRequest, _engine_pb2.Session]
+    """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+    the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+    """
+    SetPushConfig: _grpc.UnaryUnaryMultiCallable[_engine_pb2.SetPushConfigRequest, _engine_pb2.PushConfig]
+    """Sets where the updates of a task (a run and the runs that resumed it: an
+    A2A task) are pushed, replacing the task's config of the same id (an id is
+    made when empty). The task is NOT_FOUND when the caller cannot see its run;
+    a URL the SSRF guard refuses, or more configs than `[webhooks]
+    max_push_configs`, is INVALID_ARGUMENT.
+    """
+    GetPushConfig: _grpc.UnaryUnaryMultiCallable[_engine_pb2.GetPushConfigRequest, _engine_pb2.PushConfig]
+    """One push config of a task; NOT_FOUND when the task or the config is not."""
+    ListPushConfigs: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListPushConfigsRequest, _engine_pb2.ListPushConfigsResponse]
+    """Every push config of a task, oldest first."""
+    DeletePushConfig: _grpc.UnaryUnaryMultiCallable[_engine_pb2.DeletePushConfigRequest, _engine_pb2.DeletePushConfigResponse]
+    """Deletes one push config of a task; NOT_FOUND when the task or the config
+    is not.
+    """
 
 @_typing.type_check_only
 class AgentEngineAsyncStub(AgentEngineStub):
@@ -196,6 +220,30 @@ class AgentEngineAsyncStub(AgentEngineStub):
     """Checks the call's credentials as every other RPC does first, and names the
     caller; UNAUTHENTICATED when they name none. It counts no request against
     the caller's rate: an edge asks it before it opens a stream.
+    """
+    ListFailedWebhooks: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListFailedWebhooksRequest, _engine_pb2.ListFailedWebhooksResponse]  # type: ignore[assignment]
+    """Lists webhook deliveries that gave up after their last attempt (newest
+    first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+    an admin (with authentication off, everyone is).
+    """
+    SetSessionWebhook: _aio.UnaryUnaryMultiCallable[_engine_pb2.SetSessionWebhookRequest, _engine_pb2.Session]  # type: ignore[assignment]
+    """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+    the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+    """
+    SetPushConfig: _aio.UnaryUnaryMultiCallable[_engine_pb2.SetPushConfigRequest, _engine_pb2.PushConfig]  # type: ignore[assignment]
+    """Sets where the updates of a task (a run and the runs that resumed it: an
+    A2A task) are pushed, replacing the task's config of the same id (an id is
+    made when empty). The task is NOT_FOUND when the caller cannot see its run;
+    a URL the SSRF guard refuses, or more configs than `[webhooks]
+    max_push_configs`, is INVALID_ARGUMENT.
+    """
+    GetPushConfig: _aio.UnaryUnaryMultiCallable[_engine_pb2.GetPushConfigRequest, _engine_pb2.PushConfig]  # type: ignore[assignment]
+    """One push config of a task; NOT_FOUND when the task or the config is not."""
+    ListPushConfigs: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListPushConfigsRequest, _engine_pb2.ListPushConfigsResponse]  # type: ignore[assignment]
+    """Every push config of a task, oldest first."""
+    DeletePushConfig: _aio.UnaryUnaryMultiCallable[_engine_pb2.DeletePushConfigRequest, _engine_pb2.DeletePushConfigResponse]  # type: ignore[assignment]
+    """Deletes one push config of a task; NOT_FOUND when the task or the config
+    is not.
     """
 
 class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
@@ -351,6 +399,66 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         """Checks the call's credentials as every other RPC does first, and names the
         caller; UNAUTHENTICATED when they name none. It counts no request against
         the caller's rate: an edge asks it before it opens a stream.
+        """
+
+    @_abc_1.abstractmethod
+    def ListFailedWebhooks(
+        self,
+        request: _engine_pb2.ListFailedWebhooksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListFailedWebhooksResponse, _abc.Awaitable[_engine_pb2.ListFailedWebhooksResponse]]:
+        """Lists webhook deliveries that gave up after their last attempt (newest
+        first), kept for admins to see. PERMISSION_DENIED for a caller who is not
+        an admin (with authentication off, everyone is).
+        """
+
+    @_abc_1.abstractmethod
+    def SetSessionWebhook(
+        self,
+        request: _engine_pb2.SetSessionWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.Session, _abc.Awaitable[_engine_pb2.Session]]:
+        """Sets (or, without `webhook`, clears) a session's default run webhook; a URL
+        the SSRF guard refuses outright is INVALID_ARGUMENT naming why.
+        """
+
+    @_abc_1.abstractmethod
+    def SetPushConfig(
+        self,
+        request: _engine_pb2.SetPushConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.PushConfig, _abc.Awaitable[_engine_pb2.PushConfig]]:
+        """Sets where the updates of a task (a run and the runs that resumed it: an
+        A2A task) are pushed, replacing the task's config of the same id (an id is
+        made when empty). The task is NOT_FOUND when the caller cannot see its run;
+        a URL the SSRF guard refuses, or more configs than `[webhooks]
+        max_push_configs`, is INVALID_ARGUMENT.
+        """
+
+    @_abc_1.abstractmethod
+    def GetPushConfig(
+        self,
+        request: _engine_pb2.GetPushConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.PushConfig, _abc.Awaitable[_engine_pb2.PushConfig]]:
+        """One push config of a task; NOT_FOUND when the task or the config is not."""
+
+    @_abc_1.abstractmethod
+    def ListPushConfigs(
+        self,
+        request: _engine_pb2.ListPushConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListPushConfigsResponse, _abc.Awaitable[_engine_pb2.ListPushConfigsResponse]]:
+        """Every push config of a task, oldest first."""
+
+    @_abc_1.abstractmethod
+    def DeletePushConfig(
+        self,
+        request: _engine_pb2.DeletePushConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.DeletePushConfigResponse, _abc.Awaitable[_engine_pb2.DeletePushConfigResponse]]:
+        """Deletes one push config of a task; NOT_FOUND when the task or the config
+        is not.
         """
 
 def add_AgentEngineServicer_to_server(servicer: AgentEngineServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

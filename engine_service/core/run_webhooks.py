@@ -1,0 +1,204 @@
+"""Run webhooks: a run started with a webhook URL has its outcome POSTed there when it ends.
+
+The URL is checked when the run is asked for (``check``: the SSRF guard's registration
+check, given by the adapter), so a URL refused outright refuses the run with
+``InvalidInput`` naming why. When the run ends its outcome is put in the delivery outbox
+(``core.deliveries``) under the id ``run_<run id>``: the same on every attempt, and adding
+it twice adds it once.
+
+The payload (docs/webhooks.md)::
+
+    {"type": "run.finished", "id": "run_<run id>", "runId": ..., "sessionId": ...,
+     "outcome": "success" | "interrupt" | "cancelled" | "error",
+     "error": {"code": ..., "message": ...}        (outcome error only)
+     "usage": {"inputTokens": ..., "outputTokens": ..., "totalTokens": ..., "cachedTokens": ...},
+     "message": {"id": ..., "text": ...} | null,   (the run's last assistant message)
+     "finishedAt": "2026-12-05T07:00:00.000000+00:00"}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from engine_service.core import events as ev
+from engine_service.core.caller import Caller
+from engine_service.core.deliveries import Delivery, DeliveryWorker, PushConfig
+from engine_service.core.errors import InvalidInput, PushConfigNotFound
+from engine_service.core.history import new_id
+from engine_service.core.ids import check_id
+from engine_service.core.models import JSON, Message, Role, message_text
+from engine_service.core.store import SessionStore
+
+__all__ = ["PushConfigs", "RunNotice", "RunWebhooks", "run_payload"]
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_CHARS = 4096
+"""A push config's token and credentials, at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunNotice:
+    """A run started (``final`` None) or ended: what pushers (A2A push) are told."""
+
+    session_id: str
+    run_id: str
+    resumes: str
+    """The run this one resumed (answering its interrupts); empty: none."""
+    started: bool
+    final: ev.RunFinished | ev.RunError | None
+    messages: Sequence[Message]
+    time: datetime
+
+
+Pusher = Callable[[RunNotice], Awaitable[None]]
+
+
+def _usage(usage: ev.Usage | None) -> dict[str, int]:
+    usage = usage or ev.Usage()
+    return {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.total_tokens or usage.input_tokens + usage.output_tokens,
+        "cachedTokens": usage.cached_tokens,
+    }
+
+
+def run_payload(
+    session_id: str,
+    run_id: str,
+    final: ev.RunFinished | ev.RunError | None,
+    messages: Sequence[Message],
+    now: datetime,
+) -> dict[str, JSON]:
+    """What a run webhook carries (see the module's docstring)."""
+    payload: dict[str, JSON] = {
+        "type": "run.finished",
+        "id": f"run_{run_id}",
+        "runId": run_id,
+        "sessionId": session_id,
+    }
+    if isinstance(final, ev.RunFinished):
+        payload["outcome"] = final.outcome.value
+        payload["usage"] = _usage(final.usage)
+    else:
+        payload["outcome"] = "error"
+        error = final or ev.RunError("the run ended without an outcome", "internal")
+        payload["error"] = {"code": error.code, "message": error.message}
+        payload["usage"] = _usage(error.usage)
+    last = next(
+        (m for m in reversed(messages) if m.role is Role.ASSISTANT and m.run_id == run_id), None
+    )
+    payload["message"] = {"id": last.id, "text": message_text(last)} if last else None
+    payload["finishedAt"] = now.isoformat(timespec="microseconds")
+    return payload
+
+
+class RunWebhooks:
+    """The run side of the outbox: check URLs as runs are asked for, enqueue their ends."""
+
+    def __init__(
+        self,
+        worker: DeliveryWorker,
+        check: Callable[[str], None],
+        pushers: Sequence[Pusher] = (),
+    ) -> None:
+        """``check(url)`` raises ``InvalidInput`` naming why a URL is refused; ``pushers``
+        hear of every run's start and end."""
+        self.worker = worker
+        self.check = check
+        self.pushers = list(pushers)
+
+    async def notice(self, notice: RunNotice) -> None:
+        """Tell every pusher; one that fails does not stop the others (the log says why)."""
+        for push in self.pushers:
+            try:
+                await push(notice)
+            except Exception:
+                log.exception("pushing the updates of run %s failed", notice.run_id)
+
+    async def run_ended(
+        self,
+        url: str,
+        session_id: str,
+        run_id: str,
+        final: ev.RunFinished | ev.RunError | None,
+        messages: Sequence[Message],
+    ) -> None:
+        now = datetime.now(UTC)
+        payload = run_payload(session_id, run_id, final, messages, now)
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        await self.worker.enqueue(Delivery(f"run_{run_id}", url, body, now, now, kind="run"))
+
+
+class PushConfigs:
+    """Push configs of tasks (A2A), kept by the store, scoped to the task's owner: a task
+    the caller cannot see is not found."""
+
+    def __init__(self, store: SessionStore, check: Callable[[str], None], limit: int) -> None:
+        self.store = store
+        self.check = check
+        self.limit = limit
+
+    async def _task_session(self, caller: Caller, task_id: str) -> str:
+        check_id(task_id, "task_id")
+        run = await self.store.find_run(task_id, owner=caller.owner_filter)
+        return run.session_id
+
+    async def set(self, caller: Caller, config: PushConfig) -> PushConfig:
+        session_id = await self._task_session(caller, config.task_id)
+        return await self.store.add_push_config(
+            replace(self.checked(config), session_id=session_id), self.limit
+        )
+
+    async def set_for_run(self, session_id: str, run_id: str, config: PushConfig) -> None:
+        """Store a config a run brought (``checked`` before the run began): its task is
+        the run or a run of the same session."""
+        if config.task_id != run_id:
+            await self.store.get_run(session_id, config.task_id)  # RunNotFound otherwise
+        await self.store.add_push_config(replace(config, session_id=session_id), self.limit)
+
+    def checked(self, config: PushConfig) -> PushConfig:
+        """``config`` with an id, checked; ``InvalidInput`` naming what is wrong."""
+        check_id(config.task_id, "task_id")
+        if config.id:
+            check_id(config.id, "id")
+        else:
+            config = replace(config, id=new_id())
+        if not config.url:
+            raise InvalidInput("url is required")
+        self.check(config.url)
+        for name, value in (
+            ("token", config.token),
+            ("authentication.scheme", config.auth_scheme),
+            ("authentication.credentials", config.auth_credentials),
+        ):
+            if len(value) > MAX_HEADER_CHARS:
+                raise InvalidInput(f"{name} is longer than {MAX_HEADER_CHARS} characters")
+            if any(ch in value for ch in "\r\n\0"):
+                raise InvalidInput(f"{name} must not hold line breaks")
+        if config.auth_scheme and not config.auth_scheme.isalnum():
+            raise InvalidInput("authentication.scheme must be a word such as Bearer or Basic")
+        if config.auth_credentials and not config.auth_scheme:
+            raise InvalidInput("authentication.credentials need authentication.scheme")
+        return replace(config, created_at=datetime.now(UTC))
+
+    async def get(self, caller: Caller, task_id: str, config_id: str) -> PushConfig:
+        await self._task_session(caller, task_id)
+        for config in await self.store.push_configs(task_id):
+            if config.id == config_id:
+                return config
+        raise PushConfigNotFound(task_id, config_id)
+
+    async def list(self, caller: Caller, task_id: str) -> list[PushConfig]:
+        await self._task_session(caller, task_id)
+        return await self.store.push_configs(task_id)
+
+    async def delete(self, caller: Caller, task_id: str, config_id: str) -> None:
+        await self._task_session(caller, task_id)
+        if not await self.store.delete_push_config(task_id, config_id):
+            raise PushConfigNotFound(task_id, config_id)

@@ -1,0 +1,93 @@
+"""Two engines on one PostgreSQL store: each run webhook is delivered once, whichever engine
+ran the run; and the attempts show in the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentik.config import Settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.engine.harness import WAIT, engine_settings, run, running_engine, user
+from tests.engine.webhooks.receiver import Receiver
+from tests.fakes.fake_openai import FakeOpenAI
+
+
+def fast(llm: FakeOpenAI, store: str, **env: str) -> Settings:
+    return engine_settings(
+        AGENTIK_STORE=store,
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        AGENTIK_LLM_MAX_RETRIES="0",
+        AGENTIK_WEBHOOKS_ALLOW_PRIVATE="1",
+        AGENTIK_WEBHOOKS_BASE_DELAY="0.05",
+        AGENTIK_WEBHOOKS_POLL_INTERVAL="0.05",
+        **env,
+    )
+
+
+async def test_two_engines_on_postgresql_deliver_each_run_webhook_once(
+    llm: FakeOpenAI, pg_url: str
+) -> None:
+    with Receiver() as hook:
+        async with (
+            running_engine(fast(llm, pg_url)) as a,
+            running_engine(fast(llm, pg_url)) as b,
+        ):
+            for index in range(12):
+                engine = a if index % 2 else b
+                request = pb.RunRequest(
+                    session_id=f"s{index}",
+                    run_id=f"r{index}",
+                    create_session=True,
+                    messages=[user("hi")],
+                    webhook=pb.Webhook(url=hook.url),
+                )
+                await run(engine, request)
+            await asyncio.to_thread(hook.wait_for, 12, WAIT)
+            await asyncio.sleep(0.5)  # a duplicate would have arrived by now
+    ids = sorted(r.headers["webhook-id"] for r in hook.received)
+    assert ids == sorted(f"run_r{index}" for index in range(12))
+    assert sorted(json.loads(r.body)["runId"] for r in hook.received) == sorted(
+        f"r{index}" for index in range(12)
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_attempts_and_failures_are_counted_in_the_metrics(llm: FakeOpenAI) -> None:
+    settings = fast(
+        llm, "memory://", AGENTIK_METRICS_ADDR="127.0.0.1:0", AGENTIK_WEBHOOKS_MAX_ATTEMPTS="2"
+    )
+    async with running_engine(settings) as engine:
+        down = f"http://127.0.0.1:{free_port()}/"
+        request = pb.RunRequest(
+            session_id="s1",
+            create_session=True,
+            messages=[user("hi")],
+            webhook=pb.Webhook(url=down),
+        )
+        await run(engine, request)
+        url = f"http://127.0.0.1:{engine.server.metrics_port}/metrics"
+        async with httpx.AsyncClient() as client, asyncio.timeout(WAIT):
+            while True:
+                text = (await client.get(url)).text
+                samples = {
+                    (s.name, s.labels.get("kind"), s.labels.get("outcome")): s.value
+                    for family in text_string_to_metric_families(text)
+                    for s in family.samples
+                }
+                if samples.get(("agentik_webhook_attempts_total", "run", "failed")):
+                    break
+                await asyncio.sleep(0.05)
+    assert samples[("agentik_webhook_attempts_total", "run", "retry")] == 1
+    assert samples[("agentik_webhook_attempts_total", "run", "failed")] == 1

@@ -1,0 +1,164 @@
+"""The delivery outbox in every store: add, claim under a lease, settle, list the failed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
+from engine_service.core.errors import InvalidInput, SessionNotFound
+from engine_service.core.store import SessionStore
+from engine_service.stores.postgres import PostgresSessionStore
+
+T0 = datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def delivery(delivery_id: str, due: float = 0.0) -> Delivery:
+    return Delivery(
+        id=delivery_id,
+        url="https://hooks.example.com/in",
+        payload='{"a": 1}',
+        created_at=T0,
+        next_attempt_at=at(due),
+        headers={"Authorization": "Bearer t"},
+        kind="a2a",
+    )
+
+
+async def test_an_added_delivery_reads_back_whole_and_adding_it_again_changes_nothing(
+    store: SessionStore,
+) -> None:
+    await store.add_delivery(delivery("d1"))
+    again = delivery("d1")
+    again.url = "https://other.example.com/"
+    await store.add_delivery(again)
+    got = await store.get_delivery("d1")
+    assert got == delivery("d1")
+    assert await store.get_delivery("nope") is None
+
+
+async def test_claims_take_due_deliveries_once_until_the_lease_ends(store: SessionStore) -> None:
+    for name, due in (("late", 60.0), ("b", 2.0), ("a", 1.0)):
+        await store.add_delivery(delivery(name, due))
+    first = await store.claim_deliveries("r1", at(10), at(40), 10)
+    assert [d.id for d in first] == ["a", "b"]
+    assert await store.claim_deliveries("r2", at(20), at(50), 10) == []  # leased to r1
+    again = await store.claim_deliveries("r2", at(45), at(80), 1)  # r1's lease ended
+    assert [d.id for d in again] == ["a"]
+
+
+async def test_settling_stores_the_outcome_and_ends_the_lease(store: SessionStore) -> None:
+    await store.add_delivery(delivery("d1"))
+    (claimed,) = await store.claim_deliveries("r1", at(1), at(100), 5)
+    claimed.attempts, claimed.last_error = 1, "HTTP 503"
+    claimed.next_attempt_at = at(30)
+    await store.settle_delivery(claimed, at(2))
+    assert await store.claim_deliveries("r2", at(10), at(50), 5) == []  # not due yet
+    (retried,) = await store.claim_deliveries("r2", at(31), at(60), 5)  # lease gone too
+    assert (retried.attempts, retried.last_error, retried.updated_at) == (1, "HTTP 503", at(2))
+    retried.attempts, retried.status = 2, DeliveryStatus.DELIVERED
+    await store.settle_delivery(retried, at(32))
+    assert await store.claim_deliveries("r2", at(1000), at(2000), 5) == []
+    got = await store.get_delivery("d1")
+    assert got is not None and got.status is DeliveryStatus.DELIVERED
+
+
+async def test_failed_deliveries_are_kept_and_listed_newest_first(store: SessionStore) -> None:
+    for index in range(3):
+        await store.add_delivery(delivery(f"f{index}"))
+    for index, claimed in enumerate(await store.claim_deliveries("r", at(1), at(9), 0)):
+        claimed.status, claimed.attempts, claimed.last_error = DeliveryStatus.FAILED, 8, "down"
+        await store.settle_delivery(claimed, at(index + 2))
+    page, total = await store.failed_deliveries(0, 2)
+    assert ([d.id for d in page], total) == (["f2", "f1"], 3)
+    rest, _ = await store.failed_deliveries(2, 0)
+    assert [d.id for d in rest] == ["f0"]
+    assert rest[0].headers == {"Authorization": "Bearer t"}
+    with pytest.raises(InvalidInput):
+        await store.failed_deliveries(-1, 1)
+
+
+@pytest.fixture
+async def two(pg_url: str) -> AsyncIterator[tuple[PostgresSessionStore, PostgresSessionStore]]:
+    a, b = PostgresSessionStore(pg_url), PostgresSessionStore(pg_url)
+    await a.open()
+    await b.open()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def test_two_replicas_claiming_at_once_never_take_the_same_delivery(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    a, b = two
+    for index in range(40):
+        await a.add_delivery(delivery(f"d{index:02}"))
+    taken: list[str] = []
+    for _ in range(5):
+        got = await asyncio.gather(
+            a.claim_deliveries("ra", at(1), at(100), 5), b.claim_deliveries("rb", at(1), at(100), 5)
+        )
+        taken += [d.id for batch in got for d in batch]
+    assert sorted(taken) == [f"d{index:02}" for index in range(40)]
+
+
+def push(config_id: str, task_id: str = "t1", session_id: str = "s1") -> PushConfig:
+    return PushConfig(
+        config_id,
+        task_id,
+        session_id,
+        f"https://hooks.example.com/{config_id}",
+        T0,
+        "tok",
+        "Bearer",
+        "c",
+    )
+
+
+async def test_push_configs_are_kept_per_task_bounded_and_go_with_their_session(
+    store: SessionStore,
+) -> None:
+    await store.create_session("s1", "", T0)
+    await store.add_push_config(push("a"), 2)
+    await store.add_push_config(push("b"), 2)
+    with pytest.raises(InvalidInput, match="the task has 2 push notification configs"):
+        await store.add_push_config(push("c"), 2)
+    replaced = replace(push("a"), url="https://hooks.example.com/new")
+    await store.add_push_config(replaced, 2)  # the same id replaces, within the bound
+    assert [c.id for c in await store.push_configs("t1")] == ["b", "a"]
+    assert (await store.push_configs("t1"))[1] == replaced
+    assert await store.push_configs("t2") == []
+    assert [c.id for c in await store.session_push_configs("s1")] == ["b", "a"]
+    assert await store.delete_push_config("t1", "b")
+    assert not await store.delete_push_config("t1", "b")
+    await store.delete_session("s1")
+    assert await store.push_configs("t1") == []
+    with pytest.raises(SessionNotFound):
+        await store.add_push_config(push("x"), 2)
+
+
+async def test_retention_prunes_delivered_deliveries_and_keeps_failed_ones(
+    store: SessionStore,
+) -> None:
+    for name in ("done", "failed", "pending"):
+        await store.add_delivery(delivery(name))
+    claimed = {d.id: d for d in await store.claim_deliveries("r", at(1), at(9), 0)}
+    claimed["done"].status = DeliveryStatus.DELIVERED
+    claimed["failed"].status = DeliveryStatus.FAILED
+    for name in ("done", "failed"):
+        await store.settle_delivery(claimed[name], at(2))
+    await store.prune_events(at(1))  # before they were settled: nothing goes
+    assert await store.get_delivery("done") is not None
+    await store.prune_events(at(3))
+    assert await store.get_delivery("done") is None
+    assert await store.get_delivery("failed") is not None
+    assert await store.get_delivery("pending") is not None

@@ -619,7 +619,12 @@ class EngineSettings:
     """Seconds to keep a session's events; 0 keeps them forever."""
     shutdown_grace: float = setting(10.0, "AGENTIK_SHUTDOWN_GRACE", _SECONDS_OR_ZERO)
     lease_seconds: float = setting(10.0, "AGENTIK_LEASE_SECONDS", _SECONDS)
-    """With a shared store: how soon another engine closes the runs of one that died."""
+    """With a shared store: how soon another engine takes over the runs of one that died."""
+    resume_runs: bool = setting(True, "AGENTIK_RESUME_RUNS", _boolean)
+    """A run whose engine died goes on from its last checkpoint (on another replica, or
+    when a SQLite engine starts again); false: it is closed as interrupted."""
+    max_resumes: int = setting(3, "AGENTIK_MAX_RESUMES", _POSITIVE)
+    """How often one run may be resumed: past this it stops with ``resume_limit``."""
     workers: int = setting(1, "AGENTIK_ENGINE_WORKERS", _POSITIVE, flat="engine_workers")
     """Engine processes sharing ``grpc_addr``; more than one needs a shared store."""
     max_state_bytes: int = setting(_MiB, "AGENTIK_MAX_STATE_BYTES", _POSITIVE)

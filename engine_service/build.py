@@ -107,6 +107,8 @@ def build_engine(settings: Settings) -> Engine:
         max_runs_per_caller=settings.runs_per_caller,
         tokens_per_day=settings.auth.tokens_per_day,
         lease_seconds=settings.engine.lease_seconds,
+        resume_runs=settings.engine.resume_runs,
+        max_resumes=settings.engine.max_resumes,
         event_retention=settings.engine.event_retention,
     )
     tracer = otel_tracer.tracer() if tracing.enabled() else NO_TRACER

@@ -57,6 +57,7 @@ from engine_service.core.models import (
     Message,
     ReconcileMode,
     RunInput,
+    RunRecord,
     RunStatus,
     Session,
 )
@@ -64,6 +65,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.records import Records
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.resume import resume_run
 from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.core.text import check_title
 from engine_service.core.tool import session_key
@@ -137,6 +139,7 @@ class Engine(Records):
                 is_local=lambda session_id: session_id in self._runs,
                 on_lost=self._leases_lost,
                 max_event_bytes=self.limits.run.max_event_bytes,
+                take_over=self._take_over,
             )
 
     def observe(self, observer: RunObserver) -> None:
@@ -169,14 +172,79 @@ class Engine(Records):
         for run in await self.store.running_runs():
             if run.session_id in self._runs:
                 continue  # ours, started after a failed recovery; not abandoned
-            await close_abandoned_run(self.store, run, _now(), max_event_bytes=self._event_limit)
-            log.warning(
-                "run %s of session %s was left running by a stopped engine; "
-                "stored as interrupted with what it had said",
-                run.id,
-                run.session_id,
-            )
+            await self._take_over(run)
         self._recovered = True
+
+    async def _take_over(self, record: RunRecord) -> None:
+        """A run whose engine died (this one, before a restart; another replica whose
+        lease expired): resume it from its last checkpoint (``core.resume``), or close it
+        as interrupted when ``resume_runs`` is off."""
+        if not self.limits.resume_runs:
+            await close_abandoned_run(self.store, record, _now(), max_event_bytes=self._event_limit)
+            log.warning(
+                "run %s of session %s lost its engine; stored as interrupted with what it had said",
+                record.id,
+                record.session_id,
+            )
+            return
+        resumed = await resume_run(
+            self.store,
+            record,
+            _now(),
+            max_resumes=self.limits.max_resumes,
+            is_engine_tool=lambda name: self.tools.get(name) is not None,
+            seq_block=self.limits.run.seq_block,
+            max_event_bytes=self._event_limit,
+        )
+        if resumed is None:
+            log.warning(
+                "run %s of session %s lost its engine and was closed (nothing to resume, "
+                "already answered, or resumed too often)",
+                record.id,
+                record.session_id,
+            )
+            return
+        session = resumed.session
+        hub = self._hubs.hub(session)
+        hub.begin(record.id, session.last_seq, session.reserved_seq)
+        history = [bound_message(m, self._message_limit) for m in resumed.history]
+        run = Run(
+            store=self.store,
+            model=self.model,
+            tools=self.tools,
+            limits=self.limits.run,
+            hub=hub,
+            run_input=RunInput(record.session_id, record.id, parent_run_id=record.parent_run_id),
+            incoming=[],
+            history=history,
+            state=session.state,
+            on_done=self._run_done,
+            on_storage_error=self._health.failed,
+            tracer=self.tracer,
+            observer=self.observer,
+            principal=resumed.principal,
+            session_key=session_key(session.id, session.owner, session.created_at),
+            budget=self.budget,
+            replica=self.replica if self.store.shared else "",
+            resumed=resumed.resumes,
+            rounds_done=resumed.rounds,
+        )
+        run.report.resumes = resumed.resumes
+        run.report.resumed_on = self.replica
+        self._runs[session.id] = run
+        self._run_callers[session.id] = (resumed.principal, session.owner)
+        self._runs_by_caller[resumed.principal] += 1
+        log.warning(
+            "run %s of session %s lost its engine; resumed here (replica %s, resume %d of "
+            "at most %d) after %d tool rounds",
+            record.id,
+            record.session_id,
+            self.replica,
+            resumed.resumes,
+            self.limits.max_resumes,
+            resumed.rounds,
+        )
+        run.start()
 
     # -- storage health -----------------------------------------------------------
 
@@ -367,6 +435,7 @@ class Engine(Records):
             session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
             title=first_title(begun.session, incoming),
             budget=self.budget,
+            replica=self.replica if self.store.shared else "",
         )
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)

@@ -2,10 +2,12 @@
 
 Every RUNNING run is leased to the replica that runs it. The :class:`LeaseKeeper` of each
 replica renews its leases every third of the lease time, and claims the runs whose lease
-expired — their replica died (kill -9, a lost host) — to close them as the single-engine
-restart would: stored as interrupted with what they had said (``close_abandoned_run``),
-their followers ending on the terminal event. A replica that restarts gets a new id, so
-it never touches runs whose lease is alive: their owner is alive.
+expired — their replica died (kill -9, a lost host) — and hands each to ``take_over``:
+the engine resumes it from its last checkpoint (``core.resume``), or closes it as the
+single-engine restart would, stored as interrupted with what it had said
+(``close_abandoned_run``), its followers ending on the terminal event. A replica that
+restarts gets a new id, so it never touches runs whose lease is alive: their owner is
+alive.
 
 A replica whose renewals fail for a whole lease time stops its own runs (``on_lost``):
 another replica may already be closing them.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from engine_service.core.errors import StorageUnavailable
@@ -49,7 +51,10 @@ class LeaseKeeper:
         is_local: Callable[[str], bool],
         on_lost: Callable[[], None],
         max_event_bytes: int = 1024 * 1024,
+        take_over: Callable[[RunRecord], Awaitable[None]] | None = None,
     ) -> None:
+        """``take_over`` gets each claimed run (default: close it as interrupted)."""
+        self._take_over = take_over
         self.store = store
         self.max_event_bytes = max_event_bytes
         """What a closed run's partial answer is clipped to (``close_abandoned_run``)."""
@@ -85,8 +90,8 @@ class LeaseKeeper:
                 log.exception("lease keeping failed; trying again")
             await asyncio.sleep(self.seconds / 3)
 
-    async def tick(self) -> list[tuple[RunRecord, int]]:
-        """Renew, then close expired runs; returns each closed run with its last seq."""
+    async def tick(self) -> list[RunRecord]:
+        """Renew, then take over expired runs; returns each run taken over."""
         now = _now()
         until = now + timedelta(seconds=self.seconds)
         await self.store.renew_leases(self.replica, until)
@@ -95,14 +100,17 @@ class LeaseKeeper:
         for run in await self.store.claim_expired_runs(self.replica, now, until):
             if self._is_local(run.session_id):
                 continue  # ours: a renewal raced the expiry; the run goes on
-            last_seq = await close_abandoned_run(
-                self.store, run, _now(), max_event_bytes=self.max_event_bytes
-            )
-            log.warning(
-                "run %s of session %s lost its engine (lease expired); stored as interrupted "
-                "with what it had said",
-                run.id,
-                run.session_id,
-            )
-            closed.append((run, last_seq))
+            if self._take_over is not None:
+                await self._take_over(run)
+            else:
+                await close_abandoned_run(
+                    self.store, run, _now(), max_event_bytes=self.max_event_bytes
+                )
+                log.warning(
+                    "run %s of session %s lost its engine (lease expired); stored as "
+                    "interrupted with what it had said",
+                    run.id,
+                    run.session_id,
+                )
+            closed.append(run)
         return closed

@@ -45,6 +45,11 @@ class EngineLimits:
     event_retention: float = 7 * 24 * 3600.0
     """Seconds stored events are kept; 0 keeps them forever."""
     lease_seconds: float = 10.0
-    """With a shared store: a replica that died has its runs closed by another within this."""
+    """With a shared store: a replica that died has its runs taken over within this."""
+    resume_runs: bool = True
+    """A run whose engine died goes on from its last checkpoint (``core.resume``); False:
+    it is closed as interrupted (``core.recovery``)."""
+    max_resumes: int = 3
+    """Resumes one run may have; past this it stops with ``resume_limit``."""
     tokens_per_day: int = 0
     """Tokens one principal's runs may use a UTC day (``core.budget``); 0: no budget."""

@@ -92,8 +92,15 @@ class Run:
         session_key: str = "",
         title: str = "",
         budget: TokenBudget | None = None,
+        replica: str = "",
+        resumed: int = 0,
+        rounds_done: int = 0,
     ) -> None:
+        """``resumed``: how many times this run was resumed after its engine died, it going
+        on here after ``rounds_done`` tool rounds (``core.resume``); 0: a new run."""
         self.store = store
+        self.resumed = resumed
+        self._rounds_done = rounds_done
         self.budget = budget
         """Checked before each LLM call, charged after it (``core.budget``)."""
         self.principal = principal
@@ -118,7 +125,15 @@ class Run:
         self._on_done = on_done
         self._on_storage_error = on_storage_error
         self._storage_failure: StorageUnavailable | None = None
-        self.out = Outbox(store, hub, self.run_id, limits, on_failure=self.fail, on_lost=self.lose)
+        self.out = Outbox(
+            store,
+            hub,
+            self.run_id,
+            limits,
+            on_failure=self.fail,
+            on_lost=self.lose,
+            replica=replica,
+        )
         """Publishes the run's events and stores them behind it."""
         self.emit = self.out.emit
         self.settled = True
@@ -196,14 +211,17 @@ class Run:
         self.report.started = time.monotonic()
         self._observer.run_started(self.report)
         try:
-            self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
-            await self.out.let_followers_send()
-            if self.input.state is UNSET and self.state is not None:
+            if self.resumed:
+                self._input_taken = True  # stored before the engine that began it died
+            else:
+                self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
+                await self.out.let_followers_send()
+            if self.input.state is UNSET and self.state is not None and not self.resumed:
                 # The client sent no state: give it the session's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state))
             # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
-            if not self.decisions:
+            if not self.decisions and not self.resumed:
                 await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure
@@ -348,7 +366,7 @@ class Run:
         if self.decisions:
             await self._carry_out(self.decisions)
             await self._take_input()
-        rounds = 0
+        rounds = self._rounds_done
         while True:
             offer = specs if rounds < self.limits.max_tool_rounds else []
             request = ChatRequest(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -129,6 +129,9 @@ class Engine(Records):
             is_unsettled=lambda session_id: session_id in self._unsettled,
             accepting=lambda: self._accepting,
         )
+        self.tools_settled: Callable[[], Awaitable[None]] | None = None
+        """Awaited before a run is resumed: until the tool sources (MCP servers, A2A
+        agents) have connected or failed, so the resumed run knows its calls' tools."""
         self.replica = new_replica_id()
         self._leases: LeaseKeeper | None = None
         if store.shared:
@@ -187,6 +190,8 @@ class Engine(Records):
                 record.session_id,
             )
             return
+        if self.tools_settled is not None:
+            await self.tools_settled()
         resumed = await resume_run(
             self.store,
             record,

@@ -26,8 +26,16 @@ tool_call_result                  ``tool_call_result``  ``tool_call_id``, ``mess
                                                         ``content``, ``is_error``, ``parts``?
 state_snapshot                    ``state_snapshot``    ``snapshot``
 state_delta                       ``state_delta``       ``delta`` (RFC 6902 operations)
-custom                            ``custom``            ``name``, ``value`` (e.g. ``tool_progress``)
+custom ``superseded``             ``retry``             ``message_id`` of the cut answer,
+                                                        ``reason``
+custom                            ``custom``            ``name``, ``value`` (e.g. ``tool_progress``,
+                                                        ``resumed``)
 ================================  ====================  ====================================
+
+A run whose engine died mid-answer goes on elsewhere (``[engine] resume_runs``): its cut
+answer is ended by ``retry`` (drop the text of ``message_id``: it is asked again, and the
+new answer comes as a new ``start_response``), then ``custom`` ``resumed`` with the run's
+resume count. The run keeps its ``run_id``, and its ids only grow.
 
 A run that stops for a person (outcome INTERRUPT) gives two frames: ``input_required``
 with the interrupts (:func:`~web_facade.agentik.shapes.interrupt_json`) and no ``id`` of
@@ -143,7 +151,13 @@ def _state_delta(event: pb.Event) -> tuple[str, dict[str, Any]]:
 
 def _custom(event: pb.Event) -> tuple[str, dict[str, Any]]:
     body = event.custom
-    return "custom", {"name": body.name, "value": json_value(body.value)}
+    value = json_value(body.value)
+    if body.name == "superseded" and isinstance(value, dict):
+        return "retry", {
+            "message_id": value.get("messageId", ""),
+            "reason": value.get("reason", ""),
+        }
+    return "custom", {"name": body.name, "value": value}
 
 
 EVENT_TABLE: dict[str, Mapper] = {

@@ -1,0 +1,200 @@
+"""Runs that outlive their process: kill -9 of the engine, and the run goes on.
+
+One engine on a SQLite file, killed mid-answer and started again: the run keeps its id,
+the cut answer is closed as ``superseded`` and asked of the LLM again, and the run ends in
+success with the whole answer. A client resuming from its last id loses nothing and gets
+nothing twice. A run cut mid-tool gets an in-doubt result (never a silent second call); a
+run that keeps killing its engine stops after ``max_resumes``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.core.test_recovery import MCP_CONNECTED, EngineProcess
+from tests.engine.harness import kind, user
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
+from tests.tools.mcp.servers import DEMO
+
+CHUNKS = 1500
+ANSWER = "".join(f"w{i} " for i in range(CHUNKS))
+TURN = f"[[chunks:{CHUNKS}]][[slow:0.003]]"
+"""About 4.5 s of text: the engine is killed mid-answer."""
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def _read_until(call: object, stop: str, count: int) -> list[pb.Event]:
+    seen: list[pb.Event] = []
+    for event in call:  # type: ignore[attr-defined]
+        seen.append(event)
+        if sum(kind(e) == stop for e in seen) >= count:
+            return seen
+    raise AssertionError(f"the run ended before {count} {stop}: {[kind(e) for e in seen]}")
+
+
+def _lost_and_duplicated(
+    seen: list[pb.Event], resumed: list[pb.Event], stored: list[pb.Event]
+) -> tuple[int, int]:
+    got = [e.seq for e in seen + resumed]
+    return len({e.seq for e in stored} - set(got)), len(got) - len(set(got))
+
+
+def _kill_mid_text(llm: FakeOpenAI, workdir: Path, **env: str) -> list[pb.Event]:
+    engine = EngineProcess(llm, workdir, **env)
+    try:
+        call = engine.stub.Run(
+            pb.RunRequest(session_id="t", create_session=True, messages=[user(TURN)])
+        )
+        seen = _read_until(call, "text_message_content", 100)
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+    return seen
+
+
+def test_kill_9_mid_text_and_a_restart_finish_the_run_with_the_whole_answer(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    seen = _kill_mid_text(llm, tmp_path)
+    run_id = seen[0].run_id
+
+    engine = EngineProcess(llm, tmp_path)
+    try:
+        resumed = engine.follow("t", seen[-1].seq)
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+        run = engine.stub.GetRun(pb.GetRunRequest(run_id=run_id))
+    finally:
+        engine.stop()
+
+    kinds = [kind(e) for e in resumed]
+    assert all(e.run_id == run_id for e in resumed)  # one run that hiccups, not two
+    assert "run_started" not in kinds
+    customs = [(e.custom.name, e) for e in resumed if e.HasField("custom")]
+    assert [name for name, _ in customs] == ["superseded", "resumed"], kinds
+    cut = seen[-1].text_message_content.message_id
+    superseded = customs[0][1]
+    assert superseded.custom.value.struct_value.fields["messageId"].string_value == cut
+    # The cut message is ended before the superseded event; the new attempt is a new one.
+    first_custom = kinds.index("custom")
+    assert kinds[first_custom - 1] == "text_message_end"
+    starts = [e.text_message_start.message_id for e in resumed if e.HasField("text_message_start")]
+    assert len(starts) == 1 and starts[0] != cut
+    assert kinds[-2:] == ["message_stored", "run_finished"], kinds
+    assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+    assert all(e.seq > seen[-1].seq for e in resumed)
+    assert _lost_and_duplicated(seen, resumed, stored) == (0, 0)
+    # Only what the LLM should see is kept: the question and the whole answer.
+    assert [m.role for m in messages] == [pb.ROLE_USER, pb.ROLE_ASSISTANT]
+    assert messages[-1].content[0].text.text == ANSWER
+    assert messages[-1].id == starts[0]
+    assert run.status == pb.RUN_STATUS_SUCCEEDED
+    assert engine.process.log().count("resumed here") == 1
+
+
+def test_without_resume_runs_a_restart_closes_the_run_as_interrupted(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    seen = _kill_mid_text(llm, tmp_path, AGENTIK_RESUME_RUNS="false")
+    engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS="false")
+    try:
+        resumed = engine.follow("t", seen[-1].seq)
+    finally:
+        engine.stop()
+    assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
+    assert not any(e.HasField("custom") for e in resumed)
+
+
+def test_a_run_that_keeps_killing_its_engine_stops_after_max_resumes(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    seen = _kill_mid_text(llm, tmp_path, AGENTIK_MAX_RESUMES="1")
+    # The restart resumes it (resume 1 of 1); the engine is killed again mid-answer.
+    engine = EngineProcess(llm, tmp_path, AGENTIK_MAX_RESUMES="1")
+    try:
+        call = engine.stub.Subscribe(pb.SubscribeRequest(session_id="t", after_seq=seen[-1].seq))
+        again = _read_until(call, "text_message_content", 100)
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+    assert [e.custom.name for e in again if e.HasField("custom")] == ["superseded", "resumed"]
+
+    engine = EngineProcess(llm, tmp_path, AGENTIK_MAX_RESUMES="1")
+    try:
+        last = engine.follow("t", again[-1].seq)
+        run = engine.stub.GetRun(pb.GetRunRequest(run_id=seen[0].run_id))
+    finally:
+        engine.stop()
+    assert kind(last[-1]) == "run_error"
+    assert last[-1].run_error.code == "resume_limit"
+    assert "max_resumes" in last[-1].run_error.message
+    assert run.status == pb.RUN_STATUS_FAILED
+
+
+def test_kill_9_mid_tool_gives_an_in_doubt_result_and_the_run_goes_on(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        "[[mcp.servers]]\n"
+        'name = "demo"\n'
+        f"command = {json.dumps(sys.executable)}\n"
+        f'args = [{json.dumps(DEMO)}, "stdio"]\n'
+    )
+    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    try:
+        engine.process.wait_for_log(re.compile(f"({MCP_CONNECTED})"))
+        llm.enqueue(
+            FakeReply(
+                text="let me wait",
+                tool_calls=[FakeToolCall("demo__slow", {"seconds": 60}, id="slow1")],
+            )
+        )
+        call = engine.stub.Run(
+            pb.RunRequest(session_id="t", create_session=True, messages=[user("wait please")])
+        )
+        seen = _read_until(call, "custom", 2)  # the tool's progress: it is running
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+
+    llm.enqueue(FakeReply(text="the wait was cut"))
+    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    try:
+        resumed = engine.follow("t", seen[-1].seq)
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+    finally:
+        engine.stop()
+
+    kinds = [kind(e) for e in resumed]
+    assert kinds[:3] == ["tool_call_result", "message_stored", "custom"], kinds
+    assert resumed[0].tool_call_result.is_error
+    assert "may or may not have taken effect" in resumed[0].tool_call_result.content
+    assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+    assert _lost_and_duplicated(seen, resumed, stored) == (0, 0)
+    assert [m.role for m in messages] == [
+        pb.ROLE_USER,
+        pb.ROLE_ASSISTANT,
+        pb.ROLE_TOOL,
+        pb.ROLE_ASSISTANT,
+    ]
+    assert messages[-1].content[0].text.text == "the wait was cut"
+    # The LLM was asked again with a result for the call it made.
+    sent = llm.requests[-1]["messages"]
+    assert any(m.get("role") == "tool" and m.get("tool_call_id") == "slow1" for m in sent)

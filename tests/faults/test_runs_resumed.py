@@ -9,19 +9,28 @@ run that keeps killing its engine stops after ``max_resumes``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import signal
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.core.test_recovery import MCP_CONNECTED, EngineProcess
 from tests.engine.harness import kind, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
+from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
+from tests.faults.ledger import Ledger, audit, store_view
+from tests.faults.test_replicas_killed import LEASE, Replicas
 from tests.tools.mcp.servers import DEMO
+
+pytestmark = SIGNAL_MARKS
 
 CHUNKS = 1500
 ANSWER = "".join(f"w{i} " for i in range(CHUNKS))
@@ -198,3 +207,77 @@ def test_kill_9_mid_tool_gives_an_in_doubt_result_and_the_run_goes_on(
     # The LLM was asked again with a result for the call it made.
     sent = llm.requests[-1]["messages"]
     assert any(m.get("role") == "tool" and m.get("tool_call_id") == "slow1" for m in sent)
+
+
+# -- two replicas on PostgreSQL ------------------------------------------------------------
+
+REPLICA_CHUNKS = 300
+REPLICA_TURN = f"[[slow:0.02]] [[chunks:{REPLICA_CHUNKS}]]"
+"""About 6 s of text per turn: every turn is mid-answer when a replica is killed."""
+REPLICA_ANSWER = "".join(f"w{i} " for i in range(REPLICA_CHUNKS))
+
+
+@pytest.fixture
+def resuming(
+    llm: FakeOpenAI, pg_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Replicas]:
+    running = Replicas(llm, tmp_path_factory.mktemp("resumed"), pg_url, resume=True)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def http(resuming: Replicas) -> AsyncIterator[httpx.AsyncClient]:
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    async with httpx.AsyncClient(
+        base_url=resuming.stack.base_url, timeout=httpx.Timeout(WITHIN), limits=limits
+    ) as client:
+        yield client
+
+
+async def _note_retries(ledgers: dict[str, Ledger], since: float, first: dict[str, float]) -> None:
+    """Note in ``first`` the seconds after ``since`` at which each stream got a ``retry``."""
+    while True:
+        for name, ledger in ledgers.items():
+            if name not in first and ledger.count("retry"):
+                first[name] = time.monotonic() - since
+        await asyncio.sleep(0.05)
+
+
+async def test_kill_9_of_a_replica_mid_text_and_its_runs_finish_on_the_other(
+    resuming: Replicas, http: httpx.AsyncClient
+) -> None:
+    ledgers, runs = await open_streams(http, 8, REPLICA_TURN, mid_turn=20)
+    first: dict[str, float] = {}
+    try:
+        killed = time.monotonic()
+        resuming.engines[0].stop(signal.SIGKILL)
+        watch = asyncio.create_task(_note_retries(ledgers, killed, first))
+        try:
+            for run in runs:
+                assert await run, "a stream did not reach its turn's end"
+        finally:
+            watch.cancel()
+    finally:
+        for run in runs:
+            run.cancel()
+
+    conversations = {ledger.conversation_id for ledger in ledgers.values()}
+    views = {c: await store_view(http, resuming.target, c, WITHIN) for c in conversations}
+    result = audit(ledgers.items(), views, crashed=True)
+    assert result.clean(), str(result)
+    assert result.lost_count == 0 and result.duplicated_count == 0
+    assert not result.skipped, result.skipped
+    # Every run ends in success with the whole answer as its last stored message.
+    ends = {name: ledger.frames[-1].type for name, ledger in ledgers.items()}
+    assert set(ends.values()) == {"end"}, ends
+    for conversation_id, view in views.items():
+        assert view.assistant_text() == REPLICA_ANSWER, conversation_id
+    retried = {name: ledger.count("retry") for name, ledger in ledgers.items()}
+    assert set(retried.values()) <= {0, 1}, retried  # at most one superseded partial per cut
+    assert any(retried.values()), "no run was on the killed replica?"
+    # The cut runs went on within the lease (+ a third of it, the claim period) + 2 s.
+    assert max(first.values()) < LEASE * 4 / 3 + 2.0, first
+    # Both streams of a conversation agree on whether it was cut.
+    for index in range(8):
+        assert retried[f"send {index}"] == retried[f"follow {index}"], index

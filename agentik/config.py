@@ -666,6 +666,19 @@ class ToolsSettings:
         (), "AGENTIK_TOOLS_APPROVAL", _tool_patterns, flat="tools_approval"
     )
     """Engine tools (names or globs) whose calls wait for a person's approval."""
+    idempotent: tuple[str, ...] = setting(
+        ("current_time", "calculate"),
+        "AGENTIK_TOOLS_IDEMPOTENT",
+        _tool_patterns,
+        flat="tools_idempotent",
+    )
+    """Engine tools (names or globs) safe to run twice: a call of one cut by a dead engine
+    before its result was stored runs again when the run is resumed."""
+    in_doubt: str = setting(
+        "ask", "AGENTIK_TOOLS_IN_DOUBT", _choice("ask", "error"), flat="tools_in_doubt"
+    )
+    """A cut call of any other tool: ``ask`` a person whether to run it again, or give the
+    LLM an ``error`` result saying it may or may not have run."""
     ask_user: bool = setting(False, "AGENTIK_TOOLS_ASK_USER", _boolean, flat="tools_ask_user")
     """Offer the LLM the ``ask_user`` tool (a question a person answers)."""
     interrupt_expiry: float = setting(0.0, "AGENTIK_INTERRUPT_EXPIRY", _SECONDS_OR_ZERO)

@@ -98,6 +98,8 @@ def build_engine(settings: Settings) -> Engine:
             max_tool_rounds=settings.llm.max_tool_rounds,
             tool_timeout=settings.tools.timeout,
             approval=settings.tools.approval,
+            idempotent=settings.tools.idempotent,
+            in_doubt=settings.tools.in_doubt,
             interrupt_expiry=settings.tools.interrupt_expiry,
             max_state_bytes=settings.engine.max_state_bytes,
             max_event_bytes=settings.engine.max_event_bytes,

@@ -200,6 +200,8 @@ class Engine(Records):
             is_engine_tool=lambda name: self.tools.get(name) is not None,
             seq_block=self.limits.run.seq_block,
             max_event_bytes=self._event_limit,
+            idempotent=self.limits.run.idempotent,
+            in_doubt=self.limits.run.in_doubt,
         )
         if resumed is None:
             log.warning(
@@ -233,6 +235,8 @@ class Engine(Records):
             replica=self.replica if self.store.shared else "",
             resumed=resumed.resumes,
             rounds_done=resumed.rounds,
+            rerun=resumed.rerun,
+            ask_again=resumed.ask,
         )
         run.report.resumes = resumed.resumes
         run.report.resumed_on = self.replica

@@ -24,6 +24,10 @@ class RunLimits:
     them. The run tops the reservation up at every flush when half of it is used."""
     approval: tuple[str, ...] = ()
     """Engine tools (names or globs) whose calls wait for a person's approval."""
+    idempotent: tuple[str, ...] = ("current_time", "calculate")
+    """Engine tools (names or globs) run again when a dead engine cut their call."""
+    in_doubt: str = "ask"
+    """A cut call of another tool: ``ask`` a person, or ``error`` (``core.resume``)."""
     interrupt_expiry: float = 0.0
     """Seconds after which an unanswered interrupt counts as declined; 0: never."""
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES

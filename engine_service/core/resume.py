@@ -11,8 +11,11 @@ SQLite engine started again) knows where the run stood:
   can replace it; the new attempt is a new message. The stored history keeps only what
   the LLM should see next time: the partial is not stored.
 - each engine tool call of a stored round is *done* when its result is stored. One
-  without a result was cut while it ran (or before it started): it is *in doubt*, and
-  gets an error result the LLM sees, never a silent second run.
+  without a result was cut while it ran (or just before it started): it is *in doubt*,
+  and never runs silently twice. A tool listed as idempotent (``[tools] idempotent``)
+  runs again; any other call asks a person whether to run it again (an approval); or,
+  with ``[tools] in_doubt = "error"``, gets an error result the LLM sees. Every attempt
+  of a call carries the same idempotency key (``ToolContext.idempotency_key``).
 - calls of tools the engine does not have are the client's: a run whose last round
   asked only for them ends waiting for their results, as it would have.
 
@@ -31,6 +34,7 @@ from datetime import datetime
 
 from engine_service.core import events as ev
 from engine_service.core.history import new_id
+from engine_service.core.hitl import needs_approval
 from engine_service.core.models import (
     Message,
     MessageStatus,
@@ -39,6 +43,7 @@ from engine_service.core.models import (
     RunStatus,
     Session,
     TextPart,
+    ToolCall,
 )
 from engine_service.core.recovery import RESUMED, SUPERSEDED, close_abandoned_run, read_run
 from engine_service.core.store import SessionStore
@@ -67,6 +72,10 @@ class Resumption:
     """Tool rounds the run completed before it was cut."""
     principal: str
     """Whose run it is (budget, report): the session's owner."""
+    rerun: list[ToolCall]
+    """In-doubt calls of idempotent tools: run again first."""
+    ask: list[ToolCall]
+    """Other in-doubt calls: a person decides whether they run again."""
 
 
 async def resume_run(
@@ -78,6 +87,8 @@ async def resume_run(
     is_engine_tool: Callable[[str], bool],
     seq_block: int,
     max_event_bytes: int = 1024 * 1024,
+    idempotent: tuple[str, ...] = (),
+    in_doubt: str = "ask",
 ) -> Resumption | None:
     """Store the events that close what ``run``'s dead engine left open and mark its
     resume; the run to go on with, or None when it was closed instead (nothing of it
@@ -113,6 +124,8 @@ async def resume_run(
     answered = {m.tool_call_id for m in history if m.role is Role.TOOL}
     results: list[tuple[str, Message]] = []
     client_calls: list[str] = []
+    rerun: list[ToolCall] = []
+    ask: list[ToolCall] = []
     for message in own:
         if message.role is not Role.ASSISTANT:
             continue
@@ -121,6 +134,12 @@ async def resume_run(
                 continue
             if not is_engine_tool(call.name):
                 client_calls.append(call.id)
+                continue
+            if needs_approval(call.name, idempotent):
+                rerun.append(call)
+                continue
+            if in_doubt != "error":
+                ask.append(call)
                 continue
             result = Message(
                 id=new_id(),
@@ -143,7 +162,7 @@ async def resume_run(
     done = (
         last.role is Role.ASSISTANT
         and not results
-        and not (set(c.id for c in last.tool_calls) - set(client_calls))
+        and not ({c.id for c in last.tool_calls} - set(client_calls))
     )
     if done:
         # Its last round was stored whole: the run had ended but for storing its end.
@@ -157,7 +176,7 @@ async def resume_run(
     await _store(store, run, bodies, reserve=seq_block)
     session = await store.get_session(run.session_id)
     rounds = sum(1 for m in own if m.role is Role.ASSISTANT and m.tool_calls)
-    return Resumption(run, session, history, resumes, rounds, session.owner)
+    return Resumption(run, session, history, resumes, rounds, session.owner, rerun, ask)
 
 
 async def _store(

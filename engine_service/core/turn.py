@@ -37,7 +37,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.flush import Outbox
 from engine_service.core.history import chat_messages, new_id
-from engine_service.core.hitl import Decision, interrupt_for, needs_person
+from engine_service.core.hitl import Decision, in_doubt_interrupt, interrupt_for, needs_person
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import (
@@ -95,12 +95,17 @@ class Run:
         replica: str = "",
         resumed: int = 0,
         rounds_done: int = 0,
+        rerun: Sequence[ToolCall] = (),
+        ask_again: Sequence[ToolCall] = (),
     ) -> None:
         """``resumed``: how many times this run was resumed after its engine died, it going
-        on here after ``rounds_done`` tool rounds (``core.resume``); 0: a new run."""
+        on here after ``rounds_done`` tool rounds, first running the in-doubt calls
+        ``rerun`` and asking a person about ``ask_again`` (``core.resume``); 0: a new run."""
         self.store = store
         self.resumed = resumed
         self._rounds_done = rounds_done
+        self._rerun = list(rerun)
+        self._ask_again = list(ask_again)
         self.budget = budget
         """Checked before each LLM call, charged after it (``core.budget``)."""
         self.principal = principal
@@ -366,6 +371,14 @@ class Run:
         if self.decisions:
             await self._carry_out(self.decisions)
             await self._take_input()
+        if self._rerun or self._ask_again:
+            # A resumed run's calls in doubt: never silently twice (``core.resume``).
+            await self._run_tools(self._rerun)
+            asked = await self._ask(self._ask_again, in_doubt=True)
+            if asked:
+                return ev.RunFinished(
+                    outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
+                )
         rounds = self._rounds_done
         while True:
             offer = specs if rounds < self.limits.max_tool_rounds else []
@@ -406,13 +419,18 @@ class Run:
 
     # -- a person in the loop -------------------------------------------------------
 
-    async def _ask(self, calls: Sequence[ToolCall]) -> list[Interrupt]:
+    async def _ask(self, calls: Sequence[ToolCall], *, in_doubt: bool = False) -> list[Interrupt]:
         """The interrupts the gated calls raise (a malformed question is answered with an
-        error instead, and the LLM goes on)."""
+        error instead, and the LLM goes on); ``in_doubt``: whether to run calls again that
+        may already have run."""
         interrupts = []
         now = _now()
+        expiry = self.limits.interrupt_expiry
         for call in calls:
-            asked = interrupt_for(call, new_id(), self.run_id, now, self.limits.interrupt_expiry)
+            if in_doubt:
+                interrupts.append(in_doubt_interrupt(call, new_id(), self.run_id, now, expiry))
+                continue
+            asked = interrupt_for(call, new_id(), self.run_id, now, expiry)
             if isinstance(asked, Interrupt):
                 interrupts.append(asked)
             else:
@@ -460,6 +478,7 @@ class Run:
             set_state=self._set_state,
             session_key=self.session_key,
             max_state_bytes=self.limits.max_state_bytes,
+            call_run_id=self._made_by(call.id),
         )
         result = await call_tool(
             self.tools,
@@ -470,6 +489,13 @@ class Run:
             outcomes=self.report.tool_calls,
         )
         await self._store_result(call, result)
+
+    def _made_by(self, call_id: str) -> str:
+        """The run whose stored assistant message made the call ("" when not found)."""
+        for message in reversed(self.transcript.messages):
+            if message.role is Role.ASSISTANT and any(c.id == call_id for c in message.tool_calls):
+                return message.run_id
+        return ""
 
     async def _store_result(self, call: ToolCall, result: ToolResult) -> None:
         self._pending_results.pop(call.id, None)

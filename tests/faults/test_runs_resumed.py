@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from google.protobuf import json_format
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.core.test_recovery import MCP_CONNECTED, EngineProcess
@@ -154,36 +155,121 @@ def test_a_run_that_keeps_killing_its_engine_stops_after_max_resumes(
     assert run.status == pb.RUN_STATUS_FAILED
 
 
-def test_kill_9_mid_tool_gives_an_in_doubt_result_and_the_run_goes_on(
-    llm: FakeOpenAI, tmp_path: Path
-) -> None:
-    config = tmp_path / "agentik.toml"
+# -- tools, exactly once -------------------------------------------------------------------
+
+
+def _mcp_config(workdir: Path) -> Path:
+    config = workdir / "agentik.toml"
     config.write_text(
         "[[mcp.servers]]\n"
         'name = "demo"\n'
         f"command = {json.dumps(sys.executable)}\n"
         f'args = [{json.dumps(DEMO)}, "stdio"]\n'
     )
-    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    return config
+
+
+def _tool_engine(llm: FakeOpenAI, workdir: Path, **env: str) -> EngineProcess:
+    engine = EngineProcess(llm, workdir, AGENTIK_CONFIG=str(_mcp_config(workdir)), **env)
+    engine.process.wait_for_log(re.compile(f"({MCP_CONNECTED})"))
+    return engine
+
+
+def _kill_mid_count(
+    llm: FakeOpenAI, workdir: Path, counter: Path, seconds: float, **env: str
+) -> list[pb.Event]:
+    """A run whose LLM calls ``demo__count`` (a side effect counted in ``counter``, then
+    ``seconds`` of work); kill -9 of the engine while the call runs."""
+    engine = _tool_engine(llm, workdir, **env)
     try:
-        engine.process.wait_for_log(re.compile(f"({MCP_CONNECTED})"))
+        arguments = {"path": str(counter), "seconds": seconds}
         llm.enqueue(
-            FakeReply(
-                text="let me wait",
-                tool_calls=[FakeToolCall("demo__slow", {"seconds": 60}, id="slow1")],
-            )
+            FakeReply(text="counting", tool_calls=[FakeToolCall("demo__count", arguments, id="c1")])
         )
         call = engine.stub.Run(
-            pb.RunRequest(session_id="t", create_session=True, messages=[user("wait please")])
+            pb.RunRequest(session_id="t", create_session=True, messages=[user("count once")])
         )
         seen = _read_until(call, "custom", 2)  # the tool's progress: it is running
         engine.kill()
         call.cancel()
     finally:
         engine.stop()
+    assert counter.read_text().splitlines() == [f"{seen[0].run_id}:c1"]
+    return seen
 
-    llm.enqueue(FakeReply(text="the wait was cut"))
-    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+
+def _approve(interrupt_id: str, arguments: dict[str, object]) -> pb.ResumeEntry:
+    entry = pb.ResumeEntry(interrupt_id=interrupt_id, status=pb.RESUME_STATUS_RESOLVED)
+    json_format.ParseDict({"approved": True, "arguments": arguments}, entry.payload)
+    return entry
+
+
+def test_kill_9_mid_tool_asks_whether_to_run_it_again_and_approved_it_runs_once_more(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    counter = tmp_path / "counter"
+    seen = _kill_mid_count(llm, tmp_path, counter, 60)
+    key = f"{seen[0].run_id}:c1"
+
+    engine = _tool_engine(llm, tmp_path)
+    try:
+        resumed = engine.follow("t", seen[-1].seq)
+        session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"))
+        assert counter.read_text().splitlines() == [key]  # not run again by itself
+        [asked] = resumed[-1].run_finished.interrupts
+        assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_INTERRUPT
+        assert asked.tool_call.id == "c1" and "may already have run" in asked.message
+        assert [i.id for i in session.pending_interrupts] == [asked.id]
+        llm.enqueue(FakeReply(text="counted twice, as you asked"))
+        last = list(
+            engine.stub.Run(
+                pb.RunRequest(
+                    session_id="t",
+                    resume=[_approve(asked.id, {"path": str(counter), "seconds": 0.05})],
+                ),
+                timeout=WITHIN,
+            )
+        )
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+    finally:
+        engine.stop()
+
+    # Approved: run exactly once more, with the same idempotency key.
+    assert counter.read_text().splitlines() == [key, key]
+    assert last[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+    results = [m for m in messages if m.role == pb.ROLE_TOOL]
+    assert [(m.tool_call_id, m.status) for m in results] == [("c1", pb.MESSAGE_STATUS_COMPLETE)]
+    assert _lost_and_duplicated(seen, resumed + last, stored) == (0, 0)
+
+
+def test_kill_9_mid_tool_runs_an_idempotent_tool_again_by_itself(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    counter = tmp_path / "counter"
+    seen = _kill_mid_count(llm, tmp_path, counter, 3, AGENTIK_TOOLS_IDEMPOTENT="demo__count")
+    llm.enqueue(FakeReply(text="counted"))
+    engine = _tool_engine(llm, tmp_path, AGENTIK_TOOLS_IDEMPOTENT="demo__count")
+    try:
+        resumed = engine.follow("t", seen[-1].seq)
+        stored = engine.follow("t", 0)
+    finally:
+        engine.stop()
+    key = f"{seen[0].run_id}:c1"
+    assert counter.read_text().splitlines() == [key, key]
+    results = [e.tool_call_result for e in resumed if e.HasField("tool_call_result")]
+    assert [(r.tool_call_id, r.is_error) for r in results] == [("c1", False)]
+    assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+    assert _lost_and_duplicated(seen, resumed, stored) == (0, 0)
+
+
+def test_kill_9_mid_tool_with_in_doubt_error_gives_the_llm_an_error_result(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    counter = tmp_path / "counter"
+    seen = _kill_mid_count(llm, tmp_path, counter, 60, AGENTIK_TOOLS_IN_DOUBT="error")
+    llm.enqueue(FakeReply(text="the count was cut"))
+    engine = _tool_engine(llm, tmp_path, AGENTIK_TOOLS_IN_DOUBT="error")
     try:
         resumed = engine.follow("t", seen[-1].seq)
         stored = engine.follow("t", 0)
@@ -191,6 +277,7 @@ def test_kill_9_mid_tool_gives_an_in_doubt_result_and_the_run_goes_on(
     finally:
         engine.stop()
 
+    assert counter.read_text().splitlines() == [f"{seen[0].run_id}:c1"]  # never twice
     kinds = [kind(e) for e in resumed]
     assert kinds[:3] == ["tool_call_result", "message_stored", "custom"], kinds
     assert resumed[0].tool_call_result.is_error
@@ -203,10 +290,10 @@ def test_kill_9_mid_tool_gives_an_in_doubt_result_and_the_run_goes_on(
         pb.ROLE_TOOL,
         pb.ROLE_ASSISTANT,
     ]
-    assert messages[-1].content[0].text.text == "the wait was cut"
+    assert messages[-1].content[0].text.text == "the count was cut"
     # The LLM was asked again with a result for the call it made.
     sent = llm.requests[-1]["messages"]
-    assert any(m.get("role") == "tool" and m.get("tool_call_id") == "slow1" for m in sent)
+    assert any(m.get("role") == "tool" and m.get("tool_call_id") == "c1" for m in sent)
 
 
 # -- two replicas on PostgreSQL ------------------------------------------------------------

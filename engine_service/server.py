@@ -334,7 +334,14 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, now)
-    if engine.runs_in_flight:
+    if engine.runs_in_flight and engine.hands_over:
+        log.info(
+            "shutting down: handing %d runs in flight over to the other replicas (tools "
+            "running get up to %gs to finish)",
+            engine.runs_in_flight,
+            settings.engine.shutdown_grace,
+        )
+    elif engine.runs_in_flight:
         log.info(
             "shutting down: waiting up to %gs for %d runs in flight (signal again to stop "
             "them now)",

@@ -29,7 +29,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message, bound_session
@@ -289,8 +289,15 @@ class Engine(Records):
             )
 
     async def shutdown(self, grace: float) -> None:
-        """Take no new runs, let runs finish within ``grace`` seconds, stop the rest."""
+        """Take no new runs, let runs finish within ``grace`` seconds, stop the rest.
+
+        With a shared store and ``resume_runs``, the runs are handed over instead: each
+        stops at its next step boundary (an LLM round at once; running tools may finish
+        within ``grace``), its events stored, and the lease is released, so another
+        replica resumes it within a third of ``lease_seconds`` (or the first to start)."""
         self._accepting = False
+        if self.hands_over and self._runs:
+            await self._hand_over(grace)
         tasks = [r.task for r in self._runs.values() if r.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)
@@ -309,6 +316,36 @@ class Engine(Records):
                 log.error("run %s ends unstored; the next start closes it", run.run_id)
         self._hubs.wake_all()
         await self.model.aclose()
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether a shutdown hands the runs over (a shared store, ``resume_runs``)."""
+        return self._leases is not None and self.limits.resume_runs
+
+    async def _hand_over(self, grace: float) -> None:
+        assert self._leases is not None
+        await self._leases.stop()  # no renewal after the release below
+        runs = list(self._runs.values())
+        for run in runs:
+            run.hand_over()
+        tasks = [r.task for r in runs if r.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            if pending:  # tools that did not finish in time: cut (in doubt elsewhere)
+                for run in runs:
+                    if run.task in pending:
+                        run.stop()
+                await asyncio.wait(pending, timeout=5.0)
+        handed = [r for r in runs if r.handing_over and r.final is None]
+        try:
+            # Expired now: the other replicas claim them at their next lease tick.
+            await self.store.renew_leases(self.replica, _now() - timedelta(seconds=1))
+        except StorageUnavailable as exc:
+            log.error("the leases could not be released (%s): runs resume once they lapse", exc)
+        log.warning(
+            "shutting down: %d runs handed over to the other replicas (their leases released)",
+            len(handed),
+        )
 
     def stop_all(self) -> int:
         """Stop every local run now (a shutdown told not to wait); how many."""

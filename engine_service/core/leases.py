@@ -55,6 +55,9 @@ class LeaseKeeper:
     ) -> None:
         """``take_over`` gets each claimed run (default: close it as interrupted)."""
         self._take_over = take_over
+        self._taking: set[asyncio.Task[None]] = set()
+        """Take-overs in flight: each its own task, so renewals never wait for them (a
+        lease kept by a slow tick would lapse, and a third replica claim the run too)."""
         self.store = store
         self.max_event_bytes = max_event_bytes
         """What a closed run's partial answer is clipped to (``close_abandoned_run``)."""
@@ -77,6 +80,22 @@ class LeaseKeeper:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._taking:
+            await asyncio.wait(self._taking)
+
+    async def _take(
+        self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]
+    ) -> None:
+        try:
+            await take_over(run)
+        except Exception:
+            log.exception("run %s could not be resumed; closing it as interrupted", run.id)
+            try:
+                await close_abandoned_run(
+                    self.store, run, _now(), max_event_bytes=self.max_event_bytes
+                )
+            except Exception:
+                log.exception("run %s could not be closed either", run.id)
 
     async def _keep(self) -> None:
         while True:
@@ -101,7 +120,9 @@ class LeaseKeeper:
             if self._is_local(run.session_id):
                 continue  # ours: a renewal raced the expiry; the run goes on
             if self._take_over is not None:
-                await self._take_over(run)
+                task = asyncio.get_running_loop().create_task(self._take(run, self._take_over))
+                self._taking.add(task)
+                task.add_done_callback(self._taking.discard)
             else:
                 await close_abandoned_run(
                     self.store, run, _now(), max_event_bytes=self.max_event_bytes

@@ -148,6 +148,9 @@ class Run:
         self.task: asyncio.Task[None] | None = None
         self._work: asyncio.Task[ev.RunFinished] | None = None
         self._stop_requested = False
+        self.handing_over = False
+        """Set by ``hand_over``: the run stops at its next step boundary, left RUNNING
+        for another replica to resume."""
         self.lost_at = 0
         """Non-zero once another replica closed this run (the store's last seq then): the
         run stops without writing anything more."""
@@ -175,6 +178,16 @@ class Run:
         """Stop the work in flight; ``main`` closes the run as cancelled."""
         self._stop_requested = True
         if self._work is not None:
+            self._work.cancel()
+
+    def hand_over(self) -> None:
+        """Stop here and leave the run to another replica (a stopping engine, a shared
+        store): what was published is stored, nothing is closed, and the run stays
+        RUNNING; the engine releases its lease and another resumes it (``core.resume``).
+        An LLM round in flight is cut now (it is asked again there); running tools may
+        finish first (their results stored), and the run stops before its next round."""
+        self.handing_over = True
+        if not self._pending_results and self._work is not None:
             self._work.cancel()
 
     def lose(self, last_seq: int) -> None:
@@ -241,7 +254,7 @@ class Run:
             else:
                 raise asyncio.CancelledError
         except asyncio.CancelledError:
-            if self.lost_at:
+            if self.lost_at or self.handing_over:
                 final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
             elif self._storage_failure is not None:
                 final = await self._failed(_storage_error(self._storage_failure))
@@ -288,6 +301,9 @@ class Run:
             final = await self._failed(ev.RunError(message=message, code="internal"))
         finally:
             flusher.cancel()
+        if self.handing_over and not self.lost_at:
+            await self._handed_over(final)
+            return
         if self.lost_at:
             # The store holds the run's end as the other replica wrote it; ours would
             # contradict it (and its seqs are taken).
@@ -327,6 +343,17 @@ class Run:
             self.status = RunStatus.INTERRUPTED
         finally:
             self._on_done(self)
+
+    async def _handed_over(self, final: ev.RunFinished | ev.RunError) -> None:
+        """Store what was published, and let go of the run: it stays RUNNING."""
+        self.rounds.close()
+        try:
+            await self.out.flush()
+        except (StorageUnavailable, InvalidInput) as exc:
+            log.warning("run %s: its last events could not be stored: %s", self.run_id, exc)
+        self.lost_at = max(self.hub.last_seq, 1)  # nothing more is written here
+        self._report_end(final, "handed over to another replica")
+        self._on_done(self)
 
     def _report_end(self, final: ev.RunFinished | ev.RunError, cause: str = "") -> None:
         outcome = final.outcome.value if isinstance(final, ev.RunFinished) else "error"
@@ -381,6 +408,8 @@ class Run:
                 )
         rounds = self._rounds_done
         while True:
+            if self.handing_over:
+                raise asyncio.CancelledError  # at a step boundary: another replica goes on
             offer = specs if rounds < self.limits.max_tool_rounds else []
             request = ChatRequest(
                 messages=chat_messages(
@@ -467,6 +496,8 @@ class Run:
         async with asyncio.TaskGroup() as group:
             for call in calls:
                 group.create_task(self._run_tool(call))
+        if self.handing_over:
+            raise asyncio.CancelledError  # the results are stored: stop before the next round
 
     async def _run_tool(self, call: ToolCall) -> None:
         context = ToolContext(

@@ -37,7 +37,9 @@ TURN = "[[slow:0.02]] [[chunks:300]]"
 class Replicas:
     """Two engine processes on fixed ports, one PostgreSQL schema, and the facade."""
 
-    def __init__(self, llm: FakeOpenAI, logs: Path, store: str, *, resume: bool = False) -> None:
+    def __init__(
+        self, llm: FakeOpenAI, logs: Path, store: str, *, resume: bool = False, **env: str
+    ) -> None:
         """``resume``: a dead replica's runs go on elsewhere (``[engine] resume_runs``);
         off, they are closed as interrupted."""
         self.ports = [free_port(), free_port()]
@@ -49,6 +51,7 @@ class Replicas:
             AGENTIK_LEASE_SECONDS=str(LEASE),
             AGENTIK_WEB_THREADS="96",
             AGENTIK_RESUME_RUNS=str(resume).lower(),
+            **env,
         )
         self.engines = [self.stack.engine, self._start(1)]
         # The facade, restarted to reach both engines through one target list.

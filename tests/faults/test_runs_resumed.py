@@ -302,13 +302,18 @@ REPLICA_CHUNKS = 300
 REPLICA_TURN = f"[[slow:0.02]] [[chunks:{REPLICA_CHUNKS}]]"
 """About 6 s of text per turn: every turn is mid-answer when a replica is killed."""
 REPLICA_ANSWER = "".join(f"w{i} " for i in range(REPLICA_CHUNKS))
+GRACE_ENV = "AGENTIK_SHUTDOWN_GRACE"
+GRACE = 30.0
+"""Far longer than a turn: a stop that waited for it would show."""
 
 
 @pytest.fixture
 def resuming(
     llm: FakeOpenAI, pg_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Replicas]:
-    running = Replicas(llm, tmp_path_factory.mktemp("resumed"), pg_url, resume=True)
+    running = Replicas(
+        llm, tmp_path_factory.mktemp("resumed"), pg_url, resume=True, **{GRACE_ENV: str(GRACE)}
+    )
     yield running
     running.stop()
 
@@ -368,3 +373,37 @@ async def test_kill_9_of_a_replica_mid_text_and_its_runs_finish_on_the_other(
     # Both streams of a conversation agree on whether it was cut.
     for index in range(8):
         assert retried[f"send {index}"] == retried[f"follow {index}"], index
+
+
+async def test_a_rolling_restart_hands_runs_over_without_cutting_or_waiting(
+    resuming: Replicas, http: httpx.AsyncClient
+) -> None:
+    """SIGTERM one replica, start it again, SIGTERM the other, under 32 runs (64 streams):
+    each stopping replica hands its runs over at once instead of waiting for
+    ``shutdown_grace``; every run ends in success with the whole answer."""
+    ledgers, runs = await open_streams(http, 32, REPLICA_TURN, mid_turn=10)
+    stops = []
+    try:
+        for index in (0, 1):
+            began = time.monotonic()
+            resuming.restart(index, signal.SIGTERM)
+            stops.append(time.monotonic() - began)
+        for run in runs:
+            assert await run, "a stream did not reach its turn's end"
+    finally:
+        for run in runs:
+            run.cancel()
+
+    # Each restart (stop + start) took far less than the grace a waiting stop would use.
+    assert max(stops) < GRACE / 3, stops
+    conversations = {ledger.conversation_id for ledger in ledgers.values()}
+    views = {c: await store_view(http, resuming.target, c, WITHIN) for c in conversations}
+    result = audit(ledgers.items(), views, crashed=True)
+    assert result.clean(), str(result)
+    assert result.lost_count == 0 and result.duplicated_count == 0
+    assert not result.skipped, result.skipped
+    ends = {name: ledger.frames[-1].type for name, ledger in ledgers.items()}
+    assert set(ends.values()) == {"end"}, ends  # 0 runs cut
+    for conversation_id, view in views.items():
+        assert view.assistant_text() == REPLICA_ANSWER, conversation_id
+    assert any(ledger.count("retry") for ledger in ledgers.values()), "nothing handed over?"

@@ -237,6 +237,11 @@ class Engine(Records):
             rounds_done=resumed.rounds,
             rerun=resumed.rerun,
             ask_again=resumed.ask,
+            usage_before=ev.Usage(
+                input_tokens=record.input_tokens,
+                output_tokens=record.output_tokens,
+                cached_tokens=record.cached_tokens,
+            ),
         )
         run.report.resumes = resumed.resumes
         run.report.resumed_on = self.replica

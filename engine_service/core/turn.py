@@ -97,6 +97,7 @@ class Run:
         rounds_done: int = 0,
         rerun: Sequence[ToolCall] = (),
         ask_again: Sequence[ToolCall] = (),
+        usage_before: ev.Usage | None = None,
     ) -> None:
         """``resumed``: how many times this run was resumed after its engine died, it going
         on here after ``rounds_done`` tool rounds, first running the in-doubt calls
@@ -165,6 +166,11 @@ class Run:
         self.rounds = RoundReader(model, tracer, emit=self.emit, on_first_token=self._first_token)
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage
+        if usage_before is not None:  # a resumed run counts what its first engines used
+            self._usage.input_tokens = usage_before.input_tokens
+            self._usage.output_tokens = usage_before.output_tokens
+            self._usage.cached_tokens = usage_before.cached_tokens
+            self._usage.total_tokens = usage_before.input_tokens + usage_before.output_tokens
         self._observer: RunObserver = observer or RunLog()
 
     # -- control ------------------------------------------------------------------
@@ -422,6 +428,9 @@ class Run:
                 await self.transcript.add(assistant)
             if not assistant.tool_calls or not offer:
                 return ev.RunFinished(usage=self._usage_or_none())
+            if self._usage.total_tokens:
+                # A checkpoint: an engine that resumes the run counts these tokens too.
+                await self.store.note_usage(self.session_id, self.run_id, self._usage)
             pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
             ours = [c for c in assistant.tool_calls if c.name not in client_tools]
             approval = self.limits.approval

@@ -183,9 +183,8 @@ def _kill_mid_count(
     engine = _tool_engine(llm, workdir, **env)
     try:
         arguments = {"path": str(counter), "seconds": seconds}
-        llm.enqueue(
-            FakeReply(text="counting", tool_calls=[FakeToolCall("demo__count", arguments, id="c1")])
-        )
+        counting = FakeToolCall("demo__count", arguments, id="c1")
+        llm.enqueue(FakeReply(text="counting", tool_calls=[counting], usage=(100, 10)))
         call = engine.stub.Run(
             pb.RunRequest(session_id="t", create_session=True, messages=[user("count once")])
         )
@@ -268,14 +267,20 @@ def test_kill_9_mid_tool_with_in_doubt_error_gives_the_llm_an_error_result(
 ) -> None:
     counter = tmp_path / "counter"
     seen = _kill_mid_count(llm, tmp_path, counter, 60, AGENTIK_TOOLS_IN_DOUBT="error")
-    llm.enqueue(FakeReply(text="the count was cut"))
+    llm.enqueue(FakeReply(text="the count was cut", usage=(200, 20)))
     engine = _tool_engine(llm, tmp_path, AGENTIK_TOOLS_IN_DOUBT="error")
     try:
         resumed = engine.follow("t", seen[-1].seq)
         stored = engine.follow("t", 0)
         messages = engine.messages("t")
+        run = engine.stub.GetRun(pb.GetRunRequest(run_id=seen[0].run_id))
     finally:
         engine.stop()
+
+    # The tokens of the round before the kill count with those of the round after.
+    assert (run.usage.input_tokens, run.usage.output_tokens) == (300, 30)
+    final_usage = resumed[-1].run_finished.usage
+    assert (final_usage.input_tokens, final_usage.output_tokens) == (300, 30)
 
     assert counter.read_text().splitlines() == [f"{seen[0].run_id}:c1"]  # never twice
     kinds = [kind(e) for e in resumed]

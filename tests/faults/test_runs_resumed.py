@@ -112,7 +112,13 @@ def test_kill_9_mid_text_and_a_restart_finish_the_run_with_the_whole_answer(
     assert messages[-1].content[0].text.text == ANSWER
     assert messages[-1].id == starts[0]
     assert run.status == pb.RUN_STATUS_SUCCEEDED
-    assert engine.process.log().count("resumed here") == 1
+    log = engine.process.log()
+    assert log.count("resumed here") == 1
+    # The run's log line says how often it was resumed, and where.
+    [finished] = [
+        line for line in log.splitlines() if f"run finished session=t run={run_id}" in line
+    ]
+    assert "outcome=success" in finished and "resumes=1 resumed_on=" in finished
 
 
 def test_without_resume_runs_a_restart_closes_the_run_as_interrupted(

@@ -329,7 +329,6 @@ class Engine(Records):
 
     async def _hand_over(self, grace: float) -> None:
         assert self._leases is not None
-        await self._leases.stop()  # no renewal after the release below
         runs = list(self._runs.values())
         for run in runs:
             run.hand_over()
@@ -341,6 +340,7 @@ class Engine(Records):
                     if run.task in pending:
                         run.stop()
                 await asyncio.wait(pending, timeout=5.0)
+        await self._leases.stop()  # no renewal after the release below
         handed = [r for r in runs if r.handing_over and r.final is None]
         try:
             # Expired now: the other replicas claim them at their next lease tick.

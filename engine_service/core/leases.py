@@ -77,11 +77,14 @@ class LeaseKeeper:
         self._task = asyncio.get_running_loop().create_task(self._keep())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop renewing and claiming (waiting at most a lease time: a store call being
+        cancelled may linger)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=self.seconds)
         if self._taking:
-            await asyncio.wait(self._taking)
+            await asyncio.wait(self._taking, timeout=self.seconds)
 
     async def _take(
         self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]

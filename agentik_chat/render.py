@@ -103,6 +103,11 @@ class Renderer:
             message = f" {value['message']}" if value.get("message") else ""
             self._line(self._aside, f"… {value.get('progress')}{total}{message}", dim=True)
 
+    def _on_retry(self, data: dict[str, Any]) -> None:
+        # The engine answering died mid-answer; another one asks the LLM again.
+        self.finish()
+        self._line(self._aside, "[the answer was cut; asking again]")
+
     def _on_interrupted(self, data: dict[str, Any]) -> None:
         self._line(self._aside, "[interrupted]")
 

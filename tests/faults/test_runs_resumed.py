@@ -350,7 +350,8 @@ async def _note_retries(ledgers: dict[str, Ledger], since: float, first: dict[st
 async def test_kill_9_of_a_replica_mid_text_and_its_runs_finish_on_the_other(
     resuming: Replicas, http: httpx.AsyncClient
 ) -> None:
-    ledgers, runs = await open_streams(http, 8, REPLICA_TURN, mid_turn=20)
+    # 32 conversations over two replicas: the killed one holds about 16 streaming runs.
+    ledgers, runs = await open_streams(http, 32, REPLICA_TURN, mid_turn=20)
     first: dict[str, float] = {}
     try:
         killed = time.monotonic()
@@ -378,11 +379,12 @@ async def test_kill_9_of_a_replica_mid_text_and_its_runs_finish_on_the_other(
         assert view.assistant_text() == REPLICA_ANSWER, conversation_id
     retried = {name: ledger.count("retry") for name, ledger in ledgers.items()}
     assert set(retried.values()) <= {0, 1}, retried  # at most one superseded partial per cut
-    assert any(retried.values()), "no run was on the killed replica?"
+    cut = sum(1 for name, n in retried.items() if n and name.startswith("send"))
+    assert cut >= 8, f"only {cut} runs were on the killed replica"
     # The cut runs went on within the lease (+ a third of it, the claim period) + 2 s.
     assert max(first.values()) < LEASE * 4 / 3 + 2.0, first
     # Both streams of a conversation agree on whether it was cut.
-    for index in range(8):
+    for index in range(32):
         assert retried[f"send {index}"] == retried[f"follow {index}"], index
 
 

@@ -637,7 +637,12 @@ class EngineSettings:
     """Seconds to keep a session's events; 0 keeps them forever."""
     shutdown_grace: float = setting(10.0, "AGENTIK_SHUTDOWN_GRACE", _SECONDS_OR_ZERO)
     lease_seconds: float = setting(10.0, "AGENTIK_LEASE_SECONDS", _SECONDS)
-    """With a shared store: how soon another engine closes the runs of one that died."""
+    """With a shared store: how soon another engine takes over the runs of one that died."""
+    resume_runs: bool = setting(True, "AGENTIK_RESUME_RUNS", _boolean)
+    """A run whose engine died goes on from its last checkpoint (on another replica, or
+    when a SQLite engine starts again); false: it is closed as interrupted."""
+    max_resumes: int = setting(3, "AGENTIK_MAX_RESUMES", _POSITIVE)
+    """How often one run may be resumed: past this it stops with ``resume_limit``."""
     workers: int = setting(1, "AGENTIK_ENGINE_WORKERS", _POSITIVE, flat="engine_workers")
     """Engine processes sharing ``grpc_addr``; more than one needs a shared store."""
     max_state_bytes: int = setting(_MiB, "AGENTIK_MAX_STATE_BYTES", _POSITIVE)
@@ -685,6 +690,19 @@ class ToolsSettings:
         (), "AGENTIK_TOOLS_APPROVAL", _tool_patterns, flat="tools_approval"
     )
     """Engine tools (names or globs) whose calls wait for a person's approval."""
+    idempotent: tuple[str, ...] = setting(
+        ("current_time", "calculate"),
+        "AGENTIK_TOOLS_IDEMPOTENT",
+        _tool_patterns,
+        flat="tools_idempotent",
+    )
+    """Engine tools (names or globs) safe to run twice: a call of one cut by a dead engine
+    before its result was stored runs again when the run is resumed."""
+    in_doubt: str = setting(
+        "ask", "AGENTIK_TOOLS_IN_DOUBT", _choice("ask", "error"), flat="tools_in_doubt"
+    )
+    """A cut call of any other tool: ``ask`` a person whether to run it again, or give the
+    LLM an ``error`` result saying it may or may not have run."""
     ask_user: bool = setting(False, "AGENTIK_TOOLS_ASK_USER", _boolean, flat="tools_ask_user")
     """Offer the LLM the ``ask_user`` tool (a question a person answers)."""
     interrupt_expiry: float = setting(0.0, "AGENTIK_INTERRUPT_EXPIRY", _SECONDS_OR_ZERO)

@@ -112,6 +112,11 @@ class Renderer:
             dim=True,
         )
 
+    def _on_retry(self, data: dict[str, Any]) -> None:
+        # The engine answering died mid-answer; another one asks the LLM again.
+        self.finish()
+        self._line(self._aside, "[the answer was cut; asking again]")
+
     def _on_interrupted(self, data: dict[str, Any]) -> None:
         self._line(self._aside, "[interrupted]")
 

@@ -137,6 +137,8 @@ def build_engine(settings: Settings) -> Engine:
             max_tool_rounds=settings.llm.max_tool_rounds,
             tool_timeout=settings.tools.timeout,
             approval=settings.tools.approval,
+            idempotent=settings.tools.idempotent,
+            in_doubt=settings.tools.in_doubt,
             interrupt_expiry=settings.tools.interrupt_expiry,
             max_state_bytes=settings.engine.max_state_bytes,
             max_event_bytes=settings.engine.max_event_bytes,
@@ -147,6 +149,8 @@ def build_engine(settings: Settings) -> Engine:
         max_runs_per_caller=settings.runs_per_caller,
         tokens_per_day=settings.auth.tokens_per_day,
         lease_seconds=settings.engine.lease_seconds,
+        resume_runs=settings.engine.resume_runs,
+        max_resumes=settings.engine.max_resumes,
         event_retention=settings.engine.event_retention,
     )
     tracer = otel_tracer.tracer() if tracing.enabled() else NO_TRACER

@@ -1,7 +1,8 @@
 """The engine's gRPC server: AgentEngine, health and reflection on one ``grpc.aio`` server.
 
-Start: the configured MCP servers connect in the background once the port serves; one
-that fails never stops the engine (its tools are absent, the log says why).
+Start: the configured MCP servers connect in the background; one that fails never stops
+the engine (its tools are absent, the log says why). Runs left running by a dead engine
+are resumed before the port serves, once the tools have connected or failed.
 
 Shutdown (SIGTERM/SIGINT, or ``stop``): health turns NOT_SERVING, new runs are refused
 with UNAVAILABLE, runs in flight get ``shutdown_grace`` seconds to finish, the rest are
@@ -161,6 +162,7 @@ class EngineServer:
         pushers = [A2aPush(engine.store, self.deliveries)]
         engine.notices.webhooks = RunWebhooks(self.deliveries, check, pushers)
         engine.notices.push = PushConfigs(engine.store, check, settings.webhooks.max_push_configs)
+        engine.tools_settled = self._tools_settled
         self.port = 0
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
@@ -229,6 +231,9 @@ class EngineServer:
         self.port = self.server.add_insecure_port(self.settings.engine.grpc_addr)
         if not self.port:
             raise OSError(f"cannot bind the engine to {self.settings.engine.grpc_addr}")
+        # The tools connect first: a run the engine resumes at its start needs them.
+        self.mcp.start()
+        self.a2a.start()
         await self.engine.start()
         await self.server.start()
         if self.metrics is not None:
@@ -244,12 +249,20 @@ class EngineServer:
                     f"cannot serve metrics on {self.settings.engine.metrics_addr}: {exc.strerror}"
                 ) from exc
             self.metrics_port = self._metrics_server.server_port
-        self.mcp.start()
-        self.a2a.start()
         self.llm.start()
         self.deliveries.start()
         await self._set_health(self.engine.storage_ok)
         return self.port
+
+    async def _tools_settled(self) -> None:
+        """Until each MCP server and A2A agent has connected or failed once (its connect
+        timeout, plus a second): a resumed run needs the tools its calls name."""
+        wait = max(
+            [s.config.connect_timeout for s in self.mcp]
+            + [a.config.connect_timeout for a in self.a2a],
+            default=0.0,
+        )
+        await asyncio.gather(self.mcp.wait_settled(wait + 1.0), self.a2a.wait_settled(wait + 1.0))
 
     async def _set_health(self, serving: bool) -> None:
         serving = serving and self.engine.accepting
@@ -356,7 +369,14 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, now)
-    if engine.runs_in_flight:
+    if engine.runs_in_flight and engine.hands_over:
+        log.info(
+            "shutting down: handing %d runs in flight over to the other replicas (tools "
+            "running get up to %gs to finish)",
+            engine.runs_in_flight,
+            settings.engine.shutdown_grace,
+        )
+    elif engine.runs_in_flight:
         log.info(
             "shutting down: waiting up to %gs for %d runs in flight (signal again to stop "
             "them now)",

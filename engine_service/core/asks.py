@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from engine_service.core.history import new_id
-from engine_service.core.hitl import Decision, interrupt_for
+from engine_service.core.hitl import Decision, in_doubt_interrupt, interrupt_for
 from engine_service.core.models import Interrupt, Role, ToolCall
 from engine_service.core.store import SessionStore
 from engine_service.core.tool import ToolResult
@@ -30,12 +30,16 @@ class PersonInTheLoop:
         self.expiry = expiry
         self._resolving = False
 
-    async def ask(self, calls: Sequence[ToolCall]) -> list[Interrupt]:
+    async def ask(self, calls: Sequence[ToolCall], *, in_doubt: bool = False) -> list[Interrupt]:
         """The interrupts the gated calls raise (a malformed question is answered with an
-        error instead, and the LLM goes on)."""
+        error instead, and the LLM goes on); ``in_doubt``: whether to run calls again that
+        may already have run (``core.resume``)."""
         interrupts = []
         now = datetime.now(UTC)
         for call in calls:
+            if in_doubt:
+                interrupts.append(in_doubt_interrupt(call, new_id(), self.run_id, now, self.expiry))
+                continue
             asked = interrupt_for(call, new_id(), self.run_id, now, self.expiry)
             if isinstance(asked, Interrupt):
                 interrupts.append(asked)

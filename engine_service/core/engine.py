@@ -27,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message
@@ -57,12 +58,14 @@ from engine_service.core.models import (
     Message,
     ReconcileMode,
     RunInput,
+    RunRecord,
     RunStatus,
 )
 from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.resume import resume_run
 from engine_service.core.sessions import Sessions
 from engine_service.core.store import SessionStore, Signal, SignalKind
 from engine_service.core.tool import session_key
@@ -124,6 +127,9 @@ class Engine(Sessions):
             is_unsettled=lambda session_id: session_id in self._unsettled,
             accepting=lambda: self._accepting,
         )
+        self.tools_settled: Callable[[], Awaitable[None]] | None = None
+        """Awaited before a run is resumed: until the tool sources (MCP servers, A2A
+        agents) have connected or failed, so the resumed run knows its calls' tools."""
         self.replica = new_replica_id()
         self.notices = Notices()
         """Run webhooks and A2A push (their ``webhooks`` and ``push`` set by the server)."""
@@ -136,6 +142,7 @@ class Engine(Sessions):
                 is_local=lambda session_id: session_id in self._runs,
                 on_lost=self._leases_lost,
                 max_event_bytes=self.limits.run.max_event_bytes,
+                take_over=self._take_over,
             )
 
     def observe(self, observer: RunObserver) -> None:
@@ -168,14 +175,92 @@ class Engine(Sessions):
         for run in await self.store.running_runs():
             if run.session_id in self._runs:
                 continue  # ours, started after a failed recovery; not abandoned
-            await close_abandoned_run(self.store, run, utc_now(), max_event_bytes=self._event_limit)
-            log.warning(
-                "run %s of session %s was left running by a stopped engine; "
-                "stored as interrupted with what it had said",
-                run.id,
-                run.session_id,
-            )
+            await self._take_over(run)
         self._recovered = True
+
+    async def _take_over(self, record: RunRecord) -> None:
+        """A run whose engine died (this one, before a restart; another replica whose
+        lease expired): resume it from its last checkpoint (``core.resume``), or close it
+        as interrupted when ``resume_runs`` is off."""
+        if not self.limits.resume_runs:
+            await close_abandoned_run(
+                self.store, record, utc_now(), max_event_bytes=self._event_limit
+            )
+            log.warning(
+                "run %s of session %s lost its engine; stored as interrupted with what it had said",
+                record.id,
+                record.session_id,
+            )
+            return
+        if self.tools_settled is not None:
+            await self.tools_settled()
+        resumed = await resume_run(
+            self.store,
+            record,
+            utc_now(),
+            max_resumes=self.limits.max_resumes,
+            is_engine_tool=lambda name: self.tools.get(name) is not None,
+            seq_block=self.limits.run.seq_block,
+            max_event_bytes=self._event_limit,
+            idempotent=self.limits.run.idempotent,
+            in_doubt=self.limits.run.in_doubt,
+        )
+        if resumed is None:
+            log.warning(
+                "run %s of session %s lost its engine and was closed (nothing to resume, "
+                "already answered, or resumed too often)",
+                record.id,
+                record.session_id,
+            )
+            return
+        session = resumed.session
+        hub = self._hubs.hub(session)
+        hub.begin(record.id, session.last_seq, session.reserved_seq)
+        history = [bound_message(m, self._message_limit) for m in resumed.history]
+        run = Run(
+            store=self.store,
+            model=self.model,
+            tools=self.tools,
+            limits=self.limits.run,
+            hub=hub,
+            run_input=RunInput(record.session_id, record.id, parent_run_id=record.parent_run_id),
+            incoming=[],
+            history=history,
+            state=session.state,
+            on_done=self._run_done,
+            on_storage_error=self._health.failed,
+            tracer=self.tracer,
+            observer=self.observer,
+            principal=resumed.principal,
+            session_key=session_key(session.id, session.owner, session.created_at),
+            budget=self.budget,
+            replica=self.replica if self.store.shared else "",
+            resumed=resumed.resumes,
+            rounds_done=resumed.rounds,
+            rerun=resumed.rerun,
+            ask_again=resumed.ask,
+            usage_before=ev.Usage(
+                input_tokens=record.input_tokens,
+                output_tokens=record.output_tokens,
+                cached_tokens=record.cached_tokens,
+            ),
+        )
+        run.report.resumes = resumed.resumes
+        run.report.resumed_on = self.replica
+        self._runs[session.id] = run
+        self._run_callers[session.id] = (resumed.principal, session.owner)
+        self._runs_by_caller[resumed.principal] += 1
+        log.warning(
+            "run %s of session %s lost its engine; resumed here (replica %s, resume %d of "
+            "at most %d) after %d tool rounds",
+            record.id,
+            record.session_id,
+            self.replica,
+            resumed.resumes,
+            self.limits.max_resumes,
+            resumed.rounds,
+        )
+        run.start()
 
     # -- storage health -----------------------------------------------------------
 
@@ -211,8 +296,15 @@ class Engine(Sessions):
             )
 
     async def shutdown(self, grace: float) -> None:
-        """Take no new runs, let runs finish within ``grace`` seconds, stop the rest."""
+        """Take no new runs, let runs finish within ``grace`` seconds, stop the rest.
+
+        With a shared store and ``resume_runs``, the runs are handed over instead: each
+        stops at its next step boundary (an LLM round at once; running tools may finish
+        within ``grace``), its events stored, and the lease is released, so another
+        replica resumes it within a third of ``lease_seconds`` (or the first to start)."""
         self._accepting = False
+        if self.hands_over and self._runs:
+            await self._hand_over(grace)
         tasks = [r.task for r in self._runs.values() if r.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)
@@ -232,6 +324,36 @@ class Engine(Sessions):
                 log.error("run %s ends unstored; the next start closes it", run.run_id)
         self._hubs.wake_all()
         await self.model.aclose()
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether a shutdown hands the runs over (a shared store, ``resume_runs``)."""
+        return self._leases is not None and self.limits.resume_runs
+
+    async def _hand_over(self, grace: float) -> None:
+        assert self._leases is not None
+        runs = list(self._runs.values())
+        for run in runs:
+            run.hand_over()
+        tasks = [r.task for r in runs if r.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            if pending:  # tools that did not finish in time: cut (in doubt elsewhere)
+                for run in runs:
+                    if run.task in pending:
+                        run.stop()
+                await asyncio.wait(pending, timeout=5.0)
+        await self._leases.stop()  # no renewal after the release below
+        handed = [r for r in runs if r.handing_over and r.final is None]
+        try:
+            # Expired now: the other replicas claim them at their next lease tick.
+            await self.store.renew_leases(self.replica, utc_now() - timedelta(seconds=1))
+        except StorageUnavailable as exc:
+            log.error("the leases could not be released (%s): runs resume once they lapse", exc)
+        log.warning(
+            "shutting down: %d runs handed over to the other replicas (their leases released)",
+            len(handed),
+        )
 
     def stop_all(self) -> int:
         """Stop every local run now (a shutdown told not to wait); how many."""
@@ -356,6 +478,7 @@ class Engine(Sessions):
             budget=self.budget,
             checkpoint=checkpoint,
             anchors=self._anchors,
+            replica=self.replica if self.store.shared else "",
         )
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)

@@ -60,6 +60,13 @@ class Usage:
     cached_tokens: int = 0
     """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
 
+    def add(self, other: Usage) -> None:
+        """Count ``other``'s tokens too."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cached_tokens += other.cached_tokens
+        self.total_tokens = self.input_tokens + self.output_tokens
+
 
 @dataclass(slots=True)
 class RunStarted:

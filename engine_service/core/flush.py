@@ -47,8 +47,11 @@ class Outbox:
         *,
         on_failure: Callable[[StorageUnavailable], None],
         on_lost: Callable[[int], None],
+        replica: str = "",
     ) -> None:
         self.store = store
+        self.replica = replica
+        """The replica running the run ("" with a store of one engine)."""
         self.hub = hub
         self.session_id = hub.session_id
         self.run_id = run_id
@@ -179,10 +182,11 @@ class Outbox:
         self._on_lost(closed_at)
 
     async def closed_elsewhere(self) -> int | None:
-        """The store's last seq if another replica has closed this run, else None."""
+        """The store's last seq if another replica has closed this run or taken it over
+        (resumed it: ``core.resume``), else None."""
         try:
             run = await self.store.get_run(self.session_id, self.run_id)
-            if run.status is RunStatus.RUNNING:
+            if run.status is RunStatus.RUNNING and run.replica in ("", self.replica):
                 return None
             return (await self.store.get_session(self.session_id)).last_seq
         except StorageUnavailable as exc:

@@ -35,6 +35,7 @@ __all__ = [
     "Decision",
     "admit",
     "decide",
+    "in_doubt_interrupt",
     "interrupt_for",
     "needs_approval",
     "needs_person",
@@ -132,6 +133,25 @@ def interrupt_for(
     shown = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else ""
     message = f"Approve calling {call.name}" + (f" with {shown}" if shown else "") + "?"
     payload = {"tool": call.name, "arguments": arguments}
+    return Interrupt(interrupt_id, InterruptKind.APPROVAL, run_id, call, message, payload, expires)
+
+
+def in_doubt_interrupt(
+    call: ToolCall, interrupt_id: str, run_id: str, now: datetime, expiry: float
+) -> Interrupt:
+    """The approval a call *in doubt* raises: its engine died after it started and before
+    its result was stored, so it may already have run (``core.resume``). Approved, it
+    runs again with the same idempotency key; declined, the LLM reads why."""
+    expires = now + timedelta(seconds=expiry) if expiry > 0 else None
+    arguments = _arguments(call)
+    shown = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else ""
+    message = (
+        f"This call of {call.name}"
+        + (f" with {shown}" if shown else "")
+        + " may already have run (the engine running it stopped before its result was "
+        "stored). Run it again?"
+    )
+    payload: dict[str, JSON] = {"tool": call.name, "arguments": arguments, "inDoubt": True}
     return Interrupt(interrupt_id, InterruptKind.APPROVAL, run_id, call, message, payload, expires)
 
 

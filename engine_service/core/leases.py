@@ -2,10 +2,12 @@
 
 Every RUNNING run is leased to the replica that runs it. The :class:`LeaseKeeper` of each
 replica renews its leases every third of the lease time, and claims the runs whose lease
-expired — their replica died (kill -9, a lost host) — to close them as the single-engine
-restart would: stored as interrupted with what they had said (``close_abandoned_run``),
-their followers ending on the terminal event. A replica that restarts gets a new id, so
-it never touches runs whose lease is alive: their owner is alive.
+expired — their replica died (kill -9, a lost host) — and hands each to ``take_over``:
+the engine resumes it from its last checkpoint (``core.resume``), or closes it as the
+single-engine restart would, stored as interrupted with what it had said
+(``close_abandoned_run``), its followers ending on the terminal event. A replica that
+restarts gets a new id, so it never touches runs whose lease is alive: their owner is
+alive.
 
 A replica whose renewals fail for a whole lease time stops its own runs (``on_lost``):
 another replica may already be closing them.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from engine_service.core.clock import utc_now
@@ -46,7 +48,13 @@ class LeaseKeeper:
         is_local: Callable[[str], bool],
         on_lost: Callable[[], None],
         max_event_bytes: int = 1024 * 1024,
+        take_over: Callable[[RunRecord], Awaitable[None]] | None = None,
     ) -> None:
+        """``take_over`` gets each claimed run (default: close it as interrupted)."""
+        self._take_over = take_over
+        self._taking: set[asyncio.Task[None]] = set()
+        """Take-overs in flight: each its own task, so renewals never wait for them (a
+        lease kept by a slow tick would lapse, and a third replica claim the run too)."""
         self.store = store
         self.max_event_bytes = max_event_bytes
         """What a closed run's partial answer is clipped to (``close_abandoned_run``)."""
@@ -66,9 +74,28 @@ class LeaseKeeper:
         self._task = asyncio.get_running_loop().create_task(self._keep())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop renewing and claiming (waiting at most a lease time: a store call being
+        cancelled may linger)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=self.seconds)
+        if self._taking:
+            await asyncio.wait(self._taking, timeout=self.seconds)
+
+    async def _take(
+        self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]
+    ) -> None:
+        try:
+            await take_over(run)
+        except Exception:
+            log.exception("run %s could not be resumed; closing it as interrupted", run.id)
+            try:
+                await close_abandoned_run(
+                    self.store, run, utc_now(), max_event_bytes=self.max_event_bytes
+                )
+            except Exception:
+                log.exception("run %s could not be closed either", run.id)
 
     async def _keep(self) -> None:
         while True:
@@ -82,8 +109,8 @@ class LeaseKeeper:
                 log.exception("lease keeping failed; trying again")
             await asyncio.sleep(self.seconds / 3)
 
-    async def tick(self) -> list[tuple[RunRecord, int]]:
-        """Renew, then close expired runs; returns each closed run with its last seq."""
+    async def tick(self) -> list[RunRecord]:
+        """Renew, then take over expired runs; returns each run taken over."""
         now = utc_now()
         until = now + timedelta(seconds=self.seconds)
         await self.store.renew_leases(self.replica, until)
@@ -92,14 +119,19 @@ class LeaseKeeper:
         for run in await self.store.claim_expired_runs(self.replica, now, until):
             if self._is_local(run.session_id):
                 continue  # ours: a renewal raced the expiry; the run goes on
-            last_seq = await close_abandoned_run(
-                self.store, run, utc_now(), max_event_bytes=self.max_event_bytes
-            )
-            log.warning(
-                "run %s of session %s lost its engine (lease expired); stored as interrupted "
-                "with what it had said",
-                run.id,
-                run.session_id,
-            )
-            closed.append((run, last_seq))
+            if self._take_over is not None:
+                task = asyncio.get_running_loop().create_task(self._take(run, self._take_over))
+                self._taking.add(task)
+                task.add_done_callback(self._taking.discard)
+            else:
+                await close_abandoned_run(
+                    self.store, run, utc_now(), max_event_bytes=self.max_event_bytes
+                )
+                log.warning(
+                    "run %s of session %s lost its engine (lease expired); stored as "
+                    "interrupted with what it had said",
+                    run.id,
+                    run.session_id,
+                )
+            closed.append(run)
         return closed

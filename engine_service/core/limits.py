@@ -25,6 +25,10 @@ class RunLimits:
     them. The run tops the reservation up at every flush when half of it is used."""
     approval: tuple[str, ...] = ()
     """Engine tools (names or globs) whose calls wait for a person's approval."""
+    idempotent: tuple[str, ...] = ("current_time", "calculate")
+    """Engine tools (names or globs) run again when a dead engine cut their call."""
+    in_doubt: str = "ask"
+    """A cut call of another tool: ``ask`` a person, or ``error`` (``core.resume``)."""
     interrupt_expiry: float = 0.0
     """Seconds after which an unanswered interrupt counts as declined; 0: never."""
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
@@ -48,6 +52,11 @@ class EngineLimits:
     event_retention: float = 7 * 24 * 3600.0
     """Seconds stored events are kept; 0 keeps them forever."""
     lease_seconds: float = 10.0
-    """With a shared store: a replica that died has its runs closed by another within this."""
+    """With a shared store: a replica that died has its runs taken over within this."""
+    resume_runs: bool = True
+    """A run whose engine died goes on from its last checkpoint (``core.resume``); False:
+    it is closed as interrupted (``core.recovery``)."""
+    max_resumes: int = 3
+    """Resumes one run may have; past this it stops with ``resume_limit``."""
     tokens_per_day: int = 0
     """Tokens one principal's runs may use a UTC day (``core.budget``); 0: no budget."""

@@ -58,6 +58,10 @@ class RunReport:
     """Where an error came from: ``llm``, ``storage`` or ``internal``."""
     error_cause: str = ""
     """For the log only: what failed and where (the client gets less)."""
+    resumes: int = 0
+    """How many times the run was resumed after its engine died (``core.resume``)."""
+    resumed_on: str = ""
+    """The replica that resumed it last ("" when it never was)."""
 
     def end(self, input_tokens: int, output_tokens: int, outcome: str, cause: str = "") -> None:
         """The run ended with ``outcome`` (``error``: ``error_code``/``failed_in`` say more)."""
@@ -126,6 +130,10 @@ class RunLog:
             fields["failed_in"] = report.failed_in
             fields["error_cause"] = report.error_cause
             failure = f" error={report.error_code} cause={report.error_cause!r}"
+        if report.resumes:
+            fields["resumes"] = report.resumes
+            fields["resumed_on"] = report.resumed_on
+            failure += f" resumes={report.resumes} resumed_on={report.resumed_on}"
         log.info(
             "run finished session=%s run=%s principal=%s outcome=%s duration=%.3fs "
             "tokens_in=%d tokens_out=%d tool_calls=%d%s",

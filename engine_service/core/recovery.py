@@ -35,12 +35,17 @@ from engine_service.core.models import (
 )
 from engine_service.core.store import SessionStore
 
-__all__ = ["ABANDONED_CODE", "close_abandoned_run"]
+__all__ = ["ABANDONED_CODE", "RESUMED", "SUPERSEDED", "close_abandoned_run", "read_run"]
 
 ABANDONED_CODE = "abandoned"
 _ABANDONED_MESSAGE = "the engine stopped while this run was in flight"
 _NO_RESULT = "error: the engine stopped before the tool finished"
 _READ_BATCH = 1000
+
+RESUMED = "resumed"
+"""The ``CUSTOM`` event that marks a run going on after its engine died (``core.resume``)."""
+SUPERSEDED = "superseded"
+"""The ``CUSTOM`` event that says a partial answer clients saw is replaced by a new one."""
 
 
 @dataclass(slots=True)
@@ -54,6 +59,8 @@ class _OpenWork:
     calls: list[str] = field(default_factory=list)
     stored: set[str] = field(default_factory=set)
     results: set[str] = field(default_factory=set)
+    resumes: int = 0
+    """How many times the run was resumed (its ``resumed`` events, ``core.resume``)."""
 
     def see(self, body: ev.EventBody) -> None:
         if isinstance(body, ev.ReasoningStart):
@@ -74,9 +81,11 @@ class _OpenWork:
             self.results.add(body.tool_call_id)
         elif isinstance(body, ev.MessageStored):
             self.stored.add(body.message.id)
+        elif isinstance(body, ev.Custom) and body.name == RESUMED:
+            self.resumes += 1
 
 
-async def _read_run(store: SessionStore, run: RunRecord) -> _OpenWork:
+async def read_run(store: SessionStore, run: RunRecord) -> _OpenWork:
     work = _OpenWork()
     after = max(run.start_seq - 1, 0)
     while True:
@@ -90,12 +99,19 @@ async def _read_run(store: SessionStore, run: RunRecord) -> _OpenWork:
 
 
 async def close_abandoned_run(
-    store: SessionStore, run: RunRecord, now: datetime, *, max_event_bytes: int = 1024 * 1024
+    store: SessionStore,
+    run: RunRecord,
+    now: datetime,
+    *,
+    max_event_bytes: int = 1024 * 1024,
+    error: ev.RunError | None = None,
 ) -> int:
     """Store the closing events and the end of ``run``; returns the seq of its last event.
 
-    The partial answer rebuilt from its deltas is clipped to one event (``core.bounds``)."""
-    work = await _read_run(store, run)
+    The partial answer rebuilt from its deltas is clipped to one event (``core.bounds``).
+    With ``error`` the run ends failed with it instead of interrupted (a run resumed too
+    often, ``core.resume``)."""
+    work = await read_run(store, run)
     history = await store.all_messages(run.session_id)
     known = {m.id for m in history}
     bodies: list[ev.EventBody] = []
@@ -142,7 +158,7 @@ async def close_abandoned_run(
     for call_id, result in results:
         bodies.append(ev.ToolCallResult(result.id, call_id, _NO_RESULT, is_error=True))
         bodies.append(ev.MessageStored(result))
-    bodies.append(ev.RunFinished(outcome=ev.Outcome.CANCELLED))
+    bodies.append(error if error is not None else ev.RunFinished(outcome=ev.Outcome.CANCELLED))
 
     session = await store.get_session(run.session_id)
     first = max(session.last_seq, session.reserved_seq) + 1
@@ -153,10 +169,10 @@ async def close_abandoned_run(
     await store.finish_run(
         run.session_id,
         run.id,
-        RunStatus.INTERRUPTED,
+        RunStatus.FAILED if error is not None else RunStatus.INTERRUPTED,
         now,
-        ABANDONED_CODE,
-        _ABANDONED_MESSAGE,
+        error.code if error is not None else ABANDONED_CODE,
+        error.message if error is not None else _ABANDONED_MESSAGE,
         events=closing,
     )
     return closing[-1].seq

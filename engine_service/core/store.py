@@ -345,6 +345,11 @@ class SessionStore(abc.ABC):
     async def signal(self, signal: Signal) -> None:  # noqa: B027
         """Send ``signal`` to every engine watching this store (INTERRUPT requests)."""
 
+    async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:  # noqa: B027
+        """Record the tokens a RUNNING run used so far (a checkpoint after an LLM round):
+        an engine that resumes the run goes on counting from them (``core.resume``). The
+        session's totals grow at ``finish_run`` only."""
+
     async def renew_leases(self, replica: str, until: datetime) -> int:
         """Extend the lease of every RUNNING run ``replica`` holds; how many it holds."""
         return 0

@@ -50,6 +50,18 @@ class ToolContext:
     max_state_bytes: int | None = None
     """The most the shared state may hold as JSON (``core.state``); None: no bound."""
 
+    call_run_id: str = ""
+    """The run whose LLM round made the call ("": this one; a call a person approved
+    runs in the run that carries out the answer)."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every attempt of this call (a run resumed after its engine died,
+        or a person's approval to run it again, may call it again): a tool with side
+        effects does them once per key. MCP servers get it in ``_meta``, remote A2A
+        agents as the message id."""
+        return f"{self.call_run_id or self.run_id}:{self.tool_call_id}"
+
 
 def session_key(session_id: str, owner: str, created_at: datetime) -> str:
     """``ToolContext.session_key`` of a session with this id, owner and creation time."""

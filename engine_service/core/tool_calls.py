@@ -36,8 +36,12 @@ class ToolRunner:
         default_limit: float,
         tracer: Tracer,
         outcomes: list[tuple[str, str]],
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``stopping``: whether the run stops after these calls (handed over to another
+        replica): their results are stored, and ``run`` ends with ``CancelledError``."""
         self.tools = tools
+        self._stopping = stopping
         self.transcript = transcript
         self._context = context
         self.default_limit = default_limit
@@ -51,6 +55,13 @@ class ToolRunner:
         async with asyncio.TaskGroup() as group:
             for call in calls:
                 group.create_task(self._run(call))
+        if self._stopping():
+            raise asyncio.CancelledError  # the results are stored: stop before the next round
+
+    @property
+    def running(self) -> bool:
+        """Whether calls are running (their results not stored yet)."""
+        return bool(self._pending)
 
     async def _run(self, call: ToolCall) -> None:
         result = await call_tool(

@@ -75,6 +75,13 @@ class Transcript:
         self.messages.append(message)
         self._emit(ev.MessageStored(message))
 
+    def made_by(self, call_id: str) -> str:
+        """The run whose stored assistant message made the call ("" when not found)."""
+        for message in reversed(self.messages):
+            if message.role is Role.ASSISTANT and any(c.id == call_id for c in message.tool_calls):
+                return message.run_id
+        return ""
+
     async def add_result(self, call: ToolCall, result: ToolResult) -> None:
         """Publish a tool's result (TOOL_CALL_RESULT) and store it as a tool message."""
         message_id = new_id()

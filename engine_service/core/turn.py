@@ -46,6 +46,7 @@ from engine_service.core.models import (
     Message,
     RunInput,
     RunStatus,
+    ToolCall,
 )
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
@@ -87,8 +88,21 @@ class Run:
         budget: TokenBudget | None = None,
         checkpoint: Checkpoint | None = None,
         anchors: Anchors | None = None,
+        replica: str = "",
+        resumed: int = 0,
+        rounds_done: int = 0,
+        rerun: Sequence[ToolCall] = (),
+        ask_again: Sequence[ToolCall] = (),
+        usage_before: ev.Usage | None = None,
     ) -> None:
+        """``resumed``: how many times this run was resumed after its engine died, it going
+        on here after ``rounds_done`` tool rounds, first running the in-doubt calls
+        ``rerun`` and asking a person about ``ask_again`` (``core.resume``); 0: a new run."""
         self.store = store
+        self.resumed = resumed
+        self._rounds_done = rounds_done
+        self._rerun = list(rerun)
+        self._ask_again = list(ask_again)
         self.budget = budget
         """Checked before each LLM call, charged after it (``core.budget``)."""
         self.principal = principal
@@ -112,7 +126,15 @@ class Run:
         self._on_done = on_done
         self._on_storage_error = on_storage_error
         self._storage_failure: StorageUnavailable | None = None
-        self.out = Outbox(store, hub, self.run_id, limits, on_failure=self.fail, on_lost=self.lose)
+        self.out = Outbox(
+            store,
+            hub,
+            self.run_id,
+            limits,
+            on_failure=self.fail,
+            on_lost=self.lose,
+            replica=replica,
+        )
         """Publishes the run's events and stores them behind it."""
         self.emit = self.out.emit
         self.settled = True
@@ -122,6 +144,9 @@ class Run:
         self.task: asyncio.Task[None] | None = None
         self._work: asyncio.Task[ev.RunFinished] | None = None
         self._stop_requested = False
+        self.handing_over = False
+        """Set by ``hand_over``: the run stops at its next step boundary, left RUNNING
+        for another replica to resume."""
         self.lost_at = 0
         """Non-zero once another replica closed this run (the store's last seq then): the
         run stops without writing anything more."""
@@ -135,6 +160,8 @@ class Run:
         self.rounds = RoundReader(model, tracer, emit=self.emit, on_first_token=self._first_token)
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage
+        if usage_before is not None:  # a resumed run counts what its first engines used
+            self._usage.add(usage_before)
         self._observer: RunObserver = observer or RunLog()
         self.tool_runner = ToolRunner(
             tools,
@@ -148,10 +175,12 @@ class Run:
                 set_state=self._set_state,
                 session_key=self.session_key,
                 max_state_bytes=limits.max_state_bytes,
+                call_run_id=self.transcript.made_by(call_id),
             ),
             default_limit=limits.tool_timeout,
             tracer=tracer,
             outcomes=self.report.tool_calls,
+            stopping=lambda: self.handing_over,
         )
         """Runs the engine's tools, each result stored as it lands."""
         self.person = PersonInTheLoop(
@@ -183,6 +212,16 @@ class Run:
         """Stop the work in flight; ``main`` closes the run as cancelled."""
         self._stop_requested = True
         if self._work is not None:
+            self._work.cancel()
+
+    def hand_over(self) -> None:
+        """Stop here and leave the run to another replica (a stopping engine, a shared
+        store): what was published is stored, nothing is closed, and the run stays
+        RUNNING; the engine releases its lease and another resumes it (``core.resume``).
+        An LLM round in flight is cut now (it is asked again there); running tools may
+        finish first (their results stored), and the run stops before its next round."""
+        self.handing_over = True
+        if not self.tool_runner.running and self._work is not None:
             self._work.cancel()
 
     def lose(self, last_seq: int) -> None:
@@ -224,14 +263,17 @@ class Run:
         self.report.started = time.monotonic()
         self._observer.run_started(self.report)
         try:
-            self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
-            await self.out.let_followers_send()
-            if self.input.state is UNSET and self.state is not None:
+            if self.resumed:
+                self._input_taken = True  # stored before the engine that began it died
+            else:
+                self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
+                await self.out.let_followers_send()
+            if self.input.state is UNSET and self.state is not None and not self.resumed:
                 # The client sent no state: give it the session's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state))
             # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
-            if not self.decisions:
+            if not self.decisions and not self.resumed:
                 await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure
@@ -246,7 +288,7 @@ class Run:
             else:
                 raise asyncio.CancelledError
         except asyncio.CancelledError:
-            if self.lost_at:
+            if self.lost_at or self.handing_over:
                 final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
             elif self._storage_failure is not None:
                 final = await self._failed(_storage_error(self._storage_failure))
@@ -293,6 +335,9 @@ class Run:
             final = await self._failed(ev.RunError(message=message, code="internal"))
         finally:
             flusher.cancel()
+        if self.handing_over and not self.lost_at:
+            await self._handed_over(final)
+            return
         if self.lost_at:
             # The store holds the run's end as the other replica wrote it; ours would
             # contradict it (and its seqs are taken).
@@ -334,6 +379,17 @@ class Run:
             self.status = RunStatus.INTERRUPTED
         finally:
             self._on_done(self)
+
+    async def _handed_over(self, final: ev.RunFinished | ev.RunError) -> None:
+        """Store what was published, and let go of the run: it stays RUNNING."""
+        self.rounds.close()
+        try:
+            await self.out.flush()
+        except (StorageUnavailable, InvalidInput) as exc:
+            log.warning("run %s: its last events could not be stored: %s", self.run_id, exc)
+        self.lost_at = max(self.hub.last_seq, 1)  # nothing more is written here
+        self._report_end(final, "handed over to another replica")
+        self._on_done(self)
 
     def _report_end(self, final: ev.RunFinished | ev.RunError, cause: str = "") -> None:
         outcome = final.outcome.value if isinstance(final, ev.RunFinished) else "error"
@@ -378,8 +434,18 @@ class Run:
         if self.decisions:
             await self.person.carry_out(self.decisions)
             await self._take_input()
-        rounds = 0
+        if self._rerun or self._ask_again:
+            # A resumed run's calls in doubt: never silently twice (``core.resume``).
+            await self.tool_runner.run(self._rerun)
+            asked = await self.person.ask(self._ask_again, in_doubt=True)
+            if asked:
+                return ev.RunFinished(
+                    outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
+                )
+        rounds = self._rounds_done
         while True:
+            if self.handing_over:
+                raise asyncio.CancelledError  # at a step boundary: another replica goes on
             offer = specs if rounds < self.limits.max_tool_rounds else []
             # Context budget (core/context.py): the messages compacted to fit the window.
             request = ChatRequest(messages=await self._llm_messages(offer), tools=offer)
@@ -388,6 +454,9 @@ class Run:
                 await self.transcript.add(assistant)
             if not assistant.tool_calls or not offer:
                 return ev.RunFinished(usage=self._usage_or_none())
+            if self._usage.total_tokens:
+                # A checkpoint: an engine that resumes the run counts these tokens too.
+                await self.store.note_usage(self.session_id, self.run_id, self._usage)
             pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
             ours = [c for c in assistant.tool_calls if c.name not in client_tools]
             approval = self.limits.approval

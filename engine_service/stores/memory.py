@@ -157,6 +157,13 @@ class MemorySessionStore(SessionStore):
         for watcher in list(self._watchers):
             loop.call_soon(watcher, signal)
 
+    async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
+        run = self._entry(session_id).runs.get(run_id)
+        if run is not None and run.status is RunStatus.RUNNING:
+            run.input_tokens = usage.input_tokens
+            run.output_tokens = usage.output_tokens
+            run.cached_tokens = usage.cached_tokens
+
     async def renew_leases(self, replica: str, until: datetime) -> int:
         until = _utc(until, "until")
         held = 0

@@ -1480,6 +1480,18 @@ class PostgresSessionStore(SessionStore):
 
         await self._read(work)
 
+    async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
+        counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
+                " WHERE session_id = %s AND id = %s AND status = 'running'",
+                (*counts, session_id, run_id),
+            )
+
+        await self._write(work)
+
     async def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _utc(until, "until")
 

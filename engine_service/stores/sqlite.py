@@ -1273,6 +1273,15 @@ class SqliteSessionStore(SessionStore):
         return [_run(row) for row in rows]
 
     @_off_loop
+    def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE runs SET input_tokens = ?, output_tokens = ?, cached_tokens = ?"
+                " WHERE session_id = ? AND id = ? AND status = 'running'",
+                (usage.input_tokens, usage.output_tokens, usage.cached_tokens, session_id, run_id),
+            )
+
+    @_off_loop
     def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _iso(until, "until")
         with self._tx() as conn:

@@ -450,6 +450,9 @@ def test_a_bad_engine_target_names_the_forms(target: str, why: str) -> None:
         ("AGENTIK_MAX_CONCURRENT_RUNS", "-3", "max_concurrent_runs", "must be positive"),
         ("AGENTIK_EVENT_RETENTION", "-1", "event_retention", "must not be negative"),
         ("AGENTIK_SHUTDOWN_GRACE", "-0.5", "shutdown_grace", "must not be negative"),
+        ("AGENTIK_RESUME_RUNS", "maybe", "resume_runs", "must be true or false"),
+        ("AGENTIK_MAX_RESUMES", "0", "max_resumes", "must be positive"),
+        ("AGENTIK_TOOLS_IN_DOUBT", "retry", "tools_in_doubt", "must be one of"),
         ("AGENTIK_MAX_MESSAGE_BYTES", "0", "max_message_bytes", "must be positive"),
         ("AGENTIK_MAX_EVENT_BYTES", "100", "max_event_bytes", "must be between 16384 and"),
         ("AGENTIK_MAX_EVENT_BYTES", "4194304", "max_event_bytes", "must be between 16384 and"),
@@ -615,7 +618,14 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
 
     assert by_name["webhooks_max_attempts"] == ("AGENTIK_WEBHOOKS_MAX_ATTEMPTS", "8")
     assert by_name["webhooks_allow_private"] == ("AGENTIK_WEBHOOKS_ALLOW_PRIVATE", "False")
-    assert len(rows) == 68
+    assert by_name["resume_runs"] == ("AGENTIK_RESUME_RUNS", "True")
+    assert by_name["max_resumes"] == ("AGENTIK_MAX_RESUMES", "3")
+    assert by_name["tools_idempotent"] == (
+        "AGENTIK_TOOLS_IDEMPOTENT",
+        "current_time, calculate",
+    )
+    assert by_name["tools_in_doubt"] == ("AGENTIK_TOOLS_IN_DOUBT", "ask")
+    assert len(rows) == 72
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -68,7 +68,7 @@ class FailingWrites(MemorySessionStore):
 
 
 def _engine(store: SessionStore, model: ChatModel) -> Engine:
-    limits = EngineLimits(lease_seconds=LEASE, event_retention=0)
+    limits = EngineLimits(lease_seconds=LEASE, event_retention=0, resume_runs=False)
     return Engine(store, model, ToolRegistry(), limits)
 
 

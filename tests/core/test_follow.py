@@ -36,15 +36,24 @@ def pg_store_for(pg_url: str) -> StoreFor:
 
 @contextlib.asynccontextmanager
 async def engines(
-    llm: FakeOpenAI, store_for: StoreFor, count: int = 2, retention: float = 0
+    llm: FakeOpenAI,
+    store_for: StoreFor,
+    count: int = 2,
+    retention: float = 0,
+    *,
+    resume: bool = False,
 ) -> AsyncIterator[list[Engine]]:
+    """``resume``: a run whose lease lapsed is resumed by the replica that claims it
+    (``[engine] resume_runs``); off, it is closed as interrupted."""
     settings = engine_settings(
         OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key", AGENTIK_LLM_MAX_RETRIES="0"
     )
     started: list[Engine] = []
     try:
         for _ in range(count):
-            limits = EngineLimits(lease_seconds=LEASE, event_retention=retention)
+            limits = EngineLimits(
+                lease_seconds=LEASE, event_retention=retention, resume_runs=resume
+            )
             engine = Engine(store_for(), build_model(settings), ToolRegistry(), limits)
             await engine.start()
             started.append(engine)
@@ -277,6 +286,45 @@ async def test_a_zombie_whose_run_was_closed_elsewhere_stops_and_writes_nothing_
         after = await finish(a, "s", second)
         tail = [e.seq for e in after if e.run_id == second]
         assert tail == list(range(end.seq + 1, end.seq + 1 + len(tail)))
+
+
+async def test_a_zombie_whose_run_was_resumed_elsewhere_stops_and_the_run_ends_whole(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """As above, with ``resume_runs``: B resumes the run (same id) and finishes it with
+    the whole answer; A stops writing; followers on both replicas see one run whose cut
+    answer is superseded, in order, ending on B's end."""
+    async with engines(llm, store_for, resume=True) as (a, b):
+        await a.create_session(ANONYMOUS, session_id="s")
+        run_id = await start(a, "s", "[[chunks:150]][[slow:0.01]]")
+        on_a = [asyncio.create_task(follow_until_runs_end(a, "s", 0, {run_id})) for _ in range(3)]
+        on_b = [asyncio.create_task(follow_until_runs_end(b, "s", 0, {run_id})) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        assert a.runs_in_flight == 1 and a._leases is not None
+        await a._leases.stop()  # a zombie: its run goes on, its lease lapses
+        followed = await asyncio.gather(*on_a, *on_b)
+        async with asyncio.timeout(WAIT):
+            while a.runs_in_flight or b.runs_in_flight:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        stored = await a.store.read_events("s", 0, 100_000)
+        seqs = [e.seq for e in stored]
+        assert seqs == sorted(set(seqs))
+        assert {e.run_id for e in stored} == {run_id}
+        end = stored[-1]
+        assert isinstance(end.body, ev.RunFinished) and end.body.outcome is ev.Outcome.SUCCESS
+        customs = [e.body.name for e in stored if isinstance(e.body, ev.Custom)]
+        assert customs == ["superseded", "resumed"]
+        run = await b.store.get_run("s", run_id)
+        assert run.status is RunStatus.SUCCEEDED
+        for events in followed:
+            got = [e.seq for e in events]
+            assert got == sorted(set(got)), "a follower saw a seq twice or out of order"
+            assert events[-1] == end, "a follower did not end on the stored end"
+        for events in followed[3:]:
+            assert [e.seq for e in events] == seqs  # B reads the store: exactly its events
+        messages = await b.store.all_messages("s")
+        assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT]
+        assert messages[-1].content == [TextPart("".join(f"w{i} " for i in range(150)))]
 
 
 async def test_followers_on_b_finish_when_its_listener_connection_is_killed(

@@ -99,10 +99,10 @@ def _count_lost_and_duplicated(
     return lost, duplicated
 
 
-def test_kill_9_mid_text_loses_nothing_a_client_saw_and_keeps_the_partial_answer(
+def test_without_resume_kill_9_mid_text_loses_nothing_and_keeps_the_partial_answer(
     llm: FakeOpenAI, tmp_path: Path
 ) -> None:
-    engine = EngineProcess(llm, tmp_path)
+    engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS="false")
     try:
         call = engine.stub.Run(
             pb.RunRequest(
@@ -121,7 +121,7 @@ def test_kill_9_mid_text_loses_nothing_a_client_saw_and_keeps_the_partial_answer
         e.text_message_content.delta for e in seen if e.HasField("text_message_content")
     )
 
-    engine = EngineProcess(llm, tmp_path)
+    engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS="false")
     try:
         resumed = engine.follow("t", last_seen)
         stored = engine.follow("t", 0)
@@ -155,7 +155,7 @@ def test_kill_9_mid_text_loses_nothing_a_client_saw_and_keeps_the_partial_answer
     assert after[0].seq > resumed[-1].seq and kind(after[-1]) == "run_finished"
 
 
-def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
+def test_without_resume_kill_9_mid_tool_gives_the_call_an_error_result(
     llm: FakeOpenAI, tmp_path: Path
 ) -> None:
     config = tmp_path / "agentik.toml"
@@ -165,7 +165,7 @@ def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
         f"command = {json.dumps(sys.executable)}\n"
         f'args = [{json.dumps(DEMO)}, "stdio"]\n'
     )
-    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config), AGENTIK_RESUME_RUNS="false")
     try:
         engine.process.wait_for_log(__import__("re").compile(f"({MCP_CONNECTED})"))
         llm.enqueue(
@@ -184,7 +184,7 @@ def test_kill_9_mid_tool_gives_the_call_an_error_result_and_the_next_turn_works(
         engine.stop()
     last_seen = seen[-1].seq
 
-    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config))
+    engine = EngineProcess(llm, tmp_path, AGENTIK_CONFIG=str(config), AGENTIK_RESUME_RUNS="false")
     try:
         resumed = engine.follow("t", last_seen)
         stored = engine.follow("t", 0)

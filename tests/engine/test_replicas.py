@@ -53,8 +53,15 @@ class Replica:
 
 @contextlib.asynccontextmanager
 async def replicas(
-    llm: FakeOpenAI, store_for: StoreFor, count: int = 2, approval: tuple[str, ...] = ()
+    llm: FakeOpenAI,
+    store_for: StoreFor,
+    count: int = 2,
+    approval: tuple[str, ...] = (),
+    *,
+    resume: bool = False,
 ) -> AsyncIterator[list[Replica]]:
+    """``resume``: a dead replica's runs are resumed (``[engine] resume_runs``); off,
+    closed as interrupted (tests/core/test_replica_races.py and tests/faults resume)."""
     settings = engine_settings(
         OPENAI_BASE_URL=llm.base_url,
         OPENAI_API_KEY="test-key",
@@ -69,7 +76,10 @@ async def replicas(
                 build_model(settings),
                 ToolRegistry(builtin_tools() if approval else ()),
                 EngineLimits(
-                    run=RunLimits(approval=approval), lease_seconds=LEASE, event_retention=0
+                    run=RunLimits(approval=approval),
+                    lease_seconds=LEASE,
+                    event_retention=0,
+                    resume_runs=resume,
                 ),
             )
             server = EngineServer(engine, settings)

@@ -36,6 +36,7 @@ def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         AGENTIK_GRPC_ADDR=f"127.0.0.1:{free_port()}",
         # Every stream must have a thread even if one worker takes them all.
         AGENTIK_WEB_THREADS="96",
+        AGENTIK_RESUME_RUNS="false",  # closed as interrupted: test_runs_resumed resumes
     )
     yield running
     running.stop()

@@ -53,6 +53,7 @@ class Replicas:
             "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
             "AGENTIK_STORE": store,
             "AGENTIK_LEASE_SECONDS": str(LEASE),
+            "AGENTIK_RESUME_RUNS": "false",
             "OPENAI_BASE_URL": llm.base_url,
             "OPENAI_API_KEY": "test-key",
             "AGENTIK_LLM_MAX_RETRIES": "0",

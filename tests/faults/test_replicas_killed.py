@@ -37,7 +37,11 @@ TURN = "[[slow:0.02]] [[chunks:300]]"
 class Replicas:
     """Two engine processes on fixed ports, one PostgreSQL schema, and the facade."""
 
-    def __init__(self, llm: FakeOpenAI, logs: Path, store: str) -> None:
+    def __init__(
+        self, llm: FakeOpenAI, logs: Path, store: str, *, resume: bool = False, **env: str
+    ) -> None:
+        """``resume``: a dead replica's runs go on elsewhere (``[engine] resume_runs``);
+        off, they are closed as interrupted."""
         self.ports = [free_port(), free_port()]
         self.stack = Stack(
             llm,
@@ -46,6 +50,8 @@ class Replicas:
             AGENTIK_GRPC_ADDR=f"127.0.0.1:{self.ports[0]}",
             AGENTIK_LEASE_SECONDS=str(LEASE),
             AGENTIK_WEB_THREADS="96",
+            AGENTIK_RESUME_RUNS=str(resume).lower(),
+            **env,
         )
         self.engines = [self.stack.engine, self._start(1)]
         # The facade, restarted to reach both engines through one target list.

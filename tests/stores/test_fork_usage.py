@@ -96,6 +96,23 @@ async def test_usage_is_kept_on_the_run_and_summed_on_the_session(store: Session
     assert listed[0].output_tokens == 23
 
 
+async def test_a_running_runs_usage_is_noted_on_the_run_and_summed_at_its_end(
+    store: SessionStore,
+) -> None:
+    """A checkpoint after an LLM round (``note_usage``): an engine that resumes the run
+    counts on from it; the session's totals grow once, at the end."""
+    await store.begin_run("s1", "r1", at(0), create=True)
+    await store.note_usage("s1", "r1", ev.Usage(40, 4, 44, cached_tokens=8))
+    run = await store.get_run("s1", "r1")
+    assert (run.input_tokens, run.output_tokens, run.cached_tokens) == (40, 4, 8)
+    assert (await store.get_session("s1")).input_tokens == 0
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), usage=ev.Usage(90, 9, 99))
+    await store.note_usage("s1", "r1", ev.Usage(1, 1, 2))  # ended: no longer noted
+    run = await store.get_run("s1", "r1")
+    assert (run.input_tokens, run.output_tokens) == (90, 9)
+    assert (await store.get_session("s1")).input_tokens == 90
+
+
 async def test_a_run_finished_twice_counts_its_usage_once(store: SessionStore) -> None:
     await store.begin_run("s1", "r1", at(0), create=True)
     await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), usage=ev.Usage(5, 5, 10))

@@ -175,6 +175,10 @@ def _failure(task: Task, code: str, text: str) -> Message:
     )
 
 
+SUPERSEDED = "superseded"
+"""The engine's ``CUSTOM`` event for an answer cut by a dead engine, asked again, and the
+metadata key naming its artifact in the WORKING status update A2A clients get."""
+
 USAGE = "usage"
 """The metadata key of the tokens a task used (the task's) or a run of it used (the final
 status update's): ``inputTokens``, ``outputTokens``, ``totalTokens``, ``cachedTokens``."""
@@ -251,6 +255,28 @@ class RunStream:
             _add_usage(self.task.metadata, usage)
         return StreamResponse(status_update=update)
 
+    def _superseded(self, event: pb.Event) -> StreamResponse:
+        """The engine running the task died mid-answer, and another goes on: a WORKING
+        status update whose message names the cut answer artifact (``superseded`` in its
+        metadata); the new answer comes as a new artifact."""
+        value = json_value(event.custom.value)
+        cut = str(value.get("messageId", "")) if isinstance(value, dict) else ""
+        reason = str(value.get("reason", "")) if isinstance(value, dict) else ""
+        response = self._status(TaskState.TASK_STATE_WORKING, event.time)
+        metadata = struct_pb2.Struct()
+        metadata.update({SUPERSEDED: cut})
+        note = Message(
+            message_id=f"{cut}-{SUPERSEDED}",
+            context_id=self.task.context_id,
+            task_id=self.task.id,
+            role=Role.ROLE_AGENT,
+            parts=[Part(text=reason or "the answer was cut; it is asked again")],
+            metadata=metadata,
+        )
+        response.status_update.status.message.CopyFrom(note)
+        self._started = False
+        return response
+
     def _chunk(self, text: str, *, last: bool) -> list[StreamResponse]:
         artifact = Artifact(artifact_id=self._artifact, name=ANSWER, parts=[Part(text=text)])
         update = TaskArtifactUpdateEvent(
@@ -288,6 +314,8 @@ class RunStream:
             update.status.CopyFrom(self.task.status)
             update.metadata.update({"agentik_compacted": json_value(event.custom.value)})
             return [StreamResponse(status_update=update)]
+        elif kind == "custom" and event.custom.name == SUPERSEDED:
+            return [self._superseded(event)]
         elif kind == "run_finished":
             self.done = True
             finished = event.run_finished

@@ -30,8 +30,16 @@ custom ``compacted``               ``compacted``         ``mode``, ``covered``,
                                                         ``through_message_id``,
                                                         ``tokens_before``, ``tokens_after``,
                                                         ``summary_tokens``, ``summary``
-custom (other names)              ``custom``            ``name``, ``value`` (e.g. ``tool_progress``)
+custom ``superseded``             ``retry``             ``message_id`` of the cut answer,
+                                                        ``reason``
+custom                            ``custom``            ``name``, ``value`` (e.g. ``tool_progress``,
+                                                        ``resumed``)
 ================================  ====================  ====================================
+
+A run whose engine died mid-answer goes on elsewhere (``[engine] resume_runs``): its cut
+answer is ended by ``retry`` (drop the text of ``message_id``: it is asked again, and the
+new answer comes as a new ``start_response``), then ``custom`` ``resumed`` with the run's
+resume count. The run keeps its ``run_id``, and its ids only grow.
 
 A run that stops for a person (outcome INTERRUPT) gives two frames: ``input_required``
 with the interrupts (:func:`~web_facade.agentik.shapes.interrupt_json`) and no ``id`` of
@@ -152,6 +160,11 @@ def _custom(event: pb.Event) -> tuple[str, dict[str, Any]]:
         # The conversation's oldest part was summarised or trimmed for the LLM
         # (docs/conversations.md); the stored history keeps it.
         return "compacted", value
+    if body.name == "superseded" and isinstance(value, dict):
+        return "retry", {
+            "message_id": value.get("messageId", ""),
+            "reason": value.get("reason", ""),
+        }
     return "custom", {"name": body.name, "value": value}
 
 

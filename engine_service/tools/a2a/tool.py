@@ -468,7 +468,8 @@ class A2aAgentSource:
             return _error(f"the agent {name!r} is not available: its card could not be read yet")
         context_id = context_id_for(name, context.session_key or context.session_id)
         message = Message(
-            message_id=uuid.uuid4().hex,
+            # The same for every attempt of this call: the agent can tell a repeat.
+            message_id=context.idempotency_key,
             role=Role.ROLE_USER,
             parts=[Part(text=text)],
             context_id=context_id,

@@ -49,6 +49,7 @@ from engine_service.tools.mcp.transport import STREAM_READ_TIMEOUT, open_transpo
 
 __all__ = [
     "DISCONNECTED",
+    "IDEMPOTENCY_META_KEY",
     "PROGRESS_EVENT",
     "McpTool",
     "McpToolSource",
@@ -58,6 +59,10 @@ __all__ = [
 DISCONNECTED = "disconnected"
 """The status of a known tool whose server is away (not offered to the LLM)."""
 PROGRESS_EVENT = TOOL_PROGRESS
+
+IDEMPOTENCY_META_KEY = "agentik/idempotencyKey"
+"""The ``_meta`` key of a call's idempotency key (``ToolContext.idempotency_key``): the
+same on every attempt of one call, so a server can do its side effects once."""
 """The CUSTOM event name of a progress notification."""
 FIRST_RETRY = 0.5
 MAX_RETRY = 30.0
@@ -186,8 +191,14 @@ class McpToolSource:
             context.emit(Custom(PROGRESS_EVENT, {**value, "total": total, "message": message}))
 
         try:
+            meta = mcp_types.RequestParamsMeta()
+            meta[IDEMPOTENCY_META_KEY] = context.idempotency_key  # type: ignore[literal-required]
             result = await client.call_tool(
-                remote, arguments, read_timeout_seconds=self.call_timeout, progress_callback=report
+                remote,
+                arguments,
+                read_timeout_seconds=self.call_timeout,
+                progress_callback=report,
+                meta=meta,
             )
         except MCPError as exc:
             if exc.code == mcp_types.REQUEST_TIMEOUT:

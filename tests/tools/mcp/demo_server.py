@@ -50,6 +50,21 @@ async def slow(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def count(path: str, seconds: float, ctx: Context) -> str:
+    """A side effect to count: append this call's idempotency key (``_meta``) as a line
+    to the file ``path``, then work ``seconds`` (reporting progress every 50 ms)."""
+    key = str((ctx.request_context.meta or {}).get("agentik/idempotencyKey", ""))
+    counter = anyio.Path(path)
+    before = await counter.read_text() if await counter.exists() else ""
+    await counter.write_text(before + key + "\n")
+    steps = max(1, int(seconds / 0.05))
+    for step in range(steps):
+        await ctx.report_progress(step, steps, f"step {step}")
+        await anyio.sleep(0.05)
+    return f"counted {key}"
+
+
+@server.tool()
 def fail(message: str) -> str:
     """Always fails with ``message``."""
     raise ToolError(message)

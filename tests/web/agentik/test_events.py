@@ -171,6 +171,23 @@ ROWS: list[tuple[pb.Event, str, dict[str, Any]]] = [
         },
     ),
     (
+        _event(
+            custom=pb.Custom(
+                name="superseded",
+                value=struct_pb2.Value(
+                    struct_value=struct_pb2.Struct(
+                        fields={
+                            "messageId": struct_pb2.Value(string_value="m1"),
+                            "reason": struct_pb2.Value(string_value="asked again"),
+                        }
+                    )
+                ),
+            )
+        ),
+        "retry",
+        {"message_id": "m1", "reason": "asked again"},
+    ),
+    (
         _event(state_snapshot=pb.StateSnapshot(snapshot=struct_pb2.Value(string_value="s"))),
         "state_snapshot",
         {"snapshot": "s"},
@@ -236,6 +253,7 @@ def test_every_mapped_event_name_is_documented_in_the_openapi_event_union() -> N
         "state_delta",
         "custom",
         "compacted",
+        "retry",
     }
     assert len(EVENT_TABLE) == 14
 

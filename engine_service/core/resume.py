@@ -1,0 +1,205 @@
+"""Resuming a run whose engine died: it goes on from its last checkpoint.
+
+A run's checkpoint is what the store holds of it: its messages (stored at each step's
+end: the client's input, each LLM round's assistant message, each tool result) and its
+events. From them, the engine that claims the run (a replica whose lease expired, a
+SQLite engine started again) knows where the run stood:
+
+- the LLM rounds done are its stored assistant messages; a round cut mid-stream (its
+  message not stored) is asked again. The partial text clients saw of it is closed with
+  ``TEXT_MESSAGE_END`` and a ``CUSTOM`` event ``superseded`` naming the message, so a UI
+  can replace it; the new attempt is a new message. The stored history keeps only what
+  the LLM should see next time: the partial is not stored.
+- each engine tool call of a stored round is *done* when its result is stored. One
+  without a result was cut while it ran (or just before it started): it is *in doubt*,
+  and never runs silently twice. A tool listed as idempotent (``[tools] idempotent``)
+  runs again; any other call asks a person whether to run it again (an approval); or,
+  with ``[tools] in_doubt = "error"``, gets an error result the LLM sees. Every attempt
+  of a call carries the same idempotency key (``ToolContext.idempotency_key``).
+- calls of tools the engine does not have are the client's: a run whose last round
+  asked only for them ends waiting for their results, as it would have.
+
+What the dead engine left open is closed, a ``CUSTOM`` event ``resumed`` marks the
+resume (their count in the log is the run's resume count: ``max_resumes`` stops a run
+that keeps killing engines with ``resume_limit``), and the run goes on under the same
+id, its events after every seq the dead engine may have shown (``reserved_seq``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from engine_service.core import events as ev
+from engine_service.core.history import new_id
+from engine_service.core.hitl import needs_approval
+from engine_service.core.models import (
+    Message,
+    MessageStatus,
+    Role,
+    RunRecord,
+    RunStatus,
+    Session,
+    TextPart,
+    ToolCall,
+)
+from engine_service.core.recovery import RESUMED, SUPERSEDED, close_abandoned_run, read_run
+from engine_service.core.store import SessionStore
+
+__all__ = ["IN_DOUBT", "RESUME_LIMIT_CODE", "Resumption", "resume_run"]
+
+RESUME_LIMIT_CODE = "resume_limit"
+IN_DOUBT = (
+    "error: the engine running this tool stopped before its result was stored; "
+    "the call may or may not have taken effect"
+)
+_SUPERSEDED_REASON = "the engine answering stopped mid-answer; the answer is asked again"
+
+
+@dataclass(slots=True)
+class Resumption:
+    """A run ready to go on: the session as stored after the resume's events, and the
+    run's history (its in-doubt results included)."""
+
+    run: RunRecord
+    session: Session
+    history: list[Message]
+    resumes: int
+    """Resumes of the run, this one included."""
+    rounds: int
+    """Tool rounds the run completed before it was cut."""
+    principal: str
+    """Whose run it is (budget, report): the session's owner."""
+    rerun: list[ToolCall]
+    """In-doubt calls of idempotent tools: run again first."""
+    ask: list[ToolCall]
+    """Other in-doubt calls: a person decides whether they run again."""
+
+
+async def resume_run(
+    store: SessionStore,
+    run: RunRecord,
+    now: datetime,
+    *,
+    max_resumes: int,
+    is_engine_tool: Callable[[str], bool],
+    seq_block: int,
+    max_event_bytes: int = 1024 * 1024,
+    idempotent: tuple[str, ...] = (),
+    in_doubt: str = "ask",
+) -> Resumption | None:
+    """Store the events that close what ``run``'s dead engine left open and mark its
+    resume; the run to go on with, or None when it was closed instead (nothing of it
+    stored, its answer complete, or resumed ``max_resumes`` times already)."""
+    work = await read_run(store, run)
+    history = await store.all_messages(run.session_id)
+    own = [m for m in history if m.run_id == run.id]
+    if work.resumes >= max_resumes:
+        error = ev.RunError(
+            message=(
+                f"the run was resumed {work.resumes} times after its engine stopped, its "
+                "limit ([engine] max_resumes); it is not resumed again"
+            ),
+            code=RESUME_LIMIT_CODE,
+        )
+        await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes, error=error)
+        return None
+    if not own:
+        # Cut before it stored its input: there is nothing to go on from.
+        await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
+        return None
+
+    bodies: list[ev.EventBody] = []
+    for reasoning_id in work.reasoning:
+        bodies += [ev.ReasoningMessageEnd(reasoning_id), ev.ReasoningEnd(reasoning_id)]
+    bodies += [ev.TextMessageEnd(message_id) for message_id in work.texts]
+    bodies += [ev.ToolCallEnd(call_id) for call_id in work.calls]
+    for message_id in work.ended_texts | work.texts:
+        if message_id not in work.stored:
+            value = {"messageId": message_id, "reason": _SUPERSEDED_REASON}
+            bodies.append(ev.Custom(SUPERSEDED, value))
+
+    answered = {m.tool_call_id for m in history if m.role is Role.TOOL}
+    results: list[tuple[str, Message]] = []
+    client_calls: list[str] = []
+    rerun: list[ToolCall] = []
+    ask: list[ToolCall] = []
+    for message in own:
+        if message.role is not Role.ASSISTANT:
+            continue
+        for call in message.tool_calls:
+            if call.id in answered:
+                continue
+            if not is_engine_tool(call.name):
+                client_calls.append(call.id)
+                continue
+            if needs_approval(call.name, idempotent):
+                rerun.append(call)
+                continue
+            if in_doubt != "error":
+                ask.append(call)
+                continue
+            result = Message(
+                id=new_id(),
+                role=Role.TOOL,
+                content=[TextPart(IN_DOUBT)],
+                tool_call_id=call.id,
+                status=MessageStatus.ERROR,
+                created_at=now,
+                run_id=run.id,
+            )
+            results.append((call.id, result))
+    if results:
+        await store.append_messages(run.session_id, [m for _, m in results])
+        history += [m for _, m in results]
+    for call_id, result in results:
+        bodies.append(ev.ToolCallResult(result.id, call_id, IN_DOUBT, is_error=True))
+        bodies.append(ev.MessageStored(result))
+
+    last = own[-1]
+    done = (
+        last.role is Role.ASSISTANT
+        and not results
+        and not ({c.id for c in last.tool_calls} - set(client_calls))
+    )
+    if done:
+        # Its last round was stored whole: the run had ended but for storing its end.
+        end = ev.RunFinished(pending_tool_call_ids=client_calls)
+        await _store(store, run, [*bodies, end], finish=RunStatus.SUCCEEDED, end=end, now=now)
+        return None
+
+    resumes = work.resumes + 1
+    reason = "the engine running this run stopped; it goes on from its last checkpoint"
+    bodies.append(ev.Custom(RESUMED, {"resumes": resumes, "reason": reason}))
+    await _store(store, run, bodies, reserve=seq_block)
+    session = await store.get_session(run.session_id)
+    rounds = sum(1 for m in own if m.role is Role.ASSISTANT and m.tool_calls)
+    return Resumption(run, session, history, resumes, rounds, session.owner, rerun, ask)
+
+
+async def _store(
+    store: SessionStore,
+    run: RunRecord,
+    bodies: list[ev.EventBody],
+    *,
+    reserve: int = 0,
+    finish: RunStatus | None = None,
+    end: ev.RunFinished | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Store ``bodies`` after every seq the dead engine may have shown; with ``finish``
+    the run's end in the same transaction."""
+    session = await store.get_session(run.session_id)
+    first = max(session.last_seq, session.reserved_seq) + 1
+    stamp = time.time()
+    events = [
+        ev.Event(first + i, stamp, run.session_id, run.id, body) for i, body in enumerate(bodies)
+    ]
+    if finish is not None and now is not None:
+        pending = end.pending_tool_call_ids if end is not None else ()
+        await store.finish_run(run.session_id, run.id, finish, now, "", "", pending, events=events)
+        return
+    last = events[-1].seq
+    await store.append_events(run.session_id, events, reserve_through=last + reserve)

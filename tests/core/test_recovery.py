@@ -228,7 +228,8 @@ def test_kill_9_mid_compaction_loses_nothing_and_the_next_turn_compacts_again(
     import time
 
     llm.summary_reply = FakeReply(hang_after=0)  # the summariser waits forever
-    env = {"AGENTIK_CONTEXT_TOKENS": "1500"}
+    # The next turn, not a resume of the cut one (tests/faults/test_runs_resumed.py), compacts.
+    env = {"AGENTIK_CONTEXT_TOKENS": "1500", "AGENTIK_RESUME_RUNS": "false"}
     engine = EngineProcess(llm, tmp_path, **env)
     sent = 0
     try:

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from engine_service.core import events as ev
+from engine_service.core.agents import Agents
 from engine_service.core.bounds import bound_message, bound_session
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
@@ -97,13 +98,21 @@ class Engine(Records):
         limits: EngineLimits | None = None,
         tracer: Tracer = NO_TRACER,
         observers: Sequence[RunObserver] = (),
+        agents: Agents | None = None,
     ) -> None:
-        """``observers`` hear of each run's start and end, after the run log."""
+        """``observers`` hear of each run's start and end, after the run log. ``agents``:
+        the agents served (``core.agents``); None: one, with ``model`` and every tool."""
         super().__init__(store, limits or EngineLimits())
         self.tracer = tracer
         """Opens each run's spans (``core.trace``); records nothing unless tracing is on."""
         self.model = model
+        """The default agent's model."""
         self.tools = tools
+        """Every tool of the engine; each agent sees its own ``ToolView`` of them."""
+        self.agents = agents or Agents.single(model, tools, self.limits.run)
+        self._runs_by_agent: Counter[str] = Counter()
+        self._run_agents: dict[str, str] = {}
+        """The agent of each session's run in flight."""
         self.observer = RunObservers([RunLog(), *observers])
         self.budget = TokenBudget(store, self.limits.tokens_per_day)
         self._anchors = Anchors()
@@ -230,7 +239,8 @@ class Engine(Records):
             except StorageUnavailable:
                 log.error("run %s ends unstored; the next start closes it", run.run_id)
         self._hubs.wake_all()
-        await self.model.aclose()
+        for model in {id(m): m for m in [self.model, *self.agents.models()]}.values():
+            await model.aclose()
 
     def stop_all(self) -> int:
         """Stop every local run now (a shutdown told not to wait); how many."""
@@ -250,14 +260,20 @@ class Engine(Records):
     # -- sessions -----------------------------------------------------------------
 
     async def create_session(
-        self, caller: Caller, title: str = "", session_id: str = ""
+        self, caller: Caller, title: str = "", session_id: str = "", agent: str = ""
     ) -> Session:
+        """A new conversation of ``agent`` ("": the default agent), for good."""
         check_title(title)
         if session_id:
             check_id(session_id, "session_id")
+        profile = self.agents.get(agent)
         return await self._writing(
             self.store.create_session(
-                session_id or new_id(), title, utc_now(), owner=caller.principal
+                session_id or new_id(),
+                title,
+                utc_now(),
+                owner=caller.principal,
+                agent=profile.name,
             )
         )
 
@@ -307,7 +323,8 @@ class Engine(Records):
                 f"you have {own_limit} runs in flight, your limit; wait for one to end",
                 retry_after=1,
             )
-        incoming = check_input(run_input, self.limits.run, self.tools.get)
+        named = self.agents.get(run_input.agent)  # AgentNotFound before anything is written
+        incoming = check_input(run_input, named.limits, self.tools.get)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
         if not incoming and not run_input.resume:
@@ -333,9 +350,11 @@ class Engine(Records):
                 lease=self._leases.lease() if self._leases is not None else None,
                 parent_run_id=run_input.parent_run_id,
                 admit=admit_run,
+                agent=named.name,
             )
         )
         try:
+            profile = self.agents.for_run(begun.session, run_input.agent, self._runs_by_agent)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.
@@ -358,9 +377,9 @@ class Engine(Records):
         hub.begin(run_input.run_id, begun.session.last_seq, begun.session.reserved_seq)
         run = Run(
             store=self.store,
-            model=self.model,
-            tools=self.tools,
-            limits=self.limits.run,
+            model=profile.model,
+            tools=profile.tools,
+            limits=profile.limits,
             hub=hub,
             run_input=run_input,
             incoming=incoming,
@@ -381,12 +400,18 @@ class Engine(Records):
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)
         self._runs_by_caller[caller.principal] += 1
+        self._runs_by_agent[profile.name] += 1
+        self._run_agents[session_id] = profile.name
         run.start()
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
 
     def _run_done(self, run: Run) -> None:
         if self._runs.get(run.session_id) is run:
             del self._runs[run.session_id]
+            agent = self._run_agents.pop(run.session_id, "")
+            self._runs_by_agent[agent] -= 1
+            if self._runs_by_agent[agent] <= 0:
+                del self._runs_by_agent[agent]
             principal, _ = self._run_callers.pop(run.session_id, ("", ""))
             self._runs_by_caller[principal] -= 1
             if self._runs_by_caller[principal] <= 0:

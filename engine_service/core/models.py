@@ -183,6 +183,9 @@ class Session:
     output_tokens: int = 0
     cached_tokens: int = 0
     """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
+    agent: str = ""
+    """The agent the session belongs to, named at its creation ("": stored before agents
+    existed, the default agent's; ``core.agents``)."""
 
 
 @dataclass(slots=True)
@@ -247,3 +250,6 @@ class RunInput:
     parent_run_id: str = ""
     messages_snapshot: bool = False
     resume: list[ResumeEntry] = field(default_factory=list)
+    agent: str = ""
+    """The agent of a session this run creates ("": the default); for a session that
+    exists, its own agent or "" (``core.agents``)."""

@@ -302,6 +302,7 @@ def session_from_row(row: Sequence[Any], time: TimeReader) -> Session:
         input_tokens=row[11],
         output_tokens=row[12],
         cached_tokens=row[13],
+        agent=row[14],
     )
 
 

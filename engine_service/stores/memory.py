@@ -82,6 +82,7 @@ class _Entry:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    agent: str = ""
 
     def session(self) -> Session:
         return Session(
@@ -98,6 +99,7 @@ class _Entry:
             interrupts=decode_interrupts(self.interrupts),
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
+            agent=self.agent,
             cached_tokens=self.cached_tokens,
         )
 
@@ -177,14 +179,14 @@ class MemorySessionStore(SessionStore):
         return entry
 
     async def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
         now = _utc(now, "now")
         if not session_id:
             raise InvalidInput("session id must not be empty")
         if session_id in self._sessions:
             raise AlreadyExists(f"session {session_id!r} already exists")
-        entry = _Entry(session_id, title, now, now, owner=owner)
+        entry = _Entry(session_id, title, now, now, owner=owner, agent=agent)
         self._sessions[session_id] = entry
         return entry.session()
 
@@ -296,6 +298,7 @@ class MemorySessionStore(SessionStore):
         lease: Lease | None = None,
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
+        agent: str = "",
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -311,7 +314,7 @@ class MemorySessionStore(SessionStore):
                 raise SessionNotFound(session_id)
             if not session_id:
                 raise InvalidInput("session id must not be empty")
-            entry = _Entry(session_id, "", now, now, owner=owner)
+            entry = _Entry(session_id, "", now, now, owner=owner, agent=agent)
             created = True
         elif entry.active_run_id:
             raise SessionBusy(session_id, entry.active_run_id)
@@ -404,7 +407,7 @@ class MemorySessionStore(SessionStore):
             raise InvalidInput("session id must not be empty")
         if new_id in self._sessions:
             raise AlreadyExists(f"session {new_id!r} already exists")
-        entry = _Entry(new_id, title, now, now, state=source.state, owner=owner)
+        entry = _Entry(new_id, title, now, now, state=source.state, owner=owner, agent=source.agent)
         entry.messages = source.messages[: ids.index(up_to_message_id) + 1]
         for run_id, positions in source.by_run.items():
             kept = [p for p in positions if p < len(entry.messages)]

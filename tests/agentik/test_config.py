@@ -612,7 +612,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["reserve_output_tokens"] == ("AGENTIK_RESERVE_OUTPUT_TOKENS", "0")
     assert by_name["compaction"] == ("AGENTIK_COMPACTION", "summarize")
     assert by_name["tools_max_result_chars"] == ("AGENTIK_TOOLS_MAX_RESULT_CHARS", "50000")
-    assert len(rows) == 61
+    assert by_name["default_agent"] == ("AGENTIK_DEFAULT_AGENT", "agentik")
+    assert by_name["agent_max_depth"] == ("AGENTIK_AGENT_MAX_DEPTH", "3")
+    assert len(rows) == 63
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -120,6 +120,12 @@ class Agents:
             )
         return profile
 
+    def named(self, name: str) -> AgentProfile:
+        """The agent called ``name``, which must be given (``GetAgent``)."""
+        if not name:
+            raise InvalidInput("name is required: the name of an agent (see ListAgents)")
+        return self.get(name)
+
     def name_of(self, stored: str) -> str:
         """The agent a conversation stored with ``stored`` belongs to."""
         return stored or self.default

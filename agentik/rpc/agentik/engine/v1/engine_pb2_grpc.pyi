@@ -123,6 +123,14 @@ class AgentEngineStub:
     caller; UNAUTHENTICATED when they name none. It counts no request against
     the caller's rate: an edge asks it before it opens a stream.
     """
+    ListAgents: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListAgentsRequest, _engine_pb2.ListAgentsResponse]
+    """The agents this engine serves (docs/agents.md), the default one first:
+    name, description, model and tools; never an endpoint or a secret.
+    """
+    GetAgent: _grpc.UnaryUnaryMultiCallable[_engine_pb2.GetAgentRequest, _engine_pb2.Agent]
+    """One agent by name; an agent not served is INVALID_ARGUMENT
+    (`agent_not_found`), as wherever a request names one.
+    """
 
 @_typing.type_check_only
 class AgentEngineAsyncStub(AgentEngineStub):
@@ -196,6 +204,14 @@ class AgentEngineAsyncStub(AgentEngineStub):
     """Checks the call's credentials as every other RPC does first, and names the
     caller; UNAUTHENTICATED when they name none. It counts no request against
     the caller's rate: an edge asks it before it opens a stream.
+    """
+    ListAgents: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListAgentsRequest, _engine_pb2.ListAgentsResponse]  # type: ignore[assignment]
+    """The agents this engine serves (docs/agents.md), the default one first:
+    name, description, model and tools; never an endpoint or a secret.
+    """
+    GetAgent: _aio.UnaryUnaryMultiCallable[_engine_pb2.GetAgentRequest, _engine_pb2.Agent]  # type: ignore[assignment]
+    """One agent by name; an agent not served is INVALID_ARGUMENT
+    (`agent_not_found`), as wherever a request names one.
     """
 
 class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
@@ -351,6 +367,26 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
         """Checks the call's credentials as every other RPC does first, and names the
         caller; UNAUTHENTICATED when they name none. It counts no request against
         the caller's rate: an edge asks it before it opens a stream.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgents(
+        self,
+        request: _engine_pb2.ListAgentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListAgentsResponse, _abc.Awaitable[_engine_pb2.ListAgentsResponse]]:
+        """The agents this engine serves (docs/agents.md), the default one first:
+        name, description, model and tools; never an endpoint or a secret.
+        """
+
+    @_abc_1.abstractmethod
+    def GetAgent(
+        self,
+        request: _engine_pb2.GetAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.Agent, _abc.Awaitable[_engine_pb2.Agent]]:
+        """One agent by name; an agent not served is INVALID_ARGUMENT
+        (`agent_not_found`), as wherever a request names one.
         """
 
 def add_AgentEngineServicer_to_server(servicer: AgentEngineServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

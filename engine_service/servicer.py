@@ -179,7 +179,9 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         sessions, total = await _mapped(
             context, lambda: self.engine.list_sessions(caller, request.offset, request.limit)
         )
-        return pb.ListSessionsResponse(sessions=[self._session_pb(s) for s in sessions], total=total)
+        return pb.ListSessionsResponse(
+            sessions=[self._session_pb(s) for s in sessions], total=total
+        )
 
     async def ForkSession(self, request: pb.ForkSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)

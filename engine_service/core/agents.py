@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine_service.core.chat import ChatModel, ToolSpec
 from engine_service.core.errors import InvalidInput, Overloaded
@@ -155,6 +155,12 @@ class Agents:
 
     def __contains__(self, name: object) -> bool:
         return name in self._profiles
+
+    def swap_model(self, old: ChatModel, new: ChatModel) -> None:
+        """Every agent with the model ``old`` gets ``new`` (tests swap the default one)."""
+        for name, profile in list(self._profiles.items()):
+            if profile.model is old:
+                self._profiles[name] = replace(profile, model=new)
 
     def models(self) -> list[ChatModel]:
         """Each distinct model once (several agents may share one)."""

@@ -105,8 +105,6 @@ class Engine(Records):
         super().__init__(store, limits or EngineLimits())
         self.tracer = tracer
         """Opens each run's spans (``core.trace``); records nothing unless tracing is on."""
-        self.model = model
-        """The default agent's model."""
         self.tools = tools
         """Every tool of the engine; each agent sees its own ``ToolView`` of them."""
         self.agents = agents or Agents.single(model, tools, self.limits.run)
@@ -146,6 +144,15 @@ class Engine(Records):
                 on_lost=self._leases_lost,
                 max_event_bytes=self.limits.run.max_event_bytes,
             )
+
+    @property
+    def model(self) -> ChatModel:
+        """The default agent's model."""
+        return self.agents.get("").model
+
+    @model.setter
+    def model(self, model: ChatModel) -> None:
+        self.agents.swap_model(self.model, model)
 
     def observe(self, observer: RunObserver) -> None:
         """Tell ``observer`` of every run started from now on (its start and its end)."""
@@ -239,7 +246,7 @@ class Engine(Records):
             except StorageUnavailable:
                 log.error("run %s ends unstored; the next start closes it", run.run_id)
         self._hubs.wake_all()
-        for model in {id(m): m for m in [self.model, *self.agents.models()]}.values():
+        for model in self.agents.models():
             await model.aclose()
 
     def stop_all(self) -> int:

@@ -103,6 +103,8 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
         "ListRuns": lambda s, md: s.ListRuns(pb.ListRunsRequest(), metadata=md),
         "ListRunChains": lambda s, md: s.ListRunChains(pb.ListRunChainsRequest(), metadata=md),
         "Authenticate": lambda s, md: s.Authenticate(pb.AuthenticateRequest(), metadata=md),
+        "ListAgents": lambda s, md: s.ListAgents(pb.ListAgentsRequest(), metadata=md),
+        "GetAgent": lambda s, md: s.GetAgent(pb.GetAgentRequest(name="agentik"), metadata=md),
     }
 
 

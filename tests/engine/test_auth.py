@@ -210,7 +210,15 @@ async def test_bob_gets_the_not_found_of_an_unknown_id_on_each_of_alices_ids(
         pb.ListRunChainsRequest(session_id="sess-nobody"), metadata=md
     )
     # Not about one id, or (Authenticate) about no conversation at all.
-    for name in ("CreateSession", "ListSessions", "ListRuns", "ListRunChains", "Authenticate"):
+    for name in (
+        "CreateSession",
+        "ListSessions",
+        "ListRuns",
+        "ListRunChains",
+        "Authenticate",
+        "ListAgents",
+        "GetAgent",
+    ):
         del calls[name]
         del unknown[name]
     # Bob's Run with create_session on an unknown id would create it: compare it without.

@@ -15,7 +15,12 @@ from flask import Blueprint, Response, request
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
-from web_facade.agentik.shapes import conversation_json, message_json, parts_from_json
+from web_facade.agentik.shapes import (
+    agent_json,
+    conversation_json,
+    message_json,
+    parts_from_json,
+)
 from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, from_rpc_error, invalid
@@ -100,15 +105,32 @@ def _get_session(conversation_id: str) -> pb.Session:
 
 @bp.post("/conversations")
 def create_conversation() -> tuple[dict[str, Any], int]:
-    """Create a conversation (``title``, optional client-chosen ``id``) → 201."""
+    """Create a conversation (``title``, optional client-chosen ``id``, optional ``agent``,
+    the default agent when left out) → 201."""
     body = _json_body(required=False)
     session = current_engine().engine.CreateSession(
         pb.CreateSessionRequest(
-            title=_optional_string(body, "title"), session_id=_optional_string(body, "id")
+            title=_optional_string(body, "title"),
+            session_id=_optional_string(body, "id"),
+            agent=_optional_string(body, "agent"),
         ),
         timeout=UNARY_TIMEOUT,
     )
     return conversation_json(session), 201
+
+
+@bp.get("/agents")
+def list_agents() -> dict[str, Any]:
+    """The agents this server serves, the default one first."""
+    listed = current_engine().engine.ListAgents(pb.ListAgentsRequest(), timeout=UNARY_TIMEOUT)
+    return {"items": [agent_json(a) for a in listed.agents]}
+
+
+@bp.get("/agents/<name>")
+def get_agent(name: str) -> dict[str, Any]:
+    """One agent; 404 ``agent_not_found`` for one not served."""
+    agent = current_engine().engine.GetAgent(pb.GetAgentRequest(name=name), timeout=UNARY_TIMEOUT)
+    return agent_json(agent)
 
 
 @bp.get("/conversations")

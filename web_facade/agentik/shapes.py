@@ -69,6 +69,18 @@ def conversation_json(session: pb.Session) -> dict[str, Any]:
         "active_run_id": session.active_run_id or None,
         "pending_interrupts": [interrupt_json(i) for i in session.pending_interrupts],
         "usage": usage_json(session.usage),
+        "agent": session.agent,
+    }
+
+
+def agent_json(agent: pb.Agent) -> dict[str, Any]:
+    """An agent the server serves: never its endpoint or key (docs/agents.md)."""
+    return {
+        "name": agent.name,
+        "description": agent.description,
+        "model": agent.model,
+        "tools": list(agent.tools),
+        "default": agent.is_default,
     }
 
 

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.agui.node_scenarios import run_scenario
@@ -172,3 +175,25 @@ def test_a2a_serves_each_agent_its_own_card_and_endpoint(stack: Stack, llm: Fake
         assert root["name"] == "agentik"  # the root card stays the default agent's
         missing = http.get("/a2a/nobody/.well-known/agent-card.json")
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
+
+
+async def _mcp(base_url: str) -> tuple[Any, Any, Any]:
+    async with httpx2.AsyncClient(timeout=WAIT) as http:
+        transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
+        async with McpClient(transport, read_timeout_seconds=WAIT) as client:
+            listed = await client.call_tool("list_agents", {})
+            sent = await client.call_tool("send_message", {"text": "hi", "agent": "researcher"})
+            unknown = await client.call_tool("send_message", {"text": "hi", "agent": "nobody"})
+    return listed, sent, unknown
+
+
+def test_mcp_lists_the_agents_and_sends_to_one(stack: Stack, llm: FakeOpenAI) -> None:
+    before = len(llm.requests)
+    listed, sent, unknown = asyncio.run(_mcp(stack.base_url))
+    agents = listed.structured_content["agents"]
+    assert [a["name"] for a in agents] == ["agentik", "support", "researcher"]
+    assert not sent.is_error
+    [request] = _since(llm, before)
+    assert (request["model"], _offered(request)) == ("big-model", ["current_time"])
+    assert unknown.is_error
+    assert "'nobody'" in "".join(b.text for b in unknown.content if b.type == "text")

@@ -19,6 +19,8 @@ from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.chat.conftest import run_chat
+from tests.chat.test_session import Terminal
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.agui.node_scenarios import run_scenario
 from tests.web.e2e.conftest import WAIT, SseStream, Stack, checked, types
@@ -55,6 +57,12 @@ def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     running = Stack(llm, logs, AGENTIK_CONFIG=str(config))
     yield running
     running.stop()
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``agentik chat`` remembers its last conversation here, never in the user's home."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
 @pytest.fixture
@@ -197,3 +205,35 @@ def test_mcp_lists_the_agents_and_sends_to_one(stack: Stack, llm: FakeOpenAI) ->
     assert (request["model"], _offered(request)) == ("big-model", ["current_time"])
     assert unknown.is_error
     assert "'nobody'" in "".join(b.text for b in unknown.content if b.type == "text")
+
+
+def test_agentik_chat_talks_to_the_agent_it_names(stack: Stack, llm: FakeOpenAI) -> None:
+    before = len(llm.requests)
+    done = run_chat("hi\n", "--url", stack.base_url, "--agent", "researcher")
+    assert done.returncode == 0, done.stderr
+    [request] = _since(llm, before)
+    assert (request["model"], request["messages"][0]["content"]) == ("big-model", "You research.")
+    unknown = run_chat("hi\n", "--url", stack.base_url, "--agent", "nobody")
+    assert unknown.returncode != 0
+    assert "no agent 'nobody'; its agents: agentik, support, researcher" in unknown.stderr
+
+
+def test_agentik_chat_lists_and_picks_agents_with_slash_agents(
+    stack: Stack, llm: FakeOpenAI
+) -> None:
+    terminal = Terminal(stack)
+    try:
+        terminal.say("/agents")
+        terminal.expect("* agentik")
+        terminal.expect("  support  openai:small-model  Answers customers")
+        terminal.prompt()
+        terminal.say("/agents support")
+        terminal.expect("new conversations talk to support")
+        terminal.prompt()
+        before = len(llm.requests)
+        terminal.say("hello support")
+        terminal.expect("Echo: hello support")
+        terminal.prompt()
+        assert _since(llm, before)[0]["model"] == "small-model"
+    finally:
+        terminal.close()

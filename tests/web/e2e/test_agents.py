@@ -18,12 +18,16 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
+from selenium.webdriver import Chrome
+from selenium.webdriver.support.select import Select
 
 from tests.chat.conftest import run_chat
 from tests.chat.test_session import Terminal
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.agui.node_scenarios import run_scenario
 from tests.web.e2e.conftest import WAIT, SseStream, Stack, checked, types
+from tests.web.e2e.test_chat_page import Page
+from tests.web.e2e.test_chat_page import browser as browser
 
 SCRIPT = Path(__file__).parents[2] / "node" / "agui_conformance.mjs"
 
@@ -237,3 +241,34 @@ def test_agentik_chat_lists_and_picks_agents_with_slash_agents(
         assert _since(llm, before)[0]["model"] == "small-model"
     finally:
         terminal.close()
+
+
+def test_the_chat_page_picks_the_agent_of_a_new_conversation_and_shows_it(
+    browser: Chrome, stack: Stack, llm: FakeOpenAI
+) -> None:
+    page = Page(browser, stack.base_url)
+    page.open()
+    picker = page.one("#agent")
+    page.wait(lambda: picker.is_displayed(), "the agent picker")
+    options = Select(picker)
+    assert [o.get_attribute("value") for o in options.options] == [
+        "agentik",
+        "support",
+        "researcher",
+    ]
+    assert options.first_selected_option.get_attribute("value") == "agentik"
+    options.select_by_value("researcher")
+    before = len(llm.requests)
+    page.send("hello from the page")
+    page.wait_for_answer(r"^Echo: hello from the page")
+    page.idle()
+    assert _since(llm, before)[0]["model"] == "big-model"
+    page.wait(lambda: page.one("#current-agent").text == "researcher", "the agent shown")
+    page.wait(
+        lambda: (
+            page.one(f'#conversations li[data-id="{page.current_id()}"] .agent').text
+            == "researcher"
+        ),
+        "the agent in the list",
+    )
+    page.assert_no_console_errors()

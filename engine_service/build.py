@@ -24,6 +24,7 @@ from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
 from engine_service.stores import open_store
 from engine_service.tools.a2a.sources import A2aAgentSources
+from engine_service.tools.agents import AGENT_SOURCE, AgentTool
 from engine_service.tools.builtin import builtin_tools
 from engine_service.tools.mcp.sources import McpToolSources
 
@@ -141,6 +142,37 @@ def _agent_configs(settings: Settings) -> list[AgentConfig]:
     return [first, *own.values()]
 
 
+def delegation_tools(settings: Settings, registry: ToolRegistry) -> list[AgentTool]:
+    """The tool of each local agent another lists as ``agent:NAME`` (``core.delegation``),
+    registered in ``registry``; ``ConfigError`` for a NAME no agent has."""
+    configs = {agent.name: agent for agent in _agent_configs(settings)}
+    tools: dict[str, AgentTool] = {}
+    for agent in settings.agent.agents:
+        for pattern in agent.tools or ():
+            if not pattern.startswith(AGENT_SOURCE):
+                continue
+            target = pattern.removeprefix(AGENT_SOURCE)
+            if target not in configs:
+                raise ConfigError(
+                    f"invalid tools of agent {agent.name!r}: {pattern!r} names no agent; "
+                    f"the agents are: {', '.join(configs)}"
+                )
+            if target in tools:
+                continue
+            tool = AgentTool(
+                target,
+                configs[target].description,
+                max_depth=settings.agent.max_depth,
+                timeout=settings.llm.timeout * 2,
+            )
+            try:
+                registry.register(tool)
+            except ValueError as exc:
+                raise ConfigError(f"the tool of agent {target!r}: {exc}") from None
+            tools[target] = tool
+    return list(tools.values())
+
+
 def build_agents(
     settings: Settings, registry: ToolRegistry, default_model: ChatModel, run: RunLimits
 ) -> Agents:
@@ -216,8 +248,9 @@ def build_engine(settings: Settings) -> Engine:
     tracer = otel_tracer.tracer() if tracing.enabled() else NO_TRACER
     model = build_model(settings)
     tools = build_tools(settings)
+    delegates = delegation_tools(settings, tools)
     warn_unmatched(settings, tools)
-    return Engine(
+    engine = Engine(
         open_store(settings.engine.store, retry_seconds=settings.engine.store_retry_seconds),
         model,
         tools,
@@ -225,6 +258,9 @@ def build_engine(settings: Settings) -> Engine:
         tracer,
         agents=build_agents(settings, tools, model, limits.run),
     )
+    for tool in delegates:
+        tool.engine = engine
+    return engine
 
 
 async def connected_briefly(

@@ -52,9 +52,13 @@ class ToolView(ToolRegistry):
         self.ask_user = ask_user
 
     def offers(self, name: str) -> bool:
-        """Whether this agent may call the tool ``name`` (registered or not)."""
+        """Whether this agent may call the tool ``name`` (registered or not). Another
+        agent (source ``agent:NAME``) only when listed as that, never by a glob."""
         if name == ASK_USER:
             return self.ask_user
+        entry = self._entries.get(name)
+        if entry is not None and entry.source.startswith("agent:"):
+            return self.allowed is not None and entry.source in self.allowed
         return self.allowed is None or _matches(name, self.allowed)
 
     def get(self, name: str) -> Tool | None:

@@ -409,6 +409,7 @@ class Engine(Records):
         self._runs_by_caller[caller.principal] += 1
         self._runs_by_agent[profile.name] += 1
         self._run_agents[session_id] = profile.name
+        run.report.agent = profile.name
         run.start()
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
 

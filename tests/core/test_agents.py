@@ -272,3 +272,14 @@ def test_the_facade_reads_agents_without_their_secrets(tmp_path: Path) -> None:
     agents = load_settings(path, {}, mcp=False).agent.agents
     assert [a.name for a in agents] == ["a"]
     assert agents[0].api_key is None
+
+
+async def test_the_run_log_names_the_agent(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = await engine.create_session(ALICE, agent="researcher")
+    with caplog.at_level(logging.INFO, logger="agentik.runs"):
+        await _run(engine, RunInput(session_id=session.id, messages=[_user("hi")]))
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentik.runs"]
+    assert any(line.startswith("run started") and "agent=researcher" in line for line in lines)
+    assert any(line.startswith("run finished") and "agent=researcher" in line for line in lines)

@@ -16,6 +16,7 @@ from engine_service.build import build_engine
 from engine_service.core import events as ev
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
+from engine_service.core.errors import SessionNotFound
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.tools.agents import TOOL_PROGRESS
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
@@ -164,3 +165,16 @@ def test_an_agent_tool_naming_no_agent_is_a_config_error(tmp_path: Path) -> None
     path.write_text('[[agents]]\nname = "a"\ntools = ["agent:nobody"]\n')
     with pytest.raises(ConfigError, match=r"tools of agent 'a': 'agent:nobody' names no agent"):
         build_engine(load_settings(path, {}))
+
+
+async def test_the_child_conversation_is_its_principals_alone(
+    engine: Engine, llm: FakeOpenAI
+) -> None:
+    llm.enqueue(FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "x"})]))
+    events = await _events(engine, "mine", "research")
+    [result] = [e.body for e in events if isinstance(e.body, ev.ToolCallResult)]
+    child_id = json.loads(result.content)["conversation_id"]
+    assert (await engine.get_session(ALICE, child_id)).owner == "alice"
+    with pytest.raises(SessionNotFound):
+        await engine.get_session(Caller("bob"), child_id)
+    assert (await engine.list_sessions(Caller("bob"), 0, 10))[0] == []

@@ -13,7 +13,8 @@ whose globs match them.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from engine_service.core.chat import ChatModel, ToolSpec
@@ -106,6 +107,10 @@ class Agents:
 
     def __init__(self, profiles: Iterable[AgentProfile], default: str) -> None:
         self._profiles = {profile.name: profile for profile in profiles}
+        self._running: Counter[str] = Counter()
+        """Runs in flight by agent (``max_runs``)."""
+        self._run_agents: dict[str, str] = {}
+        """The agent of each session's run in flight."""
         if default not in self._profiles:
             raise ValueError(f"the default agent {default!r} has no profile")
         self.default = default
@@ -134,10 +139,10 @@ class Agents:
         """The agent a conversation stored with ``stored`` belongs to."""
         return stored or self.default
 
-    def for_run(self, session: Session, requested: str, running: Mapping[str, int]) -> AgentProfile:
+    def for_run(self, session: Session, requested: str) -> AgentProfile:
         """The agent a run of ``session`` runs as: the session's own. A request naming
         another agent for it is refused (a conversation never changes its agent), and so
-        is one over the agent's ``max_runs`` (``running``: runs in flight by agent)."""
+        is one over the agent's ``max_runs``."""
         own = self.name_of(session.agent)
         if requested and requested != own:
             raise InvalidInput(
@@ -145,7 +150,7 @@ class Agents:
                 "a conversation keeps the agent it was created with"
             )
         profile = self.get(own)
-        if profile.max_runs and running.get(profile.name, 0) >= profile.max_runs:
+        if profile.max_runs and self._running[profile.name] >= profile.max_runs:
             raise Overloaded(
                 f"agent {profile.name!r} is running its maximum of {profile.max_runs} runs"
             )
@@ -159,6 +164,19 @@ class Agents:
 
     def __contains__(self, name: object) -> bool:
         return name in self._profiles
+
+    def started(self, session_id: str, agent: str) -> None:
+        """A run of ``agent`` started in ``session_id``."""
+        self._running[agent] += 1
+        self._run_agents[session_id] = agent
+
+    def ended(self, session_id: str) -> None:
+        """The run in flight in ``session_id`` ended."""
+        agent = self._run_agents.pop(session_id, None)
+        if agent is not None:
+            self._running[agent] -= 1
+            if self._running[agent] <= 0:
+                del self._running[agent]
 
     def swap_model(self, old: ChatModel, new: ChatModel) -> None:
         """Every agent with the model ``old`` gets ``new`` (tests swap the default one)."""

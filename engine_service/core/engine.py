@@ -108,9 +108,6 @@ class Engine(Records):
         self.tools = tools
         """Every tool of the engine; each agent sees its own ``ToolView`` of them."""
         self.agents = agents or Agents.single(model, tools, self.limits.run)
-        self._runs_by_agent: Counter[str] = Counter()
-        self._run_agents: dict[str, str] = {}
-        """The agent of each session's run in flight."""
         self.observer = RunObservers([RunLog(), *observers])
         self.budget = TokenBudget(store, self.limits.tokens_per_day)
         self._anchors = Anchors()
@@ -361,7 +358,7 @@ class Engine(Records):
             )
         )
         try:
-            profile = self.agents.for_run(begun.session, run_input.agent, self._runs_by_agent)
+            profile = self.agents.for_run(begun.session, run_input.agent)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.
@@ -407,8 +404,7 @@ class Engine(Records):
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)
         self._runs_by_caller[caller.principal] += 1
-        self._runs_by_agent[profile.name] += 1
-        self._run_agents[session_id] = profile.name
+        self.agents.started(session_id, profile.name)
         run.report.agent = profile.name
         run.start()
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
@@ -416,10 +412,7 @@ class Engine(Records):
     def _run_done(self, run: Run) -> None:
         if self._runs.get(run.session_id) is run:
             del self._runs[run.session_id]
-            agent = self._run_agents.pop(run.session_id, "")
-            self._runs_by_agent[agent] -= 1
-            if self._runs_by_agent[agent] <= 0:
-                del self._runs_by_agent[agent]
+            self.agents.ended(run.session_id)
             principal, _ = self._run_callers.pop(run.session_id, ("", ""))
             self._runs_by_caller[principal] -= 1
             if self._runs_by_caller[principal] <= 0:

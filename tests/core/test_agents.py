@@ -17,7 +17,7 @@ from engine_service.core import events as ev
 from engine_service.core.agents import AgentNotFound
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
-from engine_service.core.errors import InvalidInput
+from engine_service.core.errors import InvalidInput, Overloaded
 from engine_service.core.models import Message, Role, RunInput, TextPart
 from tests.fakes.fake_openai import FakeOpenAI
 
@@ -283,3 +283,32 @@ async def test_the_run_log_names_the_agent(
     lines = [r.getMessage() for r in caplog.records if r.name == "agentik.runs"]
     assert any(line.startswith("run started") and "agent=researcher" in line for line in lines)
     assert any(line.startswith("run finished") and "agent=researcher" in line for line in lines)
+
+
+async def test_an_agents_max_runs_bounds_its_runs_in_flight(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = _write(
+        tmp_path,
+        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n'
+        '[[agents]]\nname = "busy"\nmax_runs = 1\n',
+    )
+    engine = build_engine(load_settings(path, {"AGENTIK_STORE": "memory://"}))
+    await engine.start()
+    try:
+        first = await engine.create_session(ALICE, agent="busy")
+        second = await engine.create_session(ALICE, agent="busy")
+        handle = await engine.start_run(
+            ALICE, RunInput(session_id=first.id, messages=[_user("[[hang]] wait")])
+        )
+        with pytest.raises(Overloaded, match="agent 'busy' is running its maximum of 1 runs"):
+            await engine.start_run(ALICE, RunInput(session_id=second.id, messages=[_user("x")]))
+        # Another agent is not bound by it.
+        other = await engine.create_session(ALICE)
+        await _run(engine, RunInput(session_id=other.id, messages=[_user("free")]))
+        engine.stop_local(first.id)
+        async for _ in engine.run_events(handle):
+            pass
+        await _run(engine, RunInput(session_id=second.id, messages=[_user("now")]))
+    finally:
+        await engine.shutdown(1.0)

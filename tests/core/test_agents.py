@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agentik.config import ConfigError, load_settings
-from engine_service.build import build_engine, warn_unmatched
+from agentik.config import load_settings
+from engine_service.build import build_engine
 from engine_service.core import events as ev
 from engine_service.core.agents import AgentNotFound
 from engine_service.core.caller import Caller
@@ -202,76 +202,6 @@ model = "remote-model"
             assert default.requests == []
         finally:
             await engine.shutdown(1.0)
-
-
-def test_a_misspelt_approval_is_a_start_up_warning(caplog: pytest.LogCaptureFixture) -> None:
-    settings = load_settings(None, {"AGENTIK_TOOLS_APPROVAL": "calcualte,calculate"})
-    with caplog.at_level(logging.WARNING, logger="engine_service.build"):
-        engine = build_engine(settings)
-    said = warn_unmatched(settings, engine.tools)
-    assert said == ["[tools] approval entry 'calcualte' matches no tool: no call asks for it"]
-    assert "'calcualte' matches no tool" in caplog.text
-    assert "'calculate'" not in caplog.text
-
-
-def test_an_agents_unmatched_tool_glob_is_a_warning_naming_the_agent(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path,
-        """
-[[mcp.servers]]
-name = "files"
-command = "true"
-
-[[agents]]
-name = "a"
-tools = ["calculate", "calcualte", "files__*"]
-approval = ["nothing_here"]
-""",
-    )
-    settings = load_settings(path, {})
-    engine = build_engine(settings)
-    said = warn_unmatched(settings, engine.tools)
-    assert said == [
-        "agent 'a': tools entry 'calcualte' matches no tool",  # files__*: not known yet
-        "agent 'a': approval entry 'nothing_here' matches no tool",
-    ]
-
-
-@pytest.mark.parametrize(
-    ("entry", "message"),
-    [
-        ('name = "a"\nmax_tool_rounds = 0', r"max_tool_rounds of \[\[agents\]\] entry 1 .*'a'.*"),
-        ('name = "a"\nmodle = "x"', r"unknown key 'modle' in \[\[agents\]\] entry 1.*'model'"),
-        ('name = "a b"', r"invalid name of \[\[agents\]\] entry 1"),
-        ('name = "a"\ntools = "calculate"', r"tools of .*'a'.*array of strings"),
-        ('name = "a"\ncompaction = "shrink"', r"compaction of .*'a'.*summarize"),
-        ('name = "a"\nsystem_prompt = "x"\nsystem_prompt_file = "p.md"', r"not both"),
-        ('name = "a"\nsystem_prompt_file = "missing.md"', r"system_prompt_file of .*'a'"),
-        ('name = "a"\napi_key = "${UNSET_VAR}"', r"api_key of .*'a'.*'UNSET_VAR'"),
-        ('name = "a"\ncontext_tokens = 1000\nreserve_output_tokens = 1000', r"of agent 'a'"),
-    ],
-)
-def test_a_bad_agent_entry_names_the_agent_and_the_key(
-    tmp_path: Path, entry: str, message: str
-) -> None:
-    path = _write(tmp_path, f"[[agents]]\n{entry}\n")
-    with pytest.raises(ConfigError, match=message):
-        load_settings(path, {})
-
-
-def test_agent_names_are_unique_and_the_default_name_follows_the_id_rule(tmp_path: Path) -> None:
-    path = _write(tmp_path, '[[agents]]\nname = "a"\n[[agents]]\nname = "a"\n')
-    with pytest.raises(ConfigError, match="'a' is used twice"):
-        load_settings(path, {})
-    with pytest.raises(ConfigError, match="default_agent"):
-        load_settings(None, {"AGENTIK_DEFAULT_AGENT": "no spaces"})
-
-
-def test_the_facade_reads_agents_without_their_secrets(tmp_path: Path) -> None:
-    path = _write(tmp_path, '[[agents]]\nname = "a"\napi_key = "${ONLY_THE_ENGINE_HAS}"\n')
-    agents = load_settings(path, {}, mcp=False).agent.agents
-    assert [a.name for a in agents] == ["a"]
-    assert agents[0].api_key is None
 
 
 async def test_the_run_log_names_the_agent(

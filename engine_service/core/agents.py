@@ -124,8 +124,11 @@ class Agents:
         """The agent called ``name`` ("": the default); ``AgentNotFound`` when none is."""
         profile = self._profiles.get(name or self.default)
         if profile is None:
+            names = list(self._profiles)
+            more = f" and {len(names) - 20} more (ListAgents)" if len(names) > 20 else ""
             raise AgentNotFound(
-                f"agent {name!r} is not served here; the agents are: {', '.join(self._profiles)}"
+                f"agent {name[:64]!r} is not served here; the agents are: "
+                f"{', '.join(names[:20])}{more}"
             )
         return profile
 

@@ -180,7 +180,7 @@ def _agent(
         base_url=entry.url("base_url"),
         api_key=api_key if engine else None,
         headers=headers,
-        system_prompt=entry.prompt(base_dir),
+        system_prompt=entry.prompt(base_dir) if engine else None,
         tools=entry.patterns("tools"),
         approval=entry.patterns("approval"),
         ask_user=entry.boolean("ask_user"),
@@ -201,7 +201,8 @@ def parse_agents(
     """Validate the ``[[agents]]`` tables read from ``where`` (a file name, quoted).
 
     ``engine=False`` (the web facade) keeps the secrets out: ``api_key`` and ``headers``
-    are neither expanded nor kept, so a ``${VAR}`` only the engine has is not required."""
+    are neither expanded nor kept, so a ``${VAR}`` only the engine has is not required,
+    and no ``system_prompt_file`` is read (the facade may run where it is not)."""
     if not isinstance(tables, list):
         raise ConfigTableError(f"agents in {where} must be an array of tables ([[agents]])")
     if len(tables) > MAX_AGENTS:

@@ -47,7 +47,11 @@ def test_agent_names_are_unique_and_the_default_name_follows_the_id_rule(tmp_pat
 
 
 def test_the_facade_reads_agents_without_their_secrets(tmp_path: Path) -> None:
-    path = _write(tmp_path, '[[agents]]\nname = "a"\napi_key = "${ONLY_THE_ENGINE_HAS}"\n')
+    path = _write(
+        tmp_path,
+        '[[agents]]\nname = "a"\napi_key = "${ONLY_THE_ENGINE_HAS}"\n'
+        'system_prompt_file = "only/on/the/engine/host.md"\n',
+    )
     agents = load_settings(path, {}, mcp=False).agent.agents
     assert [a.name for a in agents] == ["a"]
     assert agents[0].api_key is None

@@ -96,18 +96,29 @@ def _tools(args: argparse.Namespace) -> int:
     reading the remote agents' cards briefly."""
     from engine_service.build import (
         build_a2a_agents,
+        build_agents,
         build_mcp_sources,
         build_tools,
         connected_briefly,
+        delegation_tools,
     )
+    from engine_service.core.agents import AgentNotFound
+    from engine_service.core.limits import RunLimits
+    from engine_service.llm.offline import OfflineChatModel
 
     settings = _settings(args)
     # The table says why a server is absent; its log lines would only repeat that.
     logging.basicConfig(level=settings.log.level if settings.log.level == "DEBUG" else "CRITICAL")
     try:
         registry = build_tools(settings)
+        delegation_tools(settings, registry)
+        run = RunLimits(approval=settings.tools.approval)
+        profile = build_agents(settings, registry, OfflineChatModel(), run).get(args.agent)
     except ConfigError as exc:  # a [[tools.python]] function that does not load
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except AgentNotFound as exc:
+        print(f"agentik: {exc.message}", file=sys.stderr)
         return 2
     sources = build_mcp_sources(settings, registry)
     agents = build_a2a_agents(settings, registry)
@@ -122,8 +133,9 @@ def _tools(args: argparse.Namespace) -> int:
     else:
         tools, servers, remote = registry.describe(), [], []
     gated = [
-        (name, source, status, _gate(name, settings.tools.approval))
+        (name, source, status, _gate(name, profile.limits.approval))
         for name, source, status in tools
+        if not args.agent or name in profile.tools
     ]
     _table(("TOOL", "SOURCE", "STATUS", "A PERSON"), gated)
     if servers:
@@ -222,9 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
         "more than 1 needs a PostgreSQL store)",
     )
     engine.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # a child
-    commands.add_parser("tools", help="list the tools the LLM is offered").set_defaults(
-        handler=_tools
+    tools = commands.add_parser("tools", help="list the tools the LLM is offered")
+    tools.add_argument(
+        "--agent",
+        metavar="NAME",
+        default="",
+        help="only the tools this agent is offered, and its approvals (docs/agents.md)",
     )
+    tools.set_defaults(handler=_tools)
     commands.add_parser(
         "doctor",
         help="check the configuration, the store, the LLM, the MCP servers and the A2A "

@@ -18,7 +18,8 @@ The models are the reference: each class is a TOML table (``[engine]`` is
 checker and setting name: ``[llm] timeout`` is ``settings.llm.timeout``, env
 ``AGENTIK_LLM_TIMEOUT``, named ``llm_timeout`` in errors, ``agentik config`` and
 ``Settings(llm_timeout=...)``. Arrays of tables (``[[mcp.servers]]``, ``[[tools.python]]``,
-``[[a2a.agents]]``) are read by ``agentik/tool_config/``.
+``[[a2a.agents]]``, and the top-level ``[[agents]]``, kept as ``settings.agent.agents``) are
+read by ``agentik/tool_config/``.
 
 They are frozen dataclasses, not pydantic models: pydantic in the engine's start costs
 about 9 MiB of idle memory (it loads ``pydantic_core`` and ``importlib.metadata``, which
@@ -67,11 +68,13 @@ from agentik.limits import (
 
 if TYPE_CHECKING:  # imported when used (the tool tables)
     from agentik.tool_config.a2a import A2aAgentConfig
+    from agentik.tool_config.agents import AgentConfig
     from agentik.tool_config.mcp import McpServerConfig
     from agentik.tool_config.python import PythonToolConfig
 
 __all__ = [
     "A2aSettings",
+    "AgentSettings",
     "AuthSettings",
     "ConfigError",
     "EngineSettings",
@@ -602,6 +605,23 @@ def _python_tools(raw: object, where: str, env: Mapping[str, str]) -> tuple[Any,
     return _entries(parse_python_tools, raw, where)
 
 
+def _agents(
+    raw: object, where: str, env: Mapping[str, str], engine: bool = True
+) -> tuple[Any, ...]:
+    from agentik.tool_config.agents import parse_agents
+
+    return _entries(parse_agents, raw, where, env, engine)
+
+
+def _agent_name(raw: object, from_env: bool) -> object:
+    from agentik.tool_config.tables import NAME
+
+    value = _text(raw)
+    if not NAME.match(value) or len(value) > 64:
+        raise _Invalid("must be 1 to 64 characters of A-Z a-z 0-9 _ -")
+    return value
+
+
 def _a2a_agents(raw: object, where: str, env: Mapping[str, str]) -> tuple[Any, ...]:
     from agentik.tool_config.a2a import parse_a2a_agents
 
@@ -783,6 +803,20 @@ class A2aSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """``[agent]``: the default agent, and ``[[agents]]``, the agents this server serves
+    (docs/agents.md)."""
+
+    name: str = setting("agentik", "AGENTIK_DEFAULT_AGENT", _agent_name, flat="default_agent")
+    """The agent served when a request names none; an ``[[agents]]`` entry of this name
+    is its own settings, else it is the top-level settings alone."""
+    max_depth: int = setting(3, "AGENTIK_AGENT_MAX_DEPTH", _POSITIVE, flat="agent_max_depth")
+    """How deep agents may delegate to agents (``tools = ["agent:NAME"]``)."""
+    agents: tuple[AgentConfig, ...] = table(_agents, flat="agents", engine_only=False)
+    """The top-level ``[[agents]]`` tables."""
+
+
+@dataclass(frozen=True, slots=True)
 class AuthSettings:
     """``[auth]``: who may call (docs/security.md) and how much."""
 
@@ -859,6 +893,7 @@ _TABLES: dict[str, type[Any]] = {
     "log": LogSettings,
     "web": WebSettings,
     "a2a": A2aSettings,
+    "agent": AgentSettings,
     "auth": AuthSettings,
     "mcp": McpSettings,
     "webhooks": WebhooksSettings,
@@ -911,6 +946,7 @@ class Settings:
     log: LogSettings
     web: WebSettings
     a2a: A2aSettings
+    agent: AgentSettings
     auth: AuthSettings
     mcp: McpSettings
     webhooks: WebhooksSettings
@@ -925,15 +961,14 @@ class Settings:
             target = _target_for(tables["engine"].grpc_addr)
             tables["web"] = replace(tables["web"], engine_target=target)
         llm = tables["llm"]
-        if 0 < llm.context_tokens < MIN_CONTEXT_TOKENS:
-            raise ConfigError(
-                f"context_tokens ({llm.context_tokens}) must be 0 (known for the model's "
-                f"name) or at least {MIN_CONTEXT_TOKENS}"
-            )
-        if llm.context_tokens and llm.reserve_output_tokens >= llm.context_tokens:
-            raise ConfigError(
-                f"reserve_output_tokens ({llm.reserve_output_tokens}) must be less than "
-                f"context_tokens ({llm.context_tokens}): the request needs room too"
+        _check_window(llm.context_tokens, llm.reserve_output_tokens, "")
+        for agent in tables["agent"].agents:
+            window = llm.context_tokens if agent.context_tokens is None else agent.context_tokens
+            reserve = agent.reserve_output_tokens
+            _check_window(
+                window,
+                llm.reserve_output_tokens if reserve is None else reserve,
+                f" of agent {agent.name!r}",
             )
         if tables["auth"].jwt_algorithms and not tables["auth"].jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
@@ -984,6 +1019,19 @@ class Settings:
                 shown = str(value)
             rows.append((key.flat, key.env, shown))
         return rows
+
+
+def _check_window(context_tokens: int, reserve_output_tokens: int, whose: str) -> None:
+    if 0 < context_tokens < MIN_CONTEXT_TOKENS:
+        raise ConfigError(
+            f"context_tokens{whose} ({context_tokens}) must be 0 (known for the model's "
+            f"name) or at least {MIN_CONTEXT_TOKENS}"
+        )
+    if context_tokens and reserve_output_tokens >= context_tokens:
+        raise ConfigError(
+            f"reserve_output_tokens{whose} ({reserve_output_tokens}) must be less than "
+            f"context_tokens ({context_tokens}): the request needs room too"
+        )
 
 
 def setting_keys() -> list[tuple[str, str, str]]:
@@ -1044,8 +1092,11 @@ def _from_toml(
 ) -> dict[str, dict[str, object]]:
     values: dict[str, dict[str, object]] = {}
     for name, entries in document.items():
+        if name == "agents":  # the top-level [[agents]], kept as [agent] agents
+            values.setdefault("agent", {})["agents"] = _agents(entries, repr(path), env, engine)
+            continue
         if name not in _TABLES:
-            raise _unknown("section", name, list(_TABLES), repr(path))
+            raise _unknown("section", name, [*_TABLES, "agents"], repr(path))
         if not isinstance(entries, dict):
             raise ConfigError(f"{name!r} in {path!r} must be a table ([{name}])")
         keys = {key.key: key for key in _KEYS if key.table == name}
@@ -1058,6 +1109,8 @@ def _from_toml(
                 raise _unknown("key", shown, known, where)
             origin = f"{key.toml_key} in {path!r}"
             if "table" in key.meta:
+                if key.flat == "agents":
+                    raise ConfigError(f"write the agents as [[agents]] tables in {path!r}")
                 if engine or not key.meta["engine_only"]:
                     values.setdefault(name, {})[item] = key.meta["table"](raw, repr(path), env)
                 continue

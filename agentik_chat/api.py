@@ -112,8 +112,14 @@ class AgentikClient:
 
     # --- conversations ---------------------------------------------------------------
 
-    def create(self) -> dict[str, Any]:
-        return self._json("POST", "/agentik/conversations", json={})
+    def create(self, agent: str = "") -> dict[str, Any]:
+        """A new conversation of ``agent`` ("": the server's default agent)."""
+        return self._json("POST", "/agentik/conversations", json={"agent": agent} if agent else {})
+
+    def agents(self) -> list[dict[str, Any]]:
+        """The agents the server serves, the default one first."""
+        items: list[dict[str, Any]] = self._json("GET", "/agentik/agents")["items"]
+        return items
 
     def conversations(self, limit: int = 50) -> list[dict[str, Any]]:
         page = self._json("GET", "/agentik/conversations", params={"limit": limit})

@@ -31,6 +31,8 @@ commands:
   /switch ID    continue conversation ID (a unique prefix of an id in /list will do);
                 /switch alone lists them
   /new          the next message starts a new conversation
+  /agents       the agents of the server (* marks the one new conversations talk to);
+                /agents NAME: new conversations talk to NAME from now on
   /help         this text
   /quit         leave (Ctrl-D too)
 Ctrl-C interrupts the turn in flight; Ctrl-C again, or at the prompt, quits.
@@ -51,6 +53,13 @@ def add_command(subparsers: Any) -> None:
         help="the web facade (default: http:// + $AGENTIK_HTTP_ADDR, else http://127.0.0.1:8000)",
     )
     chat.add_argument("--token", help="bearer token (default: $AGENTIK_TOKEN)")
+    chat.add_argument(
+        "--agent",
+        metavar="NAME",
+        default="",
+        help="the agent a new conversation talks to (default: the server's default agent; "
+        "/agents lists them); a conversation keeps its agent",
+    )
     which = chat.add_mutually_exclusive_group()
     which.add_argument(
         "--conversation",
@@ -76,9 +85,11 @@ def _chat(args: argparse.Namespace) -> int:
     client = AgentikClient(args.url or default_url(os.environ), token, source)
     try:
         conversation_id = _chosen_conversation(client, args)
+        if args.agent:
+            _check_agent(client, args.agent)
         if sys.stdin.isatty():
-            return _interactive(client, conversation_id)
-        return _piped(client, conversation_id, sys.stdin.read())
+            return _interactive(client, conversation_id, args.agent)
+        return _piped(client, conversation_id, sys.stdin.read(), args.agent)
     except ChatError as exc:
         print(f"agentik: {exc.message}", file=sys.stderr)
         return exc.exit_code
@@ -131,22 +142,32 @@ def find_conversation(client: AgentikClient, wanted: str) -> dict[str, Any]:
     )
 
 
-def _session(client: AgentikClient, conversation_id: str | None, *, piped: bool) -> ChatSession:
+def _check_agent(client: AgentikClient, agent: str) -> None:
+    from agentik_chat.api import ChatError
+
+    names = [str(a["name"]) for a in client.agents()]
+    if agent not in names:
+        raise ChatError(f"the server has no agent {agent!r}; its agents: {', '.join(names)}")
+
+
+def _session(
+    client: AgentikClient, conversation_id: str | None, *, piped: bool, agent: str = ""
+) -> ChatSession:
     from agentik_chat.render import Renderer
     from agentik_chat.session import ChatSession
 
     aside = sys.stderr if piped else sys.stdout
     color = aside.isatty() and not os.environ.get("NO_COLOR")
-    return ChatSession(client, Renderer(sys.stdout, aside, color=color), conversation_id)
+    return ChatSession(client, Renderer(sys.stdout, aside, color=color), conversation_id, agent)
 
 
-def _piped(client: AgentikClient, conversation_id: str | None, text: str) -> int:
+def _piped(client: AgentikClient, conversation_id: str | None, text: str, agent: str = "") -> int:
     from agentik_chat.session import describe
 
     if not text.strip():
         print("agentik: nothing to send: stdin was empty", file=sys.stderr)
         return EXIT_USAGE
-    session = _session(client, conversation_id, piped=True)
+    session = _session(client, conversation_id, piped=True, agent=agent)
     waiting = session.pending()  # an unknown --conversation stops here, named
     result = session.send(text.rstrip("\n")) if not waiting else None
     if result is not None and result.outcome == "input_required":
@@ -189,13 +210,13 @@ def _remember(session: ChatSession) -> None:
         remember_conversation(session.client.url, session.conversation_id)
 
 
-def _interactive(client: AgentikClient, conversation_id: str | None) -> int:
+def _interactive(client: AgentikClient, conversation_id: str | None, agent: str = "") -> int:
     with contextlib.suppress(ImportError):  # not on every platform; input() works without
         import readline  # noqa: F401  line editing and history for input()
 
     from agentik_chat.api import ChatError, WaitingForPerson
 
-    session = _session(client, conversation_id, piped=False)
+    session = _session(client, conversation_id, piped=False, agent=agent)
     waiting = session.pending()  # an unknown --conversation stops here, named
     where = f"conversation {conversation_id}" if conversation_id else "a new conversation"
     print(f"agentik chat at {client.url}, {where}. /help for commands.")
@@ -245,6 +266,8 @@ def _command(session: ChatSession, text: str) -> str | None:
         print("the next message starts a new conversation")
     elif name == "/list":
         _list(session)
+    elif name == "/agents":
+        _agents(session, argument)
     elif name == "/switch" and argument:
         _switch(session, argument)
     elif name == "/switch":
@@ -264,6 +287,24 @@ def _list(session: ChatSession) -> None:
         title = item.get("title") or "(untitled)"
         updated = str(item.get("updated_at", ""))[:16].replace("T", " ")
         print(f"{mark} {item['id']}  {updated}  {item.get('count', 0):>4} msgs  {title}")
+
+
+def _agents(session: ChatSession, wanted: str) -> None:
+    agents = session.client.agents()
+    names = [str(a["name"]) for a in agents]
+    if wanted:
+        if wanted not in names:
+            print(f"no agent {wanted!r}: /agents lists them")
+            return
+        session.agent = wanted
+        print(f"new conversations talk to {wanted} (/new starts one)")
+        return
+    defaults = [name for agent, name in zip(agents, names, strict=True) if agent["default"]]
+    current = session.agent or (defaults[0] if defaults else "")
+    for agent, name in zip(agents, names, strict=True):
+        mark = "*" if name == current else " "
+        about = agent.get("description") or ""
+        print(f"{mark} {name}  {agent.get('model', '')}  {about}".rstrip())
 
 
 def _switch(session: ChatSession, wanted: str) -> None:

@@ -52,15 +52,21 @@ class ChatSession:
     """One client, one current conversation (created on the first message)."""
 
     def __init__(
-        self, client: AgentikClient, renderer: Renderer, conversation_id: str | None = None
+        self,
+        client: AgentikClient,
+        renderer: Renderer,
+        conversation_id: str | None = None,
+        agent: str = "",
     ) -> None:
         self.client = client
         self.renderer = renderer
         self.conversation_id = conversation_id
+        self.agent = agent
+        """The agent of the conversations this session starts ("": the default)."""
 
     def ensure_conversation(self) -> str:
         if self.conversation_id is None:
-            self.conversation_id = str(self.client.create()["id"])
+            self.conversation_id = str(self.client.create(self.agent)["id"])
         return self.conversation_id
 
     def pending(self) -> list[dict[str, Any]]:

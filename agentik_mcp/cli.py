@@ -22,7 +22,7 @@ def add_command(subparsers: Any) -> None:
         "mcp",
         help="serve agentik as an MCP server on stdio (for desktop MCP clients)",
         description="An MCP server on stdin/stdout whose tools talk to the agentik engine: "
-        "send_message, list_conversations, read_conversation. Logs go to stderr.",
+        "send_message, list_conversations, read_conversation, list_agents. Logs go to stderr.",
     )
     mcp.add_argument(
         "--target", help="the engine's gRPC target (default: $AGENTIK_ENGINE_TARGET / grpc_addr)"

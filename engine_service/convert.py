@@ -163,7 +163,8 @@ def interrupt_to_pb(interrupt: Interrupt) -> pb.Interrupt:
     return out
 
 
-def session_to_pb(session: Session) -> pb.Session:
+def session_to_pb(session: Session, default_agent: str = "") -> pb.Session:
+    """``default_agent``: the agent of a session stored before agents (its agent "")."""
     out = pb.Session(
         id=session.id,
         title=session.title,
@@ -175,6 +176,7 @@ def session_to_pb(session: Session) -> pb.Session:
         owner=session.owner,
         pending_interrupts=[interrupt_to_pb(i) for i in session.interrupts],
         usage=_counts(session.input_tokens, session.output_tokens, session.cached_tokens),
+        agent=session.agent or default_agent,
     )
     if session.state is not None:
         out.state.CopyFrom(_value(session.state))
@@ -390,6 +392,7 @@ def run_input_from_pb(request: pb.RunRequest) -> RunInput:
         resume=[_resume_from_pb(e, f"resume[{i}]") for i, e in enumerate(request.resume)],
         webhook_url=request.webhook.url if request.HasField("webhook") else "",
         push_configs=[push_config_from_pb(c) for c in request.push_configs],
+        agent=request.agent,
     )
 
 

@@ -75,6 +75,12 @@ class EngineMetrics:
         self.runs_finished = Counter(
             "agentik_runs_finished", "Runs ended, by outcome.", ["outcome"], registry=r
         )
+        self.agent_runs_finished = Counter(
+            "agentik_agent_runs_finished",
+            "Runs ended, by agent (docs/agents.md) and outcome.",
+            ["agent", "outcome"],
+            registry=r,
+        )
         self.runs_active = Gauge("agentik_runs_active", "Runs in flight.", registry=r)
         self.run_duration = Histogram(
             "agentik_run_duration_seconds",
@@ -167,6 +173,8 @@ class EngineMetrics:
     def run_finished(self, report: RunReport) -> None:
         self.runs_active.dec()
         self.runs_finished.labels(report.outcome).inc()
+        if report.agent:  # one of the configured agents: a bounded label
+            self.agent_runs_finished.labels(report.agent, report.outcome).inc()
         self.run_duration.labels(report.outcome).observe(report.duration)
         ttft = report.time_to_first_token
         if ttft is not None:

@@ -29,9 +29,11 @@ from engine_service.convert import (
     run_to_pb,
     session_to_pb,
 )
+from engine_service.core.agents import AgentProfile
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, BudgetExceeded, InvalidInput, RateLimited
+from engine_service.core.models import Session
 from engine_service.core.run_webhooks import PushConfigs
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
@@ -162,10 +164,10 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         session = await _mapped(
             context,
             lambda: self.engine.create_session(
-                caller, request.title, request.session_id, request.webhook.url
+                caller, request.title, request.session_id, request.webhook.url, request.agent
             ),
         )
-        return session_to_pb(session)
+        return self._session_pb(session)
 
     async def SetSessionWebhook(
         self, request: pb.SetSessionWebhookRequest, context: Context
@@ -177,14 +179,14 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
                 caller, request.session_id, request.webhook.url
             ),
         )
-        return session_to_pb(session)
+        return self._session_pb(session)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)
         session = await _mapped(
             context, lambda: self.engine.get_session(caller, request.session_id)
         )
-        return session_to_pb(session)
+        return self._session_pb(session)
 
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Context
@@ -193,7 +195,9 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         sessions, total = await _mapped(
             context, lambda: self.engine.list_sessions(caller, request.offset, request.limit)
         )
-        return pb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], total=total)
+        return pb.ListSessionsResponse(
+            sessions=[self._session_pb(s) for s in sessions], total=total
+        )
 
     async def ForkSession(self, request: pb.ForkSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)
@@ -203,7 +207,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
                 caller, request.session_id, request.up_to_message_id, request.new_session_id
             ),
         )
-        return session_to_pb(session)
+        return self._session_pb(session)
 
     async def RenameSession(self, request: pb.RenameSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)
@@ -211,7 +215,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             context,
             lambda: self.engine.rename_session(caller, request.session_id, request.title),
         )
-        return session_to_pb(session)
+        return self._session_pb(session)
 
     async def DeleteSession(
         self, request: pb.DeleteSessionRequest, context: Context
@@ -323,6 +327,22 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         await _mapped(context, lambda: self._push().delete(caller, request.task_id, request.id))
         return pb.DeletePushConfigResponse()
 
+    def _session_pb(self, session: Session) -> pb.Session:
+        return session_to_pb(session, self.engine.agents.default)
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: Context
+    ) -> pb.ListAgentsResponse:
+        await self._caller(context)
+        agents = self.engine.agents
+        return pb.ListAgentsResponse(agents=[_agent_pb(a, agents.default) for a in agents])
+
+    async def GetAgent(self, request: pb.GetAgentRequest, context: Context) -> pb.Agent:
+        await self._caller(context)
+        agents = self.engine.agents
+        profile = await _mapped(context, lambda: _sync(agents.named, request.name))
+        return _agent_pb(profile, agents.default)
+
     async def Authenticate(
         self, request: pb.AuthenticateRequest, context: Context
     ) -> pb.AuthenticateResponse:
@@ -330,6 +350,17 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         authenticate = self.gate.authenticator.authenticate
         caller = await _mapped(context, lambda: _sync(authenticate, _authorization(context)))
         return pb.AuthenticateResponse(principal=caller.principal)
+
+
+def _agent_pb(profile: AgentProfile, default: str) -> pb.Agent:
+    """What a caller may know of an agent: never its endpoint or key."""
+    return pb.Agent(
+        name=profile.name,
+        description=profile.description,
+        model=profile.model.name,
+        tools=profile.tools.names(),
+        is_default=profile.name == default,
+    )
 
 
 async def _sync(function: Callable[[Any], T], argument: Any) -> T:

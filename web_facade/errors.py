@@ -78,6 +78,8 @@ REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
     (grpc.StatusCode.FAILED_PRECONDITION, "input_required"): (409, "input_required"),
     # A new message alone is larger than the model's context budget (docs/conversations.md).
     (grpc.StatusCode.INVALID_ARGUMENT, "context_too_long"): (400, "context_too_long"),
+    # A request names an agent the server does not serve (docs/agents.md).
+    (grpc.StatusCode.INVALID_ARGUMENT, "agent_not_found"): (404, "agent_not_found"),
 }
 """(gRPC status, the engine's ``agentik-error`` trailer) → (HTTP status, error code), where
 it differs from :data:`GRPC_TO_HTTP`."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine_service.core import events as ev
+from engine_service.core.agents import Agents
 from engine_service.core.bounds import bound_message
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
@@ -98,13 +99,16 @@ class Engine(Sessions):
         limits: EngineLimits | None = None,
         tracer: Tracer = NO_TRACER,
         observers: Sequence[RunObserver] = (),
+        agents: Agents | None = None,
     ) -> None:
-        """``observers`` hear of each run's start and end, after the run log."""
+        """``observers`` hear of each run's start and end, after the run log. ``agents``:
+        the agents served (``core.agents``); None: one, with ``model`` and every tool."""
         super().__init__(store, limits or EngineLimits())
         self.tracer = tracer
         """Opens each run's spans (``core.trace``); records nothing unless tracing is on."""
-        self.model = model
         self.tools = tools
+        """Every tool of the engine; each agent sees its own ``ToolView`` of them."""
+        self.agents = agents or Agents.single(model, tools, self.limits.run)
         self.observer = RunObservers([RunLog(), *observers])
         self.budget = TokenBudget(store, self.limits.tokens_per_day)
         self._anchors = Anchors()
@@ -144,6 +148,15 @@ class Engine(Sessions):
                 max_event_bytes=self.limits.run.max_event_bytes,
                 take_over=self._take_over,
             )
+
+    @property
+    def model(self) -> ChatModel:
+        """The default agent's model."""
+        return self.agents.get("").model
+
+    @model.setter
+    def model(self, model: ChatModel) -> None:
+        self.agents.swap_model(self.model, model)
 
     def observe(self, observer: RunObserver) -> None:
         """Tell ``observer`` of every run started from now on (its start and its end)."""
@@ -323,7 +336,8 @@ class Engine(Sessions):
             except StorageUnavailable:
                 log.error("run %s ends unstored; the next start closes it", run.run_id)
         self._hubs.wake_all()
-        await self.model.aclose()
+        for model in self.agents.models():
+            await model.aclose()
 
     @property
     def hands_over(self) -> bool:
@@ -401,7 +415,8 @@ class Engine(Sessions):
                 f"you have {own_limit} runs in flight, your limit; wait for one to end",
                 retry_after=1,
             )
-        incoming = check_input(run_input, self.limits.run, self.tools.get)
+        named = self.agents.get(run_input.agent)  # AgentNotFound before anything is written
+        incoming = check_input(run_input, named.limits, self.tools.get)
         self.notices.check_run(run_input)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
@@ -431,10 +446,12 @@ class Engine(Sessions):
                 lease=self._leases.lease() if self._leases is not None else None,
                 parent_run_id=run_input.parent_run_id,
                 admit=admit_run,
+                agent=named.name,
             )
         )
         try:
             await self.notices.keep_push_configs(run_input)
+            profile = self.agents.for_run(begun.session, run_input.agent)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.
@@ -459,9 +476,9 @@ class Engine(Sessions):
         hub.begin(run_input.run_id, begun.session.last_seq, begun.session.reserved_seq)
         run = Run(
             store=self.store,
-            model=self.model,
-            tools=self.tools,
-            limits=self.limits.run,
+            model=profile.model,
+            tools=profile.tools,
+            limits=profile.limits,
             hub=hub,
             run_input=run_input,
             incoming=incoming,
@@ -483,6 +500,8 @@ class Engine(Sessions):
         self._runs[session_id] = run
         self._run_callers[session_id] = (caller.principal, begun.session.owner)
         self._runs_by_caller[caller.principal] += 1
+        self.agents.started(session_id, profile.name)
+        run.report.agent = profile.name
         run.start()
         self.notices.started(run, resumed[0] if resumed else "")
         return RunHandle(session_id, run_input.run_id, hub.last_seq)
@@ -490,6 +509,7 @@ class Engine(Sessions):
     def _run_done(self, run: Run) -> None:
         if self._runs.get(run.session_id) is run:
             del self._runs[run.session_id]
+            self.agents.ended(run.session_id)
             principal, _ = self._run_callers.pop(run.session_id, ("", ""))
             self._runs_by_caller[principal] -= 1
             if self._runs_by_caller[principal] <= 0:

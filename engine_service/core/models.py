@@ -188,6 +188,9 @@ class Session:
     """Of ``input_tokens``, those the LLM served from its prompt cache (when it says)."""
     webhook_url: str = ""
     """The conversation's default run webhook: runs that name none are told here."""
+    agent: str = ""
+    """The agent the session belongs to, named at its creation ("": stored before agents
+    existed, the default agent's; ``core.agents``)."""
 
 
 @dataclass(slots=True)
@@ -256,3 +259,6 @@ class RunInput:
     """Where to POST the run's outcome when it ends (``core.run_webhooks``); empty: nowhere."""
     push_configs: list[PushConfig] = field(default_factory=list)
     """Push configs of the run's task, stored as the run begins (A2A)."""
+    agent: str = ""
+    """The agent of a session this run creates ("": the default); for a session that
+    exists, its own agent or "" (``core.agents``)."""

@@ -39,6 +39,8 @@ class RunReport:
     run_id: str
     principal: str = ""
     """Who started the run ("" where the engine runs without authentication)."""
+    agent: str = ""
+    """The agent the run is (``core.agents``)."""
     started: float = field(default_factory=time.monotonic)
     first_token: float = 0.0
     """When the LLM's first text, reasoning or tool call arrived; 0: none did."""
@@ -99,12 +101,14 @@ class RunLog:
             "session_id": report.session_id,
             "run_id": report.run_id,
             "principal": report.principal,
+            "agent": report.agent,
         }
         log.info(
-            "run started session=%s run=%s principal=%s",
+            "run started session=%s run=%s principal=%s agent=%s",
             report.session_id,
             report.run_id,
             report.principal or "-",
+            report.agent or "-",
             extra={FIELDS: fields},
         )
 
@@ -117,6 +121,7 @@ class RunLog:
             "session_id": report.session_id,
             "run_id": report.run_id,
             "principal": report.principal,
+            "agent": report.agent,
             "outcome": report.outcome,
             "duration_s": round(report.duration, 4),
             "first_token_s": None if ttft is None else round(ttft, 4),
@@ -135,11 +140,12 @@ class RunLog:
             fields["resumed_on"] = report.resumed_on
             failure += f" resumes={report.resumes} resumed_on={report.resumed_on}"
         log.info(
-            "run finished session=%s run=%s principal=%s outcome=%s duration=%.3fs "
+            "run finished session=%s run=%s principal=%s agent=%s outcome=%s duration=%.3fs "
             "tokens_in=%d tokens_out=%d tool_calls=%d%s",
             report.session_id,
             report.run_id,
             report.principal or "-",
+            report.agent or "-",
             report.outcome,
             report.duration,
             report.input_tokens,

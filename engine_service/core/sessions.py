@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Protocol, TypeVar
 
+from engine_service.core.agents import Agents
 from engine_service.core.bounds import bound_session
 from engine_service.core.caller import Caller
 from engine_service.core.clock import utc_now
@@ -32,18 +33,28 @@ class Sessions(Records):
     _writing: _Writing
     """A store write whose storage failure marks the store unhealthy (``core.health``)."""
     notices: Notices
+    agents: Agents
 
     async def create_session(
-        self, caller: Caller, title: str = "", session_id: str = "", webhook_url: str = ""
+        self,
+        caller: Caller,
+        title: str = "",
+        session_id: str = "",
+        webhook_url: str = "",
+        agent: str = "",
     ) -> Session:
+        """A new conversation of ``agent`` ("": the default agent), for good."""
         check_title(title)
         if session_id:
             check_id(session_id, "session_id")
+        profile = self.agents.get(agent)
         if webhook_url:
             self.notices.check_webhook(webhook_url)
         session_id = session_id or new_id()
         made = await self._writing(
-            self.store.create_session(session_id, title, utc_now(), owner=caller.principal)
+            self.store.create_session(
+                session_id, title, utc_now(), owner=caller.principal, agent=profile.name
+            )
         )
         if webhook_url:
             made = await self._writing(

@@ -90,7 +90,7 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
         """Create a session belonging to ``owner``; ``AlreadyExists`` when the id is taken."""
 
@@ -182,6 +182,7 @@ class SessionStore(abc.ABC):
         lease: Lease | None = None,
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
+        agent: str = "",
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
 

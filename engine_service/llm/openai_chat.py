@@ -14,7 +14,7 @@ import base64
 import contextlib
 import json
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -75,7 +75,9 @@ class OpenAIChatModel(ChatModel):
         first_token_timeout: float = 60.0,
         max_retries: int = 2,
         retry_backoff: float = 0.25,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """``headers`` go with every request (an agent's own, ``[[agents]] headers``)."""
         self.name = f"openai:{model}"
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -91,6 +93,7 @@ class OpenAIChatModel(ChatModel):
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
             "User-Agent": f"agentik/{__version__}",
+            **(headers or {}),
         }
         self._http = HttpClient(connect_timeout=timeout, read_timeout=timeout)
 

@@ -303,6 +303,7 @@ def session_from_row(row: Sequence[Any], time: TimeReader) -> Session:
         output_tokens=row[12],
         cached_tokens=row[13],
         webhook_url=row[14],
+        agent=row[15],
     )
 
 

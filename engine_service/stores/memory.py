@@ -84,6 +84,7 @@ class _Entry:
     output_tokens: int = 0
     cached_tokens: int = 0
     webhook_url: str = ""
+    agent: str = ""
 
     def session(self) -> Session:
         return Session(
@@ -100,6 +101,7 @@ class _Entry:
             interrupts=decode_interrupts(self.interrupts),
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
+            agent=self.agent,
             cached_tokens=self.cached_tokens,
             webhook_url=self.webhook_url,
         )
@@ -195,14 +197,14 @@ class MemorySessionStore(SessionStore):
         return entry
 
     async def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
         now = _utc(now, "now")
         if not session_id:
             raise InvalidInput("session id must not be empty")
         if session_id in self._sessions:
             raise AlreadyExists(f"session {session_id!r} already exists")
-        entry = _Entry(session_id, title, now, now, owner=owner)
+        entry = _Entry(session_id, title, now, now, owner=owner, agent=agent)
         self._sessions[session_id] = entry
         return entry.session()
 
@@ -323,6 +325,7 @@ class MemorySessionStore(SessionStore):
         lease: Lease | None = None,
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
+        agent: str = "",
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -338,7 +341,7 @@ class MemorySessionStore(SessionStore):
                 raise SessionNotFound(session_id)
             if not session_id:
                 raise InvalidInput("session id must not be empty")
-            entry = _Entry(session_id, "", now, now, owner=owner)
+            entry = _Entry(session_id, "", now, now, owner=owner, agent=agent)
             created = True
         elif entry.active_run_id:
             raise SessionBusy(session_id, entry.active_run_id)
@@ -431,7 +434,7 @@ class MemorySessionStore(SessionStore):
             raise InvalidInput("session id must not be empty")
         if new_id in self._sessions:
             raise AlreadyExists(f"session {new_id!r} already exists")
-        entry = _Entry(new_id, title, now, now, state=source.state, owner=owner)
+        entry = _Entry(new_id, title, now, now, state=source.state, owner=owner, agent=source.agent)
         entry.messages = source.messages[: ids.index(up_to_message_id) + 1]
         for run_id, positions in source.by_run.items():
             kept = [p for p in positions if p < len(entry.messages)]

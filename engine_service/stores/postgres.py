@@ -260,6 +260,11 @@ CREATE INDEX push_configs_session ON push_configs (session_id);
 """
 """The webhook delivery outbox (``core.deliveries``), shared by every replica."""
 
+_SCHEMA_V7 = """
+ALTER TABLE sessions ADD COLUMN agent text COLLATE "C" NOT NULL DEFAULT '';
+"""
+"""Several agents (``core.agents``): the agent a session belongs to ('' for the default)."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -267,6 +272,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V4,
     _SCHEMA_V5,
     _SCHEMA_V6,
+    _SCHEMA_V7,
 )
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
@@ -276,7 +282,7 @@ _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
     s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
@@ -681,7 +687,7 @@ class PostgresSessionStore(SessionStore):
     # -- sessions -------------------------------------------------------------------
 
     async def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
         stamp = _utc(now, "now")
         if not session_id:
@@ -689,9 +695,9 @@ class PostgresSessionStore(SessionStore):
 
         async def work(conn: _Conn) -> Session:
             cursor = await conn.execute(
-                "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                (session_id, title, stamp, stamp, owner),
+                "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
+                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                (session_id, title, stamp, stamp, owner, agent),
             )
             if cursor.rowcount != 1:
                 raise AlreadyExists(f"session {session_id!r} already exists")
@@ -993,6 +999,7 @@ class PostgresSessionStore(SessionStore):
         lease: Lease | None = None,
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
+        agent: str = "",
     ) -> RunBegun:
         stamp = _utc(now, "now")
         lease_until = _utc(lease.until, "lease") if lease else None
@@ -1007,9 +1014,9 @@ class PostgresSessionStore(SessionStore):
                 if not session_id:
                     raise InvalidInput("session id must not be empty")
                 cursor = await conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
-                    " VALUES (%s, '', %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                    (session_id, stamp, stamp, owner),
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
+                    " VALUES (%s, '', %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (session_id, stamp, stamp, owner, agent),
                 )
                 created = cursor.rowcount == 1
             active = await self._require(
@@ -1163,8 +1170,8 @@ class PostgresSessionStore(SessionStore):
                     f"up_to_message_id {up_to_message_id!r} is not a message of the session"
                 )
             cursor = await conn.execute(
-                "INSERT INTO sessions (id, title, created_at, updated_at, owner, state)"
-                " SELECT %s, %s, %s, %s, %s, state FROM sessions WHERE id = %s"
+                "INSERT INTO sessions (id, title, created_at, updated_at, owner, state, agent)"
+                " SELECT %s, %s, %s, %s, %s, state, agent FROM sessions WHERE id = %s"
                 " ON CONFLICT (id) DO NOTHING",
                 (new_id, title, stamp, stamp, owner, source_id),
             )

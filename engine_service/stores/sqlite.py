@@ -238,6 +238,11 @@ CREATE INDEX push_configs_session ON push_configs (session_id);
 """
 """The webhook delivery outbox (``core.deliveries``) and A2A push configs."""
 
+_SCHEMA_V10 = """
+ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+"""
+"""Several agents (``core.agents``): the agent a session belongs to ('' for the default)."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -248,6 +253,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V7,
     _SCHEMA_V8,
     _SCHEMA_V9,
+    _SCHEMA_V10,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
@@ -257,7 +263,7 @@ _SESSION_COLUMNS = """
     s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
     (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
     s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
 """
 _RUN_COLUMNS = (
     "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
@@ -652,7 +658,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = ""
+        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
         stamp = _iso(now, "now")
         if not session_id:
@@ -660,9 +666,9 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             try:
                 conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (session_id, title, stamp, stamp, owner),
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (session_id, title, stamp, stamp, owner, agent),
                 )
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists(f"session {session_id!r} already exists") from exc
@@ -875,6 +881,7 @@ class SqliteSessionStore(SessionStore):
         lease: Lease | None = None,
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
+        agent: str = "",
     ) -> RunBegun:
         stamp = _iso(now, "now")
         lease_until = _iso(lease.until, "lease") if lease else None
@@ -892,9 +899,9 @@ class SqliteSessionStore(SessionStore):
                 if not session_id:
                     raise InvalidInput("session id must not be empty") from None
                 conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner)"
-                    " VALUES (?, '', ?, ?, ?)",
-                    (session_id, stamp, stamp, owner),
+                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
+                    " VALUES (?, '', ?, ?, ?, ?)",
+                    (session_id, stamp, stamp, owner, agent),
                 )
                 created, active = True, None
             else:
@@ -1034,8 +1041,9 @@ class SqliteSessionStore(SessionStore):
                 )
             try:
                 conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, state)"
-                    " SELECT ?, ?, ?, ?, ?, state FROM sessions WHERE id = ?",
+                    "INSERT INTO sessions"
+                    " (id, title, created_at, updated_at, owner, state, agent)"
+                    " SELECT ?, ?, ?, ?, ?, state, agent FROM sessions WHERE id = ?",
                     (new_id, title, stamp, stamp, owner, source_id),
                 )
             except sqlite3.IntegrityError as exc:

@@ -245,3 +245,31 @@ def test_an_mcp_server_installed_beside_agentik_is_found_without_the_virtualenv_
     assert re.search(r"^time__get_current_time\s+mcp:time\s+ready", result.stdout, re.MULTILINE), (
         result.stdout
     )
+
+
+def test_agentik_tools_agent_lists_that_agents_tools_and_approvals(tmp_path: Path) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        '[[agents]]\nname = "calc"\ntools = ["calculate", "agent:other"]\napproval = ["calc*"]\n'
+        '[[agents]]\nname = "other"\ntools = ["current_time"]\n'
+    )
+
+    def tools(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agentik.cli", "--config", str(config), "tools", *args],
+            cwd=ROOT,
+            env=engine_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+
+    calc = tools("--agent", "calc")
+    assert calc.returncode == 0, calc.stderr
+    assert re.search(r"^calculate\s+native\s+ready\s+approves$", calc.stdout, re.MULTILINE)
+    assert re.search(r"^agent__other\s+agent:other\s+ready\s+-$", calc.stdout, re.MULTILINE)
+    assert "current_time" not in calc.stdout
+    other = tools("--agent", "other")
+    assert "current_time" in other.stdout and "calculate" not in other.stdout
+    missing = tools("--agent", "nobody")
+    assert missing.returncode == 2 and "'nobody'" in missing.stderr

@@ -625,7 +625,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
         "current_time, calculate",
     )
     assert by_name["tools_in_doubt"] == ("AGENTIK_TOOLS_IN_DOUBT", "ask")
-    assert len(rows) == 72
+    assert by_name["default_agent"] == ("AGENTIK_DEFAULT_AGENT", "agentik")
+    assert by_name["agent_max_depth"] == ("AGENTIK_AGENT_MAX_DEPTH", "3")
+    assert len(rows) == 74
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -124,6 +124,8 @@ def every_rpc(session_id: str, run_id: str) -> dict[str, RpcCall]:
         "DeletePushConfig": lambda s, md: s.DeletePushConfig(
             pb.DeletePushConfigRequest(task_id=run_id, id="c1"), metadata=md
         ),
+        "ListAgents": lambda s, md: s.ListAgents(pb.ListAgentsRequest(), metadata=md),
+        "GetAgent": lambda s, md: s.GetAgent(pb.GetAgentRequest(name="agentik"), metadata=md),
     }
 
 

@@ -209,7 +209,8 @@ async def test_bob_gets_the_not_found_of_an_unknown_id_on_each_of_alices_ids(
     unknown["ListRunChains(session)"] = lambda s, md: s.ListRunChains(
         pb.ListRunChainsRequest(session_id="sess-nobody"), metadata=md
     )
-    # Not about one id, or (Authenticate, ListFailedWebhooks) about no conversation at all.
+    # Not about one id, or about no conversation at all (Authenticate, ListFailedWebhooks,
+    # ListAgents, GetAgent).
     for name in (
         "CreateSession",
         "ListSessions",
@@ -217,6 +218,8 @@ async def test_bob_gets_the_not_found_of_an_unknown_id_on_each_of_alices_ids(
         "ListRunChains",
         "Authenticate",
         "ListFailedWebhooks",
+        "ListAgents",
+        "GetAgent",
     ):
         del calls[name]
         del unknown[name]

@@ -107,6 +107,9 @@ async def test_an_interrupted_run_is_reported_cancelled_with_its_cut_tool_call(
     assert any("outcome=cancelled" in r.getMessage() for r in caplog.records)
     samples = await scrape(harness)
     assert samples[("agentik_runs_finished_total", frozenset({("outcome", "cancelled")}))] == 1
+    by_agent = frozenset({("agent", "agentik"), ("outcome", "cancelled")})
+    assert samples[("agentik_agent_runs_finished_total", by_agent)] == 1
+    assert report.agent == "agentik"
     assert samples[("agentik_runs_active", frozenset())] == 0
     tool = frozenset({("tool", "block"), ("outcome", "error")})
     assert samples[("agentik_tool_calls_total", tool)] == 1

@@ -70,7 +70,13 @@ async def test_the_tools_are_listed(llm: FakeOpenAI) -> None:
     async with running_engine(_settings(llm)) as harness, mcp_client(harness.target) as client:
         tools = await asyncio.wait_for(client.list_tools(), WAIT)
     names = {tool.name for tool in tools.tools}
-    assert names == {"send_message", "answer", "list_conversations", "read_conversation"}
+    assert names == {
+        "send_message",
+        "answer",
+        "list_conversations",
+        "read_conversation",
+        "list_agents",
+    }
     send = next(tool for tool in tools.tools if tool.name == "send_message")
     assert send.input_schema["required"] == ["text"]
     answer = next(tool for tool in tools.tools if tool.name == "answer")

@@ -5,11 +5,11 @@
 // Python test that runs it; the script itself checks nothing about agentik's
 // behaviour beyond what the client enforces, so the assertions live in Python.
 //
-// usage: node agui_conformance.mjs <base url> <scenario> <thread id>
+// usage: node agui_conformance.mjs <base url> <scenario> <thread id> [<path>, default /agui]
 import { randomUUID } from "node:crypto";
 import { HttpAgent } from "@ag-ui/client";
 
-const [baseUrl, scenario, threadId] = process.argv.slice(2);
+const [baseUrl, scenario, threadId, path = "/agui"] = process.argv.slice(2);
 
 // The client reports every deviation it repairs (stripped fields, dropped events) with
 // console.warn: collect them, a conformant stream causes none.
@@ -27,7 +27,7 @@ const CONFIRM_ORDER = {
 };
 
 function newAgent() {
-  return new HttpAgent({ url: `${baseUrl}/agui`, threadId });
+  return new HttpAgent({ url: `${baseUrl}${path}`, threadId });
 }
 
 function userMessage(content) {

@@ -117,7 +117,7 @@ def _installed_version() -> str:
         return "0.0.0"
 
 
-def _skills(configured: tuple[dict[str, Any], ...] | None) -> tuple[AgentSkill, ...]:
+def skills_of(configured: tuple[dict[str, Any], ...] | None) -> tuple[AgentSkill, ...]:
     skills = []
     for index, item in enumerate(configured or (_DEFAULT_SKILL,)):
         try:
@@ -134,7 +134,7 @@ def card_config(settings: Settings) -> CardConfig:
         name=settings.a2a.name,
         description=settings.a2a.description or _DEFAULT_DESCRIPTION,
         version=settings.a2a.version or _installed_version(),
-        skills=_skills(settings.a2a.skills),
+        skills=skills_of(settings.a2a.skills),
         auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",
         reflect_host=is_loopback(settings.web.http_addr),
     )

@@ -16,7 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
 
 from a2a.types import (
@@ -48,12 +48,20 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
-from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config, card_shape
+from web_facade.a2a.card import (
+    CARD_MAX_AGE,
+    CardConfig,
+    card_body,
+    card_config,
+    card_shape,
+    skills_of,
+)
 from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.push import PushConfigService
 from web_facade.a2a.stream import A2aStream, Shape
 from web_facade.a2a.tasks import TaskFollow, TaskService
+from web_facade.agents import agent_card_config, check_agent
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
@@ -112,8 +120,29 @@ _LEGACY_CARD_PATH: Final = "/.well-known/agent.json"
 @bp.get(_LEGACY_CARD_PATH)
 def agent_card() -> Response:
     """The agent card: strict A2A 1.0 unless the request asks for 0.3 (see
-    :func:`card_shape`); revalidate with ``If-None-Match`` or ``If-Modified-Since``."""
+    :func:`card_shape`); revalidate with ``If-None-Match`` or ``If-Modified-Since``.
+    It is the default agent's; each agent has its own under ``/a2a/{agent}/``."""
     config: CardConfig = current_app.extensions[_CARD_KEY]
+    return _card_response(config, request.url_root, legacy=request.path == _LEGACY_CARD_PATH)
+
+
+@bp.get("/a2a/<agent>/.well-known/agent-card.json")
+@bp.get(f"/a2a/<agent>{_LEGACY_CARD_PATH}")
+def own_agent_card(agent: str) -> Response:
+    """The card of one agent: its name, description and skills, and its own endpoint
+    ``/a2a/{agent}/`` (docs/agents.md)."""
+    settings = current_settings()
+    check_agent(settings, agent)
+    root: CardConfig = current_app.extensions[_CARD_KEY]
+    config: CardConfig = agent_card_config(settings, agent, root, skills_of)
+    path = f"a2a/{agent}/"
+    if config.public_url:
+        config = replace(config, public_url=config.public_url.rstrip("/") + "/" + path)
+    legacy = request.path.endswith(_LEGACY_CARD_PATH)
+    return _card_response(config, request.url_root + path, legacy=legacy)
+
+
+def _card_response(config: CardConfig, request_url: str, *, legacy: bool) -> Response:
     if not config.public_url and not config.reflect_host:
         raise ApiError(
             503,
@@ -122,8 +151,8 @@ def agent_card() -> Response:
             "public_url) to the URL peers reach it at",
         )
     asked = request.args.get(VERSION_HEADER) or request.headers.get(VERSION_HEADER)
-    shape = card_shape(asked, legacy_path=request.path == _LEGACY_CARD_PATH)
-    body, etag = card_body(config, request.url_root, shape)
+    shape = card_shape(asked, legacy_path=legacy)
+    body, etag = card_body(config, request_url, shape)
     response = Response(body, mimetype="application/json")
     response.set_etag(etag)
     response.last_modified = config.modified
@@ -381,9 +410,13 @@ def _handler(method: str, dialect: str) -> Handler:
 
 
 @bp.post("/")
-def rpc() -> Response:
-    """One JSON-RPC request: a JSON response, or an SSE stream for the streaming methods."""
+@bp.post("/a2a/<agent>/")
+def rpc(agent: str = "") -> Response:
+    """One JSON-RPC request: a JSON response, or an SSE stream for the streaming methods.
+    ``/a2a/{agent}/``: a new context is that agent's conversation (docs/agents.md)."""
     request_id: RequestId = None
+    if agent:
+        check_agent(current_settings(), agent)
     try:
         raw = _body()
         try:
@@ -394,7 +427,7 @@ def rpc() -> Response:
         _check(body)
         method, params = _call_of(body)
         handler = _handler(method, _dialect(request.headers.get(VERSION_HEADER)))
-        result = handler(TaskService(current_engine().engine), params)
+        result = handler(TaskService(current_engine().engine, agent), params)
     except UnsupportedMediaType as exc:
         # An HTTP-level refusal, before any JSON-RPC is read: HTTP 415, a JSON-RPC body.
         refused = InvalidRequestError(exc.description or "the request body must be JSON")

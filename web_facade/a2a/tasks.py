@@ -85,8 +85,10 @@ MAX_TURNS: Final = 1000
 class TaskService:
     """A2A's task methods, each a few engine calls."""
 
-    def __init__(self, engine: pb_grpc.AgentEngineStub) -> None:
+    def __init__(self, engine: pb_grpc.AgentEngineStub, agent: str = "") -> None:
+        """``agent``: the agent of the contexts a new message starts ("": the default)."""
         self._engine = engine
+        self._agent = agent
 
     # -- reading ------------------------------------------------------------------
 
@@ -294,6 +296,7 @@ class TaskService:
             run_id=task.id,
             messages=[pb.Message(id=message.message_id, role=pb.ROLE_USER, content=content)],
             create_session=True,
+            agent=self._agent,
             # A task outlives the HTTP call that started it (GetTask, SubscribeToTask).
             cancel_on_disconnect=False,
         )

@@ -16,6 +16,7 @@ from flask import Blueprint, Response, request
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import (
+    agent_json,
     conversation_json,
     failed_webhook_json,
     message_json,
@@ -105,14 +106,15 @@ def _get_session(conversation_id: str) -> pb.Session:
 
 @bp.post("/conversations")
 def create_conversation() -> tuple[dict[str, Any], int]:
-    """Create a conversation (``title``, optional client-chosen ``id``, optional default
-    ``webhook``) → 201."""
+    """Create a conversation (``title``, optional client-chosen ``id``, optional ``agent``,
+    the default agent when left out, optional default ``webhook``) → 201."""
     body = _json_body(required=False)
     session = current_engine().engine.CreateSession(
         pb.CreateSessionRequest(
             title=_optional_string(body, "title"),
             session_id=_optional_string(body, "id"),
             webhook=_webhook(body),
+            agent=_optional_string(body, "agent"),
         ),
         timeout=UNARY_TIMEOUT,
     )
@@ -133,6 +135,20 @@ def update_conversation(conversation_id: str) -> dict[str, Any]:
         timeout=UNARY_TIMEOUT,
     )
     return conversation_json(session)
+
+
+@bp.get("/agents")
+def list_agents() -> dict[str, Any]:
+    """The agents this server serves, the default one first."""
+    listed = current_engine().engine.ListAgents(pb.ListAgentsRequest(), timeout=UNARY_TIMEOUT)
+    return {"items": [agent_json(a) for a in listed.agents]}
+
+
+@bp.get("/agents/<name>")
+def get_agent(name: str) -> dict[str, Any]:
+    """One agent; 404 ``agent_not_found`` for one not served."""
+    agent = current_engine().engine.GetAgent(pb.GetAgentRequest(name=name), timeout=UNARY_TIMEOUT)
+    return agent_json(agent)
 
 
 @bp.get("/conversations")

@@ -71,6 +71,7 @@ def conversation_json(session: pb.Session) -> dict[str, Any]:
         "pending_interrupts": [interrupt_json(i) for i in session.pending_interrupts],
         "usage": usage_json(session.usage),
         "webhook": {"url": session.webhook.url} if session.HasField("webhook") else None,
+        "agent": session.agent,
     }
 
 
@@ -84,6 +85,17 @@ def failed_webhook_json(hook: pb.FailedWebhook) -> dict[str, Any]:
         "last_error": hook.last_error,
         "created_at": iso_time(hook.create_time),
         "failed_at": iso_time(hook.fail_time) if hook.HasField("fail_time") else None,
+    }
+
+
+def agent_json(agent: pb.Agent) -> dict[str, Any]:
+    """An agent the server serves: never its endpoint or key (docs/agents.md)."""
+    return {
+        "name": agent.name,
+        "description": agent.description,
+        "model": agent.model,
+        "tools": list(agent.tools),
+        "default": agent.is_default,
     }
 
 

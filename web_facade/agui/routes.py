@@ -1,4 +1,4 @@
-"""``POST /agui``: the AG-UI 1.0 facade.
+"""``POST /agui`` and ``POST /agui/{agent}``: the AG-UI 1.0 facade.
 
 convert (``RunAgentInput`` → ``RunRequest``, :mod:`web_facade.agui.input`) → one engine
 ``Run`` call → convert (engine events → AG-UI events, :mod:`web_facade.agui.events`),
@@ -29,8 +29,11 @@ bp = Blueprint("agui", __name__)
 
 
 @bp.post("/agui")
-def run() -> Response:
-    """Run one AG-UI turn and stream its events."""
+@bp.post("/agui/<agent>")
+def run(agent: str = "") -> Response:
+    """Run one AG-UI turn and stream its events; ``/agui/{agent}``: as that agent (a new
+    thread is made that agent's; a thread of another agent is refused), ``/agui``: a new
+    thread is the default agent's (docs/agents.md)."""
     # The AG-UI SDK (pydantic models, ~14 MB) is loaded by the first AG-UI request, not by
     # every worker at start.
     from web_facade.agui.input import parse_input, run_options, run_request
@@ -43,6 +46,7 @@ def run() -> Response:
     if cancel is None:
         cancel = settings.web.on_disconnect == "cancel"
     request = run_request(run_input, options, cancel_on_disconnect=cancel)
+    request.agent = agent
     # A refusal (409 busy, 503 overloaded ...) is an HTTP error, raised before the stream opens.
     engine = current_engine().engine
     relay = open_relay(engine.Run(request), resume=Resume.of_run(engine, request))

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
-from web_facade.agentik.shapes import interrupt_json
+from web_facade.agentik.shapes import agent_json, interrupt_json
 from web_facade.engine_client import UNARY_TIMEOUT, EngineClient, forwardable
 from web_facade.errors import ApiError, from_rpc_error
 
@@ -173,17 +173,20 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         name="agentik",
         instructions="Talk to the agentik agent: send_message starts or continues a "
         "conversation; when it answers status input_required, answer gives the person's "
-        "decisions; list_conversations and read_conversation read them back.",
+        "decisions; list_conversations and read_conversation read them back; "
+        "list_agents names the agents send_message may talk to.",
     )
 
     @server.tool()
     async def send_message(
-        text: str, ctx: Context, conversation_id: str | None = None
+        text: str, ctx: Context, conversation_id: str | None = None, agent: str | None = None
     ) -> CallToolResult:
         """Send a message to the agent and return its answer.
 
         Without conversation_id a new conversation is started; its id is in the result
-        (structured content), to continue it with the next message.
+        (structured content), to continue it with the next message. agent: the agent a
+        new conversation talks to (list_agents); left out, the default agent. A
+        conversation keeps its agent.
         """
         message = pb.Message(
             role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=text))]
@@ -194,6 +197,7 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
             session_id=conversation_id or uuid.uuid4().hex,
             messages=[message],
             create_session=not conversation_id,
+            agent=agent or "",
         )
         title = "" if conversation_id else text[:_TITLE_LENGTH]
         try:
@@ -224,6 +228,16 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
             raise engine.failure(exc, ctx) from exc
 
     @server.tool()
+    async def list_agents(ctx: Context) -> dict[str, Any]:
+        """The agents this server serves: name, description, model and tools; the default
+        one (used when send_message names none) first."""
+        try:
+            listed = await engine.unary("ListAgents", pb.ListAgentsRequest(), ctx)
+        except grpc.RpcError as exc:
+            raise engine.failure(exc, ctx) from exc
+        return {"agents": [agent_json(a) for a in listed.agents]}
+
+    @server.tool()
     async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> dict[str, Any]:
         """The conversations the caller may see, most recently updated first."""
         if offset > MAX_OFFSET:
@@ -242,6 +256,7 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
                     "message_count": s.message_count,
                     "updated": s.update_time.ToJsonString(),
                     "running": bool(s.active_run_id),
+                    "agent": s.agent,
                 }
                 for s in page.sessions
             ],

@@ -13,6 +13,7 @@ const NARROW = window.matchMedia("(max-width: 720px)");
 let current = null; // the open View
 let conversations = [];
 let renaming = false; // a title is being edited in the list
+let agents = []; // the agents the server serves (docs/agents.md), the default one first
 
 // -- the turn this tab started, kept across a reload -------------------------------------
 
@@ -215,7 +216,9 @@ function titleOf(text) {
 
 // A conversation is stored on its first message, titled after it.
 async function createConversation(text) {
-  const conversation = await call("POST", API, { title: titleOf(text) });
+  const body = { title: titleOf(text) };
+  if (agents.length > 1) body.agent = $("agent").value;
+  const conversation = await call("POST", API, body);
   await loadConversations();
   await openConversation(conversation.id);
 }
@@ -242,6 +245,7 @@ async function loadConversations() {
   conversations = page.items;
   const open = current && conversations.find((c) => c.id === current.id);
   if (open) $("current-title").textContent = open.title || "Untitled";
+  if (open) showAgent(open.agent);
   if (renaming) return; // drawn again once the title is in
   const list = $("conversations");
   list.replaceChildren(...conversations.map(listItem));
@@ -255,6 +259,7 @@ function listItem(conversation) {
   const open = element("button", "open");
   open.type = "button";
   open.append(element("span", "title", conversation.title || "Untitled"));
+  if (agents.length > 1 && conversation.agent) open.append(element("span", "agent", conversation.agent));
   const when = element("time", "date", shortDate(conversation.updated_at));
   when.dateTime = conversation.updated_at;
   open.append(when);
@@ -311,6 +316,7 @@ function closeView() {
   current = null;
   $("log").replaceChildren();
   $("current-title").textContent = "New chat";
+  showAgent("");
   setBusy(false);
   setStatus(""); // a refusal spoke of the conversation left
   for (const item of $("conversations").children) item.classList.remove("current");
@@ -351,6 +357,7 @@ async function openConversation(id) {
   if (NARROW.matches) document.body.classList.add("sidebar-hidden");
 
   const conversation = await call("GET", `${API}/${id}`);
+  showAgent(conversation.agent);
   const messages = await loadMessages(id);
   if (current !== view) return;
   // Opened by a link to a conversation made since the list was read: read it again.
@@ -380,9 +387,30 @@ async function openConversation(id) {
 
 // -- the page ------------------------------------------------------------------------------------
 
+// With several agents, a picker chooses the agent of the next new conversation, and each
+// conversation shows its own.
+async function loadAgents() {
+  agents = (await call("GET", "agentik/agents")).items;
+  const picker = $("agent");
+  picker.replaceChildren(
+    ...agents.map((agent) => {
+      const option = element("option", "", agent.description ? `${agent.name} — ${agent.description}` : agent.name);
+      option.value = agent.name;
+      option.selected = agent.default;
+      return option;
+    }),
+  );
+  $("agent-picker").hidden = agents.length < 2;
+}
+
+function showAgent(name) {
+  $("current-agent").textContent = agents.length > 1 && name ? name : "";
+}
+
 async function start() {
   $("forget-token").hidden = !sessionStorage.getItem(TOKEN_KEY);
   try {
+    await loadAgents();
     await loadConversations();
   } catch (error) {
     if (!(error instanceof HttpError && error.status === 401)) showError(error);

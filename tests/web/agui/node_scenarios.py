@@ -12,12 +12,22 @@ from tests.node_tools import NODE_DIR, node_or_skip
 from tests.web.e2e.conftest import WAIT, Stack
 
 
-def run_scenario(script: Path, stack: Stack, name: str, thread_id: str = "") -> dict[str, Any]:
+def run_scenario(
+    script: Path, stack: Stack, name: str, thread_id: str = "", path: str = ""
+) -> dict[str, Any]:
     """The script's summary of scenario ``name``; every run in it must pass the client, end
-    with a terminal event, carry protocolVersion 1.0, and cause no client warning."""
+    with a terminal event, carry protocolVersion 1.0, and cause no client warning.
+    ``path``: the AG-UI endpoint (the script's default: ``/agui``)."""
     node = node_or_skip("@ag-ui/client")
     done = subprocess.run(
-        [node, str(script), stack.base_url, name, thread_id or f"node-{uuid.uuid4().hex}"],
+        [
+            node,
+            str(script),
+            stack.base_url,
+            name,
+            thread_id or f"node-{uuid.uuid4().hex}",
+            *([path] if path else []),
+        ],
         cwd=NODE_DIR,
         capture_output=True,
         text=True,

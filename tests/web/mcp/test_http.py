@@ -62,6 +62,7 @@ async def test_the_tools_are_listed_over_http(stack: Stack) -> None:
         "answer",
         "list_conversations",
         "read_conversation",
+        "list_agents",
     }
 
 

@@ -293,6 +293,7 @@ class Session(_message.Message):
     PENDING_INTERRUPTS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     WEBHOOK_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Session id; also the AG-UI thread id."""
     title: _builtins.str
@@ -307,6 +308,8 @@ class Session(_message.Message):
     """The principal that created the session (the one that may see it, with admins);
     empty when it was made on a server without authentication.
     """
+    agent: _builtins.str
+    """The agent the session belongs to, named when it was created; never changes."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the session was created."""
@@ -351,10 +354,11 @@ class Session(_message.Message):
         pending_interrupts: _abc.Iterable[Global___Interrupt] | None = ...,
         usage: Global___Usage | None = ...,
         webhook: Global___Webhook | None = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state", b"state", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "agent", b"agent", "create_time", b"create_time", "id", b"id", "last_seq", b"last_seq", "message_count", b"message_count", "owner", b"owner", "pending_interrupts", b"pending_interrupts", "state", b"state", "title", b"title", "update_time", b"update_time", "usage", b"usage", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -622,6 +626,7 @@ class RunRequest(_message.Message):
     RESUME_FIELD_NUMBER: _builtins.int
     WEBHOOK_FIELD_NUMBER: _builtins.int
     PUSH_CONFIGS_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id (AG-UI threadId). Required."""
     run_id: _builtins.str
@@ -642,6 +647,12 @@ class RunRequest(_message.Message):
     """The run this one follows (AG-UI parentRunId)."""
     messages_snapshot: _builtins.bool
     """Emit a MESSAGES_SNAPSHOT with the stored history before RUN_FINISHED."""
+    agent: _builtins.str
+    """The agent of the session `create_session` makes (empty: the default
+    agent). For a session that exists: empty, or its own agent; another is
+    INVALID_ARGUMENT. An agent not served is INVALID_ARGUMENT
+    (`agent_not_found`).
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
         """New messages (or the whole history; see `reconcile`)."""
@@ -703,10 +714,11 @@ class RunRequest(_message.Message):
         resume: _abc.Iterable[Global___ResumeEntry] | None = ...,
         webhook: Global___Webhook | None = ...,
         push_configs: _abc.Iterable[Global___PushConfig] | None = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "push_configs", b"push_configs", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "push_configs", b"push_configs", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1757,10 +1769,15 @@ class CreateSessionRequest(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     WEBHOOK_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """Title; may be empty."""
     session_id: _builtins.str
     """Client-chosen id; generated when empty. ALREADY_EXISTS when taken."""
+    agent: _builtins.str
+    """The agent the session belongs to, for good; empty: the default agent. An
+    agent not served is INVALID_ARGUMENT (`agent_not_found`).
+    """
     @_builtins.property
     def webhook(self) -> Global___Webhook:
         """The session's default run webhook (see Session.webhook)."""
@@ -1771,10 +1788,11 @@ class CreateSessionRequest(_message.Message):
         title: _builtins.str = ...,
         session_id: _builtins.str = ...,
         webhook: Global___Webhook | None = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "title", b"title", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "session_id", b"session_id", "title", b"title", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2289,6 +2307,109 @@ class ListRunChainsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunChainsResponse: _TypeAlias = ListRunChainsResponse  # noqa: Y015
+
+@_typing.final
+class Agent(_message.Message):
+    """One agent the engine serves (docs/agents.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name (the id rule); requests name it."""
+    description: _builtins.str
+    """What it does, for people and other agents; may be empty."""
+    model: _builtins.str
+    """The model it talks to, e.g. "openai:gpt-4o-mini" (never the endpoint)."""
+    is_default: _builtins.bool
+    """True for the agent served when a request names none."""
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The tools it may call, as the LLM sees their names."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        model: _builtins.str = ...,
+        tools: _abc.Iterable[_builtins.str] | None = ...,
+        is_default: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "is_default", b"is_default", "model", b"model", "name", b"name", "tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Agent: _TypeAlias = Agent  # noqa: Y015
+
+@_typing.final
+class ListAgentsRequest(_message.Message):
+    """ListAgents input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentsRequest: _TypeAlias = ListAgentsRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentsResponse(_message.Message):
+    """ListAgents output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Agent]:
+        """Every agent, the default one first."""
+
+    def __init__(
+        self,
+        *,
+        agents: _abc.Iterable[Global___Agent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentsResponse: _TypeAlias = ListAgentsResponse  # noqa: Y015
+
+@_typing.final
+class GetAgentRequest(_message.Message):
+    """GetAgent input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The agent's name. Required."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAgentRequest: _TypeAlias = GetAgentRequest  # noqa: Y015
 
 @_typing.final
 class AuthenticateRequest(_message.Message):

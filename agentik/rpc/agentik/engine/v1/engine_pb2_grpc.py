@@ -135,6 +135,16 @@ class AgentEngineStub:
                 request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.SerializeToString,
                 response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.FromString,
                 _registered_method=True)
+        self.ListAgents = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/ListAgents',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListAgentsRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListAgentsResponse.FromString,
+                _registered_method=True)
+        self.GetAgent = channel.unary_unary(
+                '/agentik.engine.v1.AgentEngine/GetAgent',
+                request_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetAgentRequest.SerializeToString,
+                response_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Agent.FromString,
+                _registered_method=True)
 
 
 class AgentEngineServicer:
@@ -321,6 +331,22 @@ class AgentEngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAgents(self, request, context):
+        """The agents this engine serves (docs/agents.md), the default one first:
+        name, description, model and tools; never an endpoint or a secret.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAgent(self, request, context):
+        """One agent by name; an agent not served is INVALID_ARGUMENT
+        (`agent_not_found`), as wherever a request names one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -423,6 +449,16 @@ def add_AgentEngineServicer_to_server(servicer, server):
                     servicer.DeletePushConfig,
                     request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.FromString,
                     response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.SerializeToString,
+            ),
+            'ListAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgents,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListAgentsRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.ListAgentsResponse.SerializeToString,
+            ),
+            'GetAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAgent,
+                    request_deserializer=agentik_dot_engine_dot_v1_dot_engine__pb2.GetAgentRequest.FromString,
+                    response_serializer=agentik_dot_engine_dot_v1_dot_engine__pb2.Agent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -966,6 +1002,60 @@ class AgentEngine:
             '/agentik.engine.v1.AgentEngine/DeletePushConfig',
             agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigRequest.SerializeToString,
             agentik_dot_engine_dot_v1_dot_engine__pb2.DeletePushConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/ListAgents',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListAgentsRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.ListAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentik.engine.v1.AgentEngine/GetAgent',
+            agentik_dot_engine_dot_v1_dot_engine__pb2.GetAgentRequest.SerializeToString,
+            agentik_dot_engine_dot_v1_dot_engine__pb2.Agent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -147,6 +147,14 @@ class AgentEngineStub:
     """Deletes one push config of a task; NOT_FOUND when the task or the config
     is not.
     """
+    ListAgents: _grpc.UnaryUnaryMultiCallable[_engine_pb2.ListAgentsRequest, _engine_pb2.ListAgentsResponse]
+    """The agents this engine serves (docs/agents.md), the default one first:
+    name, description, model and tools; never an endpoint or a secret.
+    """
+    GetAgent: _grpc.UnaryUnaryMultiCallable[_engine_pb2.GetAgentRequest, _engine_pb2.Agent]
+    """One agent by name; an agent not served is INVALID_ARGUMENT
+    (`agent_not_found`), as wherever a request names one.
+    """
 
 @_typing.type_check_only
 class AgentEngineAsyncStub(AgentEngineStub):
@@ -244,6 +252,14 @@ class AgentEngineAsyncStub(AgentEngineStub):
     DeletePushConfig: _aio.UnaryUnaryMultiCallable[_engine_pb2.DeletePushConfigRequest, _engine_pb2.DeletePushConfigResponse]  # type: ignore[assignment]
     """Deletes one push config of a task; NOT_FOUND when the task or the config
     is not.
+    """
+    ListAgents: _aio.UnaryUnaryMultiCallable[_engine_pb2.ListAgentsRequest, _engine_pb2.ListAgentsResponse]  # type: ignore[assignment]
+    """The agents this engine serves (docs/agents.md), the default one first:
+    name, description, model and tools; never an endpoint or a secret.
+    """
+    GetAgent: _aio.UnaryUnaryMultiCallable[_engine_pb2.GetAgentRequest, _engine_pb2.Agent]  # type: ignore[assignment]
+    """One agent by name; an agent not served is INVALID_ARGUMENT
+    (`agent_not_found`), as wherever a request names one.
     """
 
 class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
@@ -459,6 +475,26 @@ class AgentEngineServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_engine_pb2.DeletePushConfigResponse, _abc.Awaitable[_engine_pb2.DeletePushConfigResponse]]:
         """Deletes one push config of a task; NOT_FOUND when the task or the config
         is not.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgents(
+        self,
+        request: _engine_pb2.ListAgentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.ListAgentsResponse, _abc.Awaitable[_engine_pb2.ListAgentsResponse]]:
+        """The agents this engine serves (docs/agents.md), the default one first:
+        name, description, model and tools; never an endpoint or a secret.
+        """
+
+    @_abc_1.abstractmethod
+    def GetAgent(
+        self,
+        request: _engine_pb2.GetAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_engine_pb2.Agent, _abc.Awaitable[_engine_pb2.Agent]]:
+        """One agent by name; an agent not served is INVALID_ARGUMENT
+        (`agent_not_found`), as wherever a request names one.
         """
 
 def add_AgentEngineServicer_to_server(servicer: AgentEngineServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

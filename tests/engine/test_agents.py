@@ -1,0 +1,138 @@
+"""Several agents over gRPC (issue 23): CreateSession/Run name an agent, sessions show it,
+ListAgents and GetAgent describe the agents without endpoints or secrets, and an unknown
+agent is INVALID_ARGUMENT ``agent_not_found``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from agentik.config import load_settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.engine.auth_helpers import rpc_error, trailers
+from tests.engine.harness import Harness, collect, kinds, running_engine, user
+from tests.fakes.fake_openai import FakeOpenAI
+
+CONFIG = """
+[llm]
+base_url = "{url}"
+api_key = "top-secret-key"
+max_retries = 0
+system_prompt = "You are the default."
+
+[[agents]]
+name = "support"
+description = "Answers customers"
+model = "small-model"
+system_prompt = "You support customers."
+tools = ["calculate"]
+
+[[agents]]
+name = "researcher"
+model = "big-model"
+base_url = "{url}"
+api_key = "researcher-secret"
+system_prompt = "You research."
+tools = ["current_time"]
+"""
+
+
+@pytest.fixture
+async def engine(llm: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Harness]:
+    path = tmp_path / "agentik.toml"
+    path.write_text(CONFIG.format(url=llm.base_url))
+    settings = load_settings(
+        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    )
+    async with running_engine(settings) as running:
+        yield running
+
+
+async def test_each_agent_answers_with_its_own_model_prompt_and_tools(
+    engine: Harness, llm: FakeOpenAI
+) -> None:
+    support = await engine.stub.CreateSession(pb.CreateSessionRequest(agent="support"))
+    assert support.agent == "support"
+    events = await collect(
+        engine.stub.Run(pb.RunRequest(session_id=support.id, messages=[user("hi")]))
+    )
+    assert kinds(events)[-1] == "run_finished"
+    events = await collect(
+        engine.stub.Run(
+            pb.RunRequest(
+                session_id="r1", messages=[user("hi")], create_session=True, agent="researcher"
+            )
+        )
+    )
+    assert kinds(events)[-1] == "run_finished"
+    first, second = llm.requests
+    assert (first["model"], first["messages"][0]["content"]) == (
+        "small-model",
+        "You support customers.",
+    )
+    assert [t["function"]["name"] for t in first["tools"]] == ["calculate"]
+    assert (second["model"], second["messages"][0]["content"]) == ("big-model", "You research.")
+    assert [t["function"]["name"] for t in second["tools"]] == ["current_time"]
+    got = await engine.stub.GetSession(pb.GetSessionRequest(session_id="r1"))
+    assert got.agent == "researcher"
+    listed = await engine.stub.ListSessions(pb.ListSessionsRequest())
+    assert sorted(s.agent for s in listed.sessions) == ["researcher", "support"]
+
+
+async def test_a_session_without_an_agent_is_the_default_agents(engine: Harness) -> None:
+    made = await engine.stub.CreateSession(pb.CreateSessionRequest())
+    assert made.agent == "agentik"  # [agent] name's default: the top-level settings
+
+
+async def test_an_unknown_agent_is_invalid_argument_agent_not_found(engine: Harness) -> None:
+    for call in (
+        engine.stub.CreateSession(pb.CreateSessionRequest(agent="nobody")),
+        engine.stub.GetAgent(pb.GetAgentRequest(name="nobody")),
+    ):
+        error = await rpc_error(call)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert trailers(error)["agentik-error"] == "agent_not_found"
+        assert "'nobody'" in (error.details() or "")
+    run = engine.stub.Run(
+        pb.RunRequest(session_id="x", messages=[user("hi")], create_session=True, agent="nobody")
+    )
+    error = await rpc_error(run.read())
+    assert trailers(error)["agentik-error"] == "agent_not_found"
+    missing = await rpc_error(engine.stub.GetAgent(pb.GetAgentRequest()))
+    assert missing.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_another_agent_for_an_existing_session_is_refused(engine: Harness) -> None:
+    made = await engine.stub.CreateSession(pb.CreateSessionRequest(agent="support"))
+    run = engine.stub.Run(
+        pb.RunRequest(session_id=made.id, messages=[user("hi")], agent="researcher")
+    )
+    error = await rpc_error(run.read())
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "belongs to agent 'support'" in (error.details() or "")
+    again = await engine.stub.GetSession(pb.GetSessionRequest(session_id=made.id))
+    assert (again.agent, again.active_run_id) == ("support", "")
+
+
+async def test_list_and_get_agents_name_models_and_tools_but_no_secrets(
+    engine: Harness, llm: FakeOpenAI
+) -> None:
+    listed = await engine.stub.ListAgents(pb.ListAgentsRequest())
+    assert [(a.name, a.is_default) for a in listed.agents] == [
+        ("agentik", True),
+        ("support", False),
+        ("researcher", False),
+    ]
+    support = await engine.stub.GetAgent(pb.GetAgentRequest(name="support"))
+    assert (support.description, support.model, list(support.tools)) == (
+        "Answers customers",
+        "openai:small-model",
+        ["calculate"],
+    )
+    assert "calculate" in listed.agents[0].tools and "current_time" in listed.agents[0].tools
+    text = str(listed)
+    for secret in ("top-secret-key", "researcher-secret", llm.base_url, "127.0.0.1"):
+        assert secret not in text

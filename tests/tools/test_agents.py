@@ -1,0 +1,180 @@
+"""Local agents as tools of other agents (issue 23): the sub-run in its own child
+conversation, its progress, isolation, the depth limit, and a stop that propagates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentik.config import ConfigError, load_settings
+from engine_service.build import build_engine
+from engine_service.core import events as ev
+from engine_service.core.caller import Caller
+from engine_service.core.engine import Engine
+from engine_service.core.errors import SessionNotFound
+from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
+from engine_service.tools.agents import TOOL_PROGRESS
+from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
+
+ALICE = Caller("alice")
+
+CONFIG = """
+[llm]
+base_url = "{url}"
+api_key = "k"
+max_retries = 0
+
+[agent]
+max_depth = {depth}
+
+[[agents]]
+name = "lead"
+model = "lead-model"
+tools = ["agent:researcher", "agent:lead"]
+
+[[agents]]
+name = "researcher"
+description = "Finds things out"
+model = "research-model"
+tools = ["current_time"]
+"""
+
+
+@pytest.fixture
+def llm() -> Any:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+async def _engine(llm: FakeOpenAI, tmp_path: Path, depth: int = 3) -> Engine:
+    path = tmp_path / "agentik.toml"
+    path.write_text(CONFIG.format(url=llm.base_url, depth=depth))
+    engine = build_engine(load_settings(path, {"AGENTIK_STORE": "memory://"}))
+    await engine.start()
+    return engine
+
+
+@pytest.fixture
+async def engine(llm: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Engine]:
+    built = await _engine(llm, tmp_path)
+    try:
+        yield built
+    finally:
+        await built.shutdown(1.0)
+
+
+def _user(text: str) -> Message:
+    return Message(id="", role=Role.USER, content=[TextPart(text)])
+
+
+async def _events(engine: Engine, session_id: str, text: str) -> list[ev.Event]:
+    handle = await engine.start_run(
+        ALICE,
+        RunInput(session_id=session_id, messages=[_user(text)], create_session=True, agent="lead"),
+    )
+    async with asyncio.timeout(20):
+        return [event async for event in engine.run_events(handle)]
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def _offered(request: dict[str, Any]) -> list[str]:
+    return sorted(tool["function"]["name"] for tool in request.get("tools", []))
+
+
+async def test_an_agent_delegates_to_another_in_a_child_conversation(
+    engine: Engine, llm: FakeOpenAI
+) -> None:
+    llm.enqueue(FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "find x"})]))
+    events = await _events(engine, "lead-1", "please research x")
+    assert isinstance(events[-1].body, ev.RunFinished)
+    lead_first, research, lead_second = llm.requests
+    assert (lead_first["model"], _offered(lead_first)) == (
+        "lead-model",
+        ["agent__lead", "agent__researcher"],
+    )
+    # The sub-agent runs as itself: its model, its tools, and no agents of its own.
+    assert (research["model"], _offered(research)) == ("research-model", ["current_time"])
+    assert research["messages"][-1] == {"role": "user", "content": "find x"}
+    [result] = [e.body for e in events if isinstance(e.body, ev.ToolCallResult)]
+    answer = json.loads(result.content)
+    assert answer["agent"] == "researcher" and answer["answer"] == "Echo: find x"
+    child = await engine.get_session(ALICE, answer["conversation_id"])
+    assert (child.agent, child.owner) == ("researcher", "alice")
+    [child_run] = (await engine.list_runs(ALICE, child.id, 0, 10))[0]
+    assert child_run.parent_run_id == events[0].run_id
+    progress = [e.body for e in events if isinstance(e.body, ev.Custom)]
+    assert progress and all(p.name == TOOL_PROGRESS for p in progress)
+    assert progress[-1].value["message"] == "Echo: find x"
+    assert lead_second["messages"][-1]["role"] == "tool"
+
+
+async def test_delegation_deeper_than_max_depth_ends_with_a_clear_error(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    engine = await _engine(llm, tmp_path, depth=2)
+    try:
+        again = FakeReply(tool_calls=[FakeToolCall("agent__lead", {"message": "go on"})])
+        llm.enqueue(again, FakeReply(tool_calls=[FakeToolCall("agent__lead", {"message": "on"})]))
+        llm.enqueue(FakeReply(tool_calls=[FakeToolCall("agent__lead", {"message": "more"})]))
+        events = await _events(engine, "loop", "start")
+        assert isinstance(events[-1].body, ev.RunFinished)
+        refused = llm.requests[3]["messages"][-1]
+        assert refused["role"] == "tool"
+        assert "delegation is too deep: lead -> lead -> lead" in refused["content"]
+        assert "max_depth" in refused["content"]
+    finally:
+        await engine.shutdown(1.0)
+
+
+async def test_stopping_the_parent_stops_the_sub_run(engine: Engine, llm: FakeOpenAI) -> None:
+    llm.enqueue(
+        FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "slow"})]),
+        FakeReply(text="thinking about it", hang_after=1),
+    )
+    handle = await engine.start_run(
+        ALICE, RunInput(session_id="p", messages=[_user("go")], create_session=True, agent="lead")
+    )
+    async with asyncio.timeout(20):
+        await _until(lambda: len(llm.requests) >= 2)  # the sub-agent's LLM call: it hangs
+        sessions = (await engine.list_sessions(ALICE, 0, 10))[0]
+        child = next(s for s in sessions if s.agent == "researcher")
+        stopped, _ = await engine.stop_run(ALICE, "p")
+        assert stopped
+        ended = [e.body async for e in engine.run_events(handle)][-1]
+        assert isinstance(ended, ev.RunFinished) and ended.outcome is ev.Outcome.CANCELLED
+        async for _ in engine.subscribe(ALICE, child.id, 0, until_idle=True):
+            pass  # to the end of the sub-run
+    [run] = (await engine.list_runs(ALICE, child.id, 0, 10))[0]
+    assert run.status is RunStatus.INTERRUPTED
+
+
+def test_an_agent_tool_naming_no_agent_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text('[[agents]]\nname = "a"\ntools = ["agent:nobody"]\n')
+    with pytest.raises(ConfigError, match=r"tools of agent 'a': 'agent:nobody' names no agent"):
+        build_engine(load_settings(path, {}))
+
+
+async def test_the_child_conversation_is_its_principals_alone(
+    engine: Engine, llm: FakeOpenAI
+) -> None:
+    llm.enqueue(FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "x"})]))
+    events = await _events(engine, "mine", "research")
+    [result] = [e.body for e in events if isinstance(e.body, ev.ToolCallResult)]
+    child_id = json.loads(result.content)["conversation_id"]
+    assert (await engine.get_session(ALICE, child_id)).owner == "alice"
+    with pytest.raises(SessionNotFound):
+        await engine.get_session(Caller("bob"), child_id)
+    assert (await engine.list_sessions(Caller("bob"), 0, 10))[0] == []

@@ -26,6 +26,7 @@ from engine_service.convert import (
     run_to_pb,
     session_to_pb,
 )
+from engine_service.core import events as ev
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, BudgetExceeded, RateLimited
@@ -110,8 +111,12 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
         ended = False
         try:
-            async for event in self.engine.run_events(handle):
-                yield event_to_pb(event)
+            if request.batch_events:
+                async for ready in self.engine.run_event_lists(handle):
+                    yield _batch(ready)
+            else:
+                async for event in self.engine.run_events(handle):
+                    yield event_to_pb(event)
             ended = True
         except AgentikError as exc:
             await _abort(context, exc)
@@ -138,9 +143,22 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             self.on_stream(SUBSCRIBE_METHOD, context)
         await refuse_malformed(context, "Subscribe", request)
         caller = await self._caller(context)
-        events = self.engine.subscribe(
-            caller, request.session_id, request.after_seq, until_idle=request.until_idle
-        )
+        args = (caller, request.session_id, request.after_seq)
+        if request.batch_events:
+            lists = self.engine.subscribe_lists(*args, until_idle=request.until_idle)
+            first_list = await _mapped(context, lambda: _first(lists))
+            if first_list is None:
+                return
+            try:
+                yield _batch(first_list)
+                async for ready in lists:
+                    yield _batch(ready)
+            except AgentikError as exc:
+                await _abort(context, exc)
+            except Exception:
+                await _internal(context)
+            return
+        events = self.engine.subscribe(*args, until_idle=request.until_idle)
         first = await _mapped(context, lambda: _first(events))
         if first is None:
             return
@@ -267,6 +285,13 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
 
 async def _sync(function: Callable[[Any], T], argument: Any) -> T:
     return function(argument)
+
+
+def _batch(events: list[ev.Event]) -> pb.Event:
+    """Events ready together as one message (``batch_events``); one event as itself."""
+    if len(events) == 1:
+        return event_to_pb(events[0])
+    return pb.Event(batch=[event_to_pb(event) for event in events])
 
 
 async def _first(events: AsyncIterator[T]) -> T | None:

@@ -404,13 +404,24 @@ class Engine(Records):
     async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
         """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR (the handle
         is the proof the caller was allowed to start it)."""
-        events = self._hubs.follow(handle.session_id, handle.after_seq, until_idle=True)
-        async for event in events:
-            if event.run_id != handle.run_id:
-                continue
-            yield event
-            if isinstance(event.body, ev.TERMINAL):
-                return
+        async for events in self.run_event_lists(handle):
+            for event in events:
+                yield event
+
+    async def run_event_lists(self, handle: RunHandle) -> AsyncIterator[list[ev.Event]]:
+        """As :meth:`run_events`, the events that are ready together as one list."""
+        lists = self._hubs.follow_lists(handle.session_id, handle.after_seq, until_idle=True)
+        async for events in lists:
+            out: list[ev.Event] = []
+            for event in events:
+                if event.run_id != handle.run_id:
+                    continue
+                out.append(event)
+                if isinstance(event.body, ev.TERMINAL):
+                    yield out
+                    return
+            if out:
+                yield out
 
     async def stop_run(self, caller: Caller, session_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
@@ -491,9 +502,20 @@ class Engine(Records):
 
         With ``until_idle`` the stream ends once it has caught up and no run is active.
         """
+        async for events in self.subscribe_lists(
+            caller, session_id, after_seq, until_idle=until_idle
+        ):
+            for event in events:
+                yield event
+
+    async def subscribe_lists(
+        self, caller: Caller, session_id: str, after_seq: int, *, until_idle: bool = False
+    ) -> AsyncIterator[list[ev.Event]]:
+        """As :meth:`subscribe`, the events that are ready together as one list."""
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
         session = await self._session(caller, session_id, "session_id")
-        events = self._hubs.follow(session_id, after_seq, until_idle=until_idle, session=session)
-        async for event in events:
-            yield event
+        async for events in self._hubs.follow_lists(
+            session_id, after_seq, until_idle=until_idle, session=session
+        ):
+            yield events

@@ -144,7 +144,10 @@ class Resume:
     def reopen(self) -> Any:
         """A new ``Subscribe`` call after the last relayed seq."""
         request = pb.SubscribeRequest(
-            session_id=self.session_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
+            session_id=self.session_id,
+            after_seq=self.after_seq or 0,
+            until_idle=self.until_idle,
+            batch_events=True,
         )
         self.resumed += 1
         return self._engine.Subscribe(request, metadata=self._metadata)
@@ -206,14 +209,16 @@ class EventRelay:
         call = self._call
         while True:
             try:
-                for event in call:
-                    if self._resume is not None:
-                        if not self._resume.take(event):
-                            continue
-                        self._deadline = None  # progress: a later cut gets a new window
-                    if not self._put(event):
-                        self._left()
-                        return
+                for message in call:
+                    # A batch (``batch_events``) is the events that were ready together.
+                    for event in message.batch or (message,):
+                        if self._resume is not None:
+                            if not self._resume.take(event):
+                                continue
+                            self._deadline = None  # progress: a later cut gets a new window
+                        if not self._put(event):
+                            self._left()
+                            return
             except grpc.RpcError as exc:
                 if self._cancelled.is_set():
                     self._left()

@@ -24,6 +24,8 @@ class _Recorder(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercep
 
     def __init__(self) -> None:
         self.methods: list[str] = []
+        self.streams: list[Any] = []
+        """The requests of the stream calls."""
         self._lock = threading.Lock()
 
     def _note(self, details: Any) -> None:
@@ -40,6 +42,7 @@ class _Recorder(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercep
         self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
     ) -> Any:
         self._note(details)
+        self.streams.append(request)
         return continuation(details, request)
 
 
@@ -82,6 +85,8 @@ def test_a_streamed_task_is_one_run_call_however_many_events(
     assert replies[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert sum("artifactUpdate" in r["result"] for r in replies) >= 40
     assert recorder.methods == ["Run"]
+    # The facade asks for the events that are ready together in one message each.
+    assert recorder.streams[0].batch_events
 
 
 def test_a_streamed_task_in_a_known_context_adds_only_the_message_id_check(

@@ -47,7 +47,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMe
 from web_facade.a2a.card import CARD_MAX_AGE, CardConfig, card_body, card_config, card_shape
 from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
-from web_facade.a2a.stream import A2aStream, Shape
+from web_facade.a2a.stream import A2aStream, Shape, stream_json
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, challenge
@@ -159,7 +159,7 @@ def _send_message(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _send_streaming_message(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), _json)
+    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), stream_json)
 
 
 def _get_task(tasks: TaskService, params: dict[str, Any]) -> Result:
@@ -183,7 +183,9 @@ def _cancel_task(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _subscribe_to_task(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), _json)
+    return _Stream(
+        tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), stream_json
+    )
 
 
 def _no_push_notifications(tasks: TaskService, params: dict[str, Any]) -> Result:

@@ -1,6 +1,7 @@
 """An A2A streamed task costs the engine what an ``/agentik`` send costs: one ``Run``
 stream, no extra ``Subscribe`` once the task finished, no store reads per event (issue 25:
-the A2A tail under load was such extra work per task)."""
+the A2A tail under load was such extra work per task); and its mapping per text chunk is
+built directly, the same JSON ``MessageToDict`` gives."""
 
 from __future__ import annotations
 
@@ -10,12 +11,24 @@ from typing import Any
 
 import grpc
 import pytest
+from a2a.types import (
+    Artifact,
+    Part,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
 from flask import Flask
+from google.protobuf import json_format
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.web.a2a.conftest import Rpc, user_message
 from tests.web.conftest import web_settings
 from web_facade import create_app
+from web_facade.a2a.jsonrpc import encode
+from web_facade.a2a.stream import stream_json
 from web_facade.engine_client import EngineClient, _ForwardCredentials
 
 
@@ -103,3 +116,54 @@ def test_a_streamed_task_in_a_known_context_adds_only_the_message_id_check(
     assert replies[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     # The /agentik send to a known conversation is one Run; A2A checks its messageId first.
     assert recorder.methods == ["ListMessages", "Run"]
+
+
+def _chunk(text: str, **fields: Any) -> StreamResponse:
+    artifact = Artifact(artifact_id="m1", name="answer", parts=[Part(text=text)])
+    update = TaskArtifactUpdateEvent(task_id="t", context_id="c", artifact=artifact, **fields)
+    return StreamResponse(artifact_update=update)
+
+
+def _varied() -> list[StreamResponse]:
+    with_metadata = _chunk("x")
+    with_metadata.artifact_update.artifact.metadata.update({"k": 1})
+    described = _chunk("y")
+    described.artifact_update.artifact.description = "d"
+    two_parts = _chunk("a")
+    two_parts.artifact_update.artifact.parts.append(Part(text="b"))
+    a_file = _chunk("z")
+    a_file.artifact_update.artifact.parts[0].media_type = "text/plain"
+    no_ids = StreamResponse(artifact_update=TaskArtifactUpdateEvent(artifact=Artifact()))
+    status = StreamResponse(status_update=TaskStatusUpdateEvent(task_id="t", context_id="c"))
+    status.status_update.status.state = TaskState.TASK_STATE_WORKING
+    return [
+        _chunk("hello"),
+        _chunk(" world", append=True),
+        _chunk("", append=True, last_chunk=True),
+        _chunk('é ☃ \n "quoted"'),
+        with_metadata,
+        described,
+        two_parts,
+        a_file,
+        no_ids,
+        StreamResponse(artifact_update=TaskArtifactUpdateEvent(task_id="t")),
+        status,
+        StreamResponse(task=Task(id="t", context_id="c")),
+    ]
+
+
+@pytest.mark.parametrize("response", _varied(), ids=lambda r: str(r.WhichOneof("payload")))
+def test_a_stream_response_is_shaped_as_message_to_dict_shapes_it(
+    response: StreamResponse,
+) -> None:
+    assert stream_json(response) == json_format.MessageToDict(response)
+    assert encode(stream_json(response)) == encode(json_format.MessageToDict(response))
+
+
+def test_a_real_streams_responses_are_shaped_as_message_to_dict_shapes_them(rpc: Rpc) -> None:
+    replies = rpc.stream(
+        "SendStreamingMessage", {"message": user_message("[[chunks:5]] five words")}
+    )
+    for reply in replies:
+        response = json_format.ParseDict(reply["result"], StreamResponse())
+        assert stream_json(response) == reply["result"] == json_format.MessageToDict(response)

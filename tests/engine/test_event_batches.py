@@ -32,7 +32,7 @@ async def test_a_replay_asked_in_batches_is_few_messages_holding_the_same_events
     )
     assert all(not message.batch for message in single)
     assert len(batched) < len(whole) / 4
-    assert all(not m.batch or not m.WhichOneof("kind") and m.seq == 0 for m in batched)
+    assert all(not m.batch or (not m.WhichOneof("kind") and m.seq == 0) for m in batched)
     got = [e.SerializeToString() for e in _unpacked(batched)]
     assert got == [e.SerializeToString() for e in single] == [e.SerializeToString() for e in whole]
 

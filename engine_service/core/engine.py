@@ -44,7 +44,7 @@ from engine_service.core.errors import (
     ShuttingDown,
     StorageUnavailable,
 )
-from engine_service.core.follow import Hubs
+from engine_service.core.follow import Hubs, flat, of_run
 from engine_service.core.fork import fork_session
 from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
@@ -401,27 +401,15 @@ class Engine(Records):
         hub.end(run.run_id)
         self._hubs.drop_if_unused(hub)
 
-    async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
+    def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
         """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR (the handle
         is the proof the caller was allowed to start it)."""
-        async for events in self.run_event_lists(handle):
-            for event in events:
-                yield event
+        return flat(self.run_event_lists(handle))
 
-    async def run_event_lists(self, handle: RunHandle) -> AsyncIterator[list[ev.Event]]:
+    def run_event_lists(self, handle: RunHandle) -> AsyncIterator[list[ev.Event]]:
         """As :meth:`run_events`, the events that are ready together as one list."""
         lists = self._hubs.follow_lists(handle.session_id, handle.after_seq, until_idle=True)
-        async for events in lists:
-            out: list[ev.Event] = []
-            for event in events:
-                if event.run_id != handle.run_id:
-                    continue
-                out.append(event)
-                if isinstance(event.body, ev.TERMINAL):
-                    yield out
-                    return
-            if out:
-                yield out
+        return of_run(lists, handle.run_id)
 
     async def stop_run(self, caller: Caller, session_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
@@ -495,18 +483,12 @@ class Engine(Records):
 
     # -- subscriptions ------------------------------------------------------------
 
-    async def subscribe(
+    def subscribe(
         self, caller: Caller, session_id: str, after_seq: int, *, until_idle: bool = False
     ) -> AsyncIterator[ev.Event]:
-        """Stored events after ``after_seq``, then live ones: no gap, no duplicate.
-
-        With ``until_idle`` the stream ends once it has caught up and no run is active.
-        """
-        async for events in self.subscribe_lists(
-            caller, session_id, after_seq, until_idle=until_idle
-        ):
-            for event in events:
-                yield event
+        """Stored events after ``after_seq``, then live ones: no gap, no duplicate; with
+        ``until_idle`` it ends once it has caught up and no run is active."""
+        return flat(self.subscribe_lists(caller, session_id, after_seq, until_idle=until_idle))
 
     async def subscribe_lists(
         self, caller: Caller, session_id: str, after_seq: int, *, until_idle: bool = False
@@ -515,7 +497,8 @@ class Engine(Records):
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
         session = await self._session(caller, session_id, "session_id")
-        async for events in self._hubs.follow_lists(
+        lists = self._hubs.follow_lists(
             session_id, after_seq, until_idle=until_idle, session=session
-        ):
+        )
+        async for events in lists:
             yield events

@@ -21,7 +21,7 @@ from engine_service.core.hub import SessionHub
 from engine_service.core.models import Session
 from engine_service.core.store import SessionStore, Signal, SignalKind
 
-__all__ = ["Hubs"]
+__all__ = ["Hubs", "flat", "of_run"]
 
 READ_BATCH = 500
 STORE_BATCH = 8
@@ -192,3 +192,24 @@ class Hubs:
         finally:
             hub.leave()
             self.drop_if_unused(hub)
+
+
+async def of_run(
+    lists: AsyncIterator[list[ev.Event]], run_id: str
+) -> AsyncIterator[list[ev.Event]]:
+    """The events of run ``run_id`` in ``lists``, up to its terminal event (a run's stream)."""
+    async for events in lists:
+        out = [event for event in events if event.run_id == run_id]
+        for index, event in enumerate(out):
+            if isinstance(event.body, ev.TERMINAL):
+                yield out[: index + 1]
+                return
+        if out:
+            yield out
+
+
+async def flat(lists: AsyncIterator[list[ev.Event]]) -> AsyncIterator[ev.Event]:
+    """The events of ``lists``, one by one."""
+    async for events in lists:
+        for event in events:
+            yield event

@@ -270,6 +270,9 @@ def impatient(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iter
         AGENTIK_WEB_WRITE_TIMEOUT="2",
         AGENTIK_WEB_QUEUE_TIMEOUT="1",
         AGENTIK_MAX_BODY_BYTES="1048576",
+        # The 900 KB messages below are ~225,000 tokens each: a context budget that takes
+        # them (the default, from the model's 128,000, refuses them as context_too_long).
+        AGENTIK_CONTEXT_TOKENS="100000000",
     )
     yield running
     running.stop()

@@ -39,8 +39,12 @@ def small_engine(llm: FakeOpenAI) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def roomy_engine(llm: FakeOpenAI) -> Iterator[str]:
-    """An engine configured as the facade is, with the body limit raised to 8 MiB."""
-    engine = BackgroundEngine(engine_settings(llm, AGENTIK_MAX_BODY_BYTES=str(8 << 20)))
+    """An engine configured as the facade is, with the body limit raised to 8 MiB (and a
+    context budget that takes a 1,000 KiB message: the default refuses it as too long)."""
+    settings = engine_settings(
+        llm, AGENTIK_MAX_BODY_BYTES=str(8 << 20), AGENTIK_CONTEXT_TOKENS="100000000"
+    )
+    engine = BackgroundEngine(settings)
     yield engine.start()
     engine.stop()
 

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
@@ -33,7 +34,7 @@ from engine_service.core.errors import AgentikError, BudgetExceeded, RateLimited
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
 
-__all__ = ["AgentEngineServicer"]
+__all__ = ["BATCH_BYTES", "AgentEngineServicer", "batched"]
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,8 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         try:
             if request.batch_events:
                 async for ready in self.engine.run_event_lists(handle):
-                    yield _batch(ready)
+                    for message in batched(ready):
+                        yield message
             else:
                 async for event in self.engine.run_events(handle):
                     yield event_to_pb(event)
@@ -150,9 +152,11 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             if first_list is None:
                 return
             try:
-                yield _batch(first_list)
+                for message in batched(first_list):
+                    yield message
                 async for ready in lists:
-                    yield _batch(ready)
+                    for message in batched(ready):
+                        yield message
             except AgentikError as exc:
                 await _abort(context, exc)
             except Exception:
@@ -287,11 +291,19 @@ async def _sync(function: Callable[[Any], T], argument: Any) -> T:
     return function(argument)
 
 
-def _batch(events: list[ev.Event]) -> pb.Event:
-    """Events ready together as one message (``batch_events``); one event as itself."""
-    if len(events) == 1:
-        return event_to_pb(events[0])
-    return pb.Event(batch=[event_to_pb(event) for event in events])
+BATCH_BYTES = GRPC_MESSAGE_LIMIT - 64 * 1024
+"""The largest batch sent as one message: under what every gRPC client takes, with room."""
+
+
+def batched(events: list[ev.Event]) -> list[pb.Event]:
+    """Events ready together as one message (``batch_events``); one event as itself. The
+    follow bounds their bodies to ``max_event_bytes``; should their envelopes push a batch
+    past :data:`BATCH_BYTES`, they go one by one instead."""
+    messages = [event_to_pb(event) for event in events]
+    if len(messages) == 1:
+        return messages
+    batch = pb.Event(batch=messages)
+    return [batch] if batch.ByteSize() <= BATCH_BYTES else messages
 
 
 async def _first(events: AsyncIterator[T]) -> T | None:

@@ -6,6 +6,8 @@ events."""
 from __future__ import annotations
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.core import events as ev
+from engine_service.servicer import BATCH_BYTES, batched
 from tests.engine.harness import Harness, collect, user
 
 
@@ -59,3 +61,18 @@ async def test_a_run_asked_in_batches_streams_every_event_of_the_run_once_in_ord
         harness.stub.Subscribe(pb.SubscribeRequest(session_id="r", until_idle=True))
     )
     assert [e.SerializeToString() for e in events] == [e.SerializeToString() for e in replay]
+
+
+def _text(seq: int, size: int) -> ev.Event:
+    body = ev.TextMessageContent(message_id="m", delta="x" * size)
+    return ev.Event(seq=seq, time=0.0, session_id="s", run_id="r", body=body)
+
+
+def test_events_too_big_together_for_one_message_go_one_by_one() -> None:
+    small = batched([_text(1, 10), _text(2, 10)])
+    assert len(small) == 1 and [e.seq for e in small[0].batch] == [1, 2]
+    assert batched([_text(1, 10)])[0].seq == 1  # one event: itself, no batch
+    big = [_text(seq, BATCH_BYTES // 3) for seq in (1, 2, 3, 4)]
+    sent = batched(big)
+    assert [m.seq for m in sent] == [1, 2, 3, 4]
+    assert all(not m.batch and m.ByteSize() < BATCH_BYTES for m in sent)

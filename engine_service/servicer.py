@@ -16,6 +16,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.auth import Gate
@@ -30,6 +31,7 @@ from engine_service.convert import (
     session_to_pb,
 )
 from engine_service.core.agents import AgentProfile
+from engine_service.core import events as ev
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, BudgetExceeded, InvalidInput, RateLimited
@@ -38,7 +40,7 @@ from engine_service.core.run_webhooks import PushConfigs
 from engine_service.errors import status_for
 from engine_service.malformed import refuse_malformed
 
-__all__ = ["AgentEngineServicer"]
+__all__ = ["BATCH_BYTES", "AgentEngineServicer", "batched"]
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +118,13 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
         ended = False
         try:
-            async for event in self.engine.run_events(handle):
-                yield event_to_pb(event)
+            if request.batch_events:
+                async for ready in self.engine.run_event_lists(handle):
+                    for message in batched(ready):
+                        yield message
+            else:
+                async for event in self.engine.run_events(handle):
+                    yield event_to_pb(event)
             ended = True
         except AgentikError as exc:
             await _abort(context, exc)
@@ -144,9 +151,24 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             self.on_stream(SUBSCRIBE_METHOD, context)
         await refuse_malformed(context, "Subscribe", request)
         caller = await self._caller(context)
-        events = self.engine.subscribe(
-            caller, request.session_id, request.after_seq, until_idle=request.until_idle
-        )
+        args = (caller, request.session_id, request.after_seq)
+        if request.batch_events:
+            lists = self.engine.subscribe_lists(*args, until_idle=request.until_idle)
+            first_list = await _mapped(context, lambda: _first(lists))
+            if first_list is None:
+                return
+            try:
+                for message in batched(first_list):
+                    yield message
+                async for ready in lists:
+                    for message in batched(ready):
+                        yield message
+            except AgentikError as exc:
+                await _abort(context, exc)
+            except Exception:
+                await _internal(context)
+            return
+        events = self.engine.subscribe(*args, until_idle=request.until_idle)
         first = await _mapped(context, lambda: _first(events))
         if first is None:
             return
@@ -365,6 +387,21 @@ def _agent_pb(profile: AgentProfile, default: str) -> pb.Agent:
 
 async def _sync(function: Callable[[Any], T], argument: Any) -> T:
     return function(argument)
+
+
+BATCH_BYTES = GRPC_MESSAGE_LIMIT - 64 * 1024
+"""The largest batch sent as one message: under what every gRPC client takes, with room."""
+
+
+def batched(events: list[ev.Event]) -> list[pb.Event]:
+    """Events ready together as one message (``batch_events``); one event as itself. The
+    follow bounds their bodies to ``max_event_bytes``; should their envelopes push a batch
+    past :data:`BATCH_BYTES`, they go one by one instead."""
+    messages = [event_to_pb(event) for event in events]
+    if len(messages) == 1:
+        return messages
+    batch = pb.Event(batch=messages)
+    return [batch] if batch.ByteSize() <= BATCH_BYTES else messages
 
 
 async def _first(events: AsyncIterator[T]) -> T | None:

@@ -46,7 +46,7 @@ from engine_service.core.errors import (
     ShuttingDown,
     StorageUnavailable,
 )
-from engine_service.core.follow import Hubs
+from engine_service.core.follow import Hubs, flat, of_run
 from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
 from engine_service.core.hitl import Decision, admit
@@ -525,16 +525,15 @@ class Engine(Sessions):
         hub.end(run.run_id)
         self._hubs.drop_if_unused(hub)
 
-    async def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
+    def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:
         """The events of one run, from RUN_STARTED to RUN_FINISHED or RUN_ERROR (the handle
         is the proof the caller was allowed to start it)."""
-        events = self._hubs.follow(handle.session_id, handle.after_seq, until_idle=True)
-        async for event in events:
-            if event.run_id != handle.run_id:
-                continue
-            yield event
-            if isinstance(event.body, ev.TERMINAL):
-                return
+        return flat(self.run_event_lists(handle))
+
+    def run_event_lists(self, handle: RunHandle) -> AsyncIterator[list[ev.Event]]:
+        """As :meth:`run_events`, the events that are ready together as one list."""
+        lists = self._hubs.follow_lists(handle.session_id, handle.after_seq, until_idle=True)
+        return of_run(lists, handle.run_id)
 
     async def stop_run(self, caller: Caller, session_id: str, run_id: str = "") -> tuple[bool, str]:
         """Stop the session's run in flight; (False, "") when it is idle."""
@@ -608,16 +607,22 @@ class Engine(Sessions):
 
     # -- subscriptions ------------------------------------------------------------
 
-    async def subscribe(
+    def subscribe(
         self, caller: Caller, session_id: str, after_seq: int, *, until_idle: bool = False
     ) -> AsyncIterator[ev.Event]:
-        """Stored events after ``after_seq``, then live ones: no gap, no duplicate.
+        """Stored events after ``after_seq``, then live ones: no gap, no duplicate; with
+        ``until_idle`` it ends once it has caught up and no run is active."""
+        return flat(self.subscribe_lists(caller, session_id, after_seq, until_idle=until_idle))
 
-        With ``until_idle`` the stream ends once it has caught up and no run is active.
-        """
+    async def subscribe_lists(
+        self, caller: Caller, session_id: str, after_seq: int, *, until_idle: bool = False
+    ) -> AsyncIterator[list[ev.Event]]:
+        """As :meth:`subscribe`, the events that are ready together as one list."""
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
         session = await self._session(caller, session_id, "session_id")
-        events = self._hubs.follow(session_id, after_seq, until_idle=until_idle, session=session)
-        async for event in events:
-            yield event
+        lists = self._hubs.follow_lists(
+            session_id, after_seq, until_idle=until_idle, session=session
+        )
+        async for events in lists:
+            yield events

@@ -21,7 +21,7 @@ from engine_service.core.hub import SessionHub
 from engine_service.core.models import Session
 from engine_service.core.store import SessionStore, Signal, SignalKind
 
-__all__ = ["Hubs"]
+__all__ = ["Hubs", "flat", "of_run"]
 
 READ_BATCH = 500
 STORE_BATCH = 8
@@ -121,6 +121,16 @@ class Hubs:
         self, session_id: str, after_seq: int, *, until_idle: bool, session: Session | None = None
     ) -> AsyncIterator[ev.Event]:
         """Stored events after ``after_seq``, then live ones: no gap, no duplicate."""
+        lists = self.follow_lists(session_id, after_seq, until_idle=until_idle, session=session)
+        async for events in lists:
+            for event in events:
+                yield event
+
+    async def follow_lists(
+        self, session_id: str, after_seq: int, *, until_idle: bool, session: Session | None = None
+    ) -> AsyncIterator[list[ev.Event]]:
+        """As :meth:`follow`, the events that are ready together as one list (never empty;
+        at most one event's worth of bytes, ``max_event_bytes``, or one event)."""
         if session is None:
             session = await self.store.get_session(session_id)
         hub = self.hub(session)
@@ -149,9 +159,8 @@ class Hubs:
                     # Read about what fits next time: a batch of big events is never
                     # much more than max_event_bytes, even for a moment.
                     batch = len(stored) if len(stored) < read else min(batch * 2, READ_BATCH)
-                    for event in stored:
-                        yield event
                     last = stored[-1].seq
+                    yield stored
                     del stored
                     continue
                 live = hub.since(last, LIVE_BATCH)
@@ -159,9 +168,8 @@ class Hubs:
                     # What a reader holds while its client does not read: one event's
                     # worth of bytes (or one event), as for stored events.
                     live = live[: fit_bytes((body_size(e.body) for e in live), limit)]
-                    for event in live:
-                        yield event
                     last = live[-1].seq
+                    yield live
                     continue
                 if until_idle and not hub.active_run_id and not hub.unseen:
                     return
@@ -184,3 +192,24 @@ class Hubs:
         finally:
             hub.leave()
             self.drop_if_unused(hub)
+
+
+async def of_run(
+    lists: AsyncIterator[list[ev.Event]], run_id: str
+) -> AsyncIterator[list[ev.Event]]:
+    """The events of run ``run_id`` in ``lists``, up to its terminal event (a run's stream)."""
+    async for events in lists:
+        out = [event for event in events if event.run_id == run_id]
+        for index, event in enumerate(out):
+            if isinstance(event.body, ev.TERMINAL):
+                yield out[: index + 1]
+                return
+        if out:
+            yield out
+
+
+async def flat(lists: AsyncIterator[list[ev.Event]]) -> AsyncIterator[ev.Event]:
+    """The events of ``lists``, one by one."""
+    async for events in lists:
+        for event in events:
+            yield event

@@ -59,7 +59,7 @@ from web_facade.a2a.card import (
 from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.push import PushConfigService
-from web_facade.a2a.stream import A2aStream, Shape
+from web_facade.a2a.stream import A2aStream, Shape, stream_json
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.agents import agent_card_config, check_agent
 from web_facade.engine_client import current_engine, current_settings
@@ -193,7 +193,7 @@ def _send_message(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _send_streaming_message(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), _json)
+    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), stream_json)
 
 
 def _get_task(tasks: TaskService, params: dict[str, Any]) -> Result:
@@ -217,7 +217,9 @@ def _cancel_task(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _subscribe_to_task(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), _json)
+    return _Stream(
+        tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), stream_json
+    )
 
 
 def _no_push_notifications(tasks: TaskService, params: dict[str, Any]) -> Result:

@@ -368,6 +368,7 @@ class TaskService:
 
     def _start(self, request: SendMessageRequest) -> tuple[EventRelay, RunStream]:
         run_request, task = self._prepare(request)
+        run_request.batch_events = True  # the relay unpacks them: fewer messages under load
         try:
             relay = open_relay(
                 self._engine.Run(run_request), resume=Resume.of_run(self._engine, run_request)
@@ -498,7 +499,7 @@ class TaskService:
         while True:
             after = max(0, last_seq - window)
             subscription = pb.SubscribeRequest(
-                session_id=run.session_id, after_seq=after, until_idle=True
+                session_id=run.session_id, after_seq=after, until_idle=True, batch_events=True
             )
             relay = EventRelay(
                 self._engine.Subscribe(subscription),

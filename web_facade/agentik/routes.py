@@ -241,6 +241,7 @@ def _run(run_request: pb.RunRequest) -> Response:
     settings = current_settings()
     run_request.create_session = False
     run_request.cancel_on_disconnect = settings.web.on_disconnect == "cancel"
+    run_request.batch_events = True  # the relay unpacks them: fewer messages under load
     engine = current_engine().engine
     call = engine.Run(run_request)
     try:
@@ -326,6 +327,7 @@ def events(conversation_id: str) -> Response:
         session_id=conversation_id,
         after_seq=session.last_seq if after is None else after,
         until_idle=until_idle,
+        batch_events=True,
     )
     relay = EventRelay(engine.Subscribe(subscription), Resume.of_subscription(engine, subscription))
     return AgentikStream(relay, current_settings().web.heartbeat_interval).response()

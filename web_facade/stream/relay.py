@@ -22,6 +22,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any, Final
 
 import grpc
@@ -50,7 +51,8 @@ log = logging.getLogger(__name__)
 POLL: Final = 0.25
 """How often a waiting reader looks up (draining, cancelled), in seconds."""
 QUEUE_SIZE: Final = 4096
-"""Events read ahead of a slow HTTP client before the relay stops reading gRPC."""
+"""Engine messages (an event, or a batch of them) read ahead of a slow HTTP client before
+the relay stops reading gRPC."""
 QUEUE_BYTES: Final = 4 * 1024 * 1024
 """Bytes of events read ahead of a slow HTTP client before the relay stops reading gRPC
 (at least one event is always let through): a client that does not read holds no more
@@ -144,7 +146,10 @@ class Resume:
     def reopen(self) -> Any:
         """A new ``Subscribe`` call after the last relayed seq."""
         request = pb.SubscribeRequest(
-            session_id=self.session_id, after_seq=self.after_seq or 0, until_idle=self.until_idle
+            session_id=self.session_id,
+            after_seq=self.after_seq or 0,
+            until_idle=self.until_idle,
+            batch_events=True,
         )
         self.resumed += 1
         return self._engine.Subscribe(request, metadata=self._metadata)
@@ -170,13 +175,19 @@ Item = pb.Event | grpc.RpcError | End
 
 
 class EventRelay:
-    """Reads a gRPC event stream on its own thread into a bounded queue."""
+    """Reads a gRPC event stream on its own thread into a bounded queue.
+
+    What one engine message brought (an event, or a batch of events ready together) goes
+    through the queue as one list: one hand-over, and one wake-up of the reader, per
+    message; the reader then takes its events one by one without locking.
+    """
 
     def __init__(self, call: Any, resume: Resume | None = None) -> None:
         self._call = call
         self._resume = resume
         self._lock = threading.Lock()
-        self._queue: queue.Queue[Item] = queue.Queue(QUEUE_SIZE)
+        self._queue: queue.Queue[tuple[int, list[Item]]] = queue.Queue(QUEUE_SIZE)
+        self._ready: deque[Item] = deque()
         self._room = threading.Condition()
         self._queued_bytes = 0
         self._cancelled = threading.Event()
@@ -186,8 +197,8 @@ class EventRelay:
         self._thread = threading.Thread(target=self._pump, name="agentik-relay", daemon=True)
         self._thread.start()
 
-    def _put(self, item: Item) -> bool:
-        size = item.ByteSize() if isinstance(item, pb.Event) else 0
+    def _put(self, items: list[Item]) -> bool:
+        size = sum(item.ByteSize() for item in items if isinstance(item, pb.Event))
         with self._room:
             while self._queued_bytes and self._queued_bytes + size > QUEUE_BYTES:
                 if self._cancelled.is_set():
@@ -196,7 +207,7 @@ class EventRelay:
             self._queued_bytes += size
         while not self._cancelled.is_set():
             try:
-                self._queue.put(item, timeout=POLL)
+                self._queue.put((size, items), timeout=POLL)
             except queue.Full:
                 continue
             return True
@@ -206,12 +217,15 @@ class EventRelay:
         call = self._call
         while True:
             try:
-                for event in call:
+                for message in call:
+                    # A batch (``batch_events``) is the events that were ready together.
+                    received: list[pb.Event] = list(message.batch or (message,))
                     if self._resume is not None:
-                        if not self._resume.take(event):
-                            continue
-                        self._deadline = None  # progress: a later cut gets a new window
-                    if not self._put(event):
+                        received = [event for event in received if self._resume.take(event)]
+                        if received:
+                            self._deadline = None  # progress: a later cut gets a new window
+                    events: list[Item] = list(received)
+                    if events and not self._put(events):
                         self._left()
                         return
             except grpc.RpcError as exc:
@@ -220,13 +234,13 @@ class EventRelay:
                     return
                 reopened = self._reopen(exc)
                 if reopened is None:
-                    self._put(exc)
+                    self._put([exc])
                     return
                 call = reopened
                 continue
             except Exception:  # never leave the consumer waiting on a dead relay
                 log.exception("reading the engine's event stream failed")
-            self._put(END)
+            self._put([END])
             return
 
     def _reopen(self, error: grpc.RpcError) -> Any:
@@ -275,6 +289,8 @@ class EventRelay:
         item, self._held = self._held, None
         if item is not None:
             return item
+        if self._ready:
+            return self._ready.popleft()
         try:
             return self._taken(self._queue.get(timeout=timeout))
         except queue.Empty:
@@ -285,17 +301,22 @@ class EventRelay:
         item, self._held = self._held, None
         if item is not None:
             return item
+        if self._ready:
+            return self._ready.popleft()
         try:
             return self._taken(self._queue.get_nowait())
         except queue.Empty:
             return None
 
-    def _taken(self, item: Item) -> Item:
-        if isinstance(item, pb.Event):
+    def _taken(self, entry: tuple[int, list[Item]]) -> Item:
+        """The first item of one queued message; the others wait in ``_ready``."""
+        size, items = entry
+        if size:
             with self._room:
-                self._queued_bytes -= item.ByteSize()
+                self._queued_bytes -= size
                 self._room.notify()
-        return item
+        self._ready.extend(items[1:])
+        return items[0]
 
     def peek(self, timeout: float) -> Item | None:
         """Like :meth:`get`, but the item stays first in line."""

@@ -56,3 +56,29 @@ def test_a_reader_that_does_not_read_holds_at_most_queue_bytes_in_the_relay() ->
         call.taken += 1
     assert seqs == list(range(1, COUNT + 1))
     assert call.most_ahead <= AHEAD + 1, call.most_ahead
+
+
+class BatchedCall:
+    """Events as the engine sends them to a caller that asked for ``batch_events``."""
+
+    def __iter__(self) -> Iterator[pb.Event]:
+        yield pb.Event(seq=1, run_started=pb.RunStarted())
+        yield pb.Event(batch=[_small(2), _small(3), _small(4)])
+        yield _small(5)
+
+    def cancel(self) -> None:
+        pass
+
+
+def _small(seq: int) -> pb.Event:
+    return pb.Event(seq=seq, text_message_content=pb.TextMessageContent(delta=str(seq)))
+
+
+def test_a_batch_is_relayed_as_its_events_in_order() -> None:
+    relay = EventRelay(BatchedCall())
+    items = []
+    while (item := relay.get(WAIT)) is not END:
+        assert isinstance(item, pb.Event)
+        items.append(item)
+    assert [e.seq for e in items] == [1, 2, 3, 4, 5]
+    assert all(e.WhichOneof("kind") for e in items)

@@ -627,6 +627,7 @@ class RunRequest(_message.Message):
     WEBHOOK_FIELD_NUMBER: _builtins.int
     PUSH_CONFIGS_FIELD_NUMBER: _builtins.int
     AGENT_FIELD_NUMBER: _builtins.int
+    BATCH_EVENTS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id (AG-UI threadId). Required."""
     run_id: _builtins.str
@@ -652,6 +653,11 @@ class RunRequest(_message.Message):
     agent). For a session that exists: empty, or its own agent; another is
     INVALID_ARGUMENT. An agent not served is INVALID_ARGUMENT
     (`agent_not_found`).
+    """
+    batch_events: _builtins.bool
+    """Send the events that are ready together as one Event whose `batch` holds
+    them (in order), instead of one message each; an event ready alone still
+    comes as itself. For clients that read many streams under load.
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
@@ -715,10 +721,11 @@ class RunRequest(_message.Message):
         webhook: Global___Webhook | None = ...,
         push_configs: _abc.Iterable[Global___PushConfig] | None = ...,
         agent: _builtins.str = ...,
+        batch_events: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["forwarded_props", b"forwarded_props", "state", b"state", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "push_configs", b"push_configs", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "batch_events", b"batch_events", "cancel_on_disconnect", b"cancel_on_disconnect", "context", b"context", "create_session", b"create_session", "forwarded_props", b"forwarded_props", "messages", b"messages", "messages_snapshot", b"messages_snapshot", "parent_run_id", b"parent_run_id", "push_configs", b"push_configs", "reconcile", b"reconcile", "resume", b"resume", "run_id", b"run_id", "session_id", b"session_id", "state", b"state", "tools", b"tools", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -903,6 +910,7 @@ class SubscribeRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQ_FIELD_NUMBER: _builtins.int
     UNTIL_IDLE_FIELD_NUMBER: _builtins.int
+    BATCH_EVENTS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Session id. Required."""
     after_seq: _builtins.int
@@ -913,16 +921,21 @@ class SubscribeRequest(_message.Message):
     """End the stream when the session is idle (no run in flight) after the
     replay. When false the stream follows the session until cancelled.
     """
+    batch_events: _builtins.bool
+    """As RunRequest.batch_events: events ready together come as one Event's
+    `batch`.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         after_seq: _builtins.int = ...,
         until_idle: _builtins.bool = ...,
+        batch_events: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "session_id", b"session_id", "until_idle", b"until_idle"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "batch_events", b"batch_events", "session_id", b"session_id", "until_idle", b"until_idle"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -966,6 +979,7 @@ class Event(_message.Message):
     CUSTOM_FIELD_NUMBER: _builtins.int
     RAW_FIELD_NUMBER: _builtins.int
     MESSAGE_STORED_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Position within the session: +1 per event, starting at 1."""
     session_id: _builtins.str
@@ -1071,6 +1085,13 @@ class Event(_message.Message):
         assistant message). AG-UI facades may drop it.
         """
 
+    @_builtins.property
+    def batch(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]:
+        """Only for a caller that asked for `batch_events`: several events, in
+        order, each whole (seq, time, ids, kind). An Event with a batch has no
+        other field set.
+        """
+
     def __init__(
         self,
         *,
@@ -1101,10 +1122,11 @@ class Event(_message.Message):
         custom: Global___Custom | None = ...,
         raw: Global___Raw | None = ...,
         message_stored: Global___MessageStored | None = ...,
+        batch: _abc.Iterable[Global___Event] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "kind", b"kind", "message_stored", b"message_stored", "messages_snapshot", b"messages_snapshot", "raw", b"raw", "reasoning_end", b"reasoning_end", "reasoning_message_content", b"reasoning_message_content", "reasoning_message_end", b"reasoning_message_end", "reasoning_message_start", b"reasoning_message_start", "reasoning_start", b"reasoning_start", "run_error", b"run_error", "run_finished", b"run_finished", "run_started", b"run_started", "state_delta", b"state_delta", "state_snapshot", b"state_snapshot", "step_finished", b"step_finished", "step_started", b"step_started", "text_message_content", b"text_message_content", "text_message_end", b"text_message_end", "text_message_start", b"text_message_start", "time", b"time", "tool_call_args", b"tool_call_args", "tool_call_end", b"tool_call_end", "tool_call_result", b"tool_call_result", "tool_call_start", b"tool_call_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "kind", b"kind", "message_stored", b"message_stored", "messages_snapshot", b"messages_snapshot", "raw", b"raw", "reasoning_end", b"reasoning_end", "reasoning_message_content", b"reasoning_message_content", "reasoning_message_end", b"reasoning_message_end", "reasoning_message_start", b"reasoning_message_start", "reasoning_start", b"reasoning_start", "run_error", b"run_error", "run_finished", b"run_finished", "run_id", b"run_id", "run_started", b"run_started", "seq", b"seq", "session_id", b"session_id", "state_delta", b"state_delta", "state_snapshot", b"state_snapshot", "step_finished", b"step_finished", "step_started", b"step_started", "text_message_content", b"text_message_content", "text_message_end", b"text_message_end", "text_message_start", b"text_message_start", "time", b"time", "tool_call_args", b"tool_call_args", "tool_call_end", b"tool_call_end", "tool_call_result", b"tool_call_result", "tool_call_start", b"tool_call_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "custom", b"custom", "kind", b"kind", "message_stored", b"message_stored", "messages_snapshot", b"messages_snapshot", "raw", b"raw", "reasoning_end", b"reasoning_end", "reasoning_message_content", b"reasoning_message_content", "reasoning_message_end", b"reasoning_message_end", "reasoning_message_start", b"reasoning_message_start", "reasoning_start", b"reasoning_start", "run_error", b"run_error", "run_finished", b"run_finished", "run_id", b"run_id", "run_started", b"run_started", "seq", b"seq", "session_id", b"session_id", "state_delta", b"state_delta", "state_snapshot", b"state_snapshot", "step_finished", b"step_finished", "step_started", b"step_started", "text_message_content", b"text_message_content", "text_message_end", b"text_message_end", "text_message_start", b"text_message_start", "time", b"time", "tool_call_args", b"tool_call_args", "tool_call_end", b"tool_call_end", "tool_call_result", b"tool_call_result", "tool_call_start", b"tool_call_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["run_started", "run_finished", "run_error", "step_started", "step_finished", "text_message_start", "text_message_content", "text_message_end", "tool_call_start", "tool_call_args", "tool_call_end", "tool_call_result", "reasoning_start", "reasoning_message_start", "reasoning_message_content", "reasoning_message_end", "reasoning_end", "state_snapshot", "state_delta", "messages_snapshot", "custom", "raw", "message_stored"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015

@@ -30,8 +30,8 @@ from engine_service.convert import (
     run_to_pb,
     session_to_pb,
 )
-from engine_service.core.agents import AgentProfile
 from engine_service.core import events as ev
+from engine_service.core.agents import AgentProfile
 from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, BudgetExceeded, InvalidInput, RateLimited

@@ -159,6 +159,14 @@ class Agents:
             )
         return profile
 
+    def of_session(self, session: Session) -> AgentProfile:
+        """The session's own agent, for a run resumed there (no ``max_runs`` check: the run
+        is running already); the default agent when the configuration no longer has it."""
+        try:
+            return self.get(self.name_of(session.agent))
+        except AgentNotFound:
+            return self.get("")
+
     def __iter__(self) -> Iterator[AgentProfile]:
         return iter(list(self._profiles.values()))
 

@@ -30,9 +30,10 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from engine_service.core import events as ev
-from engine_service.core.agents import Agents
+from engine_service.core.agents import AgentProfile, Agents
 from engine_service.core.bounds import bound_message
 from engine_service.core.budget import TokenBudget
 from engine_service.core.caller import Caller
@@ -61,6 +62,7 @@ from engine_service.core.models import (
     RunInput,
     RunRecord,
     RunStatus,
+    Session,
 )
 from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
@@ -227,27 +229,13 @@ class Engine(Sessions):
             )
             return
         session = resumed.session
-        hub = self._hubs.hub(session)
-        hub.begin(record.id, session.last_seq, session.reserved_seq)
-        history = [bound_message(m, self._message_limit) for m in resumed.history]
-        run = Run(
-            store=self.store,
-            model=self.model,
-            tools=self.tools,
-            limits=self.limits.run,
-            hub=hub,
-            run_input=RunInput(record.session_id, record.id, parent_run_id=record.parent_run_id),
+        run = self._launch(
+            session,
+            RunInput(record.session_id, record.id, parent_run_id=record.parent_run_id),
+            resumed.principal,
+            self.agents.of_session(session),
+            [bound_message(m, self._message_limit) for m in resumed.history],
             incoming=[],
-            history=history,
-            state=session.state,
-            on_done=self._run_done,
-            on_storage_error=self._health.failed,
-            tracer=self.tracer,
-            observer=self.observer,
-            principal=resumed.principal,
-            session_key=session_key(session.id, session.owner, session.created_at),
-            budget=self.budget,
-            replica=self.replica if self.store.shared else "",
             resumed=resumed.resumes,
             rounds_done=resumed.rounds,
             rerun=resumed.rerun,
@@ -260,9 +248,6 @@ class Engine(Sessions):
         )
         run.report.resumes = resumed.resumes
         run.report.resumed_on = self.replica
-        self._runs[session.id] = run
-        self._run_callers[session.id] = (resumed.principal, session.owner)
-        self._runs_by_caller[resumed.principal] += 1
         log.warning(
             "run %s of session %s lost its engine; resumed here (replica %s, resume %d of "
             "at most %d) after %d tool rounds",
@@ -273,7 +258,6 @@ class Engine(Sessions):
             self.limits.max_resumes,
             resumed.rounds,
         )
-        run.start()
 
     # -- storage health -----------------------------------------------------------
 
@@ -472,8 +456,33 @@ class Engine(Sessions):
             raise
         if not run_input.webhook_url:
             run_input.webhook_url = begun.session.webhook_url  # the conversation's default
-        hub = self._hubs.hub(begun.session)
-        hub.begin(run_input.run_id, begun.session.last_seq, begun.session.reserved_seq)
+        run = self._launch(
+            begun.session,
+            run_input,
+            caller.principal,
+            profile,
+            history,
+            incoming=incoming,
+            decisions=decisions,
+            title=first_title(begun.session, incoming),
+            checkpoint=checkpoint,
+        )
+        self.notices.started(run, resumed[0] if resumed else "")
+        return RunHandle(session_id, run_input.run_id, run.hub.last_seq)
+
+    def _launch(
+        self,
+        session: Session,
+        run_input: RunInput,
+        principal: str,
+        profile: AgentProfile,
+        history: list[Message],
+        **more: Any,
+    ) -> Run:
+        """Make a run of ``profile`` in ``session`` (its hub begun), count it, start it;
+        ``more``: the rest of ``Run``'s arguments (a new run's input, a resume's place)."""
+        hub = self._hubs.hub(session)
+        hub.begin(run_input.run_id, session.last_seq, session.reserved_seq)
         run = Run(
             store=self.store,
             model=profile.model,
@@ -481,30 +490,26 @@ class Engine(Sessions):
             limits=profile.limits,
             hub=hub,
             run_input=run_input,
-            incoming=incoming,
             history=history,
-            state=begun.session.state,
+            state=session.state,
             on_done=self._run_done,
             on_storage_error=self._health.failed,
-            decisions=decisions,
             tracer=self.tracer,
             observer=self.observer,
-            principal=caller.principal,
-            session_key=session_key(session_id, begun.session.owner, begun.session.created_at),
-            title=first_title(begun.session, incoming),
+            principal=principal,
+            session_key=session_key(session.id, session.owner, session.created_at),
             budget=self.budget,
-            checkpoint=checkpoint,
             anchors=self._anchors,
             replica=self.replica if self.store.shared else "",
+            **more,
         )
-        self._runs[session_id] = run
-        self._run_callers[session_id] = (caller.principal, begun.session.owner)
-        self._runs_by_caller[caller.principal] += 1
-        self.agents.started(session_id, profile.name)
+        self._runs[session.id] = run
+        self._run_callers[session.id] = (principal, session.owner)
+        self._runs_by_caller[principal] += 1
+        self.agents.started(session.id, profile.name)
         run.report.agent = profile.name
         run.start()
-        self.notices.started(run, resumed[0] if resumed else "")
-        return RunHandle(session_id, run_input.run_id, hub.last_seq)
+        return run
 
     def _run_done(self, run: Run) -> None:
         if self._runs.get(run.session_id) is run:

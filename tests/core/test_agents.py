@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +243,43 @@ async def test_an_agents_max_runs_bounds_its_runs_in_flight(
         await _run(engine, RunInput(session_id=second.id, messages=[_user("now")]))
     finally:
         await engine.shutdown(1.0)
+
+
+async def test_a_run_resumed_after_its_engine_died_goes_on_as_its_own_agent(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A restarted engine resumes a cut run (``core.resume``) with the agent of its
+    conversation: that agent's model and prompt, not the default agent's."""
+    (tmp_path / "researcher.md").write_text("You research carefully.")
+    path = _write(tmp_path, TWO_AGENTS, url=llm.base_url)
+    settings = load_settings(path, {"AGENTIK_STORE": f"sqlite:///{tmp_path / 'a.db'}"})
+    first = build_engine(settings)
+    await first.start()
+    try:  # what an engine that died mid-answer leaves: a running run, its input stored
+        session = await first.create_session(ALICE, agent="researcher")
+        store = first.store
+        begun = await store.begin_run(
+            session.id, "r1", datetime.now(UTC), create=False, reserve=64, owner="alice"
+        )
+        asked = Message(id="u1", role=Role.USER, content=[TextPart("dig")], run_id="r1")
+        await store.append_messages(session.id, [asked])
+        seq = begun.session.last_seq
+        bodies: list[ev.EventBody] = [ev.RunStarted(), ev.MessageStored(asked)]
+        events = [ev.Event(seq + 1 + i, 0.0, session.id, "r1", b) for i, b in enumerate(bodies)]
+        await store.append_events(session.id, events)
+    finally:
+        await first.store.close()  # no shutdown: the run is left running, as by kill -9
+
+    again = build_engine(settings)
+    await again.start()
+    try:
+        async with asyncio.timeout(10):
+            status = "running"
+            while status == "running":
+                await asyncio.sleep(0.02)
+                status = (await again.store.get_run(session.id, "r1")).status.value
+    finally:
+        await again.shutdown(1.0)
+    (request,) = llm.requests
+    assert request["model"] == "big-model"
+    assert request["messages"][0]["content"] == "You research carefully."

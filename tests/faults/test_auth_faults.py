@@ -43,9 +43,15 @@ def _not_found(call: Any, request: Any, metadata: Metadata) -> None:
 @pytest.mark.signals
 @NEEDS_SIGNALS
 @pytest.mark.timeout(120)
-def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("resume", ["false", "true"])
+def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(
+    tmp_path: Path, resume: str
+) -> None:
+    """Closed as interrupted (resume_runs off) or resumed to its end (on): either way the
+    run, its conversation and its messages stay its owner's, and nobody else's."""
+    env = {"AGENTIK_TOKENS": TOKENS_ENV, "AGENTIK_ADMINS": "ops", "AGENTIK_RESUME_RUNS": resume}
     with FakeOpenAI() as llm:
-        engine = EngineProcess(llm, tmp_path, AGENTIK_TOKENS=TOKENS_ENV, AGENTIK_ADMINS="ops")
+        engine = EngineProcess(llm, tmp_path, **env)
         try:
             bobs = list(
                 engine.stub.Run(
@@ -74,7 +80,7 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) 
             engine.stop()
         run_id = seen[0].run_id
 
-        engine = EngineProcess(llm, tmp_path, AGENTIK_TOKENS=TOKENS_ENV, AGENTIK_ADMINS="ops")
+        engine = EngineProcess(llm, tmp_path, **env)
         try:
             stub = engine.stub
             deadline = time.monotonic() + WAIT
@@ -83,15 +89,19 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(tmp_path: Path) 
                 if run.status != pb.RUN_STATUS_RUNNING or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
-            assert run.status == pb.RUN_STATUS_INTERRUPTED and run.session_id == "a1"
+            ended = pb.RUN_STATUS_SUCCEEDED if resume == "true" else pb.RUN_STATUS_INTERRUPTED
+            assert run.status == ended and run.session_id == "a1"
             session = stub.GetSession(pb.GetSessionRequest(session_id="a1"), metadata=as_("alice"))
             assert session.owner == "alice" and session.active_run_id == ""
             messages = stub.ListMessages(
                 pb.ListMessagesRequest(session_id="a1"), metadata=as_("alice")
             ).messages
-            assert messages[-1].status == pb.MESSAGE_STATUS_INTERRUPTED
             kept = messages[-1].content[0].text.text
-            assert kept and text_of(seen).startswith(kept)
+            if resume == "true":  # asked again, answered whole
+                assert messages[-1].status != pb.MESSAGE_STATUS_INTERRUPTED and len(kept) >= 3000
+            else:
+                assert messages[-1].status == pb.MESSAGE_STATUS_INTERRUPTED
+                assert kept and text_of(seen).startswith(kept)
 
             bob = as_("bob")
             _not_found(stub.GetSession, pb.GetSessionRequest(session_id="a1"), bob)

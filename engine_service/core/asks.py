@@ -4,8 +4,8 @@ the person's answers (the rules themselves are ``core.hitl``'s)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
+from engine_service.core.clock import utc_now
 from engine_service.core.history import new_id
 from engine_service.core.hitl import Decision, in_doubt_interrupt, interrupt_for
 from engine_service.core.models import Interrupt, Role, ToolCall
@@ -35,7 +35,7 @@ class PersonInTheLoop:
         error instead, and the LLM goes on); ``in_doubt``: whether to run calls again that
         may already have run (``core.resume``)."""
         interrupts = []
-        now = datetime.now(UTC)
+        now = utc_now()
         for call in calls:
             if in_doubt:
                 interrupts.append(in_doubt_interrupt(call, new_id(), self.run_id, now, self.expiry))

@@ -24,8 +24,9 @@ import random
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from engine_service.core.clock import utc_now
 from engine_service.core.errors import StorageUnavailable
 from engine_service.core.store import SessionStore
 
@@ -42,10 +43,6 @@ log = logging.getLogger(__name__)
 
 MAX_ERROR_CHARS = 500
 """A delivery's ``last_error`` is clipped to this."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class DeliveryStatus(enum.StrEnum):
@@ -200,7 +197,7 @@ class DeliveryWorker:
 
     async def tick(self) -> int:
         """Claim the due deliveries (a batch at most) and make them; how many."""
-        now = _now()
+        now = utc_now()
         claimed = await self.store.claim_deliveries(
             self.replica, now, now + timedelta(seconds=self.lease_seconds), self.batch
         )
@@ -215,7 +212,7 @@ class DeliveryWorker:
             log.exception("webhook %s: the sender failed", delivery.id)
             result = SendResult(False, f"the sender failed ({type(exc).__name__})")
         delivery.attempts += 1
-        now = _now()
+        now = utc_now()
         if result.ok:
             delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, ""
         else:

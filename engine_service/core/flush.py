@@ -17,10 +17,10 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import MESSAGE_ROOM, body_size, bound_body, split_text
+from engine_service.core.clock import utc_now
 from engine_service.core.errors import InvalidInput, StorageUnavailable
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
@@ -208,7 +208,7 @@ class Outbox:
                 self.session_id,
                 self.run_id,
                 status,
-                datetime.now(UTC),
+                utc_now(),
                 error.code if error else "",
                 error.message if error else "",
                 finished.pending_tool_call_ids if finished else (),

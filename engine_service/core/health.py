@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TypeVar
 
+from engine_service.core.clock import utc_now
 from engine_service.core.errors import StorageUnavailable
 from engine_service.core.store import SessionStore
 
@@ -93,7 +94,7 @@ async def prune_periodically(store: SessionStore, retention: float) -> None:
     1 h), forever."""
     period = min(max(retention / 10, 1.0), 3600.0)
     while True:
-        before = datetime.now(UTC) - timedelta(seconds=retention)
+        before = utc_now() - timedelta(seconds=retention)
         removed = await store.prune_events(before)
         if removed:
             log.info("event retention removed %d stored events", removed)

@@ -22,10 +22,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from engine_service.core import events as ev
 from engine_service.core.caller import Caller
+from engine_service.core.clock import utc_now
 from engine_service.core.deliveries import Delivery, DeliveryWorker, PushConfig
 from engine_service.core.errors import InvalidInput, PushConfigNotFound
 from engine_service.core.history import new_id
@@ -129,7 +130,7 @@ class RunWebhooks:
         final: ev.RunFinished | ev.RunError | None,
         messages: Sequence[Message],
     ) -> None:
-        now = datetime.now(UTC)
+        now = utc_now()
         payload = run_payload(session_id, run_id, final, messages, now)
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         await self.worker.enqueue(Delivery(f"run_{run_id}", url, body, now, now, kind="run"))
@@ -185,7 +186,7 @@ class PushConfigs:
             raise InvalidInput("authentication.scheme must be a word such as Bearer or Basic")
         if config.auth_credentials and not config.auth_scheme:
             raise InvalidInput("authentication.credentials need authentication.scheme")
-        return replace(config, created_at=datetime.now(UTC))
+        return replace(config, created_at=utc_now())
 
     async def get(self, caller: Caller, task_id: str, config_id: str) -> PushConfig:
         await self._task_session(caller, task_id)

@@ -8,10 +8,10 @@ announced with MESSAGE_STORED.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message, bound_result
+from engine_service.core.clock import utc_now
 from engine_service.core.history import new_id
 from engine_service.core.models import (
     Message,
@@ -51,7 +51,7 @@ class Transcript:
     async def take(self, incoming: list[Message], reconcile: ReconcileMode, title: str) -> None:
         """Store the client's messages (replacing the history with ``REPLACE``); ``title``,
         when given, names the untitled conversation."""
-        now = datetime.now(UTC)
+        now = utc_now()
         for message in incoming:
             message.created_at = now
             message.run_id = self.run_id
@@ -69,7 +69,7 @@ class Transcript:
 
     async def add(self, message: Message) -> None:
         message = bound_message(message, self._room)
-        message.created_at = datetime.now(UTC)
+        message.created_at = utc_now()
         message.run_id = self.run_id
         await self.store.append_messages(self.session_id, [message])
         self.messages.append(message)

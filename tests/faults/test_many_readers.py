@@ -75,7 +75,9 @@ async def test_twenty_concurrent_agentik_sends_of_twelve_hundred_chunks_each_get
 ) -> None:
     conversations = [await new_conversation(http) for _ in range(RUNS)]
     senders = {f"send {i}": Ledger(c) for i, c in enumerate(conversations)}
-    turn = "[[chunks:1200]]"
+    # Slow enough that the runs are still answering when the workers stop: a fast engine
+    # (events in batches) had written all 1,200 chunks into the sockets before the stall.
+    turn = "[[chunks:1200]][[slow:0.002]]"
     sends = [
         asyncio.create_task(
             follow(http, ledger, send_request(ledger.conversation_id, turn), WITHIN)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,25 +27,11 @@ from pathlib import Path
 
 import httpx
 
+from bench.facade_bench import _children, _free_port, _proc_kib
 from tests.fakes.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ("supervisor", "engine", "gunicorn master", "web worker")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(child) for child in text.split()]
 
 
 def _tree(pid: int) -> list[int]:
@@ -54,13 +39,6 @@ def _tree(pid: int) -> list[int]:
     for child in _children(pid):
         found += _tree(child)
     return found
-
-
-def _kib(path: str, key: str) -> int:
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1])
-    return 0
 
 
 def _role(pid: int, root: int) -> str:
@@ -110,8 +88,8 @@ def measure_once(python: str, web_workers: int, settle: float) -> dict[str, tupl
             sums: dict[str, list[float]] = {role: [0.0, 0.0] for role in (*ROLES, "total")}
             for pid in _tree(serve.pid):
                 role = _role(pid, serve.pid)
-                rss = _kib(f"/proc/{pid}/status", "VmRSS:") / 1024
-                pss = _kib(f"/proc/{pid}/smaps_rollup", "Pss:") / 1024
+                rss = _proc_kib(pid, "VmRSS") / 1024
+                pss = _proc_kib(pid, "Pss", "smaps_rollup") / 1024
                 for key in (role, "total"):
                     sums[key][0] += rss
                     sums[key][1] += pss

@@ -40,16 +40,25 @@ def _healthy(base: str) -> bool:
         return False
 
 
+def _healthy_serve(env: dict[str, str], tmp_path: Path) -> tuple[Process, str]:
+    """``agentik serve`` started and answering ``/health``, and its base URL."""
+    serve = Process("serve", [sys.executable, "-m", "agentik.cli", "serve"], env, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
+        wait_for(lambda: _healthy(base), "serve to be healthy")
+    except BaseException:
+        serve.stop()
+        raise
+    return serve, base
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_runs_engine_and_web_together_and_stops_both_on_a_signal(
     tmp_path: Path, sig: int
 ) -> None:
     with FakeOpenAI() as llm:
-        argv = [sys.executable, "-m", "agentik.cli", "serve"]
-        serve = Process("serve", argv, _env(llm, tmp_path), tmp_path)
+        serve, base = _healthy_serve(_env(llm, tmp_path), tmp_path)
         try:
-            base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
-            wait_for(lambda: _healthy(base), "serve to be healthy")
             created = httpx.post(f"{base}/agentik/conversations", json={"title": "s"}, timeout=WAIT)
             assert created.status_code == 201
         finally:
@@ -86,11 +95,8 @@ def test_serve_keeps_only_a_small_supervisor_as_the_parent_of_engine_and_web(
     parent no longer keeps the settings and every sub-command's imports resident. Its spec
     travels in one variable that the children do not inherit."""
     with FakeOpenAI() as llm:
-        argv = [sys.executable, "-m", "agentik.cli", "serve"]
-        serve = Process("serve", argv, _env(llm, tmp_path), tmp_path)
+        serve, _ = _healthy_serve(_env(llm, tmp_path), tmp_path)
         try:
-            base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
-            wait_for(lambda: _healthy(base), "serve to be healthy")
             pid = serve.popen.pid
             assert _cmdline(pid)[1:] == ["-m", "agentik.supervisor"]
             children = _children(pid)

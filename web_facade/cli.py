@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any
@@ -18,7 +17,7 @@ from agentik.config import (
     refuse_open_exposure,
     refuse_taken_address,
 )
-from agentik.parent_watch import supervise
+from agentik.supervisor import exec_supervisor
 
 __all__ = ["add_commands", "gunicorn_argv"]
 
@@ -80,35 +79,22 @@ def serve_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
 
 def _serve(args: argparse.Namespace) -> int:
     """Run the engine and the facade as two child processes until a signal or a death;
-    the web stops first (it ends its streams cleanly), then the engine."""
+    the web stops first (it ends its streams cleanly), then the engine. Once the settings
+    are checked this process becomes ``agentik.supervisor`` (an exec: the same pid)."""
     settings = _settings(args, engine_too=True)
-
-    def say(line: str) -> None:
-        if settings.log.format == "json":  # every line on stderr is then JSON
-            from agentik.logs import JsonFormatter
-
-            record = logging.LogRecord("agentik", logging.INFO, "", 0, line, None, None)
-            line = JsonFormatter().format(record)
-        print(line, file=sys.stderr)
-
-    def started() -> None:
-        say(
-            f"agentik: engine on {settings.engine.grpc_addr}, web on http://{settings.web.http_addr}"
-        )
-
-    def stopping() -> None:
-        say(
-            f"agentik: stopping; runs in flight get up to {settings.engine.shutdown_grace:g}s to "
-            "finish (press Ctrl-C again to stop them now)"
-        )
-
-    commands = [_engine_argv(args), gunicorn_argv()]
-    return supervise(
-        commands,
+    grace = settings.engine.shutdown_grace
+    exec_supervisor(
+        [_engine_argv(args), gunicorn_argv()],
         serve_env(settings, _child_env(args)),
         stop_timeout=_STOP_TIMEOUT,
-        started=started,
-        stopping=stopping,
+        started=(
+            f"agentik: engine on {settings.engine.grpc_addr}, web on http://{settings.web.http_addr}"
+        ),
+        stopping=(
+            f"agentik: stopping; runs in flight get up to {grace:g}s to "
+            "finish (press Ctrl-C again to stop them now)"
+        ),
+        log_format=settings.log.format,
     )
 
 

@@ -177,7 +177,7 @@ class Response:
 
 
 class HttpClient:
-    """Keep-alive HTTP/1.1 connections, per origin, for streamed POSTs."""
+    """Keep-alive HTTP/1.1 connections, per origin, for streamed POSTs (and the probe's GET)."""
 
     def __init__(self, *, connect_timeout: float, read_timeout: float) -> None:
         self.connect_timeout = connect_timeout
@@ -189,6 +189,16 @@ class HttpClient:
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> Response:
         """Send the request and read the answer's head. A kept-alive connection the server
         closed meanwhile is replaced once (the request had not reached it)."""
+        return await self.request("POST", url, headers, body)
+
+    async def get(self, url: str, headers: dict[str, str]) -> Response:
+        """A GET (the LLM probe's ``/models``), as :meth:`post` without a body."""
+        return await self.request("GET", url, headers, None)
+
+    async def request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> Response:
+        """Send ``method`` to ``url`` and read the answer's head (see :meth:`post`)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConnectFailed(f"not an http(s) URL: {url!r}")
@@ -201,33 +211,38 @@ class HttpClient:
         reused = self._take(origin)
         if reused is not None:
             try:
-                return await self._exchange(reused, url, target, headers, body)
+                return await self._exchange(reused, method, url, target, headers, body)
             except _StaleConnection:
                 pass
         connection = await self._connect(origin)
         try:
-            return await self._exchange(connection, url, target, headers, body)
+            return await self._exchange(connection, method, url, target, headers, body)
         except _StaleConnection as exc:
             raise BrokenStream("the server closed the connection without answering") from exc
 
     async def _exchange(
-        self, connection: _Connection, url: str, target: str, headers: dict[str, str], body: bytes
+        self,
+        connection: _Connection,
+        method: str,
+        url: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes | None,
     ) -> Response:
         origin = connection.origin
         default_port = 443 if origin.scheme == "https" else 80
         host = origin.host if ":" not in origin.host else f"[{origin.host}]"
         host_header = host if origin.port == default_port else f"{host}:{origin.port}"
-        lines = [
-            f"POST {url if connection.via_proxy else target} HTTP/1.1",
-            f"Host: {host_header}",
-            f"Content-Length: {len(body)}",
-        ]
+        request_line = f"{method} {url if connection.via_proxy else target} HTTP/1.1"
+        lines = [request_line, f"Host: {host_header}"]
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
         if connection.proxy_authorization:
             lines.append(f"Proxy-Authorization: {connection.proxy_authorization}")
         lines += [f"{name}: {value}" for name, value in headers.items()]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
-            connection.writer.write(head + body)
+            connection.writer.write(head + (body or b""))
             async with asyncio.timeout(self.read_timeout):
                 await connection.writer.drain()
                 raw = await connection.reader.readuntil(b"\r\n\r\n")

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from engine_service.core.chat import ChatModel
+from engine_service.llm.http import HttpClient, HttpError
 from engine_service.llm.openai_chat import OpenAIChatModel
 
 __all__ = [
@@ -55,6 +55,9 @@ PROBE_TIMEOUT = 5.0
 
 _LISTED = 8
 """How many of the endpoint's models an ``unknown model`` detail names."""
+
+_MAX_LIST_BYTES = 4 * 1024 * 1024
+"""Bytes of a ``/models`` answer read (a long list of models fits; more is not a list)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +88,30 @@ async def probe_llm(
     """One ``GET {base_url}/models``, judged (see the module)."""
     where = redacted(base_url.rstrip("/"))
     headers = {"Authorization": f"Bearer {api_key or 'not-needed'}"}  # as the model sends
+    # The engine's own HTTP client (engine_service.llm.http), not httpx: the probe is the
+    # only GET the engine makes, and importing httpx would cost the idle engine ~7 MB.
+    client = HttpClient(connect_timeout=within, read_timeout=within)
     try:
-        async with httpx.AsyncClient(timeout=within) as client:
+        async with asyncio.timeout(within):
             response = await client.get(f"{base_url.rstrip('/')}/models", headers=headers)
-    except httpx.HTTPError as exc:
-        reason = type(exc).__name__ if not str(exc) else str(exc)
+            try:
+                body = await response.read_all(_MAX_LIST_BYTES)
+            finally:
+                await response.aclose()
+    except (HttpError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
         return LlmStatus(
             UNREACHABLE,
             f"{where}: {reason}",
             "start the LLM server, or set OPENAI_BASE_URL to where it listens "
             "(OpenAI-compatible servers usually end in /v1)",
         )
-    return _judge(response, where, model)
+    finally:
+        await client.aclose()
+    return _judge(response.status, body, where, model)
 
 
-def _judge(response: httpx.Response, where: str, model: str) -> LlmStatus:
-    status = response.status_code
+def _judge(status: int, body: bytes, where: str, model: str) -> LlmStatus:
     if status in (401, 403):
         return LlmStatus(
             UNAUTHORIZED,
@@ -113,7 +124,7 @@ def _judge(response: httpx.Response, where: str, model: str) -> LlmStatus:
         )
     if status >= 300:  # no /models here (404, 405, a redirect): the model cannot be checked
         return LlmStatus(OK, f"{where} has no /models (HTTP {status}); {model!r} not checked")
-    names = _model_names(response)
+    names = _model_names(body)
     if names is None:
         return LlmStatus(OK, f"{where}/models is not a model list; {model!r} not checked")
     if model in names:
@@ -127,11 +138,11 @@ def _judge(response: httpx.Response, where: str, model: str) -> LlmStatus:
     )
 
 
-def _model_names(response: httpx.Response) -> list[str] | None:
+def _model_names(raw: bytes) -> list[str] | None:
     """The ids of an OpenAI ``{"data": [{"id": ...}]}`` list, or None if it is not one."""
     try:
-        body = response.json()
-    except ValueError:
+        body = json.loads(raw)
+    except ValueError:  # not JSON, not UTF-8, or cut at _MAX_LIST_BYTES
         return None
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):

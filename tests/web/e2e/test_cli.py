@@ -40,16 +40,25 @@ def _healthy(base: str) -> bool:
         return False
 
 
+def _healthy_serve(env: dict[str, str], tmp_path: Path) -> tuple[Process, str]:
+    """``agentik serve`` started and answering ``/health``, and its base URL."""
+    serve = Process("serve", [sys.executable, "-m", "agentik.cli", "serve"], env, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
+        wait_for(lambda: _healthy(base), "serve to be healthy")
+    except BaseException:
+        serve.stop()
+        raise
+    return serve, base
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_runs_engine_and_web_together_and_stops_both_on_a_signal(
     tmp_path: Path, sig: int
 ) -> None:
     with FakeOpenAI() as llm:
-        argv = [sys.executable, "-m", "agentik.cli", "serve"]
-        serve = Process("serve", argv, _env(llm, tmp_path), tmp_path)
+        serve, base = _healthy_serve(_env(llm, tmp_path), tmp_path)
         try:
-            base = f"http://127.0.0.1:{serve.wait_for_log(GUNICORN_LISTENING)}"
-            wait_for(lambda: _healthy(base), "serve to be healthy")
             created = httpx.post(f"{base}/agentik/conversations", json={"title": "s"}, timeout=WAIT)
             assert created.status_code == 201
         finally:
@@ -57,6 +66,65 @@ def test_serve_runs_engine_and_web_together_and_stops_both_on_a_signal(
     assert code == 0, serve.log()
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{base}/health", timeout=2.0)
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def _environ(pid: int) -> str:
+    return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_serve_keeps_only_a_small_supervisor_as_the_parent_of_engine_and_web(
+    tmp_path: Path,
+) -> None:
+    """Once the settings are checked ``serve`` execs ``agentik.supervisor`` (same pid): the
+    parent no longer keeps the settings and every sub-command's imports resident. Its spec
+    travels in one variable that the children do not inherit."""
+    with FakeOpenAI() as llm:
+        serve, _ = _healthy_serve(_env(llm, tmp_path), tmp_path)
+        try:
+            pid = serve.popen.pid
+            assert _cmdline(pid)[1:] == ["-m", "agentik.supervisor"]
+            children = _children(pid)
+            assert len(children) == 2, children
+            assert any("engine" in _cmdline(c) for c in children)
+            assert any("gunicorn" in _cmdline(c) for c in children)
+            for child in children:
+                assert "AGENTIK_SUPERVISE=" not in _environ(child)
+            # The parent as it was (the command with its settings loaded) kept 23-25 MB.
+            assert _rss_kib(pid) < 18 * 1024, _rss_kib(pid)
+        finally:
+            code = serve.stop(signal.SIGTERM)
+    assert code == 0, serve.log()
+    assert "agentik: engine on" in serve.log()
+
+
+def test_the_supervisor_refuses_to_start_by_hand() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGENTIK_SUPERVISE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "agentik.supervisor"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 2
+    assert "started by `agentik serve`" in done.stderr
 
 
 def test_web_refuses_a_bad_setting_with_a_message_that_names_it(tmp_path: Path) -> None:

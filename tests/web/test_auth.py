@@ -495,7 +495,10 @@ def test_with_a_public_url_the_card_names_it_whatever_the_host(
     assert response.status_code == 200
     assert "evil.example" not in response.get_data(as_text=True)
     card = response.get_json()
-    assert {i["url"] for i in card["supportedInterfaces"]} == {"https://agent.example/"}
+    assert {i["url"] for i in card["supportedInterfaces"]} == {
+        "https://agent.example/",
+        "https://agent.example/a2a",
+    }
     legacy = client.get(
         "/.well-known/agent-card.json",
         headers={"Host": "evil.example:666", "A2A-Version": "0.3"},

@@ -225,7 +225,9 @@ def test_a_subscriber_follows_a_running_task_to_its_end(client: FlaskClient) -> 
         buffered=False,
     )
     try:
-        first = bytes(next(iter(stream.response))).decode()
+        chunk = next(iter(stream.response))
+        assert isinstance(chunk, bytes)
+        first = chunk.decode()
         task_id = json.loads(first.split("data: ", 1)[1].split("\n", 1)[0])["task"]["id"]
         watched = client.post(f"/a2a/tasks/{task_id}:subscribe", headers=V10)
         frames = [data for _, data in _frames(watched)]

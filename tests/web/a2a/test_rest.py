@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from a2a.client.transports.rest import _parse_rest_error
+from a2a.utils.errors import InternalError
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.web.a2a.conftest import V10, user_message
+from web_facade.a2a.stream import RestStream
+from web_facade.a2a.tasks import TaskFollow
 
 A2A_JSON = "application/a2a+json"
 
@@ -235,3 +240,12 @@ def test_a_subscriber_follows_a_running_task_to_its_end(client: FlaskClient) -> 
         stream.close()
     assert frames[0]["task"]["id"] == task_id
     assert frames[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_an_error_after_the_stream_opened_is_an_error_event_the_sdk_maps_back() -> None:
+    follow = cast(TaskFollow, SimpleNamespace(relay=None, first=[]))
+    frame = RestStream(follow, 1.0).on_end().decode()
+    assert frame.startswith("event: error\ndata: ") and frame.endswith("\n\n")
+    body = json.loads(frame.split("data: ", 1)[1])
+    assert body["error"]["code"] == 500 and body["error"]["status"] == "INTERNAL"
+    assert isinstance(_parse_rest_error(body, ""), InternalError)

@@ -136,6 +136,14 @@ def _with(params: Params, **from_path: str) -> Params:
     return params
 
 
+def _check_agent(agent: str) -> None:
+    """A path that names no agent served here names no method: 404 METHOD_NOT_FOUND."""
+    try:
+        check_agent(current_settings(), agent)
+    except ApiError as exc:
+        raise MethodNotFoundError(exc.message) from None
+
+
 def _check_version() -> None:
     if dialect_of(request.headers.get(VERSION_HEADER)) != "1.0":
         raise VersionNotSupportedError(
@@ -165,7 +173,7 @@ def _serve(agent: str, method: str, params: Callable[[], Params]) -> Response:
     """Call ``method`` of the JSON-RPC table with ``params()``; every error leaves here."""
     try:
         if agent:
-            check_agent(current_settings(), agent)
+            _check_agent(agent)
         _check_version()
         handler = METHODS[method][1]
         result = handler(TaskService(current_engine().engine, agent), params())
@@ -179,8 +187,6 @@ def _serve(agent: str, method: str, params: Callable[[], Params]) -> Response:
         return _refusal(refused, (415, "INVALID_ARGUMENT"))
     except BadRequest as exc:  # a broken chunked encoding
         return _refusal(InvalidRequestError(exc.description or "the request body is malformed"))
-    except ApiError as exc:  # the path names no agent served here
-        return _refusal(MethodNotFoundError(exc.message))
     except A2AError as exc:
         return _refusal(exc)
     except Exception as exc:

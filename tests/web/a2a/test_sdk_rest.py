@@ -169,6 +169,21 @@ async def test_an_approval_over_rest_completes_the_same_task(
     assert got.status.state == COMPLETED and got.history == done.history
 
 
+async def test_a_streamed_task_stops_at_input_required_and_the_streamed_reply_completes(
+    rest_stack: Stack, llm: FakeOpenAI
+) -> None:
+    llm.enqueue(FakeReply(tool_calls=[FakeToolCall("calculate", {"expression": "2+2"})]))
+    llm.enqueue(FakeReply(text="It is 4."))
+    async with rest_client(rest_stack, streaming=True) as client:
+        first = await collect_events(client.send_message(user_message("what is 2+2?")))
+        task = first[0].task
+        second = await collect_events(client.send_message(user_message("yes", task=task)))
+    assert first[-1].status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert second[0].task.id == task.id
+    assert second[-1].status_update.status.state == COMPLETED
+    assert _streamed_text(second) == "It is 4."
+
+
 async def test_another_token_finds_none_of_the_tasks_or_their_push_configs(
     rest_stack: Stack,
 ) -> None:

@@ -27,6 +27,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     from flask import Flask
 
     from web_facade import chat_page, health
+    from web_facade.a2a import rest as a2a_rest
     from web_facade.a2a import routes as a2a
     from web_facade.agentik import routes as agentik
     from web_facade.agui import routes as agui
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.register_blueprint(health.bp)
     app.register_blueprint(agui.bp)
     app.register_blueprint(a2a.bp)
+    app.register_blueprint(a2a_rest.bp)  # A2A's HTTP+JSON binding
     app.register_blueprint(chat_page.bp)
     app.register_blueprint(mcp_routes.bp)  # agentik as an MCP server, docs/mcp.md
     if tracing.enabled():  # set up per worker by gunicorn_conf.post_fork

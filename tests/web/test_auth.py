@@ -417,6 +417,27 @@ def test_over_the_request_rate_a2a_is_http_429_with_a_json_rpc_body(
     assert response.headers["Retry-After"].isdigit() and int(response.headers["Retry-After"]) >= 1
 
 
+def test_over_the_request_rate_a2a_http_json_is_429_resource_exhausted(
+    make_client: MakeClient, start_engine: StartEngine
+) -> None:
+    client = make_client(start_engine(AGENTIK_REQUESTS_PER_MINUTE="3"))
+    statuses = []
+    for _ in range(4):
+        response = client.get("/a2a/tasks", headers={**V10, **BOB})
+        statuses.append(response.status_code)
+        if response.status_code != 200:
+            break
+    assert statuses[:3] == [200, 200, 200] and statuses[-1] == 429, statuses
+    error = response.get_json()["error"]
+    assert (error["code"], error["status"]) == (429, "RESOURCE_EXHAUSTED")
+    assert error["details"][0]["reason"] == "RATE_LIMITED"
+    assert response.headers["Retry-After"].isdigit() and int(response.headers["Retry-After"]) >= 1
+    unauthenticated = client.get("/a2a/tasks", headers=V10)
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.headers["WWW-Authenticate"].startswith("Bearer")
+    assert unauthenticated.get_json()["error"]["details"][0]["reason"] == "UNAUTHENTICATED"
+
+
 def test_a_second_concurrent_run_of_one_principal_is_429(
     make_client: MakeClient, start_engine: StartEngine
 ) -> None:
@@ -495,7 +516,10 @@ def test_with_a_public_url_the_card_names_it_whatever_the_host(
     assert response.status_code == 200
     assert "evil.example" not in response.get_data(as_text=True)
     card = response.get_json()
-    assert {i["url"] for i in card["supportedInterfaces"]} == {"https://agent.example/"}
+    assert {i["url"] for i in card["supportedInterfaces"]} == {
+        "https://agent.example/",
+        "https://agent.example/a2a",
+    }
     legacy = client.get(
         "/.well-known/agent-card.json",
         headers={"Host": "evil.example:666", "A2A-Version": "0.3"},

@@ -188,19 +188,32 @@ def test_an_agui_run_sent_as_text_plain_is_refused_with_415_in_the_facades_error
     assert response.get_json()["error"]["code"] == "unsupported_media_type"
 
 
-def test_an_a2a_request_sent_as_text_plain_is_http_415_with_a_json_rpc_invalid_request(
+def test_an_a2a_request_sent_as_text_plain_is_a_json_rpc_content_type_not_supported(
     client: FlaskClient,
 ) -> None:
     body = '{"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": "x"}}'
     response = client.post(
         "/", data=body, content_type="text/plain", headers={"A2A-Version": "1.0"}
     )
-    assert response.status_code == 415
+    # A2A's error for a content type it does not take, as a JSON-RPC error (HTTP 200).
+    assert response.status_code == 200
     assert response.mimetype == "application/json"
     answer = response.get_json()
     assert answer["jsonrpc"] == "2.0" and answer["id"] is None
-    assert answer["error"]["code"] == -32600
+    assert answer["error"]["code"] == -32005
+    assert answer["error"]["data"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
     assert "'text/plain'" in answer["error"]["message"]
+
+
+def test_an_a2a_http_json_request_sent_as_text_plain_is_http_415(client: FlaskClient) -> None:
+    body = '{"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}'
+    response = client.post(
+        "/a2a/message:send", data=body, content_type="text/plain", headers={"A2A-Version": "1.0"}
+    )
+    assert response.status_code == 415
+    error = response.get_json()["error"]
+    assert error["code"] == 415 and error["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
+    assert "'text/plain'" in error["message"]
 
 
 # --- CORS -------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ With authentication on, the card declares the bearer scheme (``securitySchemes``
 ``securityRequirements``) peers must use; the card itself stays public.
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
-URL). It comes in two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0
-card, which the 1.0 JSON schema accepts (no field it does not name, so none of 0.3's), and
-the 0.3 card — the 1.0 card plus the 0.3 fields (``url``, ``protocolVersion``,
+URL), and the HTTP+JSON interface (1.0) at ``{url}/a2a`` (an agent's: its ``/a2a/{agent}``).
+It comes in two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0 card,
+which the 1.0 JSON schema accepts (no field it does not name, so none of 0.3's), and the
+0.3 card — the 1.0 card plus the 0.3 fields (``url``, ``protocolVersion``,
 ``preferredTransport``, ``security``, the 0.3 form of each security scheme) — for peers that
 ask for A2A 0.3.
 """
@@ -52,6 +53,7 @@ __all__ = [
     "card_body",
     "card_config",
     "card_shape",
+    "http_json_interface",
 ]
 
 CardShape = Literal["1.0", "0.3"]
@@ -105,6 +107,9 @@ class CardConfig:
     """"" when callers need no credentials, else the bearer format ("opaque" or "JWT")."""
     reflect_host: bool = True
     """Without a public URL: whether the request's own URL may stand in for it."""
+    http_json_path: str = "a2a"
+    """Where the HTTP+JSON binding is below the card's URL: ``a2a`` for the root card
+    (``/a2a/message:send``), "" for an agent's card, whose URL is already ``/a2a/{agent}/``."""
     modified: datetime = field(default_factory=lambda: _whole_seconds(datetime.now(UTC)))
     """When these settings were read: the card's ``Last-Modified``. The card is built from
     them alone and they are read once per process, so it cannot have changed later."""
@@ -148,6 +153,7 @@ def _card(config: CardConfig, url: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
+            http_json_interface(config, url),
         ],
         capabilities=AgentCapabilities(
             streaming=True, push_notifications=True, extended_agent_card=False
@@ -170,6 +176,14 @@ def _card(config: CardConfig, url: str) -> AgentCard:
         requirement.schemes[SECURITY_SCHEME].SetInParent()
         card.security_requirements.append(requirement)
     return card
+
+
+def http_json_interface(config: CardConfig, url: str) -> AgentInterface:
+    """The HTTP+JSON binding's interface (``web_facade.a2a.rest``) for the card at ``url``."""
+    base = url.rstrip("/")
+    if config.http_json_path:
+        base = f"{base}/{config.http_json_path}"
+    return AgentInterface(url=base, protocol_binding="HTTP+JSON", protocol_version="1.0")
 
 
 _ASKED_VERSION: Final = re.compile(r"^\s*(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?\s*$")

@@ -27,6 +27,11 @@ reason says which.
 maps the engine's gRPC status codes onto them. ``error.data`` is always a list that starts
 with an ErrorInfo (plus a ``google.rpc.BadRequest`` when a field is named). JSON-RPC errors
 travel with HTTP 200 — but for those two.
+
+The HTTP+JSON binding (``web_facade.a2a.rest``) answers the same errors as a
+``google.rpc.Status`` (``{"error": {code, status, message, details}}``) on the HTTP status
+of :data:`HTTP_ERRORS` (the spec's table, §5.4), ``details`` the same list as ``error.data``:
+:func:`rest_error`.
 """
 
 from __future__ import annotations
@@ -61,8 +66,10 @@ __all__ = [
     "RateLimitedError",
     "ERRORS",
     "GRPC_ERRORS",
+    "HTTP_ERRORS",
     "error_object",
     "from_rpc",
+    "rest_error",
     "invalid_params",
 ]
 
@@ -124,6 +131,27 @@ GRPC_ERRORS: dict[grpc.StatusCode, type[A2AError]] = {
 }
 """gRPC status of an engine call → A2A error; any other status is InternalError."""
 
+HTTP_ERRORS: dict[type[A2AError], tuple[int, str]] = {
+    JSONParseError: (400, "INVALID_ARGUMENT"),
+    InvalidRequestError: (400, "INVALID_ARGUMENT"),
+    MethodNotFoundError: (404, "NOT_FOUND"),
+    InvalidParamsError: (400, "INVALID_ARGUMENT"),
+    InternalError: (500, "INTERNAL"),
+    TaskNotFoundError: (404, "NOT_FOUND"),
+    TaskNotCancelableError: (400, "FAILED_PRECONDITION"),
+    PushNotificationNotSupportedError: (400, "FAILED_PRECONDITION"),
+    UnsupportedOperationError: (400, "FAILED_PRECONDITION"),
+    ContentTypeNotSupportedError: (400, "INVALID_ARGUMENT"),
+    InvalidAgentResponseError: (500, "INTERNAL"),
+    ExtendedAgentCardNotConfiguredError: (400, "FAILED_PRECONDITION"),
+    ExtensionSupportRequiredError: (400, "FAILED_PRECONDITION"),
+    VersionNotSupportedError: (400, "FAILED_PRECONDITION"),
+    AuthenticationRequired: (401, "UNAUTHENTICATED"),
+    RateLimitedError: (429, "RESOURCE_EXHAUSTED"),
+    BudgetExceededError: (429, "RESOURCE_EXHAUSTED"),
+}
+"""Error class → (HTTP status, ``google.rpc.Code`` name) in the HTTP+JSON binding."""
+
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
@@ -151,9 +179,9 @@ def from_rpc(exc: grpc.RpcError) -> A2AError:
     return error_class(message, data={"grpcStatus": code.name if code is not None else "UNKNOWN"})
 
 
-def error_object(error: A2AError) -> dict[str, Any]:
-    """The JSON-RPC ``error`` member for ``error``, with an ErrorInfo in ``data``."""
-    code, reason = ERRORS.get(type(error), ERRORS[InternalError])
+def _details(error: A2AError) -> list[dict[str, Any]]:
+    """An ErrorInfo with the error's reason, and a BadRequest when it names a field."""
+    reason = ERRORS.get(type(error), ERRORS[InternalError])[1]
     metadata = {str(k): str(v) for k, v in (error.data or {}).items()}
     details: list[dict[str, Any]] = [
         {"@type": _ERROR_INFO, "reason": reason, "domain": DOMAIN, "metadata": metadata}
@@ -162,4 +190,21 @@ def error_object(error: A2AError) -> dict[str, Any]:
         field = metadata["field"]
         violation = {"field": field, "description": error.message.removeprefix(f"{field}: ")}
         details.append({"@type": _BAD_REQUEST, "fieldViolations": [violation]})
-    return {"code": code, "message": error.message, "data": details}
+    return details
+
+
+def error_object(error: A2AError) -> dict[str, Any]:
+    """The JSON-RPC ``error`` member for ``error``, with an ErrorInfo in ``data``."""
+    code = ERRORS.get(type(error), ERRORS[InternalError])[0]
+    return {"code": code, "message": error.message, "data": _details(error)}
+
+
+def rest_error(
+    error: A2AError, status: tuple[int, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and ``google.rpc.Status`` body of ``error`` in the HTTP+JSON
+    binding; ``status`` (HTTP status, ``google.rpc.Code`` name) overrides the table's for a
+    refusal of HTTP itself (a body over the size limit is an InvalidRequest on 413)."""
+    http, code = status or HTTP_ERRORS.get(type(error), HTTP_ERRORS[InternalError])
+    body = {"code": http, "status": code, "message": error.message, "details": _details(error)}
+    return http, {"error": body}

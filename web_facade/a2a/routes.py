@@ -5,8 +5,8 @@ CancelTask, SubscribeToTask and the push notification config methods (``push``).
 (no ``A2A-Version`` header, or ``0.3``):
 message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe. Each method is
 a small function over :class:`web_facade.a2a.tasks.TaskService`; every error, wherever it
-comes from, leaves through ``web_facade.a2a.errors`` as a JSON-RPC error with HTTP 200,
-except a body not sent as ``application/json``: HTTP 415 with a JSON-RPC InvalidRequest.
+comes from, leaves through ``web_facade.a2a.errors`` as a JSON-RPC error with HTTP 200 —
+a body not sent as ``application/json`` too: ContentTypeNotSupported (-32005).
 Streams are SSE whose every ``data:`` is a whole JSON-RPC response.
 """
 
@@ -35,6 +35,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import (
     A2AError,
+    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InvalidRequestError,
     JSONParseError,
@@ -67,7 +68,7 @@ from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
 from web_facade.stream import sse_response
 
-__all__ = ["METHODS", "VERSION_HEADER", "bp"]
+__all__ = ["METHODS", "VERSION_HEADER", "Result", "bp", "dialect_of"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ def own_agent_card(agent: str) -> Response:
     root: CardConfig = current_app.extensions[_CARD_KEY]
     config: CardConfig = agent_card_config(settings, agent, root, skills_of)
     path = f"a2a/{agent}/"
+    config = replace(config, http_json_path="")  # its URL is already /a2a/{agent}/
     if config.public_url:
         config = replace(config, public_url=config.public_url.rstrip("/") + "/" + path)
     legacy = request.path.endswith(_LEGACY_CARD_PATH)
@@ -377,7 +379,7 @@ def _call_of(body: object) -> tuple[str, dict[str, Any]]:
     return method, params
 
 
-def _dialect(header: str | None) -> str:
+def dialect_of(header: str | None) -> str:
     """The A2A version the request speaks: no header (or an empty one) is 0.3."""
     raw = (header or "").strip()
     if not raw:
@@ -428,12 +430,13 @@ def rpc(agent: str = "") -> Response:
         request_id = _request_id(body)
         _check(body)
         method, params = _call_of(body)
-        handler = _handler(method, _dialect(request.headers.get(VERSION_HEADER)))
+        handler = _handler(method, dialect_of(request.headers.get(VERSION_HEADER)))
         result = handler(TaskService(current_engine().engine, agent), params)
     except UnsupportedMediaType as exc:
-        # An HTTP-level refusal, before any JSON-RPC is read: HTTP 415, a JSON-RPC body.
-        refused = InvalidRequestError(exc.description or "the request body must be JSON")
-        return Response(encode(error(None, refused)), 415, mimetype="application/json")
+        # A body not sent as JSON, refused before it is read: A2A's ContentTypeNotSupported
+        # (-32005), with HTTP 200 as every JSON-RPC error here (the other surfaces say 415).
+        refused = ContentTypeNotSupportedError(exc.description or "the request body must be JSON")
+        return Response(encode(error(None, refused)), mimetype="application/json")
     except (AuthenticationRequired, RateLimitedError) as exc:
         response = Response(
             encode(error(request_id, exc)), exc.http_status, mimetype="application/json"

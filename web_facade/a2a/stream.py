@@ -1,4 +1,6 @@
-"""The A2A SSE body: every ``data:`` is a whole JSON-RPC response.
+"""The A2A SSE bodies: in JSON-RPC every ``data:`` is a whole JSON-RPC response; in the
+HTTP+JSON binding (:class:`RestStream`) it is the bare stream response, and an error is an
+``event: error`` frame holding a ``google.rpc.Status``.
 
 A streamed task writes one response per A2A stream response (the task, status and
 artifact updates), and ends after the task's final state. A broken engine stream, or one
@@ -17,12 +19,12 @@ from a2a.utils.errors import A2AError, InternalError
 from google.protobuf import json_format
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.a2a.errors import from_rpc
+from web_facade.a2a.errors import from_rpc, rest_error
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.tasks import TaskFollow
 from web_facade.stream import EventStream
 
-__all__ = ["A2aStream", "Shape", "stream_json"]
+__all__ = ["A2aStream", "RestStream", "Shape", "stream_json"]
 
 Shape = Callable[[StreamResponse], dict[str, Any]]
 """One stream response as the JSON ``result`` of the request's A2A version."""
@@ -112,3 +114,19 @@ class A2aStream(EventStream):
 
     def on_failure(self, exc: Exception) -> bytes:
         return self._error(exc if isinstance(exc, A2AError) else unexpected(exc))
+
+
+class RestStream(A2aStream):
+    """The same stream in the HTTP+JSON binding (spec §11.7): each ``data:`` one stream
+    response, an error an ``event: error`` frame with the binding's error body."""
+
+    name = "A2A HTTP+JSON"
+
+    def __init__(self, follow: TaskFollow, heartbeat: float) -> None:
+        super().__init__(follow, heartbeat, None, stream_json)
+
+    def _responses(self, responses: list[StreamResponse]) -> bytes:
+        return b"".join(self.frame(stream_json(r)) for r in responses)
+
+    def _error(self, exc: A2AError) -> bytes:
+        return b"event: error\n" + self.frame(rest_error(exc)[1])

@@ -45,6 +45,7 @@ def test_the_card_names_the_configured_public_url_never_the_request_host(card_ap
     assert card["supportedInterfaces"] == [
         {"url": PUBLIC, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": PUBLIC, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        {"url": PUBLIC + "a2a", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
     assert card["name"] == "Helper" and card["description"] == "Answers questions."
     assert card["version"] == "2.1.0"

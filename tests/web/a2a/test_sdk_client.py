@@ -84,9 +84,10 @@ async def test_the_sdk_resolves_the_card_with_the_configured_url(stack: Stack) -
     async with httpx.AsyncClient(timeout=WAIT) as http:
         card = await A2ACardResolver(http, stack.base_url).get_agent_card()
     public = f"http://localhost:{stack.http_port}/"
-    assert [(i.url, i.protocol_version) for i in card.supported_interfaces] == [
-        (public, "1.0"),
-        (public, "0.3"),
+    assert [(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces] == [
+        (public, "JSONRPC", "1.0"),
+        (public, "JSONRPC", "0.3"),
+        (public + "a2a", "HTTP+JSON", "1.0"),
     ]
     assert card.capabilities.streaming and card.capabilities.push_notifications
     assert card.name == "agentik" and card.skills

@@ -157,10 +157,15 @@ def test_agui_refuses_an_unknown_agent_and_a_thread_of_another_agent(
     assert "belongs to agent 'support'" in other.json()["error"]["message"]
 
 
-async def _a2a_send(base_url: str, agent: str, text: str) -> tuple[Any, Any]:
+async def _a2a_send(
+    base_url: str, agent: str, text: str, bindings: tuple[str, ...] = ()
+) -> tuple[Any, Any]:
     async with httpx.AsyncClient(timeout=WAIT) as http:
         card = await A2ACardResolver(http, f"{base_url}/a2a/{agent}/").get_agent_card()
-        client = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+        config = ClientConfig(
+            streaming=False, httpx_client=http, supported_protocol_bindings=list(bindings)
+        )
+        client = ClientFactory(config).create(card)
         message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text=text)])
         try:
             async with asyncio.timeout(WAIT):
@@ -187,6 +192,20 @@ def test_a2a_serves_each_agent_its_own_card_and_endpoint(stack: Stack, llm: Fake
         assert root["name"] == "agentik"  # the root card stays the default agent's
         missing = http.get("/a2a/nobody/.well-known/agent-card.json")
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
+
+
+def test_a2a_serves_each_agent_over_http_json_at_its_own_path(
+    stack: Stack, llm: FakeOpenAI
+) -> None:
+    before = len(llm.requests)
+    card, task = asyncio.run(
+        _a2a_send(stack.base_url, "researcher", "look this up", ("HTTP+JSON",))
+    )
+    rest = [i.url for i in card.supported_interfaces if i.protocol_binding == "HTTP+JSON"]
+    assert len(rest) == 1 and rest[0].endswith("/a2a/researcher")
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    [request] = _since(llm, before)
+    assert (request["model"], request["messages"][0]["content"]) == ("big-model", "You research.")
 
 
 async def _mcp(base_url: str) -> tuple[Any, Any, Any]:

@@ -5,14 +5,17 @@ engine's bearer tokens, human in the loop, push configs, and errors as the spec 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client.card_resolver import parse_agent_card
 from a2a.client.errors import A2AClientError
 from a2a.types import (
     AgentCapabilities,
@@ -46,10 +49,12 @@ from a2a.utils.errors import (
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+from agentik.config import load_settings
 from engine_service.a2a.servicer import SERVICE_NAME
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.engine.harness import WAIT, Harness, engine_settings, running_engine
 from tests.fakes.fake_openai import FakeOpenAI
+from web_facade.a2a.card import card_body, card_config
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
@@ -623,3 +628,65 @@ async def test_the_sdk_client_reads_errors_back_as_its_own_classes(connect: Conn
             await _task(client, request)
         with pytest.raises((A2AClientError, InvalidParamsError)):
             await client.get_task(GetTaskRequest(id=""))
+
+
+# -- from the card -------------------------------------------------------------------
+
+
+async def test_a_peer_that_prefers_grpc_follows_the_facade_card_to_the_engine(
+    engine: Harness,
+) -> None:
+    """The card the facade serves (``[a2a] grpc_url`` set to the engine's address) is all a
+    peer needs: the SDK's factory picks the gRPC interface and the task runs over it."""
+    settings = load_settings(
+        None,
+        {"AGENTIK_PUBLIC_URL": "http://127.0.0.1:9/", "AGENTIK_A2A_GRPC_URL": engine.target},
+    )
+    body, _ = card_body(card_config(settings), "http://127.0.0.1:9/", "1.0")
+    card = parse_agent_card(json.loads(body))
+
+    def channel(url: str) -> grpc.aio.Channel:
+        token = TOKENS["alice"]
+        return grpc.aio.insecure_channel(
+            url, interceptors=[_UnaryBearer(token), _StreamBearer(token)]
+        )
+
+    config = ClientConfig(
+        streaming=False,
+        grpc_channel_factory=channel,
+        supported_protocol_bindings=["GRPC", "JSONRPC"],
+        use_client_preference=True,
+    )
+    client = ClientFactory(config).create(card)
+    try:
+        task = await _task(client, _request("found by the card"))
+    finally:
+        await client.close()
+    assert task.status.state == COMPLETED and _answer(task) == "Echo: found by the card"
+
+
+async def test_the_tenant_names_the_agent_of_the_context_a_message_starts(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text(
+        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
+        '[[agents]]\nname = "support"\nmodel = "small-model"\n'
+    )
+    settings = load_settings(
+        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    )
+    async with running_engine(settings) as running:
+        config = ClientConfig(
+            streaming=False,
+            grpc_channel_factory=grpc.aio.insecure_channel,
+            supported_protocol_bindings=["GRPC"],
+        )
+        client = ClientFactory(config).create(_card(running.target, tenant="support"))
+        try:
+            task = await _task(client, _request("who answers?"))
+        finally:
+            await client.close()
+        session = await running.engine.store.get_session(task.context_id)
+    assert task.status.state == COMPLETED
+    assert session.agent == "support" and llm.requests[-1]["model"] == "small-model"

@@ -12,7 +12,8 @@ With authentication on, the card declares the bearer scheme (``securitySchemes``
 ``securityRequirements``) peers must use; the card itself stays public.
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
-URL). It comes in two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0
+URL), and the engine's A2A gRPC binding when ``[a2a] grpc_url`` says where peers reach it.
+It comes in two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0
 card, which the 1.0 JSON schema accepts (no field it does not name, so none of 0.3's), and
 the 0.3 card — the 1.0 card plus the 0.3 fields (``url``, ``protocolVersion``,
 ``preferredTransport``, ``security``, the 0.3 form of each security scheme) — for peers that
@@ -52,6 +53,7 @@ __all__ = [
     "card_body",
     "card_config",
     "card_shape",
+    "grpc_interfaces",
 ]
 
 CardShape = Literal["1.0", "0.3"]
@@ -105,6 +107,10 @@ class CardConfig:
     """"" when callers need no credentials, else the bearer format ("opaque" or "JWT")."""
     reflect_host: bool = True
     """Without a public URL: whether the request's own URL may stand in for it."""
+    grpc_url: str = ""
+    """Where peers reach the engine's A2A gRPC binding (``[a2a] grpc_url``); "": not listed."""
+    tenant: str = ""
+    """The agent a per-agent card is of: the gRPC interface's ``tenant`` ("": the default)."""
     modified: datetime = field(default_factory=lambda: _whole_seconds(datetime.now(UTC)))
     """When these settings were read: the card's ``Last-Modified``. The card is built from
     them alone and they are read once per process, so it cannot have changed later."""
@@ -137,7 +143,23 @@ def card_config(settings: Settings) -> CardConfig:
         skills=skills_of(settings.a2a.skills),
         auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",
         reflect_host=is_loopback(settings.web.http_addr),
+        grpc_url=settings.a2a.grpc_url,
     )
+
+
+def grpc_interfaces(config: CardConfig) -> list[AgentInterface]:
+    """The engine's A2A gRPC binding, when its public address is configured; a request's
+    ``tenant`` names the agent (docs/a2a.md#the-grpc-binding)."""
+    if not config.grpc_url:
+        return []
+    return [
+        AgentInterface(
+            url=config.grpc_url,
+            protocol_binding="GRPC",
+            protocol_version="1.0",
+            tenant=config.tenant,
+        )
+    ]
 
 
 def _card(config: CardConfig, url: str) -> AgentCard:
@@ -148,6 +170,7 @@ def _card(config: CardConfig, url: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
+            *grpc_interfaces(config),
         ],
         capabilities=AgentCapabilities(
             streaming=True, push_notifications=True, extended_agent_card=False

@@ -53,6 +53,7 @@ from agentik.config import load_settings
 from engine_service.a2a.servicer import SERVICE_NAME
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.engine.harness import WAIT, Harness, engine_settings, running_engine
+from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
 from web_facade.a2a.card import card_body, card_config
 
@@ -690,3 +691,34 @@ async def test_the_tenant_names_the_agent_of_the_context_a_message_starts(
         session = await running.engine.store.get_session(task.context_id)
     assert task.status.state == COMPLETED
     assert session.agent == "support" and llm.requests[-1]["model"] == "small-model"
+
+
+async def test_a_push_config_sent_with_the_message_gets_the_task_s_updates(
+    connect: Connect,
+) -> None:
+    with Receiver() as hook:
+        async with connect(streaming=False) as client:
+            request = _request("push my updates")
+            push = request.configuration.task_push_notification_config
+            push.url, push.token = hook.url, "peer-token-1"
+            push.authentication.scheme = "Bearer"
+            push.authentication.credentials = "peer-credential-1"
+            task = await _task(client, request)
+            got = await asyncio.to_thread(hook.wait_for, 3, WAIT)
+    bodies = [json.loads(g.body) for g in got]
+    assert [next(iter(b)) for b in bodies] == ["statusUpdate", "artifactUpdate", "statusUpdate"]
+    assert {b[next(iter(b))]["taskId"] for b in bodies} == {task.id}
+    assert bodies[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert got[0].headers["x-a2a-notification-token"] == "peer-token-1"
+    assert got[0].headers["authorization"] == "Bearer peer-credential-1"
+
+
+async def test_subscribing_to_a_task_that_waits_for_input_gives_the_task_alone(
+    connect: Connect,
+) -> None:
+    async with connect(streaming=False) as client, connect() as watcher:
+        paused = await _task(client, _request(_CALCULATE))
+        watched = await _collect(watcher.subscribe(SubscribeToTaskRequest(id=paused.id)))
+    assert [e.WhichOneof("payload") for e in watched] == ["task"]
+    assert watched[0].task.status.state == INPUT_REQUIRED
+    assert watched[0].task.status.message == paused.status.message

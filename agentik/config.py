@@ -287,6 +287,11 @@ def _address(*, port_zero_ok: bool) -> Parser:
     return parse
 
 
+def _optional_public_address(raw: object, from_env: bool) -> object:
+    """HOST:PORT a peer dials (port 1-65535), or "" for none."""
+    return _address(port_zero_ok=False)(raw, from_env) if _text(raw) else ""
+
+
 def _optional_address(raw: object, from_env: bool) -> object:
     """HOST:PORT, or "" for off."""
     return _address(port_zero_ok=True)(raw, from_env) if _text(raw) else ""
@@ -789,6 +794,11 @@ class A2aSettings:
 
     public_url: str = setting("", "AGENTIK_PUBLIC_URL", _optional_http_url)
     """Where peers reach the facade (the card's URL); empty: the request's own URL."""
+    grpc_url: str = setting(
+        "", "AGENTIK_A2A_GRPC_URL", _optional_public_address, flat="a2a_grpc_url"
+    )
+    """Where peers reach the engine's A2A gRPC binding (HOST:PORT), listed on the card
+    beside JSON-RPC; empty: the card lists no gRPC interface."""
     name: str = setting("agentik", "AGENTIK_AGENT_NAME", _nonempty, flat="agent_name")
     description: str = setting("", "AGENTIK_AGENT_DESCRIPTION", _prompt, flat="agent_description")
     """Empty: a sentence about agentik."""

@@ -1,4 +1,5 @@
-"""The engine's gRPC server: AgentEngine, health and reflection on one ``grpc.aio`` server.
+"""The engine's gRPC server: AgentEngine, A2A's gRPC binding, health and reflection on one
+``grpc.aio`` server.
 
 Start: the configured MCP servers connect in the background; one that fails never stops
 the engine (its tools are absent, the log says why). Runs left running by a dead engine
@@ -27,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
+from a2a.types import a2a_pb2_grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
@@ -37,6 +39,8 @@ from agentik.config import Settings, refuse_open_exposure
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from engine_service.a2a.servicer import SERVICE_NAME as A2A_SERVICE_NAME
+from engine_service.a2a.servicer import A2aServicer
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_delivery_worker, build_mcp_sources
 from engine_service.core.deliveries import Delivery, DeliveryStatus, SendResult
@@ -205,10 +209,18 @@ class EngineServer:
             ),
             self.server,
         )
+        # A2A's gRPC binding, on the same port and behind the same gate (docs/a2a.md).
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            A2aServicer(engine, self.gate), self.server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         _enable_reflection(
             self.server,
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
+            (
+                SERVICE_NAME,
+                A2A_SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            ),
         )
 
     def _webhook_attempt(self, delivery: Delivery, result: SendResult) -> None:

@@ -33,7 +33,8 @@ def check_agent(settings: Settings, name: str) -> str:
 def agent_card_config(settings: Settings, name: str, root: Any, skills: Any) -> Any:
     """The A2A card settings of agent ``name``: ``root`` (the server's card settings) with
     the agent's name, description and skills (``skills`` parses a skill list). The
-    default agent without an ``[[agents]]`` entry keeps the root card's."""
+    default agent without an ``[[agents]]`` entry keeps the root card's. The agent's name is
+    the ``tenant`` of its card's gRPC interface."""
     own = next((a for a in settings.agent.agents if a.name == name), None)
     if own is None:
         return root
@@ -52,6 +53,7 @@ def agent_card_config(settings: Settings, name: str, root: Any, skills: Any) -> 
         configured = tuple({"examples": list(own.examples), **skill} for skill in configured)
     return replace(
         root,
+        tenant=own.name,
         name=own.name,
         description=own.description or root.description,
         skills=skills(configured),

@@ -9,10 +9,10 @@ import io
 from a2a.types import Task, TaskState
 from google.protobuf import struct_pb2
 
+from agentik.a2a.convert import RunStream
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik_chat.api import Event
 from agentik_chat.render import Renderer
-from web_facade.a2a.convert import RunStream
 
 VALUE: dict[str, str | int] = {
     "mode": "summarize",

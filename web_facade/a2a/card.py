@@ -12,10 +12,11 @@ With authentication on, the card declares the bearer scheme (``securitySchemes``
 ``securityRequirements``) peers must use; the card itself stays public.
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
-URL), and the HTTP+JSON interface (1.0) at ``{url}/a2a`` (an agent's: its ``/a2a/{agent}``).
-It comes in two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0 card,
-which the 1.0 JSON schema accepts (no field it does not name, so none of 0.3's), and the
-0.3 card — the 1.0 card plus the 0.3 fields (``url``, ``protocolVersion``,
+URL), the HTTP+JSON interface (1.0) at ``{url}/a2a`` (an agent's: its ``/a2a/{agent}``), and
+the engine's A2A gRPC binding when ``[a2a] grpc_url`` says where peers reach it. It comes in
+two shapes (:func:`card_shape` picks one per request): the strict A2A 1.0 card, which the 1.0
+JSON schema accepts (no field it does not name, so none of 0.3's), and the 0.3 card — the 1.0
+card plus the 0.3 fields (``url``, ``protocolVersion``,
 ``preferredTransport``, ``security``, the 0.3 form of each security scheme) — for peers that
 ask for A2A 0.3.
 """
@@ -54,6 +55,7 @@ __all__ = [
     "card_config",
     "card_shape",
     "http_json_interface",
+    "grpc_interfaces",
 ]
 
 CardShape = Literal["1.0", "0.3"]
@@ -110,6 +112,10 @@ class CardConfig:
     http_json_path: str = "a2a"
     """Where the HTTP+JSON binding is below the card's URL: ``a2a`` for the root card
     (``/a2a/message:send``), "" for an agent's card, whose URL is already ``/a2a/{agent}/``."""
+    grpc_url: str = ""
+    """Where peers reach the engine's A2A gRPC binding (``[a2a] grpc_url``); "": not listed."""
+    tenant: str = ""
+    """The agent a per-agent card is of: the gRPC interface's ``tenant`` ("": the default)."""
     modified: datetime = field(default_factory=lambda: _whole_seconds(datetime.now(UTC)))
     """When these settings were read: the card's ``Last-Modified``. The card is built from
     them alone and they are read once per process, so it cannot have changed later."""
@@ -142,7 +148,23 @@ def card_config(settings: Settings) -> CardConfig:
         skills=skills_of(settings.a2a.skills),
         auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",
         reflect_host=is_loopback(settings.web.http_addr),
+        grpc_url=settings.a2a.grpc_url,
     )
+
+
+def grpc_interfaces(config: CardConfig) -> list[AgentInterface]:
+    """The engine's A2A gRPC binding, when its public address is configured; a request's
+    ``tenant`` names the agent (docs/a2a.md#the-grpc-binding)."""
+    if not config.grpc_url:
+        return []
+    return [
+        AgentInterface(
+            url=config.grpc_url,
+            protocol_binding="GRPC",
+            protocol_version="1.0",
+            tenant=config.tenant,
+        )
+    ]
 
 
 def _card(config: CardConfig, url: str) -> AgentCard:
@@ -154,6 +176,7 @@ def _card(config: CardConfig, url: str) -> AgentCard:
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
             http_json_interface(config, url),
+            *grpc_interfaces(config),
         ],
         capabilities=AgentCapabilities(
             streaming=True, push_notifications=True, extended_agent_card=False

@@ -57,6 +57,7 @@ from a2a.utils.errors import (
     VersionNotSupportedError,
 )
 
+from agentik.a2a.errors import DOMAIN, GRPC_ERRORS, invalid_params
 from web_facade.errors import from_rpc_error
 
 __all__ = [
@@ -72,9 +73,6 @@ __all__ = [
     "rest_error",
     "invalid_params",
 ]
-
-DOMAIN = "a2a-protocol.org"
-"""The ErrorInfo domain the A2A spec (and the SDK) use."""
 
 ERRORS: dict[type[A2AError], tuple[int, str]] = {
     JSONParseError: (-32700, "PARSE_ERROR"),
@@ -119,18 +117,6 @@ ERRORS[AuthenticationRequired] = (-32600, "UNAUTHENTICATED")
 ERRORS[RateLimitedError] = (-32600, "RATE_LIMITED")
 ERRORS[BudgetExceededError] = (-32600, "BUDGET_EXCEEDED")
 
-GRPC_ERRORS: dict[grpc.StatusCode, type[A2AError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidParamsError,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidParamsError,
-    grpc.StatusCode.ALREADY_EXISTS: InvalidParamsError,
-    grpc.StatusCode.NOT_FOUND: TaskNotFoundError,
-    # The engine's only precondition: the context has a task in flight. A2A has no
-    # "busy" error; the operation is refused until that task ends.
-    grpc.StatusCode.FAILED_PRECONDITION: UnsupportedOperationError,
-    grpc.StatusCode.UNIMPLEMENTED: UnsupportedOperationError,
-}
-"""gRPC status of an engine call → A2A error; any other status is InternalError."""
-
 HTTP_ERRORS: dict[type[A2AError], tuple[int, str]] = {
     JSONParseError: (400, "INVALID_ARGUMENT"),
     InvalidRequestError: (400, "INVALID_ARGUMENT"),
@@ -154,11 +140,6 @@ HTTP_ERRORS: dict[type[A2AError], tuple[int, str]] = {
 
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
-
-
-def invalid_params(field: str, message: str) -> InvalidParamsError:
-    """InvalidParams whose message and ErrorInfo name ``field`` (``message.parts[0]``)."""
-    return InvalidParamsError(f"{field}: {message}", data={"field": field})
 
 
 def from_rpc(exc: grpc.RpcError) -> A2AError:

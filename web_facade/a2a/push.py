@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import grpc
 from a2a.types import (
-    AuthenticationInfo,
     DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
     ListTaskPushNotificationConfigsRequest,
@@ -20,24 +19,13 @@ from a2a.types import (
 )
 from a2a.utils.errors import A2AError, TaskNotFoundError
 
+from agentik.a2a.rules import a2a_push_config, check_task_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a.errors import from_rpc
-from web_facade.a2a.tasks import check_task_id
 from web_facade.engine_client import UNARY_TIMEOUT
 
 __all__ = ["PushConfigService"]
-
-
-def _a2a(config: pb.PushConfig) -> TaskPushNotificationConfig:
-    out = TaskPushNotificationConfig(
-        id=config.id, task_id=config.task_id, url=config.url, token=config.token
-    )
-    if config.auth_scheme:
-        out.authentication.CopyFrom(
-            AuthenticationInfo(scheme=config.auth_scheme, credentials=config.auth_credentials)
-        )
-    return out
 
 
 def _refused(task_id: str, exc: grpc.RpcError) -> A2AError:
@@ -68,7 +56,7 @@ class PushConfigService:
             )
         except grpc.RpcError as exc:
             raise _refused(config.task_id, exc) from None
-        return _a2a(made)
+        return a2a_push_config(made)
 
     def get(self, query: GetTaskPushNotificationConfigRequest) -> TaskPushNotificationConfig:
         check_task_id(query.task_id)
@@ -79,7 +67,7 @@ class PushConfigService:
             )
         except grpc.RpcError as exc:
             raise _refused(query.task_id, exc) from None
-        return _a2a(found)
+        return a2a_push_config(found)
 
     def list(
         self, query: ListTaskPushNotificationConfigsRequest
@@ -92,7 +80,9 @@ class PushConfigService:
         except grpc.RpcError as exc:
             raise _refused(query.task_id, exc) from None
         # Every config of a task fits one page ([webhooks] max_push_configs bounds them).
-        return ListTaskPushNotificationConfigsResponse(configs=[_a2a(c) for c in page.configs])
+        return ListTaskPushNotificationConfigsResponse(
+            configs=[a2a_push_config(c) for c in page.configs]
+        )
 
     def delete(self, query: DeleteTaskPushNotificationConfigRequest) -> None:
         check_task_id(query.task_id)

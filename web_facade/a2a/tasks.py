@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Final
 
 import grpc
 from a2a.types import (
@@ -41,18 +40,26 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
-from agentik.ids import ID_RULE, is_valid_id
+from agentik.a2a.convert import RunStream, check_message, engine_content, task_from_runs
+from agentik.a2a.errors import invalid_params
+from agentik.a2a.interrupts import resume_entries
+from agentik.a2a.rules import (
+    CANCEL_WAIT,
+    DEFAULT_PAGE_SIZE,
+    FIRST_WINDOW,
+    LISTED_MESSAGES,
+    MAX_PAGE_SIZE,
+    MAX_TURNS,
+    TEXT_MODES,
+    check_task_id,
+    engine_push_config,
+    state_name,
+    state_of,
+    task_of_chain,
+)
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
-from web_facade.a2a.convert import (
-    RunStream,
-    check_message,
-    engine_content,
-    task_from_run,
-    task_from_runs,
-)
-from web_facade.a2a.errors import from_rpc, invalid_params
-from web_facade.a2a.interrupts import resume_entries
+from web_facade.a2a.errors import from_rpc
 from web_facade.engine_client import UNARY_TIMEOUT
 from web_facade.stream import OPEN_WAIT, POLL, EventRelay, Resume, open_relay
 
@@ -64,22 +71,6 @@ __all__ = [
     "TaskService",
     "check_task_id",
 ]
-
-DEFAULT_PAGE_SIZE: Final = 50
-MAX_PAGE_SIZE: Final = 100
-"""The spec's bounds on ``ListTasks.pageSize``."""
-CANCEL_WAIT: Final = 10.0
-"""Seconds a cancel waits for the run it interrupted to end."""
-_FIRST_WINDOW: Final = 64
-"""Events looked back at first when a subscriber searches a live run's first event."""
-TEXT_MODES: Final = frozenset({"text/plain", "text/*", "*/*", "text"})
-"""``acceptedOutputModes`` values our text answers satisfy."""
-LISTED_MESSAGES: Final = 100
-"""Most of a task's latest stored messages ListTasks shows (GetTask shows them all)."""
-_ID_SHOWN: Final = 40
-"""Characters of a refused id an error shows."""
-MAX_TURNS: Final = 1000
-"""Most runs followed in one task's chain (a bound on a walk through stored links)."""
 
 
 class TaskService:
@@ -211,7 +202,7 @@ class TaskService:
             raise from_rpc(exc) from None
         tasks = []
         for chain in page.chains:
-            task = apply_history_length(_task_of_chain(chain), request)
+            task = apply_history_length(task_of_chain(chain), request)
             if not request.include_artifacts:
                 task.ClearField("artifacts")
             tasks.append(task)
@@ -265,16 +256,7 @@ class TaskService:
         if config.HasField("task_push_notification_config"):
             push = config.task_push_notification_config
             # Set by the engine as the run begins: nothing of the task is pushed before.
-            run_request.push_configs.append(
-                pb.PushConfig(
-                    id=push.id,
-                    task_id=task.id,
-                    url=push.url,
-                    token=push.token,
-                    auth_scheme=push.authentication.scheme,
-                    auth_credentials=push.authentication.credentials,
-                )
-            )
+            run_request.push_configs.append(engine_push_config(push, task.id))
         return run_request, task
 
     def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
@@ -314,7 +296,7 @@ class TaskService:
                 f"{message.context_id!r} is not the context of task {root.id!r}",
             )
         if latest.status != pb.RUN_STATUS_INPUT_REQUIRED or latest.resumed_by_run_id:
-            state = _state_of(latest)
+            state = state_of(latest)
             if latest.status == pb.RUN_STATUS_RUNNING:
                 raise UnsupportedOperationError(
                     f"task {root.id!r} is working and takes no message until it waits for "
@@ -445,7 +427,7 @@ class TaskService:
         latest = runs[-1]
         waiting = latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id
         if latest.status != pb.RUN_STATUS_RUNNING and not waiting:
-            raise TaskNotCancelableError(f"task {task_id!r} is already {_state_of(latest)}")
+            raise TaskNotCancelableError(f"task {task_id!r} is already {state_of(latest)}")
         last_seq = 0 if waiting else self._last_seq(latest.session_id)
         try:
             self._engine.Interrupt(
@@ -458,7 +440,7 @@ class TaskService:
             self._wait_for_end(latest.session_id, latest.id, last_seq)
         task = self._task(self._chain(task_id))
         if task.status.state != TaskState.TASK_STATE_CANCELED:
-            state = _state_name(task.status.state)
+            state = state_name(task.status.state)
             raise TaskNotCancelableError(f"task {task_id!r} ended as {state} before it stopped")
         return task
 
@@ -472,7 +454,7 @@ class TaskService:
             return self._task(runs)
         if latest.status != pb.RUN_STATUS_RUNNING:
             raise UnsupportedOperationError(
-                f"task {task_id!r} is {_state_of(latest)}: nothing more will happen; use GetTask"
+                f"task {task_id!r} is {state_of(latest)}: nothing more will happen; use GetTask"
             )
         messages = [self._messages(run) for run in runs]
         snapshot = task_from_runs(runs, messages)
@@ -495,7 +477,7 @@ class TaskService:
         and widen it until the run's first event (RUN_STARTED) is inside.
         """
         last_seq = self._last_seq(run.session_id)
-        window = _FIRST_WINDOW
+        window = FIRST_WINDOW
         while True:
             after = max(0, last_seq - window)
             subscription = pb.SubscribeRequest(
@@ -544,32 +526,6 @@ class TaskFollow:
         """The responses for one engine event (the engine shows a run's terminal event
         only once it stored the run's end: a GetTask right after it reads the final state)."""
         return self._stream.feed(event)
-
-
-def check_task_id(task_id: str) -> None:
-    """Refuse a task id the engine's id rule refuses, before any engine call; the refusal
-    shows only a short prefix of it (a 900 KB id must not come back as a 900 KB error)."""
-    if not task_id:
-        raise invalid_params("id", "is required")
-    if not is_valid_id(task_id):
-        shown = repr(task_id[:_ID_SHOWN]) + ("…" if len(task_id) > _ID_SHOWN else "")
-        raise invalid_params("id", f"{shown} is not a valid task id: ids are {ID_RULE}")
-
-
-def _task_of_chain(chain: pb.RunChain) -> Task:
-    """The task one chain of runs is, from the latest messages the engine gave."""
-    by_run: dict[str, list[pb.Message]] = {run.id: [] for run in chain.runs}
-    for message in chain.messages:
-        by_run.setdefault(message.run_id, []).append(message)
-    return task_from_runs(chain.runs, [by_run[run.id] for run in chain.runs])
-
-
-def _state_name(state: int) -> str:
-    return TaskState.Name(state).removeprefix("TASK_STATE_").lower()
-
-
-def _state_of(run: pb.RunInfo) -> str:
-    return _state_name(task_from_run(run, ()).status.state)
 
 
 def _relayed(item: object) -> pb.Event | None:

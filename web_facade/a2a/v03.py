@@ -16,7 +16,7 @@ from a2a.compat.v0_3 import types as v03
 from a2a.types import SendMessageRequest, StreamResponse, Task, TaskState
 from pydantic import BaseModel, ValidationError
 
-from web_facade.a2a.convert import answer_message
+from agentik.a2a.convert import answer_message
 from web_facade.a2a.errors import invalid_params
 
 __all__ = ["send_request", "send_result", "stream_json", "task_id", "task_json", "task_query"]

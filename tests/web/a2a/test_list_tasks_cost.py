@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from agentik.a2a.rules import LISTED_MESSAGES
 from engine_service.core.models import ImagePart, Message, Role, RunStatus, TextPart
 from engine_service.stores import SqliteSessionStore
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.conftest import V10
 from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
 from web_facade import create_app
-from web_facade.a2a.tasks import LISTED_MESSAGES
 from web_facade.engine_client import EngineClient
 
 ALICE = {"Authorization": "Bearer secret-a", **V10}

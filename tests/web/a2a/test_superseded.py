@@ -9,8 +9,8 @@ from typing import Any
 from a2a.types import Task, TaskState
 from google.protobuf import struct_pb2
 
+from agentik.a2a.convert import SUPERSEDED, RunStream
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.a2a.convert import SUPERSEDED, RunStream
 
 
 def _event(seq: int, body: dict[str, Any]) -> pb.Event:

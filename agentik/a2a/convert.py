@@ -29,11 +29,11 @@ from a2a.types import (
 from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from agentik.a2a.errors import invalid_params
+from agentik.a2a.interrupts import input_required_message
 from agentik.ids import ID_RULE, is_valid_id
+from agentik.proto_json import json_value
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.a2a.errors import invalid_params
-from web_facade.a2a.interrupts import input_required_message
-from web_facade.proto_json import json_value
 
 __all__ = [
     "ANSWER",

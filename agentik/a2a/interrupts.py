@@ -22,9 +22,9 @@ from typing import Any, Final
 from a2a.types import Message, Part, Role, Task
 from google.protobuf import json_format, struct_pb2
 
+from agentik.a2a.errors import invalid_params
+from agentik.proto_json import json_value
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.a2a.errors import invalid_params
-from web_facade.proto_json import json_value
 
 __all__ = ["NO", "YES", "input_required_message", "interrupt_json", "resume_entries"]
 

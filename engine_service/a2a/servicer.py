@@ -1,0 +1,279 @@
+"""A2A's gRPC binding (A2A 1.0 §10): ``lf.a2a.v1.A2AService`` beside ``AgentEngine``.
+
+The service is the a2a-sdk's generated one (``a2a.types.a2a_pb2_grpc``, pinned by the
+``a2a-sdk`` dependency). Each call passes the engine's ``Gate`` with its ``authorization``
+metadata, as every ``AgentEngine`` call does, and acts as the caller it names: a task is
+visible to its owner (and admins) only, a stranger's is TaskNotFound. A request's
+``tenant`` names the agent a new task's context belongs to (the agent's card lists the
+gRPC interface with its name as the tenant); "" is the default agent.
+
+The tasks are the engine's runs, read and started as the JSON-RPC binding does
+(``engine_service.a2a.tasks``); errors through ``engine_service.a2a.errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from a2a.types import a2a_pb2 as a2a_pb
+from a2a.types import a2a_pb2_grpc as a2a_grpc
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    VersionNotSupportedError,
+)
+from google.protobuf import empty_pb2
+
+from agentik.a2a.convert import RunStream
+from agentik.a2a.errors import invalid_params
+from agentik.a2a.rules import a2a_push_config, check_task_id, engine_push_config
+from agentik.ids import is_valid_id
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.a2a.errors import a2a_error, abort_a2a
+from engine_service.a2a.tasks import EngineTasks
+from engine_service.auth import Gate
+from engine_service.convert import push_config_from_pb, push_config_to_pb
+from engine_service.core.caller import Caller
+from engine_service.core.engine import Engine
+from engine_service.core.errors import AgentikError
+from engine_service.core.run_webhooks import PushConfigs
+from engine_service.servicer import Context, _abort, _authorization
+
+__all__ = ["SERVICE_NAME", "A2aServicer"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: Final = a2a_pb.DESCRIPTOR.services_by_name["A2AService"].full_name
+"""``lf.a2a.v1.A2AService``."""
+VERSION_KEY: Final = "a2a-version"
+"""The metadata key of the A2A version a client speaks (the SDK sends ``1.0``)."""
+_VERSION: Final = re.compile(r"^\s*(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?\s*$")
+
+T = TypeVar("T")
+
+
+def _metadata(context: Context, key: str) -> str:
+    for name, value in context.invocation_metadata() or ():
+        if name == key and isinstance(value, str):
+            return value
+    return ""
+
+
+def _check_version(context: Context) -> None:
+    """This binding speaks A2A 1.x; no version said is the current one."""
+    raw = _metadata(context, VERSION_KEY).strip()
+    if not raw:
+        return
+    match = _VERSION.match(raw)
+    if match is None or int(match[1]) != 1:
+        raise VersionNotSupportedError(
+            f"A2A version {raw[:20]!r} is not supported over gRPC; this agent speaks 1.0",
+            data={"supportedVersions": "1.0"},
+        )
+
+
+async def _unexpected(context: Context) -> None:
+    """End the call with INTERNAL for an unexpected exception (being handled): the
+    client gets a reference to the log, never the exception's class or message."""
+    reference = uuid.uuid4().hex[:12]
+    log.exception("unexpected error in an A2A call (ref %s)", reference)
+    await abort_a2a(context, InternalError(f"internal error; see the engine log (ref {reference})"))
+
+
+async def _fail(context: Context, exc: Exception) -> None:
+    """End the call with the error ``exc`` is (being handled)."""
+    if isinstance(exc, AgentikError):
+        mapped = a2a_error(exc)
+        if isinstance(mapped, AgentikError):
+            await _abort(context, mapped)
+        exc = mapped
+    if isinstance(exc, A2AError):
+        await abort_a2a(context, exc)
+    await _unexpected(context)
+
+
+class A2aServicer(a2a_grpc.A2AServiceServicer):
+    """``lf.a2a.v1.A2AService`` over an ``Engine``."""
+
+    def __init__(self, engine: Engine, gate: Gate) -> None:
+        self.engine = engine
+        self.gate = gate
+
+    def _admit(self, context: Context, tenant: str) -> tuple[Caller, str]:
+        """The caller and the agent of the call; raises for what refuses it."""
+        caller = self.gate.admit(_authorization(context))
+        _check_version(context)
+        if tenant and (not is_valid_id(tenant) or tenant not in self.engine.agents):
+            names = ", ".join(profile.name for profile in self.engine.agents)
+            raise invalid_params(
+                "tenant", f"{tenant[:64]!r} is no agent served here; the agents are: {names}"
+            )
+        return caller, tenant
+
+    def _tasks(self, context: Context, tenant: str) -> EngineTasks:
+        caller, agent = self._admit(context, tenant)
+        return EngineTasks(self.engine, caller, agent)
+
+    async def _answer(self, context: Context, call: Callable[[], Awaitable[T]]) -> T:
+        """``call``'s answer, or the call ends with the error it raised."""
+        try:
+            return await call()
+        except Exception as exc:  # every error is answered, in the binding's words
+            await _fail(context, exc)
+            raise  # unreachable: abort raises
+
+    # -- messages -----------------------------------------------------------------
+
+    async def SendMessage(
+        self, request: a2a_pb.SendMessageRequest, context: Context
+    ) -> a2a_pb.SendMessageResponse:
+        async def send() -> a2a_pb.SendMessageResponse:
+            task = await self._tasks(context, request.tenant).send_message(request)
+            return a2a_pb.SendMessageResponse(task=task)
+
+        return await self._answer(context, send)
+
+    async def SendStreamingMessage(
+        self, request: a2a_pb.SendMessageRequest, context: Context
+    ) -> AsyncIterator[a2a_pb.StreamResponse]:
+        async def start() -> tuple[EngineTasks, Any]:
+            tasks = self._tasks(context, request.tenant)
+            return tasks, await tasks.start(request)
+
+        tasks, (handle, stream) = await self._answer(context, start)
+        async for response in self._follow(context, stream, tasks.events(handle), []):
+            yield response
+
+    async def _follow(
+        self,
+        context: Context,
+        stream: RunStream,
+        events: AsyncIterator[pb.Event],
+        first: list[a2a_pb.StreamResponse],
+    ) -> AsyncIterator[a2a_pb.StreamResponse]:
+        """``first``, then each event of the run folded into stream responses, until the
+        task's final (or interrupted) state."""
+        for response in first:
+            yield response
+        failure: Exception | None = None
+        try:
+            async for event in events:
+                for response in stream.feed(event):
+                    yield response
+                if stream.done:
+                    return
+        except Exception as exc:  # answered below, outside the generator's cleanup
+            failure = exc
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+        if failure is None:
+            failure = InternalError("the engine ended the task's stream early; ask with GetTask")
+        await _fail(context, failure)
+
+    # -- tasks --------------------------------------------------------------------
+
+    async def GetTask(self, request: a2a_pb.GetTaskRequest, context: Context) -> a2a_pb.Task:
+        length = request.history_length if request.HasField("history_length") else None
+        return await self._answer(
+            context, lambda: self._tasks(context, request.tenant).get_task(request.id, length)
+        )
+
+    async def ListTasks(
+        self, request: a2a_pb.ListTasksRequest, context: Context
+    ) -> a2a_pb.ListTasksResponse:
+        return await self._answer(
+            context, lambda: self._tasks(context, request.tenant).list_tasks(request)
+        )
+
+    async def CancelTask(self, request: a2a_pb.CancelTaskRequest, context: Context) -> a2a_pb.Task:
+        return await self._answer(
+            context, lambda: self._tasks(context, request.tenant).cancel_task(request.id)
+        )
+
+    async def SubscribeToTask(
+        self, request: a2a_pb.SubscribeToTaskRequest, context: Context
+    ) -> AsyncIterator[a2a_pb.StreamResponse]:
+        async def subscribe() -> Any:
+            return await self._tasks(context, request.tenant).subscribe(request.id)
+
+        first, stream, events = await self._answer(context, subscribe)
+        if stream is None or events is None:  # waiting for input: the task is all there is
+            for response in first:
+                yield response
+            return
+        async for response in self._follow(context, stream, events, first):
+            yield response
+
+    # -- push notification configs ------------------------------------------------
+
+    def _push(self) -> PushConfigs:
+        if self.engine.notices.push is None:  # the server always sets it; a bare engine has none
+            raise InternalError("push notifications are not available on this engine")
+        return self.engine.notices.push
+
+    async def CreateTaskPushNotificationConfig(
+        self, request: a2a_pb.TaskPushNotificationConfig, context: Context
+    ) -> a2a_pb.TaskPushNotificationConfig:
+        async def create() -> a2a_pb.TaskPushNotificationConfig:
+            caller, _ = self._admit(context, request.tenant)
+            check_task_id(request.task_id)
+            config = push_config_from_pb(engine_push_config(request, request.task_id))
+            made = await self._push().set(caller, config)
+            return a2a_push_config(push_config_to_pb(made))
+
+        return await self._answer(context, create)
+
+    async def GetTaskPushNotificationConfig(
+        self, request: a2a_pb.GetTaskPushNotificationConfigRequest, context: Context
+    ) -> a2a_pb.TaskPushNotificationConfig:
+        async def get() -> a2a_pb.TaskPushNotificationConfig:
+            caller, _ = self._admit(context, request.tenant)
+            check_task_id(request.task_id)
+            found = await self._push().get(caller, request.task_id, request.id)
+            return a2a_push_config(push_config_to_pb(found))
+
+        return await self._answer(context, get)
+
+    async def ListTaskPushNotificationConfigs(
+        self, request: a2a_pb.ListTaskPushNotificationConfigsRequest, context: Context
+    ) -> a2a_pb.ListTaskPushNotificationConfigsResponse:
+        async def listed() -> a2a_pb.ListTaskPushNotificationConfigsResponse:
+            caller, _ = self._admit(context, request.tenant)
+            check_task_id(request.task_id)
+            configs = await self._push().list(caller, request.task_id)
+            # Every config of a task fits one page ([webhooks] max_push_configs bounds them).
+            return a2a_pb.ListTaskPushNotificationConfigsResponse(
+                configs=[a2a_push_config(push_config_to_pb(c)) for c in configs]
+            )
+
+        return await self._answer(context, listed)
+
+    async def DeleteTaskPushNotificationConfig(
+        self, request: a2a_pb.DeleteTaskPushNotificationConfigRequest, context: Context
+    ) -> empty_pb2.Empty:
+        async def delete() -> empty_pb2.Empty:
+            caller, _ = self._admit(context, request.tenant)
+            check_task_id(request.task_id)
+            await self._push().delete(caller, request.task_id, request.id)
+            return empty_pb2.Empty()
+
+        return await self._answer(context, delete)
+
+    # -- the card -----------------------------------------------------------------
+
+    async def GetExtendedAgentCard(
+        self, request: a2a_pb.GetExtendedAgentCardRequest, context: Context
+    ) -> a2a_pb.AgentCard:
+        async def card() -> a2a_pb.AgentCard:
+            self._admit(context, request.tenant)
+            # The card is the facade's (web_facade/a2a/card.py): it serves no extended one.
+            raise ExtendedAgentCardNotConfiguredError("this agent has no extended agent card")
+
+        return await self._answer(context, card)

@@ -1,0 +1,476 @@
+"""A2A task operations on the engine in this process, for the gRPC binding.
+
+The same tasks as the facade's JSON-RPC binding (``web_facade/a2a/tasks.py``): a task is a
+chain of runs, its first run's id the task's, its context their session; a task that waits
+for a person is answered by a run that resumes its latest run. The two differ only in how
+they reach the engine: the facade calls it over gRPC, this calls the ``Engine`` directly,
+as the caller the request's credentials name (so owner isolation is the engine's own). The
+A2A side of both is ``agentik.a2a``: the conversions, the reading of a person's reply, the
+rules and the errors.
+
+Each method answers with the SDK's types or raises an ``A2AError``; a refusal of the
+engine with no A2A meaning (credentials, rate, budget, health) is raised as the core's
+``AgentikError`` for the servicer to answer in the engine's own words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+from a2a.types import (
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.task import apply_history_length
+
+from agentik.a2a.convert import RunStream, check_message, engine_content, task_from_runs
+from agentik.a2a.errors import invalid_params
+from agentik.a2a.interrupts import resume_entries
+from agentik.a2a.rules import (
+    CANCEL_WAIT,
+    DEFAULT_PAGE_SIZE,
+    FIRST_WINDOW,
+    LISTED_MESSAGES,
+    MAX_PAGE_SIZE,
+    MAX_TURNS,
+    TEXT_MODES,
+    check_task_id,
+    engine_push_config,
+    state_name,
+    state_of,
+    task_of_chain,
+)
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.a2a.errors import a2a_error
+from engine_service.convert import event_to_pb, message_to_pb, run_input_from_pb, run_to_pb
+from engine_service.core import events as ev
+from engine_service.core.caller import Caller
+from engine_service.core.engine import Engine, RunHandle
+from engine_service.core.errors import AgentikError, InvalidInput, RunNotFound, SessionNotFound
+
+__all__ = ["EngineTasks"]
+
+
+async def _closed(events: AsyncIterator[pb.Event]) -> None:
+    """Close an event stream the task no longer follows."""
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await close()
+
+
+class EngineTasks:
+    """A2A's task methods for one caller, each a few calls of the engine."""
+
+    def __init__(self, engine: Engine, caller: Caller, agent: str = "") -> None:
+        """``agent``: the agent of the contexts a new message starts ("": the default)."""
+        self._engine = engine
+        self._caller = caller
+        self._agent = agent
+
+    # -- reading ------------------------------------------------------------------
+
+    async def _get_run(self, run_id: str) -> pb.RunInfo:
+        try:
+            return run_to_pb(await self._engine.get_run(self._caller, run_id))
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+
+    async def _run(self, task_id: str) -> pb.RunInfo:
+        check_task_id(task_id)
+        try:
+            return run_to_pb(await self._engine.get_run(self._caller, task_id))
+        except (RunNotFound, SessionNotFound):
+            raise TaskNotFoundError(f"task {task_id!r} not found") from None
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+
+    async def _chain_from(self, run: pb.RunInfo) -> list[pb.RunInfo]:
+        """``run`` and each run that resumed the one before it: the latest is last."""
+        runs = [run]
+        while runs[-1].resumed_by_run_id and len(runs) < MAX_TURNS:
+            runs.append(await self._get_run(runs[-1].resumed_by_run_id))
+        return runs
+
+    async def _chain(self, task_id: str) -> list[pb.RunInfo]:
+        """The runs of task ``task_id``, its first run first; TaskNotFound if none."""
+        return await self._chain_from(await self._run(task_id))
+
+    async def _resumes(self, run: pb.RunInfo) -> bool:
+        """Whether ``run`` continues another run's task (it resumed its parent)."""
+        if not run.parent_run_id:
+            return False
+        try:
+            parent = run_to_pb(await self._engine.get_run(self._caller, run.parent_run_id))
+        except AgentikError:
+            return False
+        return parent.resumed_by_run_id == run.id
+
+    async def _task_of(self, run: pb.RunInfo) -> str:
+        """The task a run belongs to: the first run of its chain."""
+        for _ in range(MAX_TURNS):
+            if not await self._resumes(run):
+                break
+            run = await self._get_run(run.parent_run_id)
+        return run.id
+
+    async def _messages(self, run: pb.RunInfo) -> list[pb.Message]:
+        out: list[pb.Message] = []
+        after = ""
+        while True:
+            try:
+                page, more = await self._engine.list_messages(
+                    self._caller, run.session_id, after, 1000, run.id
+                )
+            except AgentikError as exc:
+                raise a2a_error(exc) from None
+            out.extend(message_to_pb(m) for m in page)
+            if not more or not page:
+                return out
+            after = page[-1].id
+
+    async def _task(self, runs: list[pb.RunInfo]) -> Task:
+        return task_from_runs(runs, [await self._messages(run) for run in runs])
+
+    async def get_task(self, task_id: str, history_length: int | None = None) -> Task:
+        """GetTask: the stored runs as a task; its last ``history_length`` messages."""
+        if history_length is not None and history_length < 0:
+            raise invalid_params("historyLength", "must not be negative")
+        task = await self._task(await self._chain(task_id))
+        if history_length is not None and len(task.history) > history_length:
+            del task.history[: len(task.history) - history_length]
+        return task
+
+    async def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
+        """ListTasks: the tasks of one context (or of all), newest first; one engine
+        call per page (see the facade's ``TaskService.list_tasks``)."""
+        if request.status or request.HasField("status_timestamp_after"):
+            raise UnsupportedOperationError(
+                "ListTasks cannot filter by status or statusTimestampAfter yet; "
+                "list by contextId and filter on the client"
+            )
+        size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise invalid_params("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
+        if request.HasField("history_length") and request.history_length < 0:
+            raise invalid_params("historyLength", "must not be negative")
+        token = request.page_token
+        if token and (not token.isascii() or not token.isdigit() or len(token) > 9):
+            raise invalid_params("pageToken", "is not a token this server gave")
+        offset = int(token or "0")
+        with_messages = (
+            request.include_artifacts
+            or not request.HasField("history_length")
+            or request.history_length > 0
+        )
+        last = LISTED_MESSAGES if with_messages else 0
+        try:
+            chains, total, runs_read = await self._engine.list_run_chains(
+                self._caller, request.context_id, offset, size, last
+            )
+        except SessionNotFound:  # an unknown context has no tasks
+            return ListTasksResponse(page_size=size, total_size=0)
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+        tasks = []
+        for chain in chains:
+            found = pb.RunChain(
+                runs=[run_to_pb(r) for r in chain.runs],
+                messages=[message_to_pb(m) for m in chain.messages],
+            )
+            task = apply_history_length(task_of_chain(found), request)
+            if not request.include_artifacts:
+                task.ClearField("artifacts")
+            tasks.append(task)
+        end = offset + (runs_read or size)
+        return ListTasksResponse(
+            tasks=tasks,
+            next_page_token=str(end) if end < total else "",
+            page_size=size,
+            total_size=total,
+        )
+
+    # -- sending ------------------------------------------------------------------
+
+    async def _check_fresh(self, context_id: str, message_id: str) -> None:
+        """A messageId already stored in the context would be dropped silently by the
+        engine's reconciliation (known ids are ignored): refuse it instead."""
+        try:
+            await self._engine.list_messages(self._caller, context_id, message_id, 1)
+        except (SessionNotFound, InvalidInput):
+            return  # a new context, or a message id it does not hold: a new message
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+        raise invalid_params(
+            "message.messageId", f"{message_id!r} was already sent in context {context_id!r}"
+        )
+
+    async def _prepare(self, request: SendMessageRequest) -> tuple[pb.RunRequest, Task]:
+        """Check the request, resolve its ids; the run to start and the task it makes."""
+        if not request.HasField("message"):
+            raise invalid_params("message", "is required")
+        config = request.configuration
+        if config.HasField("history_length") and config.history_length < 0:
+            raise invalid_params("configuration.historyLength", "must not be negative")
+        accepted = set(config.accepted_output_modes)
+        if accepted and not accepted & TEXT_MODES:
+            raise ContentTypeNotSupportedError(
+                f"this agent answers in text/plain only; acceptedOutputModes has {sorted(accepted)}"
+            )
+        message = request.message
+        if message.task_id:
+            run_request, task = await self._reply(message)
+        else:
+            run_request, task = await self._new_task(message)
+        if config.HasField("task_push_notification_config"):
+            push = config.task_push_notification_config
+            # Set by the engine as the run begins: nothing of the task is pushed before.
+            run_request.push_configs.append(engine_push_config(push, task.id))
+        return run_request, task
+
+    async def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
+        """A message that starts a task: a new run, in its context or a new one."""
+        content = engine_content(message)
+        context_id = message.context_id
+        if context_id:
+            await self._check_fresh(context_id, message.message_id)
+        else:
+            context_id = uuid.uuid4().hex  # a new context: the engine creates the session
+        task = Task(id=uuid.uuid4().hex, context_id=context_id)
+        task.status.state = TaskState.TASK_STATE_SUBMITTED
+        sent = Message()
+        sent.CopyFrom(message)
+        sent.context_id, sent.task_id = task.context_id, task.id
+        task.history.append(sent)
+        run_request = pb.RunRequest(
+            session_id=context_id,
+            run_id=task.id,
+            messages=[pb.Message(id=message.message_id, role=pb.ROLE_USER, content=content)],
+            create_session=True,
+            agent=self._agent,
+            cancel_on_disconnect=False,  # a task outlives the call that started it
+        )
+        return run_request, task
+
+    async def _reply(self, message: Message) -> tuple[pb.RunRequest, Task]:
+        """A message on an existing task: the answer to what it waits for (a run that
+        resumes its latest run), refused when the task does not wait for input."""
+        check_message(message)
+        runs = await self._chain(message.task_id)
+        root, latest = runs[0], runs[-1]
+        if message.context_id and message.context_id != root.session_id:
+            raise invalid_params(
+                "message.contextId",
+                f"{message.context_id!r} is not the context of task {root.id!r}",
+            )
+        if latest.status != pb.RUN_STATUS_INPUT_REQUIRED or latest.resumed_by_run_id:
+            if latest.status == pb.RUN_STATUS_RUNNING:
+                raise UnsupportedOperationError(
+                    f"task {root.id!r} is working and takes no message until it waits for "
+                    "input or ends; follow it with SubscribeToTask",
+                    data={"contextId": root.session_id},
+                )
+            raise UnsupportedOperationError(
+                f"task {root.id!r} is {state_of(latest)} and takes no more messages; "
+                f"to go on, send a message with contextId {root.session_id!r} and no taskId",
+                data={"contextId": root.session_id},
+            )
+        entries = resume_entries(message, latest.interrupts)
+        task = await self._task(runs)
+        # The request for input is answered: it moves from the status to the history.
+        task.history.append(task.status.message)
+        task.status.ClearField("message")
+        task.status.state = TaskState.TASK_STATE_SUBMITTED
+        run_request = pb.RunRequest(
+            session_id=root.session_id,
+            run_id=uuid.uuid4().hex,
+            parent_run_id=latest.id,
+            resume=entries,
+            cancel_on_disconnect=False,
+        )
+        return run_request, task
+
+    async def _waiting_task(self, context_id: str) -> str:
+        """The task the context waits for a person's answer on; "" when it waits for none."""
+        try:
+            session = await self._engine.get_session(self._caller, context_id)
+            if not session.interrupts:
+                return ""
+            return await self._task_of(await self._get_run(session.interrupts[0].run_id))
+        except (AgentikError, A2AError):
+            return ""
+
+    async def _refused(self, run_request: pb.RunRequest, exc: AgentikError) -> Exception:
+        """The error for the engine's refusal to start a run."""
+        error = a2a_error(exc)
+        if isinstance(error, UnsupportedOperationError) and not run_request.resume:
+            waiting = await self._waiting_task(run_request.session_id)
+            if waiting:
+                return invalid_params(
+                    "message.taskId",
+                    f"context {run_request.session_id!r} waits for an answer on task "
+                    f"{waiting!r}: send your reply as a message with taskId {waiting!r} "
+                    "(see its status message)",
+                )
+        return error
+
+    async def start(self, request: SendMessageRequest) -> tuple[RunHandle, RunStream]:
+        """Start the run the message makes; the engine's refusal is raised here."""
+        run_request, task = await self._prepare(request)
+        try:
+            run_input = run_input_from_pb(run_request)
+            handle = await self._engine.start_run(self._caller, run_input)
+        except AgentikError as exc:
+            raise await self._refused(run_request, exc) from None
+        return handle, RunStream(task, run_request.run_id, announce=True)
+
+    def events(self, handle: RunHandle) -> AsyncIterator[pb.Event]:
+        """The started run's events, as the contract's messages."""
+        return _as_pb(self._engine.run_events(handle))
+
+    async def send_message(self, request: SendMessageRequest) -> Task:
+        """SendMessage: run the task to its end (or, with ``returnImmediately``, until it
+        started) and answer with it."""
+        handle, stream = await self.start(request)
+        events = self.events(handle)
+        try:
+            async for event in events:
+                stream.feed(event)
+                if stream.done or request.configuration.return_immediately:
+                    break
+        finally:
+            await _closed(events)
+        return apply_history_length(stream.task, request.configuration)
+
+    # -- cancel and subscribe -----------------------------------------------------
+
+    async def _last_seq(self, context_id: str) -> int:
+        try:
+            return (await self._engine.get_session(self._caller, context_id)).last_seq
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+
+    async def _wait_for_end(self, context_id: str, task_id: str, after_seq: int) -> None:
+        """Wait until the run interrupted by a cancel has ended (stopping answers once
+        the run is told to stop, not once it stopped): a follow ``until_idle`` ends once
+        the run's end is stored, and an event of a later run also means it is."""
+        events = self._engine.subscribe(self._caller, context_id, after_seq, until_idle=True)
+
+        async def follow() -> None:
+            async for event in events:
+                if event.run_id != task_id:
+                    return
+
+        try:
+            await asyncio.wait_for(follow(), CANCEL_WAIT)
+        except (TimeoutError, AgentikError):
+            pass  # best effort: the answer stands either way
+        finally:
+            with contextlib.suppress(Exception):
+                await events.aclose()  # type: ignore[attr-defined]
+
+    async def cancel_task(self, task_id: str) -> Task:
+        """CancelTask: interrupt the task's run in flight (its partial answer is kept), or
+        stop waiting for a person's answer → CANCELED."""
+        runs = await self._chain(task_id)
+        latest = runs[-1]
+        waiting = latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id
+        if latest.status != pb.RUN_STATUS_RUNNING and not waiting:
+            raise TaskNotCancelableError(f"task {task_id!r} is already {state_of(latest)}")
+        last_seq = 0 if waiting else await self._last_seq(latest.session_id)
+        try:
+            await self._engine.stop_run(self._caller, latest.session_id, latest.id)
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+        if not waiting:  # a waiting run is stored stopped when the stop answers
+            await self._wait_for_end(latest.session_id, latest.id, last_seq)
+        task = await self._task(await self._chain(task_id))
+        if task.status.state != TaskState.TASK_STATE_CANCELED:
+            state = state_name(task.status.state)
+            raise TaskNotCancelableError(f"task {task_id!r} ended as {state} before it stopped")
+        return task
+
+    async def subscribe(
+        self, task_id: str
+    ) -> tuple[list[StreamResponse], RunStream | None, AsyncIterator[pb.Event] | None]:
+        """SubscribeToTask: the responses due first (the task now, and what its replay
+        gave), then the stream of its latest run's events to fold, from its first on. A
+        task that waits for input is only the task: nothing happens until the peer answers,
+        and the stream of that answer follows the task on."""
+        runs = await self._chain(task_id)
+        latest = runs[-1]
+        if latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id:
+            return [StreamResponse(task=await self._task(runs))], None, None
+        if latest.status != pb.RUN_STATUS_RUNNING:
+            raise UnsupportedOperationError(
+                f"task {task_id!r} is {state_of(latest)}: nothing more will happen; use GetTask"
+            )
+        messages = [await self._messages(run) for run in runs]
+        snapshot = task_from_runs(runs, messages)
+        # The running run's answers come again, whole, from the replay.
+        replayed_ids = {message.id for message in messages[-1]}
+        kept = [a for a in snapshot.artifacts if a.artifact_id not in replayed_ids]
+        del snapshot.artifacts[:]
+        snapshot.artifacts.extend(kept)
+        events, first = await self._replay_from_start(latest)
+        stream = RunStream(snapshot, latest.id, announce=False)
+        responses = [StreamResponse(task=snapshot)]
+        if first is not None:
+            responses.extend(stream.feed(first))
+        return responses, stream, events
+
+    async def _replay_from_start(
+        self, run: pb.RunInfo
+    ) -> tuple[AsyncIterator[pb.Event], pb.Event | None]:
+        """Follow the run's session from the run's first event: look back a window of
+        events and widen it until the run's first event (RUN_STARTED) is inside."""
+        last_seq = await self._last_seq(run.session_id)
+        window = FIRST_WINDOW
+        while True:
+            after = max(0, last_seq - window)
+            try:
+                events = _as_pb(
+                    self._engine.subscribe(self._caller, run.session_id, after, until_idle=True)
+                )
+            except AgentikError as exc:
+                raise a2a_error(exc) from None
+            first: pb.Event | None = None
+            try:
+                async for event in events:
+                    if event.run_id == run.id:
+                        first = event
+                        break
+            except AgentikError as exc:
+                await _closed(events)
+                raise a2a_error(exc) from None
+            if after == 0 or (first is not None and first.WhichOneof("kind") == "run_started"):
+                return events, first
+            await _closed(events)
+            window *= 8
+
+
+async def _as_pb(events: AsyncIterator[ev.Event]) -> AsyncIterator[pb.Event]:
+    """Core events as the contract's messages (what the shared conversions read)."""
+    try:
+        async for event in events:
+            yield event_to_pb(event)
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()

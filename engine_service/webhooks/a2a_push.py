@@ -14,7 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
+
+from a2a.types import (
+    Artifact,
+    Part,
+    StreamResponse,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from google.protobuf import json_format
 
 from engine_service.core import events as ev
 from engine_service.core.deliveries import Delivery, DeliveryWorker, PushConfig
@@ -22,35 +32,21 @@ from engine_service.core.models import Role, message_text
 from engine_service.core.run_webhooks import RunNotice
 from engine_service.core.store import SessionStore
 
-if TYPE_CHECKING:
-    from a2a.types import StreamResponse
-
 __all__ = ["TOKEN_HEADER", "A2aPush", "push_updates"]
 
 TOKEN_HEADER = "X-A2A-Notification-Token"
 ANSWER = "answer"
 """The artifacts' name, as the A2A facade names them."""
 
+_STATE_OF_OUTCOME = {
+    ev.Outcome.SUCCESS: TaskState.TASK_STATE_COMPLETED,
+    ev.Outcome.INTERRUPT: TaskState.TASK_STATE_INPUT_REQUIRED,
+    ev.Outcome.CANCELLED: TaskState.TASK_STATE_CANCELED,
+}
+
 
 def push_updates(task_id: str, notice: RunNotice) -> list[StreamResponse]:
     """The task's updates a run's start or end makes."""
-    # Imported here: the a2a-sdk's types (and the starlette and anyio they bring) cost an
-    # idle engine ~6 MB, and most engines never push (docs/performance.md, idle memory).
-    from a2a.types import (
-        Artifact,
-        Part,
-        StreamResponse,
-        TaskArtifactUpdateEvent,
-        TaskState,
-        TaskStatus,
-        TaskStatusUpdateEvent,
-    )
-
-    state_of_outcome = {
-        ev.Outcome.SUCCESS: TaskState.TASK_STATE_COMPLETED,
-        ev.Outcome.INTERRUPT: TaskState.TASK_STATE_INPUT_REQUIRED,
-        ev.Outcome.CANCELLED: TaskState.TASK_STATE_CANCELED,
-    }
     context_id = notice.session_id
     status = TaskStatus()
     status.timestamp.FromDatetime(notice.time)
@@ -80,7 +76,7 @@ def push_updates(task_id: str, notice: RunNotice) -> list[StreamResponse]:
         )
     final = notice.final
     if isinstance(final, ev.RunFinished):
-        status.state = state_of_outcome.get(final.outcome, TaskState.TASK_STATE_COMPLETED)
+        status.state = _STATE_OF_OUTCOME.get(final.outcome, TaskState.TASK_STATE_COMPLETED)
     else:
         status.state = TaskState.TASK_STATE_FAILED
     update = TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)
@@ -129,8 +125,6 @@ class A2aPush:
         configs = [c for c in configs if c.task_id == task_id]
         if not configs:
             return
-        from google.protobuf import json_format
-
         phase = "start" if notice.started else "end"
         bodies = [
             json.dumps(json_format.MessageToDict(update), separators=(",", ":"))

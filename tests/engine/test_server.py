@@ -277,15 +277,16 @@ async def test_a_run_left_running_by_a_dead_engine_is_stored_as_interrupted_at_s
         assert kind(follow[-1]) == "run_finished"
 
 
-def test_an_idle_engine_imports_neither_httpx_nor_the_a2a_sdk() -> None:
-    """Memory: httpx (~7 MB) and the a2a-sdk's types with the starlette and anyio they
-    bring (~6 MB) stay out of an engine that starts, probes its LLM and serves; the A2A
-    push module imports them when it first pushes (docs/performance.md, idle memory)."""
+def test_an_idle_engine_imports_neither_httpx_nor_mcp() -> None:
+    """Memory: httpx (~7 MB, the LLM probe uses the engine's own HTTP client) and the MCP
+    SDK (its server stack) stay out of an engine that starts, probes its LLM and serves
+    (docs/performance.md, idle memory). The a2a-sdk's types are in: the engine serves A2A's
+    gRPC binding."""
     code = (
         "import sys, engine_service.server, engine_service.build, engine_service.llm.probe, "
         "engine_service.webhooks.a2a_push\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'httpx', 'a2a', 'starlette', 'anyio', 'mcp', 'pydantic'}))"
+        "{'httpx', 'mcp', 'pydantic', 'uvicorn'}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

@@ -32,6 +32,7 @@ def test_the_card_lists_the_grpc_interface_beside_json_rpc(
     assert card["supportedInterfaces"] == [
         {"url": PUBLIC, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": PUBLIC, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        {"url": PUBLIC + "a2a", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         {"url": GRPC, "protocolBinding": "GRPC", "protocolVersion": "1.0"},
     ]
     jsonschema.Draft202012Validator(agent_card_schema()).validate(card)
@@ -42,7 +43,7 @@ def test_the_card_lists_the_grpc_interface_beside_json_rpc(
 
 def test_without_a_grpc_url_no_grpc_interface_is_listed(make_app: Callable[..., Flask]) -> None:
     card = make_app(AGENTIK_PUBLIC_URL=PUBLIC).test_client().get(CARD).get_json()
-    assert {i["protocolBinding"] for i in card["supportedInterfaces"]} == {"JSONRPC"}
+    assert {i["protocolBinding"] for i in card["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
 
 
 def test_an_agent_s_card_names_it_as_the_grpc_tenant(tmp_path: Path) -> None:

@@ -136,3 +136,35 @@ async def test_list_and_get_agents_name_models_and_tools_but_no_secrets(
     text = str(listed)
     for secret in ("top-secret-key", "researcher-secret", llm.base_url, "127.0.0.1"):
         assert secret not in text
+
+
+async def test_sessions_and_run_chains_are_listed_by_agent(engine: Harness) -> None:
+    """``ListSessions.agent`` and ``ListRunChains.agent`` (an A2A agent's own tasks): only
+    that agent's conversations; the default agent's include those made without a name."""
+    made = {}
+    for agent in ("support", "researcher", ""):
+        session = await engine.stub.CreateSession(pb.CreateSessionRequest(agent=agent))
+        events = await collect(
+            engine.stub.Run(pb.RunRequest(session_id=session.id, messages=[user("hi")]))
+        )
+        assert kinds(events)[-1] == "run_finished"
+        made[agent or "agentik"] = session.id
+    for agent, session_id in made.items():
+        sessions = await engine.stub.ListSessions(pb.ListSessionsRequest(agent=agent))
+        assert ([s.id for s in sessions.sessions], sessions.total) == ([session_id], 1)
+        chains = await engine.stub.ListRunChains(pb.ListRunChainsRequest(agent=agent))
+        assert [c.runs[0].session_id for c in chains.chains] == [session_id]
+        assert chains.total == 1
+        other = await engine.stub.ListRunChains(
+            pb.ListRunChainsRequest(agent=agent, session_id=made["support"])
+        )
+        assert len(other.chains) == (1 if agent == "support" else 0)
+    everything = await engine.stub.ListRunChains(pb.ListRunChainsRequest())
+    assert everything.total == 3
+    for call in (
+        engine.stub.ListSessions(pb.ListSessionsRequest(agent="nobody")),
+        engine.stub.ListRunChains(pb.ListRunChainsRequest(agent="nobody")),
+    ):
+        error = await rpc_error(call)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert trailers(error)["agentik-error"] == "agent_not_found"

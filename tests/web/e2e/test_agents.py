@@ -189,6 +189,35 @@ def test_a2a_serves_each_agent_its_own_card_and_endpoint(stack: Stack, llm: Fake
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
 
 
+def _tasks(http: httpx.Client, path: str) -> list[dict[str, Any]]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100}}
+    answer = http.post(path, json=body, headers={"A2A-Version": "1.0"}).json()
+    return list(answer["result"]["tasks"])
+
+
+def test_each_agent_lists_its_own_tasks_and_conversations(stack: Stack) -> None:
+    """A2A ``ListTasks`` at ``/a2a/{agent}/`` lists that agent's tasks only (the root
+    endpoint every agent's); ``GET /agentik/conversations?agent=`` that agent's."""
+    ids = {}
+    for agent in ("researcher", "support"):
+        _, task = asyncio.run(_a2a_send(stack.base_url, agent, f"a task for {agent}"))
+        ids[agent] = task.context_id
+    with httpx.Client(base_url=stack.base_url, timeout=WAIT) as http:
+        for agent, other in (("researcher", "support"), ("support", "researcher")):
+            contexts = {t["contextId"] for t in _tasks(http, f"/a2a/{agent}/")}
+            assert ids[agent] in contexts and ids[other] not in contexts
+            listed = checked(http.get("/agentik/conversations", params={"agent": agent}))
+            items = listed.json()["items"]
+            assert {c["agent"] for c in items} == {agent}
+            assert ids[agent] in {c["id"] for c in items} and listed.json()["total"] == len(items)
+        everyone = {t["contextId"] for t in _tasks(http, "/")}
+        assert set(ids.values()) <= everyone
+        default = checked(http.get("/agentik/conversations", params={"agent": "agentik"}))
+        assert {c["agent"] for c in default.json()["items"]} <= {"agentik"}
+        missing = checked(http.get("/agentik/conversations", params={"agent": "nobody"}))
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
+
+
 async def _mcp(base_url: str) -> tuple[Any, Any, Any]:
     async with httpx2.AsyncClient(timeout=WAIT) as http:
         transport = streamable_http_client(f"{base_url}/mcp", http_client=http)

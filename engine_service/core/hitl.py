@@ -36,6 +36,7 @@ __all__ = [
     "admit",
     "decide",
     "delegated_interrupt",
+    "delegation_of",
     "in_doubt_interrupt",
     "interrupt_for",
     "needs_approval",
@@ -191,7 +192,7 @@ def delegated_interrupt(
     return Interrupt(interrupt_id, asked.kind, run_id, call, message, payload, expires)
 
 
-def _delegation(interrupt: Interrupt) -> tuple[str, str] | None:
+def delegation_of(interrupt: Interrupt) -> tuple[str, str] | None:
     """(conversation id, interrupt id) a delegated interrupt is answered in; else None."""
     payload = interrupt.payload
     where = payload.get(DELEGATION) if isinstance(payload, dict) else None
@@ -269,7 +270,7 @@ def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decis
 
     ``InvalidInput`` naming ``where`` when the payload does not fit the interrupt.
     """
-    delegation = _delegation(interrupt)
+    delegation = delegation_of(interrupt)
     if delegation is not None:
         return _forward(interrupt, entry, where, *delegation)
     if entry is None:

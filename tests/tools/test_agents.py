@@ -347,3 +347,17 @@ async def test_a_question_two_agents_deep_reaches_the_top_and_the_answer_goes_do
     assert json.loads(result.content)["answer"].startswith("Result: ")
     sessions = (await asking.list_sessions(ALICE, 0, 10))[0]
     assert all(s.interrupts == [] for s in sessions) and len(sessions) == 3
+
+
+async def test_stopping_a_parent_that_waits_for_its_sub_agents_question_stops_both(
+    asking: Engine, llm: FakeOpenAI
+) -> None:
+    _delegate_calculate(llm)
+    events = await _events(asking, "boss", "compute")
+    ended = events[-1].body
+    assert isinstance(ended, ev.RunFinished)
+    [asked] = ended.interrupts
+    child_id = str(asked.payload["delegation"]["conversationId"])
+    assert (await asking.stop_run(ALICE, "boss"))[0]
+    assert (await asking.get_session(ALICE, "boss")).interrupts == []
+    assert (await asking.get_session(ALICE, child_id)).interrupts == []

@@ -361,3 +361,30 @@ async def test_stopping_a_parent_that_waits_for_its_sub_agents_question_stops_bo
     assert (await asking.stop_run(ALICE, "boss"))[0]
     assert (await asking.get_session(ALICE, "boss")).interrupts == []
     assert (await asking.get_session(ALICE, child_id)).interrupts == []
+
+
+async def test_an_expired_sub_agent_request_is_a_no_even_if_approved(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text(ASKING.format(url=llm.base_url, depth=3))
+    settings = load_settings(
+        path, {"AGENTIK_STORE": "memory://", "AGENTIK_INTERRUPT_EXPIRY": "0.2"}
+    )
+    engine = build_engine(settings)
+    await engine.start()
+    try:
+        _delegate_calculate(llm)
+        events = await _events(engine, "late", "compute")
+        ended = events[-1].body
+        assert isinstance(ended, ev.RunFinished)
+        [asked] = ended.interrupts
+        await asyncio.sleep(0.4)
+        before = len(llm.requests)
+        yes = ResumeEntry(asked.id, ResumeStatus.RESOLVED, {"approved": True})
+        events = await _follow_run(engine, _resume("late", yes))
+        assert isinstance(events[-1].body, ev.RunFinished)
+        told = llm.requests[before]["messages"][-1]["content"]
+        assert "expired" in told and "not run" in told  # the researcher's call never ran
+    finally:
+        await engine.shutdown(1.0)

@@ -131,3 +131,15 @@ def test_a_declined_sub_agent_call_never_runs(app: tuple[Flask, FakeOpenAI]) -> 
     )
     [told] = [m for m in child.get_json()["items"] if m["role"] == "tool"]
     assert "declined" in json.dumps(told)
+
+
+def test_edited_arguments_go_down_to_the_sub_agents_call(app: tuple[Flask, FakeOpenAI]) -> None:
+    flask_app, llm = app
+    api = ApiClient(flask_app.test_client())
+    conversation_id, interrupt = _paused(api, llm)
+    edited = {"expression": "2*3"}
+    decision = {"interrupt_id": interrupt["id"], "approve": True, "arguments": edited}
+    events = _turn(api, conversation_id, "resume", {"decisions": [decision]})
+    [result] = _results(events)
+    answer = json.loads(result["content"])["answer"]
+    assert '"result": 6' in answer and '"expression": "2*3"' in answer

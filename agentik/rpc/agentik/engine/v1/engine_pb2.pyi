@@ -787,6 +787,9 @@ class Interrupt(_message.Message):
     def payload(self) -> _struct_pb2.Value:
         """Structured request: for an approval {"tool": name, "arguments": {...}};
         for a question {"question": "..."} (and "choices" when the LLM gave some).
+        A sub-agent's request, raised on the run that delegated to it
+        (docs/agents.md), also has "delegation": {"agent", "conversationId",
+        "interruptId"}; `tool_call` is then the delegating `agent__NAME` call.
         """
 
     @_builtins.property

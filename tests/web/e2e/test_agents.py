@@ -218,26 +218,31 @@ def test_each_agent_lists_its_own_tasks_and_conversations(stack: Stack) -> None:
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
 
 
-async def _mcp(base_url: str) -> tuple[Any, Any, Any]:
+async def _mcp(base_url: str) -> tuple[Any, Any, Any, Any]:
     async with httpx2.AsyncClient(timeout=WAIT) as http:
         transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
         async with McpClient(transport, read_timeout_seconds=WAIT) as client:
             listed = await client.call_tool("list_agents", {})
             sent = await client.call_tool("send_message", {"text": "hi", "agent": "researcher"})
             unknown = await client.call_tool("send_message", {"text": "hi", "agent": "nobody"})
-    return listed, sent, unknown
+            await client.call_tool("send_message", {"text": "hi", "agent": "support"})
+            mine = await client.call_tool("list_conversations", {"agent": "researcher"})
+    return listed, sent, unknown, mine
 
 
 def test_mcp_lists_the_agents_and_sends_to_one(stack: Stack, llm: FakeOpenAI) -> None:
     before = len(llm.requests)
-    listed, sent, unknown = asyncio.run(_mcp(stack.base_url))
+    listed, sent, unknown, mine = asyncio.run(_mcp(stack.base_url))
     agents = listed.structured_content["agents"]
     assert [a["name"] for a in agents] == ["agentik", "support", "researcher"]
     assert not sent.is_error
-    [request] = _since(llm, before)
+    request = _since(llm, before)[0]
     assert (request["model"], _offered(request)) == ("big-model", ["current_time"])
     assert unknown.is_error
     assert "'nobody'" in "".join(b.text for b in unknown.content if b.type == "text")
+    conversations = mine.structured_content["conversations"]
+    assert conversations and {c["agent"] for c in conversations} == {"researcher"}
+    assert sent.structured_content["conversation_id"] in {c["id"] for c in conversations}
 
 
 def test_agentik_chat_talks_to_the_agent_it_names(stack: Stack, llm: FakeOpenAI) -> None:

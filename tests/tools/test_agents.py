@@ -388,3 +388,37 @@ async def test_an_expired_sub_agent_request_is_a_no_even_if_approved(
         assert "expired" in told and "not run" in told  # the researcher's call never ran
     finally:
         await engine.shutdown(1.0)
+
+
+async def test_the_depth_limit_holds_in_a_sub_run_resumed_with_an_answer(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """lead -> researcher -> researcher asks; once answered, the innermost run delegates
+    once more: refused, as deeper than ``max_depth`` (2), the resume kept its chain."""
+    path = tmp_path / "agentik.toml"
+    path.write_text(ASKING.format(url=llm.base_url, depth=2))
+    engine = build_engine(load_settings(path, {"AGENTIK_STORE": "memory://"}))
+    await engine.start()
+    try:
+        llm.enqueue(
+            FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "outer"})]),
+            FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "inner"})]),
+            FakeReply(tool_calls=[FakeToolCall("calculate", {"expression": "1+1"}, id="c-1")]),
+        )
+        events = await _events(engine, "deep", "start")
+        ended = events[-1].body
+        assert isinstance(ended, ev.RunFinished) and ended.outcome is ev.Outcome.INTERRUPT
+        [asked] = ended.interrupts
+        again = FakeToolCall("agent__researcher", {"message": "on"}, id="c-2")
+        llm.enqueue(FakeReply(tool_calls=[again]))
+        before = len(llm.requests)
+        yes = ResumeEntry(asked.id, ResumeStatus.RESOLVED, {"approved": True})
+        events = await _follow_run(engine, _resume("deep", yes))
+        assert isinstance(events[-1].body, ev.RunFinished)
+        refused = llm.requests[before + 1]["messages"][-1]
+        assert (refused["role"], refused["tool_call_id"]) == ("tool", "c-2")
+        assert (
+            "delegation is too deep: researcher -> researcher -> researcher" in (refused["content"])
+        )
+    finally:
+        await engine.shutdown(1.0)

@@ -215,7 +215,8 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
     ) -> pb.ListSessionsResponse:
         caller = await self._caller(context)
         sessions, total = await _mapped(
-            context, lambda: self.engine.list_sessions(caller, request.offset, request.limit)
+            context,
+            lambda: self.engine.list_sessions(caller, request.offset, request.limit, request.agent),
         )
         return pb.ListSessionsResponse(
             sessions=[self._session_pb(s) for s in sessions], total=total
@@ -284,7 +285,12 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         chains, total, runs_read = await _mapped(
             context,
             lambda: self.engine.list_run_chains(
-                caller, request.session_id, request.offset, request.limit, request.last_messages
+                caller,
+                request.session_id,
+                request.offset,
+                request.limit,
+                request.last_messages,
+                request.agent,
             ),
         )
         return pb.ListRunChainsResponse(

@@ -64,18 +64,27 @@ RETRIED_METHODS = (
     "ListMessages",
     "GetRun",
     "ListRuns",
+    "ListRunChains",
+    "ListAgents",
+    "GetAgent",
+    "GetPushConfig",
+    "ListPushConfigs",
+    "ListFailedWebhooks",
+    "Authenticate",
     "RenameSession",
     "Interrupt",
     "Subscribe",
 )
 """The engine methods the channel tries again (on another engine, if there are several)
-when the one it picked was unavailable. Reads are safe to repeat. ``RenameSession`` is
-too: setting the same title twice leaves the same session. ``Interrupt`` is: a second
-one finds the run stopped and answers ``interrupted: false``. ``Subscribe`` is only a
-read, and gRPC retries a stream only until its first answer arrives. Not retried:
-``CreateSession`` (a repeat would make a second session), ``Run`` (a second run), and
-``DeleteSession``: a repeat after a delete that took effect would turn the success into
-NOT_FOUND, so a caller that saw UNAVAILABLE looks and deletes again itself."""
+when the one it picked was unavailable. Reads are safe to repeat: every ``Get*`` and
+``List*`` method, and ``Authenticate`` (it checks credentials and changes nothing).
+``RenameSession`` is too: setting the same title twice leaves the same session.
+``Interrupt`` is: a second one finds the run stopped and answers ``interrupted: false``.
+``Subscribe`` is only a read, and gRPC retries a stream only until its first answer
+arrives. Not retried: ``CreateSession`` (a repeat would make a second session), ``Run``
+(a second run), and ``DeleteSession``: a repeat after a delete that took effect would
+turn the success into NOT_FOUND, so a caller that saw UNAVAILABLE looks and deletes
+again itself."""
 
 SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"round_robin": {}}],

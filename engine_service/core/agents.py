@@ -142,6 +142,16 @@ class Agents:
         """The agent a conversation stored with ``stored`` belongs to."""
         return stored or self.default
 
+    def stored_as(self, name: str) -> list[str] | None:
+        """What the store holds for the conversations of agent ``name`` (a listing's
+        filter): ``[name]``, and ``""`` too for the default agent (conversations stored
+        before agents existed); None for no name (every agent). ``AgentNotFound`` for an
+        agent not served."""
+        if not name:
+            return None
+        profile = self.get(name)
+        return [profile.name, ""] if profile.name == self.default else [profile.name]
+
     def for_run(self, session: Session, requested: str) -> AgentProfile:
         """The agent a run of ``session`` runs as: the session's own. A request naming
         another agent for it is refused (a conversation never changes its agent), and so

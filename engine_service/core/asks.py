@@ -7,10 +7,15 @@ from collections.abc import Sequence
 
 from engine_service.core.clock import utc_now
 from engine_service.core.history import new_id
-from engine_service.core.hitl import Decision, in_doubt_interrupt, interrupt_for
-from engine_service.core.models import Interrupt, Role, ToolCall
+from engine_service.core.hitl import (
+    Decision,
+    delegated_interrupt,
+    in_doubt_interrupt,
+    interrupt_for,
+)
+from engine_service.core.models import Interrupt, ResumeEntry, Role, ToolCall
 from engine_service.core.store import SessionStore
-from engine_service.core.tool import ToolResult
+from engine_service.core.tool import Answers, Delegated, ToolResult
 from engine_service.core.tool_calls import ToolRunner
 
 __all__ = ["PersonInTheLoop"]
@@ -47,6 +52,25 @@ class PersonInTheLoop:
                 await self.tools.store(call, asked)
         return interrupts
 
+    def ask_for(self, delegated: Sequence[tuple[ToolCall, Delegated]]) -> list[Interrupt]:
+        """The interrupts this run raises for those of the runs its calls started (a
+        local agent's): the same questions, for this run's person (``hitl``)."""
+        now = utc_now()
+        return [
+            delegated_interrupt(
+                call,
+                asked,
+                given.agent,
+                given.conversation_id,
+                new_id(),
+                self.run_id,
+                now,
+                self.expiry,
+            )
+            for call, given in delegated
+            for asked in given.interrupts
+        ]
+
     async def carry_out(self, decisions: Sequence[Decision]) -> None:
         """Carry out a person's answers: approved calls run (with edited arguments where
         given), the rest become tool results; then the interrupts are no longer pending.
@@ -58,15 +82,23 @@ class PersonInTheLoop:
         answered = {m.tool_call_id for m in messages if m.role is Role.TOOL}
         self._resolving = True
         to_run = []
+        forwards: dict[str, tuple[ToolCall, str, list[ResumeEntry]]] = {}
         for decision in decisions:
             call = decision.interrupt.tool_call
             if call.id in answered:
                 continue
-            if decision.run is not None:
+            if decision.forward is not None:  # the call goes on with the answers
+                _, _, entries = forwards.setdefault(call.id, (call, decision.conversation_id, []))
+                entries.append(decision.forward)
+            elif decision.run is not None:
                 to_run.append(decision.run)
             else:
                 await self.tools.store(call, ToolResult(decision.result))
-        await self.tools.run(to_run)
+        answers = {
+            call_id: Answers(conversation_id, entries)
+            for call_id, (_, conversation_id, entries) in forwards.items()
+        }
+        await self.tools.run(to_run + [call for call, _, _ in forwards.values()], answers)
         await self.store.resolve_interrupts(self.session_id, self.run_id)
         self._resolving = False
 

@@ -25,6 +25,7 @@ not hold to the replica that does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -44,13 +45,14 @@ from engine_service.core.errors import (
     InvalidInput,
     Overloaded,
     RateLimited,
+    SessionNotFound,
     ShuttingDown,
     StorageUnavailable,
 )
 from engine_service.core.follow import Hubs, flat, of_run
 from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
-from engine_service.core.hitl import Decision, admit
+from engine_service.core.hitl import Decision, admit, delegation_of
 from engine_service.core.ids import check_id
 from engine_service.core.intake import check_input, first_title
 from engine_service.core.leases import LeaseKeeper, new_replica_id
@@ -568,6 +570,10 @@ class Engine(Sessions):
             # Waiting for a person: stop waiting. The run that asked ends interrupted; its
             # unanswered calls read as unanswered to the LLM on the next run.
             cancelled = await self._writing(self.store.cancel_interrupts(session_id))
+            # A sub-agent's question asked here (``tools/agents.py``): it stops waiting too.
+            for child in {d[0] for i in session.interrupts if (d := delegation_of(i))}:
+                with contextlib.suppress(SessionNotFound):
+                    await self.stop_run(caller, child)
             if cancelled:
                 return True, cancelled[-1]
         return bool(stopped), stopped

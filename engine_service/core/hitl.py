@@ -35,6 +35,8 @@ __all__ = [
     "Decision",
     "admit",
     "decide",
+    "delegated_interrupt",
+    "delegation_of",
     "in_doubt_interrupt",
     "interrupt_for",
     "needs_approval",
@@ -155,14 +157,102 @@ def in_doubt_interrupt(
     return Interrupt(interrupt_id, InterruptKind.APPROVAL, run_id, call, message, payload, expires)
 
 
+DELEGATION = "delegation"
+"""The key of a delegated interrupt's payload that names where it was raised:
+``{"agent", "conversationId", "interruptId"}`` (:func:`delegated_interrupt`)."""
+
+
+def delegated_interrupt(
+    call: ToolCall,
+    asked: Interrupt,
+    agent: str,
+    conversation_id: str,
+    interrupt_id: str,
+    run_id: str,
+    now: datetime,
+    expiry: float,
+) -> Interrupt:
+    """The interrupt a run raises for one that a run it started raised (``asked``, pending
+    in ``conversation_id``, agent ``agent``'s): the same question or approval for this
+    run's person, on ``call`` (the call that started the other run), its payload naming
+    where it goes (``DELEGATION``). The answer is checked as an answer to ``asked`` and
+    carried down (:func:`decide`)."""
+    expires = now + timedelta(seconds=expiry) if expiry > 0 else None
+    payload: dict[str, JSON] = {
+        key: value
+        for key, value in (asked.payload if isinstance(asked.payload, dict) else {}).items()
+        if key != DELEGATION
+    }
+    payload[DELEGATION] = {
+        "agent": agent,
+        "conversationId": conversation_id,
+        "interruptId": asked.id,
+    }
+    message = f"Agent {agent!r} asks: {asked.message}"
+    return Interrupt(interrupt_id, asked.kind, run_id, call, message, payload, expires)
+
+
+def delegation_of(interrupt: Interrupt) -> tuple[str, str] | None:
+    """(conversation id, interrupt id) a delegated interrupt is answered in; else None."""
+    payload = interrupt.payload
+    where = payload.get(DELEGATION) if isinstance(payload, dict) else None
+    if not isinstance(where, dict):
+        return None
+    conversation_id, interrupt_id = where.get("conversationId"), where.get("interruptId")
+    if isinstance(conversation_id, str) and isinstance(interrupt_id, str):
+        return conversation_id, interrupt_id
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What to do with one interrupted call: run it (``run`` holds the call to run, with
-    any edited arguments), or give the LLM ``result`` as its tool result."""
+    any edited arguments), or give the LLM ``result`` as its tool result; or, for a
+    delegated interrupt, carry ``forward`` (the answer, as a resume entry of the
+    interrupt it stands for) down to ``conversation_id`` by calling the tool again."""
 
     interrupt: Interrupt
     run: ToolCall | None = None
     result: str = ""
+    forward: ResumeEntry | None = None
+    conversation_id: str = ""
+
+
+def _forward(
+    interrupt: Interrupt, entry: ResumeEntry | None, where: str, conversation_id: str, asked: str
+) -> Decision:
+    """The decision on a delegated interrupt: the person's answer checked as an answer to
+    the interrupt it stands for, and carried down as nothing but a yes, a no or an
+    answer. No answer (expired) is a no; a malformed one is refused, as for any
+    interrupt."""
+    payload = interrupt.payload if isinstance(interrupt.payload, dict) else {}
+    shown = {key: value for key, value in payload.items() if key != DELEGATION}
+    call = interrupt.tool_call
+    if interrupt.kind is InterruptKind.APPROVAL:  # checked against the call asked about
+        tool = shown.get("tool")
+        arguments = shown.get("arguments")
+        text = json.dumps(arguments, ensure_ascii=False) if arguments is not None else ""
+        call = ToolCall(call.id, tool if isinstance(tool, str) else "", text)
+    mirror = Interrupt(
+        interrupt.id, interrupt.kind, interrupt.run_id, call, interrupt.message, shown
+    )
+    decision = decide(mirror, entry, where)
+
+    def down(status: ResumeStatus, answer: JSON) -> Decision:
+        forward = ResumeEntry(asked, status, answer)
+        return Decision(interrupt, forward=forward, conversation_id=conversation_id)
+
+    if entry is None:
+        return down(ResumeStatus.CANCELLED, {"reason": "the request expired"})
+    if decision.run is not None:
+        approved: dict[str, JSON] = {"approved": True}
+        if decision.run.arguments != call.arguments:
+            approved["arguments"] = json.loads(decision.run.arguments)
+        return down(ResumeStatus.RESOLVED, approved)
+    if interrupt.kind is InterruptKind.QUESTION and entry.status is ResumeStatus.RESOLVED:
+        return down(ResumeStatus.RESOLVED, {"answer": decision.result})
+    reason = _reason(entry.payload)
+    return down(ResumeStatus.CANCELLED, {"reason": reason} if reason else None)
 
 
 def _declined(interrupt: Interrupt, why: str) -> Decision:
@@ -180,6 +270,9 @@ def decide(interrupt: Interrupt, entry: ResumeEntry | None, where: str) -> Decis
 
     ``InvalidInput`` naming ``where`` when the payload does not fit the interrupt.
     """
+    delegation = delegation_of(interrupt)
+    if delegation is not None:
+        return _forward(interrupt, entry, where, *delegation)
     if entry is None:
         return _declined(interrupt, "the request expired")
     if entry.status is ResumeStatus.CANCELLED:

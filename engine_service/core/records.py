@@ -8,6 +8,7 @@ gets, so no answer hints at it. Every page is one gRPC message: it holds what fi
 
 from __future__ import annotations
 
+from engine_service.core.agents import Agents
 from engine_service.core.bounds import (
     MESSAGE_ROOM,
     bound_run,
@@ -35,6 +36,9 @@ MAX_CHAIN_PAGE = 100
 
 class Records:
     """The read side of the engine's API (``Engine`` is one)."""
+
+    agents: Agents
+    """The agents served (set by ``Engine``): what an ``agent`` filter may name."""
 
     def __init__(self, store: SessionStore, limits: EngineLimits) -> None:
         self.store = store
@@ -73,14 +77,16 @@ class Records:
         return bound_session(await self._session(caller, session_id), self._event_limit)
 
     async def list_sessions(
-        self, caller: Caller, offset: int, limit: int
+        self, caller: Caller, offset: int, limit: int, agent: str = ""
     ) -> tuple[list[Session], int]:
+        """A page of the caller's sessions (only agent ``agent``'s when given)."""
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        agents = self.agents.stored_as(agent)
         sessions, total = await self.store.list_sessions(
-            offset, limit or 50, owner=caller.owner_filter
+            offset, limit or 50, owner=caller.owner_filter, agents=agents
         )
         # One page is one gRPC message: fewer items when they would not fit (the caller
         # pages on by offset; ``total`` says how many there are).
@@ -135,31 +141,41 @@ class Records:
         return bound_run(run, self._event_limit)
 
     async def list_runs(
-        self, caller: Caller, session_id: str, offset: int, limit: int
+        self, caller: Caller, session_id: str, offset: int, limit: int, agent: str = ""
     ) -> tuple[list[RunRecord], int]:
+        """A page of runs, newest first, of one session or all the caller's; only of
+        agent ``agent``'s sessions when given."""
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         if limit < 0 or limit > MAX_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+        agents = self.agents.stored_as(agent)
         if session_id:
             await self._session(caller, session_id)
         runs, total = await self.store.page_runs(
-            session_id, offset, limit or 50, owner=caller.owner_filter
+            session_id, offset, limit or 50, owner=caller.owner_filter, agents=agents
         )
         bounded = [bound_run(r, self._event_limit) for r in runs]
         return fit_page(bounded, run_size, self._event_limit), total
 
     async def list_run_chains(
-        self, caller: Caller, session_id: str, offset: int, limit: int, last_messages: int
+        self,
+        caller: Caller,
+        session_id: str,
+        offset: int,
+        limit: int,
+        last_messages: int,
+        agent: str = "",
     ) -> tuple[list[RunChain], int, int]:
         """A page of runs as chains (``core/chains.py``), each with its latest messages,
         bounded to one message of ``max_event_bytes``; the runs in all, and how many runs of
-        the page the chains cover (the next page starts after them)."""
+        the page the chains cover (the next page starts after them). Only the runs of agent
+        ``agent``'s conversations when it is given (an A2A agent's own tasks)."""
         if not 0 <= limit <= MAX_CHAIN_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_CHAIN_PAGE}")
         if not 0 <= last_messages <= MAX_LAST_MESSAGES:
             raise InvalidInput(f"last_messages must be between 0 and {MAX_LAST_MESSAGES}")
-        page, total = await self.list_runs(caller, session_id, offset, limit or 50)
+        page, total = await self.list_runs(caller, session_id, offset, limit or 50, agent)
         chains = await page_chains(self.store, page, last_messages)
         fitted = fit_chains(chains, self._message_limit, self._event_limit)
         if len(fitted) == len(chains):

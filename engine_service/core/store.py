@@ -100,10 +100,16 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def list_sessions(
-        self, offset: int, limit: int, *, owner: str | None = None
+        self,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[Session], int]:
         """A page of sessions, most recently updated first, and the total count; only
-        ``owner``'s when it is not None."""
+        ``owner``'s when it is not None, only those whose stored agent is one of
+        ``agents`` when it is not None."""
 
     @abc.abstractmethod
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
@@ -288,10 +294,17 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def page_runs(
-        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
+        self,
+        session_id: str,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[RunRecord], int]:
         """A page of runs, newest first, of one session (or all when empty; then only of
-        ``owner``'s sessions when it is not None), and the total."""
+        ``owner``'s sessions when it is not None), and the total; only runs of sessions
+        whose stored agent is one of ``agents`` when it is not None."""
 
     @abc.abstractmethod
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:

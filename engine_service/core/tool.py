@@ -9,9 +9,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from engine_service.core.events import EventBody
-from engine_service.core.models import JSON, ContentPart
+from engine_service.core.models import JSON, ContentPart, Interrupt, ResumeEntry
 
-__all__ = ["TOOL_PROGRESS", "Tool", "ToolContext", "ToolError", "ToolResult", "session_key"]
+__all__ = [
+    "TOOL_PROGRESS",
+    "Answers",
+    "Delegated",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "session_key",
+]
 
 TOOL_PROGRESS = "tool_progress"
 """The name of the ``CUSTOM`` events a tool sends while it works (MCP progress
@@ -22,13 +31,38 @@ class ToolError(Exception):
     """Raised by a tool to give the LLM an error result with this message."""
 
 
+@dataclass(frozen=True, slots=True)
+class Delegated:
+    """A run a tool started (a local agent's, ``tools/agents.py``) stopped to ask a person:
+    its interrupts, which the calling run raises as its own so that its person answers
+    them (``core.asks``); the answers go back to the tool (``ToolContext.answers``)."""
+
+    agent: str
+    conversation_id: str
+    """The conversation the interrupts are pending in."""
+    interrupts: list[Interrupt]
+
+
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """A person's answers to a ``Delegated`` tool's interrupts: the call is made again to
+    carry them down to ``conversation_id`` (as resume entries of its pending interrupts)."""
+
+    conversation_id: str
+    entries: list[ResumeEntry]
+
+
 @dataclass(slots=True)
 class ToolResult:
-    """What the LLM gets back: text (JSON text for structured results) and extra parts."""
+    """What the LLM gets back: text (JSON text for structured results) and extra parts.
+
+    With ``delegated`` the call is not over: the run asks its person (the result is not
+    stored), and calls the tool again with the answers."""
 
     content: str
     is_error: bool = False
     parts: list[ContentPart] = field(default_factory=list)
+    delegated: Delegated | None = None
 
 
 @dataclass(slots=True)
@@ -53,6 +87,10 @@ class ToolContext:
     call_run_id: str = ""
     """The run whose LLM round made the call ("": this one; a call a person approved
     runs in the run that carries out the answer)."""
+
+    answers: Answers | None = None
+    """A person's answers to what this call's earlier attempt asked (``Delegated``): the
+    call carries them down instead of starting over."""
 
     @property
     def idempotency_key(self) -> str:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from engine_service.core.models import ToolCall
 from engine_service.core.observe import ToolOutcome
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.tool import ToolContext, ToolError, ToolResult
+from engine_service.core.tool import Answers, Delegated, ToolContext, ToolError, ToolResult
 from engine_service.core.trace import Tracer
 from engine_service.core.transcript import Transcript
 
@@ -48,13 +48,17 @@ class ToolRunner:
         self.tracer = tracer
         self.outcomes = outcomes
         self._pending: dict[str, ToolCall] = {}
+        self._delegated: list[tuple[ToolCall, Delegated]] = []
 
-    async def run(self, calls: Sequence[ToolCall]) -> None:
-        """Run the calls concurrently; each result is published as it lands."""
+    async def run(
+        self, calls: Sequence[ToolCall], answers: Mapping[str, Answers] | None = None
+    ) -> None:
+        """Run the calls concurrently; each result is published as it lands. ``answers``:
+        by call id, a person's answers for a call that asked (``Delegated``) before."""
         self._pending = {c.id: c for c in calls}
         async with asyncio.TaskGroup() as group:
             for call in calls:
-                group.create_task(self._run(call))
+                group.create_task(self._run(call, (answers or {}).get(call.id)))
         if self._stopping():
             raise asyncio.CancelledError  # the results are stored: stop before the next round
 
@@ -63,15 +67,27 @@ class ToolRunner:
         """Whether calls are running (their results not stored yet)."""
         return bool(self._pending)
 
-    async def _run(self, call: ToolCall) -> None:
+    def take_delegated(self) -> list[tuple[ToolCall, Delegated]]:
+        """The calls that ended asking a person (``Delegated``) since the last take: they
+        have no result yet; the run raises their interrupts as its own."""
+        taken, self._delegated = self._delegated, []
+        return taken
+
+    async def _run(self, call: ToolCall, answers: Answers | None = None) -> None:
+        context = self._context(call.id)
+        context.answers = answers
         result = await call_tool(
             self.tools,
             call,
-            self._context(call.id),
+            context,
             default_limit=self.default_limit,
             tracer=self.tracer,
             outcomes=self.outcomes,
         )
+        if result.delegated is not None:
+            self._pending.pop(call.id, None)  # no result yet: the run asks its person
+            self._delegated.append((call, result.delegated))
+            return
         await self.store(call, result)
 
     async def store(self, call: ToolCall, result: ToolResult) -> None:

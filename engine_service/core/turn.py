@@ -438,10 +438,14 @@ class Run:
             # A resumed run's calls in doubt: never silently twice (``core.resume``).
             await self.tool_runner.run(self._rerun)
             asked = await self.person.ask(self._ask_again, in_doubt=True)
-            if asked:
-                return ev.RunFinished(
-                    outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
-                )
+        else:
+            asked = []
+        # A sub-agent a call started (again) may have stopped to ask: this run's person.
+        asked += self.person.ask_for(self.tool_runner.take_delegated())
+        if asked:
+            return ev.RunFinished(
+                outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
+            )
         rounds = self._rounds_done
         while True:
             if self.handing_over:
@@ -463,6 +467,9 @@ class Run:
             gated = [c for c in ours if needs_person(self.tools.get(c.name), c.name, approval)]
             await self.tool_runner.run([c for c in ours if c not in gated])
             interrupts = await self.person.ask(gated)
+            # A call that started another agent's run, which stopped to ask a person:
+            # this run asks its own person the same (``core.hitl.delegated_interrupt``).
+            interrupts += self.person.ask_for(self.tool_runner.take_delegated())
             if interrupts:
                 return ev.RunFinished(
                     outcome=ev.Outcome.INTERRUPT,

@@ -212,12 +212,21 @@ class MemorySessionStore(SessionStore):
         return self._entry(session_id).session()
 
     async def list_sessions(
-        self, offset: int, limit: int, *, owner: str | None = None
+        self,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _page_limit(limit)
-        mine = [e for e in self._sessions.values() if owner is None or e.owner == owner]
+        mine = [
+            e
+            for e in self._sessions.values()
+            if (owner is None or e.owner == owner) and (agents is None or e.agent in agents)
+        ]
         ordered = sorted(mine, key=lambda e: e.id)
         ordered.sort(key=lambda e: e.updated_at, reverse=True)
         page = ordered[offset : None if size is None else offset + size]
@@ -498,13 +507,21 @@ class MemorySessionStore(SessionStore):
         return _copy(max(found, key=lambda r: r.started_at))
 
     async def page_runs(
-        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
+        self,
+        session_id: str,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
         entries = [self._entry(session_id)] if session_id else list(self._sessions.values())
         if not session_id and owner is not None:
             entries = [e for e in entries if e.owner == owner]
+        if agents is not None:
+            entries = [e for e in entries if e.agent in agents]
         runs = [r for e in entries for r in e.runs.values()]
         runs.sort(key=lambda r: r.started_at, reverse=True)
         page = runs[offset : offset + limit] if limit else runs[offset:]

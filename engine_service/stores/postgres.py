@@ -712,12 +712,17 @@ class PostgresSessionStore(SessionStore):
         return await self._read(work)
 
     async def list_sessions(
-        self, offset: int, limit: int, *, owner: str | None = None
+        self,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _sql_limit(limit)
-        where, args = ("WHERE s.owner = %s", (owner,)) if owner is not None else ("", ())
+        where, args = _session_filter("s.", owner, agents)
 
         async def work(conn: _Conn) -> tuple[list[Session], int]:
             total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
@@ -1308,16 +1313,17 @@ class PostgresSessionStore(SessionStore):
         return _run(row)
 
     async def page_runs(
-        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
+        self,
+        session_id: str,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
-        where, args = ("WHERE session_id = %s", (session_id,)) if session_id else ("", ())
-        if not session_id and owner is not None:
-            where, args = (
-                "WHERE session_id IN (SELECT id FROM sessions WHERE owner = %s)",
-                (owner,),
-            )
+        where, args = _runs_filter(session_id, owner, agents)
 
         async def work(conn: _Conn) -> tuple[list[RunRecord], int]:
             if session_id:
@@ -1787,3 +1793,37 @@ class PostgresSessionStore(SessionStore):
         self._watchers.clear()
         if self._opened:
             await self._pool.close()
+
+
+def _session_filter(
+    prefix: str, owner: str | None, agents: Sequence[str] | None
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its arguments) of sessions of ``owner`` (None: anyone's)
+    whose agent is one of ``agents`` (None: any)."""
+    conditions, args = [], []
+    if owner is not None:
+        conditions.append(f"{prefix}owner = %s")
+        args.append(owner)
+    if agents is not None:
+        marks = ", ".join("%s" for _ in agents) or "NULL"
+        conditions.append(f"{prefix}agent IN ({marks})")
+        args.extend(agents)
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
+
+
+def _runs_filter(
+    session_id: str, owner: str | None, agents: Sequence[str] | None
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause of ``page_runs``: one session's runs (its owner is checked by the
+    caller), or the runs of the sessions ``_session_filter`` picks."""
+    if session_id:
+        if agents is None:
+            return "WHERE session_id = %s", (session_id,)
+        owner = None
+    sessions, args = _session_filter("", owner, agents)
+    if not sessions:
+        return "", ()
+    where = f"WHERE session_id IN (SELECT id FROM sessions {sessions})"
+    if session_id:
+        return where + " AND session_id = %s", (*args, session_id)
+    return where, args

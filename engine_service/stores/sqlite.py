@@ -681,12 +681,17 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def list_sessions(
-        self, offset: int, limit: int, *, owner: str | None = None
+        self,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _sql_limit(limit)
-        where, args = ("WHERE s.owner = ?", (owner,)) if owner is not None else ("", ())
+        where, args = _session_filter("s.", owner, agents)
         with self._read() as conn:
             (total,) = conn.execute(f"SELECT count(*) FROM sessions s {where}", args).fetchone()
             rows = conn.execute(
@@ -1155,16 +1160,17 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def page_runs(
-        self, session_id: str, offset: int, limit: int, *, owner: str | None = None
+        self,
+        session_id: str,
+        offset: int,
+        limit: int,
+        *,
+        owner: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
-        where, args = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
-        if not session_id and owner is not None:
-            where, args = (
-                "WHERE session_id IN (SELECT id FROM sessions WHERE owner = ?)",
-                (owner,),
-            )
+        where, args = _runs_filter(session_id, owner, agents)
         with self._read() as conn:
             if session_id:
                 self._require(conn, session_id)
@@ -1461,3 +1467,37 @@ class SqliteSessionStore(SessionStore):
     async def close(self) -> None:
         await self._writer.stop()
         self._conn.close()
+
+
+def _session_filter(
+    prefix: str, owner: str | None, agents: Sequence[str] | None
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its arguments) of sessions of ``owner`` (None: anyone's)
+    whose agent is one of ``agents`` (None: any)."""
+    conditions, args = [], []
+    if owner is not None:
+        conditions.append(f"{prefix}owner = ?")
+        args.append(owner)
+    if agents is not None:
+        marks = ", ".join("?" for _ in agents) or "NULL"
+        conditions.append(f"{prefix}agent IN ({marks})")
+        args.extend(agents)
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
+
+
+def _runs_filter(
+    session_id: str, owner: str | None, agents: Sequence[str] | None
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause of ``page_runs``: one session's runs (its owner is checked by the
+    caller), or the runs of the sessions ``_session_filter`` picks."""
+    if session_id:
+        if agents is None:
+            return "WHERE session_id = ?", (session_id,)
+        owner = None
+    sessions, args = _session_filter("", owner, agents)
+    if not sessions:
+        return "", ()
+    where = f"WHERE session_id IN (SELECT id FROM sessions {sessions})"
+    if session_id:
+        return where + " AND session_id = ?", (*args, session_id)
+    return where, args

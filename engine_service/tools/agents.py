@@ -11,9 +11,12 @@ Delegation depth is bounded (``[agent] max_depth``): the chain of agents is carr
 context variable, which the sub-run's task inherits, so a loop (a → b → a ...) ends with a
 clear error result naming the chain.
 
-Not yet: an approval or question inside the sub-agent is not carried up to the parent's
-person; the sub-run ends waiting for input in its own conversation, and the result says
-where (docs/agents.md).
+An approval or question inside the sub-agent reaches the parent's person: the sub-run ends
+waiting for input in its child conversation, and the call returns its interrupts
+(``ToolResult.delegated``) instead of a result; the calling run raises them as its own
+(``core.hitl.delegated_interrupt``) and ends waiting for its person. Their answers come
+back as ``ToolContext.answers``: the call then resumes the sub-run with them, and follows
+it to its answer (or to its next question, which goes up the same way).
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from engine_service.core import events as ev
 from engine_service.core.caller import Caller
 from engine_service.core.history import new_id
 from engine_service.core.models import JSON, Message, Role, RunInput, TextPart
-from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolError, ToolResult
+from engine_service.core.tool import (
+    TOOL_PROGRESS,
+    Delegated,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 
 if TYPE_CHECKING:
     from engine_service.core.engine import Engine, RunHandle
@@ -78,25 +88,36 @@ class AgentTool(Tool):
         engine = self.engine
         if engine is None:
             raise ToolError(f"agent {self.target!r} is not available")
-        message = arguments.get("message")
-        if not isinstance(message, str) or not message.strip():
-            raise ToolError("`message` must be the task, a non-empty string")
         chain = _CHAIN.get()
-        if len(chain) >= self.max_depth:
-            path = " -> ".join((*chain, self.target))
-            raise ToolError(
-                f"delegation is too deep: {path} would be more than {self.max_depth} agents "
-                "deep ([agent] max_depth); answer without delegating further"
-            )
         parent = await engine.store.get_session(context.session_id)
-        child_id = new_id()
-        run_input = RunInput(
-            session_id=child_id,
-            messages=[Message(id=new_id(), role=Role.USER, content=[TextPart(message)])],
-            create_session=True,
-            agent=self.target,
-            parent_run_id=context.run_id,
-        )
+        if context.answers is not None:
+            # The parent's person answered what the sub-run asked: carry it down (the
+            # depth was checked when the sub-run began).
+            child_id = context.answers.conversation_id
+            run_input = RunInput(
+                session_id=child_id,
+                agent=self.target,
+                parent_run_id=context.run_id,
+                resume=list(context.answers.entries),
+            )
+        else:
+            message = arguments.get("message")
+            if not isinstance(message, str) or not message.strip():
+                raise ToolError("`message` must be the task, a non-empty string")
+            if len(chain) >= self.max_depth:
+                path = " -> ".join((*chain, self.target))
+                raise ToolError(
+                    f"delegation is too deep: {path} would be more than {self.max_depth} "
+                    "agents deep ([agent] max_depth); answer without delegating further"
+                )
+            child_id = new_id()
+            run_input = RunInput(
+                session_id=child_id,
+                messages=[Message(id=new_id(), role=Role.USER, content=[TextPart(message)])],
+                create_session=True,
+                agent=self.target,
+                parent_run_id=context.run_id,
+            )
         token = _CHAIN.set((*chain, self.target))
         try:  # the sub-run's task is made here, and inherits the chain
             handle = await engine.start_run(Caller(parent.owner), run_input)
@@ -148,11 +169,9 @@ class AgentTool(Tool):
                     "run_id": handle.run_id,
                     "answer": answer,
                 }
-                if body.interrupts:
+                if body.interrupts:  # the calling run's person is asked (``Delegated``)
                     result["status"] = "input_required"
-                    result["note"] = (
-                        f"agent {self.target!r} waits for a person's answer in conversation "
-                        f"{child_id}; it goes on once it is answered there"
-                    )
+                    delegated = Delegated(self.target, child_id, list(body.interrupts))
+                    return ToolResult(json.dumps(result, ensure_ascii=False), delegated=delegated)
                 return ToolResult(json.dumps(result, ensure_ascii=False))
         raise ToolError(f"agent {self.target!r} ended without an answer (conversation {child_id})")

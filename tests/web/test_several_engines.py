@@ -43,6 +43,7 @@ from tests.web.agui.agui_reader import AguiReader, assert_well_formed, has, text
 from tests.web.conftest import WAIT, ApiClient, engine_settings
 from tests.web.e2e.conftest import wait_for
 from tests.web.sse_frames import Frame
+from web_facade.engine_client import RETRIED_METHODS
 from web_facade.stream import relay as relay_module
 
 T = TypeVar("T")
@@ -169,6 +170,8 @@ class FlakyEngine:
         "ListSessions": pb.ListSessionsRequest.FromString,
         "ListMessages": pb.ListMessagesRequest.FromString,
         "CreateSession": pb.CreateSessionRequest.FromString,
+        "ListAgents": pb.ListAgentsRequest.FromString,
+        "GetAgent": pb.GetAgentRequest.FromString,
     }
 
     def __init__(self) -> None:
@@ -204,6 +207,8 @@ def _reads(api: ApiClient, conversation_id: str) -> list[int]:
     statuses = []
     for _ in range(10):
         statuses.append(api.call("GET", f"/agentik/conversations/{conversation_id}").status_code)
+        statuses.append(api.call("GET", "/agentik/agents").status_code)
+        statuses.append(api.call("GET", "/agentik/agents/agentik").status_code)
         statuses.append(api.call("GET", "/agentik/conversations").status_code)
         statuses.append(
             api.call("GET", f"/agentik/conversations/{conversation_id}/messages").status_code
@@ -227,11 +232,25 @@ def test_reads_are_retried_on_another_engine_when_one_is_unavailable(
     assert set(_reads(api, session.id)) == {200}
     # Round robin sent some first attempts to the refusing engine; each was retried.
     assert sum(servicer.refused.values()) > 0
+    assert servicer.refused["ListAgents"] > 0 and servicer.refused["GetAgent"] > 0
     # A create is not retried: every refusal reached the caller as 503.
     created = [api.call("POST", "/agentik/conversations", json={}) for _ in range(10)]
     statuses = Counter(response.status_code for response in created)
     assert statuses[503] == servicer.refused["CreateSession"]
     assert statuses[201] + statuses[503] == 10
+
+
+def test_every_read_of_the_engine_is_retried() -> None:
+    """Each ``Get*``/``List*`` method of the service, and ``Authenticate``, is in
+    ``RETRIED_METHODS``: a read added to the proto is retried too, or this fails."""
+    service = pb.DESCRIPTOR.services_by_name["AgentEngine"]
+    reads = {
+        method.name
+        for method in service.methods
+        if method.name.startswith(("Get", "List")) or method.name == "Authenticate"
+    }
+    assert reads - set(RETRIED_METHODS) == set()
+    assert {"Run", "CreateSession", "DeleteSession"} & set(RETRIED_METHODS) == set()
 
 
 def test_reads_succeed_with_a_dead_address_in_the_list(

@@ -161,7 +161,8 @@ class TaskService:
         return task
 
     def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
-        """ListTasks: the tasks of one context (or of all), newest first.
+        """ListTasks: the tasks of one context (or of all), newest first; at
+        ``/a2a/{agent}/`` only that agent's.
 
         Pages are pages of runs: a run that resumed another is part of that run's task,
         not a task of its own, so a page may hold fewer tasks than ``pageSize``. One
@@ -193,6 +194,7 @@ class TaskService:
             offset=offset,
             limit=size,
             last_messages=LISTED_MESSAGES if with_messages else 0,
+            agent=self._agent,  # /a2a/{agent}/ lists that agent's tasks only
         )
         try:
             page = self._engine.ListRunChains(query, timeout=UNARY_TIMEOUT)

@@ -153,11 +153,13 @@ def get_agent(name: str) -> dict[str, Any]:
 
 @bp.get("/conversations")
 def list_conversations() -> dict[str, Any]:
-    """A page of conversations, most recently updated first."""
+    """A page of conversations, most recently updated first; ``?agent=``: only that
+    agent's."""
     offset = _int_arg("offset", 0, 0, 2**31 - 1)
     limit = _int_arg("limit", 50, 1, MAX_PAGE)
+    agent = request.args.get("agent", "")  # one the engine does not serve: agent_not_found
     page = current_engine().engine.ListSessions(
-        pb.ListSessionsRequest(offset=offset, limit=limit), timeout=UNARY_TIMEOUT
+        pb.ListSessionsRequest(offset=offset, limit=limit, agent=agent), timeout=UNARY_TIMEOUT
     )
     return {
         "items": [conversation_json(s) for s in page.sessions],

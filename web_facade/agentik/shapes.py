@@ -129,8 +129,20 @@ def interrupt_json(interrupt: pb.Interrupt) -> dict[str, Any]:
         "run_id": interrupt.run_id,
         "tool_call": {"id": call.id, "name": call.name, "arguments": _arguments(call.arguments)},
     }
+    payload = json_value(interrupt.payload) if interrupt.HasField("payload") else {}
+    delegation = payload.get("delegation") if isinstance(payload, dict) else None
+    if isinstance(delegation, dict) and isinstance(payload, dict):
+        # A sub-agent asks (docs/agents.md): the call to approve is its own.
+        out["delegated"] = {
+            "agent": str(delegation.get("agent", "")),
+            "conversation_id": str(delegation.get("conversationId", "")),
+        }
+        tool = payload.get("tool")
+        arguments = payload.get("arguments")
+        if interrupt.kind == pb.INTERRUPT_KIND_APPROVAL and isinstance(tool, str):
+            shown = arguments if isinstance(arguments, dict | str) else {}
+            out["tool_call"] = {"id": call.id, "name": tool, "arguments": shown}
     if interrupt.kind == pb.INTERRUPT_KIND_QUESTION:
-        payload = json_value(interrupt.payload) if interrupt.HasField("payload") else {}
         question = payload.get("question") if isinstance(payload, dict) else None
         out["question"] = question if isinstance(question, str) else interrupt.message
         choices = payload.get("choices") if isinstance(payload, dict) else None

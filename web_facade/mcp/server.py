@@ -238,11 +238,16 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
         return {"agents": [agent_json(a) for a in listed.agents]}
 
     @server.tool()
-    async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> dict[str, Any]:
-        """The conversations the caller may see, most recently updated first."""
+    async def list_conversations(
+        ctx: Context, limit: int = 20, offset: int = 0, agent: str = ""
+    ) -> dict[str, Any]:
+        """The conversations the caller may see, most recently updated first; ``agent``:
+        only that agent's (see list_agents)."""
         if offset > MAX_OFFSET:
             raise ToolError(f"offset must be between 0 and {MAX_OFFSET}; got {offset}")
-        request = pb.ListSessionsRequest(limit=max(1, min(limit, 1000)), offset=max(0, offset))
+        request = pb.ListSessionsRequest(
+            limit=max(1, min(limit, 1000)), offset=max(0, offset), agent=agent
+        )
         try:
             page = await engine.unary("ListSessions", request, ctx)
         except grpc.RpcError as exc:

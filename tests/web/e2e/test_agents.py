@@ -208,26 +208,60 @@ def test_a2a_serves_each_agent_over_http_json_at_its_own_path(
     assert (request["model"], request["messages"][0]["content"]) == ("big-model", "You research.")
 
 
-async def _mcp(base_url: str) -> tuple[Any, Any, Any]:
+def _tasks(http: httpx.Client, path: str) -> list[dict[str, Any]]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100}}
+    answer = http.post(path, json=body, headers={"A2A-Version": "1.0"}).json()
+    return list(answer["result"]["tasks"])
+
+
+def test_each_agent_lists_its_own_tasks_and_conversations(stack: Stack) -> None:
+    """A2A ``ListTasks`` at ``/a2a/{agent}/`` lists that agent's tasks only (the root
+    endpoint every agent's); ``GET /agentik/conversations?agent=`` that agent's."""
+    ids = {}
+    for agent in ("researcher", "support"):
+        _, task = asyncio.run(_a2a_send(stack.base_url, agent, f"a task for {agent}"))
+        ids[agent] = task.context_id
+    with httpx.Client(base_url=stack.base_url, timeout=WAIT) as http:
+        for agent, other in (("researcher", "support"), ("support", "researcher")):
+            contexts = {t["contextId"] for t in _tasks(http, f"/a2a/{agent}/")}
+            assert ids[agent] in contexts and ids[other] not in contexts
+            listed = checked(http.get("/agentik/conversations", params={"agent": agent}))
+            items = listed.json()["items"]
+            assert {c["agent"] for c in items} == {agent}
+            assert ids[agent] in {c["id"] for c in items} and listed.json()["total"] == len(items)
+        everyone = {t["contextId"] for t in _tasks(http, "/")}
+        assert set(ids.values()) <= everyone
+        default = checked(http.get("/agentik/conversations", params={"agent": "agentik"}))
+        assert {c["agent"] for c in default.json()["items"]} <= {"agentik"}
+        missing = checked(http.get("/agentik/conversations", params={"agent": "nobody"}))
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
+
+
+async def _mcp(base_url: str) -> tuple[Any, Any, Any, Any]:
     async with httpx2.AsyncClient(timeout=WAIT) as http:
         transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
         async with McpClient(transport, read_timeout_seconds=WAIT) as client:
             listed = await client.call_tool("list_agents", {})
             sent = await client.call_tool("send_message", {"text": "hi", "agent": "researcher"})
             unknown = await client.call_tool("send_message", {"text": "hi", "agent": "nobody"})
-    return listed, sent, unknown
+            await client.call_tool("send_message", {"text": "hi", "agent": "support"})
+            mine = await client.call_tool("list_conversations", {"agent": "researcher"})
+    return listed, sent, unknown, mine
 
 
 def test_mcp_lists_the_agents_and_sends_to_one(stack: Stack, llm: FakeOpenAI) -> None:
     before = len(llm.requests)
-    listed, sent, unknown = asyncio.run(_mcp(stack.base_url))
+    listed, sent, unknown, mine = asyncio.run(_mcp(stack.base_url))
     agents = listed.structured_content["agents"]
     assert [a["name"] for a in agents] == ["agentik", "support", "researcher"]
     assert not sent.is_error
-    [request] = _since(llm, before)
+    request = _since(llm, before)[0]
     assert (request["model"], _offered(request)) == ("big-model", ["current_time"])
     assert unknown.is_error
     assert "'nobody'" in "".join(b.text for b in unknown.content if b.type == "text")
+    conversations = mine.structured_content["conversations"]
+    assert conversations and {c["agent"] for c in conversations} == {"researcher"}
+    assert sent.structured_content["conversation_id"] in {c["id"] for c in conversations}
 
 
 def test_agentik_chat_talks_to_the_agent_it_names(stack: Stack, llm: FakeOpenAI) -> None:

@@ -787,6 +787,9 @@ class Interrupt(_message.Message):
     def payload(self) -> _struct_pb2.Value:
         """Structured request: for an approval {"tool": name, "arguments": {...}};
         for a question {"question": "..."} (and "choices" when the LLM gave some).
+        A sub-agent's request, raised on the run that delegated to it
+        (docs/agents.md), also has "delegation": {"agent", "conversationId",
+        "interruptId"}; `tool_call` is then the delegating `agent__NAME` call.
         """
 
     @_builtins.property
@@ -1880,19 +1883,25 @@ class ListSessionsRequest(_message.Message):
 
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """How many sessions to skip."""
     limit: _builtins.int
     """How many to return, 1..1000; 0 means the default of 50."""
+    agent: _builtins.str
+    """Only this agent's sessions (docs/agents.md); empty: every agent's. An agent
+    not served is INVALID_ARGUMENT (`agent_not_found`).
+    """
     def __init__(
         self,
         *,
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "limit", b"limit", "offset", b"offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2235,6 +2244,7 @@ class ListRunChainsRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     LAST_MESSAGES_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Only runs of this session; empty lists the runs of all sessions."""
     offset: _builtins.int
@@ -2243,6 +2253,10 @@ class ListRunChainsRequest(_message.Message):
     """How many runs to read, 1..100; 0 means the default of 50."""
     last_messages: _builtins.int
     """How many of each chain's latest messages to return, 0..100: 0 returns none."""
+    agent: _builtins.str
+    """Only runs of this agent's sessions (docs/agents.md); empty: every agent's.
+    An agent not served is INVALID_ARGUMENT (`agent_not_found`).
+    """
     def __init__(
         self,
         *,
@@ -2250,10 +2264,11 @@ class ListRunChainsRequest(_message.Message):
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
         last_messages: _builtins.int = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_messages", b"last_messages", "limit", b"limit", "offset", b"offset", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "last_messages", b"last_messages", "limit", b"limit", "offset", b"offset", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

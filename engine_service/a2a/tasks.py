@@ -180,8 +180,9 @@ class EngineTasks:
         )
         last = LISTED_MESSAGES if with_messages else 0
         try:
+            # A tenant (an agent) lists its own tasks, as /a2a/{agent}/ does; none, all.
             chains, total, runs_read = await self._engine.list_run_chains(
-                self._caller, request.context_id, offset, size, last
+                self._caller, request.context_id, offset, size, last, agent=self._agent
             )
         except SessionNotFound:  # an unknown context has no tasks
             return ListTasksResponse(page_size=size, total_size=0)

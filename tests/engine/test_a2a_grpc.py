@@ -693,6 +693,40 @@ async def test_the_tenant_names_the_agent_of_the_context_a_message_starts(
     assert session.agent == "support" and llm.requests[-1]["model"] == "small-model"
 
 
+async def test_a_tenant_lists_its_own_agent_s_tasks_and_no_tenant_every_agent_s(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text(
+        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
+        '[[agents]]\nname = "support"\n\n[[agents]]\nname = "research"\n'
+    )
+    settings = load_settings(
+        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    )
+    config = ClientConfig(
+        streaming=False,
+        grpc_channel_factory=grpc.aio.insecure_channel,
+        supported_protocol_bindings=["GRPC"],
+    )
+    contexts: dict[str, str] = {}
+    listed: dict[str, set[str]] = {}
+    async with running_engine(settings) as running:
+        for tenant in ("support", "research", ""):
+            client = ClientFactory(config).create(_card(running.target, tenant=tenant))
+            try:
+                if tenant:
+                    task = await _task(client, _request(f"a task for {tenant}"))
+                    contexts[tenant] = task.context_id
+                answer = await client.list_tasks(ListTasksRequest(tenant=tenant))
+                listed[tenant] = {t.context_id for t in answer.tasks}
+            finally:
+                await client.close()
+    assert listed["support"] == {contexts["support"]}
+    assert listed["research"] == {contexts["research"]}
+    assert listed[""] == set(contexts.values())
+
+
 async def test_a_push_config_sent_with_the_message_gets_the_task_s_updates(
     connect: Connect,
 ) -> None:

@@ -32,7 +32,8 @@ def check_agent(settings: Settings, name: str) -> str:
 
 def agent_card_config(settings: Settings, name: str, root: Any, skills: Any) -> Any:
     """The A2A card settings of agent ``name``: ``root`` (the server's card settings) with
-    the agent's name, description and skills (``skills`` parses a skill list). The
+    the agent's name, description and skills (``skills`` parses a skill list into the
+    public and the extended-only skills). The
     default agent without an ``[[agents]]`` entry keeps the root card's."""
     own = next((a for a in settings.agent.agents if a.name == name), None)
     if own is None:
@@ -50,9 +51,11 @@ def agent_card_config(settings: Settings, name: str, root: Any, skills: Any) -> 
         )
     elif own.examples:
         configured = tuple({"examples": list(own.examples), **skill} for skill in configured)
+    public, extended = skills(configured)
     return replace(
         root,
         name=own.name,
         description=own.description or root.description,
-        skills=skills(configured),
+        skills=public,
+        extended_skills=extended,
     )

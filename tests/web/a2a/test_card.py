@@ -51,7 +51,7 @@ def test_the_card_names_the_configured_public_url_never_the_request_host(card_ap
     assert card["capabilities"] == {
         "streaming": True,
         "pushNotifications": True,
-        "extendedAgentCard": False,
+        "extendedAgentCard": True,
     }
     assert "text/plain" in card["defaultInputModes"] and card["defaultOutputModes"] == [
         "text/plain"

@@ -76,7 +76,7 @@ from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
 from web_facade.stream import sse_response
 
-__all__ = ["METHODS", "VERSION_HEADER", "bp"]
+__all__ = ["METHODS", "VERSION_HEADER", "bp", "extended_card", "extended_card_response"]
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,17 @@ def _cache_headers(
         response.vary.add("Host")
     if extended:
         response.vary.add("Authorization")
+
+
+def extended_card_response(agent: str) -> Response:
+    """The extended card of ``agent`` as a GET answers it (HTTP+JSON's
+    ``GET /extendedAgentCard``): the card, its ``ETag`` and ``Cache-Control``, and ``304``
+    when ``If-None-Match`` names its ETag. Errors raise as :func:`extended_card`'s do."""
+    card = extended_card(agent, _asked_shape(legacy=False))
+    response = Response(card.body, mimetype="application/json")
+    _cache_headers(response, card.config, card.etag, extended=True)
+    response.make_conditional(request)
+    return response
 
 
 def extended_card(agent: str, shape: CardShape) -> _Card:

@@ -26,6 +26,8 @@ from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.card_schema import agent_card_schema
 from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
 from web_facade import create_app
+from web_facade.a2a.errors import AuthenticationRequired
+from web_facade.a2a.routes import extended_card_response
 from web_facade.engine_client import EngineClient
 
 PUBLIC = "https://agents.example.com/agentik/"
@@ -327,3 +329,24 @@ def test_a_bad_signing_key_stops_the_app_with_a_message_naming_the_setting(
         make_app(AGENTIK_A2A_CARD_SIGNING_KEY=value)
     assert problem in str(caught.value)
     assert "bm90IGEga2V5" not in str(caught.value) and "END" not in str(caught.value)
+
+
+def test_the_extended_card_answers_a_get_with_304_when_it_did_not_change(
+    make_authed: Callable[..., FlaskClient],
+) -> None:
+    # The GET form other bindings serve (HTTP+JSON's GET /extendedAgentCard).
+    client = make_authed(AGENTIK_AGENT_SKILLS=SKILLS)
+    app = client.application
+    with app.test_request_context("/extendedAgentCard", headers=ALICE):
+        first = extended_card_response("calc")
+    assert first.status_code == 200 and first.headers["Cache-Control"] == "private, max-age=300"
+    assert json.loads(first.get_data())["name"] == "calc"
+    etag = first.headers["ETag"]
+    with app.test_request_context("/extendedAgentCard", headers={**ALICE, "If-None-Match": etag}):
+        again = extended_card_response("calc")
+    assert again.status_code == 304 and again.headers["ETag"] == etag  # werkzeug drops the body
+    with (
+        app.test_request_context("/extendedAgentCard"),
+        pytest.raises(AuthenticationRequired),
+    ):
+        extended_card_response("calc")

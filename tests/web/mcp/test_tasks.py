@@ -111,7 +111,9 @@ def llm() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture(scope="module")
 def base_url(llm: FakeOpenAI) -> Iterator[str]:
-    settings = engine_settings(llm, AGENTIK_TOKENS=f"alice:{ALICE},bob:{BOB}")
+    settings = engine_settings(
+        llm, AGENTIK_TOKENS=f"alice:{ALICE},bob:{BOB}", AGENTIK_TOOLS_APPROVAL="calculate"
+    )
     engine = BackgroundEngine(settings)
     target = engine.start()
     client = EngineClient(target)
@@ -270,3 +272,26 @@ async def test_a_turn_the_engine_refuses_is_answered_at_once_without_a_task(
             "send_message", {"text": "hi", "conversation_id": "no-such-conversation"}
         )
     assert result.is_error and not tasks.handles
+
+
+async def test_a_turn_that_waits_for_a_person_completes_its_task_and_answer_goes_on(
+    base_url: str,
+) -> None:
+    tasks = Tasks()
+    async with mcp_client(base_url, tasks=tasks) as client:
+        paused = await client.call_tool(
+            "send_message", {"text": '[[tool:calculate {"expression": "6*7"}]]'}
+        )
+        waits = paused.structured_content
+        assert waits is not None and waits["status"] == "input_required", _text(paused)
+        [interrupt] = waits["interrupts"]
+        assert interrupt["kind"] == "approval" and interrupt["tool_call"]["name"] == "calculate"
+        assert f"(interrupt_id {interrupt['id']})" in _text(paused)
+        decision = {"interrupt_id": interrupt["id"], "approve": True}
+        done = await client.call_tool(
+            "answer", {"conversation_id": waits["conversation_id"], "decisions": [decision]}
+        )
+    assert done.structured_content is not None
+    assert done.structured_content["status"] == "completed", _text(done)
+    assert "42" in _text(done)
+    assert len(tasks.handles) == 2  # both turns ran as tasks

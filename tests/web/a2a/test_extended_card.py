@@ -285,6 +285,10 @@ def test_a_signed_card_verifies_with_the_public_key_over_its_jcs_form(
     # The SDK's verifier agrees; a changed card does not verify.
     verify = create_signature_verifier(lambda kid, jku: key.public_key(), [algorithm])
     verify(json_format.ParseDict(card, AgentCard()))
+    # The 0.3 shape carries the same signature, over the 1.0 card it holds.
+    v03 = client.get(CARD, headers={"A2A-Version": "0.3"}).get_json()
+    assert v03["protocolVersion"] == "0.3" and v03["signatures"]
+    verify(json_format.ParseDict(v03, AgentCard(), ignore_unknown_fields=True))
     card["description"] = "Something else."
     with pytest.raises((InvalidSignature, InvalidSignaturesError)):
         _verify_independently(card, key.public_key())

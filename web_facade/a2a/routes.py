@@ -76,7 +76,7 @@ from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
 from web_facade.stream import sse_response
 
-__all__ = ["METHODS", "VERSION_HEADER", "bp", "extended_card", "extended_card_response"]
+__all__ = ["METHODS", "VERSION_HEADER", "Card", "bp", "extended_card", "extended_card_response"]
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +99,23 @@ class _Stream:
 
 
 @dataclass(frozen=True, slots=True)
-class _Card:
-    """A card as a method's result: its JSON, and the ETag and caching its HTTP answer
-    carries (as the card's own GET answers do)."""
+class Card:
+    """A card: its JSON, its ETag, and the settings its caching follows."""
 
     body: bytes
     etag: str
     config: CardConfig
 
 
-Result = dict[str, Any] | _Stream | _Card
+class _CardResult(dict[str, Any]):
+    """A card as a method's result: the card's JSON object (any binding can send it as
+    it sends other results) that also carries ``card``, so the JSON-RPC answer gets the
+    card's ``ETag`` and ``Cache-Control`` as the card's own GET answers do."""
+
+    card: Card
+
+
+Result = dict[str, Any] | _Stream
 Handler = Callable[[TaskService, dict[str, Any]], Result]
 
 
@@ -223,7 +230,7 @@ def extended_card_response(agent: str) -> Response:
     return response
 
 
-def extended_card(agent: str, shape: CardShape) -> _Card:
+def extended_card(agent: str, shape: CardShape) -> Card:
     """The authenticated extended card of ``agent`` ("": the default agent) in ``shape``.
 
     The engine authenticates the caller (``GetAgent`` with the request's credentials: a
@@ -240,7 +247,7 @@ def extended_card(agent: str, shape: CardShape) -> _Card:
     except grpc.RpcError as exc:
         raise from_rpc(exc) from None
     body, etag = extended_card_body(config, request_url, shape, tuple(found.tools))
-    return _Card(body, etag, config)
+    return Card(body, etag, config)
 
 
 # -- the methods -------------------------------------------------------------------
@@ -325,12 +332,18 @@ def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
     return {}
 
 
+def _card_result(card: Card) -> Result:
+    result = _CardResult(json.loads(card.body))
+    result.card = card
+    return result
+
+
 def _extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return extended_card((request.view_args or {}).get("agent", ""), "1.0")
+    return _card_result(extended_card((request.view_args or {}).get("agent", ""), "1.0"))
 
 
 def _v03_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return extended_card((request.view_args or {}).get("agent", ""), "0.3")
+    return _card_result(extended_card((request.view_args or {}).get("agent", ""), "0.3"))
 
 
 def _v03_send(tasks: TaskService, params: dict[str, Any]) -> Result:
@@ -526,10 +539,9 @@ def rpc(agent: str = "") -> Response:
         return Response(encode(error(request_id, exc)), mimetype="application/json")
     except Exception as exc:
         return Response(encode(error(request_id, unexpected(exc))), mimetype="application/json")
-    if isinstance(result, _Card):
-        card = json.loads(result.body)
-        response = Response(encode(reply(request_id, card)), mimetype="application/json")
-        _cache_headers(response, result.config, result.etag, extended=True)
+    if isinstance(result, _CardResult):
+        response = Response(encode(reply(request_id, result)), mimetype="application/json")
+        _cache_headers(response, result.card.config, result.card.etag, extended=True)
         return response
     if isinstance(result, _Stream):
         if isinstance(result.follow, Task):

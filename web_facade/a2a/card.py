@@ -52,6 +52,7 @@ from web_facade.a2a.signing import CardSigner, load_signer
 __all__ = [
     "CARD_MAX_AGE",
     "INPUT_MODES",
+    "JWKS_PATH",
     "OUTPUT_MODES",
     "SECURITY_SCHEME",
     "CardConfig",
@@ -122,6 +123,9 @@ class CardConfig:
     them alone and they are read once per process, so it cannot have changed later."""
     signer: CardSigner | None = None
     """Signs every card (``[a2a] card_signing_key``); None: cards go unsigned."""
+    jwks_url: str = ""
+    """Where the signing key's JWK Set is served (``{public_url}.well-known/jwks.json``);
+    "" without a public URL."""
 
 
 def _installed_version() -> str:
@@ -157,6 +161,15 @@ def skills_of(configured: tuple[dict[str, Any], ...] | None) -> Skills:
     return tuple(public), tuple(extended)
 
 
+JWKS_PATH: Final = "/.well-known/jwks.json"
+"""Where the facade serves the card signing key's JWK Set."""
+
+
+def jwks_url(public_url: str) -> str:
+    """The JWK Set's URL under ``public_url`` ("" without one)."""
+    return public_url.rstrip("/") + JWKS_PATH if public_url else ""
+
+
 def card_config(settings: Settings) -> CardConfig:
     """The card's settings; ``ConfigError`` names a skill the card cannot carry."""
     public, extended = skills_of(settings.a2a.skills)
@@ -170,6 +183,7 @@ def card_config(settings: Settings) -> CardConfig:
         auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",
         reflect_host=is_loopback(settings.web.http_addr),
         signer=load_signer(settings.a2a.card_signing_key),
+        jwks_url=jwks_url(settings.a2a.public_url),
     )
 
 
@@ -248,7 +262,8 @@ def _encode(card: AgentCard, config: CardConfig, shape: CardShape) -> tuple[byte
     kid = config.signer.kid if config.signer is not None else ""
     etag = hashlib.sha256(f"{shape}\n{kid}\n{unsigned}".encode()).hexdigest()[:32]
     if config.signer is not None:
-        config.signer.sign(card)
+        jku = config.jwks_url
+        config.signer.sign(card, jku)
         etag = f"W/{etag}"
     # The 0.3 shape is the SDK's own server's merge: it adds the 0.3 fields and, inside each
     # security scheme, the 0.3 form beside the 1.0 one, so 0.3 and 1.0 parsers both read it.

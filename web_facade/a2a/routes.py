@@ -52,6 +52,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMe
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.card import (
     CARD_MAX_AGE,
+    JWKS_PATH,
     CardConfig,
     CardShape,
     card_body,
@@ -248,6 +249,20 @@ def extended_card(agent: str, shape: CardShape) -> Card:
         raise from_rpc(exc) from None
     body, etag = extended_card_body(config, request_url, shape, tuple(found.tools))
     return Card(body, etag, config)
+
+
+@bp.get(JWKS_PATH)
+def jwks() -> Response:
+    """The public key the cards are signed with, as a JWK Set (RFC 7517); 404 when cards
+    are not signed."""
+    config: CardConfig = current_app.extensions[_CARD_KEY]
+    if config.signer is None:
+        raise ApiError(
+            404, "not_found", "agent cards are not signed here: no [a2a] card_signing_key"
+        )
+    response = Response(json.dumps(config.signer.jwks()), mimetype="application/jwk-set+json")
+    response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
+    return response
 
 
 # -- the methods -------------------------------------------------------------------

@@ -5,8 +5,10 @@ PEM private key file, or the PEM itself. Its type picks the algorithm — EC P-2
 P-384 ``ES384``, P-521 ``ES512``, RSA ``RS256``, Ed25519 ``EdDSA`` — and its ``kid`` is the
 RFC 7638 thumbprint of its public key, so peers can tell keys apart without a registry.
 
-Each card carries one entry in ``signatures``: ``protected`` (the base64url JWS header:
-``alg``, ``typ: JOSE``, ``kid``) and ``signature``; the payload is not in the card (it is the
+The public key is served as a JWK Set at ``/.well-known/jwks.json``; with a public URL set,
+the protected header's ``jku`` names it. Each card carries one entry in ``signatures``:
+``protected`` (the base64url JWS header: ``alg``, ``typ: JOSE``, ``kid``, ``jku``) and
+``signature``; the payload is not in the card (it is the
 card itself, canonicalized without ``signatures``). Canonicalization and the JWS are the
 a2a-sdk's own (``a2a.utils.signing``), so the SDK's ``create_signature_verifier`` — and any
 verifier that follows §8.4 — accepts the cards.
@@ -55,12 +57,19 @@ class CardSigner:
     public_jwk: dict[str, str]
     """The public key as a JWK (with ``kid``, ``alg`` and ``use: sig``), for verifiers."""
 
-    def sign(self, card: AgentCard) -> AgentCard:
-        """``card`` with its signature appended (the card is changed in place)."""
+    def sign(self, card: AgentCard, jku: str = "") -> AgentCard:
+        """``card`` with its signature appended (the card is changed in place); ``jku``:
+        where the public key is published (a JWK Set URL), put in the protected header."""
         from a2a.utils.signing import ProtectedHeader, create_agent_card_signer  # PyJWT
 
-        header = {"alg": self.algorithm, "typ": "JOSE", "kid": self.kid}  # no jku: none served
+        header = {"alg": self.algorithm, "typ": "JOSE", "kid": self.kid}
+        if jku:
+            header["jku"] = jku
         return create_agent_card_signer(self.key, cast(ProtectedHeader, header))(card)
+
+    def jwks(self) -> dict[str, list[dict[str, str]]]:
+        """The JWK Set peers verify the cards with: the public key alone."""
+        return {"keys": [dict(self.public_jwk)]}
 
 
 def _pem(value: str) -> bytes:

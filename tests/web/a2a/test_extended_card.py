@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from flask import Flask
 from flask.testing import FlaskClient
 from google.protobuf import json_format
+from jwt import PyJWK
 
 from agentik.config import ConfigError
 from tests.fakes.fake_openai import FakeOpenAI
@@ -354,3 +355,35 @@ def test_the_extended_card_answers_a_get_with_304_when_it_did_not_change(
         pytest.raises(AuthenticationRequired),
     ):
         extended_card_response("calc")
+
+
+def test_the_public_key_is_served_as_a_jwk_set_named_by_each_signatures_jku(
+    make_app: Callable[..., Flask],
+) -> None:
+    key = ed25519.Ed25519PrivateKey.generate()
+    client = make_app(
+        AGENTIK_PUBLIC_URL=PUBLIC, AGENTIK_A2A_CARD_SIGNING_KEY=_pem(key)
+    ).test_client()
+    card = client.get(CARD).get_json()
+    header = json.loads(_b64decode(card["signatures"][0]["protected"]))
+    assert header["jku"] == PUBLIC + ".well-known/jwks.json"
+    answer = client.get("/.well-known/jwks.json")
+    assert answer.status_code == 200 and answer.mimetype == "application/jwk-set+json"
+    assert answer.headers["Cache-Control"] == "public, max-age=300"
+    [jwk] = answer.get_json()["keys"]
+    assert jwk["kid"] == header["kid"] and jwk["alg"] == "EdDSA" and "d" not in jwk
+
+    # A verifier that only knows where the key set is: it picks the key by kid.
+    def from_jwks(kid: str | None, jku: str | None) -> PyJWK:
+        assert jku is not None and jku == header["jku"]
+        keys = client.get(jku.removeprefix(PUBLIC.rstrip("/"))).get_json()["keys"]
+        return PyJWK(next(k for k in keys if k["kid"] == kid))
+
+    verify = create_signature_verifier(from_jwks, ["EdDSA"])
+    verify(json_format.ParseDict(card, AgentCard()))
+
+
+def test_without_a_signing_key_there_is_no_jwk_set(make_app: Callable[..., Flask]) -> None:
+    answer = make_app().test_client().get("/.well-known/jwks.json")
+    assert answer.status_code == 404
+    assert answer.get_json()["error"]["code"] == "not_found"

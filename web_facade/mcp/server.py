@@ -29,7 +29,7 @@ import uuid
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 import grpc
 from mcp import MCPError
@@ -78,7 +78,7 @@ _ROLES = {
 
 
 class Answer(TypedDict):
-    """The ``structuredContent`` of a turn's answer (``send_message``, ``answer``)."""
+    """A turn's answer (send_message, answer): its conversation, run, status and text."""
 
     conversation_id: str
     """The conversation: give it to the next send_message to continue it."""
@@ -90,6 +90,62 @@ class Answer(TypedDict):
     """Why the turn failed, was cancelled or waits for a person."""
     interrupts: NotRequired[list[dict[str, Any]]]
     """What the turn waits for (status input_required): give decisions with ``answer``."""
+
+
+class AgentInfo(TypedDict):
+    name: str
+    description: str
+    model: str
+    tools: list[str]
+    default: bool
+
+
+class Agents(TypedDict):
+    """The agents this server serves, the default one first."""
+
+    agents: list[AgentInfo]
+
+
+class ConversationInfo(TypedDict):
+    id: str
+    title: str
+    message_count: int
+    updated: str
+    """When it last changed (RFC 3339)."""
+    running: bool
+    """Whether a turn is running in it now."""
+    agent: str
+
+
+class Conversations(TypedDict):
+    """A page of the caller's conversations, most recently updated first."""
+
+    total: int
+    conversations: list[ConversationInfo]
+
+
+class ToolCallInfo(TypedDict):
+    id: str
+    name: str
+    arguments: str
+    """The call's arguments as the LLM wrote them (JSON text)."""
+
+
+class MessageInfo(TypedDict):
+    id: str
+    role: Literal["user", "assistant", "system", "developer", "tool", "unknown"]
+    text: str
+    tool_calls: NotRequired[list[ToolCallInfo]]
+    tool_call_id: NotRequired[str]
+    status: NotRequired[Literal["interrupted", "error"]]
+
+
+class ConversationMessages(TypedDict):
+    """A conversation's messages, oldest first."""
+
+    conversation_id: str
+    messages: list[MessageInfo]
+    has_more: bool
 
 
 @dataclass(slots=True)
@@ -279,17 +335,17 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
             raise engine.failure(exc, ctx) from exc
 
     @server.tool()
-    async def list_agents(ctx: Context) -> dict[str, Any]:
+    async def list_agents(ctx: Context) -> Agents:
         """The agents this server serves: name, description, model and tools; the default
         one (used when send_message names none) first."""
         try:
             listed = await engine.unary("ListAgents", pb.ListAgentsRequest(), ctx)
         except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
-        return {"agents": [agent_json(a) for a in listed.agents]}
+        return cast(Agents, {"agents": [agent_json(a) for a in listed.agents]})
 
     @server.tool()
-    async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> dict[str, Any]:
+    async def list_conversations(ctx: Context, limit: int = 20, offset: int = 0) -> Conversations:
         """The conversations the caller may see, most recently updated first."""
         if offset > MAX_OFFSET:
             raise ToolError(f"offset must be between 0 and {MAX_OFFSET}; got {offset}")
@@ -316,7 +372,7 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
     @server.tool()
     async def read_conversation(
         conversation_id: str, ctx: Context, limit: int = 100
-    ) -> dict[str, Any]:
+    ) -> ConversationMessages:
         """The messages of a conversation, oldest first (the first `limit`)."""
         request = pb.ListMessagesRequest(session_id=conversation_id, limit=max(1, min(limit, 1000)))
         try:
@@ -424,7 +480,7 @@ def outcome(kind: int, interrupts: Any) -> tuple[str, str]:
     return "completed", ""
 
 
-def _message(message: pb.Message) -> dict[str, Any]:
+def _message(message: pb.Message) -> MessageInfo:
     out: dict[str, Any] = {
         "id": message.id,
         "role": _ROLES.get(message.role, "unknown"),
@@ -440,4 +496,4 @@ def _message(message: pb.Message) -> dict[str, Any]:
         out["status"] = "interrupted"
     elif message.status == pb.MESSAGE_STATUS_ERROR:
         out["status"] = "error"
-    return out
+    return cast(MessageInfo, out)

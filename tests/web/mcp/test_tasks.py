@@ -178,6 +178,15 @@ async def test_the_answers_publish_their_output_schema(base_url: str) -> None:
             "cancelled",
             "input_required",
         ]
+    # The other tools publish theirs too (the SDK's client checks each answer against it).
+    required = {
+        "list_agents": {"agents"},
+        "list_conversations": {"total", "conversations"},
+        "read_conversation": {"conversation_id", "messages", "has_more"},
+    }
+    for name, fields in required.items():
+        schema = tools[name].output_schema
+        assert schema is not None and set(schema["required"]) == fields, name
 
 
 async def test_a_client_that_declares_tasks_gets_a_task_and_its_answer_by_polling(

@@ -155,6 +155,10 @@ def _secret(raw: object, from_env: bool) -> object:
     return _text(raw) or None
 
 
+def _secret_text(raw: object, from_env: bool) -> object:
+    return _text(raw)
+
+
 def _webhook_secret(raw: object, from_env: bool) -> object:
     text = _secret(raw, from_env)
     if isinstance(text, str) and text.startswith("whsec_"):
@@ -807,7 +811,13 @@ class A2aSettings:
     skills: tuple[dict[str, Any], ...] | None = setting(
         None, "AGENTIK_AGENT_SKILLS", _skills, flat="agent_skills"
     )
-    """The card's skills (``id``, ``name``, ``description``, ...); None: one chat skill."""
+    """The card's skills (``id``, ``name``, ``description``, ...); None: one chat skill.
+    A skill with ``extended = true`` is only on the authenticated extended card."""
+    card_signing_key: str = setting(
+        "", "AGENTIK_A2A_CARD_SIGNING_KEY", _secret_text, flat="a2a_card_signing_key", secret=True
+    )
+    """The private key the cards are signed with (JWS, A2A §8.4): a PEM file's path or the
+    PEM itself (EC P-256/P-384/P-521, RSA or Ed25519); empty: cards go unsigned."""
     agents: tuple[A2aAgentConfig, ...] = table(_a2a_agents, flat="a2a_agents")
     """Also ``AGENTIK_A2A_AGENTS="name=URL,..."``, which replaces the file's list."""
 

@@ -22,7 +22,9 @@ def add_command(subparsers: Any) -> None:
         "mcp",
         help="serve agentik as an MCP server on stdio (for desktop MCP clients)",
         description="An MCP server on stdin/stdout whose tools talk to the agentik engine: "
-        "send_message, list_conversations, read_conversation, list_agents. Logs go to stderr.",
+        "send_message, answer, list_conversations, read_conversation, list_agents. A client "
+        "that declares the MCP tasks extension gets a turn as a task (tasks/get, "
+        "tasks/cancel). Logs go to stderr.",
     )
     mcp.add_argument(
         "--target", help="the engine's gRPC target (default: $AGENTIK_ENGINE_TARGET / grpc_addr)"

@@ -32,9 +32,9 @@ def check_agent(settings: Settings, name: str) -> str:
 
 def agent_card_config(settings: Settings, name: str, root: Any, skills: Any) -> Any:
     """The A2A card settings of agent ``name``: ``root`` (the server's card settings) with
-    the agent's name, description and skills (``skills`` parses a skill list). The
-    default agent without an ``[[agents]]`` entry keeps the root card's. The agent's name is
-    the ``tenant`` of its card's gRPC interface."""
+    the agent's name, description and skills (``skills`` parses a skill list into the
+    public and the extended-only skills). The default agent without an ``[[agents]]`` entry
+    keeps the root card's. The agent's name is the ``tenant`` of its card's gRPC interface."""
     own = next((a for a in settings.agent.agents if a.name == name), None)
     if own is None:
         return root
@@ -51,10 +51,12 @@ def agent_card_config(settings: Settings, name: str, root: Any, skills: Any) -> 
         )
     elif own.examples:
         configured = tuple({"examples": list(own.examples), **skill} for skill in configured)
+    public, extended = skills(configured)
     return replace(
         root,
         tenant=own.name,
         name=own.name,
         description=own.description or root.description,
-        skills=skills(configured),
+        skills=public,
+        extended_skills=extended,
     )

@@ -40,7 +40,9 @@ def _settings(llm: FakeOpenAI, **env: str) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(target: str, token: str | None = None) -> AsyncIterator[Client]:
+async def mcp_client(
+    target: str, token: str | None = None, extensions: list[Any] | None = None
+) -> AsyncIterator[Client]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTIK_", "OTEL_"))}
     if token is not None:
         env["AGENTIK_TOKEN"] = token
@@ -53,7 +55,9 @@ async def mcp_client(target: str, token: str | None = None) -> AsyncIterator[Cli
     with tempfile.TemporaryFile("w+") as errlog:
         try:
             async with Client(
-                stdio_client(params, errlog=errlog), read_timeout_seconds=WAIT
+                stdio_client(params, errlog=errlog),
+                read_timeout_seconds=WAIT,
+                extensions=extensions or [],
             ) as client:
                 yield client
         except BaseException:
@@ -112,6 +116,24 @@ async def test_a_conversation_is_held_listed_and_read(llm: FakeOpenAI) -> None:
         ]
         missing = await client.call_tool("read_conversation", {"conversation_id": "nope"})
         assert missing.is_error and "NOT_FOUND" in _text(missing)
+
+
+async def test_a_client_that_declares_tasks_gets_its_turn_as_a_task_over_stdio(
+    llm: FakeOpenAI,
+) -> None:
+    from tests.web.mcp.test_tasks import Tasks
+
+    tasks = Tasks()
+    async with (
+        running_engine(_settings(llm)) as harness,
+        mcp_client(harness.target, extensions=[tasks]) as client,
+    ):
+        result = await client.call_tool("send_message", {"text": "[[slow:0.05]] as a task"})
+    assert _text(result) == "Echo: as a task"
+    [handle] = tasks.handles
+    assert result.structured_content is not None
+    assert result.structured_content["run_id"] == handle.task_id
+    assert tasks.polls[-1]["status"] == "completed"
 
 
 async def test_progress_notifications_carry_the_streamed_text(llm: FakeOpenAI) -> None:

@@ -57,3 +57,21 @@ def test_each_agent_has_its_own_card_name_description_and_skills(settings: Setti
     # The default agent without an [[agents]] entry keeps the root card.
     assert agent_card_config(settings, "agentik", root, skills_of) is root
     assert root.name == "Front desk"
+
+
+def test_an_agents_skill_marked_extended_is_only_on_its_extended_card(tmp_path: Path) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text(
+        """
+[[agents]]
+name = "desk"
+skills = [
+  { id = "help", name = "Help", description = "Helps", tags = ["help"] },
+  { id = "refund", name = "Refund", description = "Refunds", tags = ["money"], extended = true },
+]
+"""
+    )
+    settings = load_settings(path, {}, mcp=False)
+    desk = agent_card_config(settings, "desk", card_config(settings), skills_of)
+    assert [s.id for s in desk.skills] == ["help"]
+    assert [s.id for s in desk.extended_skills] == ["refund"]

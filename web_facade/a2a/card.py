@@ -11,6 +11,12 @@ never put a stranger's URL in it.
 With authentication on, the card declares the bearer scheme (``securitySchemes`` and
 ``securityRequirements``) peers must use; the card itself stays public.
 
+The authenticated extended card (``GetExtendedAgentCard``, declared by
+``capabilities.extendedAgentCard``) is the same card plus what only callers the engine
+accepts see: the skills configured with ``extended = true``, and one skill per tool the agent
+may call (:func:`extended_card_body`). With ``[a2a] card_signing_key`` set every card,
+public or extended, carries a JWS signature (``signatures``, :mod:`web_facade.a2a.signing`).
+
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
 URL), the HTTP+JSON interface (1.0) at ``{url}/a2a`` (an agent's: its ``/a2a/{agent}``), and
 the engine's A2A gRPC binding when ``[a2a] grpc_url`` says where peers reach it. It comes in
@@ -43,10 +49,12 @@ from a2a.types import (
 from google.protobuf import json_format
 
 from agentik.config import ConfigError, Settings, is_loopback
+from web_facade.a2a.signing import CardSigner, load_signer
 
 __all__ = [
     "CARD_MAX_AGE",
     "INPUT_MODES",
+    "JWKS_PATH",
     "OUTPUT_MODES",
     "SECURITY_SCHEME",
     "CardConfig",
@@ -56,6 +64,8 @@ __all__ = [
     "card_shape",
     "http_json_interface",
     "grpc_interfaces",
+    "extended_card_body",
+    "skills_of",
 ]
 
 CardShape = Literal["1.0", "0.3"]
@@ -105,6 +115,9 @@ class CardConfig:
     description: str
     version: str
     skills: tuple[AgentSkill, ...]
+    """The skills every card shows."""
+    extended_skills: tuple[AgentSkill, ...] = ()
+    """The skills only the authenticated extended card shows (``extended = true``)."""
     auth: str = ""
     """"" when callers need no credentials, else the bearer format ("opaque" or "JWT")."""
     reflect_host: bool = True
@@ -119,6 +132,11 @@ class CardConfig:
     modified: datetime = field(default_factory=lambda: _whole_seconds(datetime.now(UTC)))
     """When these settings were read: the card's ``Last-Modified``. The card is built from
     them alone and they are read once per process, so it cannot have changed later."""
+    signer: CardSigner | None = None
+    """Signs every card (``[a2a] card_signing_key``); None: cards go unsigned."""
+    jwks_url: str = ""
+    """Where the signing key's JWK Set is served (``{public_url}.well-known/jwks.json``);
+    "" without a public URL."""
 
 
 def _installed_version() -> str:
@@ -128,27 +146,56 @@ def _installed_version() -> str:
         return "0.0.0"
 
 
-def skills_of(configured: tuple[dict[str, Any], ...] | None) -> tuple[AgentSkill, ...]:
-    skills = []
+Skills = tuple[tuple[AgentSkill, ...], tuple[AgentSkill, ...]]
+"""The skills every card shows, and those only the extended card shows."""
+
+
+def skills_of(configured: tuple[dict[str, Any], ...] | None) -> Skills:
+    """The configured skills (or the one chat skill), split by their ``extended`` flag."""
+    public: list[AgentSkill] = []
+    extended: list[AgentSkill] = []
     for index, item in enumerate(configured or (_DEFAULT_SKILL,)):
+        table = dict(item)
+        hidden = table.pop("extended", False)
+        if not isinstance(hidden, bool):
+            raise ConfigError(f"invalid agent_skills[{index}]: extended must be true or false")
         try:
-            skills.append(json_format.ParseDict(dict(item), AgentSkill()))
+            skill = json_format.ParseDict(table, AgentSkill())
         except json_format.ParseError as exc:
             raise ConfigError(f"invalid agent_skills[{index}]: {exc}") from None
-    return tuple(skills)
+        (extended if hidden else public).append(skill)
+    if not public:
+        raise ConfigError(
+            "invalid agent_skills: every skill is extended = true; the public card needs at "
+            "least one"
+        )
+    return tuple(public), tuple(extended)
+
+
+JWKS_PATH: Final = "/.well-known/jwks.json"
+"""Where the facade serves the card signing key's JWK Set."""
+
+
+def jwks_url(public_url: str) -> str:
+    """The JWK Set's URL under ``public_url`` ("" without one)."""
+    return public_url.rstrip("/") + JWKS_PATH if public_url else ""
 
 
 def card_config(settings: Settings) -> CardConfig:
     """The card's settings; ``ConfigError`` names a skill the card cannot carry."""
+    public, extended = skills_of(settings.a2a.skills)
     return CardConfig(
         public_url=settings.a2a.public_url,
         name=settings.a2a.name,
         description=settings.a2a.description or _DEFAULT_DESCRIPTION,
         version=settings.a2a.version or _installed_version(),
-        skills=skills_of(settings.a2a.skills),
+        skills=public,
+        extended_skills=extended,
         auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",
         reflect_host=is_loopback(settings.web.http_addr),
         grpc_url=settings.a2a.grpc_url,
+        signer=load_signer(settings.a2a.card_signing_key),
+        jwks_url=jwks_url(settings.a2a.public_url),
     )
 
 
@@ -179,7 +226,7 @@ def _card(config: CardConfig, url: str) -> AgentCard:
             *grpc_interfaces(config),
         ],
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=True, extended_agent_card=False
+            streaming=True, push_notifications=True, extended_agent_card=True
         ),
         default_input_modes=INPUT_MODES,
         default_output_modes=OUTPUT_MODES,
@@ -233,10 +280,28 @@ def card_shape(asked: str | None, *, legacy_path: bool) -> CardShape:
     return "0.3" if legacy_path else "1.0"
 
 
-def card_body(config: CardConfig, request_url: str, shape: CardShape) -> tuple[bytes, str]:
-    """The card's JSON in ``shape`` and its ETag (one per body, so one per shape);
-    ``request_url`` serves only when no public URL is set."""
-    card = _card(config, config.public_url or request_url)
+def _tool_skill(tool: str) -> AgentSkill:
+    return AgentSkill(
+        id=f"tool:{tool}",
+        name=tool,
+        description=f"Calls the tool {tool} while it answers.",
+        tags=["tool"],
+    )
+
+
+def _encode(card: AgentCard, config: CardConfig, shape: CardShape) -> tuple[bytes, str]:
+    """The card's JSON in ``shape`` (signed when a key is set) and its ETag.
+
+    The ETag is taken before the signature, from the card and the key's id: an ECDSA
+    signature differs at each signing (and between workers), the card it signs does not.
+    A signed card's ETag is weak (the same card, not the same bytes)."""
+    unsigned = json.dumps(json_format.MessageToDict(card), separators=(",", ":"))
+    kid = config.signer.kid if config.signer is not None else ""
+    etag = hashlib.sha256(f"{shape}\n{kid}\n{unsigned}".encode()).hexdigest()[:32]
+    if config.signer is not None:
+        jku = config.jwks_url
+        config.signer.sign(card, jku)
+        etag = f"W/{etag}"
     # The 0.3 shape is the SDK's own server's merge: it adds the 0.3 fields and, inside each
     # security scheme, the 0.3 form beside the 1.0 one, so 0.3 and 1.0 parsers both read it.
     if shape == "1.0":
@@ -246,5 +311,21 @@ def card_body(config: CardConfig, request_url: str, shape: CardShape) -> tuple[b
         from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 
         body = agent_card_to_dict(card)
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    return data, hashlib.sha256(data).hexdigest()[:32]
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), etag
+
+
+def card_body(config: CardConfig, request_url: str, shape: CardShape) -> tuple[bytes, str]:
+    """The card's JSON in ``shape`` and its ETag (one per body, so one per shape; ``W/``
+    before a weak one); ``request_url`` serves only when no public URL is set."""
+    return _encode(_card(config, config.public_url or request_url), config, shape)
+
+
+def extended_card_body(
+    config: CardConfig, request_url: str, shape: CardShape, tools: tuple[str, ...]
+) -> tuple[bytes, str]:
+    """The authenticated extended card: the public card plus the extended skills and one
+    skill per tool (``tool:NAME``); its JSON in ``shape`` and its ETag as :func:`card_body`."""
+    card = _card(config, config.public_url or request_url)
+    card.skills.extend(config.extended_skills)
+    card.skills.extend(_tool_skill(tool) for tool in tools)
+    return _encode(card, config, shape)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
 
+import grpc
 from a2a.types import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -49,26 +50,44 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.card import (
     CARD_MAX_AGE,
+    JWKS_PATH,
     CardConfig,
+    CardShape,
     card_body,
     card_config,
     card_shape,
+    extended_card_body,
     skills_of,
 )
-from web_facade.a2a.errors import AuthenticationRequired, RateLimitedError, invalid_params
+from web_facade.a2a.errors import (
+    AuthenticationRequired,
+    RateLimitedError,
+    from_rpc,
+    invalid_params,
+)
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.push import PushConfigService
 from web_facade.a2a.stream import A2aStream, Shape, stream_json
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.agents import agent_card_config, check_agent
-from web_facade.engine_client import current_engine, current_settings
+from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
 from web_facade.stream import sse_response
 
-__all__ = ["METHODS", "VERSION_HEADER", "Result", "bp", "dialect_of"]
+__all__ = [
+    "METHODS",
+    "VERSION_HEADER",
+    "Card",
+    "Result",
+    "bp",
+    "dialect_of",
+    "extended_card",
+    "extended_card_response",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +107,23 @@ class _Stream:
 
     follow: TaskFollow | Task
     shape: Shape
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A card: its JSON, its ETag, and the settings its caching follows."""
+
+    body: bytes
+    etag: str
+    config: CardConfig
+
+
+class _CardResult(dict[str, Any]):
+    """A card as a method's result: the card's JSON object (any binding can send it as
+    it sends other results) that also carries ``card``, so the JSON-RPC answer gets the
+    card's ``ETag`` and ``Cache-Control`` as the card's own GET answers do."""
+
+    card: Card
 
 
 Result = dict[str, Any] | _Stream
@@ -123,8 +159,8 @@ def agent_card() -> Response:
     """The agent card: strict A2A 1.0 unless the request asks for 0.3 (see
     :func:`card_shape`); revalidate with ``If-None-Match`` or ``If-Modified-Since``.
     It is the default agent's; each agent has its own under ``/a2a/{agent}/``."""
-    config: CardConfig = current_app.extensions[_CARD_KEY]
-    return _card_response(config, request.url_root, legacy=request.path == _LEGACY_CARD_PATH)
+    config, request_url = _agent_card_config("")
+    return _card_response(config, request_url, legacy=request.path == _LEGACY_CARD_PATH)
 
 
 @bp.get("/a2a/<agent>/.well-known/agent-card.json")
@@ -132,19 +168,23 @@ def agent_card() -> Response:
 def own_agent_card(agent: str) -> Response:
     """The card of one agent: its name, description and skills, and its own endpoint
     ``/a2a/{agent}/`` (docs/agents.md)."""
-    settings = current_settings()
-    check_agent(settings, agent)
+    check_agent(current_settings(), agent)
+    config, request_url = _agent_card_config(agent)
+    return _card_response(config, request_url, legacy=request.path.endswith(_LEGACY_CARD_PATH))
+
+
+def _agent_card_config(agent: str) -> tuple[CardConfig, str]:
+    """The card settings of ``agent`` ("": the root card, the default agent's) and the URL
+    its card names when no public URL is set; 503 when the card cannot be served."""
     root: CardConfig = current_app.extensions[_CARD_KEY]
-    config: CardConfig = agent_card_config(settings, agent, root, skills_of)
-    path = f"a2a/{agent}/"
-    config = replace(config, http_json_path="")  # its URL is already /a2a/{agent}/
-    if config.public_url:
-        config = replace(config, public_url=config.public_url.rstrip("/") + "/" + path)
-    legacy = request.path.endswith(_LEGACY_CARD_PATH)
-    return _card_response(config, request.url_root + path, legacy=legacy)
-
-
-def _card_response(config: CardConfig, request_url: str, *, legacy: bool) -> Response:
+    config, request_url = root, request.url_root
+    if agent:
+        config = agent_card_config(current_settings(), agent, root, skills_of)
+        path = f"a2a/{agent}/"
+        request_url += path
+        config = replace(config, http_json_path="")  # its URL is already /a2a/{agent}/
+        if config.public_url:
+            config = replace(config, public_url=config.public_url.rstrip("/") + "/" + path)
     if not config.public_url and not config.reflect_host:
         raise ApiError(
             503,
@@ -152,21 +192,87 @@ def _card_response(config: CardConfig, request_url: str, *, legacy: bool) -> Res
             "this agent's public URL is not configured: set AGENTIK_PUBLIC_URL (or [a2a] "
             "public_url) to the URL peers reach it at",
         )
+    return config, request_url
+
+
+def _asked_shape(*, legacy: bool) -> CardShape:
     asked = request.args.get(VERSION_HEADER) or request.headers.get(VERSION_HEADER)
-    shape = card_shape(asked, legacy_path=legacy)
-    body, etag = card_body(config, request_url, shape)
+    return card_shape(asked, legacy_path=legacy)
+
+
+def _card_response(config: CardConfig, request_url: str, *, legacy: bool) -> Response:
+    body, etag = card_body(config, request_url, _asked_shape(legacy=legacy))
     response = Response(body, mimetype="application/json")
-    response.set_etag(etag)
+    _cache_headers(response, config, etag)
     response.last_modified = config.modified
-    response.vary.add(VERSION_HEADER)  # the shape follows it (the query is in the URL)
-    if config.public_url:
-        response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
-    else:  # the card depends on the Host header: no shared cache may keep it
-        response.headers["Cache-Control"] = "no-cache"
-        response.vary.add("Host")
     # 304 without a body when the ETag matches If-None-Match or, only when the request
     # has no If-None-Match (RFC 9110 13.1.3), when it is not newer than If-Modified-Since.
     response.make_conditional(request)
+    return response
+
+
+def _cache_headers(
+    response: Response, config: CardConfig, etag: str, *, extended: bool = False
+) -> None:
+    """A card's ``ETag`` (``W/`` prefixed: weak) and ``Cache-Control``.
+
+    The public card may be kept by shared caches when it names a configured public URL; the
+    extended card only by the caller (``private``, and it varies by ``Authorization``);
+    a card that names the request's own URL must be revalidated (``no-cache``)."""
+    response.set_etag(etag.removeprefix("W/"), weak=etag.startswith("W/"))
+    response.vary.add(VERSION_HEADER)  # the shape follows it (the query is in the URL)
+    if config.public_url:
+        scope = "private" if extended else "public"
+        response.headers["Cache-Control"] = f"{scope}, max-age={CARD_MAX_AGE}"
+    else:  # the card depends on the Host header: no shared cache may keep it
+        response.headers["Cache-Control"] = "private, no-cache" if extended else "no-cache"
+        response.vary.add("Host")
+    if extended:
+        response.vary.add("Authorization")
+
+
+def extended_card_response(agent: str) -> Response:
+    """The extended card of ``agent`` as a GET answers it (HTTP+JSON's
+    ``GET /extendedAgentCard``): the card, its ``ETag`` and ``Cache-Control``, and ``304``
+    when ``If-None-Match`` names its ETag. Errors raise as :func:`extended_card`'s do."""
+    card = extended_card(agent, _asked_shape(legacy=False))
+    response = Response(card.body, mimetype="application/json")
+    _cache_headers(response, card.config, card.etag, extended=True)
+    response.make_conditional(request)
+    return response
+
+
+def extended_card(agent: str, shape: CardShape) -> Card:
+    """The authenticated extended card of ``agent`` ("": the default agent) in ``shape``.
+
+    The engine authenticates the caller (``GetAgent`` with the request's credentials: a
+    caller it refuses gets AuthenticationRequired, HTTP 401) and names the agent's tools."""
+    try:
+        config, request_url = _agent_card_config(agent)
+    except ApiError as exc:  # no public URL off loopback: no card of any kind
+        raise ExtendedAgentCardNotConfiguredError(exc.message) from None
+    name = agent or current_settings().agent.name
+    try:
+        found = current_engine().engine.GetAgent(
+            pb.GetAgentRequest(name=name), timeout=UNARY_TIMEOUT
+        )
+    except grpc.RpcError as exc:
+        raise from_rpc(exc) from None
+    body, etag = extended_card_body(config, request_url, shape, tuple(found.tools))
+    return Card(body, etag, config)
+
+
+@bp.get(JWKS_PATH)
+def jwks() -> Response:
+    """The public key the cards are signed with, as a JWK Set (RFC 7517); 404 when cards
+    are not signed."""
+    config: CardConfig = current_app.extensions[_CARD_KEY]
+    if config.signer is None:
+        raise ApiError(
+            404, "not_found", "agent cards are not signed here: no [a2a] card_signing_key"
+        )
+    response = Response(json.dumps(config.signer.jwks()), mimetype="application/jwk-set+json")
+    response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
     return response
 
 
@@ -252,8 +358,18 @@ def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
     return {}
 
 
-def _no_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
-    raise ExtendedAgentCardNotConfiguredError("this agent has no extended agent card")
+def _card_result(card: Card) -> Result:
+    result = _CardResult(json.loads(card.body))
+    result.card = card
+    return result
+
+
+def _extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _card_result(extended_card((request.view_args or {}).get("agent", ""), "1.0"))
+
+
+def _v03_extended_card(tasks: TaskService, params: dict[str, Any]) -> Result:
+    return _card_result(extended_card((request.view_args or {}).get("agent", ""), "0.3"))
 
 
 def _v03_send(tasks: TaskService, params: dict[str, Any]) -> Result:
@@ -298,7 +414,7 @@ METHODS: dict[str, tuple[str, Handler]] = {
     "GetTaskPushNotificationConfig": ("1.0", _get_push_config),
     "ListTaskPushNotificationConfigs": ("1.0", _list_push_configs),
     "DeleteTaskPushNotificationConfig": ("1.0", _delete_push_config),
-    "GetExtendedAgentCard": ("1.0", _no_extended_card),
+    "GetExtendedAgentCard": ("1.0", _extended_card),
     "message/send": ("0.3", _v03_send),
     "message/stream": ("0.3", _v03_stream),
     "tasks/get": ("0.3", _v03_get),
@@ -308,7 +424,7 @@ METHODS: dict[str, tuple[str, Handler]] = {
     "tasks/pushNotificationConfig/get": ("0.3", _no_push_notifications),
     "tasks/pushNotificationConfig/list": ("0.3", _no_push_notifications),
     "tasks/pushNotificationConfig/delete": ("0.3", _no_push_notifications),
-    "agent/getAuthenticatedExtendedCard": ("0.3", _no_extended_card),
+    "agent/getAuthenticatedExtendedCard": ("0.3", _v03_extended_card),
 }
 """Method name → (the A2A version that names it, handler)."""
 
@@ -450,6 +566,10 @@ def rpc(agent: str = "") -> Response:
         return Response(encode(error(request_id, exc)), mimetype="application/json")
     except Exception as exc:
         return Response(encode(error(request_id, unexpected(exc))), mimetype="application/json")
+    if isinstance(result, _CardResult):
+        response = Response(encode(reply(request_id, result)), mimetype="application/json")
+        _cache_headers(response, result.card.config, result.card.etag, extended=True)
+        return response
     if isinstance(result, _Stream):
         if isinstance(result.follow, Task):
             # Nothing happens to a task that waits for input until the peer answers.

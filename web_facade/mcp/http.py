@@ -14,7 +14,10 @@ its blocking stub runs in the loop's executor, a pool of :data:`ENGINE_THREADS` 
 
 The SDK's own HTTP errors (plain text, or a JSON-RPC error body) leave as the facade's JSON
 error shape (``{"error": {"code", "message"}}``, web_facade/errors.py); ``routes`` refuses
-what it can before the SDK sees the request.
+what it can before the SDK sees the request. The exception is the JSON-RPC error that
+answers a request the SDK could read (it has an id): with protocol 2026-07-28 such errors
+travel with HTTP 400 or 404 (invalid params, a method not found, a missing client
+capability, a header mismatch), and the client needs their code, so they pass as they are.
 
 The server is stateless (``stateless_http``): gunicorn gives each request to any worker,
 so no MCP session may live in one worker's memory. With protocol 2026-07-28 every call is
@@ -187,6 +190,12 @@ class _Rewritten:
 
     def _error(self, body: bytes) -> bytes:
         status, headers = self.failed[0]
+        answer = _rpc_error(body)
+        if answer is not None:
+            kept = [(k, v) for k, v in headers if k.lower() not in _REPLACED_HEADERS]
+            kept += [("Content-Type", "application/json"), ("Content-Length", str(len(answer)))]
+            self.start_response(f"{status} {_REASONS.get(status, 'Error')}", kept)
+            return answer
         code = HTTP_CODES.get(status, f"http_{status}")
         out = json.dumps(error_body(code, _sdk_message(body, status))).encode()
         kept = [(k, v) for k, v in headers if k.lower() not in _REPLACED_HEADERS]
@@ -212,6 +221,32 @@ _REASONS = {
     421: "Misdirected Request",
     500: "Internal Server Error",
 }
+
+
+_OUR_WORDS = frozenset({-32700, -32600})
+"""JSON-RPC errors said in the facade's shape even with an id: a body that is not JSON or
+not a request (the SDK words them with its parser's messages)."""
+
+
+def _rpc_error(body: bytes) -> bytes | None:
+    """``body`` when it is a JSON-RPC error answering a request with an id (its message
+    without the SDK's validation wording), else None."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or parsed.get("jsonrpc") != "2.0" or parsed.get("id") is None:
+        return None
+    error = parsed.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int):
+        return None
+    if error["code"] in _OUR_WORDS:
+        return None
+    message = str(error.get("message", ""))
+    if "validation error" in message.lower() or "pydantic" in message or len(message) > 300:
+        error["message"] = "invalid params" if error["code"] == -32602 else "invalid request"
+        error.pop("data", None)
+    return json.dumps(parsed, separators=(",", ":")).encode()
 
 
 def _sdk_message(body: bytes, status: int) -> str:

@@ -8,6 +8,12 @@ engine call, which stops the run (``cancel_on_disconnect``). A turn that stops f
 gives the decisions (as ``POST /agentik/conversations/{id}/resume`` does) and runs the turn
 on. ``list_conversations`` and ``read_conversation`` read the engine's sessions and messages.
 
+Every answer of the two turn tools carries its text as content and its facts as
+``structuredContent`` (:class:`Answer`, published as the tools' ``outputSchema``). A client
+that declares the tasks extension (``io.modelcontextprotocol/tasks``) on a call of either
+gets a task instead of waiting: the turn runs in the engine, and ``tasks/get`` reads it
+(:mod:`web_facade.mcp.tasks`).
+
 The server checks no credentials itself: every engine call carries the bearer token as
 ``authorization`` metadata and the engine decides, exactly as for the web facade. A refused
 token is an MCP error (the client's call raises); other engine failures (an unknown
@@ -18,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 import grpc
 from mcp import MCPError
@@ -29,6 +37,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ValidationError
+from typing_extensions import TypedDict
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
@@ -36,7 +45,17 @@ from web_facade.agentik.shapes import agent_json, interrupt_json
 from web_facade.engine_client import UNARY_TIMEOUT, EngineClient, forwardable
 from web_facade.errors import ApiError, from_rpc_error
 
-__all__ = ["MAX_OFFSET", "UNAUTHORIZED", "EngineAccess", "build_server"]
+__all__ = [
+    "MAX_OFFSET",
+    "TASK_MODE",
+    "UNAUTHORIZED",
+    "Answer",
+    "EngineAccess",
+    "TaskStart",
+    "answer_result",
+    "build_server",
+    "outcome",
+]
 
 UNAUTHORIZED = -32010
 """The MCP error code of a call the engine refused for its credentials (JSON-RPC's
@@ -56,6 +75,91 @@ _ROLES = {
     pb.ROLE_DEVELOPER: "developer",
     pb.ROLE_TOOL: "tool",
 }
+
+
+class Answer(TypedDict):
+    """A turn's answer (send_message, answer): its conversation, run, status and text."""
+
+    conversation_id: str
+    """The conversation: give it to the next send_message to continue it."""
+    run_id: str
+    status: Literal["completed", "failed", "cancelled", "input_required"]
+    answer: str
+    """The assistant's text."""
+    detail: NotRequired[str]
+    """Why the turn failed, was cancelled or waits for a person."""
+    interrupts: NotRequired[list[dict[str, Any]]]
+    """What the turn waits for (status input_required): give decisions with ``answer``."""
+
+
+class AgentInfo(TypedDict):
+    name: str
+    description: str
+    model: str
+    tools: list[str]
+    default: bool
+
+
+class Agents(TypedDict):
+    """The agents this server serves, the default one first."""
+
+    agents: list[AgentInfo]
+
+
+class ConversationInfo(TypedDict):
+    id: str
+    title: str
+    message_count: int
+    updated: str
+    """When it last changed (RFC 3339)."""
+    running: bool
+    """Whether a turn is running in it now."""
+    agent: str
+
+
+class Conversations(TypedDict):
+    """A page of the caller's conversations, most recently updated first."""
+
+    total: int
+    conversations: list[ConversationInfo]
+
+
+class ToolCallInfo(TypedDict):
+    id: str
+    name: str
+    arguments: str
+    """The call's arguments as the LLM wrote them (JSON text)."""
+
+
+class MessageInfo(TypedDict):
+    id: str
+    role: Literal["user", "assistant", "system", "developer", "tool", "unknown"]
+    text: str
+    tool_calls: NotRequired[list[ToolCallInfo]]
+    tool_call_id: NotRequired[str]
+    status: NotRequired[Literal["interrupted", "error"]]
+
+
+class ConversationMessages(TypedDict):
+    """A conversation's messages, oldest first."""
+
+    conversation_id: str
+    messages: list[MessageInfo]
+    has_more: bool
+
+
+@dataclass(slots=True)
+class TaskStart:
+    """Set in :data:`TASK_MODE` by the tasks extension around a call it runs as a task: the
+    turn tools then return once the engine started the run, and leave it running."""
+
+    run_id: str = ""
+    session_id: str = ""
+
+
+TASK_MODE: contextvars.ContextVar[TaskStart | None] = contextvars.ContextVar(
+    "agentik_mcp_task_mode", default=None
+)
 
 
 class EngineAccess:
@@ -85,7 +189,7 @@ class EngineAccess:
             None, partial(call, request, metadata=metadata, timeout=UNARY_TIMEOUT)
         )
 
-    async def run(self, request: pb.RunRequest, ctx: Context) -> AsyncIterator[pb.Event]:
+    async def run(self, request: pb.RunRequest, ctx: Context) -> AsyncGenerator[pb.Event, None]:
         """The events of the engine's ``Run``; leaving early cancels the call."""
         call = self.client.engine.Run(request, metadata=self.metadata(ctx))
         loop = asyncio.get_running_loop()
@@ -169,18 +273,21 @@ def _problem(error: Any) -> str:
 
 def build_server(engine: EngineAccess) -> MCPServer[Any]:
     """The MCP server with agentik's tools, calling ``engine``."""
+    from web_facade.mcp.tasks import RunTasks  # beside this module: it reads the same runs
+
     server: MCPServer[Any] = _Server(
         name="agentik",
         instructions="Talk to the agentik agent: send_message starts or continues a "
         "conversation; when it answers status input_required, answer gives the person's "
         "decisions; list_conversations and read_conversation read them back; "
         "list_agents names the agents send_message may talk to.",
+        extensions=[RunTasks(engine)],
     )
 
     @server.tool()
     async def send_message(
         text: str, ctx: Context, conversation_id: str | None = None, agent: str | None = None
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, Answer]:
         """Send a message to the agent and return its answer.
 
         Without conversation_id a new conversation is started; its id is in the result
@@ -208,7 +315,7 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
     @server.tool()
     async def answer(
         conversation_id: str, decisions: list[dict[str, Any]], ctx: Context
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, Answer]:
         """Answer what a conversation waits for, then return the agent's answer.
 
         Use it after send_message (or answer) returned status input_required: give one
@@ -228,19 +335,19 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
             raise engine.failure(exc, ctx) from exc
 
     @server.tool()
-    async def list_agents(ctx: Context) -> dict[str, Any]:
+    async def list_agents(ctx: Context) -> Agents:
         """The agents this server serves: name, description, model and tools; the default
         one (used when send_message names none) first."""
         try:
             listed = await engine.unary("ListAgents", pb.ListAgentsRequest(), ctx)
         except grpc.RpcError as exc:
             raise engine.failure(exc, ctx) from exc
-        return {"agents": [agent_json(a) for a in listed.agents]}
+        return cast(Agents, {"agents": [agent_json(a) for a in listed.agents]})
 
     @server.tool()
     async def list_conversations(
         ctx: Context, limit: int = 20, offset: int = 0, agent: str = ""
-    ) -> dict[str, Any]:
+    ) -> Conversations:
         """The conversations the caller may see, most recently updated first; ``agent``:
         only that agent's (see list_agents)."""
         if offset > MAX_OFFSET:
@@ -270,7 +377,7 @@ def build_server(engine: EngineAccess) -> MCPServer[Any]:
     @server.tool()
     async def read_conversation(
         conversation_id: str, ctx: Context, limit: int = 100
-    ) -> dict[str, Any]:
+    ) -> ConversationMessages:
         """The messages of a conversation, oldest first (the first `limit`)."""
         request = pb.ListMessagesRequest(session_id=conversation_id, limit=max(1, min(limit, 1000)))
         try:
@@ -290,38 +397,60 @@ async def _run(
     engine: EngineAccess, ctx: Context, request: pb.RunRequest, *, title: str = ""
 ) -> CallToolResult:
     """Run the turn ``request`` asks for, relaying its text as progress; the answer.
-    ``title`` names the conversation the run made, once the engine accepted the run."""
-    # An MCP cancellation cancels this task, hence the call, hence the run.
-    request.cancel_on_disconnect = True
+    ``title`` names the conversation the run made, once the engine accepted the run.
+
+    As a task (:data:`TASK_MODE` set), it returns once the run started, leaving it to run
+    on in the engine; the result is then a placeholder the tasks extension replaces."""
+    task = TASK_MODE.get()
+    # An MCP cancellation cancels this task, hence the call, hence the run; a task's run
+    # outlives the call that started it (tasks/cancel stops it).
+    request.cancel_on_disconnect = task is None
     session_id = request.session_id
     answer: list[str] = []
     run_id, status, detail = "", "completed", ""
     interrupts: list[dict[str, Any]] = []
-    async for event in engine.run(request, ctx):
-        run_id = run_id or event.run_id
-        kind = event.WhichOneof("kind")
-        if kind == "run_started" and title:
-            await _title(engine, ctx, session_id, title)
-        elif kind == "text_message_content":
-            delta = event.text_message_content.delta
-            answer.append(delta)
-            await ctx.report_progress(sum(map(len, answer)), None, delta)
-        elif kind == "run_error":
-            status, detail = "failed", event.run_error.message
-        elif kind == "run_finished":
-            status, detail = _outcome(event.run_finished)
-            interrupts = [interrupt_json(i) for i in event.run_finished.interrupts]
+    async with contextlib.aclosing(engine.run(request, ctx)) as events:
+        async for event in events:
+            run_id = run_id or event.run_id
+            kind = event.WhichOneof("kind")
+            if kind == "run_started" and title:
+                await _title(engine, ctx, session_id, title)
+            if kind == "run_started" and task is not None:
+                task.run_id, task.session_id = event.run_id, session_id
+                return CallToolResult(content=[], is_error=True)  # replaced by the task
+            if kind == "text_message_content":
+                delta = event.text_message_content.delta
+                answer.append(delta)
+                await ctx.report_progress(sum(map(len, answer)), None, delta)
+            elif kind == "run_error":
+                status, detail = "failed", event.run_error.message
+            elif kind == "run_finished":
+                status, detail = outcome(event.run_finished.outcome, event.run_finished.interrupts)
+                interrupts = [interrupt_json(i) for i in event.run_finished.interrupts]
+    return answer_result(session_id, run_id, status, "".join(answer), detail, interrupts)
+
+
+def answer_result(
+    session_id: str,
+    run_id: str,
+    status: str,
+    text: str,
+    detail: str = "",
+    interrupts: list[dict[str, Any]] | None = None,
+) -> CallToolResult:
+    """A turn's answer: its text (and ``detail``) as content, :class:`Answer` as
+    ``structuredContent``; a failed turn is a tool error."""
     structured: dict[str, Any] = {
         "conversation_id": session_id,
         "run_id": run_id,
         "status": status,
-        "answer": "".join(answer),
+        "answer": text,
     }
     if detail:
         structured["detail"] = detail
     if interrupts:
         structured["interrupts"] = interrupts
-    shown = "".join(answer) if not detail else "\n\n".join(filter(None, ["".join(answer), detail]))
+    shown = "\n\n".join(filter(None, [text, detail])) if detail else text
     return CallToolResult(
         content=[TextContent(type="text", text=shown)],
         structured_content=structured,
@@ -342,11 +471,13 @@ async def _title(engine: EngineAccess, ctx: Context, session_id: str, title: str
         await engine.unary("RenameSession", rename, ctx)
 
 
-def _outcome(finished: pb.RunFinished) -> tuple[str, str]:
-    if finished.outcome == pb.OUTCOME_TYPE_CANCELLED:
+def outcome(kind: int, interrupts: Any) -> tuple[str, str]:
+    """The answer's status and detail for a run that finished with outcome ``kind``
+    (``pb.OUTCOME_TYPE_*``) and ``interrupts``."""
+    if kind == pb.OUTCOME_TYPE_CANCELLED:
         return "cancelled", "The run was interrupted."
-    if finished.outcome == pb.OUTCOME_TYPE_INTERRUPT:
-        asks = "; ".join(f"{i.message} (interrupt_id {i.id})" for i in finished.interrupts)
+    if kind == pb.OUTCOME_TYPE_INTERRUPT:
+        asks = "; ".join(f"{i.message} (interrupt_id {i.id})" for i in interrupts)
         return (
             "input_required",
             f"The agent waits for a person: {asks}. Give the decisions with the answer tool.",
@@ -354,7 +485,7 @@ def _outcome(finished: pb.RunFinished) -> tuple[str, str]:
     return "completed", ""
 
 
-def _message(message: pb.Message) -> dict[str, Any]:
+def _message(message: pb.Message) -> MessageInfo:
     out: dict[str, Any] = {
         "id": message.id,
         "role": _ROLES.get(message.role, "unknown"),
@@ -370,4 +501,4 @@ def _message(message: pb.Message) -> dict[str, Any]:
         out["status"] = "interrupted"
     elif message.status == pb.MESSAGE_STATUS_ERROR:
         out["status"] = "error"
-    return out
+    return cast(MessageInfo, out)

@@ -13,6 +13,8 @@ import pytest
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3 import types as v03_types
 from a2a.types import AgentCard
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from flask import Flask
 from google.protobuf import json_format
 
@@ -52,7 +54,7 @@ def test_the_card_names_the_configured_public_url_never_the_request_host(card_ap
     assert card["capabilities"] == {
         "streaming": True,
         "pushNotifications": True,
-        "extendedAgentCard": False,
+        "extendedAgentCard": True,
     }
     assert "text/plain" in card["defaultInputModes"] and card["defaultOutputModes"] == [
         "text/plain"
@@ -74,11 +76,22 @@ def _http_date(moment: datetime) -> str:
     return format_datetime(moment.astimezone(UTC), usegmt=True)
 
 
-@pytest.fixture(params=["open", "bearer"])
+@pytest.fixture(params=["open", "bearer", "signed"])
 def any_card_app(request: pytest.FixtureRequest, make_app: Callable[..., Flask]) -> Flask:
-    """The card without and with a security scheme (the fields where 0.3 and 1.0 differ most)."""
-    tokens = "alice:tokenA" if request.param == "bearer" else ""
-    return make_app(AGENTIK_PUBLIC_URL=PUBLIC, AGENTIK_TOKENS=tokens)
+    """The card without and with a security scheme (the fields where 0.3 and 1.0 differ most),
+    and signed (``signatures``)."""
+    tokens = "alice:tokenA" if request.param != "open" else ""
+    key = ""
+    if request.param == "signed":
+        pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        key = pem.decode()
+    return make_app(
+        AGENTIK_PUBLIC_URL=PUBLIC, AGENTIK_TOKENS=tokens, AGENTIK_A2A_CARD_SIGNING_KEY=key
+    )
 
 
 def test_the_default_card_is_valid_against_the_a2a_1_0_agent_card_json_schema(
@@ -118,8 +131,9 @@ def test_a_0_3_peer_that_asks_gets_the_1_0_card_plus_the_0_3_fields(
     assert card["protocolVersion"] == "0.3"
     assert card["preferredTransport"] == "JSONRPC"
     strict = client.get(CARD).get_json()
-    assert {key: card[key] for key in strict if key != "securitySchemes"} == {
-        key: value for key, value in strict.items() if key != "securitySchemes"
+    differ = {"securitySchemes", "signatures"}  # an ECDSA signature differs at each signing
+    assert {key: card[key] for key in strict if key not in differ} == {
+        key: value for key, value in strict.items() if key not in differ
     }
     # what an a2a-sdk 0.3 client validates the card with, and the 1.0 SDK's reading of it
     legacy = v03_types.AgentCard.model_validate(card)

@@ -288,8 +288,12 @@ def test_a_peer_that_accepts_no_text_is_content_type_not_supported(rpc: Rpc) -> 
     assert error["code"] == -32005
 
 
-def test_the_extended_card_is_not_configured(rpc: Rpc) -> None:
-    assert rpc.error("GetExtendedAgentCard")["code"] == -32007
+def test_the_extended_card_is_not_configured_without_a_public_url_off_loopback(
+    make_app: Callable[..., Flask],
+) -> None:
+    rpc = Rpc(make_app(AGENTIK_HTTP_ADDR="0.0.0.0:8080").test_client())
+    error = rpc.error("GetExtendedAgentCard")
+    assert error["code"] == -32007 and "AGENTIK_PUBLIC_URL" in error["message"]
 
 
 @pytest.mark.parametrize("version", ["2.0", "0.2", "latest"])

@@ -264,3 +264,20 @@ async def test_an_absurd_offset_is_refused_with_a_clear_message(stack: Stack) ->
         result = await client.call_tool("list_conversations", {"offset": 10**15})
     assert result.is_error
     assert "offset must be between 0 and 2147483647" in _text(result), _text(result)
+
+
+async def test_a_task_is_polled_across_the_workers_and_any_of_them_answers(stack: Stack) -> None:
+    from tests.web.mcp.test_tasks import Tasks, get_task
+
+    tasks = Tasks()
+    headers = {"Authorization": "Bearer secret-a"}
+    async with httpx.AsyncClient(headers=headers, timeout=WAIT) as http:
+        transport = streamable_http_client(f"{stack.base_url}/mcp", http_client=http)
+        async with Client(transport, read_timeout_seconds=WAIT, extensions=[tasks]) as client:
+            result = await client.call_tool("send_message", {"text": "[[slow:0.05]] workers"})
+            assert _text(result) == "Echo: workers"
+            [handle] = tasks.handles
+            # Each poll is a request of its own, to either worker: every one knows the task.
+            polls = [await get_task(client.session, handle.task_id) for _ in range(6)]
+    assert {task["status"] for task in polls} == {"completed"}
+    assert {task["result"]["structuredContent"]["run_id"] for task in polls} == {handle.task_id}

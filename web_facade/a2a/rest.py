@@ -56,7 +56,7 @@ from web_facade.a2a.errors import (
     rest_error,
 )
 from web_facade.a2a.jsonrpc import encode, unexpected
-from web_facade.a2a.routes import METHODS, VERSION_HEADER, dialect_of
+from web_facade.a2a.routes import METHODS, VERSION_HEADER, dialect_of, extended_card_response
 from web_facade.a2a.stream import RestStream, stream_json
 from web_facade.a2a.tasks import TaskService
 from web_facade.agents import check_agent
@@ -169,12 +169,20 @@ def _refusal(exc: A2AError, status: tuple[int, str] | None = None) -> Response:
     return response
 
 
-def _serve(agent: str, method: str, params: Callable[[], Params]) -> Response:
-    """Call ``method`` of the JSON-RPC table with ``params()``; every error leaves here."""
+def _serve(
+    agent: str,
+    method: str,
+    params: Callable[[], Params],
+    answer: Callable[[], Response] | None = None,
+) -> Response:
+    """Call ``method`` of the JSON-RPC table with ``params()``, or ``answer()`` when the
+    binding answers in its own way (a card with its cache headers); every error leaves here."""
     try:
         if agent:
             _check_agent(agent)
         _check_version()
+        if answer is not None:
+            return answer()
         handler = METHODS[method][1]
         result = handler(TaskService(current_engine().engine, agent), params())
     except RequestEntityTooLarge:
@@ -278,4 +286,6 @@ def delete_push_config(task: str, config: str, agent: str = "") -> Response:
 
 @_route("/extendedAgentCard", ["GET"])
 def extended_agent_card(agent: str = "") -> Response:
-    return _serve(agent, "GetExtendedAgentCard", dict)
+    # The card as JSON-RPC's GetExtendedAgentCard gives it, with its ETag, Cache-Control
+    # (private, varies by Authorization) and 304 on If-None-Match.
+    return _serve(agent, "GetExtendedAgentCard", dict, lambda: extended_card_response(agent))

@@ -175,7 +175,6 @@ def test_push_configs_of_a_task_are_created_listed_read_and_deleted(client: Flas
         ("GET", "/a2a/tasks?pageSize=ten", {}, 400, "INVALID_PARAMS"),
         ("GET", "/a2a/tasks?pageSize=1000", {}, 400, "INVALID_PARAMS"),
         ("GET", "/a2a/tasks?status=TASK_STATE_WORKING", {}, 400, "UNSUPPORTED_OPERATION"),
-        ("GET", "/a2a/extendedAgentCard", {}, 400, "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
         ("POST", "/a2a/message:send", {"data": b"{nope"}, 400, "PARSE_ERROR"),
         ("POST", "/a2a/message:send", {"data": b"[1, 2]"}, 400, "INVALID_REQUEST"),
         ("POST", "/a2a/message:send", {"data": b"{}"}, 400, "INVALID_PARAMS"),
@@ -203,6 +202,20 @@ def test_bad_requests_get_a_clear_4xx_in_the_bindings_error_shape(
         kwargs = {**kwargs, "content_type": "application/json"}
     response = client.open(path, method=method, headers=V10, **kwargs)
     _error(response, status, reason)
+
+
+def test_the_extended_card_comes_with_its_cache_headers_and_a_304(client: FlaskClient) -> None:
+    answer = client.get("/a2a/extendedAgentCard", headers=V10)
+    assert answer.status_code == 200, answer.get_data()
+    card = answer.get_json()
+    assert card["capabilities"]["extendedAgentCard"] is True
+    assert any(skill["id"].startswith("tool:") for skill in card["skills"])
+    assert answer.headers["Cache-Control"].startswith("private")
+    assert "Authorization" in answer.headers["Vary"]
+    etag = answer.headers["ETag"]
+    again = client.get("/a2a/extendedAgentCard", headers={**V10, "If-None-Match": etag})
+    assert (again.status_code, again.get_data()) == (304, b"")
+    _error(client.get("/a2a/nobody/extendedAgentCard", headers=V10), 404, "METHOD_NOT_FOUND")
 
 
 def test_a_request_without_a2a_version_1_0_is_version_not_supported(client: FlaskClient) -> None:

@@ -400,7 +400,8 @@ class Engine(Sessions):
                 retry_after=1,
             )
         named = self.agents.get(run_input.agent)  # AgentNotFound before anything is written
-        incoming = check_input(run_input, named.limits, self.tools.get)
+        about = f"agent {named.name!r} (model {named.model.name!r})"
+        incoming = check_input(run_input, named.limits, self.tools.get, about)
         self.notices.check_run(run_input)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id

@@ -2341,6 +2341,9 @@ class Agent(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    INPUT_MODALITIES_FIELD_NUMBER: _builtins.int
+    TOOL_SPECS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_ROUNDS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Its name (the id rule); requests name it."""
     description: _builtins.str
@@ -2349,9 +2352,21 @@ class Agent(_message.Message):
     """The model it talks to, e.g. "openai:gpt-4o-mini" (never the endpoint)."""
     is_default: _builtins.bool
     """True for the agent served when a request names none."""
+    max_tool_rounds: _builtins.int
+    """Tool rounds one turn may take, at most."""
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The tools it may call, as the LLM sees their names."""
+
+    @_builtins.property
+    def input_modalities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What its model takes: "text", and "image" when it takes images
+        ([llm] input_modalities).
+        """
+
+    @_builtins.property
+    def tool_specs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]:
+        """Its tools as the LLM sees them: name, description and JSON Schema."""
 
     def __init__(
         self,
@@ -2361,10 +2376,13 @@ class Agent(_message.Message):
         model: _builtins.str = ...,
         tools: _abc.Iterable[_builtins.str] | None = ...,
         is_default: _builtins.bool = ...,
+        input_modalities: _abc.Iterable[_builtins.str] | None = ...,
+        tool_specs: _abc.Iterable[Global___Tool] | None = ...,
+        max_tool_rounds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "is_default", b"is_default", "model", b"model", "name", b"name", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_modalities", b"input_modalities", "is_default", b"is_default", "max_tool_rounds", b"max_tool_rounds", "model", b"model", "name", b"name", "tool_specs", b"tool_specs", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

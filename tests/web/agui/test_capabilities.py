@@ -1,0 +1,120 @@
+"""AG-UI's capabilities discovery (``GET /agui[/{agent}]/capabilities``) and multimodal
+input through ``POST /agui``: an agent whose model takes text only says so, and refuses an
+image part with 400 naming the part and the agent; one that takes images passes them on."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
+
+import pytest
+from ag_ui.core import AgentCapabilities
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.web.agui.agui_reader import AguiReader, types
+from tests.web.conftest import BackgroundEngine, engine_settings
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+
+
+def _image_run(image: dict[str, Any]) -> dict[str, Any]:
+    content = [{"type": "text", "text": "what is this?"}, image]
+    return {
+        "threadId": f"t-{uuid.uuid4().hex}",
+        "runId": f"r-{uuid.uuid4().hex}",
+        "messages": [{"id": f"u-{uuid.uuid4().hex}", "role": "user", "content": content}],
+    }
+
+
+@pytest.fixture(scope="module")
+def text_only_target(llm: FakeOpenAI) -> Iterator[str]:
+    engine = BackgroundEngine(engine_settings(llm, AGENTIK_INPUT_MODALITIES="text"))
+    yield engine.start()
+    engine.stop()
+
+
+@pytest.fixture
+def text_only(make_app: Callable[..., Flask], text_only_target: str) -> FlaskClient:
+    return make_app(text_only_target).test_client()
+
+
+def test_the_default_agents_capabilities_validate_and_declare_what_agentik_does(
+    client: FlaskClient,
+) -> None:
+    response = client.get("/agui/capabilities")
+
+    assert response.status_code == 200, response.get_data(as_text=True)
+    body = response.get_json()
+    AgentCapabilities.model_validate(body)
+    assert body["identity"]["name"] == "agentik" and body["identity"]["type"] == "agentik"
+    assert body["transport"] == {"streaming": True}
+    tools = {tool["name"]: tool for tool in body["tools"]["items"]}
+    assert "expression" in tools["calculate"]["parameters"]["properties"]
+    assert body["tools"]["clientProvided"] is True
+    assert body["state"]["snapshots"] and body["state"]["deltas"]
+    assert body["multimodal"]["input"]["image"] is True
+    assert body["multimodal"]["input"]["pdf"] is False
+    assert body["humanInTheLoop"]["interrupts"] is True
+    assert body["execution"] == {"maxIterations": 8}
+    assert body["custom"]["agentik"]["activityTypes"] == ["tool_progress", "compaction"]
+    assert "null" not in response.get_data(as_text=True)  # absent, not null
+    assert client.get("/agui/agentik/capabilities").get_json() == body
+
+
+def test_the_capabilities_of_an_agent_not_served_are_404(client: FlaskClient) -> None:
+    response = client.get("/agui/nobody/capabilities")
+
+    assert response.status_code == 404
+    assert response.get_json()["error"]["code"] == "agent_not_found"
+
+
+def test_a_text_only_model_declares_no_image_input_and_refuses_an_image_with_400(
+    text_only: FlaskClient, llm: FakeOpenAI
+) -> None:
+    assert text_only.get("/agui/capabilities").get_json()["multimodal"]["input"]["image"] is False
+    before = len(llm.requests)
+
+    for image in (
+        {"type": "image", "source": {"type": "data", "value": PNG, "mimeType": "image/png"}},
+        {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}},
+    ):
+        response = text_only.post("/agui", json=_image_run(image))
+        assert response.status_code == 400, response.get_data(as_text=True)
+        error = response.get_json()["error"]
+        assert error["code"] == "invalid_argument"
+        assert error["message"].startswith("messages[0].content[1] is an image part")
+        assert "agent 'agentik'" in error["message"] and "takes text only" in error["message"]
+    assert len(llm.requests) == before
+
+
+def test_an_image_part_reaches_a_model_that_takes_images(
+    client: FlaskClient, llm: FakeOpenAI
+) -> None:
+    image = {"type": "image", "source": {"type": "data", "value": PNG, "mimeType": "image/png"}}
+    response = client.post("/agui", json=_image_run(image), buffered=False)
+    assert response.status_code == 200
+    events = AguiReader(cast("Iterable[bytes]", response.response)).read_to_end()
+
+    assert types(events)[-1] == "RUN_FINISHED"
+    (user,) = [m for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}} in user[
+        "content"
+    ]
+
+
+@pytest.mark.parametrize("kind", ["document", "audio", "video"])
+def test_media_the_engine_cannot_hold_are_refused_naming_the_part_type(
+    client: FlaskClient, kind: str
+) -> None:
+    part = {"type": kind, "source": {"type": "data", "value": PNG, "mimeType": "application/pdf"}}
+    response = client.post("/agui", json=_image_run(part))
+
+    assert response.status_code == 422
+    assert (
+        f"messages[0].content[1]: {kind} parts are not supported"
+        in response.get_json()["error"]["message"]
+    )

@@ -138,6 +138,8 @@ def message_to_pb(message: Message) -> pb.Message:
     )
     if message.created_at is not None:
         out.create_time.CopyFrom(timestamp(message.created_at))
+    if message.metadata is not None:
+        json_format.ParseDict(message.metadata, out.metadata)
     return out
 
 
@@ -363,7 +365,15 @@ def message_from_pb(message: pb.Message, where: str) -> Message:
         tool_call_id=message.tool_call_id,
         status=status,
         name=message.name,
+        metadata=_metadata(message, where),
     )
+
+
+def _metadata(message: pb.Message, where: str) -> dict[str, JSON] | None:
+    if not message.HasField("metadata"):
+        return None
+    value = _from_value(message.metadata, f"{where}.metadata")
+    return value if isinstance(value, dict) else None
 
 
 def run_input_from_pb(request: pb.RunRequest) -> RunInput:

@@ -180,6 +180,8 @@ def message_size(message: Message) -> int:
         size += _part_size(part)
     for call in message.tool_calls:
         size += len(call.id) + text_bytes(call.name) + text_bytes(call.arguments) + 3 * _FIELD
+    if message.metadata is not None:
+        size += json_size(message.metadata)
     return size
 
 

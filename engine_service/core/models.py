@@ -116,6 +116,9 @@ class Message:
     created_at: datetime | None = None
     run_id: str = ""
     name: str = ""
+    metadata: dict[str, JSON] | None = None
+    """The client's own information about the message (AG-UI ``metadata``): stored and
+    handed back as sent, never sent to the LLM."""
 
 
 class InterruptKind(enum.StrEnum):

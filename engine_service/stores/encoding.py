@@ -111,7 +111,7 @@ def part_from_dict(raw: dict[str, Any]) -> ContentPart:
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "id": message.id,
         "role": message.role.value,
         "content": [part_to_dict(p) for p in message.content],
@@ -124,6 +124,9 @@ def message_to_dict(message: Message) -> dict[str, Any]:
         "run_id": message.run_id,
         "name": message.name,
     }
+    if message.metadata is not None:  # rows without it stay as they were
+        out["metadata"] = message.metadata
+    return out
 
 
 def message_from_dict(raw: dict[str, Any]) -> Message:
@@ -140,6 +143,7 @@ def message_from_dict(raw: dict[str, Any]) -> Message:
         created_at=datetime.fromisoformat(created).astimezone(UTC) if created else None,
         run_id=raw.get("run_id", ""),
         name=raw.get("name", ""),
+        metadata=raw.get("metadata"),
     )
 
 

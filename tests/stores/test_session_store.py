@@ -65,6 +65,7 @@ def rich_message(message_id: str) -> Message:
         created_at=datetime(2025, 1, 1, 12, 0, 0, 1, tzinfo=timezone(timedelta(hours=2))),
         run_id="r1",
         name="helper",
+        metadata={"source": "voice", "n": [1, 2.5, None, True], "nested": {"k": "ü"}},
     )
 
 

@@ -141,7 +141,14 @@ def _text(message: pb.Message) -> str:
 
 
 def message_to_agui(message: pb.Message) -> Message:
-    """A stored message as an AG-UI message with the same id."""
+    """A stored message as an AG-UI message with the same id and ``metadata``."""
+    converted = _message_to_agui(message)
+    if message.HasField("metadata"):
+        converted.metadata = json_value(message.metadata)
+    return converted
+
+
+def _message_to_agui(message: pb.Message) -> Message:
     name = message.name or None
     if message.role == pb.ROLE_ASSISTANT:
         calls = [

@@ -7,10 +7,13 @@ the field (``messages[2].content[0].source.value``, camelCase as on the wire).
 agentik reads its own options from ``forwardedProps.agentik`` (see :class:`RunOptions`); the
 whole ``forwardedProps`` object still reaches the engine untouched.
 
-Messages map one to one, with two exceptions: ``activity`` and ``reasoning`` messages are
-views the client builds from events, which the engine neither stores nor sends to the LLM,
-so they are dropped; audio, video and document parts, and media given as a provider
-``file`` handle, are refused (the engine holds text and images only).
+Messages map one to one (``metadata`` included: the engine keeps it with the message and
+hands it back in MESSAGES_SNAPSHOT; the LLM never sees it), with two exceptions:
+``activity`` and ``reasoning`` messages are views the client builds from events, which the
+engine neither stores nor sends to the LLM, so they are dropped; audio, video and document
+parts, and media given as a provider ``file`` handle, are refused (the engine holds text
+and images only). Whether the agent's model takes images is the engine's to judge (400
+naming the part and the agent; ``[llm] input_modalities``).
 
 ``resume`` entries answer the thread's pending interrupts (see docs/agui.md, "Human in the
 loop"): ``status`` maps to the engine's ``ResumeStatus``, ``payload`` to a JSON ``Value``.
@@ -275,6 +278,8 @@ def _messages(messages: Sequence[Message]) -> list[pb.Message]:
         name = getattr(message, "name", None)
         if name:
             converted.name = name
+        if message.metadata is not None:
+            json_format.ParseDict(message.metadata, converted.metadata)
         out.append(converted)
     return out
 

@@ -29,12 +29,14 @@ def _encoded(event: BaseEvent) -> bytes:
 
 
 def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """RFC 6902 operations taking ``before`` to ``after``, key by key at the top level."""
+    """RFC 6902 operations taking ``before`` to ``after``, key by key at the top level, in
+    key order."""
     ops: list[dict[str, Any]] = []
-    for key in before:
+    for key in sorted(before):  # sorted: the engine's JSON objects have no order
         if key not in after:
             ops.append({"op": "remove", "path": "/" + _pointer(key)})
-    for key, value in after.items():
+    for key in sorted(after):
+        value = after[key]
         if key not in before:
             ops.append({"op": "add", "path": "/" + _pointer(key), "value": value})
         elif before[key] != value:

@@ -5,6 +5,7 @@ image part with 400 naming the part and the agent; one that takes images passes 
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
@@ -118,3 +119,33 @@ def test_media_the_engine_cannot_hold_are_refused_naming_the_part_type(
         f"messages[0].content[1]: {kind} parts are not supported"
         in response.get_json()["error"]["message"]
     )
+
+
+def test_message_metadata_is_kept_and_comes_back_in_the_snapshot_but_never_reaches_the_llm(
+    client: FlaskClient, llm: FakeOpenAI
+) -> None:
+    metadata = {"source": "voice", "confidence": 0.92, "attempt": 2, "tags": ["a", None]}
+    body = {
+        "threadId": f"t-{uuid.uuid4().hex}",
+        "runId": f"r-{uuid.uuid4().hex}",
+        "messages": [
+            {"id": "u-meta", "role": "user", "content": "hello there", "metadata": metadata}
+        ],
+    }
+    response = client.post("/agui", json=body, buffered=False)
+    assert response.status_code == 200
+    events = AguiReader(cast("Iterable[bytes]", response.response)).read_to_end()
+
+    (snapshot,) = [e for e in events if e.type == "MESSAGES_SNAPSHOT"]
+    user, answer = snapshot.model_dump(by_alias=True, mode="json")["messages"]
+    assert (user["id"], user["metadata"]) == ("u-meta", metadata)
+    assert "metadata" not in answer
+    assert "voice" not in json.dumps(llm.requests[-1])
+    # a later run of the thread still has it (stored with the message)
+    body = {**body, "runId": f"r-{uuid.uuid4().hex}", "messages": []}
+    body["messages"] = [{"id": "u-next", "role": "user", "content": "again"}]
+    later = client.post("/agui", json=body, buffered=False)
+    events = AguiReader(cast("Iterable[bytes]", later.response)).read_to_end()
+    (snapshot,) = [e for e in events if e.type == "MESSAGES_SNAPSHOT"]
+    first = snapshot.model_dump(by_alias=True, mode="json")["messages"][0]
+    assert first["metadata"] == metadata

@@ -14,7 +14,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
 from web_facade.agui.events import EVENT_TABLE, message_to_agui, to_agui
-from web_facade.agui.stream import AguiStream
+from web_facade.agui.stream import AguiStream, _patch
 from web_facade.stream import DRAINING, EventRelay
 
 
@@ -320,6 +320,17 @@ def test_a_tools_later_progress_in_the_same_stream_is_an_activity_delta() -> Non
     delta = streamed[2].model_dump(by_alias=True, mode="json")
     assert delta["messageId"] == "c1-progress" and delta["activityType"] == "tool_progress"
     assert delta["patch"] == [
-        {"op": "replace", "path": "/progress", "value": 2},
         {"op": "replace", "path": "/message", "value": "half way"},
+        {"op": "replace", "path": "/progress", "value": 2},
+    ]
+
+
+def test_an_activity_delta_adds_removes_and_replaces_keys_with_escaped_pointers() -> None:
+    before = {"a/b": 1, "gone": True, "same": [1]}
+    after = {"a/b": 2, "new~": "x", "same": [1]}
+
+    assert _patch(before, after) == [
+        {"op": "remove", "path": "/gone"},
+        {"op": "replace", "path": "/a~1b", "value": 2},
+        {"op": "add", "path": "/new~0", "value": "x"},
     ]

@@ -379,6 +379,7 @@ class Message(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Stable message id. Clients may choose it; the engine generates one when
     empty. Ids are unique within a session.
@@ -407,6 +408,13 @@ class Message(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the message was stored (output only)."""
 
+    @_builtins.property
+    def metadata(self) -> _struct_pb2.Struct:
+        """The client's own information about the message (AG-UI message `metadata`):
+        stored and handed back as sent, never shown to the LLM. Counts toward the
+        message's size ([engine] max_event_bytes).
+        """
+
     def __init__(
         self,
         *,
@@ -419,10 +427,11 @@ class Message(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         run_id: _builtins.str = ...,
         name: _builtins.str = ...,
+        metadata: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "id", b"id", "name", b"name", "role", b"role", "run_id", b"run_id", "status", b"status", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "id", b"id", "metadata", b"metadata", "name", b"name", "role", b"role", "run_id", b"run_id", "status", b"status", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

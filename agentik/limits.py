@@ -27,9 +27,9 @@ COMPACTION_MODES: Final = ("summarize", "trim", "off")
 MIN_CONTEXT_TOKENS: Final = 512
 """The smallest window ``[llm] context_tokens`` may name: room for a system prompt, one
 exchange and a summary."""
-INPUT_MODALITIES: Final = ("text", "image")
-"""``[llm] input_modalities``: what a model may be sent; text always, images where it
-takes them (the default: both)."""
+INPUT_MODALITIES: Final = ("text", "image", "document")
+"""``[llm] input_modalities``: what a model may be sent; text always, images and documents
+(PDFs) where it takes them (the default: text and images)."""
 
 
 def check_modalities(items: object) -> tuple[str, ...]:

@@ -14,7 +14,16 @@ from engine_service.core.errors import InvalidInput
 from engine_service.core.history import prepare_incoming
 from engine_service.core.ids import check_id
 from engine_service.core.limits import RunLimits
-from engine_service.core.models import UNSET, ImagePart, Message, Role, RunInput, Session, TextPart
+from engine_service.core.models import (
+    UNSET,
+    DocumentPart,
+    ImagePart,
+    Message,
+    Role,
+    RunInput,
+    Session,
+    TextPart,
+)
 from engine_service.core.state import check_state
 from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
@@ -45,25 +54,34 @@ def check_input(
 
 
 def _check_media(messages: Sequence[Message], limits: RunLimits, agent: str) -> None:
-    """``InvalidInput`` for an image the agent's model does not take, or for more image
-    parts than ``max_media_parts``."""
+    """``InvalidInput`` for an image or a document the agent's model does not take, or for
+    more media parts than ``max_media_parts``."""
     count = 0
+    takes = limits.input_modalities
     for index, message in enumerate(messages):
         for part_index, part in enumerate(message.content):
-            if not isinstance(part, ImagePart):
+            if isinstance(part, ImagePart):
+                kind = "image"
+            elif isinstance(part, DocumentPart):
+                kind = "document"
+            else:
                 continue
-            if "image" not in limits.input_modalities:
+            if kind not in takes:
                 who = agent or "this agent"
                 raise InvalidInput(
-                    f"messages[{index}].content[{part_index}] is an image part, and {who} "
-                    "takes text only ([llm] input_modalities); send text"
+                    f"messages[{index}].content[{part_index}] is {_article(kind)} part, and "
+                    f"{who} takes {' and '.join(takes)} only ([llm] input_modalities)"
                 )
             count += 1
             if count > limits.max_media_parts:
                 raise InvalidInput(
                     f"messages[{index}].content[{part_index}]: a run may send at most "
-                    f"{limits.max_media_parts} image parts ([llm] max_media_parts)"
+                    f"{limits.max_media_parts} image and document parts ([llm] max_media_parts)"
                 )
+
+
+def _article(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def _refuse_oversized(messages: Sequence[Message], limit: int) -> None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClientTool",
     "ContentPart",
+    "DocumentPart",
     "ContextItem",
     "ImagePart",
     "Interrupt",
@@ -94,7 +95,18 @@ class ImagePart:
     mime_type: str = ""
 
 
-ContentPart: TypeAlias = TextPart | ImagePart
+@dataclass(slots=True)
+class DocumentPart:
+    """A document (a PDF): inline bytes with their MIME type, or a file the LLM provider
+    already holds, by its id. Sent only to models that take documents."""
+
+    data: bytes = b""
+    file_id: str = ""
+    mime_type: str = ""
+    filename: str = ""
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | DocumentPart
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from engine_service.core.events import Event
 from engine_service.core.models import (
     JSON,
     ContentPart,
+    DocumentPart,
     ImagePart,
     Interrupt,
     InterruptKind,
@@ -92,6 +93,15 @@ _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in EVENT_
 def part_to_dict(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if isinstance(part, DocumentPart):
+        doc: dict[str, Any] = {"type": "document", "mime_type": part.mime_type}
+        if part.file_id:
+            doc["file_id"] = part.file_id
+        else:
+            doc["data"] = base64.b64encode(part.data).decode("ascii")
+        if part.filename:
+            doc["filename"] = part.filename
+        return doc
     out: dict[str, Any] = {"type": "image", "mime_type": part.mime_type}
     if part.url:
         out["url"] = part.url
@@ -103,6 +113,13 @@ def part_to_dict(part: ContentPart) -> dict[str, Any]:
 def part_from_dict(raw: dict[str, Any]) -> ContentPart:
     if raw["type"] == "text":
         return TextPart(raw["text"])
+    if raw["type"] == "document":
+        return DocumentPart(
+            data=base64.b64decode(raw["data"]) if "data" in raw else b"",
+            file_id=raw.get("file_id", ""),
+            mime_type=raw.get("mime_type", ""),
+            filename=raw.get("filename", ""),
+        )
     return ImagePart(
         url=raw.get("url", ""),
         data=base64.b64decode(raw["data"]) if "data" in raw else b"",

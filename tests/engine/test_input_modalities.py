@@ -29,6 +29,10 @@ name = "reader"
 model = "text-only-model"
 input_modalities = ["text"]
 tools = ["calculate"]
+
+[[agents]]
+name = "pdfs"
+input_modalities = ["text", "document"]
 """
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -84,7 +88,7 @@ async def test_more_image_parts_than_max_media_parts_are_refused(
 ) -> None:
     details = await refused(engine, _request("too-many", 3))
 
-    assert details.startswith("messages[0].content[3]: a run may send at most 2 image parts")
+    assert details.startswith("messages[0].content[3]: a run may send at most 2 image and")
     assert "max_media_parts" in details
     assert llm.requests == []
 
@@ -119,3 +123,61 @@ def test_a_bad_input_modalities_is_a_config_error(tmp_path: Path, value: str, wh
     path.write_text(f"[llm]\ninput_modalities = {value}\n")
     with pytest.raises(ConfigError, match=why):
         load_settings(path, {})
+
+
+def _document_request(session: str, document: pb.DocumentPart, agent: str) -> pb.RunRequest:
+    parts = [
+        pb.ContentPart(text=pb.TextPart(text="summarise this")),
+        pb.ContentPart(document=document),
+    ]
+    return pb.RunRequest(
+        session_id=session,
+        create_session=True,
+        agent=agent,
+        messages=[pb.Message(role=pb.ROLE_USER, content=parts)],
+    )
+
+
+async def test_an_agent_that_reads_documents_sends_them_as_file_parts_and_refuses_images(
+    engine: Harness, llm: FakeOpenAI
+) -> None:
+    pdf = pb.DocumentPart(data=b"%PDF-1.4", mime_type="application/pdf", filename="a.pdf")
+    events = await run(engine, _document_request("pdf", pdf, "pdfs"))
+
+    assert kinds(events)[-1] == "run_finished"
+    (user,) = [m for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert user["content"][1] == {
+        "type": "file",
+        "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQ="},
+    }
+    details = await refused(engine, _request("pdf-image", 1, agent="pdfs"))
+    assert "is an image part, and agent 'pdfs'" in details
+    assert "takes text and document only" in details
+    stored = await engine.stub.ListMessages(pb.ListMessagesRequest(session_id="pdf"))
+    assert stored.messages[0].content[1].document == pdf
+
+
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [
+        (pb.DocumentPart(), "needs data or a file_id"),
+        (pb.DocumentPart(data=b"%PDF"), "mime_type is required with data"),
+        (pb.DocumentPart(data=b"<html>", mime_type="text/html"), "is not a document type"),
+        (pb.DocumentPart(file_id="a b"), "is not a provider file id"),
+    ],
+)
+async def test_a_document_that_cannot_be_sent_is_invalid_argument(
+    engine: Harness, document: pb.DocumentPart, why: str
+) -> None:
+    details = await refused(engine, _document_request("bad-doc", document, "pdfs"))
+
+    assert details.startswith("messages[0].content[1].document") and why in details
+
+
+async def test_a_document_for_an_agent_that_does_not_read_them_is_refused(
+    engine: Harness,
+) -> None:
+    pdf = pb.DocumentPart(file_id="file-1")
+    details = await refused(engine, _document_request("no-doc", pdf, ""))
+
+    assert details.startswith("messages[0].content[1] is a document part, and agent 'agentik'")

@@ -36,7 +36,7 @@ ACTIVITY_TYPES = ("tool_progress", "compaction")
 
 def capabilities(agent: pb.Agent) -> dict[str, Any]:
     """The agent's ``AgentCapabilities`` as wire JSON (camelCase, absent fields left out)."""
-    takes_images = "image" in agent.input_modalities
+    takes = set(agent.input_modalities)
     tools = [
         Tool(
             name=spec.name,
@@ -60,7 +60,11 @@ def capabilities(agent: pb.Agent) -> dict[str, Any]:
         reasoning=ReasoningCapabilities(supported=True, streaming=True),
         multimodal=MultimodalCapabilities(
             input=MultimodalInputCapabilities(
-                image=takes_images, audio=False, video=False, pdf=False, file=False
+                image="image" in takes,
+                audio=False,
+                video=False,
+                pdf="document" in takes,
+                file=False,
             )
         ),
         execution=ExecutionCapabilities(max_iterations=agent.max_tool_rounds or None),

@@ -36,6 +36,8 @@ from ag_ui.core import (
     CustomEvent,
     DataSource,
     DeveloperMessage,
+    DocumentPart,
+    FileSource,
     FunctionCall,
     ImagePart,
     Interrupt,
@@ -119,8 +121,23 @@ def _millis(event: pb.Event) -> int:
 # -- messages -------------------------------------------------------------------------
 
 
-def _part(part: pb.ContentPart) -> TextPart | ImagePart:
-    if part.WhichOneof("part") != "image":
+def _document(document: pb.DocumentPart) -> DocumentPart:
+    metadata = {"filename": document.filename} if document.filename else None
+    if document.WhichOneof("source") == "file_id":
+        source: DataSource | FileSource = FileSource(
+            value=document.file_id, mime_type=document.mime_type or None
+        )
+    else:
+        data = base64.b64encode(document.data).decode("ascii")
+        source = DataSource(value=data, mime_type=document.mime_type)
+    return DocumentPart(source=source, metadata=metadata)
+
+
+def _part(part: pb.ContentPart) -> TextPart | ImagePart | DocumentPart:
+    kind = part.WhichOneof("part")
+    if kind == "document":
+        return _document(part.document)
+    if kind != "image":
         return TextPart(text=part.text.text)
     image = part.image
     if image.WhichOneof("source") == "data":
@@ -131,7 +148,7 @@ def _part(part: pb.ContentPart) -> TextPart | ImagePart:
 
 def _content(parts: list[pb.ContentPart]) -> str | list[ContentPart]:
     """Plain text when every part is text; the parts otherwise."""
-    if all(p.WhichOneof("part") != "image" for p in parts):
+    if all(p.WhichOneof("part") in ("text", None) for p in parts):
         return "".join(p.text.text for p in parts)
     return [_part(p) for p in parts]
 

@@ -43,6 +43,35 @@ def text_only(make_app: Callable[..., Flask], text_only_target: str) -> FlaskCli
     return make_app(text_only_target).test_client()
 
 
+@pytest.fixture(scope="module")
+def pdf_target(llm: FakeOpenAI) -> Iterator[str]:
+    modalities = "text,image,document"
+    engine = BackgroundEngine(engine_settings(llm, AGENTIK_INPUT_MODALITIES=modalities))
+    yield engine.start()
+    engine.stop()
+
+
+@pytest.fixture
+def reads_pdfs(make_app: Callable[..., Flask], pdf_target: str) -> FlaskClient:
+    return make_app(pdf_target).test_client()
+
+
+PDF = base64.b64encode(b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF").decode()
+
+
+def _document(source: dict[str, Any], filename: str = "") -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "document", "source": source}
+    if filename:
+        part["metadata"] = {"filename": filename}
+    return part
+
+
+def _streamed(client: FlaskClient, body: dict[str, Any]) -> list[Any]:
+    response = client.post("/agui", json=body, buffered=False)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return AguiReader(cast("Iterable[bytes]", response.response)).read_to_end()
+
+
 def test_the_default_agents_capabilities_validate_and_declare_what_agentik_does(
     client: FlaskClient,
 ) -> None:
@@ -107,7 +136,7 @@ def test_an_image_part_reaches_a_model_that_takes_images(
     ]
 
 
-@pytest.mark.parametrize("kind", ["document", "audio", "video"])
+@pytest.mark.parametrize("kind", ["audio", "video"])
 def test_media_the_engine_cannot_hold_are_refused_naming_the_part_type(
     client: FlaskClient, kind: str
 ) -> None:
@@ -149,3 +178,66 @@ def test_message_metadata_is_kept_and_comes_back_in_the_snapshot_but_never_reach
     (snapshot,) = [e for e in events if e.type == "MESSAGES_SNAPSHOT"]
     first = snapshot.model_dump(by_alias=True, mode="json")["messages"][0]
     assert first["metadata"] == metadata
+
+
+def test_a_model_that_reads_documents_gets_a_pdf_as_a_file_part_and_the_snapshot_keeps_it(
+    reads_pdfs: FlaskClient, llm: FakeOpenAI
+) -> None:
+    caps = reads_pdfs.get("/agui/capabilities").get_json()["multimodal"]["input"]
+    assert (caps["image"], caps["pdf"]) == (True, True)
+    pdf = {"type": "data", "value": PDF, "mimeType": "application/pdf"}
+    events = _streamed(reads_pdfs, _image_run(_document(pdf, "report.pdf")))
+
+    assert types(events)[-1] == "RUN_FINISHED"
+    (user,) = [m for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert user["content"][1] == {
+        "type": "file",
+        "file": {"filename": "report.pdf", "file_data": f"data:application/pdf;base64,{PDF}"},
+    }
+    (snapshot,) = [e for e in events if e.type == "MESSAGES_SNAPSHOT"]
+    sent = snapshot.model_dump(by_alias=True, mode="json")["messages"][0]["content"][1]
+    assert sent == {"type": "document", "source": pdf, "metadata": {"filename": "report.pdf"}}
+
+
+def test_a_providers_file_id_is_passed_on_as_is(reads_pdfs: FlaskClient, llm: FakeOpenAI) -> None:
+    handle = {"type": "file", "value": "file-abc123", "provider": "openai"}
+    _streamed(reads_pdfs, _image_run(_document(handle)))
+
+    (user,) = [m for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert user["content"][1] == {"type": "file", "file": {"file_id": "file-abc123"}}
+
+
+@pytest.mark.parametrize(
+    ("source", "status", "says"),
+    [
+        ({"type": "url", "value": "https://example.com/a.pdf"}, 422, "cannot be sent by url"),
+        ({"type": "file", "value": "x", "provider": "google"}, 422, "file handle of 'google'"),
+        ({"type": "data", "value": "%%%", "mimeType": "application/pdf"}, 422, "not valid base64"),
+        ({"type": "data", "value": PDF, "mimeType": "text/html"}, 400, "is not a document type"),
+        ({"type": "file", "value": "../../etc/passwd"}, 400, "is not a provider file id"),
+        ({"type": "file", "value": "https://evil.example/x"}, 400, "is not a provider file id"),
+    ],
+)
+def test_a_document_agentik_cannot_pass_on_is_refused_naming_the_part(
+    reads_pdfs: FlaskClient, source: dict[str, Any], status: int, says: str
+) -> None:
+    response = reads_pdfs.post("/agui", json=_image_run(_document(source)))
+
+    assert response.status_code == status, response.get_data(as_text=True)
+    message = response.get_json()["error"]["message"]
+    assert message.startswith("messages[0].content[1]") and says in message
+
+
+def test_a_model_that_does_not_read_documents_refuses_one_with_400(
+    client: FlaskClient, llm: FakeOpenAI
+) -> None:
+    assert client.get("/agui/capabilities").get_json()["multimodal"]["input"]["pdf"] is False
+    before = len(llm.requests)
+    pdf = {"type": "data", "value": PDF, "mimeType": "application/pdf"}
+    response = client.post("/agui", json=_image_run(_document(pdf)))
+
+    assert response.status_code == 400
+    message = response.get_json()["error"]["message"]
+    assert message.startswith("messages[0].content[1] is a document part, and agent 'agentik'")
+    assert "takes text and image only" in message
+    assert len(llm.requests) == before

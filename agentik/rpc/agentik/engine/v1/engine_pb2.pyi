@@ -445,6 +445,7 @@ class ContentPart(_message.Message):
 
     TEXT_FIELD_NUMBER: _builtins.int
     IMAGE_FIELD_NUMBER: _builtins.int
+    DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def text(self) -> Global___TextPart:
         """Plain text."""
@@ -453,21 +454,66 @@ class ContentPart(_message.Message):
     def image(self) -> Global___ImagePart:
         """An image, by URL or inline bytes."""
 
+    @_builtins.property
+    def document(self) -> Global___DocumentPart:
+        """A document (a PDF), inline or as the LLM provider's file id; sent only
+        to agents whose model takes documents ([llm] input_modalities).
+        """
+
     def __init__(
         self,
         *,
         text: Global___TextPart | None = ...,
         image: Global___ImagePart | None = ...,
+        document: Global___DocumentPart | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["text", "image"]  # noqa: Y015
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["text", "image", "document"]  # noqa: Y015
     _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
 
 Global___ContentPart: _TypeAlias = ContentPart  # noqa: Y015
+
+@_typing.final
+class DocumentPart(_message.Message):
+    """Document content. Exactly one of `data` and `file_id` is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    FILE_ID_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The document's bytes; `mime_type` says what they are (application/pdf)."""
+    file_id: _builtins.str
+    """A file the LLM provider already holds, by the id it issued (OpenAI
+    "file-..."); never fetched or read by agentik.
+    """
+    mime_type: _builtins.str
+    """MIME type; required with `data`."""
+    filename: _builtins.str
+    """The file's name, for the model; optional."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        file_id: _builtins.str = ...,
+        mime_type: _builtins.str = ...,
+        filename: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file_id", b"file_id", "source", b"source"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file_id", b"file_id", "filename", b"filename", "mime_type", b"mime_type", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["data", "file_id"]  # noqa: Y015
+    _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
+
+Global___DocumentPart: _TypeAlias = DocumentPart  # noqa: Y015
 
 @_typing.final
 class TextPart(_message.Message):

@@ -94,6 +94,21 @@ const SCENARIOS = {
     return { runs: [await run(agent, "use a tool, then fail")] };
   },
 
+  async document() {
+    const agent = newAgent("/agui/lead");
+    const pdf = Buffer.from("%PDF-1.4\n%%EOF\n").toString("base64");
+    const parts = [
+      { type: "text", text: "summarise this report" },
+      {
+        type: "document",
+        source: { type: "data", value: pdf, mimeType: "application/pdf" },
+        metadata: { filename: "report.pdf" },
+      },
+    ];
+    const seen = await run(agent, parts);
+    return { runs: [seen], messages: agent.messages.map((m) => m.content ?? null) };
+  },
+
   async image() {
     const agent = newAgent();
     const parts = [

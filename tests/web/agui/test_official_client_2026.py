@@ -25,6 +25,7 @@ CONFIG = """
 name = "lead"
 description = "Hands questions to the reader"
 tools = ["agent:reader", "calculate"]
+input_modalities = ["text", "image", "document"]
 
 [[agents]]
 name = "reader"
@@ -58,6 +59,8 @@ def test_the_client_discovers_each_agents_capabilities(stack: Stack) -> None:
     lead_tools = [tool["name"] for tool in agents["/agui/lead"]["tools"]["items"]]
     assert sorted(lead_tools) == ["agent__reader", "calculate"]
     assert agents["/agui"]["multimodal"]["input"]["image"] is True
+    assert agents["/agui"]["multimodal"]["input"]["pdf"] is False
+    assert agents["/agui/lead"]["multimodal"]["input"]["pdf"] is True
     assert agents["/agui/reader"]["multimodal"]["input"]["image"] is False
     assert agents["/agui/reader"]["identity"]["metadata"]["model"] == "openai:text-model"
     assert summary["missing"].startswith("HTTP 404")
@@ -123,3 +126,20 @@ def test_an_image_part_reaches_the_model_and_a_text_only_agent_refuses_it(
     refused = summary["refused"]
     assert refused["error"].startswith("HTTP 400")
     assert "is an image part" in refused["error"] and "agent 'reader'" in refused["error"]
+
+
+def test_a_document_part_reaches_a_model_that_reads_documents_and_comes_back(
+    stack: Stack, llm: FakeOpenAI
+) -> None:
+    summary = _scenario(stack, "document")
+    (run,) = summary["runs"]
+
+    assert run["types"][-1] == "RUN_FINISHED"
+    (request,) = [r for r in llm.requests if "summarise this report" in json.dumps(r["messages"])]
+    (user,) = [m for m in request["messages"] if m["role"] == "user"]
+    (part,) = [p for p in user["content"] if p["type"] == "file"]
+    assert part["file"]["filename"] == "report.pdf"
+    assert part["file"]["file_data"].startswith("data:application/pdf;base64,JVBERi0xLjQ")
+    # the client's history after the snapshot holds the document as sent
+    sent = summary["messages"][0]
+    assert sent[1]["type"] == "document" and sent[1]["metadata"] == {"filename": "report.pdf"}

@@ -52,7 +52,7 @@ from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
 from engine_service.core.hitl import Decision, admit
 from engine_service.core.ids import check_id
-from engine_service.core.intake import check_input, first_title
+from engine_service.core.intake import check_input, check_media, first_title
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.limits import EngineLimits
 from engine_service.core.models import (
@@ -437,6 +437,9 @@ class Engine(Sessions):
         try:
             await self.notices.keep_push_configs(run_input)
             profile = self.agents.for_run(begun.session, run_input.agent)
+            if profile is not named:  # a request naming no agent, on another agent's session
+                about = f"agent {profile.name!r} (model {profile.model.name!r})"
+                check_media(incoming, profile.limits, about)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.

@@ -29,7 +29,7 @@ from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
 from engine_service.core.window import refuse_too_long
 
-__all__ = ["check_input", "first_title"]
+__all__ = ["check_input", "check_media", "first_title"]
 
 
 def check_input(
@@ -42,7 +42,7 @@ def check_input(
     when a message, a client tool, a resume entry or the state is not acceptable.
     ``agent`` names the agent (and its model) in the refusal of a part it does not take."""
     incoming = prepare_incoming(run_input.messages)
-    _check_media(incoming, limits, agent)
+    check_media(incoming, limits, agent)
     check_client_tools(run_input.tools, lambda name: engine_tool(name) is not None)
     _refuse_oversized(incoming, limits.max_event_bytes - MESSAGE_ROOM)
     refuse_too_long(incoming, limits.context, limits.system_prompt)  # the model's window
@@ -53,7 +53,7 @@ def check_input(
     return incoming
 
 
-def _check_media(messages: Sequence[Message], limits: RunLimits, agent: str) -> None:
+def check_media(messages: Sequence[Message], limits: RunLimits, agent: str) -> None:
     """``InvalidInput`` for an image or a document the agent's model does not take, or for
     more media parts than ``max_media_parts``."""
     count = 0

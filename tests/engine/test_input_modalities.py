@@ -181,3 +181,18 @@ async def test_a_document_for_an_agent_that_does_not_read_them_is_refused(
     details = await refused(engine, _document_request("no-doc", pdf, ""))
 
     assert details.startswith("messages[0].content[1] is a document part, and agent 'agentik'")
+
+
+async def test_a_run_naming_no_agent_on_a_text_only_agents_conversation_refuses_an_image(
+    engine: Harness, llm: FakeOpenAI
+) -> None:
+    made = await engine.stub.CreateSession(pb.CreateSessionRequest(agent="reader"))
+    request = _request(made.id, 1)
+    request.create_session = False
+
+    details = await refused(engine, request)
+
+    assert details.startswith("messages[0].content[1] is an image part, and agent 'reader'")
+    assert llm.requests == []
+    stored = await engine.stub.ListMessages(pb.ListMessagesRequest(session_id=made.id))
+    assert list(stored.messages) == []

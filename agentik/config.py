@@ -64,6 +64,7 @@ from agentik.limits import (
     MAX_EVENT_BYTES,
     MIN_CONTEXT_TOKENS,
     MIN_EVENT_BYTES,
+    check_modalities,
 )
 
 if TYPE_CHECKING:  # imported when used (the tool tables)
@@ -569,6 +570,14 @@ def _tool_patterns(raw: object, from_env: bool) -> object:
     return tuple(dict.fromkeys(item.strip() for item in items))
 
 
+def _modalities(raw: object, from_env: bool) -> object:
+    """``[llm] input_modalities``: from a list or a comma-separated env."""
+    try:
+        return check_modalities(_strings(raw, from_env, 'must be an array, e.g. ["text", "image"]'))
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
 def _algorithms(raw: object, from_env: bool) -> object:
     for item in (items := _strings(raw, from_env, "must be an array of JWT algorithm names")):
         if item not in _JWT_ALGORITHMS:
@@ -707,6 +716,14 @@ class LlmSettings:
     """Tokens of the window kept for the answer; 0: min(4,096, a quarter of the window)."""
     compaction: str = setting("summarize", "AGENTIK_COMPACTION", _choice(*COMPACTION_MODES))
     """How a conversation over the budget is made to fit: summarize | trim | off."""
+    input_modalities: tuple[str, ...] = setting(
+        ("text", "image"), "AGENTIK_INPUT_MODALITIES", _modalities
+    )
+    """What the model takes: ``["text", "image"]`` (the default) or ``["text"]`` for a
+    text-only model, whose runs then refuse image parts (400 naming the part and agent)."""
+    max_media_parts: int = setting(16, "AGENTIK_MAX_MEDIA_PARTS", _POSITIVE)
+    """Image parts one run's new messages may hold, at most (their bytes are bounded by
+    ``[engine] max_event_bytes`` per message)."""
     """Seconds between checks of the endpoint (``GET /models``); 0: at start only."""
 
 

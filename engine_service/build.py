@@ -213,6 +213,7 @@ def build_agents(
             max_tool_rounds=agent.max_tool_rounds or run.max_tool_rounds,
             approval=run.approval if agent.approval is None else agent.approval,
             context=context_limits(settings, agent),
+            input_modalities=agent.input_modalities or run.input_modalities,
         )
         ask_user = settings.tools.ask_user if agent.ask_user is None else agent.ask_user
         profiles.append(
@@ -266,6 +267,8 @@ def build_engine(settings: Settings) -> Engine:
             max_event_bytes=settings.engine.max_event_bytes,
             buffer_bytes=settings.engine.stream_buffer_bytes,
             context=context_limits(settings),
+            input_modalities=settings.llm.input_modalities,
+            max_media_parts=settings.llm.max_media_parts,
         ),
         max_concurrent_runs=settings.engine.max_concurrent_runs,
         max_runs_per_caller=settings.runs_per_caller,

@@ -25,6 +25,7 @@ from engine_service.core.models import (
     ClientTool,
     ContentPart,
     ContextItem,
+    DocumentPart,
     ImagePart,
     Interrupt,
     InterruptKind,
@@ -116,6 +117,13 @@ def _from_value(value: struct_pb2.Value | struct_pb2.Struct, field: str = "value
 
 
 def part_to_pb(part: ContentPart) -> pb.ContentPart:
+    if isinstance(part, DocumentPart):
+        document = pb.DocumentPart(mime_type=part.mime_type, filename=part.filename)
+        if part.file_id:
+            document.file_id = part.file_id
+        else:
+            document.data = part.data
+        return pb.ContentPart(document=document)
     if isinstance(part, TextPart):
         return pb.ContentPart(text=pb.TextPart(text=part.text))
     if part.url:
@@ -138,6 +146,8 @@ def message_to_pb(message: Message) -> pb.Message:
     )
     if message.created_at is not None:
         out.create_time.CopyFrom(timestamp(message.created_at))
+    if message.metadata is not None:
+        json_format.ParseDict(message.metadata, out.metadata)
     return out
 
 
@@ -345,7 +355,20 @@ def part_from_pb(part: pb.ContentPart, where: str) -> ContentPart:
                 raise InvalidInput(f"{where}.image.mime_type is required with data")
             return ImagePart(data=image.data, mime_type=image.mime_type)
         raise InvalidInput(f"{where}.image needs a url or data")
-    raise InvalidInput(f"{where} is empty (set text or image)")
+    if kind == "document":
+        document = part.document
+        held = document.WhichOneof("source")
+        if held is None:
+            raise InvalidInput(f"{where}.document needs data or a file_id")
+        if held == "data" and not document.mime_type:
+            raise InvalidInput(f"{where}.document.mime_type is required with data")
+        return DocumentPart(
+            data=document.data,
+            file_id=document.file_id,
+            mime_type=document.mime_type,
+            filename=document.filename,
+        )
+    raise InvalidInput(f"{where} is empty (set text, image or document)")
 
 
 def message_from_pb(message: pb.Message, where: str) -> Message:
@@ -363,7 +386,15 @@ def message_from_pb(message: pb.Message, where: str) -> Message:
         tool_call_id=message.tool_call_id,
         status=status,
         name=message.name,
+        metadata=_metadata(message, where),
     )
+
+
+def _metadata(message: pb.Message, where: str) -> dict[str, JSON] | None:
+    if not message.HasField("metadata"):
+        return None
+    value = _from_value(message.metadata, f"{where}.metadata")
+    return value if isinstance(value, dict) else None
 
 
 def run_input_from_pb(request: pb.RunRequest) -> RunInput:

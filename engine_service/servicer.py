@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf import json_format, struct_pb2
 
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -382,12 +383,20 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
 
 def _agent_pb(profile: AgentProfile, default: str) -> pb.Agent:
     """What a caller may know of an agent: never its endpoint or key."""
+    specs = []
+    for spec in profile.tools.specs():
+        parameters = struct_pb2.Struct()
+        json_format.ParseDict(spec.parameters, parameters)
+        specs.append(pb.Tool(name=spec.name, description=spec.description, parameters=parameters))
     return pb.Agent(
         name=profile.name,
         description=profile.description,
         model=profile.model.name,
         tools=profile.tools.names(),
         is_default=profile.name == default,
+        input_modalities=profile.limits.input_modalities,
+        tool_specs=specs,
+        max_tool_rounds=profile.limits.max_tool_rounds,
     )
 
 

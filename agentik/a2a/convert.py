@@ -119,6 +119,13 @@ def engine_content(message: Message) -> list[pb.ContentPart]:
 
 
 def _a2a_part(part: pb.ContentPart) -> Part:
+    if part.WhichOneof("part") == "document":
+        document = part.document
+        if document.WhichOneof("source") == "data":
+            return Part(
+                raw=document.data, media_type=document.mime_type, filename=document.filename
+            )
+        return Part(text=f"[document: provider file {document.file_id}]")
     if part.WhichOneof("part") == "image":
         image = part.image
         if image.WhichOneof("source") == "data":

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentik.limits import COMPACTION_MODES
+from agentik.limits import COMPACTION_MODES, check_modalities
 from agentik.tool_config.tables import ConfigTableError, TableReader, check_keys
 
 __all__ = ["MAX_AGENTS", "MAX_AGENT_NAME", "MAX_PROMPT_FILE_BYTES", "AgentConfig", "parse_agents"]
@@ -52,6 +52,7 @@ _KEYS = (
     "name", "description", "model", "base_url", "api_key", "headers", "system_prompt",
     "system_prompt_file", "tools", "approval", "ask_user", "max_tool_rounds", "context_tokens",
     "reserve_output_tokens", "compaction", "max_runs", "skills", "examples",
+    "input_modalities",
 )  # fmt: skip
 _PATTERN_CHARS = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.*?[]!-:"
@@ -80,6 +81,8 @@ class AgentConfig:
     max_runs: int = 0
     skills: tuple[dict[str, Any], ...] | None = field(default=None, hash=False)
     examples: tuple[str, ...] = ()
+    input_modalities: tuple[str, ...] | None = None
+    """What its model takes (``["text"]`` or ``["text", "image"]``); None: ``[llm]``'s."""
 
     @property
     def own_endpoint(self) -> bool:
@@ -157,6 +160,16 @@ class _Reader(TableReader):
         return tuple(dict(item) for item in raw)
 
 
+def _modalities(entry: _Reader) -> tuple[str, ...] | None:
+    raw = entry.table.get("input_modalities")
+    if raw is None:
+        return None
+    try:
+        return check_modalities(raw)
+    except ValueError as exc:
+        raise entry.fail("input_modalities", str(exc), raw) from None
+
+
 def _agent(
     table: Mapping[str, object], label: str, env: Mapping[str, str], base_dir: str, engine: bool
 ) -> AgentConfig:
@@ -191,6 +204,7 @@ def _agent(
         max_runs=entry.integer("max_runs", 0) or 0,
         skills=entry.skills(),
         examples=entry.strings("examples") or (),
+        input_modalities=_modalities(entry),
     )
     return agent
 

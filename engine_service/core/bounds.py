@@ -29,6 +29,8 @@ from agentik.limits import GRPC_MESSAGE_LIMIT, MAX_EVENT_BYTES, MIN_EVENT_BYTES
 from engine_service.core import events as ev
 from engine_service.core.models import (
     JSON,
+    ContentPart,
+    DocumentPart,
     ImagePart,
     Interrupt,
     Message,
@@ -166,9 +168,17 @@ def json_size(value: JSON) -> int:
     return size
 
 
-def _part_size(part: TextPart | ImagePart) -> int:
+def _part_size(part: ContentPart) -> int:
     if isinstance(part, TextPart):
         return text_bytes(part.text) + _FIELD
+    if isinstance(part, DocumentPart):
+        return (
+            len(part.data)
+            + text_bytes(part.file_id)
+            + text_bytes(part.filename)
+            + len(part.mime_type)
+            + 3 * _FIELD
+        )
     return len(part.data) + text_bytes(part.url) + len(part.mime_type) + 2 * _FIELD
 
 
@@ -180,6 +190,8 @@ def message_size(message: Message) -> int:
         size += _part_size(part)
     for call in message.tool_calls:
         size += len(call.id) + text_bytes(call.name) + text_bytes(call.arguments) + 3 * _FIELD
+    if message.metadata is not None:
+        size += json_size(message.metadata)
     return size
 
 
@@ -229,7 +241,7 @@ def bound_message(message: Message, limit: int) -> Message:
     if size <= limit:
         return message
     budget = limit - (size - _payload(message)) - 2 * _NOTE_ROOM
-    content: list[TextPart | ImagePart] = []
+    content: list[ContentPart] = []
     calls: list[ToolCall] = []
     for part in message.content:
         if isinstance(part, TextPart):
@@ -241,7 +253,7 @@ def bound_message(message: Message, limit: int) -> Message:
         budget -= text_bytes(kept)
         calls.append(ToolCall(call.id, call.name, kept))
     for part in message.content:
-        if isinstance(part, ImagePart):
+        if isinstance(part, ImagePart | DocumentPart):
             image = _part_size(part)
             if image <= budget:
                 content.append(part)

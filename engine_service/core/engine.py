@@ -54,7 +54,7 @@ from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id, reconcile
 from engine_service.core.hitl import Decision, admit, delegation_of
 from engine_service.core.ids import check_id
-from engine_service.core.intake import check_input, first_title
+from engine_service.core.intake import check_input, check_media, first_title
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.limits import EngineLimits
 from engine_service.core.models import (
@@ -402,7 +402,8 @@ class Engine(Sessions):
                 retry_after=1,
             )
         named = self.agents.get(run_input.agent)  # AgentNotFound before anything is written
-        incoming = check_input(run_input, named.limits, self.tools.get)
+        about = f"agent {named.name!r} (model {named.model.name!r})"
+        incoming = check_input(run_input, named.limits, self.tools.get, about)
         self.notices.check_run(run_input)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
@@ -438,6 +439,9 @@ class Engine(Sessions):
         try:
             await self.notices.keep_push_configs(run_input)
             profile = self.agents.for_run(begun.session, run_input.agent)
+            if profile is not named:  # a request naming no agent, on another agent's session
+                about = f"agent {profile.name!r} (model {profile.model.name!r})"
+                check_media(incoming, profile.limits, about)
             history: list[Message] = []
             # A conversation with no messages yet (just made, most often) has no history to
             # read: one store round trip less before the run starts.

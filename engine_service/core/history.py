@@ -13,6 +13,7 @@ from engine_service.core.errors import InvalidInput
 from engine_service.core.ids import check_id
 from engine_service.core.models import (
     ContextItem,
+    DocumentPart,
     ImagePart,
     Message,
     MessageStatus,
@@ -20,7 +21,15 @@ from engine_service.core.models import (
     TextPart,
 )
 
-__all__ = ["chat_messages", "check_image", "new_id", "prepare_incoming", "reconcile"]
+__all__ = [
+    "DOCUMENT_TYPES",
+    "chat_messages",
+    "check_document",
+    "check_image",
+    "new_id",
+    "prepare_incoming",
+    "reconcile",
+]
 
 UNANSWERED = "error: no result was provided for this tool call"
 _IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*", re.IGNORECASE)
@@ -59,12 +68,38 @@ def prepare_incoming(messages: Sequence[Message]) -> list[Message]:
         for part_index, part in enumerate(message.content):
             if isinstance(part, ImagePart):
                 check_image(part, f"{where}.content[{part_index}].image")
+            elif isinstance(part, DocumentPart):
+                check_document(part, f"{where}.content[{part_index}].document")
         for call_index, call in enumerate(message.tool_calls):
             if not call.id or not call.name:
                 raise InvalidInput(f"{where}.tool_calls[{call_index}] needs an id and a name")
             check_id(call.id, f"{where}.tool_calls[{call_index}].id")
         out.append(message)
     return out
+
+
+DOCUMENT_TYPES = ("application/pdf",)
+"""What a document part's bytes may be: what Chat Completions' file parts take."""
+_FILE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}")
+
+
+def check_document(part: DocumentPart, where: str) -> None:
+    """Refuse a document the LLM must not be sent: bytes of a type other than a PDF, or a
+    file id that is not one (a provider's ids are short tokens, never paths or URLs)."""
+    if part.file_id:
+        if not _FILE_ID.fullmatch(part.file_id) or "//" in part.file_id:
+            raise InvalidInput(  # not echoed: it may look like a path or an address
+                f"{where}.file_id is not a provider file id (letters, digits and _ . : - /, "
+                "at most 256)"
+            )
+        return
+    if part.mime_type.lower() not in DOCUMENT_TYPES:
+        raise InvalidInput(
+            f"{where}.mime_type {part.mime_type[:80]!r} is not a document type the model "
+            f"takes ({', '.join(DOCUMENT_TYPES)})"
+        )
+    if not part.data:
+        raise InvalidInput(f"{where}.data is empty")
 
 
 def check_image(part: ImagePart, where: str) -> None:

@@ -14,21 +14,35 @@ from engine_service.core.errors import InvalidInput
 from engine_service.core.history import prepare_incoming
 from engine_service.core.ids import check_id
 from engine_service.core.limits import RunLimits
-from engine_service.core.models import UNSET, Message, Role, RunInput, Session, TextPart
+from engine_service.core.models import (
+    UNSET,
+    DocumentPart,
+    ImagePart,
+    Message,
+    Role,
+    RunInput,
+    Session,
+    TextPart,
+)
 from engine_service.core.state import check_state
 from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
 from engine_service.core.window import refuse_too_long
 
-__all__ = ["check_input", "first_title"]
+__all__ = ["check_input", "check_media", "first_title"]
 
 
 def check_input(
-    run_input: RunInput, limits: RunLimits, engine_tool: Callable[[str], Tool | None]
+    run_input: RunInput,
+    limits: RunLimits,
+    engine_tool: Callable[[str], Tool | None],
+    agent: str = "",
 ) -> list[Message]:
     """The run's new messages, prepared (``history.prepare_incoming``); ``InvalidInput``
-    when a message, a client tool, a resume entry or the state is not acceptable."""
+    when a message, a client tool, a resume entry or the state is not acceptable.
+    ``agent`` names the agent (and its model) in the refusal of a part it does not take."""
     incoming = prepare_incoming(run_input.messages)
+    check_media(incoming, limits, agent)
     check_client_tools(run_input.tools, lambda name: engine_tool(name) is not None)
     _refuse_oversized(incoming, limits.max_event_bytes - MESSAGE_ROOM)
     refuse_too_long(incoming, limits.context, limits.system_prompt)  # the model's window
@@ -37,6 +51,37 @@ def check_input(
     if run_input.state is not UNSET:
         check_state(run_input.state, limits.max_state_bytes)
     return incoming
+
+
+def check_media(messages: Sequence[Message], limits: RunLimits, agent: str) -> None:
+    """``InvalidInput`` for an image or a document the agent's model does not take, or for
+    more media parts than ``max_media_parts``."""
+    count = 0
+    takes = limits.input_modalities
+    for index, message in enumerate(messages):
+        for part_index, part in enumerate(message.content):
+            if isinstance(part, ImagePart):
+                kind = "image"
+            elif isinstance(part, DocumentPart):
+                kind = "document"
+            else:
+                continue
+            if kind not in takes:
+                who = agent or "this agent"
+                raise InvalidInput(
+                    f"messages[{index}].content[{part_index}] is {_article(kind)} part, and "
+                    f"{who} takes {' and '.join(takes)} only ([llm] input_modalities)"
+                )
+            count += 1
+            if count > limits.max_media_parts:
+                raise InvalidInput(
+                    f"messages[{index}].content[{part_index}]: a run may send at most "
+                    f"{limits.max_media_parts} image and document parts ([llm] max_media_parts)"
+                )
+
+
+def _article(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def _refuse_oversized(messages: Sequence[Message], limit: int) -> None:

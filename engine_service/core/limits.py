@@ -41,6 +41,10 @@ class RunLimits:
     forgets them, and those readers read them from the store."""
     context: ContextLimits = field(default_factory=ContextLimits)
     """The model's context budget and how the conversation is compacted (``core.context``)."""
+    input_modalities: tuple[str, ...] = ("text", "image")
+    """What the agent's model takes; image parts are refused when ``image`` is not here."""
+    max_media_parts: int = 16
+    """Image parts one run's new messages may hold, at most."""
 
 
 @dataclass(frozen=True, slots=True)

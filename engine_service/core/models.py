@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClientTool",
     "ContentPart",
+    "DocumentPart",
     "ContextItem",
     "ImagePart",
     "Interrupt",
@@ -94,7 +95,18 @@ class ImagePart:
     mime_type: str = ""
 
 
-ContentPart: TypeAlias = TextPart | ImagePart
+@dataclass(slots=True)
+class DocumentPart:
+    """A document (a PDF): inline bytes with their MIME type, or a file the LLM provider
+    already holds, by its id. Sent only to models that take documents."""
+
+    data: bytes = b""
+    file_id: str = ""
+    mime_type: str = ""
+    filename: str = ""
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | DocumentPart
 
 
 @dataclass(slots=True)
@@ -116,6 +128,9 @@ class Message:
     created_at: datetime | None = None
     run_id: str = ""
     name: str = ""
+    metadata: dict[str, JSON] | None = None
+    """The client's own information about the message (AG-UI ``metadata``): stored and
+    handed back as sent, never sent to the LLM."""
 
 
 class InterruptKind(enum.StrEnum):

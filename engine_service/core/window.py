@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from agentik.limits import COMPACTION_MODES, MIN_CONTEXT_TOKENS
 from engine_service.core.chat import ToolSpec
 from engine_service.core.errors import ContextTooLong, LLMError
-from engine_service.core.models import ImagePart, Message, Role, TextPart
+from engine_service.core.models import DocumentPart, ImagePart, Message, Role, TextPart
 
 __all__ = [
     "COMPACTION_MODES",
@@ -123,6 +123,9 @@ def estimate_message(message: Message) -> int:
             tokens += estimate_text(part.text)
         elif isinstance(part, ImagePart):
             tokens += IMAGE_TOKENS
+        elif isinstance(part, DocumentPart):
+            # The provider reads the text and an image of each page: a guess from the size.
+            tokens += max(IMAGE_TOKENS, len(part.data) // 4)
     for call in message.tool_calls:
         tokens += MESSAGE_OVERHEAD + estimate_text(call.name) + estimate_text(call.arguments)
     return tokens

@@ -31,7 +31,15 @@ from engine_service.core.chat import (
     UsageDelta,
 )
 from engine_service.core.errors import LLMError
-from engine_service.core.models import ImagePart, Message, Role, TextPart, message_text
+from engine_service.core.models import (
+    ContentPart,
+    DocumentPart,
+    ImagePart,
+    Message,
+    Role,
+    TextPart,
+    message_text,
+)
 from engine_service.llm.http import (
     BrokenStream,
     ConnectFailed,
@@ -439,7 +447,9 @@ def _to_openai_message(message: Message) -> dict[str, Any]:
             ]
         elif not text:
             out["content"] = ""
-    elif message.role is Role.USER and any(isinstance(p, ImagePart) for p in message.content):
+    elif message.role is Role.USER and any(
+        isinstance(p, ImagePart | DocumentPart) for p in message.content
+    ):
         out["content"] = [_content_part(p) for p in message.content]
     else:
         out["content"] = message_text(message)
@@ -448,9 +458,20 @@ def _to_openai_message(message: Message) -> dict[str, Any]:
     return out
 
 
-def _content_part(part: TextPart | ImagePart) -> dict[str, Any]:
+def _content_part(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if isinstance(part, DocumentPart):  # Chat Completions' file part
+        if part.file_id:
+            return {"type": "file", "file": {"file_id": part.file_id}}
+        encoded = base64.b64encode(part.data).decode("ascii")
+        return {
+            "type": "file",
+            "file": {
+                "filename": part.filename or "document.pdf",
+                "file_data": f"data:{part.mime_type};base64,{encoded}",
+            },
+        }
     url = part.url
     if not url:
         encoded = base64.b64encode(part.data).decode("ascii")

@@ -25,6 +25,7 @@ from engine_service.core.events import Event
 from engine_service.core.models import (
     JSON,
     ContentPart,
+    DocumentPart,
     ImagePart,
     Interrupt,
     InterruptKind,
@@ -92,6 +93,15 @@ _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in EVENT_
 def part_to_dict(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if isinstance(part, DocumentPart):
+        doc: dict[str, Any] = {"type": "document", "mime_type": part.mime_type}
+        if part.file_id:
+            doc["file_id"] = part.file_id
+        else:
+            doc["data"] = base64.b64encode(part.data).decode("ascii")
+        if part.filename:
+            doc["filename"] = part.filename
+        return doc
     out: dict[str, Any] = {"type": "image", "mime_type": part.mime_type}
     if part.url:
         out["url"] = part.url
@@ -103,6 +113,13 @@ def part_to_dict(part: ContentPart) -> dict[str, Any]:
 def part_from_dict(raw: dict[str, Any]) -> ContentPart:
     if raw["type"] == "text":
         return TextPart(raw["text"])
+    if raw["type"] == "document":
+        return DocumentPart(
+            data=base64.b64decode(raw["data"]) if "data" in raw else b"",
+            file_id=raw.get("file_id", ""),
+            mime_type=raw.get("mime_type", ""),
+            filename=raw.get("filename", ""),
+        )
     return ImagePart(
         url=raw.get("url", ""),
         data=base64.b64decode(raw["data"]) if "data" in raw else b"",
@@ -111,7 +128,7 @@ def part_from_dict(raw: dict[str, Any]) -> ContentPart:
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "id": message.id,
         "role": message.role.value,
         "content": [part_to_dict(p) for p in message.content],
@@ -124,6 +141,9 @@ def message_to_dict(message: Message) -> dict[str, Any]:
         "run_id": message.run_id,
         "name": message.name,
     }
+    if message.metadata is not None:  # rows without it stay as they were
+        out["metadata"] = message.metadata
+    return out
 
 
 def message_from_dict(raw: dict[str, Any]) -> Message:
@@ -140,6 +160,7 @@ def message_from_dict(raw: dict[str, Any]) -> Message:
         created_at=datetime.fromisoformat(created).astimezone(UTC) if created else None,
         run_id=raw.get("run_id", ""),
         name=raw.get("name", ""),
+        metadata=raw.get("metadata"),
     )
 
 

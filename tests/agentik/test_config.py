@@ -628,7 +628,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["default_agent"] == ("AGENTIK_DEFAULT_AGENT", "agentik")
     assert by_name["agent_max_depth"] == ("AGENTIK_AGENT_MAX_DEPTH", "3")
     assert by_name["a2a_grpc_url"] == ("AGENTIK_A2A_GRPC_URL", "")
-    assert len(rows) == 76
+    assert by_name["input_modalities"] == ("AGENTIK_INPUT_MODALITIES", "text, image")
+    assert by_name["max_media_parts"] == ("AGENTIK_MAX_MEDIA_PARTS", "16")
+    assert len(rows) == 78
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -59,6 +59,8 @@ EXCLUDED: dict[tuple[str, str], str] = {
     ("docs/agentik-api.md", "new EventSource"): "browser code; the same stream is curl'd above",
     ("docs/agui.md", "new HttpAgent"): "an app's fragment (render, showError); "
     "tests/node/agui_conformance.mjs runs HttpAgent",
+    ("docs/agui.md", "class AgentikAgent extends HttpAgent"): "an app's fragment; "
+    "tests/node/agui_2026.mjs defines and runs the same getCapabilities",
     ("docs/agui.md", "agent.pendingInterrupts"): "an app's fragment; tests/node/agui_hitl.mjs "
     "runs this resume",
     ("docs/grpc.md", "grpcurl -plaintext"): "grpcurl is not packaged on Debian, PyPI or npm; "

@@ -19,6 +19,7 @@ from engine_service.core.errors import (
     SessionNotFound,
 )
 from engine_service.core.models import (
+    DocumentPart,
     ImagePart,
     Interrupt,
     InterruptKind,
@@ -58,6 +59,8 @@ def rich_message(message_id: str) -> Message:
             TextPart("voilà ✓"),
             ImagePart(data=b"\x89PNG\x00\xff", mime_type="image/png"),
             ImagePart(url="https://example.test/cat.png", mime_type="image/png"),
+            DocumentPart(data=b"%PDF-1.4\x00", mime_type="application/pdf", filename="a.pdf"),
+            DocumentPart(file_id="file-abc123"),
         ],
         tool_calls=[ToolCall("call-1", "lookup", '{"q": "x"}')],
         tool_call_id="",
@@ -65,6 +68,7 @@ def rich_message(message_id: str) -> Message:
         created_at=datetime(2025, 1, 1, 12, 0, 0, 1, tzinfo=timezone(timedelta(hours=2))),
         run_id="r1",
         name="helper",
+        metadata={"source": "voice", "n": [1, 2.5, None, True], "nested": {"k": "ü"}},
     )
 
 

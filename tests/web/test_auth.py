@@ -289,6 +289,15 @@ def test_an_agui_run_refuses_bad_credentials_with_401(
     assert_not_found(client.get(f"/agentik/conversations/{thread_id}", headers=ALICE))
 
 
+@pytest.mark.parametrize(("headers", "challenge"), BAD_CREDENTIALS)
+def test_agui_capabilities_refuse_bad_credentials_with_401(
+    client: FlaskClient, headers: dict[str, str], challenge: str
+) -> None:
+    for path in ("/agui/capabilities", "/agui/agentik/capabilities"):
+        assert_unauthenticated(client.get(path, headers=headers), challenge)
+    assert client.get("/agui/capabilities", headers=ALICE).status_code == 200
+
+
 def test_an_agui_run_on_another_principals_thread_neither_leaks_nor_appends(
     client: FlaskClient,
 ) -> None:

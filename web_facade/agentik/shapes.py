@@ -153,8 +153,19 @@ def interrupt_json(interrupt: pb.Interrupt) -> dict[str, Any]:
     return out
 
 
+def document_note(document: pb.DocumentPart) -> str:
+    """What stands for a document (sent through AG-UI) where a surface has no document part."""
+    name = f"{document.filename} " if document.filename else ""
+    if document.WhichOneof("source") == "file_id":
+        return f"[document {name}(provider file {document.file_id})]"
+    return f"[document {name}({document.mime_type}, {len(document.data):,} bytes)]"
+
+
 def part_json(part: pb.ContentPart) -> dict[str, Any]:
-    """A content part: text, or an image by URL or as base64 ``data``."""
+    """A content part: text, or an image by URL or as base64 ``data``; a document (which
+    only AG-UI sends) as a text note naming it."""
+    if part.WhichOneof("part") == "document":
+        return {"type": "text", "text": document_note(part.document)}
     if part.WhichOneof("part") == "image":
         image = part.image
         out: dict[str, Any] = {"type": "image"}

@@ -10,7 +10,13 @@ RUN_STARTED and the event's time as ``timestamp`` (ms). Three rows do more than 
   RUN_ERROR too, AG-UI's own field; cached tokens as ``cachedInputTokens``);
 - ``tool_call_result``: content is the text, or text and image parts when the tool
   returned images;
-- ``messages_snapshot``: the stored messages as AG-UI messages, ids unchanged.
+- ``messages_snapshot``: the stored messages as AG-UI messages, ids unchanged;
+- ``custom``: long-running work is an ``ACTIVITY_SNAPSHOT`` (AG-UI 2026): ``tool_progress``
+  (``activityType`` ``tool_progress``, ``messageId`` ``{toolCallId}-progress``) and
+  ``compacted`` (``activityType`` ``compaction``, ``messageId``
+  ``compaction-{through_message_id}``); the stream turns a tool's later progress into
+  ``ACTIVITY_DELTA`` (:class:`web_facade.agui.stream.AguiStream`). Other custom events
+  (``superseded``, ``resumed``, ...) stay ``CUSTOM``.
 
 ``message_stored`` is agentik's own extension, not an AG-UI event: it has no row.
 """
@@ -23,12 +29,15 @@ from typing import Any
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
+    ActivitySnapshotEvent,
     AssistantMessage,
     BaseEvent,
     ContentPart,
     CustomEvent,
     DataSource,
     DeveloperMessage,
+    DocumentPart,
+    FileSource,
     FunctionCall,
     ImagePart,
     Interrupt,
@@ -72,9 +81,11 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.proto_json import json_value
 
 __all__ = [
+    "COMPACTION",
     "EVENT_TABLE",
     "INTERRUPT_KINDS",
     "INTERRUPT_REASONS",
+    "TOOL_PROGRESS",
     "interrupt_to_agui",
     "message_to_agui",
     "run_error",
@@ -110,8 +121,23 @@ def _millis(event: pb.Event) -> int:
 # -- messages -------------------------------------------------------------------------
 
 
-def _part(part: pb.ContentPart) -> TextPart | ImagePart:
-    if part.WhichOneof("part") != "image":
+def _document(document: pb.DocumentPart) -> DocumentPart:
+    metadata = {"filename": document.filename} if document.filename else None
+    if document.WhichOneof("source") == "file_id":
+        source: DataSource | FileSource = FileSource(
+            value=document.file_id, mime_type=document.mime_type or None
+        )
+    else:
+        data = base64.b64encode(document.data).decode("ascii")
+        source = DataSource(value=data, mime_type=document.mime_type)
+    return DocumentPart(source=source, metadata=metadata)
+
+
+def _part(part: pb.ContentPart) -> TextPart | ImagePart | DocumentPart:
+    kind = part.WhichOneof("part")
+    if kind == "document":
+        return _document(part.document)
+    if kind != "image":
         return TextPart(text=part.text.text)
     image = part.image
     if image.WhichOneof("source") == "data":
@@ -122,7 +148,7 @@ def _part(part: pb.ContentPart) -> TextPart | ImagePart:
 
 def _content(parts: list[pb.ContentPart]) -> str | list[ContentPart]:
     """Plain text when every part is text; the parts otherwise."""
-    if all(p.WhichOneof("part") != "image" for p in parts):
+    if all(p.WhichOneof("part") in ("text", None) for p in parts):
         return "".join(p.text.text for p in parts)
     return [_part(p) for p in parts]
 
@@ -132,7 +158,14 @@ def _text(message: pb.Message) -> str:
 
 
 def message_to_agui(message: pb.Message) -> Message:
-    """A stored message as an AG-UI message with the same id."""
+    """A stored message as an AG-UI message with the same id and ``metadata``."""
+    converted = _message_to_agui(message)
+    if message.HasField("metadata"):
+        converted.metadata = json_value(message.metadata)
+    return converted
+
+
+def _message_to_agui(message: pb.Message) -> Message:
     name = message.name or None
     if message.role == pb.ROLE_ASSISTANT:
         calls = [
@@ -254,6 +287,33 @@ def _text_message_start(event: pb.Event) -> BaseEvent:
     )
 
 
+TOOL_PROGRESS = "tool_progress"
+"""The engine's custom event of a tool's progress, and its AG-UI ``activityType``."""
+COMPACTION = "compaction"
+"""The AG-UI ``activityType`` of a compaction (the engine's custom ``compacted``)."""
+
+
+def _custom(event: pb.Event) -> BaseEvent:
+    """A custom event: an ACTIVITY_SNAPSHOT for tool progress and compaction, else CUSTOM."""
+    name = event.custom.name
+    value = json_value(event.custom.value)
+    if isinstance(value, dict):
+        if name == TOOL_PROGRESS and isinstance(value.get("tool_call_id"), str):
+            return ActivitySnapshotEvent(
+                message_id=f"{value['tool_call_id']}-progress",
+                activity_type=TOOL_PROGRESS,
+                content=value,
+            )
+        if name == "compacted":
+            through = value.get("through_message_id")
+            return ActivitySnapshotEvent(
+                message_id=f"compaction-{through or event.run_id}",
+                activity_type=COMPACTION,
+                content=value,
+            )
+    return CustomEvent(name=name, value=value)
+
+
 EVENT_TABLE: dict[str, Mapper] = {
     "run_started": _run_started,
     "run_finished": _run_finished,
@@ -292,7 +352,7 @@ EVENT_TABLE: dict[str, Mapper] = {
     "messages_snapshot": lambda e: MessagesSnapshotEvent(
         messages=[message_to_agui(m) for m in e.messages_snapshot.messages]
     ),
-    "custom": lambda e: CustomEvent(name=e.custom.name, value=json_value(e.custom.value)),
+    "custom": _custom,
     "raw": lambda e: RawEvent(event=json_value(e.raw.event), source=e.raw.source or None),
 }
 """Engine ``Event.kind`` → AG-UI event; kinds without a row are dropped."""

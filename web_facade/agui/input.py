@@ -7,10 +7,14 @@ the field (``messages[2].content[0].source.value``, camelCase as on the wire).
 agentik reads its own options from ``forwardedProps.agentik`` (see :class:`RunOptions`); the
 whole ``forwardedProps`` object still reaches the engine untouched.
 
-Messages map one to one, with two exceptions: ``activity`` and ``reasoning`` messages are
-views the client builds from events, which the engine neither stores nor sends to the LLM,
-so they are dropped; audio, video and document parts, and media given as a provider
-``file`` handle, are refused (the engine holds text and images only).
+Messages map one to one (``metadata`` included: the engine keeps it with the message and
+hands it back in MESSAGES_SNAPSHOT; the LLM never sees it), with two exceptions:
+``activity`` and ``reasoning`` messages are views the client builds from events, which the
+engine neither stores nor sends to the LLM, so they are dropped; audio and video parts, an
+image given as a provider ``file`` handle and a document given by URL are refused (the
+engine holds text, images, and documents inline or as the provider's file id). Whether the
+agent's model takes images or documents is the engine's to judge (400 naming the part and
+the agent; ``[llm] input_modalities``).
 
 ``resume`` entries answer the thread's pending interrupts (see docs/agui.md, "Human in the
 loop"): ``status`` maps to the engine's ``ResumeStatus``, ``payload`` to a JSON ``Value``.
@@ -31,6 +35,8 @@ from ag_ui.core import (
     ContentPart,
     DataSource,
     DeveloperMessage,
+    DocumentPart,
+    FileSource,
     ImagePart,
     Message,
     ResumeEntry,
@@ -205,6 +211,36 @@ def _image(part: ImagePart, where: str) -> pb.ContentPart:
     )
 
 
+def _document(part: DocumentPart, where: str) -> pb.ContentPart:
+    """A document part: inline bytes, or a file the LLM provider holds (``file`` source).
+    A URL is refused: Chat Completions takes no document by URL, and agentik fetches none."""
+    source = part.source
+    filename = ""
+    if isinstance(part.metadata, dict) and isinstance(part.metadata.get("filename"), str):
+        filename = part.metadata["filename"]
+    if isinstance(source, DataSource):
+        try:
+            data = base64.b64decode(source.value, validate=True)
+        except (binascii.Error, ValueError):
+            unprocessable(f"{where}.source.value is not valid base64")
+        document = pb.DocumentPart(data=data, mime_type=source.mime_type, filename=filename)
+        return pb.ContentPart(document=document)
+    if isinstance(source, FileSource):
+        if source.provider not in (None, "openai"):
+            unprocessable(
+                f"{where}.source: a file handle of {source.provider!r} cannot be used here; "
+                'the model is reached through an OpenAI-compatible API (provider "openai")'
+            )
+        document = pb.DocumentPart(
+            file_id=source.value, mime_type=source.mime_type or "", filename=filename
+        )
+        return pb.ContentPart(document=document)
+    unprocessable(
+        f"{where}.source: a document cannot be sent by url; send it as data (base64) or as "
+        'the provider\'s file id (source type "file")'
+    )
+
+
 def _parts(content: str | list[ContentPart], where: str) -> list[pb.ContentPart]:
     if isinstance(content, str):
         return [_text(content)]
@@ -215,8 +251,12 @@ def _parts(content: str | list[ContentPart], where: str) -> list[pb.ContentPart]
             out.append(_text(part.text))
         elif isinstance(part, ImagePart):
             out.append(_image(part, at))
+        elif isinstance(part, DocumentPart):
+            out.append(_document(part, at))
         else:
-            unprocessable(f"{at}: {part.type} parts are not supported (text and image only)")
+            unprocessable(
+                f"{at}: {part.type} parts are not supported (text, image and document only)"
+            )
     return out
 
 
@@ -275,6 +315,8 @@ def _messages(messages: Sequence[Message]) -> list[pb.Message]:
         name = getattr(message, "name", None)
         if name:
             converted.name = name
+        if message.metadata is not None:
+            json_format.ParseDict(message.metadata, converted.metadata)
         out.append(converted)
     return out
 

@@ -1,4 +1,5 @@
-"""``POST /agui`` and ``POST /agui/{agent}``: the AG-UI 1.0 facade.
+"""``POST /agui`` and ``POST /agui/{agent}``: the AG-UI 1.0 facade; ``GET .../capabilities``:
+what the agent supports (:mod:`web_facade.agui.capabilities`).
 
 convert (``RunAgentInput`` → ``RunRequest``, :mod:`web_facade.agui.input`) → one engine
 ``Run`` call → convert (engine events → AG-UI events, :mod:`web_facade.agui.events`),
@@ -17,9 +18,12 @@ server's ``on_disconnect`` setting or ``forwardedProps.agentik.cancelOnDisconnec
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response
 
-from web_facade.engine_client import current_engine, current_settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.request_body import read_json
 from web_facade.stream import Resume, open_relay
 
@@ -52,3 +56,15 @@ def run(agent: str = "") -> Response:
     engine = current_engine().engine
     relay = open_relay(engine.Run(request), resume=Resume.of_run(engine, request))
     return AguiStream(relay, settings.web.heartbeat_interval).response()
+
+
+@bp.get("/agui/capabilities")
+@bp.get("/agui/<agent>/capabilities")
+def capabilities(agent: str = "") -> dict[str, Any]:
+    """What the agent supports, as AG-UI ``AgentCapabilities``; ``/agui/capabilities``: the
+    default agent's. 404 ``agent_not_found`` for an agent not served."""
+    from web_facade.agui.capabilities import capabilities as of_agent
+
+    name = agent or current_settings().agent.name
+    found = current_engine().engine.GetAgent(pb.GetAgentRequest(name=name), timeout=UNARY_TIMEOUT)
+    return of_agent(found)

@@ -7,16 +7,16 @@ ends early, the worker shuts down mid-run, or the facade has a bug.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import grpc
-from ag_ui.core import BaseEvent
+from ag_ui.core import ActivityDeltaEvent, ActivitySnapshotEvent, BaseEvent
 from ag_ui.encoder import EventEncoder
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agui.events import run_error, to_agui
 from web_facade.errors import from_rpc_error
-from web_facade.stream import EventStream
+from web_facade.stream import EventRelay, EventStream
 
 __all__ = ["AguiStream"]
 
@@ -26,6 +26,26 @@ _TERMINAL: Final = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 
 def _encoded(event: BaseEvent) -> bytes:
     return _ENCODER.encode(event).encode()
+
+
+def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """RFC 6902 operations taking ``before`` to ``after``, key by key at the top level, in
+    key order."""
+    ops: list[dict[str, Any]] = []
+    for key in sorted(before):  # sorted: the engine's JSON objects have no order
+        if key not in after:
+            ops.append({"op": "remove", "path": "/" + _pointer(key)})
+    for key in sorted(after):
+        value = after[key]
+        if key not in before:
+            ops.append({"op": "add", "path": "/" + _pointer(key), "value": value})
+        elif before[key] != value:
+            ops.append({"op": "replace", "path": "/" + _pointer(key), "value": value})
+    return ops
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 class AguiStream(EventStream):
@@ -38,10 +58,33 @@ class AguiStream(EventStream):
 
     name = "AG-UI"
 
+    def __init__(self, relay: EventRelay, heartbeat: float) -> None:
+        super().__init__(relay, heartbeat)
+        self.activities: dict[str, dict[str, Any]] = {}
+        """The content of each activity this stream has shown, by message id: the next
+        report of one is an ACTIVITY_DELTA against it."""
+
+    def _activity(self, event: ActivitySnapshotEvent) -> BaseEvent:
+        """The first report of an activity in this stream as a snapshot, a later one as the
+        delta from what the client holds."""
+        before = self.activities.get(event.message_id)
+        self.activities[event.message_id] = event.content
+        if before is None:
+            return event
+        patch: Any = _patch(before, event.content)  # validated into the SDK's operations
+        return ActivityDeltaEvent(
+            message_id=event.message_id,
+            activity_type=event.activity_type,
+            patch=patch,
+            timestamp=event.timestamp,
+        )
+
     def encode_event(self, event: pb.Event) -> bytes:
         converted = to_agui(event)
         if converted is None:
             return b""
+        if isinstance(converted, ActivitySnapshotEvent):
+            converted = self._activity(converted)
         if converted.type in _TERMINAL:
             self.done = True
         return _encoded(converted)

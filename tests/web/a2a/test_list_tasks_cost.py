@@ -14,7 +14,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from agentik.a2a.rules import LISTED_MESSAGES
-from engine_service.core.models import ImagePart, Message, Role, RunStatus, TextPart
+from engine_service.core.models import ContentPart, Message, Role, RunStatus, TextPart
 from engine_service.stores import SqliteSessionStore
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.conftest import V10
@@ -30,7 +30,7 @@ LONG = 3000
 
 
 def _message(message_id: str, run_id: str, role: Role) -> Message:
-    text: list[TextPart | ImagePart] = [TextPart(f"text of {message_id}")]
+    text: list[ContentPart] = [TextPart(f"text of {message_id}")]
     return Message(
         id=message_id, role=role, content=text, created_at=datetime.now(UTC), run_id=run_id
     )

@@ -14,7 +14,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
 from web_facade.agui.events import EVENT_TABLE, message_to_agui, to_agui
-from web_facade.agui.stream import AguiStream
+from web_facade.agui.stream import AguiStream, _patch
 from web_facade.stream import DRAINING, EventRelay
 
 
@@ -261,3 +261,76 @@ def test_a_draining_worker_ends_an_open_stream_with_run_error() -> None:
 
     assert types(events)[-1] == "RUN_ERROR"
     assert events[-1].code == "shutting_down"
+
+
+# -- ACTIVITY events (AG-UI 2026) ------------------------------------------------------
+
+
+def _custom(name: str, value: Any, seq: int = 3) -> pb.Event:
+    body = struct_pb2.Value()
+    json_format.ParseDict(value, body)
+    event = _event(custom=pb.Custom(name=name, value=body))
+    event.seq = seq
+    return event
+
+
+def _progress(progress: int, message: str) -> pb.Event:
+    value = {"tool_call_id": "c1", "progress": progress, "total": None, "message": message}
+    return _custom("tool_progress", value, seq=progress)
+
+
+def test_tool_progress_is_an_activity_snapshot_of_the_call_not_a_custom_event() -> None:
+    wire = _wire(_progress(1, "half way"))
+
+    assert wire == {
+        "type": "ACTIVITY_SNAPSHOT",
+        "timestamp": 1_780_000_000_123,
+        "messageId": "c1-progress",
+        "activityType": "tool_progress",
+        "content": {"tool_call_id": "c1", "progress": 1, "total": None, "message": "half way"},
+    }
+
+
+def test_a_compaction_is_an_activity_snapshot_and_other_custom_events_stay_custom() -> None:
+    compacted = {"mode": "trim", "covered": 4, "through_message_id": "m4"}
+    wire = _wire(_custom("compacted", compacted))
+    assert (wire["type"], wire["messageId"], wire["activityType"]) == (
+        "ACTIVITY_SNAPSHOT",
+        "compaction-m4",
+        "compaction",
+    )
+    assert wire["content"] == compacted
+
+    for name, value in [("resumed", {"resumes": 1}), ("superseded", {"messageId": "m"})]:
+        assert _wire(_custom(name, value))["type"] == "CUSTOM"
+    # a tool_progress without a call id is not an activity anyone can place
+    assert _wire(_custom("tool_progress", {"progress": 1}))["type"] == "CUSTOM"
+
+
+def test_a_tools_later_progress_in_the_same_stream_is_an_activity_delta() -> None:
+    events = [
+        _event(run_started=pb.RunStarted()),
+        _progress(1, "started"),
+        _progress(2, "half way"),
+        _event(run_finished=pb.RunFinished()),
+    ]
+    streamed = _stream(_Call(events))
+
+    assert types(streamed) == ["RUN_STARTED", "ACTIVITY_SNAPSHOT", "ACTIVITY_DELTA", "RUN_FINISHED"]
+    delta = streamed[2].model_dump(by_alias=True, mode="json")
+    assert delta["messageId"] == "c1-progress" and delta["activityType"] == "tool_progress"
+    assert delta["patch"] == [
+        {"op": "replace", "path": "/message", "value": "half way"},
+        {"op": "replace", "path": "/progress", "value": 2},
+    ]
+
+
+def test_an_activity_delta_adds_removes_and_replaces_keys_with_escaped_pointers() -> None:
+    before = {"a/b": 1, "gone": True, "same": [1]}
+    after = {"a/b": 2, "new~": "x", "same": [1]}
+
+    assert _patch(before, after) == [
+        {"op": "remove", "path": "/gone"},
+        {"op": "replace", "path": "/a~1b", "value": 2},
+        {"op": "add", "path": "/new~0", "value": "x"},
+    ]

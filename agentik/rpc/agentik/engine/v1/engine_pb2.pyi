@@ -379,6 +379,7 @@ class Message(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Stable message id. Clients may choose it; the engine generates one when
     empty. Ids are unique within a session.
@@ -407,6 +408,13 @@ class Message(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the message was stored (output only)."""
 
+    @_builtins.property
+    def metadata(self) -> _struct_pb2.Struct:
+        """The client's own information about the message (AG-UI message `metadata`):
+        stored and handed back as sent, never shown to the LLM. Counts toward the
+        message's size ([engine] max_event_bytes).
+        """
+
     def __init__(
         self,
         *,
@@ -419,10 +427,11 @@ class Message(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         run_id: _builtins.str = ...,
         name: _builtins.str = ...,
+        metadata: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "id", b"id", "name", b"name", "role", b"role", "run_id", b"run_id", "status", b"status", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "id", b"id", "metadata", b"metadata", "name", b"name", "role", b"role", "run_id", b"run_id", "status", b"status", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -436,6 +445,7 @@ class ContentPart(_message.Message):
 
     TEXT_FIELD_NUMBER: _builtins.int
     IMAGE_FIELD_NUMBER: _builtins.int
+    DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def text(self) -> Global___TextPart:
         """Plain text."""
@@ -444,21 +454,66 @@ class ContentPart(_message.Message):
     def image(self) -> Global___ImagePart:
         """An image, by URL or inline bytes."""
 
+    @_builtins.property
+    def document(self) -> Global___DocumentPart:
+        """A document (a PDF), inline or as the LLM provider's file id; sent only
+        to agents whose model takes documents ([llm] input_modalities).
+        """
+
     def __init__(
         self,
         *,
         text: Global___TextPart | None = ...,
         image: Global___ImagePart | None = ...,
+        document: Global___DocumentPart | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "image", b"image", "part", b"part", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["text", "image"]  # noqa: Y015
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["text", "image", "document"]  # noqa: Y015
     _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
 
 Global___ContentPart: _TypeAlias = ContentPart  # noqa: Y015
+
+@_typing.final
+class DocumentPart(_message.Message):
+    """Document content. Exactly one of `data` and `file_id` is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    FILE_ID_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The document's bytes; `mime_type` says what they are (application/pdf)."""
+    file_id: _builtins.str
+    """A file the LLM provider already holds, by the id it issued (OpenAI
+    "file-..."); never fetched or read by agentik.
+    """
+    mime_type: _builtins.str
+    """MIME type; required with `data`."""
+    filename: _builtins.str
+    """The file's name, for the model; optional."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        file_id: _builtins.str = ...,
+        mime_type: _builtins.str = ...,
+        filename: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file_id", b"file_id", "source", b"source"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file_id", b"file_id", "filename", b"filename", "mime_type", b"mime_type", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["data", "file_id"]  # noqa: Y015
+    _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
+
+Global___DocumentPart: _TypeAlias = DocumentPart  # noqa: Y015
 
 @_typing.final
 class TextPart(_message.Message):
@@ -2356,6 +2411,9 @@ class Agent(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    INPUT_MODALITIES_FIELD_NUMBER: _builtins.int
+    TOOL_SPECS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_ROUNDS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Its name (the id rule); requests name it."""
     description: _builtins.str
@@ -2364,9 +2422,21 @@ class Agent(_message.Message):
     """The model it talks to, e.g. "openai:gpt-4o-mini" (never the endpoint)."""
     is_default: _builtins.bool
     """True for the agent served when a request names none."""
+    max_tool_rounds: _builtins.int
+    """Tool rounds one turn may take, at most."""
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The tools it may call, as the LLM sees their names."""
+
+    @_builtins.property
+    def input_modalities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What its model takes: "text", and "image" when it takes images
+        ([llm] input_modalities).
+        """
+
+    @_builtins.property
+    def tool_specs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]:
+        """Its tools as the LLM sees them: name, description and JSON Schema."""
 
     def __init__(
         self,
@@ -2376,10 +2446,13 @@ class Agent(_message.Message):
         model: _builtins.str = ...,
         tools: _abc.Iterable[_builtins.str] | None = ...,
         is_default: _builtins.bool = ...,
+        input_modalities: _abc.Iterable[_builtins.str] | None = ...,
+        tool_specs: _abc.Iterable[Global___Tool] | None = ...,
+        max_tool_rounds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "is_default", b"is_default", "model", b"model", "name", b"name", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_modalities", b"input_modalities", "is_default", b"is_default", "max_tool_rounds", b"max_tool_rounds", "model", b"model", "name", b"name", "tool_specs", b"tool_specs", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

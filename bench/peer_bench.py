@@ -331,7 +331,7 @@ async def measure(
 ) -> dict[str, Any]:
     """The floor, then each scenario: fresh clients each, warmed up, all started at once."""
     text = load_bench.prompt(options.tokens, options.token_delay)
-    per = options.runs_per_client or max(1, 64 // clients)
+    per = options.runs_per_client or max(4, 64 // clients)
     limit = load_bench.WAIT + options.tokens * options.token_delay * 3
     out: dict[str, Any] = {"runs_per_client": per}
     floor: Scenario | None = None
@@ -557,7 +557,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--runs-per-client",
         type=int,
         default=0,
-        help="runs each client does (0: max(1, 64/clients))",
+        help="runs each client does (0: max(4, 64/clients))",
     )
     add("--repeat", type=int, default=3, help="repetitions (fresh stacks each); medians reported")
     add("--web-workers", type=int, default=2, help="agentik's gunicorn workers")

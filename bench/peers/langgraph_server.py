@@ -2,7 +2,8 @@
 
 Run (in ``.bench-venvs/langgraph``): ``python bench/peers/langgraph_server.py PORT JOBS``:
 ``langgraph_api.cli.run_server`` with the graph of ``langgraph_graph.py`` as assistant
-``agent``, ``JOBS`` runs at once per worker, no reload, no browser, no file persistence.
+``agent``, ``JOBS`` runs at once per worker, no reload, no browser, no file persistence, no
+``blockbuster`` check for blocking calls (the production server has none).
 """
 
 from __future__ import annotations
@@ -24,5 +25,7 @@ if __name__ == "__main__":
         graphs={"agent": f"{graph}:graph"},
         n_jobs_per_worker=jobs,
         disable_persistence=True,
+        # No blockbuster (the dev server's check for blocking calls): production runs without it.
+        allow_blocking=True,
         server_level="WARNING",
     )

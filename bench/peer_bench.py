@@ -466,14 +466,10 @@ def figures(results: dict[str, Any], options: argparse.Namespace) -> list[Figure
                 )
             )
     first = results["levels"].get(str(options.clients[0]), {})
-    rows.append(
-        Figure(
-            "idle RSS of the whole server tree",
-            {n: median(values(reps, "idle_memory_mib", "tree", "rss_mib")) for n, reps in
-             first.items()},
-            unit=" MiB",
-        )
-    )  # fmt: skip
+    for kind, key in (("RSS", "rss_mib"), ("PSS", "pss_mib")):
+        memory = {n: median(values(reps, "idle_memory_mib", "tree", key)) for n, reps in
+                  first.items()}  # fmt: skip
+        rows.append(Figure(f"idle {kind} of the whole server tree", memory, unit=" MiB"))
     return rows
 
 
@@ -577,6 +573,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--venvs", type=Path, default=ROOT / ".bench-venvs", help="the peers' venvs")
     add("--setup", action="store_true", help="only make the peers' venvs and print versions")
     add("--out", type=Path, default=Path("peer_bench.json"), help="JSON results")
+    add("--report", type=Path, help="only print the tables of this --out file of an earlier run")
     options = parser.parse_args(argv)  # fmt: skip
     if not options.clients or min(options.clients) < 1 or options.tokens < 1 or options.repeat < 1:
         parser.error("--clients, --tokens and --repeat must be positive")
@@ -609,8 +606,21 @@ def runs(options: argparse.Namespace) -> Iterator[tuple[int, int, Target]]:
                 yield repetition, clients, TARGETS[name]
 
 
+def report(path: Path) -> str:
+    """The tables of an earlier run's JSON, with the options it ran with."""
+    results: dict[str, Any] = json.loads(path.read_text())
+    ran = results["options"]
+    argv = ["--clients", ",".join(map(str, ran["clients"])), "--tokens", str(ran["tokens"])]
+    argv += ["--token-delay", str(ran["token_delay"]), "--scenarios", ",".join(ran["scenarios"])]
+    argv += ["--targets", ",".join(ran["targets"])]
+    return markdown(results, parse(argv))
+
+
 def main(argv: list[str] | None = None) -> None:
     options = parse(argv)
+    if options.report is not None:
+        print(report(options.report))
+        return
     results: dict[str, Any] = {
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(options).items()},
         "versions": all_versions(options),

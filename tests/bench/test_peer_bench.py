@@ -4,6 +4,7 @@ stream's markers and the venv cache (the measuring itself is a benchmark, not a 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -104,6 +105,30 @@ def test_the_table_gives_medians_and_the_ratio_to_the_best_peer() -> None:
     assert rss.endswith("| Pydantic AI, 1 worker: 90.0 MiB (Pydantic AI, 2 workers 180.0 MiB) "
                         "| 150.0 MiB | 1.67 |")  # fmt: skip
     assert "| 64 | Pydantic AI, 2 workers | agui | 700.0 / 1,297.0 |" in table
+
+
+def test_the_tables_of_an_earlier_run_are_printed_again_from_its_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = peer_bench.parse(["--scenarios", "a2a", "--clients", "64", "--tokens", "100"])
+    results = {
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(options).items()},
+        "levels": {
+            "64": {
+                "agentik": [rep(150, a2a=scenario(796, 5771, 30))],
+                "a2a-sdk": [rep(70, a2a=scenario(1256, 1692, 100))],
+            }
+        },
+    }
+    saved = tmp_path / "peers.json"
+    saved.write_text(json.dumps(results))
+    peer_bench.main(["--report", str(saved)])
+    table = capsys.readouterr().out
+    assert table == peer_bench.markdown(results, options) + "\n"
+    assert (
+        "| A2A streaming, 64 clients, 100 tokens: first token p99 | a2a-sdk: 1,692.0 ms " in table
+    )
+    assert "| 5,771.0 ms | 3.41 |" in table
 
 
 def test_a_figure_without_peers_or_without_agentik_has_no_ratio() -> None:

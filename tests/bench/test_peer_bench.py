@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -194,3 +196,22 @@ def test_every_peer_has_a_pinned_requirements_file() -> None:
         lines = peer_bench.requirements(target.venv).read_text().splitlines()
         pins = [line for line in lines if line.strip() and not line.startswith("#")]
         assert pins and all("==" in line for line in pins), target.venv
+
+
+def test_a_server_tree_is_the_process_and_every_process_below_it() -> None:
+    script = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(child.pid, flush=True); time.sleep(60)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        try:
+            assert parent.stdout is not None
+            child = int(parent.stdout.readline())
+            assert peer_bench.tree(parent.pid) == [parent.pid, child]
+        finally:
+            for pid in peer_bench.tree(parent.pid)[1:]:
+                os.kill(pid, signal.SIGKILL)
+            parent.kill()

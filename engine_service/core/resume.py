@@ -10,12 +10,14 @@ SQLite engine started again) knows where the run stood:
   ``TEXT_MESSAGE_END`` and a ``CUSTOM`` event ``superseded`` naming the message, so a UI
   can replace it; the new attempt is a new message. The stored history keeps only what
   the LLM should see next time: the partial is not stored.
-- each engine tool call of a stored round is *done* when its result is stored. One
-  without a result was cut while it ran (or just before it started): it is *in doubt*,
-  and never runs silently twice. A tool listed as idempotent (``[tools] idempotent``)
-  runs again; any other call asks a person whether to run it again (an approval); or,
-  with ``[tools] in_doubt = "error"``, gets an error result the LLM sees. Every attempt
-  of a call carries the same idempotency key (``ToolContext.idempotency_key``).
+- each engine tool call of a stored round is *done* when its result is stored, and
+  *started* when its ``STEP_STARTED`` is (stored before a tool not listed idempotent
+  runs: ``core.tool_calls``). One never started runs now. One started but not done was
+  cut while it ran: it is *in doubt*, and never runs silently twice. A tool listed as
+  idempotent (``[tools] idempotent``) runs again; any other call asks a person whether
+  to run it again (an approval); or, with ``[tools] in_doubt = "error"``, gets an error
+  result the LLM sees. Every attempt of a call carries the same idempotency key
+  (``ToolContext.idempotency_key``).
 - calls of tools the engine does not have are the client's: a run whose last round
   asked only for them ends waiting for their results, as it would have.
 
@@ -73,7 +75,7 @@ class Resumption:
     principal: str
     """Whose run it is (budget, report): the session's owner."""
     rerun: list[ToolCall]
-    """In-doubt calls of idempotent tools: run again first."""
+    """Calls never started, and in-doubt calls of idempotent tools: run first."""
     ask: list[ToolCall]
     """Other in-doubt calls: a person decides whether they run again."""
 
@@ -135,8 +137,8 @@ async def resume_run(
             if not is_engine_tool(call.name):
                 client_calls.append(call.id)
                 continue
-            if needs_approval(call.name, idempotent):
-                rerun.append(call)
+            if call.id not in work.started or needs_approval(call.name, idempotent):
+                rerun.append(call)  # never started (its start is stored first), or idempotent
                 continue
             if in_doubt != "error":
                 ask.append(call)
@@ -157,6 +159,7 @@ async def resume_run(
     for call_id, result in results:
         bodies.append(ev.ToolCallResult(result.id, call_id, IN_DOUBT, is_error=True))
         bodies.append(ev.MessageStored(result))
+    bodies += [ev.StepFinished(name) for name in work.steps]  # the cut calls' steps end
 
     last = own[-1]
     done = (

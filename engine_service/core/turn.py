@@ -53,7 +53,7 @@ from engine_service.core.registry import ToolRegistry
 from engine_service.core.rounds import RoundReader
 from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.tool import ToolContext, ToolResult
-from engine_service.core.tool_calls import ToolRunner
+from engine_service.core.tool_calls import STEP_PREFIX, ToolRunner
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.transcript import Transcript
 
@@ -181,6 +181,8 @@ class Run:
             tracer=tracer,
             outcomes=self.report.tool_calls,
             stopping=lambda: self.handing_over,
+            mark_started=self._mark_started,
+            idempotent=limits.idempotent,
         )
         """Runs the engine's tools, each result stored as it lands."""
         self.person = PersonInTheLoop(
@@ -473,6 +475,20 @@ class Run:
             if pending:
                 return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
             rounds += 1
+
+    async def _mark_started(self, calls: Sequence[ToolCall]) -> None:
+        """Store that ``calls`` start (``STEP_STARTED`` each), before they run: a resume
+        then knows they may have run (``core.resume``)."""
+        for call in calls:
+            self.emit(ev.StepStarted(STEP_PREFIX + call.id))
+        try:
+            await self.out.flush()
+        except InvalidInput:
+            closed_at = await self.closed_elsewhere()
+            if closed_at is None:
+                raise
+            self.lose(closed_at)  # another replica has the run: these calls never run here
+            raise asyncio.CancelledError from None
 
     async def _take_input(self) -> None:
         self._input_taken = True

@@ -29,7 +29,6 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from engine_service.core import events as ev
@@ -295,13 +294,23 @@ class Engine(Sessions):
     async def shutdown(self, grace: float) -> None:
         """Take no new runs, let runs finish within ``grace`` seconds, stop the rest.
 
-        With a shared store and ``resume_runs``, the runs are handed over instead: each
+        With a shared store, ``resume_runs`` and another replica alive (renewing its
+        leases: ``LeaseKeeper.others_alive``), the runs are handed over instead: each
         stops at its next step boundary (an LLM round at once; running tools may finish
         within ``grace``), its events stored, and the lease is released, so another
         replica resumes it within a third of ``lease_seconds`` (or the first to start)."""
         self._accepting = False
-        if self.hands_over and self._runs:
-            await self._hand_over(grace)
+        if self.hands_over and self._runs and self._leases is not None:
+            others = await self._leases.others_alive()
+            if others:
+                await self._hand_over(grace)
+            else:
+                log.warning(
+                    "shutting down: no other replica is alive to take %d runs over; they get "
+                    "%g s to finish",
+                    len(self._runs),
+                    grace,
+                )
         tasks = [r.task for r in self._runs.values() if r.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)
@@ -313,6 +322,10 @@ class Engine(Sessions):
             self._pruner.cancel()
         if self._leases is not None:
             await self._leases.stop()
+            try:
+                await self._leases.release()  # gone: no replica counts on this one
+            except StorageUnavailable as exc:
+                log.error("could not note this replica gone: %s", exc.message)
         self._health.stop()
         for run in list(self._unsettled.values()):
             try:
@@ -345,7 +358,7 @@ class Engine(Sessions):
         handed = [r for r in runs if r.handing_over and r.final is None]
         try:
             # Expired now: the other replicas claim them at their next lease tick.
-            await self.store.renew_leases(self.replica, utc_now() - timedelta(seconds=1))
+            await self._leases.release()
         except StorageUnavailable as exc:
             log.error("the leases could not be released (%s): runs resume once they lapse", exc)
         log.warning(

@@ -362,6 +362,14 @@ class SessionStore(abc.ABC):
         each is leased to ``replica`` until ``until`` and returned, to exactly one caller."""
         return []
 
+    async def note_alive(self, replica: str, until: datetime) -> None:  # noqa: B027
+        """Record that ``replica`` is alive until ``until`` (renewed with its leases); a
+        time in the past says it is gone. A store of one engine keeps nothing."""
+
+    async def replicas_alive(self, now: datetime) -> list[str]:
+        """The replicas noted alive past ``now`` (``note_alive``)."""
+        return []
+
     # -- the delivery outbox (core.deliveries) ----------------------------------------
 
     @abc.abstractmethod

@@ -139,6 +139,8 @@ class MemorySessionStore(SessionStore):
         """The outbox: each delivery with the replica holding it and its lease's end."""
         self._push: dict[tuple[str, str], PushConfig] = {}
         """Push configs by (task id, config id), in the order they were added."""
+        self._alive: dict[str, datetime] = {}
+        """Each replica and until when it is alive (``note_alive``)."""
 
     # -- several engines ------------------------------------------------------------
 
@@ -175,6 +177,13 @@ class MemorySessionStore(SessionStore):
                     run.lease_until = until
                     held += 1
         return held
+
+    async def note_alive(self, replica: str, until: datetime) -> None:
+        self._alive[replica] = _utc(until, "until")
+
+    async def replicas_alive(self, now: datetime) -> list[str]:
+        now = _utc(now, "now")
+        return sorted(r for r, until in self._alive.items() if until > now)
 
     async def claim_expired_runs(
         self, replica: str, now: datetime, until: datetime

@@ -265,6 +265,15 @@ ALTER TABLE sessions ADD COLUMN agent text COLLATE "C" NOT NULL DEFAULT '';
 """
 """Several agents (``core.agents``): the agent a session belongs to ('' for the default)."""
 
+_SCHEMA_V8 = """
+CREATE TABLE replicas (
+    id          text COLLATE "C" PRIMARY KEY,
+    alive_until timestamptz NOT NULL
+);
+"""
+"""The replicas alive (``note_alive``): a stopping one hands its runs over only when
+another is there to take them."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -273,6 +282,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V5,
     _SCHEMA_V6,
     _SCHEMA_V7,
+    _SCHEMA_V8,
 )
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
@@ -1510,6 +1520,32 @@ class PostgresSessionStore(SessionStore):
             return cursor.rowcount
 
         return await self._write(work)
+
+    async def note_alive(self, replica: str, until: datetime) -> None:
+        stamp = _utc(until, "until")
+
+        async def work(conn: _Conn) -> None:
+            # The long gone are dropped as they are seen (a replica killed leaves its row).
+            await conn.execute(
+                "DELETE FROM replicas WHERE alive_until < %s - interval '1 day'", (stamp,)
+            )
+            await conn.execute(
+                "INSERT INTO replicas (id, alive_until) VALUES (%s, %s)"
+                " ON CONFLICT (id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
+                (replica, stamp),
+            )
+
+        await self._write(work)
+
+    async def replicas_alive(self, now: datetime) -> list[str]:
+        stamp = _utc(now, "now")
+
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn, "SELECT id FROM replicas WHERE alive_until > %s ORDER BY id", (stamp,)
+            )
+
+        return [row[0] for row in await self._read(work)]
 
     async def claim_expired_runs(
         self, replica: str, now: datetime, until: datetime

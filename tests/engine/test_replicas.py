@@ -295,3 +295,39 @@ async def test_a_run_that_waits_for_a_person_on_a_is_resumed_on_b(
         assert _bodies(followed) == _bodies(resumed)  # A's follower saw B's resume live
         on_a = await a.stub.GetSession(pb.GetSessionRequest(session_id="s"))
         assert list(on_a.pending_interrupts) == []
+
+
+async def test_a_stopping_replica_hands_its_runs_over_only_when_another_is_alive(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """With B alive, A's shutdown hands its run over at once (B finishes it); alone, a
+    stopping replica has nobody to hand over to, so its run finishes within the grace."""
+    slow = "[[chunks:20]][[slow:0.05]]"
+    async with replicas(llm, store_for, resume=True) as (a, b):
+        await asyncio.sleep(LEASE / 2)  # both have renewed once: noted alive
+        await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
+        run = a.stub.Run(pb.RunRequest(session_id="s", messages=[user(slow)]))
+        first = await next_event(run)
+        follow = b.stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True))
+        began = time.perf_counter()
+        await a.engine.shutdown(30)
+        assert time.perf_counter() - began < 5  # handed over: no waiting for the grace
+        followed = await collect(follow)
+        assert kind(followed[-1]) == "run_finished"
+        assert followed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        assert any(e.custom.name == "resumed" for e in followed if kind(e) == "custom")
+        info = await b.stub.GetRun(pb.GetRunRequest(run_id=first.run_id))
+        assert info.status == pb.RUN_STATUS_SUCCEEDED
+        run.cancel()
+
+    async with replicas(llm, store_for, count=1, resume=True) as (alone,):
+        await asyncio.sleep(LEASE / 2)
+        await alone.stub.CreateSession(pb.CreateSessionRequest(session_id="t"))
+        run = alone.stub.Run(pb.RunRequest(session_id="t", messages=[user(slow)]))
+        first = await next_event(run)
+        await alone.engine.shutdown(30)  # nobody to take it: it finishes here
+        rest = await collect(run)
+        assert kind(rest[-1]) == "run_finished"
+        assert rest[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        stored = await alone.engine.store.get_run("t", first.run_id)
+        assert stored.status.value == "succeeded"

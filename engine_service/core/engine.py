@@ -52,6 +52,7 @@ from engine_service.core.history import new_id, reconcile
 from engine_service.core.hitl import Decision, admit
 from engine_service.core.ids import check_id
 from engine_service.core.intake import check_input, first_title
+from engine_service.core.kept_input import keep
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.limits import EngineLimits
 from engine_service.core.models import (
@@ -59,17 +60,15 @@ from engine_service.core.models import (
     Message,
     ReconcileMode,
     RunInput,
-    RunRecord,
     RunStatus,
     Session,
 )
 from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
-from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.resume import resume_run
 from engine_service.core.sessions import Sessions
 from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.takeover import Resumed, TakeOver, hand_over
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Run
@@ -136,6 +135,16 @@ class Engine(Sessions):
         """Awaited before a run is resumed: until the tool sources (MCP servers, A2A
         agents) have connected or failed, so the resumed run knows its calls' tools."""
         self.replica = new_replica_id()
+        self._take_over = TakeOver(
+            store,
+            self.limits,
+            is_engine_tool=lambda name: self.tools.get(name) is not None,
+            launch=self._launch_resumed,
+            tools_settled=lambda: self.tools_settled,
+            event_limit=lambda: self._event_limit,
+            replica=self.replica,
+        )
+        """Resumes (or closes) the runs whose engine died (``core.takeover``)."""
         self.notices = Notices()
         """Run webhooks and A2A push (their ``webhooks`` and ``push`` set by the server)."""
         self._leases: LeaseKeeper | None = None
@@ -192,71 +201,21 @@ class Engine(Sessions):
             await self._take_over(run)
         self._recovered = True
 
-    async def _take_over(self, record: RunRecord) -> None:
-        """A run whose engine died (this one, before a restart; another replica whose
-        lease expired): resume it from its last checkpoint (``core.resume``), or close it
-        as interrupted when ``resume_runs`` is off."""
-        if not self.limits.resume_runs:
-            await close_abandoned_run(
-                self.store, record, utc_now(), max_event_bytes=self._event_limit
-            )
-            log.warning(
-                "run %s of session %s lost its engine; stored as interrupted with what it had said",
-                record.id,
-                record.session_id,
-            )
-            return
-        if self.tools_settled is not None:
-            await self.tools_settled()
-        resumed = await resume_run(
-            self.store,
-            record,
-            utc_now(),
-            max_resumes=self.limits.max_resumes,
-            is_engine_tool=lambda name: self.tools.get(name) is not None,
-            seq_block=self.limits.run.seq_block,
-            max_event_bytes=self._event_limit,
-            idempotent=self.limits.run.idempotent,
-            in_doubt=self.limits.run.in_doubt,
-        )
-        if resumed is None:
-            log.warning(
-                "run %s of session %s lost its engine and was closed (nothing to resume, "
-                "already answered, or resumed too often)",
-                record.id,
-                record.session_id,
-            )
-            return
+    def _launch_resumed(self, resumed: Resumed) -> None:
+        """Start a run taken over (``core.takeover``) as its conversation's agent."""
         session = resumed.session
         run = self._launch(
             session,
-            RunInput(record.session_id, record.id, parent_run_id=record.parent_run_id),
+            resumed.run_input,
             resumed.principal,
             self.agents.of_session(session),
             [bound_message(m, self._message_limit) for m in resumed.history],
             incoming=[],
-            resumed=resumed.resumes,
-            rounds_done=resumed.rounds,
-            rerun=resumed.rerun,
-            ask_again=resumed.ask,
-            usage_before=ev.Usage(
-                input_tokens=record.input_tokens,
-                output_tokens=record.output_tokens,
-                cached_tokens=record.cached_tokens,
-            ),
+            decisions=resumed.decisions,
+            resume_point=resumed.point,
         )
-        run.report.resumes = resumed.resumes
+        run.report.resumes = resumed.point.resumes
         run.report.resumed_on = self.replica
-        log.warning(
-            "run %s of session %s lost its engine; resumed here (replica %s, resume %d of "
-            "at most %d) after %d tool rounds",
-            record.id,
-            record.session_id,
-            self.replica,
-            resumed.resumes,
-            self.limits.max_resumes,
-            resumed.rounds,
-        )
 
     # -- storage health -----------------------------------------------------------
 
@@ -303,7 +262,7 @@ class Engine(Sessions):
         if self.hands_over and self._runs and self._leases is not None:
             others = await self._leases.others_alive()
             if others:
-                await self._hand_over(grace)
+                await hand_over(list(self._runs.values()), self._leases, grace)
             else:
                 log.warning(
                     "shutting down: no other replica is alive to take %d runs over; they get "
@@ -340,31 +299,6 @@ class Engine(Sessions):
     def hands_over(self) -> bool:
         """Whether a shutdown hands the runs over (a shared store, ``resume_runs``)."""
         return self._leases is not None and self.limits.resume_runs
-
-    async def _hand_over(self, grace: float) -> None:
-        assert self._leases is not None
-        runs = list(self._runs.values())
-        for run in runs:
-            run.hand_over()
-        tasks = [r.task for r in runs if r.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            if pending:  # tools that did not finish in time: cut (in doubt elsewhere)
-                for run in runs:
-                    if run.task in pending:
-                        run.stop()
-                await asyncio.wait(pending, timeout=5.0)
-        await self._leases.stop()  # no renewal after the release below
-        handed = [r for r in runs if r.handing_over and r.final is None]
-        try:
-            # Expired now: the other replicas claim them at their next lease tick.
-            await self._leases.release()
-        except StorageUnavailable as exc:
-            log.error("the leases could not be released (%s): runs resume once they lapse", exc)
-        log.warning(
-            "shutting down: %d runs handed over to the other replicas (their leases released)",
-            len(handed),
-        )
 
     def stop_all(self) -> int:
         """Stop every local run now (a shutdown told not to wait); how many."""
@@ -414,6 +348,7 @@ class Engine(Sessions):
             )
         named = self.agents.get(run_input.agent)  # AgentNotFound before anything is written
         incoming = check_input(run_input, named.limits, self.tools.get)
+        kept = keep(run_input, named.limits.max_event_bytes)  # for a resume elsewhere
         self.notices.check_run(run_input)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
@@ -444,6 +379,7 @@ class Engine(Sessions):
                 parent_run_id=run_input.parent_run_id,
                 admit=admit_run,
                 agent=named.name,
+                kept=kept,
             )
         )
         try:

@@ -183,8 +183,12 @@ class SessionStore(abc.ABC):
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
+        kept: str = "",
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
+
+        ``kept``: what the run keeps of its request for a resume (``core.kept_input``),
+        read back by ``kept_input``.
 
         ``admit`` is called, inside the transaction, with the session's pending
         interrupts; what it raises refuses the run and writes nothing.
@@ -201,6 +205,10 @@ class SessionStore(abc.ABC):
         ``AlreadyExists`` when the run id was used before, in any session (run ids are
         unique in the store; the message does not say where it was used).
         """
+
+    async def kept_input(self, session_id: str, run_id: str) -> str:
+        """What ``begin_run`` kept of the run's request ("" for nothing)."""
+        return ""
 
     @abc.abstractmethod
     async def finish_run(

@@ -50,6 +50,7 @@ from engine_service.core.models import (
 )
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.resume import ResumePoint
 from engine_service.core.rounds import RoundReader
 from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.tool import ToolContext, ToolResult
@@ -89,20 +90,14 @@ class Run:
         checkpoint: Checkpoint | None = None,
         anchors: Anchors | None = None,
         replica: str = "",
-        resumed: int = 0,
-        rounds_done: int = 0,
-        rerun: Sequence[ToolCall] = (),
-        ask_again: Sequence[ToolCall] = (),
-        usage_before: ev.Usage | None = None,
+        resume_point: ResumePoint | None = None,
     ) -> None:
-        """``resumed``: how many times this run was resumed after its engine died, it going
-        on here after ``rounds_done`` tool rounds, first running the in-doubt calls
-        ``rerun`` and asking a person about ``ask_again`` (``core.resume``); 0: a new run."""
+        """``resume_point``: where a run resumed after its engine died goes on
+        (``core.resume``); None: a new run."""
         self.store = store
-        self.resumed = resumed
-        self._rounds_done = rounds_done
-        self._rerun = list(rerun)
-        self._ask_again = list(ask_again)
+        self.point = resume_point or ResumePoint(0)
+        self.resumed = self.point.resumes
+        """How many times the run was resumed after its engine died (0: never)."""
         self.budget = budget
         """Checked before each LLM call, charged after it (``core.budget``)."""
         self.principal = principal
@@ -160,8 +155,8 @@ class Run:
         self.rounds = RoundReader(model, tracer, emit=self.emit, on_first_token=self._first_token)
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage
-        if usage_before is not None:  # a resumed run counts what its first engines used
-            self._usage.add(usage_before)
+        if self.point.usage_before is not None:  # what its first engines used counts
+            self._usage.add(self.point.usage_before)
         self._observer: RunObserver = observer or RunLog()
         self.tool_runner = ToolRunner(
             tools,
@@ -436,15 +431,15 @@ class Run:
         if self.decisions:
             await self.person.carry_out(self.decisions)
             await self._take_input()
-        if self._rerun or self._ask_again:
+        if self.point.rerun or self.point.ask_again:
             # A resumed run's calls in doubt: never silently twice (``core.resume``).
-            await self.tool_runner.run(self._rerun)
-            asked = await self.person.ask(self._ask_again, in_doubt=True)
+            await self.tool_runner.run(self.point.rerun)
+            asked = await self.person.ask(self.point.ask_again, in_doubt=True)
             if asked:
                 return ev.RunFinished(
                     outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
                 )
-        rounds = self._rounds_done
+        rounds = self.point.rounds_done
         while True:
             if self.handing_over:
                 raise asyncio.CancelledError  # at a step boundary: another replica goes on

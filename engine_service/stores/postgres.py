@@ -270,9 +270,11 @@ CREATE TABLE replicas (
     id          text COLLATE "C" PRIMARY KEY,
     alive_until timestamptz NOT NULL
 );
+ALTER TABLE runs ADD COLUMN kept text NOT NULL DEFAULT '';
 """
-"""The replicas alive (``note_alive``): a stopping one hands its runs over only when
-another is there to take them."""
+"""Runs that outlive their engine: the replicas alive (``note_alive``: a stopping one hands
+its runs over only when another is there to take them), and what a run keeps of its
+request for a resume (``core.kept_input``)."""
 
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -1010,6 +1012,7 @@ class PostgresSessionStore(SessionStore):
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
+        kept: str = "",
     ) -> RunBegun:
         stamp = _utc(now, "now")
         lease_until = _utc(lease.until, "lease") if lease else None
@@ -1049,8 +1052,8 @@ class PostgresSessionStore(SessionStore):
                 async with conn.transaction():  # a savepoint: the index is the last word
                     await conn.execute(
                         "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
-                        " replica, lease_until, parent_run_id)"
-                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s"
+                        " replica, lease_until, parent_run_id, kept)"
+                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s, %s"
                         " FROM sessions WHERE id = %s",
                         (
                             session_id,
@@ -1059,6 +1062,7 @@ class PostgresSessionStore(SessionStore):
                             lease.replica if lease else "",
                             lease_until,
                             parent_run_id,
+                            kept,
                             session_id,
                         ),
                     )
@@ -1271,6 +1275,15 @@ class PostgresSessionStore(SessionStore):
             return asked_by
 
         return await self._write(work)
+
+    async def kept_input(self, session_id: str, run_id: str) -> str:
+        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+            await self._require(conn, session_id)
+            query = "SELECT kept FROM runs WHERE session_id = %s AND id = %s"
+            return await self._one(conn, query, (session_id, run_id))
+
+        row = await self._snapshot(work)
+        return str(row[0]) if row is not None else ""
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         async def work(conn: _Conn) -> tuple[Any, ...] | None:

@@ -103,6 +103,14 @@ class LeaseKeeper:
         await self.store.renew_leases(self.replica, gone)
         await self.store.note_alive(self.replica, gone)
 
+    async def leave(self) -> None:
+        """Stop, and say this replica is gone (its leases released): a shutdown."""
+        await self.stop()
+        try:
+            await self.release()
+        except StorageUnavailable as exc:
+            log.error("could not note this replica gone: %s", exc.message)
+
     async def _take(
         self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]
     ) -> None:

@@ -151,6 +151,13 @@ class TakeOver:
             resumed.rounds,
         )
 
+    async def left_behind(self, is_local: Callable[[str], bool]) -> None:
+        """Take over every RUNNING run in the store but this engine's own (``is_local``:
+        started after a failed recovery): a single engine starting again."""
+        for run in await self.store.running_runs():
+            if not is_local(run.session_id):
+                await self(run)
+
     async def _decisions(self, record: RunRecord, entries: Sequence[ResumeEntry]) -> list[Decision]:
         """The person's answers the run was carrying out, made again from the entries it
         kept while their interrupts are still pending (none once it carried them out)."""
@@ -212,7 +219,17 @@ class _Handing(Protocol):
 async def hand_over(runs: Sequence[_Handing], leases: LeaseKeeper, grace: float) -> int:
     """Stop ``runs`` at their next step boundary (an LLM round at once; running tools may
     finish within ``grace``), their events stored, and release their leases: another
-    replica resumes them. How many were handed over."""
+    replica resumes them. Only when another replica is alive (renewing its leases) to take
+    them: with none, nothing is done (the runs get ``grace`` to finish, as with one
+    engine). How many were handed over."""
+    if not await leases.others_alive():
+        log.warning(
+            "shutting down: no other replica is alive to take %d runs over; they get %g s "
+            "to finish",
+            len(runs),
+            grace,
+        )
+        return 0
     for run in runs:
         run.hand_over()
     tasks = [r.task for r in runs if r.task is not None]

@@ -54,16 +54,16 @@ class ToolRunner:
         tracer: Tracer,
         outcomes: list[tuple[str, str]],
         stopping: Callable[[], bool] = lambda: False,
-        mark_started: Callable[[Sequence[ToolCall]], Awaitable[None]] | None = None,
+        store_now: Callable[[], Awaitable[None]] | None = None,
         idempotent: Sequence[str] = (),
     ) -> None:
         """``stopping``: whether the run stops after these calls (handed over to another
         replica): their results are stored, and ``run`` ends with ``CancelledError``.
-        ``mark_started`` stores that calls start (returning once stored), awaited before
-        calls of tools not listed ``idempotent`` (names or globs) run; their results are
-        followed by ``STEP_FINISHED`` through ``emit`` of the transcript."""
+        Calls of tools not listed ``idempotent`` (names or globs) are marked started
+        (``STEP_STARTED``, through ``emit`` of the transcript) and ``store_now`` is awaited
+        before they run; ``STEP_FINISHED`` follows their results."""
         self.tools = tools
-        self._mark_started = mark_started
+        self._store_now = store_now
         self._idempotent = tuple(idempotent)
         self._started: set[str] = set()
         self._stopping = stopping
@@ -78,8 +78,10 @@ class ToolRunner:
         """Run the calls concurrently; each result is published as it lands."""
         self._pending = {c.id: c for c in calls}
         marked = [c for c in calls if not needs_approval(c.name, self._idempotent)]
-        if marked and self._mark_started is not None:
-            await self._mark_started(marked)  # durable: a resume knows they may have run
+        if marked and self._store_now is not None:
+            for call in marked:
+                self.transcript.emit(ev.StepStarted(STEP_PREFIX + call.id))
+            await self._store_now()  # durable: a resume knows they may have run
             self._started.update(c.id for c in marked)
         async with asyncio.TaskGroup() as group:
             for call in calls:

@@ -6,6 +6,11 @@ interrupts it carries out (``resume``). They are stored with the run as it begin
 same transaction (``SessionStore.begin_run``), as one JSON text bounded to
 ``[engine] max_event_bytes``; the engine that resumes the run offers the LLM the same
 tools and context, and carries out the answers that were not carried out yet.
+
+The text also says that the engine stores each tool call's start before the tool runs
+(``starts``, ``core.tool_calls``): only then does a call without a stored start count as
+never started. A run begun by an engine from before (nothing kept) has none of them, and
+its unfinished calls all count as in doubt.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from engine_service.core.models import (
 
 __all__ = ["KeptInput", "keep", "restore"]
 
+_STARTS_ONLY = '{"starts":true}'
+"""What a run with no tools, context or answers keeps."""
+
 
 @dataclass(slots=True)
 class KeptInput:
@@ -33,14 +41,17 @@ class KeptInput:
     tools: list[ClientTool] = field(default_factory=list)
     context: list[ContextItem] = field(default_factory=list)
     resume: list[ResumeEntry] = field(default_factory=list)
+    starts: bool = False
+    """Whether the run's engine stored each tool call's start before it ran."""
 
 
 def keep(run_input: RunInput, limit: int) -> str:
-    """The JSON text to store with the run ("" when there is nothing to keep);
-    ``InvalidInput`` when it would take more than ``limit`` bytes."""
+    """The JSON text to store with the run; ``InvalidInput`` when it would take more
+    than ``limit`` bytes."""
     if not (run_input.tools or run_input.context or run_input.resume):
-        return ""
+        return _STARTS_ONLY
     kept = {
+        "starts": True,
         "tools": [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
             for t in run_input.tools
@@ -64,6 +75,8 @@ def keep(run_input: RunInput, limit: int) -> str:
 
 def restore(text: str) -> KeptInput:
     """What ``keep`` stored (nothing for "" or a text that is not what it writes)."""
+    if text == _STARTS_ONLY:
+        return KeptInput(starts=True)
     if not text:
         return KeptInput()
     try:
@@ -78,6 +91,7 @@ def restore(text: str) -> KeptInput:
                 ResumeEntry(e["interrupt_id"], ResumeStatus(e["status"]), e["payload"])
                 for e in kept["resume"]
             ],
+            starts=kept.get("starts") is True,
         )
     except (ValueError, KeyError, TypeError):
         return KeptInput()

@@ -112,12 +112,14 @@ async def resume_run(
     idempotent: tuple[str, ...] = (),
     in_doubt: str = "ask",
     carrying_out: bool = False,
+    starts_stored: bool = True,
 ) -> Resumption | None:
     """Store the events that close what ``run``'s dead engine left open and mark its
     resume; the run to go on with, or None when it was closed instead (nothing of it
     stored, its answer complete, or resumed ``max_resumes`` times already).
     ``carrying_out``: the run carries out a person's answers (kept with it), so it goes
-    on even when it stored nothing yet."""
+    on even when it stored nothing yet. ``starts_stored``: whether its engine stored each
+    tool call's start (``core.kept_input``); if not, every unfinished call is in doubt."""
     work = await read_run(store, run)
     history = await store.all_messages(run.session_id)
     own = [m for m in history if m.run_id == run.id]
@@ -160,7 +162,8 @@ async def resume_run(
             if not is_engine_tool(call.name):
                 client_calls.append(call.id)
                 continue
-            if call.id not in work.started or needs_approval(call.name, idempotent):
+            never_started = starts_stored and call.id not in work.started
+            if never_started or needs_approval(call.name, idempotent):
                 rerun.append(call)  # never started (its start is stored first), or idempotent
                 continue
             if in_doubt != "error":

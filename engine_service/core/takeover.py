@@ -107,6 +107,7 @@ class TakeOver:
             idempotent=run_limits.idempotent,
             in_doubt=run_limits.in_doubt,
             carrying_out=bool(decisions),
+            starts_stored=kept.starts,
         )
         if resumed is None:
             log.warning(

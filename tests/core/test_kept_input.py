@@ -30,12 +30,14 @@ def _input(description: str = "Pick a colour") -> RunInput:
 def test_the_tools_context_and_answers_come_back_as_they_were_kept() -> None:
     run_input = _input()
     kept = restore(keep(run_input, 10_000))
-    assert kept == KeptInput(run_input.tools, run_input.context, run_input.resume)
+    assert kept == KeptInput(run_input.tools, run_input.context, run_input.resume, starts=True)
 
 
-def test_a_run_with_none_of_them_keeps_nothing_and_a_bad_text_reads_as_nothing() -> None:
-    assert keep(RunInput("s", "r"), 10) == ""
-    assert restore("") == KeptInput()
+def test_a_run_with_none_of_them_keeps_only_that_its_starts_are_stored() -> None:
+    assert restore(keep(RunInput("s", "r"), 100)) == KeptInput(starts=True)
+    assert restore(keep(_input(), 10_000)).starts
+    # A run begun by an engine from before kept nothing: its calls' starts were not stored.
+    assert restore("") == KeptInput(starts=False)
     assert restore('{"tools": 3}') == KeptInput()
 
 

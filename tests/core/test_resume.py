@@ -128,6 +128,26 @@ async def test_a_call_never_stored_as_started_runs_it_was_cut_before_it_could_ru
     assert [c.id for c in resumed.ask] == ["c2"]
 
 
+async def test_a_run_whose_engine_did_not_store_starts_has_every_unfinished_call_in_doubt() -> None:
+    """Begun by an engine from before starts were stored (nothing kept with the run): a
+    call without a stored start may still have run, so it is asked about, not run."""
+    calls = [ToolCall("c1", "charge", '{"cents": 5}')]
+    asked = Message(id="m1", role=Role.ASSISTANT, tool_calls=calls, run_id="r")
+    store = MemorySessionStore()
+    run = await _dead_run(store, asked)
+    resumed = await resume_run(
+        store,
+        run,
+        NOW,
+        max_resumes=3,
+        is_engine_tool=ENGINE_TOOLS.__contains__,
+        seq_block=64,
+        starts_stored=False,
+    )
+    assert resumed is not None and not resumed.rerun
+    assert [c.id for c in resumed.ask] == ["c1"]
+
+
 async def test_a_run_whose_last_round_was_stored_whole_is_finished_not_asked_again() -> None:
     answer = Message(id="m1", role=Role.ASSISTANT, content=[TextPart("done")], run_id="r")
     store = MemorySessionStore()

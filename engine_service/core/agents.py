@@ -101,6 +101,11 @@ class AgentProfile:
     max_runs: int = 0
     """Its runs in flight at once; 0: no limit of its own."""
 
+    @property
+    def about(self) -> str:
+        """How a refusal names it: ``agent 'support' (model 'small-model')``."""
+        return f"agent {self.name!r} (model {self.model.name!r})"
+
 
 class Agents:
     """The engine's agents by name, and which one is the default."""

@@ -10,7 +10,9 @@ not exist — the same ``SessionNotFound`` an unknown id gets, so no answer hint
 
 Its parts each have one job and get callbacks, not the engine: ``core.follow`` (the hubs
 and their followers), ``core.health`` (storage health, retention), ``core.records`` (the
-read side), ``core.intake`` (a run's input), ``core.leases``; a run is ``core.turn.Run``.
+read side), ``core.intake`` (a run's input), ``core.run_table`` (the runs in flight),
+``core.unsettled`` (ends waiting to be stored), ``core.leases``, ``core.takeover`` (runs
+taken over and handed over); a run is ``core.turn.Run``.
 
 Words: a run is *stopped* (``stop_run``; the ``Interrupt`` RPC); a run *asks* a person
 through an ``Interrupt`` (human in the loop, AG-UI's word); replicas send each other
@@ -25,12 +27,9 @@ not hold to the replica that does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from engine_service.core import events as ev
@@ -43,39 +42,36 @@ from engine_service.core.clock import utc_now
 from engine_service.core.context import Anchors
 from engine_service.core.errors import (
     InvalidInput,
-    Overloaded,
-    RateLimited,
-    SessionNotFound,
     ShuttingDown,
     StorageUnavailable,
 )
 from engine_service.core.follow import Hubs, flat, of_run
 from engine_service.core.health import StorageHealth, prune_periodically
-from engine_service.core.history import new_id, reconcile
-from engine_service.core.hitl import Decision, admit, delegation_of
+from engine_service.core.history import new_id
+from engine_service.core.hitl import Decision, admit
 from engine_service.core.ids import check_id
-from engine_service.core.intake import check_input, check_media, first_title
+from engine_service.core.intake import check_input, check_media, first_title, read_history
+from engine_service.core.kept_input import keep
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.limits import EngineLimits
 from engine_service.core.models import (
     Interrupt,
     Message,
-    ReconcileMode,
     RunInput,
-    RunRecord,
     RunStatus,
     Session,
 )
 from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
-from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.resume import resume_run
-from engine_service.core.sessions import Sessions
-from engine_service.core.store import SessionStore, Signal, SignalKind
+from engine_service.core.run_table import RunTable
+from engine_service.core.stopping import Stopping
+from engine_service.core.store import SessionStore, Signal
+from engine_service.core.takeover import Resumed, TakeOver, hand_over
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.turn import Run
+from engine_service.core.unsettled import Unsettled
 
 __all__ = ["Engine", "EngineLimits", "RunHandle"]
 
@@ -91,7 +87,7 @@ class RunHandle:
     after_seq: int
 
 
-class Engine(Sessions):
+class Engine(Stopping):
     """Sessions, runs, stops and subscriptions over a store, a model and tools (the read
     side of sessions, messages and run records is ``core.records``)."""
 
@@ -117,14 +113,12 @@ class Engine(Sessions):
         self.budget = TokenBudget(store, self.limits.tokens_per_day)
         self._anchors = Anchors()
         """The LLM's count of each session's last request (``core.context``)."""
-        self._runs: dict[str, Run] = {}
-        self._run_callers: dict[str, tuple[str, str]] = {}
-        """(principal that started it, session owner) of each session's run in flight."""
-        self._runs_by_caller: Counter[str] = Counter()
+        self._runs = RunTable(self.limits)
+        """The runs in flight here, by session (``core.run_table``)."""
         self._accepting = True
         self._pruner: asyncio.Task[None] | None = None
-        self._unsettled: dict[str, Run] = {}
-        """Runs that ended but whose end could not be stored, by session."""
+        self._unsettled = Unsettled(on_settled=self._settled)
+        """Runs that ended but whose end could not be stored (``core.unsettled``)."""
         self._recovered = False
         self._health = StorageHealth(store, on_writable=self._store_what_waited)
         self._writing = self._health.writing
@@ -139,6 +133,16 @@ class Engine(Sessions):
         """Awaited before a run is resumed: until the tool sources (MCP servers, A2A
         agents) have connected or failed, so the resumed run knows its calls' tools."""
         self.replica = new_replica_id()
+        self._take_over = TakeOver(
+            store,
+            self.limits,
+            is_engine_tool=lambda name: self.tools.get(name) is not None,
+            launch=self._launch_resumed,
+            tools_settled=lambda: self.tools_settled,
+            event_limit=lambda: self._event_limit,
+            replica=self.replica,
+        )
+        """Resumes (or closes) the runs whose engine died (``core.takeover``)."""
         self.notices = Notices()
         """Run webhooks and A2A push (their ``webhooks`` and ``push`` set by the server)."""
         self._leases: LeaseKeeper | None = None
@@ -189,77 +193,24 @@ class Engine(Sessions):
             self._pruner = asyncio.get_running_loop().create_task(pruning)
 
     async def _recover(self) -> None:
-        for run in await self.store.running_runs():
-            if run.session_id in self._runs:
-                continue  # ours, started after a failed recovery; not abandoned
-            await self._take_over(run)
+        await self._take_over.left_behind(lambda session_id: session_id in self._runs)
         self._recovered = True
 
-    async def _take_over(self, record: RunRecord) -> None:
-        """A run whose engine died (this one, before a restart; another replica whose
-        lease expired): resume it from its last checkpoint (``core.resume``), or close it
-        as interrupted when ``resume_runs`` is off."""
-        if not self.limits.resume_runs:
-            await close_abandoned_run(
-                self.store, record, utc_now(), max_event_bytes=self._event_limit
-            )
-            log.warning(
-                "run %s of session %s lost its engine; stored as interrupted with what it had said",
-                record.id,
-                record.session_id,
-            )
-            return
-        if self.tools_settled is not None:
-            await self.tools_settled()
-        resumed = await resume_run(
-            self.store,
-            record,
-            utc_now(),
-            max_resumes=self.limits.max_resumes,
-            is_engine_tool=lambda name: self.tools.get(name) is not None,
-            seq_block=self.limits.run.seq_block,
-            max_event_bytes=self._event_limit,
-            idempotent=self.limits.run.idempotent,
-            in_doubt=self.limits.run.in_doubt,
-        )
-        if resumed is None:
-            log.warning(
-                "run %s of session %s lost its engine and was closed (nothing to resume, "
-                "already answered, or resumed too often)",
-                record.id,
-                record.session_id,
-            )
-            return
+    def _launch_resumed(self, resumed: Resumed) -> None:
+        """Start a run taken over (``core.takeover``) as its conversation's agent."""
         session = resumed.session
         run = self._launch(
             session,
-            RunInput(record.session_id, record.id, parent_run_id=record.parent_run_id),
+            resumed.run_input,
             resumed.principal,
             self.agents.of_session(session),
             [bound_message(m, self._message_limit) for m in resumed.history],
             incoming=[],
-            resumed=resumed.resumes,
-            rounds_done=resumed.rounds,
-            rerun=resumed.rerun,
-            ask_again=resumed.ask,
-            usage_before=ev.Usage(
-                input_tokens=record.input_tokens,
-                output_tokens=record.output_tokens,
-                cached_tokens=record.cached_tokens,
-            ),
+            decisions=resumed.decisions,
+            resume_point=resumed.point,
         )
-        run.report.resumes = resumed.resumes
+        run.report.resumes = resumed.point.resumes
         run.report.resumed_on = self.replica
-        log.warning(
-            "run %s of session %s lost its engine; resumed here (replica %s, resume %d of "
-            "at most %d) after %d tool rounds",
-            record.id,
-            record.session_id,
-            self.replica,
-            resumed.resumes,
-            self.limits.max_resumes,
-            resumed.rounds,
-        )
 
     # -- storage health -----------------------------------------------------------
 
@@ -274,37 +225,26 @@ class Engine(Sessions):
 
     async def _store_what_waited(self) -> None:
         """The store writes again: store the ends that waited, and recover if not yet."""
-        for run in list(self._unsettled.values()):
-            await run.settle_late()
-            self._settled(run)
+        await self._unsettled.store_all()
         if not self._recovered:
             await self._recover()
 
     def _settled(self, run: Run) -> None:
-        if self._unsettled.get(run.session_id) is run:
-            del self._unsettled[run.session_id]
         run.hub.notify()
         self._hubs.drop_if_unused(run.hub)
-
-    def _refuse_unsettled(self, session_id: str) -> None:
-        run = self._unsettled.get(session_id)
-        if run is not None:
-            raise StorageUnavailable(
-                f"storage unavailable: the end of run {run.run_id!r} of this conversation "
-                "is not stored yet; it is stored as soon as the store writes again"
-            )
 
     async def shutdown(self, grace: float) -> None:
         """Take no new runs, let runs finish within ``grace`` seconds, stop the rest.
 
-        With a shared store and ``resume_runs``, the runs are handed over instead: each
+        With a shared store, ``resume_runs`` and another replica alive (renewing its
+        leases: ``LeaseKeeper.others_alive``), the runs are handed over instead: each
         stops at its next step boundary (an LLM round at once; running tools may finish
         within ``grace``), its events stored, and the lease is released, so another
         replica resumes it within a third of ``lease_seconds`` (or the first to start)."""
         self._accepting = False
-        if self.hands_over and self._runs:
-            await self._hand_over(grace)
-        tasks = [r.task for r in self._runs.values() if r.task is not None]
+        if self.hands_over and self._runs and self._leases is not None:
+            await hand_over(self._runs.all(), self._leases, grace)
+        tasks = [r.task for r in self._runs.all() if r.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)
             if pending:
@@ -314,13 +254,9 @@ class Engine(Sessions):
         if self._pruner is not None:
             self._pruner.cancel()
         if self._leases is not None:
-            await self._leases.stop()
+            await self._leases.leave()  # gone: no replica counts on this one
         self._health.stop()
-        for run in list(self._unsettled.values()):
-            try:
-                await run.settle()
-            except StorageUnavailable:
-                log.error("run %s ends unstored; the next start closes it", run.run_id)
+        await self._unsettled.store_at_shutdown()
         self._hubs.wake_all()
         for model in self.agents.models():
             await model.aclose()
@@ -330,37 +266,9 @@ class Engine(Sessions):
         """Whether a shutdown hands the runs over (a shared store, ``resume_runs``)."""
         return self._leases is not None and self.limits.resume_runs
 
-    async def _hand_over(self, grace: float) -> None:
-        assert self._leases is not None
-        runs = list(self._runs.values())
-        for run in runs:
-            run.hand_over()
-        tasks = [r.task for r in runs if r.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            if pending:  # tools that did not finish in time: cut (in doubt elsewhere)
-                for run in runs:
-                    if run.task in pending:
-                        run.stop()
-                await asyncio.wait(pending, timeout=5.0)
-        await self._leases.stop()  # no renewal after the release below
-        handed = [r for r in runs if r.handing_over and r.final is None]
-        try:
-            # Expired now: the other replicas claim them at their next lease tick.
-            await self.store.renew_leases(self.replica, utc_now() - timedelta(seconds=1))
-        except StorageUnavailable as exc:
-            log.error("the leases could not be released (%s): runs resume once they lapse", exc)
-        log.warning(
-            "shutting down: %d runs handed over to the other replicas (their leases released)",
-            len(handed),
-        )
-
     def stop_all(self) -> int:
         """Stop every local run now (a shutdown told not to wait); how many."""
-        runs = list(self._runs.values())
-        for run in runs:
-            run.stop()
-        return len(runs)
+        return self._runs.stop_all()
 
     @property
     def runs_in_flight(self) -> int:
@@ -374,7 +282,7 @@ class Engine(Sessions):
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:
         await self._session(caller, session_id)
-        self._refuse_unsettled(session_id)
+        self._unsettled.refuse(session_id)
         await self._writing(self.store.delete_session(session_id))
         self._hubs.drop(session_id)
 
@@ -391,19 +299,10 @@ class Engine(Sessions):
             check_id(run_input.parent_run_id, "parent_run_id")
         if not self._accepting:
             raise ShuttingDown()
-        if len(self._runs) >= self.limits.max_concurrent_runs:
-            raise Overloaded(
-                f"the engine is running its maximum of {self.limits.max_concurrent_runs} runs"
-            )
-        own_limit = self.limits.max_runs_per_caller
-        if own_limit and self._runs_by_caller[caller.principal] >= own_limit:
-            raise RateLimited(
-                f"you have {own_limit} runs in flight, your limit; wait for one to end",
-                retry_after=1,
-            )
+        self._runs.check_room(caller.principal)
         named = self.agents.get(run_input.agent)  # AgentNotFound before anything is written
-        about = f"agent {named.name!r} (model {named.model.name!r})"
-        incoming = check_input(run_input, named.limits, self.tools.get, about)
+        incoming = check_input(run_input, named.limits, self.tools.get, named.about)
+        kept = keep(run_input, named.limits.max_event_bytes)  # for a resume elsewhere
         self.notices.check_run(run_input)
         await self.budget.check(caller.principal)
         session_id = run_input.session_id
@@ -420,7 +319,7 @@ class Engine(Sessions):
         if session_id in self._unsettled:
             # Refused either way; but to anyone else it is not found, never "not stored yet".
             await self._session(caller, session_id, "session_id")
-        self._refuse_unsettled(session_id)
+        self._unsettled.refuse(session_id)
         begun = await self._writing(
             self.store.begin_run(
                 session_id,
@@ -434,27 +333,17 @@ class Engine(Sessions):
                 parent_run_id=run_input.parent_run_id,
                 admit=admit_run,
                 agent=named.name,
+                kept=kept,
             )
         )
         try:
             await self.notices.keep_push_configs(run_input)
             profile = self.agents.for_run(begun.session, run_input.agent)
             if profile is not named:  # a request naming no agent, on another agent's session
-                about = f"agent {profile.name!r} (model {profile.model.name!r})"
-                check_media(incoming, profile.limits, about)
-            history: list[Message] = []
-            # A conversation with no messages yet (just made, most often) has no history to
-            # read: one store round trip less before the run starts.
-            checkpoint = None
-            if run_input.reconcile is ReconcileMode.APPEND and begun.session.message_count:
-                # Context budget (core/context.py): the checkpoint and the messages after it
-                # only, and which new ids are known by index: bounded by the window, not by
-                # the conversation's length.
-                checkpoint, history = await self.store.context_messages(session_id)
-                known = await self.store.known_message_ids(session_id, [m.id for m in incoming])
-                incoming = reconcile(known, incoming)
-                # Rows stored before the bound (or under a larger one) are clipped on read.
-                history = [bound_message(m, self._message_limit) for m in history]
+                check_media(incoming, profile.limits, profile.about)
+            checkpoint, history, incoming = await read_history(
+                self.store, begun.session, run_input.reconcile, incoming, self._message_limit
+            )
         except BaseException:
             await self._writing(
                 self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, utc_now())
@@ -509,28 +398,21 @@ class Engine(Sessions):
             replica=self.replica if self.store.shared else "",
             **more,
         )
-        self._runs[session.id] = run
-        self._run_callers[session.id] = (principal, session.owner)
-        self._runs_by_caller[principal] += 1
+        self._runs.add(run, principal, session.owner)
         self.agents.started(session.id, profile.name)
         run.report.agent = profile.name
         run.start()
         return run
 
     def _run_done(self, run: Run) -> None:
-        if self._runs.get(run.session_id) is run:
-            del self._runs[run.session_id]
+        if self._runs.remove(run):
             self.agents.ended(run.session_id)
-            principal, _ = self._run_callers.pop(run.session_id, ("", ""))
-            self._runs_by_caller[principal] -= 1
-            if self._runs_by_caller[principal] <= 0:
-                del self._runs_by_caller[principal]
         self.notices.ended(run)
         hub = run.hub
         if run.lost_at:
             hub.drop_unstored(run.lost_at)
         if not run.settled:
-            self._unsettled[run.session_id] = run
+            self._unsettled.hold(run)
         # Followers may still be behind (the run's own caller usually is): they read the
         # rest from memory. The buffer goes when they do, or when the next run starts.
         hub.end(run.run_id)
@@ -546,79 +428,15 @@ class Engine(Sessions):
         lists = self._hubs.follow_lists(handle.session_id, handle.after_seq, until_idle=True)
         return of_run(lists, handle.run_id)
 
-    async def stop_run(self, caller: Caller, session_id: str, run_id: str = "") -> tuple[bool, str]:
-        """Stop the session's run in flight; (False, "") when it is idle."""
-        check_id(session_id, "session_id")
-        if run_id:
-            check_id(run_id, "run_id")
-        started = self._run_callers.get(session_id)
-        if started is not None and caller.owns(started[1]):
-            ending = self._runs.get(session_id)
-            if ending is not None and ending.final is not None and ending.task is not None:
-                # The run has ended and its end is being stored: nothing is left to stop
-                # but what it may have asked a person, pending once that is stored.
-                await asyncio.wait([ending.task])
-            else:
-                stopped = self.stop_local(session_id, run_id)  # no store read: no waiting
-                if stopped:
-                    return True, stopped
-        session = await self._session(caller, session_id, "session_id")  # not theirs → not found
-        stopped = self.stop_local(session_id, run_id)
-        remote = session.active_run_id
-        if not stopped and self.store.shared and remote and run_id in ("", remote):
-            # Held by another replica: it stops the run when the signal reaches it.
-            await self.store.signal(Signal(SignalKind.STOP, session_id, remote))
-            return True, remote
-        asked_by = {i.run_id for i in session.interrupts}
-        if not stopped and not remote and asked_by and run_id in ("", *asked_by):
-            # Waiting for a person: stop waiting. The run that asked ends interrupted; its
-            # unanswered calls read as unanswered to the LLM on the next run.
-            cancelled = await self._writing(self.store.cancel_interrupts(session_id))
-            # A sub-agent's question asked here (``tools/agents.py``): it stops waiting too.
-            for child in {d[0] for i in session.interrupts if (d := delegation_of(i))}:
-                with contextlib.suppress(SessionNotFound):
-                    await self.stop_run(caller, child)
-            if cancelled:
-                return True, cancelled[-1]
-        return bool(stopped), stopped
-
-    def stop_local(self, session_id: str, run_id: str = "") -> str:
-        """Stop the local run of a session, if any; returns its id or ""."""
-        run = self._runs.get(session_id)
-        if run is None or (run_id and run.run_id != run_id):
-            return ""
-        run.stop()
-        return run.run_id
-
     # -- several replicas -----------------------------------------------------------
 
     def _on_signal(self, signal: Signal) -> None:
         """What another replica (or this one, through the store) says about a session."""
-        session_id = signal.session_id
-        if signal.kind is SignalKind.STOP:
-            self.stop_local(session_id, signal.run_id)
-            return
-        run = self._runs.get(session_id)
-        if run is None:
+        if not self._runs.on_signal(signal):
             self._hubs.on_signal(signal)  # another replica's run
-        elif (
-            signal.kind is SignalKind.ENDED
-            and signal.run_id == run.run_id
-            and run.final is None
-            and not run.lost_at
-        ):
-            # Our run, ended by someone else: another replica took it over when our
-            # lease lapsed (a stalled loop, a partition). Stop without writing more.
-            log.warning(
-                "run %s of session %s was closed by another replica; stopping it here",
-                run.run_id,
-                session_id,
-            )
-            run.lose(signal.last_seq)
 
     def _leases_lost(self) -> None:
-        for run in list(self._runs.values()):
-            run.stop()
+        self._runs.stop_all()
 
     # -- subscriptions ------------------------------------------------------------
 

@@ -139,6 +139,16 @@ class Outbox:
                 raise
             self._stored(pending, reserve)
 
+    async def store_now(self) -> None:
+        """Store what was published before going on (a tool call's start, before it runs):
+        raises ``StorageUnavailable`` when the store fails, and ``CancelledError`` when it
+        refuses the events because another replica closed the run (``on_lost`` told)."""
+        try:
+            await self.flush()
+        except InvalidInput as exc:
+            await self._refused(exc)
+            raise asyncio.CancelledError from None
+
     def _stored(self, pending: list[ev.Event], reserve: int) -> None:
         self.hub.stored(pending[-1].seq if pending else 0, reserve)
         self._forget_if_over()

@@ -1,4 +1,5 @@
-"""What a run's input must be before the engine accepts it, and what it gives the session.
+"""What a run's input must be before the engine accepts it, what it gives the session,
+and the history it starts from.
 
 Checked before anything is stored, so a bad request changes nothing and its error names
 the field at fault.
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine_service.core.bounds import MESSAGE_ROOM, message_size
+from engine_service.core.bounds import MESSAGE_ROOM, bound_message, message_size
 from engine_service.core.client_tools import check_client_tools
 from engine_service.core.errors import InvalidInput
-from engine_service.core.history import prepare_incoming
+from engine_service.core.history import prepare_incoming, reconcile
 from engine_service.core.ids import check_id
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import (
@@ -19,17 +20,19 @@ from engine_service.core.models import (
     DocumentPart,
     ImagePart,
     Message,
+    ReconcileMode,
     Role,
     RunInput,
     Session,
     TextPart,
 )
 from engine_service.core.state import check_state
+from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
 from engine_service.core.window import refuse_too_long
 
-__all__ = ["check_input", "check_media", "first_title"]
+__all__ = ["check_input", "check_media", "first_title", "read_history"]
 
 
 def check_input(
@@ -105,3 +108,25 @@ def first_title(session: Session, incoming: Sequence[Message]) -> str:
             text = " ".join(p.text for p in message.content if isinstance(p, TextPart))
             return title_from(text)
     return ""
+
+
+async def read_history(
+    store: SessionStore,
+    session: Session,
+    mode: ReconcileMode,
+    incoming: list[Message],
+    limit: int,
+) -> tuple[Checkpoint | None, list[Message], list[Message]]:
+    """What a new run of ``session`` starts from: its checkpoint, the history after it
+    (each message clipped to ``limit`` bytes) and the new messages not stored yet.
+
+    Context budget (``core.context``): only the checkpoint and the messages after it are
+    read, and which new ids are known is read by index: bounded by the window, not by the
+    conversation's length. A conversation with no messages yet (just made, most often), or
+    a ``REPLACE``, reads nothing: one store round trip less before the run starts."""
+    if mode is not ReconcileMode.APPEND or not session.message_count:
+        return None, [], incoming
+    checkpoint, history = await store.context_messages(session.id)
+    known = await store.known_message_ids(session.id, [m.id for m in incoming])
+    # Rows stored before the bound (or under a larger one) are clipped on read.
+    return checkpoint, [bound_message(m, limit) for m in history], reconcile(known, incoming)

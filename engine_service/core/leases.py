@@ -9,6 +9,9 @@ single-engine restart would, stored as interrupted with what it had said
 restarts gets a new id, so it never touches runs whose lease is alive: their owner is
 alive.
 
+Each tick also notes the replica alive (``note_alive``) until its leases' end: a stopping
+replica hands its runs over only when another is alive to take them (``others_alive``).
+
 A replica whose renewals fail for a whole lease time stops its own runs (``on_lost``):
 another replica may already be closing them.
 """
@@ -83,6 +86,31 @@ class LeaseKeeper:
         if self._taking:
             await asyncio.wait(self._taking, timeout=self.seconds)
 
+    async def others_alive(self) -> list[str]:
+        """The other replicas alive now (renewing their leases), who could take runs over;
+        none when the store cannot say."""
+        try:
+            alive = await self.store.replicas_alive(utc_now())
+        except StorageUnavailable as exc:
+            log.error("%s; no other replica known alive", exc.message)
+            return []
+        return [replica for replica in alive if replica != self.replica]
+
+    async def release(self) -> None:
+        """Release this replica's leases and say it is gone: the others claim its runs at
+        their next tick, and no longer count it alive."""
+        gone = utc_now() - timedelta(seconds=1)
+        await self.store.renew_leases(self.replica, gone)
+        await self.store.note_alive(self.replica, gone)
+
+    async def leave(self) -> None:
+        """Stop, and say this replica is gone (its leases released): a shutdown."""
+        await self.stop()
+        try:
+            await self.release()
+        except StorageUnavailable as exc:
+            log.error("could not note this replica gone: %s", exc.message)
+
     async def _take(
         self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]
     ) -> None:
@@ -114,6 +142,7 @@ class LeaseKeeper:
         now = utc_now()
         until = now + timedelta(seconds=self.seconds)
         await self.store.renew_leases(self.replica, until)
+        await self.store.note_alive(self.replica, until)
         self._renewed = now
         closed = []
         for run in await self.store.claim_expired_runs(self.replica, now, until):

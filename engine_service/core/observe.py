@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentik.logs import FIELDS
+from engine_service.core import events as ev
 
 __all__ = ["RunLog", "RunObserver", "RunObservers", "RunReport", "ToolOutcome"]
 
@@ -74,6 +75,29 @@ class RunReport:
             self.failed_in = self.failed_in or "storage"
         if cause and not self.error_cause:
             self.error_cause = cause
+
+    def first_token_now(self) -> None:
+        """The LLM's first text, reasoning or tool call arrived (noted the first time)."""
+        if not self.first_token:
+            self.first_token = time.monotonic()
+
+    def close(
+        self,
+        final: ev.RunFinished | ev.RunError,
+        usage: ev.Usage,
+        model: str,
+        cause: str = "",
+        failure: str = "",
+    ) -> None:
+        """The run ended with ``final`` having used ``usage`` of ``model``; an error's cause
+        is the store's ``failure`` when there was one, else its message."""
+        outcome = final.outcome.value if isinstance(final, ev.RunFinished) else "error"
+        if isinstance(final, ev.RunError):
+            self.error_code = final.code
+            cause = failure or final.message
+        self.cached_tokens = usage.cached_tokens
+        self.model = model
+        self.end(usage.input_tokens, usage.output_tokens, outcome, cause)
 
     @property
     def duration(self) -> float:

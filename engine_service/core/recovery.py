@@ -34,6 +34,7 @@ from engine_service.core.models import (
     TextPart,
 )
 from engine_service.core.store import SessionStore
+from engine_service.core.tool_calls import step_call_id
 
 __all__ = ["ABANDONED_CODE", "RESUMED", "SUPERSEDED", "close_abandoned_run", "read_run"]
 
@@ -61,6 +62,10 @@ class _OpenWork:
     results: set[str] = field(default_factory=set)
     resumes: int = 0
     """How many times the run was resumed (its ``resumed`` events, ``core.resume``)."""
+    started: set[str] = field(default_factory=set)
+    """Tool calls stored as started (``core.tool_calls``), whether done or not."""
+    steps: list[str] = field(default_factory=list)
+    """Steps started and not finished (their ``STEP_FINISHED`` is owed)."""
 
     def see(self, body: ev.EventBody) -> None:
         if isinstance(body, ev.ReasoningStart):
@@ -81,6 +86,12 @@ class _OpenWork:
             self.results.add(body.tool_call_id)
         elif isinstance(body, ev.MessageStored):
             self.stored.add(body.message.id)
+        elif isinstance(body, ev.StepStarted):
+            self.steps.append(body.step_name)
+            if call_id := step_call_id(body.step_name):
+                self.started.add(call_id)
+        elif isinstance(body, ev.StepFinished) and body.step_name in self.steps:
+            self.steps.remove(body.step_name)
         elif isinstance(body, ev.Custom) and body.name == RESUMED:
             self.resumes += 1
 
@@ -158,6 +169,7 @@ async def close_abandoned_run(
     for call_id, result in results:
         bodies.append(ev.ToolCallResult(result.id, call_id, _NO_RESULT, is_error=True))
         bodies.append(ev.MessageStored(result))
+    bodies += [ev.StepFinished(name) for name in work.steps]  # after the cut calls' results
     bodies.append(error if error is not None else ev.RunFinished(outcome=ev.Outcome.CANCELLED))
 
     session = await store.get_session(run.session_id)

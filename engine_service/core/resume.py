@@ -10,12 +10,14 @@ SQLite engine started again) knows where the run stood:
   ``TEXT_MESSAGE_END`` and a ``CUSTOM`` event ``superseded`` naming the message, so a UI
   can replace it; the new attempt is a new message. The stored history keeps only what
   the LLM should see next time: the partial is not stored.
-- each engine tool call of a stored round is *done* when its result is stored. One
-  without a result was cut while it ran (or just before it started): it is *in doubt*,
-  and never runs silently twice. A tool listed as idempotent (``[tools] idempotent``)
-  runs again; any other call asks a person whether to run it again (an approval); or,
-  with ``[tools] in_doubt = "error"``, gets an error result the LLM sees. Every attempt
-  of a call carries the same idempotency key (``ToolContext.idempotency_key``).
+- each engine tool call of a stored round is *done* when its result is stored, and
+  *started* when its ``STEP_STARTED`` is (stored before a tool not listed idempotent
+  runs: ``core.tool_calls``). One never started runs now. One started but not done was
+  cut while it ran: it is *in doubt*, and never runs silently twice. A tool listed as
+  idempotent (``[tools] idempotent``) runs again; any other call asks a person whether
+  to run it again (an approval); or, with ``[tools] in_doubt = "error"``, gets an error
+  result the LLM sees. Every attempt of a call carries the same idempotency key
+  (``ToolContext.idempotency_key``).
 - calls of tools the engine does not have are the client's: a run whose last round
   asked only for them ends waiting for their results, as it would have.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from engine_service.core import events as ev
@@ -48,7 +50,7 @@ from engine_service.core.models import (
 from engine_service.core.recovery import RESUMED, SUPERSEDED, close_abandoned_run, read_run
 from engine_service.core.store import SessionStore
 
-__all__ = ["IN_DOUBT", "RESUME_LIMIT_CODE", "Resumption", "resume_run"]
+__all__ = ["IN_DOUBT", "RESUME_LIMIT_CODE", "ResumePoint", "Resumption", "resume_run"]
 
 RESUME_LIMIT_CODE = "resume_limit"
 IN_DOUBT = (
@@ -56,6 +58,22 @@ IN_DOUBT = (
     "the call may or may not have taken effect"
 )
 _SUPERSEDED_REASON = "the engine answering stopped mid-answer; the answer is asked again"
+
+
+@dataclass(slots=True)
+class ResumePoint:
+    """Where a resumed run goes on (``core.resume``)."""
+
+    resumes: int
+    """How many times the run was resumed after its engine died, this one included."""
+    rounds_done: int = 0
+    """Tool rounds it completed before it was cut."""
+    rerun: list[ToolCall] = field(default_factory=list)
+    """Calls run first: never started, or in doubt and idempotent."""
+    ask_again: list[ToolCall] = field(default_factory=list)
+    """Calls in doubt a person decides about (whether to run them again)."""
+    usage_before: ev.Usage | None = None
+    """What the run's earlier engines used."""
 
 
 @dataclass(slots=True)
@@ -73,9 +91,13 @@ class Resumption:
     principal: str
     """Whose run it is (budget, report): the session's owner."""
     rerun: list[ToolCall]
-    """In-doubt calls of idempotent tools: run again first."""
+    """Calls never started, and in-doubt calls of idempotent tools: run first."""
     ask: list[ToolCall]
     """Other in-doubt calls: a person decides whether they run again."""
+    started: set[str]
+    """Tool calls stored as started (done or not)."""
+    answered: set[str]
+    """Tool calls with a stored result."""
 
 
 async def resume_run(
@@ -89,10 +111,15 @@ async def resume_run(
     max_event_bytes: int = 1024 * 1024,
     idempotent: tuple[str, ...] = (),
     in_doubt: str = "ask",
+    carrying_out: bool = False,
+    starts_stored: bool = True,
 ) -> Resumption | None:
     """Store the events that close what ``run``'s dead engine left open and mark its
     resume; the run to go on with, or None when it was closed instead (nothing of it
-    stored, its answer complete, or resumed ``max_resumes`` times already)."""
+    stored, its answer complete, or resumed ``max_resumes`` times already).
+    ``carrying_out``: the run carries out a person's answers (kept with it), so it goes
+    on even when it stored nothing yet. ``starts_stored``: whether its engine stored each
+    tool call's start (``core.kept_input``); if not, every unfinished call is in doubt."""
     work = await read_run(store, run)
     history = await store.all_messages(run.session_id)
     own = [m for m in history if m.run_id == run.id]
@@ -106,7 +133,7 @@ async def resume_run(
         )
         await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes, error=error)
         return None
-    if not own:
+    if not own and not carrying_out:
         # Cut before it stored its input: there is nothing to go on from.
         await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
         return None
@@ -135,8 +162,9 @@ async def resume_run(
             if not is_engine_tool(call.name):
                 client_calls.append(call.id)
                 continue
-            if needs_approval(call.name, idempotent):
-                rerun.append(call)
+            never_started = starts_stored and call.id not in work.started
+            if never_started or needs_approval(call.name, idempotent):
+                rerun.append(call)  # never started (its start is stored first), or idempotent
                 continue
             if in_doubt != "error":
                 ask.append(call)
@@ -157,10 +185,13 @@ async def resume_run(
     for call_id, result in results:
         bodies.append(ev.ToolCallResult(result.id, call_id, IN_DOUBT, is_error=True))
         bodies.append(ev.MessageStored(result))
+    bodies += [ev.StepFinished(name) for name in work.steps]  # the cut calls' steps end
 
-    last = own[-1]
+    last = own[-1] if own else None
     done = (
-        last.role is Role.ASSISTANT
+        last is not None
+        and not carrying_out
+        and last.role is Role.ASSISTANT
         and not results
         and not ({c.id for c in last.tool_calls} - set(client_calls))
     )
@@ -176,7 +207,18 @@ async def resume_run(
     await _store(store, run, bodies, reserve=seq_block)
     session = await store.get_session(run.session_id)
     rounds = sum(1 for m in own if m.role is Role.ASSISTANT and m.tool_calls)
-    return Resumption(run, session, history, resumes, rounds, session.owner, rerun, ask)
+    return Resumption(
+        run,
+        session,
+        history,
+        resumes,
+        rounds,
+        session.owner,
+        rerun,
+        ask,
+        work.started,
+        answered | {call_id for call_id, _ in results},
+    )
 
 
 async def _store(

@@ -7,11 +7,15 @@ costs the memory, not after. A state stored before the limit was lowered stays r
 
 from __future__ import annotations
 
-from engine_service.core.errors import InvalidInput
+import asyncio
+from collections.abc import Callable
+
+from engine_service.core.errors import InvalidInput, StorageUnavailable
 from engine_service.core.jsonpatch import json_size
 from engine_service.core.models import JSON
+from engine_service.core.store import SessionStore
 
-__all__ = ["DEFAULT_MAX_STATE_BYTES", "check_state"]
+__all__ = ["DEFAULT_MAX_STATE_BYTES", "SharedState", "check_state"]
 
 DEFAULT_MAX_STATE_BYTES = 1024 * 1024
 
@@ -24,3 +28,37 @@ def check_state(state: JSON, max_bytes: int, field: str = "state") -> None:
             f"{field} is {size} bytes as JSON, over the limit of {max_bytes} bytes"
             " (max_state_bytes)"
         )
+
+
+class SharedState:
+    """A run's view of its session's shared state: ``value`` is what tools read; each state
+    they set is stored right away (the next run must see it even if this one is stopped),
+    a failed store reported to ``on_failure``."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        value: JSON,
+        on_failure: Callable[[StorageUnavailable], None],
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.value = value
+        self._on_failure = on_failure
+
+    def set(self, value: JSON) -> None:
+        """A tool's new state (``ToolContext.set_state``)."""
+        self.value = value
+        task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, value))
+        task.add_done_callback(self._stored)
+
+    async def take(self, value: JSON) -> None:
+        """The client's state, stored before the run goes on."""
+        self.value = value
+        await self.store.set_state(self.session_id, value)
+
+    def _stored(self, task: asyncio.Task[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if isinstance(exc, StorageUnavailable):
+            self._on_failure(exc)

@@ -189,8 +189,12 @@ class SessionStore(abc.ABC):
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
+        kept: str = "",
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
+
+        ``kept``: what the run keeps of its request for a resume (``core.kept_input``),
+        read back by ``kept_input``.
 
         ``admit`` is called, inside the transaction, with the session's pending
         interrupts; what it raises refuses the run and writes nothing.
@@ -207,6 +211,10 @@ class SessionStore(abc.ABC):
         ``AlreadyExists`` when the run id was used before, in any session (run ids are
         unique in the store; the message does not say where it was used).
         """
+
+    async def kept_input(self, session_id: str, run_id: str) -> str:
+        """What ``begin_run`` kept of the run's request ("" for nothing)."""
+        return ""
 
     @abc.abstractmethod
     async def finish_run(
@@ -373,6 +381,14 @@ class SessionStore(abc.ABC):
     ) -> list[RunRecord]:
         """Take over RUNNING runs whose lease expired before ``now`` (their replica died):
         each is leased to ``replica`` until ``until`` and returned, to exactly one caller."""
+        return []
+
+    async def note_alive(self, replica: str, until: datetime) -> None:  # noqa: B027
+        """Record that ``replica`` is alive until ``until`` (renewed with its leases); a
+        time in the past says it is gone. A store of one engine keeps nothing."""
+
+    async def replicas_alive(self, now: datetime) -> list[str]:
+        """The replicas noted alive past ``now`` (``note_alive``)."""
         return []
 
     # -- the delivery outbox (core.deliveries) ----------------------------------------

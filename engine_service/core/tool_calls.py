@@ -2,6 +2,12 @@
 
 Whatever the tool does, the run gets a ``ToolResult`` (an error result for an unknown
 tool, bad arguments, a timeout or an exception) and a ``ToolOutcome`` for its report.
+
+A call's state is durable: *requested* (its round's assistant message stored), *started*
+(a ``STEP_STARTED`` event named ``tool_call:<id>`` stored before a tool that is not
+idempotent runs, in the same write-behind as the run's other events, and waited for), and
+*done* (its result stored; ``STEP_FINISHED`` follows). A resume (``core.resume``) runs a
+call that never started again, and treats one started but not done as *in doubt*.
 """
 
 from __future__ import annotations
@@ -9,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from engine_service.core import events as ev
+from engine_service.core.hitl import needs_approval
 from engine_service.core.models import ToolCall
 from engine_service.core.observe import ToolOutcome
 from engine_service.core.registry import ToolRegistry
@@ -18,7 +26,16 @@ from engine_service.core.tool import Answers, Delegated, ToolContext, ToolError,
 from engine_service.core.trace import Tracer
 from engine_service.core.transcript import Transcript
 
-__all__ = ["ToolRunner", "call_tool"]
+__all__ = ["STEP_PREFIX", "ToolRunner", "call_tool", "step_call_id"]
+
+STEP_PREFIX = "tool_call:"
+"""The ``STEP_STARTED``/``STEP_FINISHED`` name of a call that ran: this + its id."""
+
+
+def step_call_id(step_name: str) -> str:
+    """The tool call id a step names ("" when the step is not a tool call's)."""
+    return step_name.removeprefix(STEP_PREFIX) if step_name.startswith(STEP_PREFIX) else ""
+
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +54,18 @@ class ToolRunner:
         tracer: Tracer,
         outcomes: list[tuple[str, str]],
         stopping: Callable[[], bool] = lambda: False,
+        store_now: Callable[[], Awaitable[None]] | None = None,
+        idempotent: Sequence[str] = (),
     ) -> None:
         """``stopping``: whether the run stops after these calls (handed over to another
-        replica): their results are stored, and ``run`` ends with ``CancelledError``."""
+        replica): their results are stored, and ``run`` ends with ``CancelledError``.
+        Calls of tools not listed ``idempotent`` (names or globs) are marked started
+        (``STEP_STARTED``, through ``emit`` of the transcript) and ``store_now`` is awaited
+        before they run; ``STEP_FINISHED`` follows their results."""
         self.tools = tools
+        self._store_now = store_now
+        self._idempotent = tuple(idempotent)
+        self._started: set[str] = set()
         self._stopping = stopping
         self.transcript = transcript
         self._context = context
@@ -56,6 +81,12 @@ class ToolRunner:
         """Run the calls concurrently; each result is published as it lands. ``answers``:
         by call id, a person's answers for a call that asked (``Delegated``) before."""
         self._pending = {c.id: c for c in calls}
+        marked = [c for c in calls if not needs_approval(c.name, self._idempotent)]
+        if marked and self._store_now is not None:
+            for call in marked:
+                self.transcript.emit(ev.StepStarted(STEP_PREFIX + call.id))
+            await self._store_now()  # durable: a resume knows they may have run
+            self._started.update(c.id for c in marked)
         async with asyncio.TaskGroup() as group:
             for call in calls:
                 group.create_task(self._run(call, (answers or {}).get(call.id)))
@@ -94,6 +125,9 @@ class ToolRunner:
         """The call's result, in the transcript (and so in the store and the stream)."""
         self._pending.pop(call.id, None)
         await self.transcript.add_result(call, result)
+        if call.id in self._started:
+            self._started.discard(call.id)
+            self.transcript.emit(ev.StepFinished(STEP_PREFIX + call.id))
 
     async def close_pending(self, result: ToolResult) -> None:
         """Give every call still running ``result`` (the run was stopped)."""

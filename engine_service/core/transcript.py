@@ -48,6 +48,10 @@ class Transcript:
         """The most bytes one message may hold (``core.bounds``)."""
         self._emit = emit
 
+    def emit(self, body: ev.EventBody) -> None:
+        """Publish an event of the run (bounded, stored behind it)."""
+        self._emit(body)
+
     async def take(self, incoming: list[Message], reconcile: ReconcileMode, title: str) -> None:
         """Store the client's messages (replacing the history with ``REPLACE``); ``title``,
         when given, names the untitled conversation."""

@@ -3,9 +3,9 @@
 A ``Run`` is owned by the engine, not by any RPC: it runs as its own task until it
 finishes, fails or is stopped, and publishes every event into the session's hub. Its
 parts have one job each: ``core.flush`` stores the events behind it (write-behind and
-the run's end), ``core.rounds`` reads each LLM round, ``core.tool_calls`` calls a tool;
-this file keeps the loop, the error and stop states, the person in the loop and the
-report.
+the run's end), ``core.rounds`` reads each LLM round, ``core.llm_rounds`` asks it within
+the window and the budget, ``core.tool_calls`` calls a tool, ``core.state`` keeps the
+shared state; this file keeps the loop, the error and stop states, and the report.
 
 Order of a run: RUN_STARTED; MESSAGE_STORED for the new client messages; for each LLM
 round the reasoning/text/tool-call events, MESSAGE_STORED for the assistant message, then
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from engine_service.core import events as ev
 from engine_service.core.asks import PersonInTheLoop
@@ -40,17 +40,19 @@ from engine_service.core.flush import Outbox
 from engine_service.core.hitl import Decision, needs_person
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
+from engine_service.core.llm_rounds import LlmRounds
 from engine_service.core.models import (
     JSON,
     UNSET,
     Message,
     RunInput,
     RunStatus,
-    ToolCall,
 )
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.resume import ResumePoint
 from engine_service.core.rounds import RoundReader
+from engine_service.core.state import SharedState
 from engine_service.core.store import Checkpoint, SessionStore
 from engine_service.core.tool import ToolContext, ToolResult
 from engine_service.core.tool_calls import ToolRunner
@@ -89,20 +91,14 @@ class Run:
         checkpoint: Checkpoint | None = None,
         anchors: Anchors | None = None,
         replica: str = "",
-        resumed: int = 0,
-        rounds_done: int = 0,
-        rerun: Sequence[ToolCall] = (),
-        ask_again: Sequence[ToolCall] = (),
-        usage_before: ev.Usage | None = None,
+        resume_point: ResumePoint | None = None,
     ) -> None:
-        """``resumed``: how many times this run was resumed after its engine died, it going
-        on here after ``rounds_done`` tool rounds, first running the in-doubt calls
-        ``rerun`` and asking a person about ``ask_again`` (``core.resume``); 0: a new run."""
+        """``resume_point``: where a run resumed after its engine died goes on
+        (``core.resume``); None: a new run."""
         self.store = store
-        self.resumed = resumed
-        self._rounds_done = rounds_done
-        self._rerun = list(rerun)
-        self._ask_again = list(ask_again)
+        self.point = resume_point or ResumePoint(0)
+        self.resumed = self.point.resumes
+        """How many times the run was resumed after its engine died (0: never)."""
         self.budget = budget
         """Checked before each LLM call, charged after it (``core.budget``)."""
         self.principal = principal
@@ -119,7 +115,8 @@ class Run:
         self.session_id = run_input.session_id
         self.run_id = run_input.run_id
         self.incoming = incoming
-        self.state = state
+        self.state = SharedState(store, self.session_id, state, on_failure=self.fail)
+        """The session's shared state, as tools read and set it."""
         self.decisions = list(decisions)
         """A person's answers to the session's pending interrupts, carried out first."""
         self._input_taken = False
@@ -157,11 +154,13 @@ class Run:
         """The session's messages, and what the run adds to them."""
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
-        self.rounds = RoundReader(model, tracer, emit=self.emit, on_first_token=self._first_token)
+        self.rounds = RoundReader(
+            model, tracer, emit=self.emit, on_first_token=self.report.first_token_now
+        )
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage
-        if usage_before is not None:  # a resumed run counts what its first engines used
-            self._usage.add(usage_before)
+        if self.point.usage_before is not None:  # what its first engines used counts
+            self._usage.add(self.point.usage_before)
         self._observer: RunObserver = observer or RunLog()
         self.tool_runner = ToolRunner(
             tools,
@@ -171,8 +170,8 @@ class Run:
                 run_id=self.run_id,
                 tool_call_id=call_id,
                 emit=self.emit,
-                get_state=lambda: self.state,
-                set_state=self._set_state,
+                get_state=lambda: self.state.value,
+                set_state=self.state.set,
                 session_key=self.session_key,
                 max_state_bytes=limits.max_state_bytes,
                 call_run_id=self.transcript.made_by(call_id),
@@ -181,6 +180,8 @@ class Run:
             tracer=tracer,
             outcomes=self.report.tool_calls,
             stopping=lambda: self.handing_over,
+            store_now=self.out.store_now,
+            idempotent=limits.idempotent,
         )
         """Runs the engine's tools, each result stored as it lands."""
         self.person = PersonInTheLoop(
@@ -189,17 +190,25 @@ class Run:
         """Asks a person about gated calls, and carries out their answers."""
         # Context budget (core/context.py): builds each request within the model's window,
         # from the session's checkpoint and ``history`` (the messages after it).
-        session_id = self.session_id
-        self.context = RunContext(
-            limits.context,
-            session_id,
-            model,
-            anchors or Anchors(),
-            lambda checkpoint: store.save_checkpoint(session_id, checkpoint),
-            self.emit,
-            checkpoint,
-            tracer=tracer,
+        self.llm = LlmRounds(
+            RunContext(
+                limits.context,
+                self.session_id,
+                model,
+                anchors or Anchors(),
+                lambda kept: store.save_checkpoint(run_input.session_id, kept),
+                self.emit,
+                checkpoint,
+                tracer=tracer,
+            ),
+            self.rounds,
+            system_prompt=limits.system_prompt,
+            client_context=run_input.context,
+            messages=lambda: self.transcript.messages,
+            budget=budget,
+            principal=principal,
         )
+        """Asks each LLM round within the window and the token budget."""
 
     # -- control ------------------------------------------------------------------
 
@@ -268,9 +277,9 @@ class Run:
             else:
                 self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
                 await self.out.let_followers_send()
-            if self.input.state is UNSET and self.state is not None and not self.resumed:
+            if self.input.state is UNSET and self.state.value is not None and not self.resumed:
                 # The client sent no state: give it the session's, so this run's deltas apply.
-                self.emit(ev.StateSnapshot(self.state))
+                self.emit(ev.StateSnapshot(self.state.value))
             # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
             if not self.decisions and not self.resumed:
@@ -350,7 +359,7 @@ class Run:
             # messages list's to page through.
             room = self.limits.max_event_bytes - MESSAGE_ROOM
             # The latest messages, from the store once a checkpoint keeps older ones out.
-            history = await self.context.snapshot_history(
+            history = await self.llm.context.snapshot_history(
                 self.store, self.transcript.messages, room
             )
             self.emit(ev.MessagesSnapshot(messages=bounded_snapshot(history, room)))
@@ -392,14 +401,8 @@ class Run:
         self._on_done(self)
 
     def _report_end(self, final: ev.RunFinished | ev.RunError, cause: str = "") -> None:
-        outcome = final.outcome.value if isinstance(final, ev.RunFinished) else "error"
-        if isinstance(final, ev.RunError):
-            self.report.error_code = final.code
-            failure = self._storage_failure
-            cause = failure.message if failure else final.message
-        self.report.cached_tokens = self._usage.cached_tokens
-        self.report.model = self.model.name
-        self.report.end(self._usage.input_tokens, self._usage.output_tokens, outcome, cause)
+        failure = self._storage_failure.message if self._storage_failure else ""
+        self.report.close(final, self._usage, self.model.name, cause, failure)
         self._observer.run_finished(self.report)
 
     async def settle(self) -> None:
@@ -407,24 +410,6 @@ class Run:
         assert self.final is not None
         await self.out.settle(self.status, self.final, self._usage_or_none())
         self.settled = True
-
-    async def settle_late(self) -> None:
-        """Store the end of a run that could not be stored when it ended. With a shared
-        store another replica may have closed the run meanwhile (our lease lapsed while
-        the store failed): its end is the stored one, and ours is dropped unseen."""
-        try:
-            await self.settle()
-        except InvalidInput:
-            closed_at = await self.closed_elsewhere()
-            if closed_at is None:
-                raise
-            log.warning("run %s was closed by another replica meanwhile", self.run_id)
-            self.lost_at = closed_at
-            self.hub.drop_unstored(closed_at)
-
-    def _first_token(self) -> None:
-        if not self.report.first_token:
-            self.report.first_token = time.monotonic()
 
     async def _loop(self) -> ev.RunFinished:
         client_tools = {t.name: t for t in self.input.tools}
@@ -434,10 +419,10 @@ class Run:
         if self.decisions:
             await self.person.carry_out(self.decisions)
             await self._take_input()
-        if self._rerun or self._ask_again:
+        if self.point.rerun or self.point.ask_again:
             # A resumed run's calls in doubt: never silently twice (``core.resume``).
-            await self.tool_runner.run(self._rerun)
-            asked = await self.person.ask(self._ask_again, in_doubt=True)
+            await self.tool_runner.run(self.point.rerun)
+            asked = await self.person.ask(self.point.ask_again, in_doubt=True)
         else:
             asked = []
         # A sub-agent a call started (again) may have stopped to ask: this run's person.
@@ -446,14 +431,14 @@ class Run:
             return ev.RunFinished(
                 outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
             )
-        rounds = self._rounds_done
+        rounds = self.point.rounds_done
         while True:
             if self.handing_over:
                 raise asyncio.CancelledError  # at a step boundary: another replica goes on
             offer = specs if rounds < self.limits.max_tool_rounds else []
             # Context budget (core/context.py): the messages compacted to fit the window.
-            request = ChatRequest(messages=await self._llm_messages(offer), tools=offer)
-            assistant = await self._round_within_window(request)
+            request = ChatRequest(messages=await self.llm.messages(offer), tools=offer)
+            assistant = await self.llm.ask(request)
             if assistant.content or assistant.tool_calls:
                 await self.transcript.add(assistant)
             if not assistant.tool_calls or not offer:
@@ -484,49 +469,8 @@ class Run:
     async def _take_input(self) -> None:
         self._input_taken = True
         if self.input.state is not UNSET:
-            self.state = self.input.state
-            await self.store.set_state(self.session_id, self.state)
+            await self.state.take(self.input.state)
         await self.transcript.take(self.incoming, self.input.reconcile, self.title)
-
-    def _set_state(self, state: JSON) -> None:
-        self.state = state
-        # Stored right away: the next run must see it even if this one is stopped.
-        task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, state))
-        task.add_done_callback(self._state_stored)
-
-    def _state_stored(self, task: asyncio.Task[None]) -> None:
-        exc = None if task.cancelled() else task.exception()
-        if isinstance(exc, StorageUnavailable):
-            self.fail(exc)
-
-    # -- the context budget (core/context.py) and the token budget (core/budget.py) ---
-
-    async def _llm_messages(self, tools: list[ToolSpec], *, force: bool = False) -> list[Message]:
-        return await self.context.messages(
-            self.limits.system_prompt,
-            self.input.context,
-            self.transcript.messages,
-            tools,
-            force=force,
-        )
-
-    async def _round_within_window(self, request: ChatRequest) -> Message:
-        """One LLM round within the window (``RunContext.round``: a compaction and a retry
-        when the LLM says its context is exceeded) and within the principal's token budget
-        (``core.budget``), which is charged what the round and any summary used."""
-
-        def within() -> Awaitable[Message]:
-            return self.context.round(
-                request,
-                self.rounds.read,
-                self._usage,
-                said=lambda: self.rounds.said_anything,
-                rebuild=lambda: self._llm_messages(request.tools, force=True),
-            )
-
-        if self.budget is None:
-            return await within()
-        return await self.budget.spending(self.principal, self._usage, within)
 
     # -- ending -------------------------------------------------------------------
 

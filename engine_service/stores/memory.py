@@ -139,6 +139,10 @@ class MemorySessionStore(SessionStore):
         """The outbox: each delivery with the replica holding it and its lease's end."""
         self._push: dict[tuple[str, str], PushConfig] = {}
         """Push configs by (task id, config id), in the order they were added."""
+        self._kept: dict[tuple[str, str], str] = {}
+        """What each run kept of its request (``begin_run``'s ``kept``)."""
+        self._alive: dict[str, datetime] = {}
+        """Each replica and until when it is alive (``note_alive``)."""
 
     # -- several engines ------------------------------------------------------------
 
@@ -175,6 +179,13 @@ class MemorySessionStore(SessionStore):
                     run.lease_until = until
                     held += 1
         return held
+
+    async def note_alive(self, replica: str, until: datetime) -> None:
+        self._alive[replica] = _utc(until, "until")
+
+    async def replicas_alive(self, now: datetime) -> list[str]:
+        now = _utc(now, "now")
+        return sorted(r for r, until in self._alive.items() if until > now)
 
     async def claim_expired_runs(
         self, replica: str, now: datetime, until: datetime
@@ -335,6 +346,7 @@ class MemorySessionStore(SessionStore):
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
+        kept: str = "",
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -370,6 +382,8 @@ class MemorySessionStore(SessionStore):
             parent_run_id=parent_run_id,
         )
         self._run_ids.add(run_id)
+        if kept:
+            self._kept[(session_id, run_id)] = kept
         entry.active_run_id = run_id
         entry.updated_at = now
         entry.reserved_seq = entry.last_seq + reserve
@@ -484,6 +498,10 @@ class MemorySessionStore(SessionStore):
                 run.status = RunStatus.INTERRUPTED
         entry.interrupts = None
         return asked_by
+
+    async def kept_input(self, session_id: str, run_id: str) -> str:
+        self._entry(session_id)
+        return self._kept.get((session_id, run_id), "")
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         run = self._entry(session_id).runs.get(run_id)

@@ -265,6 +265,17 @@ ALTER TABLE sessions ADD COLUMN agent text COLLATE "C" NOT NULL DEFAULT '';
 """
 """Several agents (``core.agents``): the agent a session belongs to ('' for the default)."""
 
+_SCHEMA_V8 = """
+CREATE TABLE replicas (
+    id          text COLLATE "C" PRIMARY KEY,
+    alive_until timestamptz NOT NULL
+);
+ALTER TABLE runs ADD COLUMN kept text NOT NULL DEFAULT '';
+"""
+"""Runs that outlive their engine: the replicas alive (``note_alive``: a stopping one hands
+its runs over only when another is there to take them), and what a run keeps of its
+request for a resume (``core.kept_input``)."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -273,6 +284,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V5,
     _SCHEMA_V6,
     _SCHEMA_V7,
+    _SCHEMA_V8,
 )
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 
@@ -1005,6 +1017,7 @@ class PostgresSessionStore(SessionStore):
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
+        kept: str = "",
     ) -> RunBegun:
         stamp = _utc(now, "now")
         lease_until = _utc(lease.until, "lease") if lease else None
@@ -1044,8 +1057,8 @@ class PostgresSessionStore(SessionStore):
                 async with conn.transaction():  # a savepoint: the index is the last word
                     await conn.execute(
                         "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
-                        " replica, lease_until, parent_run_id)"
-                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s"
+                        " replica, lease_until, parent_run_id, kept)"
+                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s, %s"
                         " FROM sessions WHERE id = %s",
                         (
                             session_id,
@@ -1054,6 +1067,7 @@ class PostgresSessionStore(SessionStore):
                             lease.replica if lease else "",
                             lease_until,
                             parent_run_id,
+                            kept,
                             session_id,
                         ),
                     )
@@ -1266,6 +1280,15 @@ class PostgresSessionStore(SessionStore):
             return asked_by
 
         return await self._write(work)
+
+    async def kept_input(self, session_id: str, run_id: str) -> str:
+        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+            await self._require(conn, session_id)
+            query = "SELECT kept FROM runs WHERE session_id = %s AND id = %s"
+            return await self._one(conn, query, (session_id, run_id))
+
+        row = await self._snapshot(work)
+        return str(row[0]) if row is not None else ""
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         async def work(conn: _Conn) -> tuple[Any, ...] | None:
@@ -1516,6 +1539,32 @@ class PostgresSessionStore(SessionStore):
             return cursor.rowcount
 
         return await self._write(work)
+
+    async def note_alive(self, replica: str, until: datetime) -> None:
+        stamp = _utc(until, "until")
+
+        async def work(conn: _Conn) -> None:
+            # The long gone are dropped as they are seen (a replica killed leaves its row).
+            await conn.execute(
+                "DELETE FROM replicas WHERE alive_until < %s - interval '1 day'", (stamp,)
+            )
+            await conn.execute(
+                "INSERT INTO replicas (id, alive_until) VALUES (%s, %s)"
+                " ON CONFLICT (id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
+                (replica, stamp),
+            )
+
+        await self._write(work)
+
+    async def replicas_alive(self, now: datetime) -> list[str]:
+        stamp = _utc(now, "now")
+
+        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+            return await self._all(
+                conn, "SELECT id FROM replicas WHERE alive_until > %s ORDER BY id", (stamp,)
+            )
+
+        return [row[0] for row in await self._read(work)]
 
     async def claim_expired_runs(
         self, replica: str, now: datetime, until: datetime

@@ -243,6 +243,12 @@ ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT '';
 """
 """Several agents (``core.agents``): the agent a session belongs to ('' for the default)."""
 
+_SCHEMA_V11 = """
+ALTER TABLE runs ADD COLUMN kept TEXT NOT NULL DEFAULT '';
+"""
+"""What a run keeps of its request for a resume (``core.kept_input``): the client's tools
+and context, a person's answers."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -254,6 +260,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V8,
     _SCHEMA_V9,
     _SCHEMA_V10,
+    _SCHEMA_V11,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 
@@ -887,6 +894,7 @@ class SqliteSessionStore(SessionStore):
         parent_run_id: str = "",
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
+        kept: str = "",
     ) -> RunBegun:
         stamp = _iso(now, "now")
         lease_until = _iso(lease.until, "lease") if lease else None
@@ -924,8 +932,8 @@ class SqliteSessionStore(SessionStore):
             try:
                 conn.execute(
                     "INSERT INTO runs (session_id, id, status, started_at, start_seq, replica,"
-                    " lease_until, parent_run_id)"
-                    " SELECT ?, ?, ?, ?, last_seq + 1, ?, ?, ? FROM sessions WHERE id = ?",
+                    " lease_until, parent_run_id, kept)"
+                    " SELECT ?, ?, ?, ?, last_seq + 1, ?, ?, ?, ? FROM sessions WHERE id = ?",
                     (
                         session_id,
                         run_id,
@@ -934,6 +942,7 @@ class SqliteSessionStore(SessionStore):
                         lease.replica if lease else "",
                         lease_until,
                         parent_run_id,
+                        kept,
                         session_id,
                     ),
                 )
@@ -1119,6 +1128,15 @@ class SqliteSessionStore(SessionStore):
             )
             conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
             return asked_by
+
+    @_off_loop
+    def kept_input(self, session_id: str, run_id: str) -> str:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            row = conn.execute(
+                "SELECT kept FROM runs WHERE session_id = ? AND id = ?", (session_id, run_id)
+            ).fetchone()
+        return str(row[0]) if row is not None else ""
 
     @_off_loop
     def get_run(self, session_id: str, run_id: str) -> RunRecord:

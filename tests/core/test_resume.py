@@ -27,8 +27,11 @@ NOW = datetime(2026, 12, 5, tzinfo=UTC)
 ENGINE_TOOLS = {"charge", "current_time"}
 
 
-async def _dead_run(store: MemorySessionStore, *messages: Message) -> RunRecord:
-    """A run that stored ``messages`` and began an answer "m2" when its engine died."""
+async def _dead_run(
+    store: MemorySessionStore, *messages: Message, started: tuple[str, ...] = ()
+) -> RunRecord:
+    """A run that stored ``messages`` and began an answer "m2" when its engine died, the
+    tool calls ``started`` stored as started."""
     begun = await store.begin_run("s", "r", NOW, create=True, reserve=64)
     user = Message(id="u", role=Role.USER, content=[TextPart("hi")], run_id="r")
     await store.append_messages("s", [user, *messages])
@@ -36,6 +39,7 @@ async def _dead_run(store: MemorySessionStore, *messages: Message) -> RunRecord:
         ev.RunStarted(),
         ev.MessageStored(user),
         *(ev.MessageStored(m) for m in messages),
+        *(ev.StepStarted(f"tool_call:{call_id}") for call_id in started),
         ev.TextMessageStart("m2"),
         ev.TextMessageContent("m2", "half an ans"),
     ]
@@ -93,17 +97,55 @@ async def test_in_doubt_calls_are_run_again_asked_about_or_answered_with_an_erro
     ]
     asked = Message(id="m1", role=Role.ASSISTANT, tool_calls=calls, run_id="r")
     store = MemorySessionStore()
-    resumed = await _resume(store, await _dead_run(store, asked))
+    run = await _dead_run(store, asked, started=("c1",))
+    before = await store.get_session("s")
+    resumed = await _resume(store, run)
     assert resumed is not None and resumed.rounds == 1
     assert [c.id for c in resumed.rerun] == ["t1"]
     assert [c.id for c in resumed.ask] == ["c1"]
+    # The cut call's step is closed, so a client's started steps all finish.
+    closing = [e.body for e in await _run_events(store, before.last_seq)]
+    assert ev.StepFinished("tool_call:c1") in closing
 
     store = MemorySessionStore()
-    resumed = await _resume(store, await _dead_run(store, asked), in_doubt="error")
+    run = await _dead_run(store, asked, started=("c1",))
+    resumed = await _resume(store, run, in_doubt="error")
     assert resumed is not None and [c.id for c in resumed.rerun] == ["t1"] and not resumed.ask
     results = [m for m in resumed.history if m.role is Role.TOOL]
     assert [(m.tool_call_id, m.content) for m in results] == [("c1", [TextPart(IN_DOUBT)])]
     assert results[0] in await store.all_messages("s")
+
+
+async def test_a_call_never_stored_as_started_runs_it_was_cut_before_it_could_run() -> None:
+    """Its round's message is stored, its start is not: it never ran, so it runs now
+    (a tool that is not idempotent included), without asking anyone."""
+    calls = [ToolCall("c1", "charge", '{"cents": 5}'), ToolCall("c2", "charge", "{}")]
+    asked = Message(id="m1", role=Role.ASSISTANT, tool_calls=calls, run_id="r")
+    store = MemorySessionStore()
+    resumed = await _resume(store, await _dead_run(store, asked, started=("c2",)))
+    assert resumed is not None
+    assert [c.id for c in resumed.rerun] == ["c1"]
+    assert [c.id for c in resumed.ask] == ["c2"]
+
+
+async def test_a_run_whose_engine_did_not_store_starts_has_every_unfinished_call_in_doubt() -> None:
+    """Begun by an engine from before starts were stored (nothing kept with the run): a
+    call without a stored start may still have run, so it is asked about, not run."""
+    calls = [ToolCall("c1", "charge", '{"cents": 5}')]
+    asked = Message(id="m1", role=Role.ASSISTANT, tool_calls=calls, run_id="r")
+    store = MemorySessionStore()
+    run = await _dead_run(store, asked)
+    resumed = await resume_run(
+        store,
+        run,
+        NOW,
+        max_resumes=3,
+        is_engine_tool=ENGINE_TOOLS.__contains__,
+        seq_block=64,
+        starts_stored=False,
+    )
+    assert resumed is not None and not resumed.rerun
+    assert [c.id for c in resumed.ask] == ["c1"]
 
 
 async def test_a_run_whose_last_round_was_stored_whole_is_finished_not_asked_again() -> None:

@@ -59,6 +59,7 @@ async def replicas(
     approval: tuple[str, ...] = (),
     *,
     resume: bool = False,
+    idempotent: tuple[str, ...] = ("current_time", "calculate"),
 ) -> AsyncIterator[list[Replica]]:
     """``resume``: a dead replica's runs are resumed (``[engine] resume_runs``); off,
     closed as interrupted (tests/core/test_replica_races.py and tests/faults resume)."""
@@ -76,7 +77,7 @@ async def replicas(
                 build_model(settings),
                 ToolRegistry(builtin_tools() if approval else ()),
                 EngineLimits(
-                    run=RunLimits(approval=approval),
+                    run=RunLimits(approval=approval, idempotent=idempotent),
                     lease_seconds=LEASE,
                     event_retention=0,
                     resume_runs=resume,
@@ -295,3 +296,72 @@ async def test_a_run_that_waits_for_a_person_on_a_is_resumed_on_b(
         assert _bodies(followed) == _bodies(resumed)  # A's follower saw B's resume live
         on_a = await a.stub.GetSession(pb.GetSessionRequest(session_id="s"))
         assert list(on_a.pending_interrupts) == []
+
+
+async def test_a_stopping_replica_hands_its_runs_over_only_when_another_is_alive(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """With B alive, A's shutdown hands its run over at once (B finishes it); alone, a
+    stopping replica has nobody to hand over to, so its run finishes within the grace."""
+    slow = "[[chunks:20]][[slow:0.05]]"
+    async with replicas(llm, store_for, resume=True) as (a, b):
+        await asyncio.sleep(LEASE / 2)  # both have renewed once: noted alive
+        await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
+        run = a.stub.Run(pb.RunRequest(session_id="s", messages=[user(slow)]))
+        first = await next_event(run)
+        follow = b.stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True))
+        began = time.perf_counter()
+        await a.engine.shutdown(30)
+        assert time.perf_counter() - began < 5  # handed over: no waiting for the grace
+        followed = await collect(follow)
+        assert kind(followed[-1]) == "run_finished"
+        assert followed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        assert any(e.custom.name == "resumed" for e in followed if kind(e) == "custom")
+        info = await b.stub.GetRun(pb.GetRunRequest(run_id=first.run_id))
+        assert info.status == pb.RUN_STATUS_SUCCEEDED
+        run.cancel()
+
+    async with replicas(llm, store_for, count=1, resume=True) as (alone,):
+        await asyncio.sleep(LEASE / 2)
+        await alone.stub.CreateSession(pb.CreateSessionRequest(session_id="t"))
+        run = alone.stub.Run(pb.RunRequest(session_id="t", messages=[user(slow)]))
+        first = await next_event(run)
+        await alone.engine.shutdown(30)  # nobody to take it: it finishes here
+        rest = await collect(run)
+        assert kind(rest[-1]) == "run_finished"
+        assert rest[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        stored = await alone.engine.store.get_run("t", first.run_id)
+        assert stored.status.value == "succeeded"
+
+
+async def test_a_resumed_run_offers_the_llm_the_clients_tools_and_context(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """The client's tools and context are kept with the run (``core.kept_input``): the
+    replica that resumes it asks the LLM with them, as the dead one did."""
+    async with replicas(llm, store_for, resume=True) as (a, _b):
+        await a.stub.CreateSession(pb.CreateSessionRequest(session_id="s"))
+        parameters = struct_pb2.Struct()
+        parameters.update({"type": "object", "properties": {}})
+        request = pb.RunRequest(
+            session_id="s",
+            messages=[user("partial [[hang]]")],
+            tools=[pb.Tool(name="pick_color", description="Pick a colour", parameters=parameters)],
+            context=[pb.ContextItem(description="the page", value="the settings page")],
+        )
+        run = a.stub.Run(request)
+        while kind(await next_event(run)) != "text_message_content":
+            pass
+        await asyncio.sleep(0.2)  # the first chunk is stored (write-behind)
+        asked = len(llm.requests)
+        assert a.engine._leases is not None
+        await a.engine._leases.stop()  # A "dies"; B resumes the run and asks again
+        for _ in range(int((LEASE * 3 + 2) / 0.05)):
+            if len(llm.requests) > asked:
+                break
+            await asyncio.sleep(0.05)
+        assert len(llm.requests) > asked, "the run was not resumed"
+        again = llm.requests[-1]
+        assert [t["function"]["name"] for t in again.get("tools", [])] == ["pick_color"]
+        assert "the settings page" in str(again["messages"])
+        run.cancel()

@@ -9,7 +9,20 @@ import pytest
 from google.protobuf import struct_pb2
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from tests.engine.harness import Harness, collect, kind, kinds, next_event, text_of, user
+from engine_service.core import events as ev
+from engine_service.core.models import JSON
+from engine_service.core.tool import Tool, ToolContext, ToolResult
+from tests.engine.harness import (
+    Harness,
+    collect,
+    engine_settings,
+    kind,
+    kinds,
+    next_event,
+    running_engine,
+    text_of,
+    user,
+)
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 
 
@@ -484,3 +497,50 @@ async def test_a_messages_snapshot_closes_the_run_when_asked(harness: Harness) -
     assert kinds(events)[-2:] == ["messages_snapshot", "run_finished"]
     snapshot = events[-2].messages_snapshot.messages
     assert [m.id for m in snapshot] == [m.id for m in await history(harness, "ms")]
+
+
+class _Charge(Tool):
+    """A tool with a side effect (not idempotent): notes what the store held as it ran."""
+
+    name = "charge"
+    description = "Charge the card."
+
+    def __init__(self, harness: Harness) -> None:
+        self.parameters: dict[str, JSON] = {"type": "object", "properties": {}}
+        self.harness = harness
+        self.seen: list[str] = []
+
+    async def call(self, arguments: dict[str, JSON], context: ToolContext) -> ToolResult:
+        stored = await self.harness.engine.store.read_events(context.session_id, 0, 0)
+        self.seen = [e.body.step_name for e in stored if isinstance(e.body, ev.StepStarted)]
+        return ToolResult("charged")
+
+
+async def test_a_call_of_a_tool_that_is_not_idempotent_is_stored_as_started_before_it_runs(
+    llm: FakeOpenAI,
+) -> None:
+    """Its ``STEP_STARTED`` is in the store when the tool runs (so a resume knows the call
+    may have run), and ``STEP_FINISHED`` follows its result; an idempotent tool has none."""
+    settings = engine_settings(
+        OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", AGENTIK_LLM_MAX_RETRIES="0"
+    )
+    async with running_engine(settings) as harness:
+        charge = _Charge(harness)
+        harness.engine.tools.register(charge)
+        calls = [FakeToolCall("charge", {}, id="c1"), FakeToolCall("current_time", {}, id="t1")]
+        llm.enqueue(FakeReply(tool_calls=calls))
+        events = await run(
+            harness, pb.RunRequest(session_id="pay", create_session=True, messages=[user("pay")])
+        )
+    assert charge.seen == ["tool_call:c1"]
+    names = kinds(events)
+    started = names.index("step_started")
+    assert events[started].step_started.step_name == "tool_call:c1"
+    result = next(
+        i
+        for i, e in enumerate(events)
+        if kind(e) == "tool_call_result" and e.tool_call_result.tool_call_id == "c1"
+    )
+    assert started < result < names.index("step_finished")
+    assert events[names.index("step_finished")].step_finished.step_name == "tool_call:c1"
+    assert names.count("step_started") == names.count("step_finished") == 1

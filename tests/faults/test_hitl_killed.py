@@ -3,9 +3,11 @@
 A real engine process on an SQLite file, a real MCP server whose ``slow`` tool needs
 approval, the fake LLM. The run stops for approval; the engine is killed; a new one on the
 same file still waits for the person. Approved, the call starts — and the engine is killed
-again mid-call. The next engine still waits (the call has no result), and a second approval
-with edited arguments finishes the turn. The client's view is held against the stored log:
-zero lost, zero duplicated events, one result for the call.
+again mid-call. The next engine resumes the cut run (its answers were kept with it): the
+call had started and has no result, so it may have run, and the person is asked again
+("may already have run"); a second approval with edited arguments finishes the turn. The
+client's view is held against the stored log: zero lost, zero duplicated events, one result
+for the call.
 """
 
 from __future__ import annotations
@@ -102,17 +104,19 @@ def test_a_pending_approval_survives_kill_9_twice_and_the_call_runs_once(
     finally:
         engine.stop()
 
-    # 3. The next engine closed the cut run and still waits for the person: the call has
-    # no result. Approving again with edited arguments finishes the turn.
+    # 3. The next engine resumes the cut run: the approved call started and has no result,
+    # so it is in doubt, and the person is asked again (never run twice silently).
+    # Approving again with edited arguments finishes the turn.
     engine = _engine(llm, tmp_path, config)
     try:
         seen += engine.follow("t", seen[-1].seq)
         session = engine.stub.GetSession(pb.GetSessionRequest(session_id="t"), timeout=WAIT)
-        assert [i.id for i in session.pending_interrupts] == [asked.id]
+        [again] = session.pending_interrupts
+        assert again.tool_call.id == "slow1" and "may already have run" in again.message
         llm.enqueue(FakeReply(text="the slow tool is done"))
         last = list(
             engine.stub.Run(
-                pb.RunRequest(session_id="t", resume=[_approve(asked.id, {"seconds": 0.05})]),
+                pb.RunRequest(session_id="t", resume=[_approve(again.id, {"seconds": 0.05})]),
                 timeout=WAIT,
             )
         )

@@ -290,7 +290,8 @@ def test_kill_9_mid_tool_with_in_doubt_error_gives_the_llm_an_error_result(
 
     assert counter.read_text().splitlines() == [f"{seen[0].run_id}:c1"]  # never twice
     kinds = [kind(e) for e in resumed]
-    assert kinds[:3] == ["tool_call_result", "message_stored", "custom"], kinds
+    # The cut call's result, then its step (stored as started before it ran) ends.
+    assert kinds[:4] == ["tool_call_result", "message_stored", "step_finished", "custom"], kinds
     assert resumed[0].tool_call_result.is_error
     assert "may or may not have taken effect" in resumed[0].tool_call_result.content
     assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS

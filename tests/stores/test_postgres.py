@@ -339,6 +339,8 @@ async def test_the_run_index_migration_reads_run_ids_of_messages_holding_nul(
             for column in ("input_tokens", "output_tokens", "cached_tokens"):
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("ALTER TABLE sessions DROP COLUMN agent")  # and what version 6 added
+        conn.execute("DROP TABLE replicas")  # and what version 7 added
+        conn.execute("ALTER TABLE runs DROP COLUMN kept")
     again = PostgresSessionStore(pg_url)
     try:
         found, _ = await again.run_messages("s1", ["r1"], 5)

@@ -85,6 +85,18 @@ export class View {
     this.scroll();
   }
 
+  /** The engine answering died mid-answer and another asks the LLM again: the cut text
+   * goes (the new answer comes as a new message), and a note says why
+   * (docs/reliability.md). */
+  superseded(messageId) {
+    const bubble = this.bubbles.get(messageId);
+    if (bubble) {
+      bubble.root.remove();
+      this.bubbles.delete(messageId);
+    }
+    this.note("The answer was cut; asking again.", "note retried");
+  }
+
   run(runId) {
     let found = this.runs.get(runId);
     if (!found) {
@@ -331,6 +343,9 @@ export class View {
         break;
       case "compacted":
         this.compacted(data);
+        break;
+      case "retry":
+        this.superseded(data.message_id);
         break;
       case "input_required":
         this.prompt(data.interrupts);

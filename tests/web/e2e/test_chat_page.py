@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 from tests.browser import chromium_or_skip
 from tests.fakes.a2a_sdk_agent_process import SdkAgent
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply
-from tests.web.e2e.conftest import WAIT, Stack
+from tests.web.e2e.conftest import ENGINE_LISTENING, WAIT, Process, Stack, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -708,4 +710,42 @@ def test_earlier_messages_summarised_show_as_a_note_that_opens_to_the_summary(
     note.find_element(By.TAG_NAME, "summary").click()
     page.wait(lambda: "Summary: the user and the assistant talked" in note.text, "the summary")
     assert len(page.find(".msg.user")) == index + 1  # the page still shows every message
+    page.assert_no_console_errors()
+
+
+@pytest.fixture(scope="module")
+def crashing_stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("page-crash")
+    # SQLite and a fixed engine port: the engine started again finds the run and the
+    # facade finds the engine where the killed one was.
+    running = Stack(
+        llm,
+        logs,
+        AGENTIK_STORE=f"sqlite:///{logs / 'store.db'}",
+        AGENTIK_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+    )
+    yield running
+    running.stop()
+
+
+def test_an_answer_cut_by_an_engine_crash_is_replaced_by_the_resumed_one(
+    browser: Chrome, crashing_stack: Stack
+) -> None:
+    """kill -9 of the engine mid-answer: the engine started again resumes the run, and the
+    page drops the cut text on ``retry`` and shows the new answer alone, with a note."""
+    chunks = 150
+    page = Page(browser, crashing_stack.base_url)
+    page.open()
+    page.send(f"[[slow:0.03]] [[chunks:{chunks}]]")
+    page.wait(lambda: any(a.startswith("w0 w1 w2") for a in page.answers()), "the answer")
+    crashing_stack.engine.stop(signal.SIGKILL)
+    crashing_stack.engine = Process(
+        "engine", [sys.executable, "-m", "engine_service"], crashing_stack.env, crashing_stack.logs
+    )
+    crashing_stack.engine.wait_for_log(ENGINE_LISTENING)
+    note = page.one(".note.retried")
+    assert note.text == "The answer was cut; asking again."
+    whole = " ".join(f"w{i}" for i in range(chunks))
+    page.wait(lambda: page.answers() == [whole], f"the whole answer alone ({page.answers()})")
+    page.idle()
     page.assert_no_console_errors()

@@ -222,8 +222,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.TaskPushNotificationConfig, context: Context
     ) -> a2a_pb.TaskPushNotificationConfig:
         async def create() -> a2a_pb.TaskPushNotificationConfig:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             config = push_config_from_pb(engine_push_config(request, request.task_id))
             made = await self._push().set(caller, config)
             return a2a_push_config(push_config_to_pb(made))
@@ -234,8 +236,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.GetTaskPushNotificationConfigRequest, context: Context
     ) -> a2a_pb.TaskPushNotificationConfig:
         async def get() -> a2a_pb.TaskPushNotificationConfig:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             found = await self._push().get(caller, request.task_id, request.id)
             return a2a_push_config(push_config_to_pb(found))
 
@@ -245,8 +249,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.ListTaskPushNotificationConfigsRequest, context: Context
     ) -> a2a_pb.ListTaskPushNotificationConfigsResponse:
         async def listed() -> a2a_pb.ListTaskPushNotificationConfigsResponse:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             configs = await self._push().list(caller, request.task_id)
             # Every config of a task fits one page ([webhooks] max_push_configs bounds them).
             return a2a_pb.ListTaskPushNotificationConfigsResponse(
@@ -259,8 +265,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.DeleteTaskPushNotificationConfigRequest, context: Context
     ) -> empty_pb2.Empty:
         async def delete() -> empty_pb2.Empty:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             await self._push().delete(caller, request.task_id, request.id)
             return empty_pb2.Empty()
 

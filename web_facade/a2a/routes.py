@@ -342,19 +342,27 @@ def _push() -> PushConfigService:
 
 
 def _create_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(_push().create(_proto(params, TaskPushNotificationConfig())))
+    config = _proto(params, TaskPushNotificationConfig())
+    tasks.check_task(config.task_id)
+    return _json(_push().create(config))
 
 
 def _get_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(_push().get(_proto(params, GetTaskPushNotificationConfigRequest())))
+    query = _proto(params, GetTaskPushNotificationConfigRequest())
+    tasks.check_task(query.task_id)
+    return _json(_push().get(query))
 
 
 def _list_push_configs(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(_push().list(_proto(params, ListTaskPushNotificationConfigsRequest())))
+    query = _proto(params, ListTaskPushNotificationConfigsRequest())
+    tasks.check_task(query.task_id)
+    return _json(_push().list(query))
 
 
 def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    _push().delete(_proto(params, DeleteTaskPushNotificationConfigRequest()))
+    query = _proto(params, DeleteTaskPushNotificationConfigRequest())
+    tasks.check_task(query.task_id)
+    _push().delete(query)
     return {}
 
 

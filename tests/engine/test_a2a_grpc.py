@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -725,6 +726,67 @@ async def test_a_tenant_lists_its_own_agent_s_tasks_and_no_tenant_every_agent_s(
     assert listed["support"] == {contexts["support"]}
     assert listed["research"] == {contexts["research"]}
     assert listed[""] == set(contexts.values())
+
+
+async def test_a_tenant_reaches_only_its_own_agent_s_tasks_and_contexts(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A task of ``research`` is TaskNotFound with the tenant ``support`` for every task
+    and push config method, a message on it too; a message on its context is refused
+    naming ``message.contextId``. Its own tenant and no tenant reach it."""
+    path = tmp_path / "agentik.toml"
+    path.write_text(
+        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
+        '[[agents]]\nname = "support"\n\n[[agents]]\nname = "research"\n'
+    )
+    settings = load_settings(
+        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    )
+    config = ClientConfig(
+        streaming=False,
+        grpc_channel_factory=grpc.aio.insecure_channel,
+        supported_protocol_bindings=["GRPC"],
+    )
+    async with running_engine(settings) as running:
+        research = ClientFactory(config).create(_card(running.target, tenant="research"))
+        streaming = replace(config, streaming=True)  # SubscribeToTask needs a stream
+        support = ClientFactory(streaming).create(_card(running.target, tenant="support"))
+        root = ClientFactory(config).create(_card(running.target))
+        try:
+            task = await _task(research, _request("a research task"))
+            push = TaskPushNotificationConfig(
+                task_id=task.id, url="https://example.com/hook", tenant="support"
+            )
+            refusals: list[Any] = [
+                support.get_task(GetTaskRequest(id=task.id, tenant="support")),
+                support.cancel_task(CancelTaskRequest(id=task.id, tenant="support")),
+                _collect(support.subscribe(SubscribeToTaskRequest(id=task.id, tenant="support"))),
+                support.create_task_push_notification_config(push),
+                support.get_task_push_notification_config(
+                    GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1", tenant="support")
+                ),
+                support.list_task_push_notification_configs(
+                    ListTaskPushNotificationConfigsRequest(task_id=task.id, tenant="support")
+                ),
+                support.delete_task_push_notification_config(
+                    DeleteTaskPushNotificationConfigRequest(
+                        task_id=task.id, id="c1", tenant="support"
+                    )
+                ),
+                _collect(support.send_message(_reply(Part(text="go on"), task))),
+            ]
+            for refusal in refusals:
+                with pytest.raises(TaskNotFoundError):
+                    await refusal
+            with pytest.raises(InvalidParamsError, match=r"message\.contextId") as caught:
+                await _collect(support.send_message(_request("go on", task.context_id)))
+            assert "belongs to agent 'research'" in str(caught.value)
+            own = await research.get_task(GetTaskRequest(id=task.id, tenant="research"))
+            anyone = await root.get_task(GetTaskRequest(id=task.id))
+        finally:
+            for client in (research, support, root):
+                await client.close()
+    assert own.id == anyone.id == task.id and own.status.state == COMPLETED
 
 
 async def test_a_push_config_sent_with_the_message_gets_the_task_s_updates(

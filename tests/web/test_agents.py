@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from agentik.a2a.card import agent_card_config, card_config
 from agentik.config import Settings, load_settings
-from web_facade.a2a.card import card_config, skills_of
-from web_facade.agents import agent_card_config, check_agent
+from web_facade.agents import check_agent
 from web_facade.errors import ApiError
 
 CONFIG = """
@@ -47,15 +47,15 @@ def test_the_served_names_are_the_default_agent_and_the_configured_ones(settings
 
 def test_each_agent_has_its_own_card_name_description_and_skills(settings: Settings) -> None:
     root = card_config(settings)
-    support = agent_card_config(settings, "support", root, skills_of)
+    support = agent_card_config(settings, "support", root)
     assert (support.name, support.description) == ("support", "Answers customers")
     [skill] = support.skills
     assert (skill.id, list(skill.examples)) == ("chat", ["Where is my order?"])
-    researcher = agent_card_config(settings, "researcher", root, skills_of)
+    researcher = agent_card_config(settings, "researcher", root)
     [skill] = researcher.skills
     assert (skill.id, list(skill.examples)) == ("research", ["Find three sources on X"])
     # The default agent without an [[agents]] entry keeps the root card.
-    assert agent_card_config(settings, "agentik", root, skills_of) is root
+    assert agent_card_config(settings, "agentik", root) is root
     assert root.name == "Front desk"
 
 
@@ -72,6 +72,6 @@ skills = [
 """
     )
     settings = load_settings(path, {}, mcp=False)
-    desk = agent_card_config(settings, "desk", card_config(settings), skills_of)
+    desk = agent_card_config(settings, "desk", card_config(settings))
     assert [s.id for s in desk.skills] == ["help"]
     assert [s.id for s in desk.extended_skills] == ["refund"]

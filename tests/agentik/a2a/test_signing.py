@@ -20,15 +20,17 @@ from agentik.config import ConfigError
 
 
 def _pem(key: Any) -> str:
-    return key.private_bytes(
+    pem: bytes = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
+    )
+    return pem.decode()
 
 
 def _public(key: Any) -> bytes:
-    return key.public_key().public_bytes(
+    public: bytes = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    return public
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,9 @@ class EngineTasks:
     """A2A's task methods for one caller, each a few calls of the engine."""
 
     def __init__(self, engine: Engine, caller: Caller, agent: str = "") -> None:
-        """``agent``: the agent of the contexts a new message starts ("": the default)."""
+        """``agent``: the request's ``tenant``: a new message starts a context of it, and
+        only its tasks and contexts are reached. "": no tenant, which reaches every agent's
+        and starts the default agent's."""
         self._engine = engine
         self._caller = caller
         self._agent = agent
@@ -111,10 +113,11 @@ class EngineTasks:
         return run
 
     async def _agent_of(self, context_id: str) -> str:
-        """The agent context ``context_id`` belongs to; "" when it does not exist (yet)."""
+        """The agent context ``context_id`` belongs to; "" when the caller has no such
+        context (yet)."""
         try:
             session = await self._engine.get_session(self._caller, context_id)
-        except SessionNotFound:
+        except (SessionNotFound, InvalidInput):  # a bad id is refused where it is used
             return ""
         except AgentikError as exc:
             raise a2a_error(exc) from None

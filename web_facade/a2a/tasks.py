@@ -77,7 +77,9 @@ class TaskService:
     """A2A's task methods, each a few engine calls."""
 
     def __init__(self, engine: pb_grpc.AgentEngineStub, agent: str = "") -> None:
-        """``agent``: the agent of the contexts a new message starts ("": the default)."""
+        """``agent``: the agent whose endpoint this is (``/a2a/{agent}/``): a new message
+        starts a context of it, and only its tasks and contexts are reached. "": the root
+        endpoint, which reaches every agent's and starts the default agent's."""
         self._engine = engine
         self._agent = agent
 
@@ -98,13 +100,15 @@ class TaskService:
         return run
 
     def _agent_of(self, context_id: str) -> str:
-        """The agent context ``context_id`` belongs to; "" when it does not exist (yet)."""
+        """The agent context ``context_id`` belongs to; "" when the caller has no such
+        context (yet)."""
         try:
             session = self._engine.GetSession(
                 pb.GetSessionRequest(session_id=context_id), timeout=UNARY_TIMEOUT
             )
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
+            # A bad id (INVALID_ARGUMENT) is refused where it is used.
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 return ""
             raise from_rpc(exc) from None
         return session.agent

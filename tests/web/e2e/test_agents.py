@@ -272,6 +272,10 @@ def test_a2a_reaches_a_task_only_at_its_own_agent_s_endpoint_and_the_root(stack:
             error = _rpc(http, "/a2a/support/", method, params)["error"]
             assert error["code"] == -32001, (method, error)  # TaskNotFound
             assert "researcher" not in error["message"]
+        for method in ("tasks/get", "tasks/cancel"):  # A2A 0.3 (no A2A-Version header)
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"id": task_id}}
+            old = http.post("/a2a/support/", json=body).json()
+            assert old["error"]["code"] == -32001, (method, old)
         other = _rpc(http, "/a2a/support/", "SendMessage", _user("go on", contextId=context_id))
         assert other["error"]["code"] == -32602  # InvalidParams, naming the field
         assert "message.contextId" in other["error"]["message"]

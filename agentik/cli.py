@@ -39,6 +39,7 @@ def _logging(settings: Settings) -> None:
 
 
 def _engine(args: argparse.Namespace) -> int:
+    from agentik.a2a.card import check_cards
     from engine_service.auth import Gate
     from engine_service.build import build_engine
     from engine_service.server import run_engine
@@ -49,6 +50,7 @@ def _engine(args: argparse.Namespace) -> int:
     try:
         refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
+        check_cards(settings)  # the A2A cards (gRPC's extended card): skills, signing key
         check_workers(settings, workers)
         if not args.worker:  # workers share the port their supervisor checked
             refuse_taken_address(settings.engine.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")

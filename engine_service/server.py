@@ -211,7 +211,7 @@ class EngineServer:
         )
         # A2A's gRPC binding, on the same port and behind the same gate (docs/a2a.md).
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            A2aServicer(engine, self.gate), self.server
+            A2aServicer(engine, self.gate, settings), self.server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         _enable_reflection(

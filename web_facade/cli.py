@@ -28,9 +28,12 @@ _STOP_TIMEOUT = 30.0
 def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings:
     """The settings, or exit 2 naming the problem; refuses to listen beyond loopback
     without authentication (for ``serve``, the engine's address and MCP servers as well)."""
+    from agentik.a2a.card import check_cards  # the A2A types, only for the commands that serve
+
     try:
         # [mcp] is the engine's: an ${VAR} only it needs must not stop the web.
         settings = load_settings(args.config, os.environ, mcp=engine_too)
+        check_cards(settings)  # every agent's A2A card: its skills, the signing key
         refuse_open_exposure(settings, settings.web.http_addr, "web facade")
         refuse_taken_address(settings.web.http_addr, "web facade", "AGENTIK_HTTP_ADDR")
         if engine_too:

@@ -5,7 +5,14 @@ The service is the a2a-sdk's generated one (``a2a.types.a2a_pb2_grpc``, pinned b
 metadata, as every ``AgentEngine`` call does, and acts as the caller it names: a task is
 visible to its owner (and admins) only, a stranger's is TaskNotFound. A request's
 ``tenant`` names the agent a new task's context belongs to (the agent's card lists the
-gRPC interface with its name as the tenant); "" is the default agent.
+gRPC interface with its name as the tenant); "" is the default agent. With a tenant, the
+tasks and contexts of other agents are not reached (TaskNotFound; a message on another
+agent's context is InvalidParams); without one, every agent's are, as at the facade's root
+endpoint.
+
+``GetExtendedAgentCard`` answers the card the facade serves at the tenant's endpoint
+(``agentik.a2a.card``, built from the same settings): with ``[a2a] public_url`` set, else
+ExtendedAgentCardNotConfigured, since the card must name where peers reach the agent.
 
 The tasks are the engine's runs, read and started as the JSON-RPC binding does
 (``engine_service.a2a.tasks``); errors through ``engine_service.a2a.errors``.
@@ -29,9 +36,11 @@ from a2a.utils.errors import (
 )
 from google.protobuf import empty_pb2
 
+from agentik.a2a.card import check_cards, endpoint_config, extended_card
 from agentik.a2a.convert import RunStream
 from agentik.a2a.errors import invalid_params
 from agentik.a2a.rules import a2a_push_config, check_task_id, engine_push_config
+from agentik.config import Settings
 from agentik.ids import is_valid_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.a2a.errors import a2a_error, abort_a2a
@@ -100,9 +109,14 @@ async def _fail(context: Context, exc: Exception) -> None:
 class A2aServicer(a2a_grpc.A2AServiceServicer):
     """``lf.a2a.v1.A2AService`` over an ``Engine``."""
 
-    def __init__(self, engine: Engine, gate: Gate) -> None:
+    def __init__(self, engine: Engine, gate: Gate, settings: Settings | None = None) -> None:
+        """``settings``: what the extended card is built from (``[a2a]``, ``[[agents]]``,
+        the authentication); None: no extended card. A card no setting allows (a skill it
+        cannot carry, a bad signing key) raises ``ConfigError`` here, at start."""
         self.engine = engine
         self.gate = gate
+        self.settings = settings
+        self.card = None if settings is None else check_cards(settings)
 
     def _admit(self, context: Context, tenant: str) -> tuple[Caller, str]:
         """The caller and the agent of the call; raises for what refuses it."""
@@ -222,8 +236,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.TaskPushNotificationConfig, context: Context
     ) -> a2a_pb.TaskPushNotificationConfig:
         async def create() -> a2a_pb.TaskPushNotificationConfig:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             config = push_config_from_pb(engine_push_config(request, request.task_id))
             made = await self._push().set(caller, config)
             return a2a_push_config(push_config_to_pb(made))
@@ -234,8 +250,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.GetTaskPushNotificationConfigRequest, context: Context
     ) -> a2a_pb.TaskPushNotificationConfig:
         async def get() -> a2a_pb.TaskPushNotificationConfig:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             found = await self._push().get(caller, request.task_id, request.id)
             return a2a_push_config(push_config_to_pb(found))
 
@@ -245,8 +263,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.ListTaskPushNotificationConfigsRequest, context: Context
     ) -> a2a_pb.ListTaskPushNotificationConfigsResponse:
         async def listed() -> a2a_pb.ListTaskPushNotificationConfigsResponse:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             configs = await self._push().list(caller, request.task_id)
             # Every config of a task fits one page ([webhooks] max_push_configs bounds them).
             return a2a_pb.ListTaskPushNotificationConfigsResponse(
@@ -259,8 +279,10 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.DeleteTaskPushNotificationConfigRequest, context: Context
     ) -> empty_pb2.Empty:
         async def delete() -> empty_pb2.Empty:
-            caller, _ = self._admit(context, request.tenant)
+            tasks = self._tasks(context, request.tenant)
+            caller = tasks.caller
             check_task_id(request.task_id)
+            await tasks.check_task(request.task_id)
             await self._push().delete(caller, request.task_id, request.id)
             return empty_pb2.Empty()
 
@@ -272,8 +294,17 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.GetExtendedAgentCardRequest, context: Context
     ) -> a2a_pb.AgentCard:
         async def card() -> a2a_pb.AgentCard:
-            self._admit(context, request.tenant)
-            # The card is the facade's (web_facade/a2a/card.py): it serves no extended one.
-            raise ExtendedAgentCardNotConfiguredError("this agent has no extended agent card")
+            _, agent = self._admit(context, request.tenant)
+            if self.card is None or self.settings is None:
+                raise ExtendedAgentCardNotConfiguredError("this agent has no extended agent card")
+            # The card the facade serves at the tenant's endpoint, built alike (agentik.a2a.card).
+            config = endpoint_config(self.settings, self.card, agent)
+            if not config.public_url:  # the facade names the request's URL; here is none
+                raise ExtendedAgentCardNotConfiguredError(
+                    "the extended agent card names the URL peers reach this agent at: set "
+                    "[a2a] public_url (AGENTIK_PUBLIC_URL) where the engine runs too"
+                )
+            tools = tuple(self.engine.agents.get(agent).tools.names())
+            return extended_card(config, config.public_url, tools)
 
         return await self._answer(context, card)

@@ -78,10 +78,17 @@ class EngineTasks:
     """A2A's task methods for one caller, each a few calls of the engine."""
 
     def __init__(self, engine: Engine, caller: Caller, agent: str = "") -> None:
-        """``agent``: the agent of the contexts a new message starts ("": the default)."""
+        """``agent``: the request's ``tenant``: a new message starts a context of it, and
+        only its tasks and contexts are reached. "": no tenant, which reaches every agent's
+        and starts the default agent's."""
         self._engine = engine
         self._caller = caller
         self._agent = agent
+
+    @property
+    def caller(self) -> Caller:
+        """Who the calls act as."""
+        return self._caller
 
     # -- reading ------------------------------------------------------------------
 
@@ -92,13 +99,49 @@ class EngineTasks:
             raise a2a_error(exc) from None
 
     async def _run(self, task_id: str) -> pb.RunInfo:
+        """The first run of task ``task_id``; TaskNotFound when the caller cannot see it or,
+        with a ``tenant``, when it is another agent's task."""
         check_task_id(task_id)
         try:
-            return run_to_pb(await self._engine.get_run(self._caller, task_id))
+            run = run_to_pb(await self._engine.get_run(self._caller, task_id))
         except (RunNotFound, SessionNotFound):
             raise TaskNotFoundError(f"task {task_id!r} not found") from None
         except AgentikError as exc:
             raise a2a_error(exc) from None
+        if self._agent and await self._agent_of(run.session_id) != self._agent:
+            raise TaskNotFoundError(f"task {task_id!r} is no task of agent {self._agent!r}")
+        return run
+
+    async def _agent_of(self, context_id: str) -> str:
+        """The agent context ``context_id`` belongs to; "" when the caller has no such
+        context (yet)."""
+        try:
+            session = await self._engine.get_session(self._caller, context_id)
+        except (SessionNotFound, InvalidInput):  # a bad id is refused where it is used
+            return ""
+        except AgentikError as exc:
+            raise a2a_error(exc) from None
+        return self._engine.agents.name_of(session.agent)
+
+    async def check_task(self, task_id: str) -> None:
+        """TaskNotFound unless the caller may reach task ``task_id`` with this tenant (the
+        push config methods: another agent's task is not reached through this agent)."""
+        if self._agent:
+            await self._run(task_id)
+
+    async def _check_context(self, context_id: str) -> None:
+        """With a tenant, a context of another agent is refused: a conversation keeps the
+        agent it was started with (no tenant continues any of the caller's contexts)."""
+        if not self._agent:
+            return
+        owner = await self._agent_of(context_id)
+        if owner and owner != self._agent:
+            raise invalid_params(
+                "message.contextId",
+                f"context {context_id!r} belongs to agent {owner!r}, not {self._agent!r}: "
+                f"continue it with tenant {owner!r}, or send no contextId to start a new one "
+                "here",
+            )
 
     async def _chain_from(self, run: pb.RunInfo) -> list[pb.RunInfo]:
         """``run`` and each run that resumed the one before it: the latest is last."""
@@ -249,6 +292,7 @@ class EngineTasks:
         content = engine_content(message)
         context_id = message.context_id
         if context_id:
+            await self._check_context(context_id)
             await self._check_fresh(context_id, message.message_id)
         else:
             context_id = uuid.uuid4().hex  # a new context: the engine creates the session

@@ -225,6 +225,29 @@ def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
     assert time.monotonic() - started < WAIT / 2
 
 
+@pytest.mark.parametrize("command", ["engine", "web"])
+def test_a_card_skill_no_card_can_carry_stops_the_start_naming_the_agent_and_skill(
+    tmp_path: Path, command: str
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        '[[agents]]\nname = "desk"\n'
+        'skills = [{ id = "help", name = "Help", description = "Helps", tags = [""] }]\n'
+    )
+    env = engine_env(tmp_path, AGENTIK_HTTP_ADDR="127.0.0.1:0")
+    result = subprocess.run(
+        [sys.executable, "-m", "agentik.cli", "--config", str(config), command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "configuration error: invalid agents.desk.skills[0]" in result.stderr
+    assert "(skill 'help')" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_an_mcp_server_installed_beside_agentik_is_found_without_the_virtualenv_on_path(
     tmp_path: Path,
 ) -> None:

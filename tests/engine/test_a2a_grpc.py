@@ -9,10 +9,12 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import grpc
+import jsonschema
 import pytest
 from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
@@ -49,13 +51,14 @@ from a2a.utils.errors import (
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+from agentik.a2a.card import card_body, card_config, endpoint_config
 from agentik.config import load_settings
 from engine_service.a2a.servicer import SERVICE_NAME
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.engine.harness import WAIT, Harness, engine_settings, running_engine
 from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
-from web_facade.a2a.card import card_body, card_config
+from tests.web.a2a.card_schema import agent_card_schema
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
@@ -725,6 +728,143 @@ async def test_a_tenant_lists_its_own_agent_s_tasks_and_no_tenant_every_agent_s(
     assert listed["support"] == {contexts["support"]}
     assert listed["research"] == {contexts["research"]}
     assert listed[""] == set(contexts.values())
+
+
+async def test_a_tenant_reaches_only_its_own_agent_s_tasks_and_contexts(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A task of ``research`` is TaskNotFound with the tenant ``support`` for every task
+    and push config method, a message on it too; a message on its context is refused
+    naming ``message.contextId``. Its own tenant and no tenant reach it."""
+    path = tmp_path / "agentik.toml"
+    path.write_text(
+        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
+        '[[agents]]\nname = "support"\n\n[[agents]]\nname = "research"\n'
+    )
+    settings = load_settings(
+        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    )
+    config = ClientConfig(
+        streaming=False,
+        grpc_channel_factory=grpc.aio.insecure_channel,
+        supported_protocol_bindings=["GRPC"],
+    )
+    async with running_engine(settings) as running:
+        research = ClientFactory(config).create(_card(running.target, tenant="research"))
+        streaming = replace(config, streaming=True)  # SubscribeToTask needs a stream
+        support = ClientFactory(streaming).create(_card(running.target, tenant="support"))
+        root = ClientFactory(config).create(_card(running.target))
+        try:
+            task = await _task(research, _request("a research task"))
+            push = TaskPushNotificationConfig(
+                task_id=task.id, url="https://example.com/hook", tenant="support"
+            )
+            refusals: list[Any] = [
+                support.get_task(GetTaskRequest(id=task.id, tenant="support")),
+                support.cancel_task(CancelTaskRequest(id=task.id, tenant="support")),
+                _collect(support.subscribe(SubscribeToTaskRequest(id=task.id, tenant="support"))),
+                support.create_task_push_notification_config(push),
+                support.get_task_push_notification_config(
+                    GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1", tenant="support")
+                ),
+                support.list_task_push_notification_configs(
+                    ListTaskPushNotificationConfigsRequest(task_id=task.id, tenant="support")
+                ),
+                support.delete_task_push_notification_config(
+                    DeleteTaskPushNotificationConfigRequest(
+                        task_id=task.id, id="c1", tenant="support"
+                    )
+                ),
+                _collect(support.send_message(_reply(Part(text="go on"), task))),
+            ]
+            for refusal in refusals:
+                with pytest.raises(TaskNotFoundError):
+                    await refusal
+            with pytest.raises(InvalidParamsError, match=r"message\.contextId") as caught:
+                await _collect(support.send_message(_request("go on", task.context_id)))
+            assert "belongs to agent 'research'" in str(caught.value)
+            own = await research.get_task(GetTaskRequest(id=task.id, tenant="research"))
+            anyone = await root.get_task(GetTaskRequest(id=task.id))
+        finally:
+            for client in (research, support, root):
+                await client.close()
+    assert own.id == anyone.id == task.id and own.status.state == COMPLETED
+
+
+async def test_the_extended_card_is_served_over_grpc_per_tenant_signed_with_the_tools(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With ``[a2a] public_url``, ``GetExtendedAgentCard`` answers the card the facade serves
+    at the tenant's endpoint: the hidden skills, one skill per tool, signed; a2a-sdk's
+    client follows the public card's ``extendedAgentCard`` to it and verifies it."""
+    from a2a.utils.signing import create_signature_verifier
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    (tmp_path / "card.pem").write_bytes(pem)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    verify = create_signature_verifier(lambda kid, jku: public, ["ES256"])
+    path = tmp_path / "agentik.toml"
+    path.write_text(
+        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
+        f'[a2a]\npublic_url = "https://agents.example.com/"\n'
+        f'card_signing_key = "{tmp_path / "card.pem"}"\n'
+        'skills = [{ id = "chat", name = "Chat", description = "Talks" },\n'
+        '  { id = "ops", name = "Ops", description = "Hidden", extended = true }]\n\n'
+        '[[agents]]\nname = "support"\ntools = ["calculate"]\n'
+        'skills = [{ id = "help", name = "Help", description = "Helps" }]\n'
+    )
+    env = {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    env["AGENTIK_TOKENS"] = TOKENS_ENV
+    settings = load_settings(path, env)
+    cards: dict[str, AgentCard] = {}
+    async with running_engine(settings) as running:
+        settings = load_settings(path, {**env, "AGENTIK_A2A_GRPC_URL": running.target})
+        for tenant in ("", "support"):
+            body, _ = card_body(endpoint_config(settings, card_config(settings), tenant), "", "1.0")
+            card = parse_agent_card(json.loads(body))
+            assert card.capabilities.extended_agent_card
+            token = TOKENS["alice"]
+
+            def channel(url: str, token: str = token) -> grpc.aio.Channel:
+                return grpc.aio.insecure_channel(
+                    url, interceptors=[_UnaryBearer(token), _StreamBearer(token)]
+                )
+
+            config = ClientConfig(
+                streaming=False, grpc_channel_factory=channel, supported_protocol_bindings=["GRPC"]
+            )
+            client = ClientFactory(config).create(card)
+            try:
+                cards[tenant] = await client.get_extended_agent_card(
+                    GetExtendedAgentCardRequest(tenant=tenant), signature_verifier=verify
+                )
+            finally:
+                await client.close()
+        stranger = await _raw_error(
+            running, "GetExtendedAgentCard", GetExtendedAgentCardRequest(), metadata=()
+        )
+    root, support = cards[""], cards["support"]
+    assert root.name == "agentik" and support.name == "support"
+    assert root.supported_interfaces[0].url == "https://agents.example.com/"
+    assert support.supported_interfaces[0].url == "https://agents.example.com/a2a/support/"
+    assert [s.id for s in root.skills][:2] == ["chat", "ops"]
+    assert "tool:current_time" in {s.id for s in root.skills}
+    assert [s.id for s in support.skills] == ["help", "tool:calculate"]
+    assert list(support.skills[0].tags) == ["support"]  # no tags configured: the agent's name
+    assert len(root.signatures) == len(support.signatures) == 1
+    assert stranger.code() == grpc.StatusCode.UNAUTHENTICATED
+    schema = agent_card_schema()
+    for card in cards.values():
+        jsonschema.validate(json_format.MessageToDict(card), schema)
 
 
 async def test_a_push_config_sent_with_the_message_gets_the_task_s_updates(

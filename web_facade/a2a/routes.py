@@ -16,7 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -50,18 +50,18 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
-from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.a2a.card import (
+from agentik.a2a.card import (
     CARD_MAX_AGE,
     JWKS_PATH,
     CardConfig,
     CardShape,
     card_body,
-    card_config,
     card_shape,
+    check_cards,
+    endpoint_config,
     extended_card_body,
-    skills_of,
 )
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import (
     AuthenticationRequired,
     RateLimitedError,
@@ -72,7 +72,7 @@ from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.push import PushConfigService
 from web_facade.a2a.stream import A2aStream, Shape, stream_json
 from web_facade.a2a.tasks import TaskFollow, TaskService
-from web_facade.agents import agent_card_config, check_agent
+from web_facade.agents import check_agent
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, challenge
 from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
@@ -135,11 +135,12 @@ Handler = Callable[[TaskService, dict[str, Any]], Result]
 
 @bp.record_once
 def _read_card_config(state: BlueprintSetupState) -> None:
-    """Read the card's settings when the app is made: a bad one stops start-up."""
+    """Read the card's settings when the app is made: a bad one (any agent's) stops
+    start-up."""
     app = state.app
     assert isinstance(app, Flask)
     with app.app_context():
-        config = card_config(current_settings())
+        config = check_cards(current_settings())
     # On loopback without a public URL the card names the URL each request came to: the
     # usual local setup, so nothing is said (it was once per worker at every start).
     if not config.public_url and not config.reflect_host:
@@ -177,14 +178,8 @@ def _agent_card_config(agent: str) -> tuple[CardConfig, str]:
     """The card settings of ``agent`` ("": the root card, the default agent's) and the URL
     its card names when no public URL is set; 503 when the card cannot be served."""
     root: CardConfig = current_app.extensions[_CARD_KEY]
-    config, request_url = root, request.url_root
-    if agent:
-        config = agent_card_config(current_settings(), agent, root, skills_of)
-        path = f"a2a/{agent}/"
-        request_url += path
-        config = replace(config, http_json_path="")  # its URL is already /a2a/{agent}/
-        if config.public_url:
-            config = replace(config, public_url=config.public_url.rstrip("/") + "/" + path)
+    config = endpoint_config(current_settings(), root, agent)
+    request_url = request.url_root + (f"a2a/{agent}/" if agent else "")
     if not config.public_url and not config.reflect_host:
         raise ApiError(
             503,
@@ -342,19 +337,27 @@ def _push() -> PushConfigService:
 
 
 def _create_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(_push().create(_proto(params, TaskPushNotificationConfig())))
+    config = _proto(params, TaskPushNotificationConfig())
+    tasks.check_task(config.task_id)
+    return _json(_push().create(config))
 
 
 def _get_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(_push().get(_proto(params, GetTaskPushNotificationConfigRequest())))
+    query = _proto(params, GetTaskPushNotificationConfigRequest())
+    tasks.check_task(query.task_id)
+    return _json(_push().get(query))
 
 
 def _list_push_configs(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(_push().list(_proto(params, ListTaskPushNotificationConfigsRequest())))
+    query = _proto(params, ListTaskPushNotificationConfigsRequest())
+    tasks.check_task(query.task_id)
+    return _json(_push().list(query))
 
 
 def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    _push().delete(_proto(params, DeleteTaskPushNotificationConfigRequest()))
+    query = _proto(params, DeleteTaskPushNotificationConfigRequest())
+    tasks.check_task(query.task_id)
+    _push().delete(query)
     return {}
 
 

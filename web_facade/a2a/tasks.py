@@ -77,20 +77,61 @@ class TaskService:
     """A2A's task methods, each a few engine calls."""
 
     def __init__(self, engine: pb_grpc.AgentEngineStub, agent: str = "") -> None:
-        """``agent``: the agent of the contexts a new message starts ("": the default)."""
+        """``agent``: the agent whose endpoint this is (``/a2a/{agent}/``): a new message
+        starts a context of it, and only its tasks and contexts are reached. "": the root
+        endpoint, which reaches every agent's and starts the default agent's."""
         self._engine = engine
         self._agent = agent
 
     # -- reading ------------------------------------------------------------------
 
     def _run(self, task_id: str) -> pb.RunInfo:
+        """The first run of task ``task_id``; TaskNotFound when the caller cannot see it or,
+        at ``/a2a/{agent}/``, when it is another agent's task."""
         check_task_id(task_id)
         try:
-            return self._engine.GetRun(pb.GetRunRequest(run_id=task_id), timeout=UNARY_TIMEOUT)
+            run = self._engine.GetRun(pb.GetRunRequest(run_id=task_id), timeout=UNARY_TIMEOUT)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 raise TaskNotFoundError(f"task {task_id!r} not found") from None
             raise from_rpc(exc) from None
+        if self._agent and self._agent_of(run.session_id) != self._agent:
+            raise TaskNotFoundError(f"task {task_id!r} is no task of agent {self._agent!r}")
+        return run
+
+    def _agent_of(self, context_id: str) -> str:
+        """The agent context ``context_id`` belongs to; "" when the caller has no such
+        context (yet)."""
+        try:
+            session = self._engine.GetSession(
+                pb.GetSessionRequest(session_id=context_id), timeout=UNARY_TIMEOUT
+            )
+        except grpc.RpcError as exc:
+            # A bad id (INVALID_ARGUMENT) is refused where it is used.
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+                return ""
+            raise from_rpc(exc) from None
+        return session.agent
+
+    def check_task(self, task_id: str) -> None:
+        """TaskNotFound unless the caller may reach task ``task_id`` here (the push config
+        methods: a task of another agent is not reached through this agent's endpoint)."""
+        if self._agent:
+            self._run(task_id)
+
+    def _check_context(self, context_id: str) -> None:
+        """At ``/a2a/{agent}/``, a context of another agent is refused: a conversation keeps
+        the agent it was started with (the root endpoint continues any of the caller's)."""
+        if not self._agent:
+            return
+        owner = self._agent_of(context_id)
+        if owner and owner != self._agent:
+            raise invalid_params(
+                "message.contextId",
+                f"context {context_id!r} belongs to agent {owner!r}, not {self._agent!r}: "
+                f"continue it at agent {owner!r}'s endpoint, or send no contextId to start "
+                "a new one here",
+            )
 
     def _get_run(self, run_id: str) -> pb.RunInfo:
         try:
@@ -266,6 +307,7 @@ class TaskService:
         content = engine_content(message)
         context_id = message.context_id
         if context_id:
+            self._check_context(context_id)
             self._check_fresh(context_id, message.message_id)
         else:
             context_id = uuid.uuid4().hex  # a new context: the engine creates the session

@@ -14,10 +14,9 @@ from a2a.types import AgentCard
 from flask import Flask
 from google.protobuf import json_format
 
+from agentik.a2a.card import agent_card_config, card_body, card_config
 from agentik.config import ConfigError, load_settings
 from tests.web.a2a.card_schema import agent_card_schema
-from web_facade.a2a.card import card_body, card_config, skills_of
-from web_facade.agents import agent_card_config
 
 PUBLIC = "https://agents.example.com/agentik/"
 GRPC = "agents.example.com:443"
@@ -54,7 +53,7 @@ def test_an_agent_s_card_names_it_as_the_grpc_tenant(tmp_path: Path) -> None:
     )
     settings = load_settings(path, {}, mcp=False)
     root = card_config(settings)
-    config = agent_card_config(settings, "support", root, skills_of)
+    config = agent_card_config(settings, "support", root)
     body, _ = card_body(config, PUBLIC + "a2a/support/", "1.0")
     card = parse_agent_card(json.loads(body))
     grpc = [i for i in card.supported_interfaces if i.protocol_binding == "GRPC"]

@@ -1,4 +1,4 @@
-"""Signed agent cards (A2A 1.0 §8.4, ``web_facade.a2a.signing``): a JWS over the card's JCS
+"""Signed agent cards (A2A 1.0 §8.4, ``agentik.a2a.signing``): a JWS over the card's JCS
 (RFC 8785) canonical form, checked here with ``cryptography`` alone and with a2a-sdk's
 verifier; the key's setting; the JWK Set the public key is served as."""
 

@@ -237,6 +237,76 @@ def test_each_agent_lists_its_own_tasks_and_conversations(stack: Stack) -> None:
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "agent_not_found")
 
 
+def _rpc(http: httpx.Client, path: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer = http.post(path, json=body, headers={"A2A-Version": "1.0"})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def _user(text: str, **ids: str) -> dict[str, Any]:
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"message": message | ids}
+
+
+def test_a2a_reaches_a_task_only_at_its_own_agent_s_endpoint_and_the_root(stack: Stack) -> None:
+    """A task of ``researcher`` is TaskNotFound at ``/a2a/support/`` for every task method
+    and the push config methods, over JSON-RPC and HTTP+JSON; a message on it or on its
+    context is refused there. Its own endpoint and the root one reach it."""
+    with httpx.Client(base_url=stack.base_url, timeout=WAIT) as http:
+        made = _rpc(http, "/a2a/researcher/", "SendMessage", _user("a researcher task"))
+        task = made["result"]["task"]
+        task_id, context_id = task["id"], task["contextId"]
+        push = {"taskId": task_id, "url": "https://example.com/hook"}
+        refused = {
+            "GetTask": {"id": task_id},
+            "CancelTask": {"id": task_id},
+            "SubscribeToTask": {"id": task_id},
+            "CreateTaskPushNotificationConfig": push,
+            "GetTaskPushNotificationConfig": {"taskId": task_id, "id": "c1"},
+            "ListTaskPushNotificationConfigs": {"taskId": task_id},
+            "DeleteTaskPushNotificationConfig": {"taskId": task_id, "id": "c1"},
+            "SendMessage": _user("go on", taskId=task_id),
+        }
+        for method, params in refused.items():
+            error = _rpc(http, "/a2a/support/", method, params)["error"]
+            assert error["code"] == -32001, (method, error)  # TaskNotFound
+            assert "researcher" not in error["message"]
+        for method in ("tasks/get", "tasks/cancel"):  # A2A 0.3 (no A2A-Version header)
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"id": task_id}}
+            old = http.post("/a2a/support/", json=body).json()
+            assert old["error"]["code"] == -32001, (method, old)
+        other = _rpc(http, "/a2a/support/", "SendMessage", _user("go on", contextId=context_id))
+        assert other["error"]["code"] == -32602  # InvalidParams, naming the field
+        assert "message.contextId" in other["error"]["message"]
+        assert "belongs to agent 'researcher'" in other["error"]["message"]
+        for path in ("/a2a/researcher/", "/"):  # its own endpoint, and the root (every agent)
+            found = _rpc(http, path, "GetTask", {"id": task_id})["result"]
+            assert found["id"] == task_id
+        rest = {"A2A-Version": "1.0"}
+        for method, url in (
+            ("GET", f"/a2a/support/tasks/{task_id}"),
+            ("POST", f"/a2a/support/tasks/{task_id}:cancel"),
+            ("POST", f"/a2a/support/tasks/{task_id}:subscribe"),
+            ("GET", f"/a2a/support/tasks/{task_id}/pushNotificationConfigs"),
+            ("GET", f"/a2a/support/tasks/{task_id}/pushNotificationConfigs/c1"),
+            ("DELETE", f"/a2a/support/tasks/{task_id}/pushNotificationConfigs/c1"),
+        ):
+            answer = http.request(method, url, headers=rest, json={} if method == "POST" else None)
+            assert answer.status_code == 404, (url, answer.text)
+            assert "TASK_NOT_FOUND" in answer.text
+        created = http.post(
+            f"/a2a/support/tasks/{task_id}/pushNotificationConfigs", headers=rest, json=push
+        )
+        assert created.status_code == 404 and "TASK_NOT_FOUND" in created.text
+        sent = http.post(
+            "/a2a/support/message:send", headers=rest, json=_user("x", contextId=context_id)
+        )
+        assert sent.status_code == 400 and "message.contextId" in sent.text
+        own = http.get(f"/a2a/researcher/tasks/{task_id}", headers=rest)
+        assert own.status_code == 200 and own.json()["id"] == task_id
+
+
 async def _mcp(base_url: str) -> tuple[Any, Any, Any, Any]:
     async with httpx2.AsyncClient(timeout=WAIT) as http:
         transport = streamable_http_client(f"{base_url}/mcp", http_client=http)

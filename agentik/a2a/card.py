@@ -1,4 +1,7 @@
-"""The A2A agent card: who this agent is and where peers reach it.
+"""The A2A agent card: who this agent is and where peers reach it, built from settings
+alone, free of any transport, so every binding serves the same card: the facade's JSON-RPC
+and HTTP+JSON (``web_facade/a2a/routes.py``: the public cards, and the extended card) and the
+engine's gRPC binding (``engine_service/a2a/servicer.py``: ``GetExtendedAgentCard``).
 
 The card is built from configuration (``Settings``: ``public_url``, ``agent_name``,
 ``agent_description``, ``agent_version``, ``agent_skills``; the ``[a2a]`` TOML section or
@@ -15,7 +18,7 @@ The authenticated extended card (``GetExtendedAgentCard``, declared by
 ``capabilities.extendedAgentCard``) is the same card plus what only callers the engine
 accepts see: the skills configured with ``extended = true``, and one skill per tool the agent
 may call (:func:`extended_card_body`). With ``[a2a] card_signing_key`` set every card,
-public or extended, carries a JWS signature (``signatures``, :mod:`web_facade.a2a.signing`).
+public or extended, carries a JWS signature (``signatures``, :mod:`agentik.a2a.signing`).
 
 The card lists one JSON-RPC interface per protocol version it speaks (1.0 and 0.3, same
 URL), the HTTP+JSON interface (1.0) at ``{url}/a2a`` (an agent's: its ``/a2a/{agent}``), and
@@ -33,7 +36,7 @@ import hashlib
 import importlib.metadata
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
@@ -48,8 +51,8 @@ from a2a.types import (
 )
 from google.protobuf import json_format
 
+from agentik.a2a.signing import CardSigner, load_signer
 from agentik.config import ConfigError, Settings, is_loopback
-from web_facade.a2a.signing import CardSigner, load_signer
 
 __all__ = [
     "CARD_MAX_AGE",
@@ -59,12 +62,16 @@ __all__ = [
     "SECURITY_SCHEME",
     "CardConfig",
     "CardShape",
+    "agent_card_config",
     "card_body",
     "card_config",
     "card_shape",
-    "http_json_interface",
-    "grpc_interfaces",
+    "check_cards",
+    "endpoint_config",
+    "extended_card",
     "extended_card_body",
+    "grpc_interfaces",
+    "http_json_interface",
     "skills_of",
 ]
 
@@ -150,24 +157,35 @@ Skills = tuple[tuple[AgentSkill, ...], tuple[AgentSkill, ...]]
 """The skills every card shows, and those only the extended card shows."""
 
 
-def skills_of(configured: tuple[dict[str, Any], ...] | None) -> Skills:
-    """The configured skills (or the one chat skill), split by their ``extended`` flag."""
+def skills_of(
+    configured: tuple[dict[str, Any], ...] | None, tag: str = "", setting: str = "agent_skills"
+) -> Skills:
+    """The configured skills (or the one chat skill), split by their ``extended`` flag.
+
+    A skill without ``tags`` (the card's schema requires at least one) is tagged ``tag``
+    (the agent's name), else ``general``. ``ConfigError`` names a skill the card cannot
+    carry by ``setting``, its place and its id."""
     public: list[AgentSkill] = []
     extended: list[AgentSkill] = []
     for index, item in enumerate(configured or (_DEFAULT_SKILL,)):
         table = dict(item)
+        about = f"invalid {setting}[{index}]"
+        named = f" (skill {str(table.get('id', ''))[:64]!r})"
         hidden = table.pop("extended", False)
         if not isinstance(hidden, bool):
-            raise ConfigError(f"invalid agent_skills[{index}]: extended must be true or false")
+            raise ConfigError(f"{about}: extended must be true or false{named}")
+        if table.get("tags") in (None, [], ()):  # absent or empty: the schema needs one
+            table["tags"] = [tag or "general"]
         try:
             skill = json_format.ParseDict(table, AgentSkill())
         except json_format.ParseError as exc:
-            raise ConfigError(f"invalid agent_skills[{index}]: {exc}") from None
+            raise ConfigError(f"{about}: {exc}{named}") from None
+        if any(not item.strip() for item in skill.tags):
+            raise ConfigError(f"{about}: every tag must be a non-empty string{named}")
         (extended if hidden else public).append(skill)
     if not public:
         raise ConfigError(
-            "invalid agent_skills: every skill is extended = true; the public card needs at "
-            "least one"
+            f"invalid {setting}: every skill is extended = true; the public card needs at least one"
         )
     return tuple(public), tuple(extended)
 
@@ -183,7 +201,7 @@ def jwks_url(public_url: str) -> str:
 
 def card_config(settings: Settings) -> CardConfig:
     """The card's settings; ``ConfigError`` names a skill the card cannot carry."""
-    public, extended = skills_of(settings.a2a.skills)
+    public, extended = skills_of(settings.a2a.skills, settings.a2a.name)
     return CardConfig(
         public_url=settings.a2a.public_url,
         name=settings.a2a.name,
@@ -197,6 +215,60 @@ def card_config(settings: Settings) -> CardConfig:
         signer=load_signer(settings.a2a.card_signing_key),
         jwks_url=jwks_url(settings.a2a.public_url),
     )
+
+
+def agent_card_config(settings: Settings, name: str, root: CardConfig) -> CardConfig:
+    """The card settings of agent ``name``: ``root`` (the server's card settings) with the
+    agent's name, description and skills (``[[agents]]``: its ``skills``, else one chat
+    skill with its ``examples``). The default agent without an ``[[agents]]`` entry keeps
+    the root card's. The agent's name is the ``tenant`` of its card's gRPC interface."""
+    own = next((a for a in settings.agent.agents if a.name == name), None)
+    if own is None:
+        return root
+    configured = own.skills
+    if configured is None:
+        configured = (
+            {
+                "id": "chat",
+                "name": own.name,
+                "description": own.description or f"Answers messages as the agent {own.name}.",
+                "tags": ["chat"],
+                "examples": list(own.examples),
+            },
+        )
+    elif own.examples:
+        configured = tuple({"examples": list(own.examples), **skill} for skill in configured)
+    public, extended = skills_of(configured, own.name, f"agents.{own.name}.skills")
+    return replace(
+        root,
+        tenant=own.name,
+        name=own.name,
+        description=own.description or root.description,
+        skills=public,
+        extended_skills=extended,
+    )
+
+
+def endpoint_config(settings: Settings, root: CardConfig, agent: str) -> CardConfig:
+    """The settings of the card at ``agent``'s endpoint ``/a2a/{agent}/`` ("": the root
+    card, the default agent's): its URL (with a public URL) is the endpoint's, where its
+    HTTP+JSON binding is too."""
+    if not agent:
+        return root
+    config = replace(agent_card_config(settings, agent, root), http_json_path="")
+    if config.public_url:
+        config = replace(config, public_url=f"{config.public_url.rstrip('/')}/a2a/{agent}/")
+    return config
+
+
+def check_cards(settings: Settings) -> CardConfig:
+    """The root card's settings, once every agent's card is checked: ``ConfigError`` at
+    start names the agent and the skill a card could not carry, rather than a failed
+    request later."""
+    root = card_config(settings)
+    for agent in settings.agent.agents:
+        agent_card_config(settings, agent.name, root)
+    return root
 
 
 def grpc_interfaces(config: CardConfig) -> list[AgentInterface]:
@@ -320,12 +392,25 @@ def card_body(config: CardConfig, request_url: str, shape: CardShape) -> tuple[b
     return _encode(_card(config, config.public_url or request_url), config, shape)
 
 
+def _extended(config: CardConfig, url: str, tools: tuple[str, ...]) -> AgentCard:
+    card = _card(config, url)
+    card.skills.extend(config.extended_skills)
+    card.skills.extend(_tool_skill(tool) for tool in tools)
+    return card
+
+
+def extended_card(config: CardConfig, url: str, tools: tuple[str, ...]) -> AgentCard:
+    """The authenticated extended card at ``url`` (signed when a key is set): the public
+    card plus the extended skills and one skill per tool (``tool:NAME``)."""
+    card = _extended(config, url, tools)
+    if config.signer is not None:
+        config.signer.sign(card, config.jwks_url)
+    return card
+
+
 def extended_card_body(
     config: CardConfig, request_url: str, shape: CardShape, tools: tuple[str, ...]
 ) -> tuple[bytes, str]:
-    """The authenticated extended card: the public card plus the extended skills and one
-    skill per tool (``tool:NAME``); its JSON in ``shape`` and its ETag as :func:`card_body`."""
-    card = _card(config, config.public_url or request_url)
-    card.skills.extend(config.extended_skills)
-    card.skills.extend(_tool_skill(tool) for tool in tools)
-    return _encode(card, config, shape)
+    """The authenticated extended card (:func:`extended_card`): its JSON in ``shape`` and
+    its ETag as :func:`card_body`."""
+    return _encode(_extended(config, config.public_url or request_url, tools), config, shape)

@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 import grpc
+import grpc.aio
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade import aio_loop
@@ -101,12 +102,16 @@ class AioRelay(Relay):
 
     async def _pump(self) -> None:
         try:
-            self._call = call = getattr(self._engine, self._method)(
-                self._request, metadata=self._metadata
-            )
+            call: Any = None
             while True:
                 try:
-                    async for message in call:
+                    if call is None:
+                        self._call = call = getattr(self._engine, self._method)(
+                            self._request, metadata=self._metadata
+                        )
+                    # ``read()`` rather than ``async for``: one async generator less per
+                    # message.
+                    while (message := await call.read()) is not grpc.aio.EOF:
                         events = self._received(message)
                         if events:
                             await self._put(events)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -102,18 +102,20 @@ class ScriptedCall:
         self.before = before
         self.cancelled = threading.Event()
 
-    def __aiter__(self) -> AsyncIterator[pb.Event]:
-        return self._read()
+        self._next = 0
 
-    async def _read(self) -> AsyncIterator[pb.Event]:
-        for index, event in enumerate(self.events):
+    async def read(self) -> Any:
+        index = self._next
+        if index < len(self.events):
+            self._next += 1
             if self.before is not None:
                 self.before(index)
-            yield event
+            return self.events[index]
         if self.error is not None:
             raise self.error
         if self.hang:
             await asyncio.sleep(3600)
+        return grpc.aio.EOF
 
     def cancel(self) -> bool:
         self.cancelled.set()

@@ -806,7 +806,7 @@ class WebSettings:
     (0: twice ``max_body_bytes``, at least 4 MiB); a longer one gets the 413 and a close."""
     on_disconnect: str = setting("continue", "AGENTIK_ON_DISCONNECT", _choice("continue", "cancel"))
     stream_reader: str = setting(
-        "threads",
+        "asyncio",
         "AGENTIK_WEB_STREAM_READER",
         _choice("asyncio", "threads"),
         flat="web_stream_reader",

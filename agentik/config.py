@@ -805,6 +805,14 @@ class WebSettings:
     """A body over ``max_body_bytes`` up to this is read and dropped before the 413
     (0: twice ``max_body_bytes``, at least 4 MiB); a longer one gets the 413 and a close."""
     on_disconnect: str = setting("continue", "AGENTIK_ON_DISCONNECT", _choice("continue", "cancel"))
+    stream_reader: str = setting(
+        "asyncio",
+        "AGENTIK_WEB_STREAM_READER",
+        _choice("asyncio", "threads"),
+        flat="web_stream_reader",
+    )
+    """How a worker reads its engine event streams: ``threads``, a relay thread per stream;
+    ``asyncio``, one asyncio gRPC loop per worker reading every stream."""
     cors_origins: tuple[str, ...] = setting((), "AGENTIK_CORS_ORIGINS", _origins)
     """Origins a browser page may call the facade from; ``("*",)``: any; empty: none."""
 

@@ -18,6 +18,10 @@ them (``round_robin``: each call goes to the next ready engine; one that is down
 out until it reconnects) and retries the calls that are safe to repeat when an engine was
 unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the relay
 (:mod:`web_facade.stream.relay`), not by the channel.
+
+With ``[web] stream_reader = "asyncio"`` the event streams go over ``grpc.aio`` channels
+of the worker's one asyncio loop (:mod:`web_facade.aio_loop`), with the same options;
+those calls carry the forwarded metadata explicitly, taken while the request is handled.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import grpc
+import grpc.aio
 import grpc.experimental
 from flask import current_app, has_request_context, request
 from grpc_health.v1 import health_pb2_grpc
@@ -38,6 +43,7 @@ from agentik import tracing
 from agentik.config import Settings
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
+from web_facade import aio_loop
 
 __all__ = [
     "RETRIED_METHODS",
@@ -226,6 +232,9 @@ class EngineClient:
         self._stubs: list[pb_grpc.AgentEngineStub] = []
         self._turn = itertools.count()
         self._health: Any = None
+        self._aio_pid = 0
+        self._aio_channels: list[Any] = []
+        self._aio_stubs: list[pb_grpc.AgentEngineStub] = []
 
     def _connect(self) -> None:
         with self._lock:
@@ -259,6 +268,35 @@ class EngineClient:
             self._connect()
         return self._health
 
+    @property
+    def aio_engine(self) -> pb_grpc.AgentEngineStub:
+        """The ``AgentEngine`` stub over this process's ``grpc.aio`` channels (the next
+        one's, in turn), for calls made on :func:`web_facade.aio_loop.event_loop`."""
+        if self._aio_pid != os.getpid():
+            self._aio_connect()
+        stubs = self._aio_stubs
+        return stubs[0] if len(stubs) == 1 else stubs[next(self._turn) % len(stubs)]
+
+    def _aio_connect(self) -> None:
+        with self._lock:
+            if self._aio_stubs and self._aio_pid == os.getpid():
+                return
+            channels = aio_loop.run(self._aio_open())
+            self._aio_channels = channels
+            self._aio_stubs = [pb_grpc.AgentEngineStub(channel) for channel in channels]
+            self._aio_pid = os.getpid()
+
+    async def _aio_open(self) -> list[Any]:
+        # Made on the loop's thread: an aio channel belongs to the loop it was made on.
+        options = [
+            option
+            for option in self._options
+            if option[0] != grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
+        ]
+        return [
+            grpc.aio.insecure_channel(self.target, options=options) for _ in range(self.channels)
+        ]
+
     def close(self) -> None:
         """Close this process's channels (a later call makes new ones)."""
         with self._lock:
@@ -268,6 +306,16 @@ class EngineClient:
             self._channel = self._health = None
             self._channels, self._stubs = [], []
             self._pid = 0
+            if self._aio_channels and self._aio_pid == os.getpid():
+                channels = self._aio_channels
+                aio_loop.run(_close_all(channels), timeout=5.0)
+            self._aio_channels, self._aio_stubs = [], []
+            self._aio_pid = 0
+
+
+async def _close_all(channels: list[Any]) -> None:
+    for channel in channels:
+        await channel.close()
 
 
 def install(app: Any, settings: Settings, client: EngineClient) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -79,6 +80,10 @@ def engine_target(llm: FakeOpenAI) -> Iterator[str]:
 
 def web_settings(target: str, **env: str) -> Settings:
     base = {"AGENTIK_ENGINE_TARGET": target, "AGENTIK_HEARTBEAT": "0.2"}
+    # Run the web tests with either stream reader (threads, asyncio): CI runs both.
+    reader = os.environ.get("AGENTIK_WEB_STREAM_READER")
+    if reader:
+        base["AGENTIK_WEB_STREAM_READER"] = reader
     base.update(env)
     return load_settings(None, base)
 

@@ -61,7 +61,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade.a2a.errors import from_rpc
 from web_facade.engine_client import UNARY_TIMEOUT
-from web_facade.stream import OPEN_WAIT, POLL, EventRelay, Resume, open_relay
+from web_facade.stream import OPEN_WAIT, POLL, Relay, follow, open_run
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -392,13 +392,11 @@ class TaskService:
                 )
         return from_rpc(exc)
 
-    def _start(self, request: SendMessageRequest) -> tuple[EventRelay, RunStream]:
+    def _start(self, request: SendMessageRequest) -> tuple[Relay, RunStream]:
         run_request, task = self._prepare(request)
         run_request.batch_events = True  # the relay unpacks them: fewer messages under load
         try:
-            relay = open_relay(
-                self._engine.Run(run_request), resume=Resume.of_run(self._engine, run_request)
-            )
+            relay = open_run(self._engine, run_request)
         except grpc.RpcError as exc:  # the engine's refusal (busy, overloaded, ...)
             raise self._refused(run_request, exc) from None
         first = relay.peek(0)
@@ -514,7 +512,7 @@ class TaskService:
             first.extend(stream.feed(event))
         return TaskFollow(self, relay, stream, first)
 
-    def _replay_from_start(self, run: pb.RunInfo) -> tuple[EventRelay, list[pb.Event]]:
+    def _replay_from_start(self, run: pb.RunInfo) -> tuple[Relay, list[pb.Event]]:
         """Follow the run's session from the run's first event.
 
         The engine does not say at which seq a run began, so look back a window of events
@@ -527,10 +525,7 @@ class TaskService:
             subscription = pb.SubscribeRequest(
                 session_id=run.session_id, after_seq=after, until_idle=True, batch_events=True
             )
-            relay = EventRelay(
-                self._engine.Subscribe(subscription),
-                Resume.of_subscription(self._engine, subscription),
-            )
+            relay = follow(self._engine, subscription)
             try:
                 first = _first_of_run(relay, run.id)
             except BaseException:
@@ -552,7 +547,7 @@ class TaskFollow:
     def __init__(
         self,
         service: TaskService,
-        relay: EventRelay,
+        relay: Relay,
         stream: RunStream,
         first: list[StreamResponse],
     ) -> None:
@@ -581,7 +576,7 @@ def _relayed(item: object) -> pb.Event | None:
     raise InternalError("the engine ended the task's stream early; ask with GetTask")
 
 
-def _first_of_run(relay: EventRelay, run_id: str) -> pb.Event | None:
+def _first_of_run(relay: Relay, run_id: str) -> pb.Event | None:
     """The first relayed event of the run; None when the stream ended without one."""
     deadline = time.monotonic() + OPEN_WAIT
     while True:

@@ -26,7 +26,7 @@ from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, from_rpc_error, invalid
 from web_facade.request_body import parse_json, read_body
-from web_facade.stream import EventRelay, Resume, open_relay
+from web_facade.stream import follow, open_run
 
 __all__ = ["MAX_PAGE", "MAX_SEQ", "bp"]
 
@@ -245,9 +245,8 @@ def _run(run_request: pb.RunRequest) -> Response:
     run_request.cancel_on_disconnect = settings.web.on_disconnect == "cancel"
     run_request.batch_events = True  # the relay unpacks them: fewer messages under load
     engine = current_engine().engine
-    call = engine.Run(run_request)
     try:
-        relay = open_relay(call, resume=Resume.of_run(engine, run_request))
+        relay = open_run(engine, run_request)
     except grpc.RpcError as exc:
         refused = from_rpc_error(exc)
         if refused.code != "input_required":
@@ -331,7 +330,7 @@ def events(conversation_id: str) -> Response:
         until_idle=until_idle,
         batch_events=True,
     )
-    relay = EventRelay(engine.Subscribe(subscription), Resume.of_subscription(engine, subscription))
+    relay = follow(engine, subscription)
     return AgentikStream(relay, current_settings().web.heartbeat_interval).response()
 
 

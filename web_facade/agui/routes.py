@@ -25,7 +25,7 @@ from flask import Blueprint, Response
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.request_body import read_json
-from web_facade.stream import Resume, open_relay
+from web_facade.stream import open_run
 
 __all__ = ["bp"]
 
@@ -54,7 +54,7 @@ def run(agent: str = "") -> Response:
     request.batch_events = True  # the relay unpacks them: fewer messages under load
     # A refusal (409 busy, 503 overloaded ...) is an HTTP error, raised before the stream opens.
     engine = current_engine().engine
-    relay = open_relay(engine.Run(request), resume=Resume.of_run(engine, request))
+    relay = open_run(engine, request)
     return AguiStream(relay, settings.web.heartbeat_interval).response()
 
 

@@ -16,7 +16,7 @@ from ag_ui.encoder import EventEncoder
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agui.events import run_error, to_agui
 from web_facade.errors import from_rpc_error
-from web_facade.stream import EventRelay, EventStream
+from web_facade.stream import EventStream, Relay
 
 __all__ = ["AguiStream"]
 
@@ -58,7 +58,7 @@ class AguiStream(EventStream):
 
     name = "AG-UI"
 
-    def __init__(self, relay: EventRelay, heartbeat: float) -> None:
+    def __init__(self, relay: Relay, heartbeat: float) -> None:
         super().__init__(relay, heartbeat)
         self.activities: dict[str, dict[str, Any]] = {}
         """The content of each activity this stream has shown, by message id: the next

@@ -1,6 +1,8 @@
 """The facade's one streaming layer, shared by every protocol.
 
-:mod:`~web_facade.stream.relay` reads an engine call on its own thread;
+:mod:`~web_facade.stream.relay` reads an engine call on its own thread (or
+:mod:`~web_facade.stream.aio_relay` on the worker's asyncio loop, as
+:mod:`~web_facade.stream.reader` picks);
 :mod:`~web_facade.stream.event_stream` turns what it relays into a response body with
 heartbeats, batching without loss, draining and disconnect handling. A protocol adds one
 :class:`EventStream` subclass that encodes its events.
@@ -16,6 +18,7 @@ from web_facade.stream.event_stream import (
     EventStream,
     sse_response,
 )
+from web_facade.stream.reader import follow, open_run
 from web_facade.stream.relay import (
     END,
     OPEN_WAIT,
@@ -23,6 +26,7 @@ from web_facade.stream.relay import (
     End,
     EventRelay,
     Item,
+    Relay,
     Resume,
     open_relay,
 )
@@ -39,7 +43,10 @@ __all__ = [
     "EventRelay",
     "EventStream",
     "Item",
+    "Relay",
     "Resume",
+    "follow",
     "open_relay",
+    "open_run",
     "sse_response",
 ]

@@ -28,7 +28,7 @@ import grpc
 from flask import Response
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.stream.relay import POLL, EventRelay, Item
+from web_facade.stream.relay import POLL, Item, Relay
 
 __all__ = ["BATCH", "DRAINING", "HEARTBEAT", "SSE_HEADERS", "EventStream", "sse_response"]
 
@@ -75,7 +75,7 @@ class EventStream(ABC):
     name = "event"
     """Names the protocol in the log when the stream fails."""
 
-    def __init__(self, relay: EventRelay, heartbeat: float) -> None:
+    def __init__(self, relay: Relay, heartbeat: float) -> None:
         self.relay = relay
         self.heartbeat = heartbeat
         self.done = False

@@ -22,6 +22,7 @@ import logging
 import queue
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any, Final
 
@@ -42,6 +43,7 @@ __all__ = [
     "End",
     "EventRelay",
     "Item",
+    "Relay",
     "Resume",
     "open_relay",
 ]
@@ -143,25 +145,45 @@ class Resume:
             self.run_ended = True
         return True
 
-    def reopen(self) -> Any:
-        """A new ``Subscribe`` call after the last relayed seq."""
-        request = pb.SubscribeRequest(
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The forwarded metadata of the request that opened the stream."""
+        return self._metadata
+
+    def subscription(self) -> pb.SubscribeRequest:
+        """The ``Subscribe`` request of the next reopening (counted as one)."""
+        self.resumed += 1
+        return pb.SubscribeRequest(
             session_id=self.session_id,
             after_seq=self.after_seq or 0,
             until_idle=self.until_idle,
             batch_events=True,
         )
-        self.resumed += 1
-        return self._engine.Subscribe(request, metadata=self._metadata)
+
+    def reopen(self) -> Any:
+        """A new ``Subscribe`` call after the last relayed seq."""
+        return self._engine.Subscribe(self.subscription(), metadata=self._metadata)
+
+    @property
+    def interrupt_request(self) -> pb.InterruptRequest:
+        """The ``Interrupt`` that stops the run (see :meth:`interrupt`)."""
+        return pb.InterruptRequest(session_id=self.session_id, run_id=self.run_id)
 
     def interrupt(self) -> None:
         """Stop the run: its client left, and the call whose cancel would have stopped it
         (``cancel_on_disconnect``) was replaced by a subscription."""
-        request = pb.InterruptRequest(session_id=self.session_id, run_id=self.run_id)
         try:
-            self._engine.Interrupt(request, timeout=INTERRUPT_TIMEOUT, metadata=self._metadata)
+            self._engine.Interrupt(
+                self.interrupt_request, timeout=INTERRUPT_TIMEOUT, metadata=self._metadata
+            )
         except grpc.RpcError as exc:
             log.warning("could not interrupt run %s after its client left: %s", self.run_id, exc)
+
+    def should_interrupt(self) -> bool:
+        """Whether a reader that left must stop the run itself: the stream was resumed
+        (so cancelling it no longer cancels the run), the client asked for that, and the
+        run has not ended."""
+        return bool(self.resumed) and self.interrupt_on_cancel and not self.run_ended
 
 
 class End:
@@ -174,19 +196,19 @@ Item = pb.Event | grpc.RpcError | End
 """What the relay hands on: an event, the error that broke the stream, or its end."""
 
 
-class EventRelay:
-    """Reads a gRPC event stream on its own thread into a bounded queue.
+class Relay(ABC):
+    """The reader's side of a relayed engine stream: a bounded queue of what the engine
+    sent, filled by :class:`EventRelay` (a thread per stream) or
+    :class:`~web_facade.stream.aio_relay.AioRelay` (the worker's asyncio loop).
 
     What one engine message brought (an event, or a batch of events ready together) goes
     through the queue as one list: one hand-over, and one wake-up of the reader, per
     message; the reader then takes its events one by one without locking.
     """
 
-    def __init__(self, call: Any, resume: Resume | None = None) -> None:
-        self._call = call
+    def __init__(self, resume: Resume | None, queue_size: int) -> None:
         self._resume = resume
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[int, list[Item]]] = queue.Queue(QUEUE_SIZE)
+        self._queue: queue.Queue[tuple[int, list[Item]]] = queue.Queue(queue_size)
         self._ready: deque[Item] = deque()
         self._room = threading.Condition()
         self._queued_bytes = 0
@@ -194,57 +216,20 @@ class EventRelay:
         self._held: Item | None = None
         self._deadline: float | None = None
         self._delay = RESUME_BACKOFF[0]
-        self._thread = threading.Thread(target=self._pump, name="agentik-relay", daemon=True)
-        self._thread.start()
 
-    def _put(self, items: list[Item]) -> bool:
-        size = sum(item.ByteSize() for item in items if isinstance(item, pb.Event))
-        with self._room:
-            while self._queued_bytes and self._queued_bytes + size > QUEUE_BYTES:
-                if self._cancelled.is_set():
-                    return False
-                self._room.wait(POLL)
-            self._queued_bytes += size
-        while not self._cancelled.is_set():
-            try:
-                self._queue.put((size, items), timeout=POLL)
-            except queue.Full:
-                continue
-            return True
-        return False
+    def _received(self, message: pb.Event) -> list[Item]:
+        """The events of one engine message still to relay (a resumed stream's repeats
+        left out)."""
+        # A batch (``batch_events``) is the events that were ready together.
+        received: list[pb.Event] = list(message.batch or (message,))
+        if self._resume is not None:
+            received = [event for event in received if self._resume.take(event)]
+            if received:
+                self._deadline = None  # progress: a later cut gets a new window
+        return list(received)
 
-    def _pump(self) -> None:
-        call = self._call
-        while True:
-            try:
-                for message in call:
-                    # A batch (``batch_events``) is the events that were ready together.
-                    received: list[pb.Event] = list(message.batch or (message,))
-                    if self._resume is not None:
-                        received = [event for event in received if self._resume.take(event)]
-                        if received:
-                            self._deadline = None  # progress: a later cut gets a new window
-                    events: list[Item] = list(received)
-                    if events and not self._put(events):
-                        self._left()
-                        return
-            except grpc.RpcError as exc:
-                if self._cancelled.is_set():
-                    self._left()
-                    return
-                reopened = self._reopen(exc)
-                if reopened is None:
-                    self._put([exc])
-                    return
-                call = reopened
-                continue
-            except Exception:  # never leave the consumer waiting on a dead relay
-                log.exception("reading the engine's event stream failed")
-            self._put([END])
-            return
-
-    def _reopen(self, error: grpc.RpcError) -> Any:
-        """A new call that goes on where ``error`` cut the stream, or None."""
+    def _resume_wait(self, error: grpc.RpcError) -> float | None:
+        """How long to wait before reopening the stream ``error`` cut; None: do not."""
         resume = self._resume
         if (
             resume is None
@@ -258,31 +243,26 @@ class EventRelay:
             self._deadline = now + RESUME_WINDOW
             self._delay = RESUME_BACKOFF[0]
         wait = min(self._delay, self._deadline - now)
-        if wait <= 0 or self._cancelled.wait(wait):
+        if wait <= 0:
             return None
         self._delay = min(self._delay * 2, RESUME_BACKOFF[1])
-        with self._lock:
-            if self._cancelled.is_set():
-                return None
-            log.info(
-                "the engine stream of session %s broke (%s); resuming after seq %s",
-                resume.session_id,
-                error.code().name,
-                resume.after_seq,
-            )
-            self._call = resume.reopen()
-            return self._call
+        return wait
 
-    def _left(self) -> None:
-        """The reader cancelled: stop a resumed run if its client asked for that."""
-        resume = self._resume
-        if (
-            resume is not None
-            and resume.resumed
-            and resume.interrupt_on_cancel
-            and not resume.run_ended
-        ):
-            resume.interrupt()
+    def _log_resume(self, error: grpc.RpcError) -> None:
+        assert self._resume is not None
+        log.info(
+            "the engine stream of session %s broke (%s); resuming after seq %s",
+            self._resume.session_id,
+            error.code().name,
+            self._resume.after_seq,
+        )
+
+    def _freed(self, size: int) -> None:
+        """The reader took a queued message of ``size`` bytes."""
+        if size:
+            with self._room:
+                self._queued_bytes -= size
+                self._room.notify()
 
     def get(self, timeout: float) -> Item | None:
         """The next item, or None when nothing came within ``timeout`` seconds."""
@@ -311,10 +291,7 @@ class EventRelay:
     def _taken(self, entry: tuple[int, list[Item]]) -> Item:
         """The first item of one queued message; the others wait in ``_ready``."""
         size, items = entry
-        if size:
-            with self._room:
-                self._queued_bytes -= size
-                self._room.notify()
+        self._freed(size)
         self._ready.extend(items[1:])
         return items[0]
 
@@ -323,6 +300,83 @@ class EventRelay:
         if self._held is None:
             self._held = self.get(timeout)
         return self._held
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Cancel the gRPC call; the relay ends soon after. Safe to repeat."""
+
+    @abstractmethod
+    def join(self, timeout: float) -> bool:
+        """Wait for the relay to end; True when it has."""
+
+
+class EventRelay(Relay):
+    """Reads a gRPC event stream on its own thread into a bounded queue."""
+
+    def __init__(self, call: Any, resume: Resume | None = None) -> None:
+        super().__init__(resume, QUEUE_SIZE)
+        self._call = call
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, name="agentik-relay", daemon=True)
+        self._thread.start()
+
+    def _put(self, items: list[Item]) -> bool:
+        size = sum(item.ByteSize() for item in items if isinstance(item, pb.Event))
+        with self._room:
+            while self._queued_bytes and self._queued_bytes + size > QUEUE_BYTES:
+                if self._cancelled.is_set():
+                    return False
+                self._room.wait(POLL)
+            self._queued_bytes += size
+        while not self._cancelled.is_set():
+            try:
+                self._queue.put((size, items), timeout=POLL)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def _pump(self) -> None:
+        call = self._call
+        while True:
+            try:
+                for message in call:
+                    events = self._received(message)
+                    if events and not self._put(events):
+                        self._left()
+                        return
+            except grpc.RpcError as exc:
+                if self._cancelled.is_set():
+                    self._left()
+                    return
+                reopened = self._reopen(exc)
+                if reopened is None:
+                    self._put([exc])
+                    return
+                call = reopened
+                continue
+            except Exception:  # never leave the consumer waiting on a dead relay
+                log.exception("reading the engine's event stream failed")
+            self._put([END])
+            return
+
+    def _reopen(self, error: grpc.RpcError) -> Any:
+        """A new call that goes on where ``error`` cut the stream, or None."""
+        wait = self._resume_wait(error)
+        if wait is None or self._cancelled.wait(wait):
+            return None
+        assert self._resume is not None
+        with self._lock:
+            if self._cancelled.is_set():
+                return None
+            self._log_resume(error)
+            self._call = self._resume.reopen()
+            return self._call
+
+    def _left(self) -> None:
+        """The reader cancelled: stop a resumed run if its client asked for that."""
+        if self._resume is not None and self._resume.should_interrupt():
+            self._resume.interrupt()
 
     def cancel(self) -> None:
         """Cancel the gRPC call; the relay thread ends soon after. Safe to repeat."""
@@ -337,16 +391,21 @@ class EventRelay:
 
 
 def open_relay(call: Any, wait: float = OPEN_WAIT, resume: Resume | None = None) -> EventRelay:
-    """Relay ``call`` once the engine has taken it.
+    """Relay ``call`` once the engine has taken it (see :func:`opened`)."""
+    relay = EventRelay(call, resume)
+    opened(relay, wait)
+    return relay
+
+
+def opened(relay: Relay, wait: float = OPEN_WAIT) -> None:
+    """Wait for the engine to take the relayed call.
 
     The engine refuses a run (busy, unknown thread, overloaded) as the call's first
     answer. Waiting up to ``wait`` for that answer lets the route raise the refusal as an
     error response, before any stream is open; the ``grpc.RpcError`` is raised as is, for
     each protocol's error table. An event, the stream's end, or silence opens the stream.
     """
-    relay = EventRelay(call, resume)
     first = relay.peek(wait)
     if isinstance(first, grpc.RpcError):
         relay.cancel()
         raise first
-    return relay

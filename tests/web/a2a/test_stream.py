@@ -80,7 +80,8 @@ class _RecordedClient(EngineClient):
 def recorded(engine_target: str) -> Iterator[tuple[Flask, _Recorder]]:
     recorder = _Recorder()
     client = _RecordedClient(engine_target, recorder)
-    app = create_app(web_settings(engine_target), client)
+    # The calls are recorded on the sync channel: its streams too.
+    app = create_app(web_settings(engine_target, AGENTIK_WEB_STREAM_READER="threads"), client)
     app.testing = True
     try:
         yield app, recorder

@@ -105,7 +105,9 @@ def engine() -> FakeEngine:
 
 @pytest.fixture
 def client(engine: FakeEngine) -> FlaskClient:
-    app: Flask = create_app(web_settings("127.0.0.1:9"), engine)
+    # The fake is a sync stub: the streams are read by relay threads.
+    settings = web_settings("127.0.0.1:9", AGENTIK_WEB_STREAM_READER="threads")
+    app: Flask = create_app(settings, engine)
     app.testing = True
     return app.test_client()
 

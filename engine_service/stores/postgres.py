@@ -79,10 +79,12 @@ from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
+from engine_service.stores.postgres_batch import DEFAULT_MAX_BATCH, WriteBatcher
 from engine_service.stores.postgres_calls import (
     Attempt,
     CallKind,
     CallRunner,
+    Statement,
     Work,
     data_error,
     storage_error,
@@ -527,6 +529,17 @@ write): no row when the session is gone or the first seq does not follow its las
 (another replica closed the run, or this very write committed before its connection was
 lost: see ``append_events``)."""
 
+_APPEND_MESSAGES = """
+INSERT INTO messages (session_id, position, id, body, run_id)
+SELECT %(session)s,
+    (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %(session)s) + u.n,
+    u.id, u.body, u.run_id
+FROM unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
+    AS u (id, body, run_id, n)
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s)
+"""
+"""Messages after the session's last position (its row locked by the statement before)."""
+
 IDLE_IN_TRANSACTION = 2.0
 """Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
 statement. Ours run their statements back to back; one left waiting belongs to an engine
@@ -550,13 +563,15 @@ class PostgresSessionStore(SessionStore):
         max_reconnect_delay: float = 10.0,
         retry_seconds: float = 5.0,
         idle_in_transaction: float = IDLE_IN_TRANSACTION,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
         ``timeout`` bounds how long a call waits for a connection before it fails with
         ``StorageUnavailable``. ``idle_in_transaction``: seconds after which the server
         ends a transaction of ours that waits for its next statement (0: never); see
-        :data:`IDLE_IN_TRANSACTION`. ``ValueError`` when ``dsn`` cannot be parsed.
+        :data:`IDLE_IN_TRANSACTION`. ``max_batch``: writes per transaction at most (see
+        ``postgres_batch``). ``ValueError`` when ``dsn`` cannot be parsed.
         """
         check_dsn(dsn)
         self._dsn = dsn
@@ -587,6 +602,7 @@ class PostgresSessionStore(SessionStore):
         self._calls = CallRunner(
             self._pool, self._open_once, retry_seconds=retry_seconds, timeout=timeout
         )
+        self._batch = WriteBatcher(self._calls, self._writer_connection, max_batch=max_batch)
 
     # -- connections ----------------------------------------------------------------
 
@@ -608,6 +624,24 @@ class PostgresSessionStore(SessionStore):
             "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
             (str(self._idle_in_transaction_ms),),
         )
+
+    async def _writer_connection(self, wait: float) -> _Conn:
+        """A connection of its own for the store's writer (``postgres_batch``)."""
+        conn = await psycopg.AsyncConnection.connect(
+            self._dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(min(wait, self._connect_timeout))),
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def _open_once(self) -> None:
         """Open the pool and migrate, once; raises the database's own errors."""
@@ -734,14 +768,18 @@ class PostgresSessionStore(SessionStore):
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
 
-        async def work(conn: _Conn) -> Session:
-            await conn.execute(
-                "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
-                (title, stamp, session_id),
-            )
-            return await self._load(conn, session_id)
-
-        return await self._write(work)
+        _, row = await self._batch.submit(
+            [
+                (
+                    "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
+                    (title, stamp, session_id),
+                ),
+                (f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)),
+            ]
+        )
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session(row)
 
     async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
@@ -922,33 +960,29 @@ class PostgresSessionStore(SessionStore):
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
-        runs = [message.run_id for message in messages]
-
-        async def work(conn: _Conn) -> None:
-            await self._require(conn, session_id, lock=True)
-            row = await self._one(
-                conn,
-                "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
-                (session_id,),
+        # The session row locked first; the insert, a statement of its own, then reads the
+        # last position under that lock (each statement sees what committed before it).
+        statements: list[Statement] = [
+            ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+        ]
+        if encoded:
+            statements.append(
+                (
+                    _APPEND_MESSAGES,
+                    {
+                        "session": session_id,
+                        "ids": [mid for mid, _ in encoded],
+                        "bodies": [body for _, body in encoded],
+                        "runs": [message.run_id for message in messages],
+                    },
+                )
             )
-            last = row[0] if row else -1
-            if encoded:
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(
-                        "INSERT INTO messages (session_id, position, id, body, run_id)"
-                        " VALUES (%s, %s, %s, %s, %s)",
-                        [
-                            (session_id, last + 1 + i, mid, body, run_id)
-                            for i, ((mid, body), run_id) in enumerate(
-                                zip(encoded, runs, strict=True)
-                            )
-                        ],
-                    )
-
         try:
-            await self._write(work)
+            found, *_ = await self._batch.submit(statements)
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc
+        if found is None:
+            raise SessionNotFound(session_id)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
@@ -978,11 +1012,11 @@ class PostgresSessionStore(SessionStore):
     async def set_state(self, session_id: str, state: JSON) -> None:
         text = _dumps(state, "state")
 
-        async def work(conn: _Conn) -> None:
-            await self._require(conn, session_id)
-            await conn.execute("UPDATE sessions SET state = %s WHERE id = %s", (text, session_id))
-
-        await self._write(work)
+        (found,) = await self._batch.submit(
+            [("UPDATE sessions SET state = %s WHERE id = %s RETURNING 1", (text, session_id))]
+        )
+        if found is None:
+            raise SessionNotFound(session_id)
 
     # -- runs -----------------------------------------------------------------------
 
@@ -1372,13 +1406,16 @@ class PostgresSessionStore(SessionStore):
             "signal": encode_signal(signal),
         }
 
-        # One statement, so one round trip: followers wait for this write (they see an
-        # event only once it is stored), so each round trip is on every token's path. It
-        # is retried like a read when its connection is lost; a retry of a write that did
-        # commit finds its own rows at its seqs and succeeds.
+        # One statement, in the writer's next batch with every other run's: followers wait
+        # for this write (they see an event only once it is stored). A write its condition
+        # refused (another replica closed the run) returns no row and is told apart here,
+        # after the batch committed; so is a retried write that had committed before its
+        # connection was lost (it finds its own rows at its seqs).
+        (moved,) = await self._batch.submit([(_APPEND_EVENTS, params)])
+        if moved is not None:
+            return
+
         async def work(conn: _Conn) -> None:
-            if await self._one(conn, _APPEND_EVENTS, params) is not None:
-                return
             found = await self._one(
                 conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
             )
@@ -1402,13 +1439,14 @@ class PostgresSessionStore(SessionStore):
         return True
 
     async def _reserve(self, session_id: str, reserve_through: int) -> None:
-        async def work(conn: _Conn) -> None:
-            await conn.execute(
-                "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
-                (reserve_through, session_id),
-            )
-
-        await self._read(work)
+        await self._batch.submit(
+            [
+                (
+                    "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
+                    (reserve_through, session_id),
+                )
+            ]
+        )
 
     async def _insert_events(
         self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]
@@ -1490,14 +1528,15 @@ class PostgresSessionStore(SessionStore):
     async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
         counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
 
-        async def work(conn: _Conn) -> None:
-            await conn.execute(
-                "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
-                " WHERE session_id = %s AND id = %s AND status = 'running'",
-                (*counts, session_id, run_id),
-            )
-
-        await self._write(work)
+        await self._batch.submit(
+            [
+                (
+                    "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
+                    " WHERE session_id = %s AND id = %s AND status = 'running'",
+                    (*counts, session_id, run_id),
+                )
+            ]
+        )
 
     async def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _utc(until, "until")
@@ -1778,6 +1817,7 @@ class PostgresSessionStore(SessionStore):
         await self._write(work)
 
     async def close(self) -> None:
+        await self._batch.close()
         self._closed = True
         listener, self._listener = self._listener, None
         if listener is not None:

@@ -540,6 +540,50 @@ WHERE EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s)
 """
 """Messages after the session's last position (its row locked by the statement before)."""
 
+_FINISH_RUN = """
+WITH s AS (
+    SELECT id, last_seq FROM sessions WHERE id = %(session)s FOR UPDATE
+), r AS (
+    SELECT status FROM runs WHERE session_id = %(session)s AND id = %(run)s FOR UPDATE
+), ok AS (
+    SELECT s.id, r.status = 'running' AS running,
+        coalesce(%(last)s::bigint, s.last_seq) AS last
+    FROM s, r WHERE %(first)s::bigint IS NULL OR s.last_seq < %(first)s::bigint
+), inserted AS (
+    INSERT INTO events (session_id, seq, time, run_id, body)
+    SELECT ok.id, u.seq, u.time, u.run_id, u.body FROM ok,
+        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
+        AS u (seq, time, run_id, body)
+), finished AS (
+    UPDATE runs SET status = %(status)s, finished_at = %(stamp)s, error_code = %(code)s,
+        error_message = %(message)s, pending = %(pending)s, interrupts = %(asked)s,
+        input_tokens = CASE WHEN %(usage)s THEN %(input)s ELSE input_tokens END,
+        output_tokens = CASE WHEN %(usage)s THEN %(output)s ELSE output_tokens END,
+        cached_tokens = CASE WHEN %(usage)s THEN %(cached)s ELSE cached_tokens END
+    FROM ok WHERE ok.running AND runs.session_id = %(session)s AND runs.id = %(run)s
+), ended AS (
+    UPDATE sessions SET last_seq = ok.last,
+        active_run_id = CASE WHEN active_run_id = %(run)s THEN NULL ELSE active_run_id END,
+        updated_at = CASE WHEN ok.running THEN %(stamp)s ELSE updated_at END,
+        interrupts = CASE WHEN ok.running THEN coalesce(%(asked)s, interrupts)
+            ELSE interrupts END,
+        input_tokens = input_tokens + CASE WHEN ok.running THEN %(input)s ELSE 0 END,
+        output_tokens = output_tokens + CASE WHEN ok.running THEN %(output)s ELSE 0 END,
+        cached_tokens = cached_tokens + CASE WHEN ok.running THEN %(cached)s ELSE 0 END
+    FROM ok WHERE sessions.id = ok.id
+    RETURNING ok.last
+)
+SELECT (SELECT last_seq FROM s), EXISTS (SELECT 1 FROM r),
+    (SELECT count(pg_notify(%(channel)s,
+        json_build_array(%(kind)s::text, %(session)s::text, %(run)s::text, ended.last)::text))
+     FROM ended)
+"""
+"""A run's end in one statement: its last events stored after the session's last seq, the
+run closed (when it still runs: with its status, error, usage and interrupts, added to the
+session's), the session let go and the other replicas told (``ENDED``). Nothing is written
+when the session or the run is gone or the first seq does not follow the last stored one;
+the first two columns tell which."""
+
 IDLE_IN_TRANSACTION = 2.0
 """Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
 statement. Ours run their statements back to back; one left waiting belongs to an engine
@@ -1042,67 +1086,82 @@ class PostgresSessionStore(SessionStore):
         if not run_id:
             raise InvalidInput("run id must not be empty")
 
+        # Two round trips before the commit (psycopg's pipeline mode): the checks' reads
+        # first, then the writes with the session as it now is; what a check refuses
+        # raises, and the transaction, with whatever was queued, rolls back.
         async def work(conn: _Conn) -> RunBegun:
-            created = False
-            if create:
-                if not session_id:
-                    raise InvalidInput("session id must not be empty")
-                cursor = await conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
-                    " VALUES (%s, '', %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                    (session_id, stamp, stamp, owner, agent),
-                )
-                created = cursor.rowcount == 1
-            active = await self._require(
-                conn, session_id, owner if require_owner and not created else None, lock=True
-            )
-            if active:
-                raise SessionBusy(session_id, active)
-            # Run ids are unique in the store: two sessions starting the same id at once
-            # queue on this lock, and the second finds the first's run.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
-            taken = await self._one(conn, "SELECT 1 FROM runs WHERE id = %s", (run_id,))
-            if taken is not None:
-                raise AlreadyExists(run_taken(run_id))
-            if admit is not None:
-                pending = await self._one(
-                    conn, "SELECT interrupts FROM sessions WHERE id = %s", (session_id,)
-                )
-                admit(decode_interrupts(pending[0] if pending else None))
-            try:
-                async with conn.transaction():  # a savepoint: the index is the last word
-                    await conn.execute(
-                        "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
-                        " replica, lease_until, parent_run_id)"
-                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s"
-                        " FROM sessions WHERE id = %s",
-                        (
-                            session_id,
-                            run_id,
-                            stamp,
-                            lease.replica if lease else "",
-                            lease_until,
-                            parent_run_id,
-                            session_id,
-                        ),
+            async with conn.pipeline():
+                made = None
+                if create:
+                    if not session_id:
+                        raise InvalidInput("session id must not be empty")
+                    made = await conn.execute(
+                        "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
+                        " VALUES (%s, '', %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
+                        " RETURNING 1",
+                        (session_id, stamp, stamp, owner, agent),
                     )
-            except psycopg.errors.UniqueViolation as exc:
-                running = await self._one(
-                    conn,
-                    "SELECT id FROM runs WHERE session_id = %s AND status = 'running'",
+                held = await conn.execute(
+                    "SELECT active_run_id, owner, interrupts FROM sessions WHERE id = %s"
+                    " FOR UPDATE",
                     (session_id,),
                 )
-                if running is not None:
-                    raise SessionBusy(session_id, running[0]) from exc
-                raise AlreadyExists(run_taken(run_id)) from exc
-            await conn.execute(
-                "UPDATE sessions SET active_run_id = %s, updated_at = %s,"
-                " reserved_seq = last_seq + %s WHERE id = %s",
-                (run_id, stamp, reserve, session_id),
-            )
-            session = await self._load(conn, session_id)
-            await self._notify(conn, Signal(SignalKind.BEGUN, session_id, run_id, session.last_seq))
-            return RunBegun(session, created)
+                # Run ids are unique in the store: two sessions starting the same id at
+                # once queue on this lock, and the second finds the first's run.
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+                taken = await conn.execute("SELECT 1 FROM runs WHERE id = %s", (run_id,))
+                created = made is not None and await made.fetchone() is not None
+                row = await held.fetchone()
+                if row is None or (require_owner and not created and row[1] != owner):
+                    raise SessionNotFound(session_id)
+                if row[0]:
+                    raise SessionBusy(session_id, row[0])
+                if await taken.fetchone() is not None:
+                    raise AlreadyExists(run_taken(run_id))
+                if admit is not None:
+                    admit(decode_interrupts(row[2]))
+                # The index is the last word: a run it refuses inserts nothing.
+                inserted = await conn.execute(
+                    "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
+                    " replica, lease_until, parent_run_id)"
+                    " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s"
+                    " FROM sessions WHERE id = %s ON CONFLICT DO NOTHING RETURNING 1",
+                    (
+                        session_id,
+                        run_id,
+                        stamp,
+                        lease.replica if lease else "",
+                        lease_until,
+                        parent_run_id,
+                        session_id,
+                    ),
+                )
+                await conn.execute(
+                    "UPDATE sessions SET active_run_id = %s, updated_at = %s,"
+                    " reserved_seq = last_seq + %s WHERE id = %s",
+                    (run_id, stamp, reserve, session_id),
+                )
+                loaded = await conn.execute(
+                    f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
+                )
+                signal = await conn.execute(
+                    "SELECT pg_notify(%s, json_build_array(%s::text, %s::text, %s::text,"
+                    " last_seq)::text) FROM sessions WHERE id = %s",
+                    (self._channel, SignalKind.BEGUN.value, session_id, run_id, session_id),
+                )
+                if await inserted.fetchone() is None:
+                    running = await self._one(
+                        conn,
+                        "SELECT id FROM runs WHERE session_id = %s AND status = 'running'",
+                        (session_id,),
+                    )
+                    if running is not None:
+                        raise SessionBusy(session_id, running[0])
+                    raise AlreadyExists(run_taken(run_id))
+                session = await loaded.fetchone()
+                await signal.fetchone()
+            assert session is not None
+            return RunBegun(_session(session), created)
 
         return await self._write(work)
 
@@ -1123,59 +1182,47 @@ class PostgresSessionStore(SessionStore):
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
         rows = _event_rows(session_id, events)
-        asked = encode_interrupts(interrupts)
-
-        async def work(conn: _Conn) -> None:
-            last = await self._insert_events(conn, session_id, rows)
-            row = await self._one(
-                conn,
-                "SELECT status FROM runs WHERE session_id = %s AND id = %s FOR UPDATE",
-                (session_id, run_id),
-            )
-            if row is None:
-                raise RunNotFound(run_id)
-            if row[0] == RunStatus.RUNNING.value:
-                await conn.execute(
-                    "UPDATE runs SET status = %s, finished_at = %s, error_code = %s,"
-                    " error_message = %s, pending = %s, interrupts = %s"
-                    " WHERE session_id = %s AND id = %s",
-                    (
-                        status.value,
-                        stamp,
-                        error_code,
-                        # The one raw text the engine writes that may quote a model or
-                        # a tool; PostgreSQL text cannot hold NUL.
-                        error_message.replace("\x00", "\ufffd"),
-                        json.dumps(list(pending_tool_call_ids)),
-                        asked,
-                        session_id,
-                        run_id,
-                    ),
-                )
-                counts = (
-                    (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
-                    if usage is not None
-                    else (0, 0, 0)
-                )
-                if usage is not None:
-                    await conn.execute(
-                        "UPDATE runs SET input_tokens = %s, output_tokens = %s,"
-                        " cached_tokens = %s WHERE session_id = %s AND id = %s",
-                        (*counts, session_id, run_id),
-                    )
-                await conn.execute(
-                    "UPDATE sessions SET updated_at = %s, interrupts = coalesce(%s, interrupts),"
-                    " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
-                    " cached_tokens = cached_tokens + %s WHERE id = %s",
-                    (stamp, asked, *counts, session_id),
-                )
-            await conn.execute(
-                "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s",
-                (session_id, run_id),
-            )
-            await self._notify(conn, Signal(SignalKind.ENDED, session_id, run_id, last))
-
-        await self._write(work)
+        seqs = [row[1] for row in rows]
+        for before, after in itertools.pairwise(seqs):
+            if after <= before:
+                raise InvalidInput(f"event seq {after} does not follow {before}")
+        counts = (
+            (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+            if usage is not None
+            else (0, 0, 0)
+        )
+        params = {
+            "session": session_id,
+            "run": run_id,
+            "first": seqs[0] if seqs else None,
+            "last": seqs[-1] if seqs else None,
+            "seqs": seqs,
+            "times": [row[2] for row in rows],
+            "runs": [row[3] for row in rows],
+            "bodies": [row[4] for row in rows],
+            "status": status.value,
+            "stamp": stamp,
+            "code": error_code,
+            # The one raw text the engine writes that may quote a model or a tool;
+            # PostgreSQL text cannot hold NUL.
+            "message": error_message.replace("\x00", "\ufffd"),
+            "pending": json.dumps(list(pending_tool_call_ids)),
+            "asked": encode_interrupts(interrupts),
+            "usage": usage is not None,
+            "input": counts[0],
+            "output": counts[1],
+            "cached": counts[2],
+            "channel": self._channel,
+            "kind": SignalKind.ENDED.value,
+        }
+        (row,) = await self._batch.submit([(_FINISH_RUN, params)])
+        stored_last, run_found = row[:2] if row is not None else (None, False)
+        if stored_last is None:
+            raise SessionNotFound(session_id)
+        if seqs and seqs[0] <= stored_last:
+            raise InvalidInput(f"event seq {seqs[0]} does not follow {stored_last}")
+        if not run_found:
+            raise RunNotFound(run_id)
 
     async def fork_session(
         self,
@@ -1447,42 +1494,6 @@ class PostgresSessionStore(SessionStore):
                 )
             ]
         )
-
-    async def _insert_events(
-        self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]
-    ) -> int:
-        """Insert ``rows`` after the session's last seq (locking the session row); the
-        new last seq."""
-        found = await self._one(
-            conn, "SELECT last_seq FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
-        )
-        if found is None:
-            raise SessionNotFound(session_id)
-        last = int(found[0])
-        for row in rows:
-            if row[1] <= last:
-                raise InvalidInput(f"event seq {row[1]} does not follow {last}")
-            last = row[1]
-        if rows:
-            # One statement, not a pipeline of one per row: a transaction waiting between
-            # statements is ended by ``idle_in_transaction_session_timeout`` if this engine
-            # stalls there; one stalled mid-pipeline would hold the session's lock for as
-            # long as the stall lasts.
-            await conn.execute(
-                "INSERT INTO events (session_id, seq, time, run_id, body)"
-                " SELECT %s, * FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::text[])",
-                (
-                    session_id,
-                    [row[1] for row in rows],
-                    [row[2] for row in rows],
-                    [row[3] for row in rows],
-                    [row[4] for row in rows],
-                ),
-            )
-            await conn.execute(
-                "UPDATE sessions SET last_seq = %s WHERE id = %s", (last, session_id)
-            )
-        return last
 
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = _sql_limit(limit)

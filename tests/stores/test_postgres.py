@@ -21,7 +21,7 @@ from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.core.store import Lease, Signal, SignalKind
-from engine_service.stores import open_store
+from engine_service.stores import open_store, postgres_calls
 from engine_service.stores.postgres import (
     SCHEMA_VERSION,
     PostgresSessionStore,
@@ -238,16 +238,16 @@ async def test_a_signal_arrives_only_once_its_write_is_committed(
     await heard.next(1.0)  # BEGUN
     release = asyncio.Event()
     notified = asyncio.Event()
-    send = a._notify
+    first = postgres_calls._first
 
-    async def notify_then_hold(
-        conn: psycopg.AsyncConnection[tuple[object, ...]], s: Signal
-    ) -> None:
-        await send(conn, s)
+    async def hold_before_commit(cursor: psycopg.AsyncCursor[tuple[object, ...]]) -> object:
+        # The writer reads each statement's row after the statements ran (the NOTIFY
+        # among them) and before it commits.
         notified.set()
         await release.wait()  # the transaction stays open
+        return await first(cursor)
 
-    monkeypatch.setattr(a, "_notify", notify_then_hold)
+    monkeypatch.setattr(postgres_calls, "_first", hold_before_commit)
     writing = asyncio.create_task(
         a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), events=[event(1)])
     )

@@ -27,7 +27,7 @@ def event(seq: int, session_id: str, run_id: str = "r") -> ev.Event:
 
 
 def message(message_id: str) -> Message:
-    return Message(message_id, Role.USER, (TextPart("hi"),), created_at=T0, run_id="r")
+    return Message(message_id, Role.USER, [TextPart("hi")], created_at=T0, run_id="r")
 
 
 def commits(url: str) -> int:

@@ -40,6 +40,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -584,6 +585,9 @@ session's), the session let go and the other replicas told (``ENDED``). Nothing 
 when the session or the run is gone or the first seq does not follow the last stored one;
 the first two columns tell which."""
 
+WRITER_NAME = "agentik-writer"
+"""The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
+
 IDLE_IN_TRANSACTION = 2.0
 """Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
 statement. Ours run their statements back to back; one left waiting belongs to an engine
@@ -647,6 +651,9 @@ class PostgresSessionStore(SessionStore):
             self._pool, self._open_once, retry_seconds=retry_seconds, timeout=timeout
         )
         self._batch = WriteBatcher(self._calls, self._writer_connection, max_batch=max_batch)
+        self._reads = WriteBatcher(
+            self._calls, self._reader_connection, max_batch=max_batch, atomic=False
+        )
 
     # -- connections ----------------------------------------------------------------
 
@@ -670,10 +677,19 @@ class PostgresSessionStore(SessionStore):
         )
 
     async def _writer_connection(self, wait: float) -> _Conn:
-        """A connection of its own for the store's writer (``postgres_batch``)."""
+        """A connection of its own for the store's writer (``postgres_batch``), named
+        ``agentik-writer-<pid>`` in ``pg_stat_activity``."""
+        return await self._own_connection(wait, f"{WRITER_NAME}-{os.getpid()}")
+
+    async def _reader_connection(self, wait: float) -> _Conn:
+        """A connection of its own for the reads sent together (``agentik-reader-<pid>``)."""
+        return await self._own_connection(wait, f"agentik-reader-{os.getpid()}")
+
+    async def _own_connection(self, wait: float, name: str) -> _Conn:
         conn = await psycopg.AsyncConnection.connect(
             self._dsn,
             autocommit=True,
+            application_name=name,
             connect_timeout=max(1, round(min(wait, self._connect_timeout))),
             keepalives=1,
             keepalives_idle=30,
@@ -784,10 +800,12 @@ class PostgresSessionStore(SessionStore):
         return await self._write(work)
 
     async def get_session(self, session_id: str) -> Session:
-        async def work(conn: _Conn) -> Session:
-            return await self._load(conn, session_id)
-
-        return await self._read(work)
+        (rows,) = await self._reads.submit(
+            [(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,))]
+        )
+        if not rows:
+            raise SessionNotFound(session_id)
+        return _session(rows[0])
 
     async def list_sessions(
         self, offset: int, limit: int, *, owner: str | None = None
@@ -812,7 +830,7 @@ class PostgresSessionStore(SessionStore):
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
 
-        _, row = await self._batch.submit(
+        _, row = await self._batch.first(
             [
                 (
                     "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
@@ -1022,7 +1040,7 @@ class PostgresSessionStore(SessionStore):
                 )
             )
         try:
-            found, *_ = await self._batch.submit(statements)
+            found, *_ = await self._batch.first(statements)
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc
         if found is None:
@@ -1056,7 +1074,7 @@ class PostgresSessionStore(SessionStore):
     async def set_state(self, session_id: str, state: JSON) -> None:
         text = _dumps(state, "state")
 
-        (found,) = await self._batch.submit(
+        (found,) = await self._batch.first(
             [("UPDATE sessions SET state = %s WHERE id = %s RETURNING 1", (text, session_id))]
         )
         if found is None:
@@ -1215,7 +1233,7 @@ class PostgresSessionStore(SessionStore):
             "channel": self._channel,
             "kind": SignalKind.ENDED.value,
         }
-        (row,) = await self._batch.submit([(_FINISH_RUN, params)])
+        (row,) = await self._batch.first([(_FINISH_RUN, params)])
         stored_last, run_found = row[:2] if row is not None else (None, False)
         if stored_last is None:
             raise SessionNotFound(session_id)
@@ -1458,7 +1476,7 @@ class PostgresSessionStore(SessionStore):
         # refused (another replica closed the run) returns no row and is told apart here,
         # after the batch committed; so is a retried write that had committed before its
         # connection was lost (it finds its own rows at its seqs).
-        (moved,) = await self._batch.submit([(_APPEND_EVENTS, params)])
+        (moved,) = await self._batch.first([(_APPEND_EVENTS, params)])
         if moved is not None:
             return
 
@@ -1486,7 +1504,7 @@ class PostgresSessionStore(SessionStore):
         return True
 
     async def _reserve(self, session_id: str, reserve_through: int) -> None:
-        await self._batch.submit(
+        await self._batch.first(
             [
                 (
                     "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
@@ -1539,7 +1557,7 @@ class PostgresSessionStore(SessionStore):
     async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
         counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
 
-        await self._batch.submit(
+        await self._batch.first(
             [
                 (
                     "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
@@ -1803,14 +1821,15 @@ class PostgresSessionStore(SessionStore):
         return [_push(row) for row in await self._read(work)]
 
     async def session_push_configs(self, session_id: str) -> list[PushConfig]:
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
-            return await self._all(
-                conn,
-                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
-                (session_id,),
-            )
-
-        return [_push(row) for row in await self._read(work)]
+        (rows,) = await self._reads.submit(
+            [
+                (
+                    f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
+                    (session_id,),
+                )
+            ]
+        )
+        return [_push(row) for row in rows]
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
         async def work(conn: _Conn) -> bool:
@@ -1829,6 +1848,7 @@ class PostgresSessionStore(SessionStore):
 
     async def close(self) -> None:
         await self._batch.close()
+        await self._reads.close()
         self._closed = True
         listener, self._listener = self._listener, None
         if listener is not None:

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH = 256
 """Writes per transaction, at most (``[engine] store_batch_max``)."""
 
-Result = list[tuple[Any, ...] | None]
+Result = list[list[tuple[Any, ...]]]
 _Conn = psycopg.AsyncConnection[TupleRow]
 
 
@@ -66,12 +66,16 @@ class WriteBatcher:
         connect: Callable[[float], Awaitable[_Conn]],
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
+        atomic: bool = True,
     ) -> None:
+        """``atomic``: each batch is one transaction (writes); else each statement is
+        on its own (reads, sent together all the same)."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.max_batch = max_batch
         self._calls = calls
         self._connect = connect
+        self._atomic = atomic
         self._conn: _Conn | None = None
         self._queue: deque[_Write] = deque()
         self._wake = asyncio.Event()
@@ -84,9 +88,13 @@ class WriteBatcher:
         """Transactions the writer committed (or tried): fewer than writes under load."""
         self.writes = 0
 
-    async def submit(self, statements: Sequence[Statement]) -> Result:
+    async def first(self, statements: Sequence[Statement]) -> list[tuple[Any, ...] | None]:
         """Run ``statements`` in the next batch; the first row of each (None for none),
         once committed."""
+        return [rows[0] if rows else None for rows in await self.submit(statements)]
+
+    async def submit(self, statements: Sequence[Statement]) -> Result:
+        """Run ``statements`` in the next batch; the rows of each, once committed."""
         if self._closed:
             raise StorageUnavailable("storage unavailable: the store is closed")
         write = _Write(statements)
@@ -126,7 +134,9 @@ class WriteBatcher:
         self.transactions += 1
         self.writes += len(batch)
         try:
-            rows = await self._calls.batch([write.statements for write in batch], self._connection)
+            rows = await self._calls.batch(
+                [write.statements for write in batch], self._connection, atomic=self._atomic
+            )
         except StorageUnavailable as exc:
             for write in batch:
                 _fail(write, exc)

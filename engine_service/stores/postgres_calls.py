@@ -189,7 +189,7 @@ Work = Callable[[_Conn], Awaitable[T]]
 
 Statement = tuple[str, Sequence[Any] | Mapping[str, Any]]
 """One SQL statement and its parameters."""
-Rows = list[list[tuple[Any, ...] | None]]
+Rows = list[list[list[tuple[Any, ...]]]]
 Opener = Callable[[float], AbstractAsyncContextManager[_Conn]]
 """Gives a connection, waiting at most the seconds it is passed."""
 
@@ -245,12 +245,14 @@ class CallRunner:
         self,
         writes: Sequence[Sequence[Statement]],
         connection: Opener,
+        *,
+        atomic: bool = True,
     ) -> Rows:
         """Every statement of ``writes``, in order, in one transaction sent as one pipeline
         (psycopg's pipeline mode: the statements go out together, then the transaction id
         and the ``COMMIT``: two round trips whatever their number), on the connection
-        ``connection(wait)`` gives; the first row of each statement (None when it returned
-        none), per write. Retried like a write.
+        ``connection(wait)`` gives; the rows of each statement, per write. Retried like a
+        write. Not ``atomic``: reads, each statement on its own, in one round trip.
 
         A statement that fails fails the whole transaction (nothing of it is stored)."""
 
@@ -258,6 +260,14 @@ class CallRunner:
             await self._prepare()
             async with connection(state.wait) as conn:
                 state.connected = True
+                if not atomic:
+                    async with conn.pipeline() as pipeline:
+                        sent = [
+                            [await conn.execute(query, args) for query, args in write]
+                            for write in writes
+                        ]
+                        await pipeline.sync()  # every result is in
+                        return [[await _rows(c) for c in write] for write in sent]
                 async with conn.pipeline(), conn.transaction():
                     cursors = [
                         [await conn.execute(query, args) for query, args in write]
@@ -267,7 +277,7 @@ class CallRunner:
                     # Fetching the id waits for every statement before it; from here only
                     # the COMMIT itself can fail.
                     row = await xid.fetchone()
-                    rows: Rows = [[await _first(c) for c in write] for write in cursors]
+                    rows: Rows = [[await _rows(c) for c in write] for write in cursors]
                     state.result = rows
                     state.xid = str(row[0]) if row else None
                 return rows
@@ -364,9 +374,9 @@ class CallRunner:
             delay = min(delay * 2, MAX_RETRY_DELAY)
 
 
-async def _first(cursor: psycopg.AsyncCursor[TupleRow]) -> tuple[Any, ...] | None:
-    """The first row of the statement ``cursor`` ran; None when it returned no rows."""
-    return await cursor.fetchone() if cursor.description is not None else None
+async def _rows(cursor: psycopg.AsyncCursor[TupleRow]) -> list[tuple[Any, ...]]:
+    """The rows of the statement ``cursor`` ran (none for a statement without rows)."""
+    return await cursor.fetchall() if cursor.description is not None else []
 
 
 async def _current_xid(conn: _Conn) -> str:

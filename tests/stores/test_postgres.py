@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
@@ -33,6 +34,7 @@ from engine_service.stores.postgres import (
 from engine_service.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.postgres_server import with_database, with_schema
 
+INTRANS = TransactionStatus.INTRANS
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
 
@@ -238,16 +240,17 @@ async def test_a_signal_arrives_only_once_its_write_is_committed(
     await heard.next(1.0)  # BEGUN
     release = asyncio.Event()
     notified = asyncio.Event()
-    first = postgres_calls._first
+    rows = postgres_calls._rows
 
     async def hold_before_commit(cursor: psycopg.AsyncCursor[tuple[object, ...]]) -> object:
-        # The writer reads each statement's row after the statements ran (the NOTIFY
+        # The writer reads each statement's rows after the statements ran (the NOTIFY
         # among them) and before it commits.
-        notified.set()
-        await release.wait()  # the transaction stays open
-        return await first(cursor)
+        if not notified.is_set() and cursor.connection.info.transaction_status == INTRANS:
+            notified.set()
+            await release.wait()  # the transaction stays open
+        return await rows(cursor)
 
-    monkeypatch.setattr(postgres_calls, "_first", hold_before_commit)
+    monkeypatch.setattr(postgres_calls, "_rows", hold_before_commit)
     writing = asyncio.create_task(
         a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), events=[event(1)])
     )

@@ -627,7 +627,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["tools_in_doubt"] == ("AGENTIK_TOOLS_IN_DOUBT", "ask")
     assert by_name["default_agent"] == ("AGENTIK_DEFAULT_AGENT", "agentik")
     assert by_name["agent_max_depth"] == ("AGENTIK_AGENT_MAX_DEPTH", "3")
-    assert len(rows) == 74
+    assert len(rows) == 75
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -687,6 +687,8 @@ class EngineSettings:
     """A session's shared state as compact JSON, at most; patches are bounded by it."""
     store_retry_seconds: float = setting(5.0, "AGENTIK_STORE_RETRY_SECONDS", _SECONDS_OR_ZERO)
     """How long a PostgreSQL store call retries a lost connection before it fails."""
+    store_batch_max: int = setting(256, "AGENTIK_STORE_BATCH_MAX", _POSITIVE)
+    """PostgreSQL: writes (every run's) the store sends in one transaction, at most."""
     metrics_addr: str = setting("", "AGENTIK_METRICS_ADDR", _optional_address)
     """Where the engine serves Prometheus ``/metrics``; empty: not served."""
 

@@ -284,7 +284,11 @@ def build_engine(settings: Settings) -> Engine:
     delegates = delegation_tools(settings, tools)
     warn_unmatched(settings, tools)
     engine = Engine(
-        open_store(settings.engine.store, retry_seconds=settings.engine.store_retry_seconds),
+        open_store(
+            settings.engine.store,
+            retry_seconds=settings.engine.store_retry_seconds,
+            batch_max=settings.engine.store_batch_max,
+        ),
         model,
         tools,
         limits,

@@ -49,10 +49,11 @@ def redacted_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-def open_store(url: str, *, retry_seconds: float = 5.0) -> SessionStore:
+def open_store(url: str, *, retry_seconds: float = 5.0, batch_max: int = 256) -> SessionStore:
     """The store a URL names; ``ValueError`` naming the URL when none fits.
 
-    ``retry_seconds``: how long a PostgreSQL store call retries a lost connection."""
+    ``retry_seconds``: how long a PostgreSQL store call retries a lost connection;
+    ``batch_max``: how many writes a PostgreSQL store sends in one transaction at most."""
     if url == "memory://":
         return MemorySessionStore()
     if url.startswith(_SQLITE):
@@ -69,7 +70,7 @@ def open_store(url: str, *, retry_seconds: float = 5.0) -> SessionStore:
         _require_psycopg()
         from engine_service.stores.postgres import PostgresSessionStore
 
-        return PostgresSessionStore(url, retry_seconds=retry_seconds)
+        return PostgresSessionStore(url, retry_seconds=retry_seconds, max_batch=batch_max)
     if scheme.startswith("postgresql+"):
         raise ValueError(
             f"store URL {redacted_url(url)!r}: write postgresql://... (no driver suffix)"

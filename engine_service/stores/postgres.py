@@ -40,6 +40,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -79,10 +80,12 @@ from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
+from engine_service.stores.postgres_batch import DEFAULT_MAX_BATCH, WriteBatcher
 from engine_service.stores.postgres_calls import (
     Attempt,
     CallKind,
     CallRunner,
+    Statement,
     Work,
     data_error,
     storage_error,
@@ -539,6 +542,64 @@ write): no row when the session is gone or the first seq does not follow its las
 (another replica closed the run, or this very write committed before its connection was
 lost: see ``append_events``)."""
 
+_APPEND_MESSAGES = """
+INSERT INTO messages (session_id, position, id, body, run_id)
+SELECT %(session)s,
+    (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %(session)s) + u.n,
+    u.id, u.body, u.run_id
+FROM unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
+    AS u (id, body, run_id, n)
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s)
+"""
+"""Messages after the session's last position (its row locked by the statement before)."""
+
+_FINISH_RUN = """
+WITH s AS (
+    SELECT id, last_seq FROM sessions WHERE id = %(session)s FOR UPDATE
+), r AS (
+    SELECT status FROM runs WHERE session_id = %(session)s AND id = %(run)s FOR UPDATE
+), ok AS (
+    SELECT s.id, r.status = 'running' AS running,
+        coalesce(%(last)s::bigint, s.last_seq) AS last
+    FROM s, r WHERE %(first)s::bigint IS NULL OR s.last_seq < %(first)s::bigint
+), inserted AS (
+    INSERT INTO events (session_id, seq, time, run_id, body)
+    SELECT ok.id, u.seq, u.time, u.run_id, u.body FROM ok,
+        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
+        AS u (seq, time, run_id, body)
+), finished AS (
+    UPDATE runs SET status = %(status)s, finished_at = %(stamp)s, error_code = %(code)s,
+        error_message = %(message)s, pending = %(pending)s, interrupts = %(asked)s,
+        input_tokens = CASE WHEN %(usage)s THEN %(input)s ELSE input_tokens END,
+        output_tokens = CASE WHEN %(usage)s THEN %(output)s ELSE output_tokens END,
+        cached_tokens = CASE WHEN %(usage)s THEN %(cached)s ELSE cached_tokens END
+    FROM ok WHERE ok.running AND runs.session_id = %(session)s AND runs.id = %(run)s
+), ended AS (
+    UPDATE sessions SET last_seq = ok.last,
+        active_run_id = CASE WHEN active_run_id = %(run)s THEN NULL ELSE active_run_id END,
+        updated_at = CASE WHEN ok.running THEN %(stamp)s ELSE updated_at END,
+        interrupts = CASE WHEN ok.running THEN coalesce(%(asked)s, interrupts)
+            ELSE interrupts END,
+        input_tokens = input_tokens + CASE WHEN ok.running THEN %(input)s ELSE 0 END,
+        output_tokens = output_tokens + CASE WHEN ok.running THEN %(output)s ELSE 0 END,
+        cached_tokens = cached_tokens + CASE WHEN ok.running THEN %(cached)s ELSE 0 END
+    FROM ok WHERE sessions.id = ok.id
+    RETURNING ok.last
+)
+SELECT (SELECT last_seq FROM s), EXISTS (SELECT 1 FROM r),
+    (SELECT count(pg_notify(%(channel)s,
+        json_build_array(%(kind)s::text, %(session)s::text, %(run)s::text, ended.last)::text))
+     FROM ended)
+"""
+"""A run's end in one statement: its last events stored after the session's last seq, the
+run closed (when it still runs: with its status, error, usage and interrupts, added to the
+session's), the session let go and the other replicas told (``ENDED``). Nothing is written
+when the session or the run is gone or the first seq does not follow the last stored one;
+the first two columns tell which."""
+
+WRITER_NAME = "agentik-writer"
+"""The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
+
 IDLE_IN_TRANSACTION = 2.0
 """Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
 statement. Ours run their statements back to back; one left waiting belongs to an engine
@@ -562,13 +623,15 @@ class PostgresSessionStore(SessionStore):
         max_reconnect_delay: float = 10.0,
         retry_seconds: float = 5.0,
         idle_in_transaction: float = IDLE_IN_TRANSACTION,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
         """Nothing connects yet: the pool opens (and the schema migrates) on first use.
 
         ``timeout`` bounds how long a call waits for a connection before it fails with
         ``StorageUnavailable``. ``idle_in_transaction``: seconds after which the server
         ends a transaction of ours that waits for its next statement (0: never); see
-        :data:`IDLE_IN_TRANSACTION`. ``ValueError`` when ``dsn`` cannot be parsed.
+        :data:`IDLE_IN_TRANSACTION`. ``max_batch``: writes per transaction at most (see
+        ``postgres_batch``). ``ValueError`` when ``dsn`` cannot be parsed.
         """
         check_dsn(dsn)
         self._dsn = dsn
@@ -599,6 +662,10 @@ class PostgresSessionStore(SessionStore):
         self._calls = CallRunner(
             self._pool, self._open_once, retry_seconds=retry_seconds, timeout=timeout
         )
+        self._batch = WriteBatcher(self._calls, self._writer_connection, max_batch=max_batch)
+        self._reads = WriteBatcher(
+            self._calls, self._reader_connection, max_batch=max_batch, atomic=False
+        )
 
     # -- connections ----------------------------------------------------------------
 
@@ -620,6 +687,33 @@ class PostgresSessionStore(SessionStore):
             "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
             (str(self._idle_in_transaction_ms),),
         )
+
+    async def _writer_connection(self, wait: float) -> _Conn:
+        """A connection of its own for the store's writer (``postgres_batch``), named
+        ``agentik-writer-<pid>`` in ``pg_stat_activity``."""
+        return await self._own_connection(wait, f"{WRITER_NAME}-{os.getpid()}")
+
+    async def _reader_connection(self, wait: float) -> _Conn:
+        """A connection of its own for the reads sent together (``agentik-reader-<pid>``)."""
+        return await self._own_connection(wait, f"agentik-reader-{os.getpid()}")
+
+    async def _own_connection(self, wait: float, name: str) -> _Conn:
+        conn = await psycopg.AsyncConnection.connect(
+            self._dsn,
+            autocommit=True,
+            application_name=name,
+            connect_timeout=max(1, round(min(wait, self._connect_timeout))),
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def _open_once(self) -> None:
         """Open the pool and migrate, once; raises the database's own errors."""
@@ -718,10 +812,12 @@ class PostgresSessionStore(SessionStore):
         return await self._write(work)
 
     async def get_session(self, session_id: str) -> Session:
-        async def work(conn: _Conn) -> Session:
-            return await self._load(conn, session_id)
-
-        return await self._read(work)
+        (rows,) = await self._reads.submit(
+            [(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,))]
+        )
+        if not rows:
+            raise SessionNotFound(session_id)
+        return _session(rows[0])
 
     async def list_sessions(
         self,
@@ -751,14 +847,18 @@ class PostgresSessionStore(SessionStore):
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
 
-        async def work(conn: _Conn) -> Session:
-            await conn.execute(
-                "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
-                (title, stamp, session_id),
-            )
-            return await self._load(conn, session_id)
-
-        return await self._write(work)
+        _, row = await self._batch.first(
+            [
+                (
+                    "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
+                    (title, stamp, session_id),
+                ),
+                (f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)),
+            ]
+        )
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session(row)
 
     async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
@@ -939,33 +1039,29 @@ class PostgresSessionStore(SessionStore):
 
     async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
-        runs = [message.run_id for message in messages]
-
-        async def work(conn: _Conn) -> None:
-            await self._require(conn, session_id, lock=True)
-            row = await self._one(
-                conn,
-                "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %s",
-                (session_id,),
+        # The session row locked first; the insert, a statement of its own, then reads the
+        # last position under that lock (each statement sees what committed before it).
+        statements: list[Statement] = [
+            ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+        ]
+        if encoded:
+            statements.append(
+                (
+                    _APPEND_MESSAGES,
+                    {
+                        "session": session_id,
+                        "ids": [mid for mid, _ in encoded],
+                        "bodies": [body for _, body in encoded],
+                        "runs": [message.run_id for message in messages],
+                    },
+                )
             )
-            last = row[0] if row else -1
-            if encoded:
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(
-                        "INSERT INTO messages (session_id, position, id, body, run_id)"
-                        " VALUES (%s, %s, %s, %s, %s)",
-                        [
-                            (session_id, last + 1 + i, mid, body, run_id)
-                            for i, ((mid, body), run_id) in enumerate(
-                                zip(encoded, runs, strict=True)
-                            )
-                        ],
-                    )
-
         try:
-            await self._write(work)
+            found, *_ = await self._batch.first(statements)
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc
+        if found is None:
+            raise SessionNotFound(session_id)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
@@ -995,11 +1091,11 @@ class PostgresSessionStore(SessionStore):
     async def set_state(self, session_id: str, state: JSON) -> None:
         text = _dumps(state, "state")
 
-        async def work(conn: _Conn) -> None:
-            await self._require(conn, session_id)
-            await conn.execute("UPDATE sessions SET state = %s WHERE id = %s", (text, session_id))
-
-        await self._write(work)
+        (found,) = await self._batch.first(
+            [("UPDATE sessions SET state = %s WHERE id = %s RETURNING 1", (text, session_id))]
+        )
+        if found is None:
+            raise SessionNotFound(session_id)
 
     # -- runs -----------------------------------------------------------------------
 
@@ -1026,68 +1122,83 @@ class PostgresSessionStore(SessionStore):
         if not run_id:
             raise InvalidInput("run id must not be empty")
 
+        # Two round trips before the commit (psycopg's pipeline mode): the checks' reads
+        # first, then the writes with the session as it now is; what a check refuses
+        # raises, and the transaction, with whatever was queued, rolls back.
         async def work(conn: _Conn) -> RunBegun:
-            created = False
-            if create:
-                if not session_id:
-                    raise InvalidInput("session id must not be empty")
-                cursor = await conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
-                    " VALUES (%s, '', %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                    (session_id, stamp, stamp, owner, agent),
-                )
-                created = cursor.rowcount == 1
-            active = await self._require(
-                conn, session_id, owner if require_owner and not created else None, lock=True
-            )
-            if active:
-                raise SessionBusy(session_id, active)
-            # Run ids are unique in the store: two sessions starting the same id at once
-            # queue on this lock, and the second finds the first's run.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
-            taken = await self._one(conn, "SELECT 1 FROM runs WHERE id = %s", (run_id,))
-            if taken is not None:
-                raise AlreadyExists(run_taken(run_id))
-            if admit is not None:
-                pending = await self._one(
-                    conn, "SELECT interrupts FROM sessions WHERE id = %s", (session_id,)
-                )
-                admit(decode_interrupts(pending[0] if pending else None))
-            try:
-                async with conn.transaction():  # a savepoint: the index is the last word
-                    await conn.execute(
-                        "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
-                        " replica, lease_until, parent_run_id, kept)"
-                        " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s, %s"
-                        " FROM sessions WHERE id = %s",
-                        (
-                            session_id,
-                            run_id,
-                            stamp,
-                            lease.replica if lease else "",
-                            lease_until,
-                            parent_run_id,
-                            kept,
-                            session_id,
-                        ),
+            async with conn.pipeline():
+                made = None
+                if create:
+                    if not session_id:
+                        raise InvalidInput("session id must not be empty")
+                    made = await conn.execute(
+                        "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
+                        " VALUES (%s, '', %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
+                        " RETURNING 1",
+                        (session_id, stamp, stamp, owner, agent),
                     )
-            except psycopg.errors.UniqueViolation as exc:
-                running = await self._one(
-                    conn,
-                    "SELECT id FROM runs WHERE session_id = %s AND status = 'running'",
+                held = await conn.execute(
+                    "SELECT active_run_id, owner, interrupts FROM sessions WHERE id = %s"
+                    " FOR UPDATE",
                     (session_id,),
                 )
-                if running is not None:
-                    raise SessionBusy(session_id, running[0]) from exc
-                raise AlreadyExists(run_taken(run_id)) from exc
-            await conn.execute(
-                "UPDATE sessions SET active_run_id = %s, updated_at = %s,"
-                " reserved_seq = last_seq + %s WHERE id = %s",
-                (run_id, stamp, reserve, session_id),
-            )
-            session = await self._load(conn, session_id)
-            await self._notify(conn, Signal(SignalKind.BEGUN, session_id, run_id, session.last_seq))
-            return RunBegun(session, created)
+                # Run ids are unique in the store: two sessions starting the same id at
+                # once queue on this lock, and the second finds the first's run.
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+                taken = await conn.execute("SELECT 1 FROM runs WHERE id = %s", (run_id,))
+                created = made is not None and await made.fetchone() is not None
+                row = await held.fetchone()
+                if row is None or (require_owner and not created and row[1] != owner):
+                    raise SessionNotFound(session_id)
+                if row[0]:
+                    raise SessionBusy(session_id, row[0])
+                if await taken.fetchone() is not None:
+                    raise AlreadyExists(run_taken(run_id))
+                if admit is not None:
+                    admit(decode_interrupts(row[2]))
+                # The index is the last word: a run it refuses inserts nothing.
+                inserted = await conn.execute(
+                    "INSERT INTO runs (session_id, id, status, started_at, start_seq,"
+                    " replica, lease_until, parent_run_id, kept)"
+                    " SELECT %s, %s, 'running', %s, last_seq + 1, %s, %s, %s, %s"
+                    " FROM sessions WHERE id = %s ON CONFLICT DO NOTHING RETURNING 1",
+                    (
+                        session_id,
+                        run_id,
+                        stamp,
+                        lease.replica if lease else "",
+                        lease_until,
+                        parent_run_id,
+                        kept,
+                        session_id,
+                    ),
+                )
+                await conn.execute(
+                    "UPDATE sessions SET active_run_id = %s, updated_at = %s,"
+                    " reserved_seq = last_seq + %s WHERE id = %s",
+                    (run_id, stamp, reserve, session_id),
+                )
+                loaded = await conn.execute(
+                    f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
+                )
+                signal = await conn.execute(
+                    "SELECT pg_notify(%s, json_build_array(%s::text, %s::text, %s::text,"
+                    " last_seq)::text) FROM sessions WHERE id = %s",
+                    (self._channel, SignalKind.BEGUN.value, session_id, run_id, session_id),
+                )
+                if await inserted.fetchone() is None:
+                    running = await self._one(
+                        conn,
+                        "SELECT id FROM runs WHERE session_id = %s AND status = 'running'",
+                        (session_id,),
+                    )
+                    if running is not None:
+                        raise SessionBusy(session_id, running[0])
+                    raise AlreadyExists(run_taken(run_id))
+                session = await loaded.fetchone()
+                await signal.fetchone()
+            assert session is not None
+            return RunBegun(_session(session), created)
 
         return await self._write(work)
 
@@ -1108,59 +1219,47 @@ class PostgresSessionStore(SessionStore):
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
         rows = _event_rows(session_id, events)
-        asked = encode_interrupts(interrupts)
-
-        async def work(conn: _Conn) -> None:
-            last = await self._insert_events(conn, session_id, rows)
-            row = await self._one(
-                conn,
-                "SELECT status FROM runs WHERE session_id = %s AND id = %s FOR UPDATE",
-                (session_id, run_id),
-            )
-            if row is None:
-                raise RunNotFound(run_id)
-            if row[0] == RunStatus.RUNNING.value:
-                await conn.execute(
-                    "UPDATE runs SET status = %s, finished_at = %s, error_code = %s,"
-                    " error_message = %s, pending = %s, interrupts = %s"
-                    " WHERE session_id = %s AND id = %s",
-                    (
-                        status.value,
-                        stamp,
-                        error_code,
-                        # The one raw text the engine writes that may quote a model or
-                        # a tool; PostgreSQL text cannot hold NUL.
-                        error_message.replace("\x00", "\ufffd"),
-                        json.dumps(list(pending_tool_call_ids)),
-                        asked,
-                        session_id,
-                        run_id,
-                    ),
-                )
-                counts = (
-                    (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
-                    if usage is not None
-                    else (0, 0, 0)
-                )
-                if usage is not None:
-                    await conn.execute(
-                        "UPDATE runs SET input_tokens = %s, output_tokens = %s,"
-                        " cached_tokens = %s WHERE session_id = %s AND id = %s",
-                        (*counts, session_id, run_id),
-                    )
-                await conn.execute(
-                    "UPDATE sessions SET updated_at = %s, interrupts = coalesce(%s, interrupts),"
-                    " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
-                    " cached_tokens = cached_tokens + %s WHERE id = %s",
-                    (stamp, asked, *counts, session_id),
-                )
-            await conn.execute(
-                "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s",
-                (session_id, run_id),
-            )
-            await self._notify(conn, Signal(SignalKind.ENDED, session_id, run_id, last))
-
-        await self._write(work)
+        seqs = [row[1] for row in rows]
+        for before, after in itertools.pairwise(seqs):
+            if after <= before:
+                raise InvalidInput(f"event seq {after} does not follow {before}")
+        counts = (
+            (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+            if usage is not None
+            else (0, 0, 0)
+        )
+        params = {
+            "session": session_id,
+            "run": run_id,
+            "first": seqs[0] if seqs else None,
+            "last": seqs[-1] if seqs else None,
+            "seqs": seqs,
+            "times": [row[2] for row in rows],
+            "runs": [row[3] for row in rows],
+            "bodies": [row[4] for row in rows],
+            "status": status.value,
+            "stamp": stamp,
+            "code": error_code,
+            # The one raw text the engine writes that may quote a model or a tool;
+            # PostgreSQL text cannot hold NUL.
+            "message": error_message.replace("\x00", "\ufffd"),
+            "pending": json.dumps(list(pending_tool_call_ids)),
+            "asked": encode_interrupts(interrupts),
+            "usage": usage is not None,
+            "input": counts[0],
+            "output": counts[1],
+            "cached": counts[2],
+            "channel": self._channel,
+            "kind": SignalKind.ENDED.value,
+        }
+        (row,) = await self._batch.first([(_FINISH_RUN, params)])
+        stored_last, run_found = row[:2] if row is not None else (None, False)
+        if stored_last is None:
+            raise SessionNotFound(session_id)
+        if seqs and seqs[0] <= stored_last:
+            raise InvalidInput(f"event seq {seqs[0]} does not follow {stored_last}")
+        if not run_found:
+            raise RunNotFound(run_id)
 
     async def fork_session(
         self,
@@ -1401,13 +1500,16 @@ class PostgresSessionStore(SessionStore):
             "signal": encode_signal(signal),
         }
 
-        # One statement, so one round trip: followers wait for this write (they see an
-        # event only once it is stored), so each round trip is on every token's path. It
-        # is retried like a read when its connection is lost; a retry of a write that did
-        # commit finds its own rows at its seqs and succeeds.
+        # One statement, in the writer's next batch with every other run's: followers wait
+        # for this write (they see an event only once it is stored). A write its condition
+        # refused (another replica closed the run) returns no row and is told apart here,
+        # after the batch committed; so is a retried write that had committed before its
+        # connection was lost (it finds its own rows at its seqs).
+        (moved,) = await self._batch.first([(_APPEND_EVENTS, params)])
+        if moved is not None:
+            return
+
         async def work(conn: _Conn) -> None:
-            if await self._one(conn, _APPEND_EVENTS, params) is not None:
-                return
             found = await self._one(
                 conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
             )
@@ -1431,49 +1533,14 @@ class PostgresSessionStore(SessionStore):
         return True
 
     async def _reserve(self, session_id: str, reserve_through: int) -> None:
-        async def work(conn: _Conn) -> None:
-            await conn.execute(
-                "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
-                (reserve_through, session_id),
-            )
-
-        await self._read(work)
-
-    async def _insert_events(
-        self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]
-    ) -> int:
-        """Insert ``rows`` after the session's last seq (locking the session row); the
-        new last seq."""
-        found = await self._one(
-            conn, "SELECT last_seq FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
-        )
-        if found is None:
-            raise SessionNotFound(session_id)
-        last = int(found[0])
-        for row in rows:
-            if row[1] <= last:
-                raise InvalidInput(f"event seq {row[1]} does not follow {last}")
-            last = row[1]
-        if rows:
-            # One statement, not a pipeline of one per row: a transaction waiting between
-            # statements is ended by ``idle_in_transaction_session_timeout`` if this engine
-            # stalls there; one stalled mid-pipeline would hold the session's lock for as
-            # long as the stall lasts.
-            await conn.execute(
-                "INSERT INTO events (session_id, seq, time, run_id, body)"
-                " SELECT %s, * FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::text[])",
+        await self._batch.first(
+            [
                 (
-                    session_id,
-                    [row[1] for row in rows],
-                    [row[2] for row in rows],
-                    [row[3] for row in rows],
-                    [row[4] for row in rows],
-                ),
-            )
-            await conn.execute(
-                "UPDATE sessions SET last_seq = %s WHERE id = %s", (last, session_id)
-            )
-        return last
+                    "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
+                    (reserve_through, session_id),
+                )
+            ]
+        )
 
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = _sql_limit(limit)
@@ -1519,14 +1586,15 @@ class PostgresSessionStore(SessionStore):
     async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
         counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
 
-        async def work(conn: _Conn) -> None:
-            await conn.execute(
-                "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
-                " WHERE session_id = %s AND id = %s AND status = 'running'",
-                (*counts, session_id, run_id),
-            )
-
-        await self._write(work)
+        await self._batch.first(
+            [
+                (
+                    "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
+                    " WHERE session_id = %s AND id = %s AND status = 'running'",
+                    (*counts, session_id, run_id),
+                )
+            ]
+        )
 
     async def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _utc(until, "until")
@@ -1808,14 +1876,15 @@ class PostgresSessionStore(SessionStore):
         return [_push(row) for row in await self._read(work)]
 
     async def session_push_configs(self, session_id: str) -> list[PushConfig]:
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
-            return await self._all(
-                conn,
-                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
-                (session_id,),
-            )
-
-        return [_push(row) for row in await self._read(work)]
+        (rows,) = await self._reads.submit(
+            [
+                (
+                    f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
+                    (session_id,),
+                )
+            ]
+        )
+        return [_push(row) for row in rows]
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
         async def work(conn: _Conn) -> bool:
@@ -1833,6 +1902,8 @@ class PostgresSessionStore(SessionStore):
         await self._write(work)
 
     async def close(self) -> None:
+        await self._batch.close()
+        await self._reads.close()
         self._closed = True
         listener, self._listener = self._listener, None
         if listener is not None:

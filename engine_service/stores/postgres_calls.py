@@ -27,7 +27,8 @@ import asyncio
 import enum
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -37,7 +38,14 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from engine_service.core.errors import AgentikError, InvalidInput, StorageUnavailable
 
-__all__ = ["CallKind", "CallRunner", "data_error", "retryable", "storage_error"]
+__all__ = [
+    "CallKind",
+    "CallRunner",
+    "Statement",
+    "data_error",
+    "retryable",
+    "storage_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +187,12 @@ class Attempt(Generic[T]):
 
 Work = Callable[[_Conn], Awaitable[T]]
 
+Statement = tuple[str, Sequence[Any] | Mapping[str, Any]]
+"""One SQL statement and its parameters."""
+Rows = list[list[list[tuple[Any, ...]]]]
+Opener = Callable[[float], AbstractAsyncContextManager[_Conn]]
+"""Gives a connection, waiting at most the seconds it is passed."""
+
 
 class CallRunner:
     """Runs the store's calls on ``pool``, retrying lost connections for ``retry_seconds``.
@@ -227,9 +241,57 @@ class CallRunner:
 
         return await self.retrying(attempt)
 
-    async def retrying(self, attempt: Callable[[Attempt[T]], Awaitable[T]]) -> T:
+    async def batch(
+        self,
+        writes: Sequence[Sequence[Statement]],
+        connection: Opener,
+        *,
+        atomic: bool = True,
+    ) -> Rows:
+        """Every statement of ``writes``, in order, in one transaction sent as one pipeline
+        (psycopg's pipeline mode: the statements go out together, then the transaction id
+        and the ``COMMIT``: two round trips whatever their number), on the connection
+        ``connection(wait)`` gives; the rows of each statement, per write. Retried like a
+        write. Not ``atomic``: reads, each statement on its own, in one round trip.
+
+        A statement that fails fails the whole transaction (nothing of it is stored)."""
+
+        async def attempt(state: Attempt[Rows]) -> Rows:
+            await self._prepare()
+            async with connection(state.wait) as conn:
+                state.connected = True
+                if not atomic:
+                    async with conn.pipeline() as pipeline:
+                        sent = [
+                            [await conn.execute(query, args) for query, args in write]
+                            for write in writes
+                        ]
+                        await pipeline.sync()  # every result is in
+                        return [[await _rows(c) for c in write] for write in sent]
+                async with conn.pipeline(), conn.transaction():
+                    cursors = [
+                        [await conn.execute(query, args) for query, args in write]
+                        for write in writes
+                    ]
+                    xid = await conn.execute("SELECT pg_current_xact_id()::text")
+                    # Fetching the id waits for every statement before it; from here only
+                    # the COMMIT itself can fail.
+                    row = await xid.fetchone()
+                    rows: Rows = [[await _rows(c) for c in write] for write in cursors]
+                    state.result = rows
+                    state.xid = str(row[0]) if row else None
+                return rows
+
+        return await self.retrying(attempt, connection)
+
+    async def retrying(
+        self,
+        attempt: Callable[[Attempt[T]], Awaitable[T]],
+        connection: Opener | None = None,
+    ) -> T:
         """``attempt`` until it succeeds, fails for a reason of its own, or the retry time
-        is spent; errors mapped as the module's docstring says."""
+        is spent; errors mapped as the module's docstring says. ``connection``: where to
+        ask whether a write lost while committing was stored (else a pooled one)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_seconds
         delay = FIRST_RETRY_DELAY
@@ -245,7 +307,9 @@ class CallRunner:
                 raise data_error(exc) from exc
             except (psycopg.Error, OSError) as exc:
                 failure = exc
-            if state.xid is not None and await self._committed(state.xid, deadline, failure):
+            if state.xid is not None and await self._committed(
+                state.xid, deadline, failure, connection
+            ):
                 return state.result  # type: ignore[return-value]  # set with the xid
             remaining = deadline - loop.time()
             spent = remaining <= 0 and tries > 1  # a call retries at least once
@@ -265,10 +329,12 @@ class CallRunner:
             return self._timeout
         return min(self._timeout, max(remaining, MIN_POOL_WAIT))
 
-    async def _committed(self, xid: str, deadline: float, failure: BaseException) -> bool:
+    async def _committed(
+        self, xid: str, deadline: float, failure: BaseException, connection: Opener | None
+    ) -> bool:
         """Whether the write whose connection was lost while committing was stored; raises
         ``StorageUnavailable`` when that cannot be learnt by ``deadline``."""
-        outcome = await self._outcome(xid, deadline)
+        outcome = await self._outcome(xid, deadline, connection)
         if outcome is None:
             raise StorageUnavailable(
                 f"storage unavailable: {LOST} while committing, and whether the write was"
@@ -276,7 +342,7 @@ class CallRunner:
             ) from failure
         return outcome == "committed"
 
-    async def _outcome(self, xid: str, deadline: float) -> str | None:
+    async def _outcome(self, xid: str, deadline: float, connection: Opener | None) -> str | None:
         """``committed`` or ``aborted`` for transaction ``xid``, asked on another
         connection until ``deadline``; None when it cannot be learnt by then."""
         loop = asyncio.get_running_loop()
@@ -284,7 +350,12 @@ class CallRunner:
         while True:
             wait = max(deadline - loop.time(), MIN_POOL_WAIT)
             try:
-                async with self._pool.connection(timeout=min(wait, self._timeout)) as conn:
+                opened = (
+                    connection(min(wait, self._timeout))
+                    if connection is not None
+                    else self._pool.connection(timeout=min(wait, self._timeout))
+                )
+                async with opened as conn:
                     row = await (
                         await conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,))
                     ).fetchone()
@@ -301,6 +372,11 @@ class CallRunner:
                 return None
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RETRY_DELAY)
+
+
+async def _rows(cursor: psycopg.AsyncCursor[TupleRow]) -> list[tuple[Any, ...]]:
+    """The rows of the statement ``cursor`` ran (none for a statement without rows)."""
+    return await cursor.fetchall() if cursor.description is not None else []
 
 
 async def _current_xid(conn: _Conn) -> str:

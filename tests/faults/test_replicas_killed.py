@@ -10,6 +10,7 @@ the clients' ids are held against the store: zero lost, zero duplicated.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 import time
@@ -17,8 +18,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
+from engine_service.stores.postgres import WRITER_NAME
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
 from tests.faults.ledger import audit, store_view
@@ -133,6 +136,50 @@ async def test_a_replica_killed_mid_turn_loses_no_event_and_its_runs_end_within_
         if ledger.frames[-1].type == "interrupted":
             kept = views[ledger.conversation_id].assistant_text()
             assert kept and ledger.text().startswith(kept), name
+
+
+async def test_a_replica_killed_while_its_writer_holds_a_batch_loses_no_event(
+    replicas: Replicas, http: httpx.AsyncClient, pg_url: str
+) -> None:
+    """The writer sends every run's writes in one transaction: killed with a batch open,
+    none of that batch is stored and no client saw any of it; what clients saw is stored
+    once."""
+    ledgers, runs = await open_streams(http, CONVERSATIONS, TURN, mid_turn=20)
+    writer = f"{WRITER_NAME}-{replicas.engines[0].popen.pid}"
+    try:
+        mid_batch = await asyncio.to_thread(_wait_for_open_batch, pg_url, writer)
+        replicas.engines[0].stop(signal.SIGKILL)
+        assert mid_batch, "the writer never held a transaction open"
+        for run in runs:
+            assert await run, "a stream did not reach its turn's end"
+    finally:
+        for run in runs:
+            run.cancel()
+
+    conversations = {ledger.conversation_id for ledger in ledgers.values()}
+    views = {c: await store_view(http, replicas.target, c, WITHIN) for c in conversations}
+    result = audit(ledgers.items(), views, crashed=True)
+    assert result.clean(), str(result)
+    assert result.lost_count == 0 and result.duplicated_count == 0
+    assert not result.skipped, result.skipped  # no client saw an event never stored
+    ends = {name: ledger.frames[-1].type for name, ledger in ledgers.items()}
+    assert set(ends.values()) <= {"end", "interrupted"}, ends
+
+
+def _wait_for_open_batch(url: str, writer: str, within: float = 10.0) -> bool:
+    """Whether the writer connection ``writer`` was seen inside a transaction (a batch
+    sent and not yet committed) within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                " AND xact_start IS NOT NULL",
+                (writer,),
+            ).fetchone()
+            if row and row[0]:
+                return True
+    return False
 
 
 TURN_SECONDS = 8.0

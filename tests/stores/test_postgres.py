@@ -16,12 +16,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.core.store import Lease, Signal, SignalKind
-from engine_service.stores import open_store
+from engine_service.stores import open_store, postgres_calls
 from engine_service.stores.postgres import (
     SCHEMA_VERSION,
     PostgresSessionStore,
@@ -33,6 +34,7 @@ from engine_service.stores.postgres import (
 from engine_service.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.postgres_server import with_database, with_schema
 
+INTRANS = TransactionStatus.INTRANS
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
 
@@ -238,16 +240,17 @@ async def test_a_signal_arrives_only_once_its_write_is_committed(
     await heard.next(1.0)  # BEGUN
     release = asyncio.Event()
     notified = asyncio.Event()
-    send = a._notify
+    rows = postgres_calls._rows
 
-    async def notify_then_hold(
-        conn: psycopg.AsyncConnection[tuple[object, ...]], s: Signal
-    ) -> None:
-        await send(conn, s)
-        notified.set()
-        await release.wait()  # the transaction stays open
+    async def hold_before_commit(cursor: psycopg.AsyncCursor[tuple[object, ...]]) -> object:
+        # The writer reads each statement's rows after the statements ran (the NOTIFY
+        # among them) and before it commits.
+        if not notified.is_set() and cursor.connection.info.transaction_status == INTRANS:
+            notified.set()
+            await release.wait()  # the transaction stays open
+        return await rows(cursor)
 
-    monkeypatch.setattr(a, "_notify", notify_then_hold)
+    monkeypatch.setattr(postgres_calls, "_rows", hold_before_commit)
     writing = asyncio.create_task(
         a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), events=[event(1)])
     )

@@ -1,0 +1,150 @@
+"""The PostgreSQL store's writer: every run's small writes in one transaction (group
+commit), each write still isolated from the others of its batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agentik.config import ConfigError, load_settings
+from engine_service.core import events as ev
+from engine_service.core.errors import AlreadyExists, InvalidInput, SessionNotFound
+from engine_service.core.models import Message, Role, TextPart
+from engine_service.stores import open_store
+from engine_service.stores.postgres import PostgresSessionStore
+
+T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
+RUNS = 16
+
+
+def event(seq: int, session_id: str, run_id: str = "r") -> ev.Event:
+    return ev.Event(seq, 1_700_000_000.5 + seq, session_id, run_id, ev.StepStarted(str(seq)))
+
+
+def message(message_id: str) -> Message:
+    return Message(message_id, Role.USER, [TextPart("hi")], created_at=T0, run_id="r")
+
+
+def commits(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+async def store(pg_url: str) -> AsyncIterator[PostgresSessionStore]:
+    made = PostgresSessionStore(pg_url)
+    await made.open()
+    yield made
+    await made.close()
+
+
+async def sessions(store: PostgresSessionStore, count: int) -> list[str]:
+    ids = [f"s{i}" for i in range(count)]
+    for i, session_id in enumerate(ids):
+        await store.create_session(session_id, "", T0)
+        await store.begin_run(session_id, f"r{i}", T0, create=False, reserve=64)
+    return ids
+
+
+async def test_many_runs_writes_go_in_fewer_transactions_than_runs(
+    store: PostgresSessionStore, pg_url: str
+) -> None:
+    ids = await sessions(store, RUNS)
+    before_tx, before_commits = store._batch.transactions, commits(pg_url)
+    await asyncio.gather(
+        *(store.append_events(s, [event(1, s), event(2, s), event(3, s)]) for s in ids)
+    )
+    await asyncio.sleep(0.7)  # the statistics are flushed at most once a second
+    batched = store._batch.transactions - before_tx
+    assert batched < RUNS / 2, batched
+    assert commits(pg_url) - before_commits < RUNS, "one commit per run's write"
+    for s in ids:
+        assert [e.seq for e in await store.read_events(s, 0, 0)] == [1, 2, 3]
+        assert (await store.get_session(s)).last_seq == 3
+
+
+async def test_a_fenced_run_in_a_batch_is_refused_and_the_healthy_one_stored(
+    store: PostgresSessionStore, pg_url: str
+) -> None:
+    healthy, fenced = await sessions(store, 2)
+    # Another replica took the fenced run over and stored its closing events after the
+    # seqs this store handed out.
+    other = PostgresSessionStore(pg_url)
+    try:
+        await other.append_events(fenced, [event(65, fenced)])
+    finally:
+        await other.close()
+    before = store._batch.transactions
+    results = await asyncio.gather(
+        store.append_events(healthy, [event(1, healthy), event(2, healthy)]),
+        store.append_events(fenced, [event(1, fenced), event(2, fenced)]),
+        return_exceptions=True,
+    )
+    assert store._batch.transactions - before == 1  # one batch held both
+    assert results[0] is None
+    assert isinstance(results[1], InvalidInput), results[1]
+    assert [e.seq for e in await store.read_events(healthy, 0, 0)] == [1, 2]
+    assert [e.seq for e in await store.read_events(fenced, 0, 0)] == [65]
+
+
+async def test_a_failing_write_fails_alone_and_the_rest_of_its_batch_is_stored(
+    store: PostgresSessionStore,
+) -> None:
+    first, second, third = await sessions(store, 3)
+    await store.append_messages(first, [message("m1")])
+    results = await asyncio.gather(
+        store.append_events(second, [event(1, second)]),
+        store.append_messages(first, [message("m1")]),  # the id is taken
+        store.append_messages("nowhere", [message("m2")]),
+        store.append_messages(third, [message("m1"), message("m2")]),
+        return_exceptions=True,
+    )
+    assert results[0] is None and results[3] is None
+    assert isinstance(results[1], AlreadyExists), results[1]
+    assert isinstance(results[2], SessionNotFound), results[2]
+    assert [e.seq for e in await store.read_events(second, 0, 0)] == [1]
+    assert [m.id for m in await store.all_messages(first)] == ["m1"]
+    assert [m.id for m in await store.all_messages(third)] == ["m1", "m2"]
+
+
+async def test_a_batch_holds_at_most_store_batch_max_writes(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_text("[engine]\nstore_batch_max = 2\n")
+    settings = load_settings(str(path), {})
+    assert settings.engine.store_batch_max == 2
+    made = open_store(pg_url, batch_max=settings.engine.store_batch_max)
+    assert isinstance(made, PostgresSessionStore)
+    try:
+        ids = await sessions(made, 6)
+        before = made._batch.transactions
+        await asyncio.gather(*(made.append_events(s, [event(1, s)]) for s in ids))
+        assert made._batch.transactions - before >= 3
+    finally:
+        await made.close()
+    path.write_text("[engine]\nstore_batch_max = 0\n")
+    with pytest.raises(ConfigError, match="store_batch_max"):
+        load_settings(str(path), {})
+
+
+async def test_a_write_queued_when_the_store_closes_is_stored_first(pg_url: str) -> None:
+    made = PostgresSessionStore(pg_url)
+    (session_id,) = await sessions(made, 1)
+    write = asyncio.ensure_future(made.append_events(session_id, [event(1, session_id)]))
+    await asyncio.sleep(0)
+    await made.close()
+    await write
+    again = PostgresSessionStore(pg_url)
+    try:
+        assert [e.seq for e in await again.read_events(session_id, 0, 0)] == [1]
+    finally:
+        await again.close()

@@ -113,20 +113,6 @@ def test_serve_keeps_only_a_small_supervisor_as_the_parent_of_engine_and_web(
     assert "agentik: engine on" in serve.log()
 
 
-def test_the_supervisor_refuses_to_start_by_hand() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("AGENTIK_SUPERVISE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "agentik.supervisor"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert done.returncode == 2
-    assert "started by `agentik serve`" in done.stderr
-
-
 def test_web_refuses_a_bad_setting_with_a_message_that_names_it(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTIK_WEB_THREADS": "many"}
     env.pop("AGENTIK_CONFIG", None)

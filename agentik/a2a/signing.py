@@ -21,14 +21,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
-
-from a2a.types import AgentCard
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from typing import TYPE_CHECKING, Any, cast
 
 from agentik.config import ConfigError
+
+if TYPE_CHECKING:
+    from a2a.types import AgentCard
 
 __all__ = ["CardSigner", "load_signer"]
 
@@ -90,6 +88,9 @@ def _pem(value: str) -> bytes:
 
 def _jwk(key: Any) -> tuple[str, dict[str, str]]:
     """The algorithm and the public JWK (members in RFC 7638 order) of a private key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
     public = key.public_key()
     if isinstance(key, ec.EllipticCurvePrivateKey):
         found = _CURVES.get(key.curve.name)
@@ -125,6 +126,11 @@ def load_signer(value: str) -> CardSigner | None:
     what is wrong with the key (never its content)."""
     if not value.strip():
         return None
+    # Imported here: cryptography (with PyJWT) costs each process ~8 MB, and only a
+    # configured signing key needs it (docs/performance.md, idle memory).
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
     data = _pem(value.strip())
     try:
         key = serialization.load_pem_private_key(data, password=None)

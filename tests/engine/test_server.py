@@ -277,16 +277,17 @@ async def test_a_run_left_running_by_a_dead_engine_is_stored_as_interrupted_at_s
         assert kind(follow[-1]) == "run_finished"
 
 
-def test_an_idle_engine_imports_neither_httpx_nor_mcp() -> None:
-    """Memory: httpx (~7 MB, the LLM probe uses the engine's own HTTP client) and the MCP
-    SDK (its server stack) stay out of an engine that starts, probes its LLM and serves
+def test_an_idle_engine_imports_neither_httpx_nor_mcp_nor_cryptography() -> None:
+    """Memory: httpx (~7 MB, the LLM probe uses the engine's own HTTP client), the MCP SDK
+    (its server stack) and cryptography with PyJWT (~8 MB, only a card signing key or PEM
+    JWTs need them) stay out of an engine that starts, probes its LLM and serves
     (docs/performance.md, idle memory). The a2a-sdk's types are in: the engine serves A2A's
     gRPC binding."""
     code = (
         "import sys, engine_service.server, engine_service.build, engine_service.llm.probe, "
-        "engine_service.webhooks.a2a_push\n"
+        "engine_service.webhooks.a2a_push, agentik.a2a.card\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'httpx', 'mcp', 'pydantic', 'uvicorn'}))"
+        "{'httpx', 'mcp', 'pydantic', 'uvicorn', 'cryptography', 'jwt'}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

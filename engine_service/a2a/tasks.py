@@ -34,25 +34,10 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
+from agentik.a2a import tasks as steps
 from agentik.a2a.convert import RunStream, check_message, engine_content, task_from_runs
 from agentik.a2a.errors import invalid_params
 from agentik.a2a.rules import CANCEL_WAIT, FIRST_WINDOW, MAX_TURNS, check_task_id
-from agentik.a2a.tasks import (
-    answered,
-    check_cancelable,
-    check_canceled,
-    check_history_length,
-    check_send,
-    check_subscribable,
-    list_page,
-    list_response,
-    new_task,
-    push_config,
-    reply_task,
-    subscribe_snapshot,
-    trim_history,
-    waiting_refusal,
-)
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.a2a.errors import a2a_error
 from engine_service.convert import event_to_pb, message_to_pb, run_input_from_pb, run_to_pb
@@ -190,13 +175,13 @@ class EngineTasks:
 
     async def get_task(self, task_id: str, history_length: int | None = None) -> Task:
         """GetTask: the stored runs as a task; its last ``history_length`` messages."""
-        check_history_length(history_length)
-        return trim_history(await self._task(await self._chain(task_id)), history_length)
+        steps.check_history_length(history_length)
+        return steps.trim_history(await self._task(await self._chain(task_id)), history_length)
 
     async def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
         """ListTasks: the tasks of one context (or of all), newest first; one engine
         call per page (see the facade's ``TaskService.list_tasks``)."""
-        page = list_page(request)
+        page = steps.list_page(request)
         try:
             # A tenant (an agent) lists its own tasks, as /a2a/{agent}/ does; none, all.
             chains, total, runs_read = await self._engine.list_run_chains(
@@ -218,7 +203,7 @@ class EngineTasks:
             )
             for chain in chains
         )
-        return list_response(request, page, found, total, runs_read)
+        return steps.list_response(request, page, found, total, runs_read)
 
     # -- sending ------------------------------------------------------------------
 
@@ -237,13 +222,13 @@ class EngineTasks:
 
     async def _prepare(self, request: SendMessageRequest) -> tuple[pb.RunRequest, Task]:
         """Check the request, resolve its ids; the run to start and the task it makes."""
-        check_send(request)
+        steps.check_send(request)
         message = request.message
         if message.task_id:
             run_request, task = await self._reply(message)
         else:
             run_request, task = await self._new_task(message)
-        push_config(request, run_request, task)
+        steps.push_config(request, run_request, task)
         return run_request, task
 
     async def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
@@ -253,15 +238,15 @@ class EngineTasks:
         if context_id:
             await self._check_context(context_id)
             await self._check_fresh(context_id, message.message_id)
-        return new_task(message, content, context_id, self._agent)
+        return steps.new_task(message, content, context_id, self._agent)
 
     async def _reply(self, message: Message) -> tuple[pb.RunRequest, Task]:
         """A message on an existing task: the answer to what it waits for (a run that
         resumes its latest run), refused when the task does not wait for input."""
         check_message(message)
         runs = await self._chain(message.task_id)
-        run_request = reply_task(message, runs)
-        return run_request, answered(await self._task(runs))
+        run_request = steps.reply_task(message, runs)
+        return run_request, steps.answered(await self._task(runs))
 
     async def _waiting_task(self, context_id: str) -> str:
         """The task the context waits for a person's answer on; "" when it waits for none."""
@@ -279,7 +264,7 @@ class EngineTasks:
         if isinstance(error, UnsupportedOperationError) and not run_request.resume:
             waiting = await self._waiting_task(run_request.session_id)
             if waiting:
-                return waiting_refusal(run_request.session_id, waiting)
+                return steps.waiting_refusal(run_request.session_id, waiting)
         return error
 
     async def start(self, request: SendMessageRequest) -> tuple[RunHandle, RunStream]:
@@ -342,7 +327,7 @@ class EngineTasks:
         stop waiting for a person's answer → CANCELED."""
         runs = await self._chain(task_id)
         latest = runs[-1]
-        waiting = check_cancelable(task_id, latest)
+        waiting = steps.check_cancelable(task_id, latest)
         last_seq = 0 if waiting else await self._last_seq(latest.session_id)
         try:
             await self._engine.stop_run(self._caller, latest.session_id, latest.id)
@@ -350,7 +335,7 @@ class EngineTasks:
             raise a2a_error(exc) from None
         if not waiting:  # a waiting run is stored stopped when the stop answers
             await self._wait_for_end(latest.session_id, latest.id, last_seq)
-        return check_canceled(task_id, await self._task(await self._chain(task_id)))
+        return steps.check_canceled(task_id, await self._task(await self._chain(task_id)))
 
     async def subscribe(
         self, task_id: str
@@ -361,9 +346,9 @@ class EngineTasks:
         and the stream of that answer follows the task on."""
         runs = await self._chain(task_id)
         latest = runs[-1]
-        if check_subscribable(task_id, latest):
+        if steps.check_subscribable(task_id, latest):
             return [StreamResponse(task=await self._task(runs))], None, None
-        snapshot = subscribe_snapshot(runs, [await self._messages(run) for run in runs])
+        snapshot = steps.subscribe_snapshot(runs, [await self._messages(run) for run in runs])
         events, first = await self._replay_from_start(latest)
         stream = RunStream(snapshot, latest.id, announce=False)
         responses = [StreamResponse(task=snapshot)]

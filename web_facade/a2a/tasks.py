@@ -35,6 +35,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 
+from agentik.a2a import tasks as steps
 from agentik.a2a.convert import RunStream, check_message, engine_content, task_from_runs
 from agentik.a2a.errors import invalid_params
 from agentik.a2a.rules import (
@@ -45,22 +46,6 @@ from agentik.a2a.rules import (
     MAX_TURNS,
     TEXT_MODES,
     check_task_id,
-)
-from agentik.a2a.tasks import (
-    answered,
-    check_cancelable,
-    check_canceled,
-    check_history_length,
-    check_send,
-    check_subscribable,
-    list_page,
-    list_response,
-    new_task,
-    push_config,
-    reply_task,
-    subscribe_snapshot,
-    trim_history,
-    waiting_refusal,
 )
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
@@ -199,8 +184,8 @@ class TaskService:
 
     def get_task(self, task_id: str, history_length: int | None = None) -> Task:
         """GetTask: the stored runs as a task; its last ``history_length`` messages."""
-        check_history_length(history_length)
-        return trim_history(self._task(self._chain(task_id)), history_length)
+        steps.check_history_length(history_length)
+        return steps.trim_history(self._task(self._chain(task_id)), history_length)
 
     def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
         """ListTasks: the tasks of one context (or of all), newest first; at
@@ -212,7 +197,7 @@ class TaskService:
         :data:`LISTED_MESSAGES` of each task's latest messages: one request of the
         caller's rate and bounded work, however long the conversations are.
         """
-        page = list_page(request)
+        page = steps.list_page(request)
         query = pb.ListRunChainsRequest(
             session_id=request.context_id,
             offset=page.offset,
@@ -226,7 +211,7 @@ class TaskService:
             if exc.code() == grpc.StatusCode.NOT_FOUND:  # an unknown context has no tasks
                 return ListTasksResponse(page_size=page.size, total_size=0)
             raise from_rpc(exc) from None
-        return list_response(request, page, found.chains, found.total, found.runs_read)
+        return steps.list_response(request, page, found.chains, found.total, found.runs_read)
 
     # -- sending ------------------------------------------------------------------
 
@@ -250,13 +235,13 @@ class TaskService:
 
     def _prepare(self, request: SendMessageRequest) -> tuple[pb.RunRequest, Task]:
         """Check the request, resolve its ids; the run to start and the task it makes."""
-        check_send(request)
+        steps.check_send(request)
         message = request.message
         if message.task_id:
             run_request, task = self._reply(message)
         else:
             run_request, task = self._new_task(message)
-        push_config(request, run_request, task)
+        steps.push_config(request, run_request, task)
         return run_request, task
 
     def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
@@ -266,15 +251,15 @@ class TaskService:
         if context_id:
             self._check_context(context_id)
             self._check_fresh(context_id, message.message_id)
-        return new_task(message, content, context_id, self._agent)
+        return steps.new_task(message, content, context_id, self._agent)
 
     def _reply(self, message: Message) -> tuple[pb.RunRequest, Task]:
         """A message on an existing task: the answer to what it waits for (a run that
         resumes its latest run), refused when the task does not wait for input."""
         check_message(message)
         runs = self._chain(message.task_id)
-        run_request = reply_task(message, runs)
-        return run_request, answered(self._task(runs))
+        run_request = steps.reply_task(message, runs)
+        return run_request, steps.answered(self._task(runs))
 
     def _waiting_task(self, context_id: str) -> str:
         """The task the context waits for a person's answer on; "" when it waits for none."""
@@ -293,7 +278,7 @@ class TaskService:
         if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not run_request.resume:
             waiting = self._waiting_task(run_request.session_id)
             if waiting:
-                return waiting_refusal(run_request.session_id, waiting)
+                return steps.waiting_refusal(run_request.session_id, waiting)
         return from_rpc(exc)
 
     def _start(self, request: SendMessageRequest) -> tuple[Relay, RunStream]:
@@ -371,7 +356,7 @@ class TaskService:
         stop waiting for a person's answer → CANCELED."""
         runs = self._chain(task_id)
         latest = runs[-1]
-        waiting = check_cancelable(task_id, latest)
+        waiting = steps.check_cancelable(task_id, latest)
         last_seq = 0 if waiting else self._last_seq(latest.session_id)
         try:
             self._engine.Interrupt(
@@ -382,7 +367,7 @@ class TaskService:
             raise from_rpc(exc) from None
         if not waiting:  # a waiting run is stored stopped when Interrupt answers
             self._wait_for_end(latest.session_id, latest.id, last_seq)
-        return check_canceled(task_id, self._task(self._chain(task_id)))
+        return steps.check_canceled(task_id, self._task(self._chain(task_id)))
 
     def subscribe_to_task(self, task_id: str) -> TaskFollow | Task:
         """SubscribeToTask: the task now, then its updates from its latest run's first
@@ -390,9 +375,9 @@ class TaskService:
         peer answers, and the stream of that answer follows the task on."""
         runs = self._chain(task_id)
         latest = runs[-1]
-        if check_subscribable(task_id, latest):
+        if steps.check_subscribable(task_id, latest):
             return self._task(runs)
-        snapshot = subscribe_snapshot(runs, [self._messages(run) for run in runs])
+        snapshot = steps.subscribe_snapshot(runs, [self._messages(run) for run in runs])
         relay, replayed = self._replay_from_start(latest)
         stream = RunStream(snapshot, latest.id, announce=False)
         first = [StreamResponse(task=snapshot)]

@@ -688,22 +688,43 @@ def facade_list(text: str) -> list[str]:
     return chosen
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def add_run_options(
+    parser: argparse.ArgumentParser, *, min_runs: int, stacks: str, server: str
+) -> None:
+    """The options of what each run is and how often it runs (``bench.peer_bench`` has them
+    too): ``min_runs`` the fewest runs a client does by default, ``stacks`` what each
+    repetition starts, ``server`` whose web server ``--web-*`` size ("" or "agentik's ")."""
     add = parser.add_argument
-    add("--facades", type=facade_list, default=list(FACADES), help="agui,agentik,a2a")
-    add("--clients", type=csv(int), default=[1, 64, 256], help="concurrency levels, e.g. 1,64,256")
     add("--tokens", type=int, default=200, help="text chunks per answer")
     add("--token-delay", type=float, default=0.0, help="seconds between chunks (0: full speed)")
     add(
         "--runs-per-client",
         type=int,
         default=0,
-        help="runs each client does (0: max(1, 64/clients))",
+        help=f"runs each client does (0: max({min_runs}, 64/clients))",
     )
-    add("--repeat", type=int, default=3, help="repetitions (a fresh stack each); medians reported")
-    add("--web-workers", type=int, default=2, help="gunicorn workers")
-    add("--web-threads", type=int, default=0, help="threads per worker (0: max(64, clients))")
+    add("--repeat", type=int, default=3, help=f"repetitions ({stacks}); medians reported")
+    add("--web-workers", type=int, default=2, help=f"{server}gunicorn workers")
+    add(
+        "--web-threads",
+        type=int,
+        default=0,
+        help=f"{server}threads per worker (0: max(64, clients))",
+    )
+
+
+def check_run_options(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
+    """Refuse ``--clients`` (a list), ``--tokens`` and ``--repeat`` below 1."""
+    if not options.clients or min(options.clients) < 1 or options.tokens < 1 or options.repeat < 1:
+        parser.error("--clients, --tokens and --repeat must be positive")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    add = parser.add_argument
+    add("--facades", type=facade_list, default=list(FACADES), help="agui,agentik,a2a")
+    add("--clients", type=csv(int), default=[1, 64, 256], help="concurrency levels, e.g. 1,64,256")
+    add_run_options(parser, min_runs=1, stacks="a fresh stack each", server="")
     add("--store", choices=("sqlite", "postgres"), default="sqlite")
     add("--dsn", default="postgresql://127.0.0.1:5432/test", help="PostgreSQL for --store postgres")
     add("--engine-workers", type=int, default=1, help="engine processes (needs --store postgres)")
@@ -715,8 +736,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     options = parser.parse_args(argv)  # fmt: skip
     if options.engine_workers > 1 and options.store != "postgres":
         parser.error("--engine-workers > 1 needs --store postgres (SQLite serves one engine)")
-    if not options.clients or min(options.clients) < 1 or options.tokens < 1 or options.repeat < 1:
-        parser.error("--clients, --tokens and --repeat must be positive")
+    check_run_options(parser, options)
     return options
 
 

@@ -547,22 +547,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[1, 64],
         help="concurrency levels, e.g. 1,64,256",
     )
-    add("--tokens", type=int, default=200, help="text chunks per answer")
-    add("--token-delay", type=float, default=0.0, help="seconds between chunks (0: full speed)")
-    add(
-        "--runs-per-client",
-        type=int,
-        default=0,
-        help="runs each client does (0: max(4, 64/clients))",
-    )
-    add("--repeat", type=int, default=3, help="repetitions (fresh stacks each); medians reported")
-    add("--web-workers", type=int, default=2, help="agentik's gunicorn workers")
-    add(
-        "--web-threads",
-        type=int,
-        default=0,
-        help="agentik's threads per worker (0: max(64, clients))",
-    )
+    load_bench.add_run_options(parser, min_runs=4, stacks="fresh stacks each", server="agentik's ")
     add(
         "--langgraph-jobs",
         type=int,
@@ -575,8 +560,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--out", type=Path, default=Path("peer_bench.json"), help="JSON results")
     add("--report", type=Path, help="only print the tables of this --out file of an earlier run")
     options = parser.parse_args(argv)  # fmt: skip
-    if not options.clients or min(options.clients) < 1 or options.tokens < 1 or options.repeat < 1:
-        parser.error("--clients, --tokens and --repeat must be positive")
+    load_bench.check_run_options(parser, options)
     if options.token_delay < 0:
         parser.error("--token-delay must not be negative")
     wanted = [t for t in options.targets if set(TARGETS[t].scenarios) & set(options.scenarios)]
@@ -584,10 +568,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error("no target serves any of the chosen --scenarios")
     options.targets = wanted
     return options
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def all_versions(options: argparse.Namespace) -> dict[str, dict[str, str]]:
@@ -629,19 +609,20 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(results["versions"]), file=sys.stderr)
     if options.setup:
         return
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        for repetition, clients, target in runs(options):
-            print(f"repetition {repetition + 1}, {clients} clients, {target.name}", file=sys.stderr)
-            rep = one_target(target, options, clients)
-            level = results["levels"].setdefault(str(clients), {})
-            level.setdefault(target.name, []).append(rep)
-            options.out.write_text(json.dumps(results, indent=2))
+        with load_bench.sigterm_as_interrupt():
+            for repetition, clients, target in runs(options):
+                print(
+                    f"repetition {repetition + 1}, {clients} clients, {target.name}",
+                    file=sys.stderr,
+                )
+                rep = one_target(target, options, clients)
+                level = results["levels"].setdefault(str(clients), {})
+                level.setdefault(target.name, []).append(rep)
+                options.out.write_text(json.dumps(results, indent=2))
     except KeyboardInterrupt:
         print(f"interrupted: the finished runs are in {options.out}", file=sys.stderr)
         raise SystemExit(130) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     results["markdown"] = markdown(results, options)
     options.out.write_text(json.dumps(results, indent=2))
     print(results["markdown"])

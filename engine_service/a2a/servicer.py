@@ -232,14 +232,19 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
             raise InternalError("push notifications are not available on this engine")
         return self.engine.notices.push
 
+    async def _task_caller(self, context: Context, tenant: str, task_id: str) -> Caller:
+        """Who a push config method on task ``task_id`` acts as, once the task id is checked
+        and the caller may reach the task with this tenant."""
+        tasks = self._tasks(context, tenant)
+        check_task_id(task_id)
+        await tasks.check_task(task_id)
+        return tasks.caller
+
     async def CreateTaskPushNotificationConfig(
         self, request: a2a_pb.TaskPushNotificationConfig, context: Context
     ) -> a2a_pb.TaskPushNotificationConfig:
         async def create() -> a2a_pb.TaskPushNotificationConfig:
-            tasks = self._tasks(context, request.tenant)
-            caller = tasks.caller
-            check_task_id(request.task_id)
-            await tasks.check_task(request.task_id)
+            caller = await self._task_caller(context, request.tenant, request.task_id)
             config = push_config_from_pb(engine_push_config(request, request.task_id))
             made = await self._push().set(caller, config)
             return a2a_push_config(push_config_to_pb(made))
@@ -250,10 +255,7 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.GetTaskPushNotificationConfigRequest, context: Context
     ) -> a2a_pb.TaskPushNotificationConfig:
         async def get() -> a2a_pb.TaskPushNotificationConfig:
-            tasks = self._tasks(context, request.tenant)
-            caller = tasks.caller
-            check_task_id(request.task_id)
-            await tasks.check_task(request.task_id)
+            caller = await self._task_caller(context, request.tenant, request.task_id)
             found = await self._push().get(caller, request.task_id, request.id)
             return a2a_push_config(push_config_to_pb(found))
 
@@ -263,10 +265,7 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.ListTaskPushNotificationConfigsRequest, context: Context
     ) -> a2a_pb.ListTaskPushNotificationConfigsResponse:
         async def listed() -> a2a_pb.ListTaskPushNotificationConfigsResponse:
-            tasks = self._tasks(context, request.tenant)
-            caller = tasks.caller
-            check_task_id(request.task_id)
-            await tasks.check_task(request.task_id)
+            caller = await self._task_caller(context, request.tenant, request.task_id)
             configs = await self._push().list(caller, request.task_id)
             # Every config of a task fits one page ([webhooks] max_push_configs bounds them).
             return a2a_pb.ListTaskPushNotificationConfigsResponse(
@@ -279,10 +278,7 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.DeleteTaskPushNotificationConfigRequest, context: Context
     ) -> empty_pb2.Empty:
         async def delete() -> empty_pb2.Empty:
-            tasks = self._tasks(context, request.tenant)
-            caller = tasks.caller
-            check_task_id(request.task_id)
-            await tasks.check_task(request.task_id)
+            caller = await self._task_caller(context, request.tenant, request.task_id)
             await self._push().delete(caller, request.task_id, request.id)
             return empty_pb2.Empty()
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 
 from a2a.types import (
@@ -27,34 +26,18 @@ from a2a.types import (
     SendMessageRequest,
     StreamResponse,
     Task,
-    TaskState,
 )
 from a2a.utils.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
-    TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length
 
+from agentik.a2a import tasks as steps
 from agentik.a2a.convert import RunStream, check_message, engine_content, task_from_runs
 from agentik.a2a.errors import invalid_params
-from agentik.a2a.interrupts import resume_entries
-from agentik.a2a.rules import (
-    CANCEL_WAIT,
-    DEFAULT_PAGE_SIZE,
-    FIRST_WINDOW,
-    LISTED_MESSAGES,
-    MAX_PAGE_SIZE,
-    MAX_TURNS,
-    TEXT_MODES,
-    check_task_id,
-    engine_push_config,
-    state_name,
-    state_of,
-    task_of_chain,
-)
+from agentik.a2a.rules import CANCEL_WAIT, FIRST_WINDOW, MAX_TURNS, check_task_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.a2a.errors import a2a_error
 from engine_service.convert import event_to_pb, message_to_pb, run_input_from_pb, run_to_pb
@@ -192,62 +175,35 @@ class EngineTasks:
 
     async def get_task(self, task_id: str, history_length: int | None = None) -> Task:
         """GetTask: the stored runs as a task; its last ``history_length`` messages."""
-        if history_length is not None and history_length < 0:
-            raise invalid_params("historyLength", "must not be negative")
-        task = await self._task(await self._chain(task_id))
-        if history_length is not None and len(task.history) > history_length:
-            del task.history[: len(task.history) - history_length]
-        return task
+        steps.check_history_length(history_length)
+        return steps.trim_history(await self._task(await self._chain(task_id)), history_length)
 
     async def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
         """ListTasks: the tasks of one context (or of all), newest first; one engine
         call per page (see the facade's ``TaskService.list_tasks``)."""
-        if request.status or request.HasField("status_timestamp_after"):
-            raise UnsupportedOperationError(
-                "ListTasks cannot filter by status or statusTimestampAfter yet; "
-                "list by contextId and filter on the client"
-            )
-        size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
-        if not 1 <= size <= MAX_PAGE_SIZE:
-            raise invalid_params("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
-        if request.HasField("history_length") and request.history_length < 0:
-            raise invalid_params("historyLength", "must not be negative")
-        token = request.page_token
-        if token and (not token.isascii() or not token.isdigit() or len(token) > 9):
-            raise invalid_params("pageToken", "is not a token this server gave")
-        offset = int(token or "0")
-        with_messages = (
-            request.include_artifacts
-            or not request.HasField("history_length")
-            or request.history_length > 0
-        )
-        last = LISTED_MESSAGES if with_messages else 0
+        page = steps.list_page(request)
         try:
             # A tenant (an agent) lists its own tasks, as /a2a/{agent}/ does; none, all.
             chains, total, runs_read = await self._engine.list_run_chains(
-                self._caller, request.context_id, offset, size, last, agent=self._agent
+                self._caller,
+                request.context_id,
+                page.offset,
+                page.size,
+                page.last_messages,
+                agent=self._agent,
             )
         except SessionNotFound:  # an unknown context has no tasks
-            return ListTasksResponse(page_size=size, total_size=0)
+            return ListTasksResponse(page_size=page.size, total_size=0)
         except AgentikError as exc:
             raise a2a_error(exc) from None
-        tasks = []
-        for chain in chains:
-            found = pb.RunChain(
+        found = (
+            pb.RunChain(
                 runs=[run_to_pb(r) for r in chain.runs],
                 messages=[message_to_pb(m) for m in chain.messages],
             )
-            task = apply_history_length(task_of_chain(found), request)
-            if not request.include_artifacts:
-                task.ClearField("artifacts")
-            tasks.append(task)
-        end = offset + (runs_read or size)
-        return ListTasksResponse(
-            tasks=tasks,
-            next_page_token=str(end) if end < total else "",
-            page_size=size,
-            total_size=total,
+            for chain in chains
         )
+        return steps.list_response(request, page, found, total, runs_read)
 
     # -- sending ------------------------------------------------------------------
 
@@ -266,25 +222,13 @@ class EngineTasks:
 
     async def _prepare(self, request: SendMessageRequest) -> tuple[pb.RunRequest, Task]:
         """Check the request, resolve its ids; the run to start and the task it makes."""
-        if not request.HasField("message"):
-            raise invalid_params("message", "is required")
-        config = request.configuration
-        if config.HasField("history_length") and config.history_length < 0:
-            raise invalid_params("configuration.historyLength", "must not be negative")
-        accepted = set(config.accepted_output_modes)
-        if accepted and not accepted & TEXT_MODES:
-            raise ContentTypeNotSupportedError(
-                f"this agent answers in text/plain only; acceptedOutputModes has {sorted(accepted)}"
-            )
+        steps.check_send(request)
         message = request.message
         if message.task_id:
             run_request, task = await self._reply(message)
         else:
             run_request, task = await self._new_task(message)
-        if config.HasField("task_push_notification_config"):
-            push = config.task_push_notification_config
-            # Set by the engine as the run begins: nothing of the task is pushed before.
-            run_request.push_configs.append(engine_push_config(push, task.id))
+        steps.push_config(request, run_request, task)
         return run_request, task
 
     async def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
@@ -294,61 +238,15 @@ class EngineTasks:
         if context_id:
             await self._check_context(context_id)
             await self._check_fresh(context_id, message.message_id)
-        else:
-            context_id = uuid.uuid4().hex  # a new context: the engine creates the session
-        task = Task(id=uuid.uuid4().hex, context_id=context_id)
-        task.status.state = TaskState.TASK_STATE_SUBMITTED
-        sent = Message()
-        sent.CopyFrom(message)
-        sent.context_id, sent.task_id = task.context_id, task.id
-        task.history.append(sent)
-        run_request = pb.RunRequest(
-            session_id=context_id,
-            run_id=task.id,
-            messages=[pb.Message(id=message.message_id, role=pb.ROLE_USER, content=content)],
-            create_session=True,
-            agent=self._agent,
-            cancel_on_disconnect=False,  # a task outlives the call that started it
-        )
-        return run_request, task
+        return steps.new_task(message, content, context_id, self._agent)
 
     async def _reply(self, message: Message) -> tuple[pb.RunRequest, Task]:
         """A message on an existing task: the answer to what it waits for (a run that
         resumes its latest run), refused when the task does not wait for input."""
         check_message(message)
         runs = await self._chain(message.task_id)
-        root, latest = runs[0], runs[-1]
-        if message.context_id and message.context_id != root.session_id:
-            raise invalid_params(
-                "message.contextId",
-                f"{message.context_id!r} is not the context of task {root.id!r}",
-            )
-        if latest.status != pb.RUN_STATUS_INPUT_REQUIRED or latest.resumed_by_run_id:
-            if latest.status == pb.RUN_STATUS_RUNNING:
-                raise UnsupportedOperationError(
-                    f"task {root.id!r} is working and takes no message until it waits for "
-                    "input or ends; follow it with SubscribeToTask",
-                    data={"contextId": root.session_id},
-                )
-            raise UnsupportedOperationError(
-                f"task {root.id!r} is {state_of(latest)} and takes no more messages; "
-                f"to go on, send a message with contextId {root.session_id!r} and no taskId",
-                data={"contextId": root.session_id},
-            )
-        entries = resume_entries(message, latest.interrupts)
-        task = await self._task(runs)
-        # The request for input is answered: it moves from the status to the history.
-        task.history.append(task.status.message)
-        task.status.ClearField("message")
-        task.status.state = TaskState.TASK_STATE_SUBMITTED
-        run_request = pb.RunRequest(
-            session_id=root.session_id,
-            run_id=uuid.uuid4().hex,
-            parent_run_id=latest.id,
-            resume=entries,
-            cancel_on_disconnect=False,
-        )
-        return run_request, task
+        run_request = steps.reply_task(message, runs)
+        return run_request, steps.answered(await self._task(runs))
 
     async def _waiting_task(self, context_id: str) -> str:
         """The task the context waits for a person's answer on; "" when it waits for none."""
@@ -366,12 +264,7 @@ class EngineTasks:
         if isinstance(error, UnsupportedOperationError) and not run_request.resume:
             waiting = await self._waiting_task(run_request.session_id)
             if waiting:
-                return invalid_params(
-                    "message.taskId",
-                    f"context {run_request.session_id!r} waits for an answer on task "
-                    f"{waiting!r}: send your reply as a message with taskId {waiting!r} "
-                    "(see its status message)",
-                )
+                return steps.waiting_refusal(run_request.session_id, waiting)
         return error
 
     async def start(self, request: SendMessageRequest) -> tuple[RunHandle, RunStream]:
@@ -434,9 +327,7 @@ class EngineTasks:
         stop waiting for a person's answer → CANCELED."""
         runs = await self._chain(task_id)
         latest = runs[-1]
-        waiting = latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id
-        if latest.status != pb.RUN_STATUS_RUNNING and not waiting:
-            raise TaskNotCancelableError(f"task {task_id!r} is already {state_of(latest)}")
+        waiting = steps.check_cancelable(task_id, latest)
         last_seq = 0 if waiting else await self._last_seq(latest.session_id)
         try:
             await self._engine.stop_run(self._caller, latest.session_id, latest.id)
@@ -444,11 +335,7 @@ class EngineTasks:
             raise a2a_error(exc) from None
         if not waiting:  # a waiting run is stored stopped when the stop answers
             await self._wait_for_end(latest.session_id, latest.id, last_seq)
-        task = await self._task(await self._chain(task_id))
-        if task.status.state != TaskState.TASK_STATE_CANCELED:
-            state = state_name(task.status.state)
-            raise TaskNotCancelableError(f"task {task_id!r} ended as {state} before it stopped")
-        return task
+        return steps.check_canceled(task_id, await self._task(await self._chain(task_id)))
 
     async def subscribe(
         self, task_id: str
@@ -459,19 +346,9 @@ class EngineTasks:
         and the stream of that answer follows the task on."""
         runs = await self._chain(task_id)
         latest = runs[-1]
-        if latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id:
+        if steps.check_subscribable(task_id, latest):
             return [StreamResponse(task=await self._task(runs))], None, None
-        if latest.status != pb.RUN_STATUS_RUNNING:
-            raise UnsupportedOperationError(
-                f"task {task_id!r} is {state_of(latest)}: nothing more will happen; use GetTask"
-            )
-        messages = [await self._messages(run) for run in runs]
-        snapshot = task_from_runs(runs, messages)
-        # The running run's answers come again, whole, from the replay.
-        replayed_ids = {message.id for message in messages[-1]}
-        kept = [a for a in snapshot.artifacts if a.artifact_id not in replayed_ids]
-        del snapshot.artifacts[:]
-        snapshot.artifacts.extend(kept)
+        snapshot = steps.subscribe_snapshot(runs, [await self._messages(run) for run in runs])
         events, first = await self._replay_from_start(latest)
         stream = RunStream(snapshot, latest.id, announce=False)
         responses = [StreamResponse(task=snapshot)]

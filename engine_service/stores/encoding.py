@@ -1,5 +1,6 @@
 """What every store writes the same way: messages, events and interrupts as JSON text,
-UTC times, message and event rows, and the session and run records read back from SQL rows.
+UTC times, message and event rows, the session and run records read back from SQL rows, and
+the WHERE clauses that pick sessions and runs by owner and agent.
 
 The JSON shapes are ours (snake_case, ``type`` as the AG-UI event name); they are a storage
 format, not a wire protocol. Round-tripping is exact: ``event_from_dict(event_to_dict(e))
@@ -348,3 +349,38 @@ def run_from_row(row: Sequence[Any], time: TimeReader) -> RunRecord:
         output_tokens=row[15],
         cached_tokens=row[16],
     )
+
+
+def session_filter(
+    mark: str, prefix: str, owner: str | None, agents: Sequence[str] | None
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its arguments) of sessions of ``owner`` (None: anyone's)
+    whose agent is one of ``agents`` (None: any); ``mark`` the driver's placeholder
+    (``?`` for SQLite, ``%s`` for PostgreSQL), ``prefix`` the sessions table's alias."""
+    conditions, args = [], []
+    if owner is not None:
+        conditions.append(f"{prefix}owner = {mark}")
+        args.append(owner)
+    if agents is not None:
+        marks = ", ".join(mark for _ in agents) or "NULL"
+        conditions.append(f"{prefix}agent IN ({marks})")
+        args.extend(agents)
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
+
+
+def runs_filter(
+    mark: str, session_id: str, owner: str | None, agents: Sequence[str] | None
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause of ``page_runs``: one session's runs (its owner is checked by the
+    caller), or the runs of the sessions :func:`session_filter` picks."""
+    if session_id:
+        if agents is None:
+            return f"WHERE session_id = {mark}", (session_id,)
+        owner = None
+    sessions, args = session_filter(mark, "", owner, agents)
+    if not sessions:
+        return "", ()
+    where = f"WHERE session_id IN (SELECT id FROM sessions {sessions})"
+    if session_id:
+        return where + f" AND session_id = {mark}", (*args, session_id)
+    return where, args

@@ -74,6 +74,8 @@ from engine_service.stores.encoding import (
     message_from_dict,
     run_from_row,
     run_taken,
+    runs_filter,
+    session_filter,
     session_from_row,
 )
 from engine_service.stores.encoding import dumps as _dumps
@@ -830,7 +832,7 @@ class PostgresSessionStore(SessionStore):
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _sql_limit(limit)
-        where, args = _session_filter("s.", owner, agents)
+        where, args = session_filter("%s", "s.", owner, agents)
 
         async def work(conn: _Conn) -> tuple[list[Session], int]:
             total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
@@ -1445,7 +1447,7 @@ class PostgresSessionStore(SessionStore):
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
-        where, args = _runs_filter(session_id, owner, agents)
+        where, args = runs_filter("%s", session_id, owner, agents)
 
         async def work(conn: _Conn) -> tuple[list[RunRecord], int]:
             if session_id:
@@ -1913,37 +1915,3 @@ class PostgresSessionStore(SessionStore):
         self._watchers.clear()
         if self._opened:
             await self._pool.close()
-
-
-def _session_filter(
-    prefix: str, owner: str | None, agents: Sequence[str] | None
-) -> tuple[str, tuple[str, ...]]:
-    """The WHERE clause (and its arguments) of sessions of ``owner`` (None: anyone's)
-    whose agent is one of ``agents`` (None: any)."""
-    conditions, args = [], []
-    if owner is not None:
-        conditions.append(f"{prefix}owner = %s")
-        args.append(owner)
-    if agents is not None:
-        marks = ", ".join("%s" for _ in agents) or "NULL"
-        conditions.append(f"{prefix}agent IN ({marks})")
-        args.extend(agents)
-    return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
-
-
-def _runs_filter(
-    session_id: str, owner: str | None, agents: Sequence[str] | None
-) -> tuple[str, tuple[str, ...]]:
-    """The WHERE clause of ``page_runs``: one session's runs (its owner is checked by the
-    caller), or the runs of the sessions ``_session_filter`` picks."""
-    if session_id:
-        if agents is None:
-            return "WHERE session_id = %s", (session_id,)
-        owner = None
-    sessions, args = _session_filter("", owner, agents)
-    if not sessions:
-        return "", ()
-    where = f"WHERE session_id IN (SELECT id FROM sessions {sessions})"
-    if session_id:
-        return where + " AND session_id = %s", (*args, session_id)
-    return where, args

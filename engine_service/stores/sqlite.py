@@ -56,6 +56,8 @@ from engine_service.stores.encoding import (
     message_from_dict,
     run_from_row,
     run_taken,
+    runs_filter,
+    session_filter,
     session_from_row,
 )
 from engine_service.stores.encoding import dumps as _dumps
@@ -698,7 +700,7 @@ class SqliteSessionStore(SessionStore):
         if offset < 0:
             raise InvalidInput("offset must not be negative")
         size = _sql_limit(limit)
-        where, args = _session_filter("s.", owner, agents)
+        where, args = session_filter("?", "s.", owner, agents)
         with self._read() as conn:
             (total,) = conn.execute(f"SELECT count(*) FROM sessions s {where}", args).fetchone()
             rows = conn.execute(
@@ -1188,7 +1190,7 @@ class SqliteSessionStore(SessionStore):
     ) -> tuple[list[RunRecord], int]:
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
-        where, args = _runs_filter(session_id, owner, agents)
+        where, args = runs_filter("?", session_id, owner, agents)
         with self._read() as conn:
             if session_id:
                 self._require(conn, session_id)
@@ -1485,37 +1487,3 @@ class SqliteSessionStore(SessionStore):
     async def close(self) -> None:
         await self._writer.stop()
         self._conn.close()
-
-
-def _session_filter(
-    prefix: str, owner: str | None, agents: Sequence[str] | None
-) -> tuple[str, tuple[str, ...]]:
-    """The WHERE clause (and its arguments) of sessions of ``owner`` (None: anyone's)
-    whose agent is one of ``agents`` (None: any)."""
-    conditions, args = [], []
-    if owner is not None:
-        conditions.append(f"{prefix}owner = ?")
-        args.append(owner)
-    if agents is not None:
-        marks = ", ".join("?" for _ in agents) or "NULL"
-        conditions.append(f"{prefix}agent IN ({marks})")
-        args.extend(agents)
-    return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
-
-
-def _runs_filter(
-    session_id: str, owner: str | None, agents: Sequence[str] | None
-) -> tuple[str, tuple[str, ...]]:
-    """The WHERE clause of ``page_runs``: one session's runs (its owner is checked by the
-    caller), or the runs of the sessions ``_session_filter`` picks."""
-    if session_id:
-        if agents is None:
-            return "WHERE session_id = ?", (session_id,)
-        owner = None
-    sessions, args = _session_filter("", owner, agents)
-    if not sessions:
-        return "", ()
-    where = f"WHERE session_id IN (SELECT id FROM sessions {sessions})"
-    if session_id:
-        return where + " AND session_id = ?", (*args, session_id)
-    return where, args

@@ -14,6 +14,7 @@ from google.protobuf import json_format, struct_pb2
 
 from agentik.config import load_settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from tests.delegating import delegating_settings
 from tests.engine.auth_helpers import rpc_error, trailers
 from tests.engine.harness import Harness, collect, kinds, running_engine, user
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
@@ -172,25 +173,6 @@ async def test_sessions_and_run_chains_are_listed_by_agent(engine: Harness) -> N
         assert trailers(error)["agentik-error"] == "agent_not_found"
 
 
-DELEGATING = """
-[llm]
-base_url = "{url}"
-api_key = "k"
-max_retries = 0
-
-[[agents]]
-name = "lead"
-model = "lead-model"
-tools = ["agent:researcher"]
-
-[[agents]]
-name = "researcher"
-model = "research-model"
-tools = ["calculate"]
-approval = ["calculate"]
-"""
-
-
 async def test_a_sub_agents_approval_is_answered_over_grpc_on_the_parents_run(
     llm: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -198,11 +180,7 @@ async def test_a_sub_agents_approval_is_answered_over_grpc_on_the_parents_run(
     lead's Run stream ends asking for it (the researcher's question, with where it comes
     from), a Run with a resume entry on the lead's conversation answers it, and the
     researcher's call runs then, once; an entry without a yes is refused, never run."""
-    path = tmp_path / "agentik.toml"
-    path.write_text(DELEGATING.format(url=llm.base_url))
-    settings = load_settings(
-        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
-    )
+    settings = delegating_settings(tmp_path, llm.base_url)
     llm.enqueue(
         FakeReply(tool_calls=[FakeToolCall("agent__researcher", {"message": "compute"})]),
         FakeReply(tool_calls=[FakeToolCall("calculate", {"expression": "6*7"})]),

@@ -18,7 +18,6 @@ through ``web_facade.a2a.errors.from_rpc``.
 from __future__ import annotations
 
 import time
-import uuid
 
 import grpc
 from a2a.types import (
@@ -28,34 +27,25 @@ from a2a.types import (
     SendMessageRequest,
     StreamResponse,
     Task,
-    TaskState,
 )
 from a2a.utils.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
     InternalError,
-    TaskNotCancelableError,
     TaskNotFoundError,
-    UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length
 
+from agentik.a2a import tasks as steps
 from agentik.a2a.convert import RunStream, check_message, engine_content, task_from_runs
 from agentik.a2a.errors import invalid_params
-from agentik.a2a.interrupts import resume_entries
 from agentik.a2a.rules import (
     CANCEL_WAIT,
     DEFAULT_PAGE_SIZE,
     FIRST_WINDOW,
-    LISTED_MESSAGES,
     MAX_PAGE_SIZE,
     MAX_TURNS,
     TEXT_MODES,
     check_task_id,
-    engine_push_config,
-    state_name,
-    state_of,
-    task_of_chain,
 )
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
@@ -194,12 +184,8 @@ class TaskService:
 
     def get_task(self, task_id: str, history_length: int | None = None) -> Task:
         """GetTask: the stored runs as a task; its last ``history_length`` messages."""
-        if history_length is not None and history_length < 0:
-            raise invalid_params("historyLength", "must not be negative")
-        task = self._task(self._chain(task_id))
-        if history_length is not None and len(task.history) > history_length:
-            del task.history[: len(task.history) - history_length]
-        return task
+        steps.check_history_length(history_length)
+        return steps.trim_history(self._task(self._chain(task_id)), history_length)
 
     def list_tasks(self, request: ListTasksRequest) -> ListTasksResponse:
         """ListTasks: the tasks of one context (or of all), newest first; at
@@ -211,53 +197,21 @@ class TaskService:
         :data:`LISTED_MESSAGES` of each task's latest messages: one request of the
         caller's rate and bounded work, however long the conversations are.
         """
-        if request.status or request.HasField("status_timestamp_after"):
-            raise UnsupportedOperationError(
-                "ListTasks cannot filter by status or statusTimestampAfter yet; "
-                "list by contextId and filter on the client"
-            )
-        size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
-        if not 1 <= size <= MAX_PAGE_SIZE:
-            raise invalid_params("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
-        if request.HasField("history_length") and request.history_length < 0:
-            raise invalid_params("historyLength", "must not be negative")
-        token = request.page_token
-        if token and (not token.isascii() or not token.isdigit() or len(token) > 9):
-            raise invalid_params("pageToken", "is not a token this server gave")
-        offset = int(token or "0")
-        with_messages = (
-            request.include_artifacts
-            or not request.HasField("history_length")
-            or request.history_length > 0
-        )
+        page = steps.list_page(request)
         query = pb.ListRunChainsRequest(
             session_id=request.context_id,
-            offset=offset,
-            limit=size,
-            last_messages=LISTED_MESSAGES if with_messages else 0,
+            offset=page.offset,
+            limit=page.size,
+            last_messages=page.last_messages,
             agent=self._agent,  # /a2a/{agent}/ lists that agent's tasks only
         )
         try:
-            page = self._engine.ListRunChains(query, timeout=UNARY_TIMEOUT)
+            found = self._engine.ListRunChains(query, timeout=UNARY_TIMEOUT)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:  # an unknown context has no tasks
-                return ListTasksResponse(page_size=size, total_size=0)
+                return ListTasksResponse(page_size=page.size, total_size=0)
             raise from_rpc(exc) from None
-        tasks = []
-        for chain in page.chains:
-            task = apply_history_length(task_of_chain(chain), request)
-            if not request.include_artifacts:
-                task.ClearField("artifacts")
-            tasks.append(task)
-        # A page too big for one answer covers fewer runs: the next one starts after them.
-        # (0 from an engine that predates runs_read.)
-        end = offset + (page.runs_read or size)
-        return ListTasksResponse(
-            tasks=tasks,
-            next_page_token=str(end) if end < page.total else "",
-            page_size=size,
-            total_size=page.total,
-        )
+        return steps.list_response(request, page, found.chains, found.total, found.runs_read)
 
     # -- sending ------------------------------------------------------------------
 
@@ -281,25 +235,13 @@ class TaskService:
 
     def _prepare(self, request: SendMessageRequest) -> tuple[pb.RunRequest, Task]:
         """Check the request, resolve its ids; the run to start and the task it makes."""
-        if not request.HasField("message"):
-            raise invalid_params("message", "is required")
-        config = request.configuration
-        if config.HasField("history_length") and config.history_length < 0:
-            raise invalid_params("configuration.historyLength", "must not be negative")
-        accepted = set(config.accepted_output_modes)
-        if accepted and not accepted & TEXT_MODES:
-            raise ContentTypeNotSupportedError(
-                f"this agent answers in text/plain only; acceptedOutputModes has {sorted(accepted)}"
-            )
+        steps.check_send(request)
         message = request.message
         if message.task_id:
             run_request, task = self._reply(message)
         else:
             run_request, task = self._new_task(message)
-        if config.HasField("task_push_notification_config"):
-            push = config.task_push_notification_config
-            # Set by the engine as the run begins: nothing of the task is pushed before.
-            run_request.push_configs.append(engine_push_config(push, task.id))
+        steps.push_config(request, run_request, task)
         return run_request, task
 
     def _new_task(self, message: Message) -> tuple[pb.RunRequest, Task]:
@@ -309,63 +251,15 @@ class TaskService:
         if context_id:
             self._check_context(context_id)
             self._check_fresh(context_id, message.message_id)
-        else:
-            context_id = uuid.uuid4().hex  # a new context: the engine creates the session
-        task = Task(id=uuid.uuid4().hex, context_id=context_id)
-        task.status.state = TaskState.TASK_STATE_SUBMITTED
-        sent = Message()
-        sent.CopyFrom(message)
-        sent.context_id, sent.task_id = task.context_id, task.id
-        task.history.append(sent)
-        run_request = pb.RunRequest(
-            session_id=context_id,
-            run_id=task.id,
-            messages=[pb.Message(id=message.message_id, role=pb.ROLE_USER, content=content)],
-            create_session=True,
-            agent=self._agent,
-            # A task outlives the HTTP call that started it (GetTask, SubscribeToTask).
-            cancel_on_disconnect=False,
-        )
-        return run_request, task
+        return steps.new_task(message, content, context_id, self._agent)
 
     def _reply(self, message: Message) -> tuple[pb.RunRequest, Task]:
         """A message on an existing task: the answer to what it waits for (a run that
         resumes its latest run), refused when the task does not wait for input."""
         check_message(message)
         runs = self._chain(message.task_id)
-        root, latest = runs[0], runs[-1]
-        if message.context_id and message.context_id != root.session_id:
-            raise invalid_params(
-                "message.contextId",
-                f"{message.context_id!r} is not the context of task {root.id!r}",
-            )
-        if latest.status != pb.RUN_STATUS_INPUT_REQUIRED or latest.resumed_by_run_id:
-            state = state_of(latest)
-            if latest.status == pb.RUN_STATUS_RUNNING:
-                raise UnsupportedOperationError(
-                    f"task {root.id!r} is working and takes no message until it waits for "
-                    "input or ends; follow it with SubscribeToTask",
-                    data={"contextId": root.session_id},
-                )
-            raise UnsupportedOperationError(
-                f"task {root.id!r} is {state} and takes no more messages; "
-                f"to go on, send a message with contextId {root.session_id!r} and no taskId",
-                data={"contextId": root.session_id},
-            )
-        entries = resume_entries(message, latest.interrupts)
-        task = self._task(runs)
-        # The request for input is answered: it moves from the status to the history.
-        task.history.append(task.status.message)
-        task.status.ClearField("message")
-        task.status.state = TaskState.TASK_STATE_SUBMITTED
-        run_request = pb.RunRequest(
-            session_id=root.session_id,
-            run_id=uuid.uuid4().hex,
-            parent_run_id=latest.id,
-            resume=entries,
-            cancel_on_disconnect=False,
-        )
-        return run_request, task
+        run_request = steps.reply_task(message, runs)
+        return run_request, steps.answered(self._task(runs))
 
     def _waiting_task(self, context_id: str) -> str:
         """The task the context waits for a person's answer on; "" when it waits for none."""
@@ -384,12 +278,7 @@ class TaskService:
         if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not run_request.resume:
             waiting = self._waiting_task(run_request.session_id)
             if waiting:
-                return invalid_params(
-                    "message.taskId",
-                    f"context {run_request.session_id!r} waits for an answer on task "
-                    f"{waiting!r}: send your reply as a message with taskId {waiting!r} "
-                    "(see its status message)",
-                )
+                return steps.waiting_refusal(run_request.session_id, waiting)
         return from_rpc(exc)
 
     def _start(self, request: SendMessageRequest) -> tuple[Relay, RunStream]:
@@ -467,9 +356,7 @@ class TaskService:
         stop waiting for a person's answer → CANCELED."""
         runs = self._chain(task_id)
         latest = runs[-1]
-        waiting = latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id
-        if latest.status != pb.RUN_STATUS_RUNNING and not waiting:
-            raise TaskNotCancelableError(f"task {task_id!r} is already {state_of(latest)}")
+        waiting = steps.check_cancelable(task_id, latest)
         last_seq = 0 if waiting else self._last_seq(latest.session_id)
         try:
             self._engine.Interrupt(
@@ -480,11 +367,7 @@ class TaskService:
             raise from_rpc(exc) from None
         if not waiting:  # a waiting run is stored stopped when Interrupt answers
             self._wait_for_end(latest.session_id, latest.id, last_seq)
-        task = self._task(self._chain(task_id))
-        if task.status.state != TaskState.TASK_STATE_CANCELED:
-            state = state_name(task.status.state)
-            raise TaskNotCancelableError(f"task {task_id!r} ended as {state} before it stopped")
-        return task
+        return steps.check_canceled(task_id, self._task(self._chain(task_id)))
 
     def subscribe_to_task(self, task_id: str) -> TaskFollow | Task:
         """SubscribeToTask: the task now, then its updates from its latest run's first
@@ -492,19 +375,9 @@ class TaskService:
         peer answers, and the stream of that answer follows the task on."""
         runs = self._chain(task_id)
         latest = runs[-1]
-        if latest.status == pb.RUN_STATUS_INPUT_REQUIRED and not latest.resumed_by_run_id:
+        if steps.check_subscribable(task_id, latest):
             return self._task(runs)
-        if latest.status != pb.RUN_STATUS_RUNNING:
-            raise UnsupportedOperationError(
-                f"task {task_id!r} is {state_of(latest)}: nothing more will happen; use GetTask"
-            )
-        messages = [self._messages(run) for run in runs]
-        snapshot = task_from_runs(runs, messages)
-        # The running run's answers come again, whole, from the replay.
-        replayed_ids = {message.id for message in messages[-1]}
-        kept = [a for a in snapshot.artifacts if a.artifact_id not in replayed_ids]
-        del snapshot.artifacts[:]
-        snapshot.artifacts.extend(kept)
+        snapshot = steps.subscribe_snapshot(runs, [self._messages(run) for run in runs])
         relay, replayed = self._replay_from_start(latest)
         stream = RunStream(snapshot, latest.id, announce=False)
         first = [StreamResponse(task=snapshot)]

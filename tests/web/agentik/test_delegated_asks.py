@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from agentik.config import load_settings
+from tests.delegating import delegating_settings
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 from tests.web.agentik.streams import StreamReader, types
 from tests.web.conftest import ApiClient, BackgroundEngine, web_settings
@@ -21,32 +21,12 @@ from tests.web.sse_frames import Frame
 from web_facade import create_app
 from web_facade.engine_client import EngineClient
 
-CONFIG = """
-[llm]
-base_url = "{url}"
-api_key = "k"
-max_retries = 0
-
-[[agents]]
-name = "lead"
-model = "lead-model"
-tools = ["agent:researcher"]
-
-[[agents]]
-name = "researcher"
-model = "research-model"
-tools = ["calculate"]
-approval = ["calculate"]
-"""
-
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flask, FakeOpenAI]]:
     with FakeOpenAI() as llm:
-        path = tmp_path_factory.mktemp("delegated") / "agentik.toml"
-        path.write_text(CONFIG.format(url=llm.base_url))
-        env = {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
-        engine = BackgroundEngine(load_settings(path, env))
+        settings = delegating_settings(tmp_path_factory.mktemp("delegated"), llm.base_url)
+        engine = BackgroundEngine(settings)
         target = engine.start()
         client = EngineClient(target)
         made = create_app(web_settings(target), client)

@@ -15,37 +15,17 @@ from ag_ui.core import BaseEvent, EventType
 from flask import Flask
 from flask.testing import FlaskClient
 
-from agentik.config import load_settings
+from tests.delegating import delegating_settings
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, of
 from tests.web.conftest import BackgroundEngine
-
-CONFIG = """
-[llm]
-base_url = "{url}"
-api_key = "k"
-max_retries = 0
-
-[[agents]]
-name = "lead"
-model = "lead-model"
-tools = ["agent:researcher"]
-
-[[agents]]
-name = "researcher"
-model = "research-model"
-tools = ["calculate"]
-approval = ["calculate"]
-"""
 
 
 @pytest.fixture(scope="module")
 def delegating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, FakeOpenAI]]:
     with FakeOpenAI() as llm:
-        path = tmp_path_factory.mktemp("agui-delegated") / "agentik.toml"
-        path.write_text(CONFIG.format(url=llm.base_url))
-        env = {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
-        engine = BackgroundEngine(load_settings(path, env))
+        settings = delegating_settings(tmp_path_factory.mktemp("agui-delegated"), llm.base_url)
+        engine = BackgroundEngine(settings)
         yield engine.start(), llm
         engine.stop()
 

@@ -167,6 +167,15 @@ class WriteBatcher:
                 await conn.close()
             raise
 
+    def __del__(self) -> None:
+        # A store dropped without close() (a test, a process on its way out): its own
+        # connection is closed as a pool closes its connections, without psycopg's
+        # ResourceWarning for a connection deleted while open.
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            with suppress(Exception):
+                conn.pgconn.finish()
+
     async def close(self) -> None:
         """Finish the writes queued so far, then stop; later writes are refused."""
         self._closed = True

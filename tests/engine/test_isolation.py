@@ -372,6 +372,8 @@ async def _two_replicas(llm: FakeOpenAI, pg_url: str) -> AsyncIterator[tuple[Eng
     finally:
         for engine in engines:
             await engine.shutdown(0)
+        for store in stores if pg_url else [shared]:
+            await store.close()
 
 
 async def _finish(engine: Engine, caller: Caller, thread_id: str, text: str) -> list[ev.Event]:

@@ -148,3 +148,26 @@ async def test_a_write_queued_when_the_store_closes_is_stored_first(pg_url: str)
         assert [e.seq for e in await again.read_events(session_id, 0, 0)] == [1]
     finally:
         await again.close()
+
+
+async def test_a_store_dropped_without_close_closes_its_own_connections(pg_url: str) -> None:
+    """As a pool does for its connections: the writer's and the reader's connections of a
+    store nobody closed are closed when it goes, with no ResourceWarning (which pytest here
+    turns into an error in whatever test runs when the garbage is collected)."""
+    import gc
+    import warnings
+
+    made = PostgresSessionStore(pg_url)
+    await made.open()
+    [dropped] = await sessions(made, 1)
+    await made.append_events(dropped, [event(1, dropped)])
+    await made.get_session(dropped)
+    writer = made._batch._conn
+    reader = made._reads._conn  # None when the reads went another way
+    assert writer is not None and not writer.closed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del made
+        gc.collect()
+    assert writer.closed and (reader is None or reader.closed)
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught

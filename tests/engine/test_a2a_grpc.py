@@ -52,7 +52,7 @@ from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
 from agentik.a2a.card import card_body, card_config, endpoint_config
-from agentik.config import load_settings
+from agentik.config import Settings, load_settings
 from engine_service.a2a.servicer import SERVICE_NAME
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.engine.harness import WAIT, Harness, engine_settings, running_engine
@@ -696,9 +696,9 @@ async def test_the_tenant_names_the_agent_of_the_context_a_message_starts(
     assert session.agent == "support" and llm.requests[-1]["model"] == "small-model"
 
 
-async def test_a_tenant_lists_its_own_agent_s_tasks_and_no_tenant_every_agent_s(
-    llm: FakeOpenAI, tmp_path: Path
-) -> None:
+def _two_agents(llm: FakeOpenAI, tmp_path: Path) -> tuple[Settings, ClientConfig]:
+    """Settings with the agents ``support`` and ``research`` (memory store, a free port),
+    and a unary gRPC client config."""
     path = tmp_path / "agentik.toml"
     path.write_text(
         f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
@@ -712,6 +712,13 @@ async def test_a_tenant_lists_its_own_agent_s_tasks_and_no_tenant_every_agent_s(
         grpc_channel_factory=grpc.aio.insecure_channel,
         supported_protocol_bindings=["GRPC"],
     )
+    return settings, config
+
+
+async def test_a_tenant_lists_its_own_agent_s_tasks_and_no_tenant_every_agent_s(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    settings, config = _two_agents(llm, tmp_path)
     contexts: dict[str, str] = {}
     listed: dict[str, set[str]] = {}
     async with running_engine(settings) as running:
@@ -736,19 +743,7 @@ async def test_a_tenant_reaches_only_its_own_agent_s_tasks_and_contexts(
     """A task of ``research`` is TaskNotFound with the tenant ``support`` for every task
     and push config method, a message on it too; a message on its context is refused
     naming ``message.contextId``. Its own tenant and no tenant reach it."""
-    path = tmp_path / "agentik.toml"
-    path.write_text(
-        f'[llm]\nbase_url = "{llm.base_url}"\napi_key = "k"\nmax_retries = 0\n\n'
-        '[[agents]]\nname = "support"\n\n[[agents]]\nname = "research"\n'
-    )
-    settings = load_settings(
-        path, {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
-    )
-    config = ClientConfig(
-        streaming=False,
-        grpc_channel_factory=grpc.aio.insecure_channel,
-        supported_protocol_bindings=["GRPC"],
-    )
+    settings, config = _two_agents(llm, tmp_path)
     async with running_engine(settings) as running:
         research = ClientFactory(config).create(_card(running.target, tenant="research"))
         streaming = replace(config, streaming=True)  # SubscribeToTask needs a stream

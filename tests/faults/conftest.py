@@ -9,6 +9,8 @@ and assert zero.
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -18,7 +20,7 @@ from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.ledger import Ledger, follow, poll, send_request
 from tests.faults.procs import NEEDS_SIGNALS
 from tests.postgres_server import pg_database, pg_url
-from tests.web.e2e.conftest import Stack
+from tests.web.e2e.conftest import ENGINE_LISTENING, Process, Stack
 
 __all__ = [
     "SIGNAL_MARKS",
@@ -132,3 +134,12 @@ def _behind(ledgers: dict[str, Ledger], tasks: list[asyncio.Task[bool]], mid_tur
             f"{frames}, {ledger.resumes} resumes, {ledger.failed_attempts} failed, {outcome}"
         )
     return f"{len(lines)} behind: " + " | ".join(lines[:10])
+
+
+def restart_engine(stack: Stack) -> None:
+    """kill -9 the stack's engine and start a new one on the same port and store."""
+    stack.engine.stop(signal.SIGKILL)
+    stack.engine = Process(
+        "engine", [sys.executable, "-m", "engine_service"], stack.env, stack.logs
+    )
+    assert int(stack.engine.wait_for_log(ENGINE_LISTENING)) == stack.grpc_port

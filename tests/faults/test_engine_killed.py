@@ -5,17 +5,15 @@ the closing events of their turns, with no id twice; the partial answers are kep
 
 from __future__ import annotations
 
-import signal
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
+from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams, restart_engine
 from tests.faults.ledger import audit, store_view
-from tests.web.e2e.conftest import ENGINE_LISTENING, Process, Stack, free_port
+from tests.web.e2e.conftest import Stack, free_port
 
 pytestmark = SIGNAL_MARKS
 
@@ -42,14 +40,6 @@ def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     running.stop()
 
 
-def _restart_engine(stack: Stack) -> None:
-    stack.engine.stop(signal.SIGKILL)
-    stack.engine = Process(
-        "engine", [sys.executable, "-m", "engine_service"], stack.env, stack.logs
-    )
-    assert int(stack.engine.wait_for_log(ENGINE_LISTENING)) == stack.grpc_port
-
-
 async def test_streams_cut_by_an_engine_kill_resume_on_the_new_engine_without_a_repeated_id(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
@@ -57,7 +47,7 @@ async def test_streams_cut_by_an_engine_kill_resume_on_the_new_engine_without_a_
     try:
         seen_before = {name: ledger.last_id for name, ledger in ledgers.items()}
         finished = {name for name, ledger in ledgers.items() if ledger.frames[-1].type == "end"}
-        _restart_engine(stack)
+        restart_engine(stack)
         for run in runs:
             assert await run, "a stream did not reach its turn's end"
     finally:

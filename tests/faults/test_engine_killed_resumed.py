@@ -9,17 +9,15 @@ interrupted)."""
 
 from __future__ import annotations
 
-import signal
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams
+from tests.faults.conftest import SIGNAL_MARKS, WITHIN, open_streams, restart_engine
 from tests.faults.ledger import Ledger, audit, store_view
-from tests.web.e2e.conftest import ENGINE_LISTENING, Process, Stack, free_port
+from tests.web.e2e.conftest import Stack, free_port
 
 pytestmark = SIGNAL_MARKS
 
@@ -54,14 +52,6 @@ def _run_id(ledger: Ledger) -> str:
     return ""
 
 
-def _restart_engine(stack: Stack) -> None:
-    stack.engine.stop(signal.SIGKILL)
-    stack.engine = Process(
-        "engine", [sys.executable, "-m", "engine_service"], stack.env, stack.logs
-    )
-    assert int(stack.engine.wait_for_log(ENGINE_LISTENING)) == stack.grpc_port
-
-
 async def test_streams_cut_by_an_engine_kill_go_on_and_every_run_finishes_its_answer(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
@@ -69,7 +59,7 @@ async def test_streams_cut_by_an_engine_kill_go_on_and_every_run_finishes_its_an
     try:
         finished = {name for name, ledger in ledgers.items() if ledger.frames[-1].type == "end"}
         run_ids = {name: _run_id(ledger) for name, ledger in ledgers.items()}
-        _restart_engine(stack)
+        restart_engine(stack)
         for run in runs:
             assert await run, "a stream did not reach its turn's end"
     finally:

@@ -138,7 +138,11 @@ async def test_twenty_concurrent_agui_runs_of_five_hundred_chunks_each_deliver_e
 ) -> None:
     threads = [str(uuid.uuid4()) for _ in range(RUNS)]
     received: dict[str, list[dict[str, Any]]] = {t: [] for t in threads}
-    runs = [asyncio.create_task(_agui_run(http, t, "[[chunks:500]]", received[t])) for t in threads]
+    # Slow enough that the runs are still answering when the workers stop (as the /agentik
+    # sends above): the engine, sending in batches, and a worker reading on its asyncio loop
+    # could otherwise be through all 500 chunks before the stall, and nothing piles up.
+    turn = "[[chunks:500]][[slow:0.004]]"
+    runs = [asyncio.create_task(_agui_run(http, t, turn, received[t])) for t in threads]
     try:
         await poll(
             lambda: all(len(events) > 2 for events in received.values()),

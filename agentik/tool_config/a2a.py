@@ -1,47 +1,31 @@
-"""Typed, validated ``[[a2a.agents]]`` entries: other A2A agents the LLM may call as tools.
+"""``[[a2a.agents]]``: other A2A agents the LLM may call as tools (docs/a2a.md).
 
-Each entry names one remote agent and where its card is::
-
-    [[a2a.agents]]
-    name = "research"                  # the tool's name: [A-Za-z0-9_-], at most 64, unique
-    url = "https://research.example.com/"   # the agent's base URL (its card is read from
-                                       # /.well-known/agent-card.json) or the card's own URL
-    headers = { Authorization = "Bearer ${RESEARCH_TOKEN}" }  # sent with every request
-    endpoint = "https://internal:8000/" # optional: call here, whatever the card says
-    description = "..."                # optional: replaces the description from the card
-    connect_timeout = 10.0             # seconds to read the card
-    call_timeout = 120.0               # seconds per call (default: [tools] timeout)
-
-or, for the simple case, ``AGENTIK_A2A_AGENTS="research=https://host/,other=https://host2/"``
-(it replaces the file's entries). ``${NAME}`` in ``headers`` is the engine's environment
-variable ``NAME`` (a missing one is an error), so secrets stay out of the file.
-
-This module does not import the A2A SDK: the config loads without it.
+An entry has ``name`` (the tool's name), ``url`` (the agent's base URL, whose card is read
+from /.well-known/agent-card.json, or the card's own URL), and optionally ``headers`` (``${NAME}``
+is the engine's environment variable), ``endpoint``, ``description``, ``connect_timeout``,
+``call_timeout``. ``AGENTIK_A2A_AGENTS="name=URL,..."`` replaces the file's entries. The A2A
+SDK is not imported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from agentik.tool_config.tables import (
+from agentik.config import (
     NAME,
-    ConfigTableError,
-    TableReader,
-    check_keys,
-    display_url,
+    ConfigError,
+    Entry,
+    _agent_name,
+    _url,
+    read_entries,
+    setting,
+    unique,
 )
+from agentik.tool_config import display_url
 
-__all__ = [
-    "A2A_AGENTS_ENV",
-    "CARD_PATH",
-    "DEFAULT_CONNECT_TIMEOUT",
-    "MAX_AGENT_NAME",
-    "A2aAgentConfig",
-    "parse_a2a_agents",
-    "parse_a2a_agents_env",
-]
+__all__ = ["A2A_AGENTS_ENV", "CARD_PATH", "DEFAULT_CONNECT_TIMEOUT", "A2aAgentConfig"]
 
 A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
 CARD_PATH = "/.well-known/agent-card.json"
@@ -54,11 +38,13 @@ MAX_AGENT_NAME = 64
 class A2aAgentConfig:
     """One remote A2A agent offered to the LLM as a tool."""
 
-    name: str
-    url: str
+    name: str = field(metadata={"check": _agent_name})
+    url: str = field(metadata={"check": _url})
     """As configured: the agent's base URL or its card's URL."""
-    headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False)
-    endpoint: str = ""
+    headers: dict[str, str] = field(
+        default_factory=dict, repr=False, hash=False, metadata={"headers": True}
+    )
+    endpoint: str = setting("", check=_url)
     """Where calls go; empty: the interface the card names."""
     description: str = ""
     """Replaces the tool description made from the card; empty: from the card."""
@@ -84,60 +70,24 @@ class A2aAgentConfig:
         return display_url(self.card_url)
 
 
-def _agent(table: Mapping[str, object], label: str, env: Mapping[str, str]) -> A2aAgentConfig:
-    check_keys(table, [key.name for key in fields(A2aAgentConfig)], label)
-    entry = TableReader(table, label, env)
-    name = entry.name(MAX_AGENT_NAME)
-    url = entry.url("url", required=True) or ""
-    return A2aAgentConfig(
-        name=name,
-        url=url,
-        headers=entry.mapping("headers", header_names=True),
-        endpoint=entry.url("endpoint") or "",
-        description=entry.string("description") or "",
-        connect_timeout=entry.seconds("connect_timeout") or DEFAULT_CONNECT_TIMEOUT,
-        call_timeout=entry.seconds("call_timeout"),
-    )
-
-
-def _unique(agents: list[A2aAgentConfig], where: str) -> tuple[A2aAgentConfig, ...]:
-    seen: set[str] = set()
-    for agent in agents:
-        if agent.name in seen:
-            raise ConfigTableError(f"{where}: the agent name {agent.name!r} is used twice")
-        seen.add(agent.name)
-    return tuple(agents)
-
-
-def parse_a2a_agents(
-    tables: object, where: str, env: Mapping[str, str]
-) -> tuple[A2aAgentConfig, ...]:
-    """Validate the ``[[a2a.agents]]`` tables read from ``where`` (a file name)."""
-    if not isinstance(tables, list):
-        raise ConfigTableError(f"a2a.agents in {where} must be an array of tables ([[a2a.agents]])")
-    agents: list[A2aAgentConfig] = []
-    for number, table in enumerate(tables, start=1):
-        label = f"[[a2a.agents]] entry {number} in {where}"
-        if not isinstance(table, dict):
-            raise ConfigTableError(f"{label} must be a table")
-        agents.append(_agent(table, label, env))
-    return _unique(agents, f"[[a2a.agents]] in {where}")
+def read_a2a_agents(raw: object, where: str, env: Mapping[str, str]) -> tuple[A2aAgentConfig, ...]:
+    """The ``[[a2a.agents]]`` tables read from ``where`` (a quoted file name)."""
+    agents = read_entries(raw, "a2a.agents", where, lambda e: e.read(A2aAgentConfig), env)
+    return unique(agents, "agent", lambda _: f"[[a2a.agents]] in {where}")
 
 
 def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
     """``name=URL,name=URL`` from ``AGENTIK_A2A_AGENTS``."""
     agents: list[A2aAgentConfig] = []
-    for number, item in enumerate(value.split(","), start=1):
-        item = item.strip()
-        if not item:
-            continue
+    for number, item in enumerate((item.strip() for item in value.split(",")), start=1):
         name, equals, url = item.partition("=")
-        name = name.strip()
         label = f"item {number} of {A2A_AGENTS_ENV}"
-        if not equals or not NAME.match(name) or len(name) > MAX_AGENT_NAME:
-            raise ConfigTableError(
+        if item and (not equals or not NAME.match(name.strip()) or len(name.strip()) > 64):
+            raise ConfigError(
                 f"{label} must be NAME=URL with a NAME of 1 to {MAX_AGENT_NAME} characters of "
                 f"A-Z a-z 0-9 _ -; got {item!r}"
             )
-        agents.append(_agent({"name": name, "url": url.strip()}, label, {}))
-    return _unique(agents, A2A_AGENTS_ENV)
+        if item:
+            table = {"name": name.strip(), "url": url.strip()}
+            agents.append(Entry(table, label, {}).read(A2aAgentConfig))
+    return unique(tuple(agents), "agent", lambda _: A2A_AGENTS_ENV)

@@ -1,72 +1,51 @@
-"""Typed, validated ``[[mcp.servers]]`` entries of the config file.
+"""``[[mcp.servers]]``: MCP servers whose tools the engine offers (docs/mcp.md).
 
-Each entry names one MCP server and how to reach it::
-
-    [[mcp.servers]]
-    name = "time"                      # [A-Za-z0-9_-], at most 32 characters, unique
-    transport = "stdio"                # stdio | http | sse; inferred from command / url
-    command = "mcp-server-time"        # stdio: the program (a string, or [program, args...])
-    args = ["--local-timezone", "UTC"] # stdio: its arguments
-    env = { TZ = "UTC" }               # stdio: added to the SDK's safe default environment
-    cwd = "/srv/time"                  # stdio: working directory
-    # url = "https://example.com/mcp"  # http / sse: the endpoint (http:// or https://)
-    # headers = { Authorization = "Bearer ${TOKEN}" }   # http / sse
-    connect_timeout = 10.0             # seconds to connect and list the tools
-    call_timeout = 60.0                # seconds per tool call (default: [tools] timeout)
-    tools = ["get_current_time"]       # optional allow-list of the server's tool names
-
-``${NAME}`` in ``env`` and ``headers`` values is replaced by the engine's environment
-variable ``NAME`` when the config is loaded (a missing one is an error), so secrets
-can stay out of the file. Nothing else in the config, and nothing in a request, can
-name a command or a URL.
-
-This module does not import the MCP SDK: the config loads without it.
+A server is ``stdio`` (``command``, ``args``, ``env``, ``cwd``) or ``http``/``sse`` (``url``,
+``headers``), inferred from ``command`` or ``url``; ``${NAME}`` in ``env`` and ``headers`` is the
+engine's environment variable ``NAME`` (a missing one is an error). Nothing else in the config,
+and nothing in a request, can name a command or a URL. The MCP SDK is not imported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from agentik.tool_config.tables import (
-    ConfigTableError,
-    TableReader,
-    check_keys,
-    display_url,
-)
+from agentik.config import ConfigError, Entry, _url, read_entries, setting, unique
+from agentik.tool_config import display_url
 
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT",
-    "MAX_SERVER_NAME",
-    "McpServerConfig",
-    "Transport",
-    "parse_mcp_servers",
-]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "MAX_SERVER_NAME", "McpServerConfig", "Transport"]
 
 Transport = Literal["stdio", "http", "sse"]
-_TRANSPORTS: tuple[Transport, ...] = ("stdio", "http", "sse")
-
 DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_SERVER_NAME = 32
 """Long enough to read, short enough to leave room for tool names under 64 characters."""
+_ONLY = {"stdio": ("command", "args", "env", "cwd"), "http": ("url", "headers")}
 
-_STDIO_ONLY = ("command", "args", "env", "cwd")
-_HTTP_ONLY = ("url", "headers")
+
+def _name(value: str) -> str:
+    from agentik.config import NAME, _Invalid
+
+    if not NAME.match(value) or len(value) > MAX_SERVER_NAME:
+        raise _Invalid(f"must be 1 to {MAX_SERVER_NAME} characters of A-Z a-z 0-9 _ -")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
     """One configured MCP server."""
 
-    name: str
-    transport: Transport
+    name: str = field(metadata={"check": _name})
+    transport: Transport = field()
     command: str = ""
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict, repr=False, hash=False)
     cwd: str | None = None
-    url: str = ""
-    headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False)
+    url: str = setting("", check=_url)
+    headers: dict[str, str] = field(
+        default_factory=dict, repr=False, hash=False, metadata={"headers": True}
+    )
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = None
     """Seconds per call; None means the engine's ``[tools] timeout``."""
@@ -86,90 +65,41 @@ class McpServerConfig:
         return display_url(self.url)
 
 
-def _transport(entry: TableReader) -> Transport:
-    given = entry.string("transport")
-    if given is None:
-        if "command" in entry.table and "url" not in entry.table:
-            return "stdio"
-        if "url" in entry.table and "command" not in entry.table:
-            return "http"
-        raise ConfigTableError(
+def _server(entry: Entry) -> McpServerConfig:
+    table, given = entry.table, entry.table.get("transport")
+    entry.check_keys(McpServerConfig)
+    name = entry.value(McpServerConfig.__dataclass_fields__["name"])
+    entry.label = f"{entry.label} ({name!r})"
+    if given is None and ("command" in table) == ("url" in table):
+        raise ConfigError(
             f"{entry.label} needs either 'command' (stdio) or 'url' (http, sse), "
             "or an explicit 'transport'"
         )
-    lowered = given.lower()
-    if lowered not in _TRANSPORTS:
-        raise entry.fail("transport", f"must be one of {', '.join(_TRANSPORTS)}", given)
-    return lowered
-
-
-def _command(entry: TableReader) -> tuple[str, tuple[str, ...]]:
-    raw = entry.table.get("command")
-    if isinstance(raw, list):
-        if not raw or not all(isinstance(item, str) and item for item in raw):
-            raise entry.fail("command", "must be a program name or a non-empty array of strings")
-        command, leading = raw[0], tuple(raw[1:])
-    else:
-        command, leading = entry.string("command", required=True) or "", ()
-    if "\0" in command:
-        raise entry.fail("command", "must not contain NUL characters")
-    return command, leading + (entry.strings("args") or ())
-
-
-def _server(table: dict[str, object], label: str, env: Mapping[str, str]) -> McpServerConfig:
-    check_keys(table, [key.name for key in fields(McpServerConfig)], label)
-    entry = TableReader(table, label, env)
-    name = entry.name(MAX_SERVER_NAME)
-    transport = _transport(entry)
-    wrong = _HTTP_ONLY if transport == "stdio" else _STDIO_ONLY
-    for key in wrong:
+    transport = ("stdio" if "command" in table else "http") if given is None else given
+    if not isinstance(transport, str) or transport.lower() not in ("stdio", "http", "sse"):
+        raise entry.fail("transport", "must be one of stdio, http, sse", transport)
+    transport = transport.lower()
+    for key in _ONLY["http" if transport == "stdio" else "stdio"]:
         if key in table:
             raise entry.fail(key, f"does not apply to the {transport} transport")
-    command, url, cwd = "", "", None
-    args: tuple[str, ...] = ()
-    server_env: dict[str, str] = {}
-    headers: dict[str, str] = {}
-    if transport == "stdio":
-        command, args = _command(entry)
-        server_env, cwd = entry.mapping("env"), entry.string("cwd")
-    else:
-        url = entry.url("url", required=True) or ""
-        headers = entry.mapping("headers", header_names=True)
-    return McpServerConfig(
-        name=name,
-        transport=transport,
-        command=command,
-        args=args,
-        env=server_env,
-        cwd=cwd,
-        url=url,
-        headers=headers,
-        connect_timeout=entry.seconds("connect_timeout") or DEFAULT_CONNECT_TIMEOUT,
-        call_timeout=entry.seconds("call_timeout"),
-        tools=entry.strings("tools"),
-    )
+    command, args = table.get("command", ""), ()
+    if isinstance(command, list):
+        if not command or not all(isinstance(item, str) and item for item in command):
+            raise entry.fail("command", "must be a program name or a non-empty array of strings")
+        command, args = command[0], tuple(command[1:])
+    elif transport == "stdio" and not (isinstance(command, str) and command.strip()):
+        raise entry.fail("command", "must be a program name or a non-empty array of strings")
+    if "\0" in command:
+        raise entry.fail("command", "must not contain NUL characters")
+    if transport != "stdio" and "url" not in table:
+        raise ConfigError(f"{entry.label} needs 'url'")
+    server = entry.read(McpServerConfig, name=name, transport=transport, command=command.strip())
+    return replace(server, args=args + server.args)
 
 
-def parse_mcp_servers(
-    tables: object, where: str, env: Mapping[str, str]
+def read_mcp_servers(
+    raw: object, where: str, env: Mapping[str, str]
 ) -> tuple[McpServerConfig, ...]:
-    """Validate the ``[[mcp.servers]]`` tables read from ``where`` (a file name)."""
-    if not isinstance(tables, list):
-        raise ConfigTableError(
-            f"mcp.servers in {where} must be an array of tables ([[mcp.servers]])"
-        )
-    checked: list[dict[str, object]] = []
-    for number, table in enumerate(tables, start=1):
-        if not isinstance(table, dict):
-            raise ConfigTableError(f"[[mcp.servers]] entry {number} in {where} must be a table")
-        checked.append(table)
-    servers: list[McpServerConfig] = []
-    seen: set[str] = set()
-    for number, table in enumerate(checked, start=1):
-        label = f"[[mcp.servers]] entry {number} in {where}"
-        server = _server(table, label, env)
-        if server.name in seen:
-            raise ConfigTableError(f"{label}: the server name {server.name!r} is used twice")
-        seen.add(server.name)
-        servers.append(server)
-    return tuple(servers)
+    """The ``[[mcp.servers]]`` tables read from ``where`` (a quoted file name)."""
+    servers = read_entries(raw, "mcp.servers", where, _server, env)
+    return unique(servers, "server", lambda i: f"[[mcp.servers]] entry {i + 1} in {where}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentik.config import (
+    AuthSettings,
     ConfigError,
     Settings,
     TokenEntry,
@@ -232,9 +233,13 @@ def test_listening_beyond_loopback_without_auth_is_refused(addr: str) -> None:
 
 @pytest.mark.parametrize("addr", OPEN + LOOPBACK)
 def test_tokens_a_jwt_key_or_allow_anonymous_permit_any_address(addr: str) -> None:
-    refuse_open_exposure(Settings(auth_tokens=(TokenEntry("alice", SECRET_A),)), addr, "engine")
-    refuse_open_exposure(Settings(jwt_key_file="/etc/agentik/jwt.pem"), addr, "engine")
-    refuse_open_exposure(Settings(allow_anonymous=True), addr, "engine")
+    refuse_open_exposure(
+        Settings(auth=AuthSettings(tokens=(TokenEntry("alice", SECRET_A),))), addr, "engine"
+    )
+    refuse_open_exposure(
+        Settings(auth=AuthSettings(jwt_key_file="/etc/agentik/jwt.pem")), addr, "engine"
+    )
+    refuse_open_exposure(Settings(auth=AuthSettings(allow_anonymous=True)), addr, "engine")
 
 
 @pytest.mark.parametrize("addr", LOOPBACK)

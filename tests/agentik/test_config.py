@@ -9,8 +9,12 @@ import pytest
 from agentik.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
+    EngineSettings,
     LlmSettings,
+    LogSettings,
+    McpSettings,
     Settings,
+    ToolsSettings,
     WebSettings,
     load_settings,
     setting_keys,
@@ -64,13 +68,12 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.mcp.servers == ()
 
 
-def test_each_toml_table_is_a_model_and_a_setting_name_builds_it() -> None:
-    settings = Settings(llm_timeout=5.0, web_workers=3)
-    assert settings.llm == LlmSettings(timeout=5.0)
-    assert settings == Settings(llm=LlmSettings(timeout=5.0), web=WebSettings(workers=3))
+def test_each_toml_table_is_a_model_read_nested() -> None:
+    settings = Settings(llm=LlmSettings(timeout=5.0), web=WebSettings(workers=3))
+    assert (settings.llm.timeout, settings.web.workers, settings.engine.workers) == (5.0, 3, 1)
     assert settings.web.engine_target == "127.0.0.1:50051"  # derived from [engine] grpc_addr
-    with pytest.raises(TypeError, match="'llm_timeot'"):
-        Settings(llm_timeot=5.0)
+    with pytest.raises(TypeError, match="'llm_timeout'"):
+        Settings(llm_timeout=5.0)  # type: ignore[call-arg]
 
 
 def test_settings_are_frozen() -> None:
@@ -130,36 +133,44 @@ url = "http://localhost:9000/mcp"
 def test_a_toml_file_sets_every_setting(tmp_path: Path) -> None:
     settings = load_settings(str(_write(tmp_path, FULL_TOML)), {})
     assert settings == Settings(
-        grpc_addr="0.0.0.0:6000",
-        store="postgresql://agentik:secret@db:5432/agentik",
-        openai_base_url="http://localhost:11434/v1",
-        openai_api_key="sk-from-file",
-        model="llama3",
-        system_prompt="Be terse.",
-        max_tool_rounds=3,
-        llm_timeout=30.0,
-        llm_first_token_timeout=5.5,
-        llm_max_retries=0,
-        tool_timeout=4.0,
-        max_concurrent_runs=64,
-        event_retention=0.0,
-        shutdown_grace=2.5,
-        engine_workers=4,
-        max_message_bytes=1000,
-        log_level="DEBUG",
-        http_addr="[::]:8080",
-        engine_target="engine:6000",
-        web_workers=4,
-        web_threads=8,
-        heartbeat_interval=5.0,
-        max_body_bytes=2048,
-        on_disconnect="cancel",
-        cors_origins=("https://app.example", "http://localhost:5173"),
-        mcp_servers=(
-            McpServerConfig(
-                name="files", transport="stdio", command="mcp-files", args=("--root", "/data")
-            ),
-            McpServerConfig(name="web", transport="http", url="http://localhost:9000/mcp"),
+        engine=EngineSettings(
+            grpc_addr="0.0.0.0:6000",
+            store="postgresql://agentik:secret@db:5432/agentik",
+            max_concurrent_runs=64,
+            event_retention=0.0,
+            shutdown_grace=2.5,
+            workers=4,
+            max_message_bytes=1000,
+        ),
+        llm=LlmSettings(
+            base_url="http://localhost:11434/v1",
+            api_key="sk-from-file",
+            model="llama3",
+            system_prompt="Be terse.",
+            max_tool_rounds=3,
+            timeout=30.0,
+            first_token_timeout=5.5,
+            max_retries=0,
+        ),
+        tools=ToolsSettings(timeout=4.0),
+        log=LogSettings(level="DEBUG"),
+        web=WebSettings(
+            http_addr="[::]:8080",
+            engine_target="engine:6000",
+            workers=4,
+            threads=8,
+            heartbeat_interval=5.0,
+            max_body_bytes=2048,
+            on_disconnect="cancel",
+            cors_origins=("https://app.example", "http://localhost:5173"),
+        ),
+        mcp=McpSettings(
+            servers=(
+                McpServerConfig(
+                    name="files", transport="stdio", command="mcp-files", args=("--root", "/data")
+                ),
+                McpServerConfig(name="web", transport="http", url="http://localhost:9000/mcp"),
+            )
         ),
     )
     assert isinstance(settings.llm.timeout, float)
@@ -295,34 +306,40 @@ def test_env_sets_every_setting() -> None:
         "AGENTIK_CORS_ORIGINS": " https://a.example , https://b.example:8443,",
     }
     assert load_settings(None, env) == Settings(
-        grpc_addr="localhost:7000",
-        store="memory://",
-        openai_base_url="https://example.test/v1",
-        openai_api_key="sk-env",
-        model="gpt-x",
-        system_prompt="  Speak like a pirate.  ",
-        max_tool_rounds=12,
-        llm_timeout=90.0,
-        llm_first_token_timeout=7.5,
-        llm_max_retries=0,
-        tool_timeout=10.0,
-        max_concurrent_runs=1,
-        event_retention=0.0,
-        shutdown_grace=0.0,
-        engine_workers=3,
-        max_message_bytes=65536,
-        log_level="WARNING",
-        http_addr="0.0.0.0:80",
-        engine_target="engine_service:7000",
-        web_workers=3,
-        web_threads=16,
-        web_header_timeout=2.5,
-        web_body_timeout=30.0,
-        web_queue_timeout=0.0,
-        heartbeat_interval=2.0,
-        max_body_bytes=100,
-        on_disconnect="cancel",
-        cors_origins=("https://a.example", "https://b.example:8443"),
+        engine=EngineSettings(
+            grpc_addr="localhost:7000",
+            store="memory://",
+            max_concurrent_runs=1,
+            event_retention=0.0,
+            shutdown_grace=0.0,
+            workers=3,
+            max_message_bytes=65536,
+        ),
+        llm=LlmSettings(
+            base_url="https://example.test/v1",
+            api_key="sk-env",
+            model="gpt-x",
+            system_prompt="  Speak like a pirate.  ",
+            max_tool_rounds=12,
+            timeout=90.0,
+            first_token_timeout=7.5,
+            max_retries=0,
+        ),
+        tools=ToolsSettings(timeout=10.0),
+        log=LogSettings(level="WARNING"),
+        web=WebSettings(
+            http_addr="0.0.0.0:80",
+            engine_target="engine_service:7000",
+            workers=3,
+            threads=16,
+            header_timeout=2.5,
+            body_timeout=30.0,
+            queue_timeout=0.0,
+            heartbeat_interval=2.0,
+            max_body_bytes=100,
+            on_disconnect="cancel",
+            cors_origins=("https://a.example", "https://b.example:8443"),
+        ),
     )
 
 
@@ -636,7 +653,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
 
 
 def test_the_api_key_is_kept_out_of_the_repr() -> None:
-    assert "sk-very-secret" not in repr(Settings(openai_api_key="sk-very-secret"))
+    assert "sk-very-secret" not in repr(Settings(llm=LlmSettings(api_key="sk-very-secret")))
 
 
 def test_setting_keys_give_env_var_and_toml_key_for_every_setting() -> None:

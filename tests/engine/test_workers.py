@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentik.config import ConfigError, Settings
+from agentik.config import ConfigError, EngineSettings, Settings
 from engine_service.build import build_engine
 from engine_service.server import EngineServer
 from engine_service.workers import check_workers, redact_store
@@ -98,14 +98,14 @@ def test_workers_must_be_a_positive_integer(tmp_path: Path, value: str) -> None:
 
 @pytest.mark.parametrize("store", [SHARED, "postgres://db/agentik", "POSTGRESQL://db/x"])
 def test_a_shared_store_on_a_fixed_port_may_have_workers(store: str) -> None:
-    check_workers(Settings(store=store, grpc_addr="0.0.0.0:50051"), 8)
+    check_workers(Settings(engine=EngineSettings(store=store, grpc_addr="0.0.0.0:50051")), 8)
 
 
 @pytest.mark.parametrize("store", ["sqlite:///a.db", "memory://"])
 def test_one_worker_is_fine_on_any_store_and_port(store: str) -> None:
-    check_workers(Settings(store=store, grpc_addr="127.0.0.1:0"), 1)
+    check_workers(Settings(engine=EngineSettings(store=store, grpc_addr="127.0.0.1:0")), 1)
     with pytest.raises(ConfigError, match="serves one engine process"):
-        check_workers(Settings(store=store, grpc_addr="127.0.0.1:1234"), 2)
+        check_workers(Settings(engine=EngineSettings(store=store, grpc_addr="127.0.0.1:1234")), 2)
 
 
 def test_the_store_password_is_kept_out_of_the_log() -> None:
@@ -132,10 +132,11 @@ while True:
 
 PARENT = """
 import logging, sys
-from agentik.config import Settings
+from agentik.config import EngineSettings, Settings
 from engine_service.workers import run_workers
 logging.basicConfig(level="INFO", format="%(message)s")
-settings = Settings(grpc_addr="127.0.0.1:{port}", store={store!r}, shutdown_grace=1.0)
+engine = EngineSettings(grpc_addr="127.0.0.1:{port}", store={store!r}, shutdown_grace=1.0)
+settings = Settings(engine=engine)
 sys.exit(run_workers(settings, 2, [sys.executable, "-c", {child!r}]))
 """
 

@@ -30,7 +30,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from agentik.ids import PRINCIPAL_RULE, is_valid_principal
@@ -42,13 +42,13 @@ from agentik.limits import (
     check_modalities,
 )
 
-if TYPE_CHECKING:  # imported when used (the tool tables)
-    from agentik.tool_config.a2a import A2aAgentConfig
-    from agentik.tool_config.agents import AgentConfig
-    from agentik.tool_config.mcp import McpServerConfig
-    from agentik.tool_config.python import PythonToolConfig
-
 CONFIG_ENV = "AGENTIK_CONFIG"
+A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
+CARD_PATH = "/.well-known/agent-card.json"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+MAX_AGENTS = 256
+MAX_PROMPT_FILE_BYTES = 1024 * 1024
+Transport = Literal["stdio", "http", "sse"]
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer clearly and concisely. Use the tools you have "
     "when they help, and say so when you are not sure."
@@ -60,7 +60,11 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
 _READERS = ("asyncio", "threads")
+_JWT = (*(f"{k}{n}" for k in ("HS", "RS", "PS", "ES") for n in (256, 384, 512)), "EdDSA")
 _BOOLEANS = ("1", "true", "yes", "on", "0", "false", "no", "off")
+_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_AGENT_SECRETS = ("api_key", "headers", "system_prompt")
 _MiB = 1024 * 1024
 T = TypeVar("T")
 
@@ -69,8 +73,9 @@ class ConfigError(Exception):
     """The configuration is unusable; the message says which setting, from where, and why."""
 
 
-class _Invalid(Exception):
-    """Why a raw value is unacceptable; ``got``: the value is worth showing."""
+class _Invalid(ValueError):
+    """Why a raw value is unacceptable (a check may raise any ValueError); ``got``: the
+    value is worth showing."""
 
     def __init__(self, why: str, got: bool = True) -> None:
         super().__init__(why)
@@ -95,10 +100,10 @@ def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: An
     return field(default=default, repr=not meta.get("secret"), metadata=meta)
 
 
-def table(loader: Callable[..., tuple[Any, ...]], flat: str, engine_only: bool = True) -> Any:
-    """An array of tables read by ``loader(raw, where, env, engine)``; no environment
+def table(reader: Callable[..., tuple[Any, ...]], flat: str, engine_only: bool = True) -> Any:
+    """An array of tables read by ``reader(raw, where, env, engine)``; no environment
     variable. ``engine_only``: skipped when the web facade loads (``mcp=False``)."""
-    return field(default=(), metadata={"table": loader, "flat": flat, "engine_only": engine_only})
+    return field(default=(), metadata={"table": reader, "flat": flat, "engine_only": engine_only})
 
 
 # --- the one converter ------------------------------------------------------------------
@@ -151,6 +156,9 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
             one, what = meta.get("item", "item"), type(item).__name__
             raise _Invalid(f"must be an array of {noun}; every {one} must be a string, not {what}")
     strings = tuple(dict.fromkeys(item.strip() for item in items))
+    for item in strings:
+        if (choices := meta.get("choices")) and item not in choices:
+            raise _Invalid(f"{item!r} is not one of {', '.join(choices)}")
     return check(strings) if check else strings
 
 
@@ -182,20 +190,8 @@ def _url(value: str) -> str:
 
 
 def _webhook_secret(value: str) -> str:
-    if value.startswith("whsec_"):
-        import base64
-        import binascii
-
-        try:
-            base64.b64decode(value[len("whsec_") :], validate=True)
-        except binascii.Error:
-            raise _Invalid("a secret starting with whsec_ must be base64 after it") from None
-    return value
-
-
-def _agent_name(value: str) -> str:
-    if not NAME.match(value) or len(value) > 64:
-        raise _Invalid("must be 1 to 64 characters of A-Z a-z 0-9 _ -")
+    if value.startswith("whsec_") and not re.fullmatch(_BASE64, value[6:]):
+        raise _Invalid("a secret starting with whsec_ must be base64 after it")
     return value
 
 
@@ -426,27 +422,7 @@ def _patterns(items: tuple[str, ...], colon: str = "") -> tuple[str, ...]:
     return items
 
 
-def _modalities(items: tuple[str, ...]) -> tuple[str, ...]:
-    try:
-        return check_modalities(items)
-    except ValueError as exc:
-        raise _Invalid(str(exc)) from None
-
-
-_JWT_ALGORITHMS = (
-    "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
-    "ES256", "ES384", "ES512", "EdDSA",
-)  # fmt: skip
-
-
-def _algorithms(items: tuple[str, ...]) -> tuple[str, ...]:
-    for item in items:
-        if item not in _JWT_ALGORITHMS:
-            raise _Invalid(f"{item!r} is not a JWT algorithm; known: {', '.join(_JWT_ALGORITHMS)}")
-    return items
-
-
-# --- the arrays of tables -----------------------------------------------------------------
+# --- the arrays of tables ([[...]]) -----------------------------------------------------
 
 
 def unknown_name(kind: str, name: str, known: list[str], where: str) -> ConfigError:
@@ -480,24 +456,26 @@ class Entry:
         got = "" if shown is None else f"; got {shown!r}"
         return ConfigError(f"invalid {key} of {self.label}: {why}{got}")
 
-    def read(self, model: type[T], **given: Any) -> T:
-        """The entry as ``model``: an unknown key gets a "did you mean"; ``name`` is read
-        first (the label names it from then on); each field's value by its type and
-        metadata, ``given`` ones as they are."""
-        self.check_keys(model)
-        values = dict(given)
-        for f in sorted(fields(model), key=lambda f: f.name != "name"):  # type: ignore[arg-type]
-            if f.name not in given and (value := self.value(f)) is not MISSING:
-                values[f.name] = value
-                if f.name == "name":
-                    self.label = f"{self.label} ({value!r})"
-        return model(**values)
-
-    def check_keys(self, model: type[Any]) -> None:
+    def name(self, model: type[Any]) -> str:
+        """The entry's ``name`` (first: unknown keys, with a "did you mean"); the label
+        names it from then on."""
         known = [f.name for f in fields(model)]
         for key in self.table:
             if key not in known:
                 raise unknown_name("key", key, known, self.label)
+        name: str = self.value(model.__dataclass_fields__["name"])
+        self.label = f"{self.label} ({name!r})"
+        return name
+
+    def read(self, model: type[T], **given: Any) -> T:
+        """The entry as ``model``: each field's value by its type and metadata; ``given``
+        ones as they are."""
+        values = {"name": given.pop("name")} if "name" in given else {"name": self.name(model)}
+        values.update(given)
+        for f in fields(model):  # type: ignore[arg-type]
+            if f.name not in values and (value := self.value(f)) is not MISSING:
+                values[f.name] = value
+        return model(**values)
 
     def value(self, f: Field[Any]) -> Any:
         raw, meta = self.table.get(f.name), f.metadata
@@ -509,10 +487,9 @@ class Entry:
             return self.mapping(f.name, raw, meta.get("headers", False))
         try:
             value = _value(str(f.type), meta, raw, False, entry=True)
-        except _Invalid as exc:
-            raise self.fail(
-                f.name, str(exc), raw if exc.got and not meta.get("secret") else None
-            ) from None
+        except ValueError as exc:
+            got = getattr(exc, "got", True) and not meta.get("secret")
+            raise self.fail(f.name, str(exc), raw if got else None) from None
         if meta.get("expand") and isinstance(value, str):
             value = expand(value, self.env, partial(self.fail, f.name))
         return value
@@ -534,51 +511,293 @@ class Entry:
         return result
 
 
-def read_entries(
+def _entries(
     raw: object, array: str, where: str, read: Callable[[Entry], T], env: Mapping[str, str]
 ) -> tuple[T, ...]:
-    """The tables of ``[[array]]`` in the file ``where`` (quoted), each read by ``read``."""
+    """The tables of ``[[array]]`` in the file ``where`` (quoted), each read by ``read``;
+    a name used twice is refused."""
     if not isinstance(raw, list):
         raise ConfigError(f"{array} in {where} must be an array of tables ([[{array}]])")
     for number, item in enumerate(raw, start=1):
         if not isinstance(item, dict):
             raise ConfigError(f"[[{array}]] entry {number} in {where} must be a table")
-    return tuple(
-        read(Entry(item, f"[[{array}]] entry {n} in {where}", env)) for n, item in enumerate(raw, 1)
-    )
+    labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
+    items = [read(Entry(item, label, env)) for item, label in zip(raw, labels, strict=True)]
+    if array == "mcp.servers":
+        return _unique(items, "server", labels)
+    return _unique(items, "agent", [f"[[{array}]] in {where}"] * len(items))
 
 
-def unique(items: tuple[T, ...], noun: str, where: Callable[[int], str]) -> tuple[T, ...]:
-    """``items`` if their names are unique; else ``ConfigError`` at ``where(index)``."""
-    names = [item.name for item in items]  # type: ignore[attr-defined]
+def _unique(items: list[T], noun: str, at: list[str]) -> tuple[T, ...]:
+    names = [getattr(item, "name") for item in items]  # noqa: B009
     for index, name in enumerate(names):
         if name in names[:index]:
-            raise ConfigError(f"{where(index)}: the {noun} name {name!r} is used twice")
-    return items
+            raise ConfigError(f"{at[index]}: the {noun} name {name!r} is used twice")
+    return tuple(items)
+
+
+def _named(limit: int) -> Callable[[str], str]:
+    """The check of a name: ``[A-Za-z0-9_-]``, at most ``limit`` characters (it becomes
+    part of tool names)."""
+
+    def check(value: str) -> str:
+        if not NAME.match(value) or len(value) > limit:
+            raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
+        return value
+
+    return check
+
+
+def display_url(url: str) -> str:
+    """``scheme://host:port/path`` of ``url``: no credentials, query or fragment (for logs)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+
+
+_HEADERS: Any = field(default_factory=dict, repr=False, hash=False, metadata={"headers": True})
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """``[[mcp.servers]]``: an MCP server whose tools the engine offers (docs/mcp.md)."""
+
+    name: str = field(metadata={"check": _named(32)})
+    transport: Transport = field()
+    """stdio (``command``, ``args``, ``env``, ``cwd``), http or sse (``url``, ``headers``)."""
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict, repr=False, hash=False)
+    cwd: str | None = None
+    url: str = setting("", check=_url)
+    headers: dict[str, str] = _HEADERS
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    call_timeout: float | None = None
+    """Seconds per call; None means the engine's ``[tools] timeout``."""
+    tools: tuple[str, ...] | None = None
+    """Only these of the server's tools are offered; None offers all."""
+
+    @property
+    def source(self) -> str:
+        """The registry source string of this server's tools."""
+        return f"mcp:{self.name}"
+
+    @property
+    def target(self) -> str:
+        """What is launched or contacted, for logs and listings (no secrets)."""
+        if self.transport == "stdio":
+            return " ".join([self.command, *self.args])
+        return display_url(self.url)
+
+
+def _server(entry: Entry) -> McpServerConfig:
+    """``stdio`` or ``http`` from ``command`` or ``url``; ``${NAME}`` in ``env`` and
+    ``headers`` is the engine's environment variable. No request can name a command."""
+    table, given, name = entry.table, entry.table.get("transport"), entry.name(McpServerConfig)
+    if given is None and ("command" in table) == ("url" in table):
+        raise ConfigError(
+            f"{entry.label} needs either 'command' (stdio) or 'url' (http, sse), "
+            "or an explicit 'transport'"
+        )
+    transport = ("stdio" if "command" in table else "http") if given is None else given
+    if not isinstance(transport, str) or transport.lower() not in ("stdio", "http", "sse"):
+        raise entry.fail("transport", "must be one of stdio, http, sse", transport)
+    transport = transport.lower()
+    for key in ("url", "headers") if transport == "stdio" else ("command", "args", "env", "cwd"):
+        if key in table:
+            raise entry.fail(key, f"does not apply to the {transport} transport")
+    command, args = table.get("command", ""), ()
+    if isinstance(command, list) and command and all(isinstance(c, str) and c for c in command):
+        command, args = command[0], tuple(command[1:])
+    elif transport == "stdio" and not (isinstance(command, str) and command.strip()):
+        raise entry.fail("command", "must be a program name or a non-empty array of strings")
+    if "\0" in command:
+        raise entry.fail("command", "must not contain NUL characters")
+    if transport != "stdio" and "url" not in table:
+        raise ConfigError(f"{entry.label} needs 'url'")
+    server = entry.read(McpServerConfig, name=name, transport=transport, command=command.strip())
+    return replace(server, args=args + server.args)
 
 
 def _mcp_servers(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    from agentik.tool_config.mcp import read_mcp_servers
-
-    return read_mcp_servers(raw, where, env)
+    return _entries(raw, "mcp.servers", where, _server, env)
 
 
-def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    from agentik.tool_config.python import parse_python_tools
+@dataclass(frozen=True, slots=True)
+class A2aAgentConfig:
+    """``[[a2a.agents]]``: a remote A2A agent offered to the LLM as a tool (docs/a2a.md)."""
 
-    return parse_python_tools(raw, where)
+    name: str = field(metadata={"check": _named(64)})
+    url: str = field(metadata={"check": _url})
+    """The agent's base URL (its card is at /.well-known/agent-card.json) or the card's."""
+    headers: dict[str, str] = _HEADERS
+    endpoint: str = setting("", check=_url)
+    """Where calls go; empty: the interface the card names."""
+    description: str = ""
+    """Replaces the tool description made from the card; empty: from the card."""
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    call_timeout: float | None = None
+    """Seconds per call; None means the engine's ``[tools] timeout``."""
 
+    @property
+    def source(self) -> str:
+        """The registry source string of this agent's tool."""
+        return f"a2a:{self.name}"
 
-def _agents(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    from agentik.tool_config.agents import read_agents
+    @property
+    def card_url(self) -> str:
+        """Where the card is read: ``url`` itself when it names a ``.json`` file."""
+        if urlsplit(self.url).path.endswith(".json"):
+            return self.url
+        return self.url.rstrip("/") + CARD_PATH
 
-    return read_agents(raw, where, env, engine)
+    @property
+    def target(self) -> str:
+        """The card's URL for logs and listings (no credentials or query)."""
+        return display_url(self.card_url)
 
 
 def _a2a_agents(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    from agentik.tool_config.a2a import read_a2a_agents
+    return _entries(raw, "a2a.agents", where, lambda entry: entry.read(A2aAgentConfig), env)
 
-    return read_a2a_agents(raw, where, env)
+
+def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
+    """``name=URL,name=URL`` from ``AGENTIK_A2A_AGENTS`` (it replaces the file's list)."""
+    agents: list[A2aAgentConfig] = []
+    for number, item in enumerate((item.strip() for item in value.split(",")), start=1):
+        name, equals, url = (part.strip() for part in item.partition("="))
+        label = f"item {number} of {A2A_AGENTS_ENV}"
+        if item and (not equals or not NAME.match(name) or len(name) > 64):
+            raise ConfigError(
+                f"{label} must be NAME=URL with a NAME of 1 to 64 characters of "
+                f"A-Z a-z 0-9 _ -; got {item!r}"
+            )
+        if item:
+            agents.append(Entry({"name": name, "url": url}, label, {}).read(A2aAgentConfig))
+    return _unique(agents, "agent", [A2A_AGENTS_ENV] * len(agents))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """``[[agents]]``: one agent this server serves (docs/agents.md); a key left out (None)
+    is the top-level setting's (``[llm]``, ``[tools]``, ``[a2a]``)."""
+
+    name: str = field(metadata={"check": _named(64)})
+    description: str = setting("", required=False)
+    model: str | None = None
+    base_url: str | None = setting(None, check=_url)
+    api_key: str | None = setting(None, secret=True, expand=True)
+    headers: dict[str, str] = _HEADERS
+    system_prompt: str | None = None
+    """``system_prompt``, or ``system_prompt_file`` (relative to the config file)."""
+    tools: tuple[str, ...] | None = setting(None, check=partial(_patterns, colon=":"))
+    """Globs over tool names (``agent:NAME`` for a local agent); None: every tool."""
+    approval: tuple[str, ...] | None = setting(None, check=partial(_patterns, colon=":"))
+    ask_user: bool | None = None
+    max_tool_rounds: int | None = None
+    context_tokens: int | None = setting(None, lo=0)
+    reserve_output_tokens: int | None = setting(None, lo=0)
+    compaction: str | None = setting(None, choices=COMPACTION_MODES)
+    max_runs: int = setting(0, lo=0)
+    skills: tuple[dict[str, Any], ...] | None = field(
+        default=None, hash=False, metadata={"check": _skills}
+    )
+    examples: tuple[str, ...] = ()
+    input_modalities: tuple[str, ...] | None = setting(None, check=check_modalities)
+
+    @property
+    def own_endpoint(self) -> bool:
+        """Whether the agent talks to an LLM endpoint other than ``[llm]``'s."""
+        return bool(self.base_url or self.api_key or self.headers)
+
+
+def _prompt(entry: Entry, base_dir: str) -> str | None:
+    text, path = entry.table.get("system_prompt"), entry.table.get("system_prompt_file")
+    if text is not None and path is not None:
+        raise entry.fail("system_prompt", "give system_prompt or system_prompt_file, not both")
+    if path is None:
+        if text is not None and not isinstance(text, str):
+            raise entry.fail("system_prompt", f"must be a string, not {type(text).__name__}")
+        return text
+    if not isinstance(path, str) or not path.strip():
+        raise entry.fail("system_prompt_file", "must be the path of a text file", path)
+    try:
+        with open(os.path.join(base_dir, os.path.expanduser(path.strip())), "rb") as handle:
+            data = handle.read(MAX_PROMPT_FILE_BYTES + 1)
+        if len(data) > MAX_PROMPT_FILE_BYTES:
+            raise entry.fail("system_prompt_file", f"is larger than {MAX_PROMPT_FILE_BYTES} bytes")
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise entry.fail("system_prompt_file", f"cannot be read ({exc.strerror})", path) from None
+    except UnicodeDecodeError:
+        raise entry.fail("system_prompt_file", "is not UTF-8 text", path) from None
+
+
+def _agents(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
+    """``engine=False`` (the web facade) keeps the secrets out: ``api_key``, ``headers`` and
+    the prompt are neither read nor kept, so a ``${VAR}`` only the engine has is not needed."""
+    if isinstance(raw, list) and len(raw) > MAX_AGENTS:
+        raise ConfigError(f"[[agents]] in {where}: at most {MAX_AGENTS} agents, got {len(raw)}")
+
+    def read(entry: Entry) -> AgentConfig:
+        skipped = ("system_prompt_file",) + (() if engine else _AGENT_SECRETS)
+        table = {key: value for key, value in entry.table.items() if key not in skipped}
+        agent = Entry(table, entry.label, entry.env).read(AgentConfig, system_prompt=None)
+        entry.label = f"{entry.label} ({agent.name!r})"
+        base_dir = os.path.dirname(where.strip("'\""))
+        return replace(agent, system_prompt=_prompt(entry, base_dir)) if engine else agent
+
+    return _entries(raw, "agents", where, read, env)
+
+
+@dataclass(frozen=True, slots=True)
+class PythonToolConfig:
+    """``[[tools.python]]``: a Python function offered as a tool (docs/tools.md); the engine
+    imports it (``engine_service/tools/python/tool.py``), never the facade."""
+
+    label: str
+    """``[[tools.python]] entry N`` (1-based), for error messages."""
+    function: str
+    """``package.module:function`` (the part after ``:`` may be dotted, ``Class.method``)."""
+    name: str | None = None
+    description: str | None = None
+    timeout: float | None = None
+    """Seconds per call; None means the engine's ``[tools] timeout``."""
+
+
+def _python_tool(table: object, label: str) -> PythonToolConfig:
+    def refuse(key: str, why: str, value: object) -> ConfigError:
+        return ConfigError(f"{label}: {key!r} must be {why}; got {value!r}")
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{label}: must be a table with a 'function' key")
+    keys = ("function", "name", "description", "timeout")
+    for key in table:
+        if key not in keys:
+            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(keys)}")
+    function, name = table.get("function"), table.get("name")
+    description, timeout = table.get("description"), table.get("timeout")
+    if not isinstance(function, str) or not re.match(rf"^{_DOTTED}:{_DOTTED}$", function.strip()):
+        raise refuse("function", "'package.module:function'", function)
+    if name is not None and (not isinstance(name, str) or not NAME.match(name) or len(name) > 64):
+        raise refuse("name", "1 to 64 of A-Z a-z 0-9 _ -", name)
+    if description is not None and (not isinstance(description, str) or not description.strip()):
+        raise refuse("description", "a non-empty string", description)
+    try:
+        seconds = None if timeout is None else _value("float", {}, timeout, False, entry=True)
+    except ValueError:
+        raise refuse("timeout", "a positive number of seconds", timeout) from None
+    return PythonToolConfig(
+        label, function.strip(), name, description and description.strip(), seconds
+    )
+
+
+def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
+    return tuple(
+        _python_tool(table, f"[[tools.python]] entry {n}") for n, table in enumerate(raw, 1)
+    )
 
 
 # --- the models -----------------------------------------------------------------------------
@@ -626,7 +845,7 @@ class LlmSettings:
     context_tokens: int = setting(0, lo=0, doc="the model's window; 0: from its name")
     reserve_output_tokens: int = setting(0, lo=0, doc="0: min(4,096, a quarter of the window)")
     compaction: str = setting("summarize", choices=COMPACTION_MODES)
-    input_modalities: tuple[str, ...] = setting(("text", "image"), check=_modalities)
+    input_modalities: tuple[str, ...] = setting(("text", "image"), check=check_modalities)
     max_media_parts: int = setting(16, doc="image parts one run's new messages may hold")
 
 
@@ -646,7 +865,7 @@ class ToolsSettings:
     ask_user: bool = setting(False, flat="tools_ask_user")
     interrupt_expiry: float = setting(0.0, lo=0, doc="0: interrupts never expire")
     max_result_chars: int = setting(50_000, flat="tools_max_result_chars")
-    python: tuple[PythonToolConfig, ...] = table(_python_tools, "python_tools", engine_only=False)
+    python: tuple[PythonToolConfig, ...] = table(_python_tools, "python_tools", False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,9 +916,9 @@ class A2aSettings:
 class AgentSettings:
     """``[agent]``: the default agent, and ``[[agents]]`` (docs/agents.md)."""
 
-    name: str = setting("agentik", flat="default_agent", check=_agent_name, required=1)
+    name: str = setting("agentik", flat="default_agent", check=_named(64), required=1)
     max_depth: int = setting(3, flat="agent_max_depth")
-    agents: tuple[AgentConfig, ...] = table(_agents, "agents", engine_only=False)
+    agents: tuple[AgentConfig, ...] = table(_agents, "agents", False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -718,7 +937,7 @@ class AuthSettings:
     jwt_key_file: str = setting("", strip=False)
     jwt_issuer: str = setting("", strip=False)
     jwt_audience: str = setting("", strip=False)
-    jwt_algorithms: tuple[str, ...] = setting((), check=_algorithms)
+    jwt_algorithms: tuple[str, ...] = setting((), choices=_JWT, noun="JWT algorithm names")
 
 
 @dataclass(frozen=True, slots=True)
@@ -848,7 +1067,7 @@ class _Key:
     def parse(self, raw: object, env: bool, origin: str) -> object:
         try:
             return _value(self.kind, self.meta, raw, env)
-        except _Invalid as exc:
+        except ValueError as exc:
             shown = "(hidden)" if self.meta.get("secret") else repr(raw)
             raise ConfigError(f"invalid {self.flat} (from {origin}): {exc}; got {shown}") from None
 
@@ -899,11 +1118,11 @@ def _from_toml(
                     raise unknown_name("key", f"mcp.{item}", ["mcp.servers"], repr(path))
                 raise unknown_name("key", item, [*keys], f"[{name}] of {path!r}")
             origin = f"[{name}] {item} in {path!r}"
-            if loader := key.meta.get("table"):
+            if reader := key.meta.get("table"):
                 if key.flat == "agents":
                     raise ConfigError(f"write the agents as [[agents]] tables in {path!r}")
                 if engine or not key.meta["engine_only"]:
-                    values.setdefault(name, {})[item] = loader(raw, repr(path), env, engine)
+                    values.setdefault(name, {})[item] = reader(raw, repr(path), env, engine)
                 continue
             if key.flat == "auth_tokens" and isinstance(raw, list):  # ${NAME} in the tokens
                 fail = partial(_token_error, origin)
@@ -942,11 +1161,8 @@ def load_settings(
     for key in _SETTINGS:
         if raw := env.get(key.env):
             values.setdefault(key.table, {})[key.key] = key.parse(raw, True, f"env {key.env}")
-    if mcp:  # the engine's remote agents; the facade never calls them
-        from agentik.tool_config.a2a import A2A_AGENTS_ENV, parse_a2a_agents_env
-
-        if agents := env.get(A2A_AGENTS_ENV, "").strip():
-            values.setdefault("a2a", {})["agents"] = parse_a2a_agents_env(agents)
+    if mcp and (agents := env.get(A2A_AGENTS_ENV, "").strip()):  # the facade calls none
+        values.setdefault("a2a", {})["agents"] = parse_a2a_agents_env(agents)
     return Settings(**{name: model(**values.get(name, {})) for name, model in _TABLES.items()})
 
 

@@ -9,8 +9,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from agentik import tracing
-from agentik.config import ConfigError, Settings
-from agentik.tool_config.agents import AgentConfig
+from agentik.config import AgentConfig, ConfigError, Settings
 from engine_service import otel_tracer
 from engine_service.core.agents import AgentProfile, Agents, ToolView, unmatched
 from engine_service.core.chat import ChatModel

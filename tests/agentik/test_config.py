@@ -12,6 +12,7 @@ from agentik.config import (
     EngineSettings,
     LlmSettings,
     LogSettings,
+    McpServerConfig,
     McpSettings,
     Settings,
     ToolsSettings,
@@ -19,7 +20,6 @@ from agentik.config import (
     load_settings,
     setting_keys,
 )
-from agentik.tool_config.mcp import McpServerConfig
 from engine_service.build import context_limits
 
 

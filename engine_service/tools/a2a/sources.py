@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentik.tool_config.a2a import A2aAgentConfig
+from agentik.config import A2aAgentConfig
 from engine_service.core.registry import ToolRegistry
 from engine_service.tools.sources import ToolSources
 

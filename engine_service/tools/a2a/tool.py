@@ -61,7 +61,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf import json_format
 from google.protobuf.message import Error as ProtobufError
 
-from agentik.tool_config.a2a import A2aAgentConfig
+from agentik.config import A2aAgentConfig
 from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentik.tool_config.mcp import McpServerConfig
+from agentik.config import McpServerConfig
 from engine_service.core.registry import ToolRegistry
 from engine_service.tools.sources import ToolSources
 

@@ -38,7 +38,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from agentik.tool_config.mcp import McpServerConfig
+from agentik.config import McpServerConfig
 from engine_service import __version__
 from engine_service.core.events import Custom
 from engine_service.core.models import JSON

@@ -26,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from agentik.tool_config.mcp import McpServerConfig
+from agentik.config import McpServerConfig
 
 if TYPE_CHECKING:
     # The SDK re-exports ``Transport`` but not the stream types it is made of.

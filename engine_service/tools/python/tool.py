@@ -29,7 +29,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from agentik.tool_config.python import PythonToolConfig
+from agentik.config import PythonToolConfig
 from engine_service.core.models import JSON
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import Tool, ToolContext, ToolError, ToolResult

@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from agentik.config import Settings
+from agentik.config import A2aAgentConfig, Settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from agentik.tool_config.a2a import A2aAgentConfig
 from engine_service.core.tool import session_key
 from engine_service.tools.a2a.tool import (
     MAX_PROGRESS_CHARS,

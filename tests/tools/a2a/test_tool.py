@@ -15,9 +15,8 @@ import pytest
 from google.protobuf import json_format
 
 from agentik.cli import main
-from agentik.config import A2aSettings, Settings, load_settings
+from agentik.config import A2aAgentConfig, A2aSettings, Settings, load_settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from agentik.tool_config.a2a import A2aAgentConfig
 from engine_service.core.tool import session_key
 from engine_service.tools.a2a.tool import A2aAgentSource, AgentState, context_id_for
 from tests.engine.harness import (

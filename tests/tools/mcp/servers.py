@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentik.tool_config.mcp import McpServerConfig
+from agentik.config import McpServerConfig
 from engine_service.core.events import EventBody
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import ToolContext

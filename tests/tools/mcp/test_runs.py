@@ -11,9 +11,8 @@ import pytest
 from google.protobuf import json_format
 
 from agentik.cli import main
-from agentik.config import McpSettings, Settings
+from agentik.config import McpServerConfig, McpSettings, Settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from agentik.tool_config.mcp import McpServerConfig
 from tests.engine.harness import (
     collect,
     engine_settings,

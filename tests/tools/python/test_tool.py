@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentik.config import ConfigError, load_settings
-from agentik.tool_config.python import PythonToolConfig
+from agentik.config import ConfigError, PythonToolConfig, load_settings
 from engine_service.build import build_tools
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import ToolContext, ToolError

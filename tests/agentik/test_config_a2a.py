@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agentik.config import A2aSettings, ConfigError, Settings, load_settings
-from agentik.tool_config.a2a import (
+from agentik.config import (
     DEFAULT_CONNECT_TIMEOUT,
     A2aAgentConfig,
+    A2aSettings,
+    ConfigError,
+    Settings,
+    load_settings,
     parse_a2a_agents_env,
 )
 from engine_service.build import build_tools

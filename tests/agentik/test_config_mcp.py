@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentik.config import ConfigError, load_settings
-from agentik.tool_config.mcp import DEFAULT_CONNECT_TIMEOUT, McpServerConfig
+from agentik.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, McpServerConfig, load_settings
 
 
 def _load(

@@ -5,15 +5,14 @@ Sources, later wins: the models' defaults; a TOML file (the ``path`` argument, e
 counts as unset); the CLIs' flags on top (``--config``, ``agentik engine --workers N``).
 
 Each field is a key of its table: ``[llm] timeout`` is ``settings.llm.timeout``, env
-``AGENTIK_LLM_TIMEOUT``, and ``llm_timeout`` (its setting name, the key unless ``flat``
-says) in errors and ``describe``. One converter, :func:`_value`, reads every value by the
-field's type (``int``, ``float`` seconds, ``bool``, ``str``, ``tuple[str, ...]``, ``| None``)
-and metadata (bounds, choices, a ``check``); a bad value raises :class:`ConfigError` naming
-the setting, where it came from and the value, and unknown tables and keys get a "did you
-mean". The arrays of tables (``[[mcp.servers]]``, ``[[tools.python]]``, ``[[a2a.agents]]``,
-``[[agents]]``, kept as ``settings.agent.agents``) are entry models in
-``agentik/tool_config/``, read by :func:`read_entry` with the same converter. Why not
-pydantic: docs/architecture.md. Adding a setting is one line in its model and a README row.
+``AGENTIK_LLM_TIMEOUT`` (``AGENTIK_`` + the setting name unless ``env`` says), setting name
+``llm_timeout`` (the key unless ``flat`` says) in errors and ``describe``. One converter,
+:func:`_value`, reads every value by the field's type and metadata (see :func:`setting`);
+a bad one raises :class:`ConfigError` naming the setting, where it came from and the value;
+unknown tables and keys get a "did you mean". The arrays of tables (``[[mcp.servers]]``,
+``[[a2a.agents]]``, ``[[agents]]``, kept as ``settings.agent.agents``, ``[[tools.python]]``)
+are entry models read by :class:`Entry` with the same converter. Not pydantic: it would
+cost every engine and web worker about 9 MiB (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ _JWT = (*(f"{k}{n}" for k in ("HS", "RS", "PS", "ES") for n in (256, 384, 512)),
 _BOOLEANS = ("1", "true", "yes", "on", "0", "false", "no", "off")
 _BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_HEADER = {"headers": True}  # a table of HTTP headers; ${NAME} is an environment variable
 _AGENT_SECRETS = ("api_key", "headers", "system_prompt")
 _MiB = 1024 * 1024
 T = TypeVar("T")
@@ -74,12 +74,7 @@ class ConfigError(Exception):
 
 
 class _Invalid(ValueError):
-    """Why a raw value is unacceptable (a check may raise any ValueError); ``got``: the
-    value is worth showing."""
-
-    def __init__(self, why: str, got: bool = True) -> None:
-        super().__init__(why)
-        self.got = got
+    """Why a raw value is unacceptable (a check may raise any ValueError)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +117,12 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
     if base == "bool":
         text = raw.strip().lower() if env and isinstance(raw, str) else None
         if not isinstance(raw, bool) and text not in _BOOLEANS:
-            raise _Invalid("must be true or false" + ("" if env else f", not {name}"), env)
+            raise _Invalid("must be true or false" + ("" if env else f", not {name}"))
         return raw if isinstance(raw, bool) else text in _BOOLEANS[:4]
     if base in ("int", "float"):
         what = meta.get("what", "an integer" if base == "int" else "a number of seconds")
         if not env and (isinstance(raw, bool) or not isinstance(raw, _NUMBERS[base])):
-            raise _Invalid(f"must be {what}, not {name}", False)
+            raise _Invalid(f"must be {what}, not {name}")
         try:
             number = (int if base == "int" else float)(raw.strip() if env else raw)
         except ValueError:
@@ -136,7 +131,7 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
         return check(number) if check else number
     if base == "str":
         if not isinstance(raw, str):
-            raise _Invalid(f"must be a string, not {name}", False)
+            raise _Invalid(f"must be a string, not {name}")
         text = raw.strip() if meta.get("strip", True) else raw
         if not text.strip() and meta.get("required", entry):
             raise _Invalid("must not be empty")
@@ -488,8 +483,7 @@ class Entry:
         try:
             value = _value(str(f.type), meta, raw, False, entry=True)
         except ValueError as exc:
-            got = getattr(exc, "got", True) and not meta.get("secret")
-            raise self.fail(f.name, str(exc), raw if got else None) from None
+            raise self.fail(f.name, str(exc), None if meta.get("secret") else raw) from None
         if meta.get("expand") and isinstance(value, str):
             value = expand(value, self.env, partial(self.fail, f.name))
         return value
@@ -511,21 +505,27 @@ class Entry:
         return result
 
 
-def _entries(
-    raw: object, array: str, where: str, read: Callable[[Entry], T], env: Mapping[str, str]
-) -> tuple[T, ...]:
-    """The tables of ``[[array]]`` in the file ``where`` (quoted), each read by ``read``;
-    a name used twice is refused."""
-    if not isinstance(raw, list):
-        raise ConfigError(f"{array} in {where} must be an array of tables ([[{array}]])")
-    for number, item in enumerate(raw, start=1):
-        if not isinstance(item, dict):
-            raise ConfigError(f"[[{array}]] entry {number} in {where} must be a table")
-    labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
-    items = [read(Entry(item, label, env)) for item, label in zip(raw, labels, strict=True)]
-    if array == "mcp.servers":
-        return _unique(items, "server", labels)
-    return _unique(items, "agent", [f"[[{array}]] in {where}"] * len(items))
+def _entries(array: str, read: Callable[[Entry, str, bool], Any]) -> Callable[..., Any]:
+    """The reader of ``[[array]]``, called with ``(raw, where, env, engine)`` (``where``: the
+    quoted file name): each table read by ``read(entry, where, engine)``; names unique."""
+
+    def reader(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
+        if not isinstance(raw, list):
+            raise ConfigError(f"{array} in {where} must be an array of tables ([[{array}]])")
+        if len(raw) > MAX_AGENTS:
+            raise ConfigError(f"[[{array}]] in {where}: at most {MAX_AGENTS}, got {len(raw)}")
+        for number, item in enumerate(raw, start=1):
+            if not isinstance(item, dict):
+                raise ConfigError(f"[[{array}]] entry {number} in {where} must be a table")
+        labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
+        items = [
+            read(Entry(t, label, env), where, engine) for t, label in zip(raw, labels, strict=True)
+        ]
+        if array == "mcp.servers":
+            return _unique(items, "server", labels)
+        return _unique(items, "agent", [f"[[{array}]] in {where}"] * len(items))
+
+    return reader
 
 
 def _unique(items: list[T], noun: str, at: list[str]) -> tuple[T, ...]:
@@ -555,9 +555,6 @@ def display_url(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
-_HEADERS: Any = field(default_factory=dict, repr=False, hash=False, metadata={"headers": True})
-
-
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
     """``[[mcp.servers]]``: an MCP server whose tools the engine offers (docs/mcp.md)."""
@@ -570,7 +567,7 @@ class McpServerConfig:
     env: dict[str, str] = field(default_factory=dict, repr=False, hash=False)
     cwd: str | None = None
     url: str = setting("", check=_url)
-    headers: dict[str, str] = _HEADERS
+    headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = None
     """Seconds per call; None means the engine's ``[tools] timeout``."""
@@ -590,7 +587,7 @@ class McpServerConfig:
         return display_url(self.url)
 
 
-def _server(entry: Entry) -> McpServerConfig:
+def _server(entry: Entry, where: str, engine: bool) -> McpServerConfig:
     """``stdio`` or ``http`` from ``command`` or ``url``; ``${NAME}`` in ``env`` and
     ``headers`` is the engine's environment variable. No request can name a command."""
     table, given, name = entry.table, entry.table.get("transport"), entry.name(McpServerConfig)
@@ -619,10 +616,6 @@ def _server(entry: Entry) -> McpServerConfig:
     return replace(server, args=args + server.args)
 
 
-def _mcp_servers(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    return _entries(raw, "mcp.servers", where, _server, env)
-
-
 @dataclass(frozen=True, slots=True)
 class A2aAgentConfig:
     """``[[a2a.agents]]``: a remote A2A agent offered to the LLM as a tool (docs/a2a.md)."""
@@ -630,7 +623,7 @@ class A2aAgentConfig:
     name: str = field(metadata={"check": _named(64)})
     url: str = field(metadata={"check": _url})
     """The agent's base URL (its card is at /.well-known/agent-card.json) or the card's."""
-    headers: dict[str, str] = _HEADERS
+    headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     endpoint: str = setting("", check=_url)
     """Where calls go; empty: the interface the card names."""
     description: str = ""
@@ -655,10 +648,6 @@ class A2aAgentConfig:
     def target(self) -> str:
         """The card's URL for logs and listings (no credentials or query)."""
         return display_url(self.card_url)
-
-
-def _a2a_agents(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    return _entries(raw, "a2a.agents", where, lambda entry: entry.read(A2aAgentConfig), env)
 
 
 def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
@@ -687,7 +676,7 @@ class AgentConfig:
     model: str | None = None
     base_url: str | None = setting(None, check=_url)
     api_key: str | None = setting(None, secret=True, expand=True)
-    headers: dict[str, str] = _HEADERS
+    headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     system_prompt: str | None = None
     """``system_prompt``, or ``system_prompt_file`` (relative to the config file)."""
     tools: tuple[str, ...] | None = setting(None, check=partial(_patterns, colon=":"))
@@ -733,21 +722,18 @@ def _prompt(entry: Entry, base_dir: str) -> str | None:
         raise entry.fail("system_prompt_file", "is not UTF-8 text", path) from None
 
 
-def _agents(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
+def _agent(entry: Entry, where: str, engine: bool) -> AgentConfig:
     """``engine=False`` (the web facade) keeps the secrets out: ``api_key``, ``headers`` and
     the prompt are neither read nor kept, so a ``${VAR}`` only the engine has is not needed."""
-    if isinstance(raw, list) and len(raw) > MAX_AGENTS:
-        raise ConfigError(f"[[agents]] in {where}: at most {MAX_AGENTS} agents, got {len(raw)}")
+    skipped = ("system_prompt_file",) + (() if engine else _AGENT_SECRETS)
+    table = {key: value for key, value in entry.table.items() if key not in skipped}
+    agent = Entry(table, entry.label, entry.env).read(AgentConfig, system_prompt=None)
+    entry.label = f"{entry.label} ({agent.name!r})"
+    base_dir = os.path.dirname(where.strip("'\""))
+    return replace(agent, system_prompt=_prompt(entry, base_dir)) if engine else agent
 
-    def read(entry: Entry) -> AgentConfig:
-        skipped = ("system_prompt_file",) + (() if engine else _AGENT_SECRETS)
-        table = {key: value for key, value in entry.table.items() if key not in skipped}
-        agent = Entry(table, entry.label, entry.env).read(AgentConfig, system_prompt=None)
-        entry.label = f"{entry.label} ({agent.name!r})"
-        base_dir = os.path.dirname(where.strip("'\""))
-        return replace(agent, system_prompt=_prompt(entry, base_dir)) if engine else agent
 
-    return _entries(raw, "agents", where, read, env)
+_agents = _entries("agents", _agent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -909,7 +895,9 @@ class A2aSettings:
     version: str = setting("", flat="agent_version", strip=False)
     skills: tuple[dict[str, Any], ...] | None = setting(None, flat="agent_skills", check=_skills)
     card_signing_key: str = setting("", flat="a2a_card_signing_key", secret=True)
-    agents: tuple[A2aAgentConfig, ...] = table(_a2a_agents, "a2a_agents")
+    agents: tuple[A2aAgentConfig, ...] = table(
+        _entries("a2a.agents", lambda e, *_: e.read(A2aAgentConfig)), "a2a_agents"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -944,7 +932,7 @@ class AuthSettings:
 class McpSettings:
     """``[[mcp.servers]]``: MCP servers whose tools the engine offers."""
 
-    servers: tuple[McpServerConfig, ...] = table(_mcp_servers, "mcp_servers")
+    servers: tuple[McpServerConfig, ...] = table(_entries("mcp.servers", _server), "mcp_servers")
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,8 +111,10 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
     """``raw`` (a str from the environment when ``env``, else TOML) as the field's type
     ``kind``, checked against its metadata; ``_Invalid`` says why not."""
     base, check = kind.removesuffix(" | None"), meta.get("check")
-    if base not in _KINDS:
-        return check(raw, env) if check else raw
+    if base not in _KINDS:  # a structured value: its check reads it
+        if not check:
+            raise TypeError(f"a setting of type {kind} needs a check")
+        return check(raw, env)
     name = type(raw).__name__
     if base == "bool":
         text = raw.strip().lower() if env and isinstance(raw, str) else None

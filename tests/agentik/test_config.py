@@ -808,3 +808,36 @@ def test_the_webhooks_table_reads_env_and_a_bad_secret_is_named_hidden() -> None
     assert "webhook_secret" in str(refused.value) and "not base64!" not in str(refused.value)
     with pytest.raises(ConfigError, match="webhooks_max_attempts"):
         load_settings(None, {"AGENTIK_WEBHOOKS_MAX_ATTEMPTS": "0"})
+
+
+# --- the one converter --------------------------------------------------------------
+
+
+def test_a_field_of_a_type_the_converter_does_not_know_needs_a_check() -> None:
+    from agentik.config import _value
+
+    with pytest.raises(TypeError, match=r"list\[int\] needs a check"):
+        _value("list[int]", {}, [1], False)
+    assert _value("list[int]", {"check": lambda raw, env: tuple(raw)}, [1], False) == (1,)
+
+
+def test_every_array_of_tables_is_bounded(tmp_path: Path) -> None:
+    servers = "".join(f'[[mcp.servers]]\nname = "s{n}"\ncommand = "x"\n' for n in range(257))
+    with pytest.raises(ConfigError, match=r"\[\[mcp.servers\]\] in .*: at most 256, got 257"):
+        load_settings(_write(tmp_path, servers), {})
+    agents = "".join(
+        f'[[a2a.agents]]\nname = "a{n}"\nurl = "https://a.example/"\n' for n in range(257)
+    )
+    with pytest.raises(ConfigError, match=r"at most 256, got 257"):
+        load_settings(_write(tmp_path, agents), {})
+
+
+def test_an_entry_shows_a_wrong_value_unless_it_is_secret(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[[agents]]\nname = "a"\nmax_runs = "2"\n')
+    with pytest.raises(
+        ConfigError, match=r"invalid max_runs of .*\('a'\): must be an integer, not str; got '2'"
+    ):
+        load_settings(path, {})
+    path = _write(tmp_path, '[[agents]]\nname = "a"\napi_key = 5\n')
+    with pytest.raises(ConfigError, match=r"invalid api_key of .*: must be a string, not int$"):
+        load_settings(path, {})

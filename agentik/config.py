@@ -797,14 +797,16 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 class EngineSettings:
     """``[engine]``: the gRPC server, its store and its limits."""
 
-    grpc_addr: str = setting("127.0.0.1:50051", check=_address, required=1)
-    store: str = setting("sqlite:///.agentik/agentik.db", check=_store, required=1)
+    grpc_addr: str = setting("127.0.0.1:50051", check=_address, required=True)
+    store: str = setting("sqlite:///.agentik/agentik.db", check=_store, required=True)
     max_concurrent_runs: int = setting(512)
     max_message_bytes: int = setting(4 * _MiB)
-    max_event_bytes: int = setting(_MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES)
-    """The largest event, message and page: longer text is split or clipped with a note."""
-    stream_buffer_bytes: int = setting(8 * _MiB, lo=MIN_EVENT_BYTES, hi=1 << 40)
-    """Stored events kept in memory per session for readers that are behind."""
+    max_event_bytes: int = setting(
+        _MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES, doc="the largest event; longer text is split"
+    )
+    stream_buffer_bytes: int = setting(
+        8 * _MiB, lo=MIN_EVENT_BYTES, hi=1 << 40, doc="events kept per session for slow readers"
+    )
     event_retention: float = setting(604800.0, lo=0, doc="0: keep events forever")
     shutdown_grace: float = setting(10.0, lo=0)
     lease_seconds: float = setting(10.0, doc="how soon another engine takes a dead one's runs")
@@ -842,14 +844,16 @@ class ToolsSettings:
     """``[tools]`` and ``[[tools.python]]``: what the LLM may call, and how long."""
 
     timeout: float = setting(30.0, flat="tool_timeout")
-    approval: tuple[str, ...] = setting((), flat="tools_approval", check=_patterns)
-    """Tools (names or globs) whose calls wait for a person's approval."""
-    idempotent: tuple[str, ...] = setting(
-        ("current_time", "calculate"), flat="tools_idempotent", check=_patterns
+    approval: tuple[str, ...] = setting(
+        (), flat="tools_approval", check=_patterns, doc="tools whose calls wait for approval"
     )
-    """Tools safe to run again when a resumed run's call was cut."""
-    in_doubt: str = setting("ask", flat="tools_in_doubt", choices=("ask", "error"))
-    """A cut call of another tool: ask a person, or give the LLM an error result."""
+    idempotent: tuple[str, ...] = setting(
+        ("current_time", "calculate"), flat="tools_idempotent", check=_patterns,
+        doc="tools safe to run again when a resumed run's call was cut",
+    )  # fmt: skip
+    in_doubt: str = setting(
+        "ask", flat="tools_in_doubt", choices=("ask", "error"), doc="a cut call of another tool"
+    )
     ask_user: bool = setting(False, flat="tools_ask_user")
     interrupt_expiry: float = setting(0.0, lo=0, doc="0: interrupts never expire")
     max_result_chars: int = setting(50_000, flat="tools_max_result_chars")
@@ -868,9 +872,10 @@ class LogSettings:
 class WebSettings:
     """``[web]``: the HTTP facade and its gunicorn workers."""
 
-    http_addr: str = setting("127.0.0.1:8000", check=_address, required=1)
-    engine_target: str = setting("", check=_engine_target, required=1)
-    """Where the facade dials the engine; empty: ``[engine] grpc_addr``."""
+    http_addr: str = setting("127.0.0.1:8000", check=_address, required=True)
+    engine_target: str = setting(
+        "", check=_engine_target, required=True, doc="where the facade dials the engine"
+    )
     workers: int = setting(2, flat="web_workers")
     threads: int = setting(64, flat="web_threads")
     header_timeout: float = setting(5.0, flat="web_header_timeout")
@@ -879,8 +884,10 @@ class WebSettings:
     write_timeout: float = setting(60.0, flat="web_write_timeout")
     heartbeat_interval: float = setting(15.0, "AGENTIK_HEARTBEAT")
     max_body_bytes: int = setting(_MiB)
-    discard_body_bytes: int = setting(0, flat="web_discard_body_bytes", lo=0)
-    """A body over max_body_bytes up to this is read and dropped before the 413."""
+    discard_body_bytes: int = setting(
+        0, flat="web_discard_body_bytes", lo=0,
+        doc="a body over max_body_bytes up to this is read and dropped before the 413",
+    )  # fmt: skip
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
     stream_reader: str = setting("asyncio", flat="web_stream_reader", choices=_READERS)
     cors_origins: tuple[str, ...] = setting((), check=_origins, noun="origins", item="origin")
@@ -906,7 +913,7 @@ class A2aSettings:
 class AgentSettings:
     """``[agent]``: the default agent, and ``[[agents]]`` (docs/agents.md)."""
 
-    name: str = setting("agentik", flat="default_agent", check=_named(64), required=1)
+    name: str = setting("agentik", flat="default_agent", check=_named(64), required=True)
     max_depth: int = setting(3, flat="agent_max_depth")
     agents: tuple[AgentConfig, ...] = table(_agents, "agents", False)
 

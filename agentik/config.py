@@ -414,7 +414,7 @@ def _patterns(items: tuple[str, ...], colon: str = "") -> tuple[str, ...]:
     """Tool names or globs (``*``, ``?``, ``[...]``; with ``colon``, ``agent:NAME``)."""
     for item in items:
         if not re.fullmatch(rf"[A-Za-z0-9_.*?\[\]!{colon}-]{{1,128}}", item):
-            why = f"is not a tool name or glob (letters, digits, _ . -{colon} * ? [ ] !)"
+            why = f"is not a tool name or glob (letters, digits, _ . -{colon and ' :'} * ? [ ] !)"
             raise _Invalid(f"{item!r} {why}")
     return items
 
@@ -605,6 +605,8 @@ def _server(entry: Entry, where: str, engine: bool) -> McpServerConfig:
     for key in ("url", "headers") if transport == "stdio" else ("command", "args", "env", "cwd"):
         if key in table:
             raise entry.fail(key, f"does not apply to the {transport} transport")
+    if (needed := "command" if transport == "stdio" else "url") not in table:
+        raise ConfigError(f"{entry.label} needs {needed!r}")
     command, args = table.get("command", ""), ()
     if isinstance(command, list) and command and all(isinstance(c, str) and c for c in command):
         command, args = command[0], tuple(command[1:])
@@ -612,8 +614,6 @@ def _server(entry: Entry, where: str, engine: bool) -> McpServerConfig:
         raise entry.fail("command", "must be a program name or a non-empty array of strings")
     if "\0" in command:
         raise entry.fail("command", "must not contain NUL characters")
-    if transport != "stdio" and "url" not in table:
-        raise ConfigError(f"{entry.label} needs 'url'")
     server = entry.read(McpServerConfig, name=name, transport=transport, command=command.strip())
     return replace(server, args=args + server.args)
 

@@ -14,8 +14,8 @@ $(BIN)/python:
 
 # Two stamps: `make run` installs the runtime dependencies only ($(STAMP)); `make test` and
 # the dev targets add the development ones ($(DEVSTAMP)), also after a `make run`. The runtime
-# install goes through uv (bootstrapped with pip, from pip's configured indexes, into
-# $(VENV)/.uv) to leave out what a2a-sdk declares and nothing imports: see the script.
+# install goes through uv (installed with pip, from pip's configured indexes, for the time of
+# the install) to leave out what a2a-sdk declares and nothing imports: see the script.
 $(STAMP): pyproject.toml tools/install_runtime.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python tools/install_runtime.py

@@ -227,8 +227,8 @@ def test_make_run_installs_at_most_half_the_distributions_and_no_google_api_core
     assert len(names) <= RUNTIME_MOST, sorted(names)
     assert names.isdisjoint(LEFT_OUT), sorted(names.intersection(LEFT_OUT))
     assert names.issuperset(KEPT), sorted(set(KEPT) - names)
-    assert "uv" not in names  # the installer stays beside the venv's packages
-    assert (runtime_venv / ".uv" / "bin" / "uv").is_file()
+    # uv installed them and is not among them, nor anywhere in the venv.
+    assert "uv" not in names and not list(runtime_venv.rglob("uv")), list(runtime_venv.rglob("uv"))
 
 
 @pytest.mark.timeout(300)
@@ -296,7 +296,9 @@ def served(runtime_venv: Path, tmp_path: Path) -> Iterator[str]:
 
 @pytest.mark.timeout(300)
 @pytest.mark.processes
-def test_the_runtime_venv_answers_an_a2a_request(runtime_venv: Path, served: str) -> None:
+def test_the_runtime_venv_answers_an_a2a_request_and_an_mcp_client(
+    runtime_venv: Path, served: str
+) -> None:
     version = subprocess.run(
         [runtime_venv / "bin" / "agentik", "--version"],
         capture_output=True,
@@ -308,12 +310,28 @@ def test_the_runtime_venv_answers_an_a2a_request(runtime_venv: Path, served: str
 
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "hello"}]}
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test_install", "version": "1"},
+        },
+    }
     with httpx.Client(base_url=served, timeout=WAIT) as http:
         card = http.get("/.well-known/agent-card.json")
         reply = http.post("/", json=body, headers={"A2A-Version": "1.0"})
+        # /mcp: the MCP SDK's server (cryptography) through a2wsgi, both kept for it.
+        mcp = http.post(
+            "/mcp", json=initialize, headers={"Accept": "application/json, text/event-stream"}
+        )
 
     assert card.status_code == 200 and card.json()["name"] == "agentik"
     assert reply.status_code == 200, reply.text
     task = reply.json()["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
     assert task["artifacts"][0]["parts"][0]["text"].startswith('You said: "hello"')
+    assert mcp.status_code == 200, mcp.text
+    assert '"tools":' in mcp.text and '"serverInfo":' in mcp.text, mcp.text

@@ -14,8 +14,8 @@ uv reads no pip configuration, so this hands uv what pip is configured with (``p
 list``: the index, the extra indexes, find-links, constraints, trusted hosts, the certificate
 bundle, the proxy and the timeout) and asks for pip's choice across indexes (the best version
 from any of them), so that both resolve the same versions from the same places. uv itself is
-installed with pip, so from those indexes too, pinned, into ``VENV/.uv`` (beside the venv's
-packages, not among them).
+installed with pip, so from those indexes too, pinned, into a scratch directory removed
+afterwards: the venv holds what runs, not what installed it.
 
 Usage: ``VENV/bin/python tools/install_runtime.py``.
 """
@@ -26,6 +26,7 @@ import ast
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -84,16 +85,11 @@ def uv_arguments(settings: Mapping[str, str]) -> tuple[list[str], dict[str, str]
     return arguments, environment
 
 
-def ensure_uv(directory: Path) -> Path:
-    """The pinned uv, installed with pip into ``directory`` unless it is there already."""
-    uv = directory / "bin" / "uv"
-    if uv.is_file():
-        found = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False)
-        if found.stdout.split()[1:2] == [UV_VERSION]:
-            return uv
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--upgrade"]
-    subprocess.run([*pip, "--target", str(directory), f"uv=={UV_VERSION}"], check=True)
-    return uv
+def install_uv(directory: Path) -> Path:
+    """The pinned uv, installed with pip (so from pip's indexes) into ``directory``."""
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(directory)]
+    subprocess.run([*pip, f"uv=={UV_VERSION}"], check=True)
+    return directory / "bin" / "uv"
 
 
 def main() -> int:
@@ -101,23 +97,17 @@ def main() -> int:
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
     ).stdout
     arguments, environment = uv_arguments(pip_settings(listing))
-    uv = ensure_uv(Path(sys.prefix) / ".uv")
-    command = [
-        str(uv),
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        sys.executable,
-        "--compile-bytecode",
-    ]
-    # From the repository, so that uv finds pyproject.toml's [tool.uv] overrides.
-    completed = subprocess.run(
-        [*command, *arguments, "--editable", str(ROOT)],
-        cwd=ROOT,
-        env={**environment, **os.environ},  # what the caller set wins, as it would with pip
-        check=False,
-    )
+    # uv only installs: it stays out of the venv (pip's cache keeps its wheel for next time).
+    with tempfile.TemporaryDirectory(prefix="agentik-uv-") as scratch:
+        uv = install_uv(Path(scratch))
+        command = [str(uv), "pip", "install", "--quiet", "--compile-bytecode"]
+        # From the repository, so that uv finds pyproject.toml's [tool.uv] overrides.
+        completed = subprocess.run(
+            [*command, "--python", sys.executable, *arguments, "--editable", str(ROOT)],
+            cwd=ROOT,
+            env={**environment, **os.environ},  # what the caller set wins, as with pip
+            check=False,
+        )
     return completed.returncode
 
 

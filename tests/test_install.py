@@ -227,6 +227,17 @@ def test_make_run_installs_at_most_half_the_distributions_and_no_google_api_core
     assert len(names) <= RUNTIME_MOST, sorted(names)
     assert names.isdisjoint(LEFT_OUT), sorted(names.intersection(LEFT_OUT))
     assert names.issuperset(KEPT), sorted(set(KEPT) - names)
+    # What pip sees missing is what was left out on purpose, and nothing else (no line at all
+    # once an a2a-sdk release stops declaring it).
+    checked = subprocess.run(
+        [runtime_venv / "bin" / "python", "-m", "pip", "check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=WAIT * 4,
+    )
+    left_out = re.compile(r"a2a-sdk \S+ requires google-api-core, which is not installed\.")
+    assert all(left_out.fullmatch(line) for line in checked.stdout.splitlines()), checked.stdout
     # uv installed them and is not among them, nor anywhere in the venv.
     assert "uv" not in names and not list(runtime_venv.rglob("uv")), list(runtime_venv.rglob("uv"))
 

@@ -97,8 +97,9 @@ def main() -> int:
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
     ).stdout
     arguments, environment = uv_arguments(pip_settings(listing))
-    # uv only installs: it stays out of the venv (pip's cache keeps its wheel for next time).
-    with tempfile.TemporaryDirectory(prefix="agentik-uv-") as scratch:
+    # uv only installs: it is removed afterwards (pip's cache keeps its wheel for next time).
+    # Its scratch directory is in the venv, where executables run (a /tmp may be noexec).
+    with tempfile.TemporaryDirectory(prefix=".uv-", dir=sys.prefix) as scratch:
         uv = install_uv(Path(scratch))
         command = [str(uv), "pip", "install", "--quiet", "--compile-bytecode"]
         # From the repository, so that uv finds pyproject.toml's [tool.uv] overrides.

@@ -524,8 +524,9 @@ def _reachable(workers: tuple[str, ...]) -> bool:
     """Whether each worker answers a health check on its own address."""
     for addr in workers:
         channel = grpc.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)])
+        health: Any = health_pb2_grpc.HealthStub(channel)
         try:
-            health_pb2_grpc.HealthStub(channel).Check(
+            health.Check(
                 health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT
             )
         except grpc.RpcError:

@@ -6,6 +6,7 @@ one replica id per process)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -22,13 +23,14 @@ from pathlib import Path
 import grpc
 import psycopg
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.agentik.test_cli import ROOT, engine_env, read_until
 from tests.postgres_server import pg_database, pg_url
 from tests.web.conftest import WAIT
-from web_facade.engine_client import EngineClient
+from web_facade.engine_client import WORKERS_METADATA, EngineClient, balanced_target
 
 __all__ = ["pg_database", "pg_url"]  # fixtures
 
@@ -257,7 +259,140 @@ def test_a_worker_s_own_address_asks_for_credentials_like_the_shared_port(
                 stub.ListSessions(
                     pb.ListSessionsRequest(),
                     timeout=WAIT,
-                    metadata=[("authorization", "Bearer s3cret-token")],
+                    metadata=(("authorization", "Bearer s3cret-token"),),
                 )
     finally:
         running.stop()
+
+
+# --- the balancing itself, with stand-in workers that count their calls ---------------
+
+
+class _Listing(health.HealthServicer):
+    """A health service that lists worker addresses, as an engine worker's does."""
+
+    def __init__(self, listed: str) -> None:
+        super().__init__()
+        self.listed = listed
+
+    def Check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
+    ) -> health_pb2.HealthCheckResponse:
+        context.send_initial_metadata(((WORKERS_METADATA, self.listed),))
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+
+def _stand_in(addr: str, servicer: _Peers, listed: str = "") -> tuple[grpc.Server, int]:
+    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_AgentEngineServicer_to_server(servicer, grpc_server)
+    health_pb2_grpc.add_HealthServicer_to_server(_Listing(listed), grpc_server)
+    port = grpc_server.add_insecure_port(addr)
+    grpc_server.start()
+    return grpc_server, port
+
+
+def _until_called(client: EngineClient, worker: _Peers) -> None:
+    deadline = time.monotonic() + WAIT
+    while not worker.peers:
+        assert time.monotonic() < deadline, "the worker got no call"
+        _call(client)
+        time.sleep(0.02)
+
+
+def test_a_worker_that_stops_is_left_out_and_used_again_once_back_at_its_address() -> None:
+    first, second = _Peers(), _Peers()  # type: ignore[abstract]
+    one, one_port = _stand_in("127.0.0.1:0", first)
+    two, two_port = _stand_in("127.0.0.1:0", second)
+    listed = f"127.0.0.1:{one_port},0.0.0.0:{two_port}"  # a wildcard: the target's host
+    shared, port = _stand_in("127.0.0.1:0", _Peers(), listed)  # type: ignore[abstract]
+    client = EngineClient(f"127.0.0.1:{port}", discover=True)
+    try:
+        assert _wait_for_workers(client) == (f"127.0.0.1:{one_port}", f"127.0.0.1:{two_port}")
+        _until_called(client, second)  # both connected: the very first calls take the first up
+        first.peers.clear()
+        second.peers.clear()
+        for _ in range(10):
+            _call(client)
+        assert (len(first.peers), len(second.peers)) == (5, 5)  # in turn
+        two.stop(None).wait()
+        for _ in range(6):
+            _call(client)  # GetSession is retried on the worker that is up
+        assert (len(first.peers), len(second.peers)) == (11, 5)
+        second = _Peers()  # type: ignore[abstract]
+        two, _ = _stand_in(f"127.0.0.1:{two_port}", second)  # restarted, same address
+        _until_called(client, second)  # gRPC reconnects by itself (backoff at most 2 s)
+        before = len(first.peers), len(second.peers)
+        for _ in range(10):
+            _call(client)
+        assert (len(first.peers) - before[0], len(second.peers) - before[1]) == (5, 5)
+    finally:
+        client.close()
+        for grpc_server in (one, two, shared):
+            grpc_server.stop(None)
+
+
+def test_workers_that_do_not_answer_from_here_leave_the_calls_on_the_target(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    peers = _Peers()  # type: ignore[abstract]
+    closed = _free_port()  # behind a NAT or a firewall, say: nothing answers there
+    server, port = _stand_in("127.0.0.1:0", peers, f"127.0.0.1:{closed}")
+    client = EngineClient(f"127.0.0.1:{port}", discover=True)
+    try:
+        with caplog.at_level(logging.WARNING, "web_facade.engine_client"):
+            _call(client)
+            deadline = time.monotonic() + WAIT
+            while "do not answer from here" not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.05)
+        assert client.workers == ()
+        _call(client)
+        assert len(peers.peers) == 2
+    finally:
+        client.close()
+        server.stop(None)
+
+
+def test_an_engine_that_lists_no_workers_is_asked_again_and_balanced_once_it_does() -> None:
+    peers, worker = _Peers(), _Peers()  # type: ignore[abstract]
+    listing = _Listing("")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_AgentEngineServicer_to_server(peers, server)
+    health_pb2_grpc.add_HealthServicer_to_server(listing, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    other, other_port = _stand_in("127.0.0.1:0", worker)
+    client = EngineClient(f"127.0.0.1:{port}", discover=True)
+    try:
+        _call(client)
+        time.sleep(0.2)
+        assert client.workers == () and len(peers.peers) == 1
+        listing.listed = f"127.0.0.1:{other_port}"  # the engine became a set of workers
+        assert _wait_for_workers(client) == (f"127.0.0.1:{other_port}",)
+        _call(client)
+        assert len(worker.peers) == 1 and len(peers.peers) == 1
+    finally:
+        client.close()
+        server.stop(None)
+        other.stop(None)
+
+
+@pytest.mark.parametrize(
+    ("target", "discovers"),
+    [
+        ("127.0.0.1:50051", True),
+        ("localhost:50051", True),
+        ("[::1]:50051", True),
+        ("ipv4:127.0.0.1:1,127.0.0.1:2", False),  # names its engines itself
+        ("dns:///engine:50051", False),
+        ("unix:/run/agentik.sock", False),
+    ],
+)
+def test_only_a_single_host_port_target_asks_for_workers(target: str, discovers: bool) -> None:
+    assert EngineClient(target, discover=True).discover is discovers
+    assert EngineClient(target).discover is False
+
+
+def test_the_balanced_target_lists_the_workers_in_one_family() -> None:
+    assert balanced_target(("10.0.0.5:1", "10.0.0.5:2")) == "ipv4:10.0.0.5:1,10.0.0.5:2"
+    assert balanced_target(("[::1]:1", "[::1]:2")) == "ipv6:[::1]:1,[::1]:2"

@@ -12,6 +12,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -315,9 +316,8 @@ async def test_a_worker_serves_on_its_own_address_too_and_lists_every_worker_in_
                     pb.ListAgentsRequest(), timeout=WAIT
                 )
                 assert agents.agents, addr
-                call = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=WAIT
-                )
+                health: Any = health_pb2_grpc.HealthStub(channel)
+                call = health.Check(health_pb2.HealthCheckRequest(), timeout=WAIT)
                 await call
                 said = dict(await call.initial_metadata())
                 assert said[WORKERS_METADATA] == ",".join(own), addr
@@ -331,9 +331,8 @@ async def test_a_single_engine_lists_no_workers() -> None:
     port = await alone.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=WAIT
-            )
+            health: Any = health_pb2_grpc.HealthStub(channel)
+            call = health.Check(health_pb2.HealthCheckRequest(), timeout=WAIT)
             await call
             assert WORKERS_METADATA not in dict(await call.initial_metadata())
     finally:

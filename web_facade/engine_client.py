@@ -347,8 +347,11 @@ class EngineClient:
 
     def _discover(self, stop: threading.Event) -> bool:
         """One ask; False when this target can never be balanced here (stop asking)."""
+        health = self._health
+        if health is None:  # closed meanwhile
+            return False
         try:
-            _, call = self._health.Check.with_call(
+            _, call = health.Check.with_call(
                 health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT
             )
         except grpc.RpcError:
@@ -526,9 +529,7 @@ def _reachable(workers: tuple[str, ...]) -> bool:
         channel = grpc.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)])
         health: Any = health_pb2_grpc.HealthStub(channel)
         try:
-            health.Check(
-                health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT
-            )
+            health.Check(health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT)
         except grpc.RpcError:
             return False
         finally:

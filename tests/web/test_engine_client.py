@@ -30,6 +30,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.agentik.test_cli import ROOT, engine_env, read_until
 from tests.postgres_server import pg_database, pg_url
 from tests.web.conftest import WAIT
+from web_facade import aio_loop
 from web_facade.engine_client import WORKERS_METADATA, EngineClient, balanced_target
 
 __all__ = ["pg_database", "pg_url"]  # fixtures
@@ -396,3 +397,34 @@ def test_only_a_single_host_port_target_asks_for_workers(target: str, discovers:
 def test_the_balanced_target_lists_the_workers_in_one_family() -> None:
     assert balanced_target(("10.0.0.5:1", "10.0.0.5:2")) == "ipv4:10.0.0.5:1,10.0.0.5:2"
     assert balanced_target(("[::1]:1", "[::1]:2")) == "ipv6:[::1]:1,[::1]:2"
+
+
+def test_asyncio_streams_go_to_the_workers_too_and_follow_a_new_list() -> None:
+    first, second, target_peers = _Peers(), _Peers(), _Peers()  # type: ignore[abstract]
+    one, one_port = _stand_in("127.0.0.1:0", first)
+    two, two_port = _stand_in("127.0.0.1:0", second)
+    listing = _Listing(f"127.0.0.1:{one_port}")
+    shared = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_AgentEngineServicer_to_server(target_peers, shared)
+    health_pb2_grpc.add_HealthServicer_to_server(listing, shared)
+    port = shared.add_insecure_port("127.0.0.1:0")
+    shared.start()
+    client = EngineClient(f"127.0.0.1:{port}", discover=True)
+
+    async def get(stub: pb_grpc.AgentEngineStub) -> grpc.StatusCode:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetSession(pb.GetSessionRequest(session_id="s"), timeout=WAIT)
+        return caught.value.code()
+
+    try:
+        before = _wait_for_workers(client)
+        assert aio_loop.run(get(client.aio_engine)) == grpc.StatusCode.NOT_FOUND
+        assert (len(first.peers), len(second.peers), len(target_peers.peers)) == (1, 0, 0)
+        listing.listed = f"127.0.0.1:{two_port}"  # the set restarted elsewhere
+        _wait_for_workers(client, not_these=before)
+        assert aio_loop.run(get(client.aio_engine)) == grpc.StatusCode.NOT_FOUND
+        assert (len(first.peers), len(second.peers), len(target_peers.peers)) == (1, 1, 0)
+    finally:
+        client.close()
+        for grpc_server in (one, two, shared):
+            grpc_server.stop(None)

@@ -59,6 +59,7 @@ __all__ = [
     "METRICS_METADATA",
     "SERVICE_NAME",
     "WORKERS_METADATA",
+    "WORKER_METADATA",
     "EngineServer",
     "run_engine",
 ]
@@ -131,6 +132,9 @@ WORKERS_METADATA = "agentik-workers"
 """The health answer's metadata key, on a worker of ``agentik engine --workers N``, for every
 worker's own address (``HOST:PORT,HOST:PORT,...``): the facade dials each and balances its
 calls over them (``web_facade.engine_client``)."""
+WORKER_METADATA = "agentik-worker"
+"""The health answer's metadata key, on such a worker, for its own address: which worker
+answered (the facade waits until each has, before it balances over them)."""
 
 
 class _Health(HealthServicer):
@@ -261,6 +265,8 @@ class EngineServer:
             said += ((METRICS_METADATA, f"{host}:{self.metrics_port}"),)
         if self.workers:
             said += ((WORKERS_METADATA, ",".join(self.workers)),)
+        if self.own_addr:
+            said += ((WORKER_METADATA, self.own_addr),)
         return said
 
     async def start(self) -> int:

@@ -23,7 +23,8 @@ Engine workers (``agentik engine --workers N``) share one port, where the kernel
 connection, not each call, to a process. Each worker also listens on an address of its own
 and names every worker's address in its health answers (``agentik-workers``). A client made
 with ``discover=True`` (the facade's) and a ``HOST:PORT`` target asks for that list in the
-background every :data:`DISCOVERY_INTERVAL` seconds; once each listed worker answers on its
+background, after its first call and then every :data:`DISCOVERY_INTERVAL` seconds
+(:data:`QUIET_INTERVAL` while there is none); once each listed worker answers on its
 own address, the engine calls go over one more channel whose target lists them all
 (``ipv4:A:P1,A:P2,...``), round robin: each call to the next worker that is up, so the
 workers share the calls evenly whatever the kernel does. A worker that is down is left out
@@ -39,6 +40,7 @@ those calls carry the forwarded metadata explicitly, taken while the request is 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import itertools
 import json
@@ -46,6 +48,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -63,10 +66,12 @@ from web_facade import aio_loop
 
 __all__ = [
     "DISCOVERY_INTERVAL",
+    "QUIET_INTERVAL",
     "RETRIED_METHODS",
     "SERVICE_CONFIG",
     "UNARY_TIMEOUT",
     "WORKERS_METADATA",
+    "WORKER_METADATA",
     "EngineClient",
     "balanced_target",
     "current_engine",
@@ -83,11 +88,19 @@ UNARY_TIMEOUT = 30.0
 """Deadline of the engine's unary calls (sessions, messages, interrupt), in seconds."""
 
 DISCOVERY_INTERVAL = 2.0
-"""Seconds between two asks for the engine workers' own addresses (one health check)."""
+"""Seconds between two asks for the engine workers' own addresses (one health check) while
+the calls are balanced over them or the engine does not answer."""
+
+QUIET_INTERVAL = 30.0
+"""Seconds between two asks while the engine lists no workers (a single engine) or lists
+workers that do not answer from here."""
 
 WORKERS_METADATA = "agentik-workers"
 """The engine's health answer's metadata key listing its workers' own addresses
 (``engine_service.server.WORKERS_METADATA``)."""
+
+WORKER_METADATA = "agentik-worker"
+"""The key naming the worker that answered (``engine_service.server.WORKER_METADATA``)."""
 
 _CHECK_TIMEOUT = 2.0
 """Deadline of a discovery's health checks, in seconds."""
@@ -336,26 +349,31 @@ class EngineClient:
     # --- the engine workers' own addresses ---------------------------------------------
 
     def _watch(self, stop: threading.Event, pid: int) -> None:
-        """Ask for the workers' addresses now and every ``DISCOVERY_INTERVAL`` seconds."""
+        """Ask for the workers' addresses now and again (:meth:`_discover` says when)."""
         while not stop.is_set() and os.getpid() == pid:
+            wait: float | None = DISCOVERY_INTERVAL
             try:
-                if not self._discover(stop):
-                    return
+                wait = self._discover(stop)
             except Exception:  # the thread must outlive whatever one ask ran into
                 log.exception("asking the engine for its workers' addresses failed")
-            stop.wait(DISCOVERY_INTERVAL)
+            if wait is None:
+                return
+            stop.wait(wait)
 
-    def _discover(self, stop: threading.Event) -> bool:
-        """One ask; False when this target can never be balanced here (stop asking)."""
+    def _discover(self, stop: threading.Event) -> float | None:
+        """One ask; seconds until the next, or None when this target can never be balanced
+        here (stop asking). Soon (``DISCOVERY_INTERVAL``) while the calls are balanced (the
+        set may restart on new ports) or the engine does not answer; seldom
+        (``QUIET_INTERVAL``) while it lists no workers, or workers that do not answer."""
         health = self._health
         if health is None:  # closed meanwhile
-            return False
+            return None
         try:
             _, call = health.Check.with_call(
                 health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT
             )
         except grpc.RpcError:
-            return True  # the engine is down or starting: keep what we have
+            return DISCOVERY_INTERVAL  # the engine is down or starting: keep what we have
         listed = dict(call.initial_metadata() or ()).get(WORKERS_METADATA, "")
         host_port = _host_port(self.target)
         assert host_port is not None  # discover is only set for such targets
@@ -363,9 +381,9 @@ class EngineClient:
             workers = _resolve(listed, host_port[0]) if listed else ()
         except _Unbalanceable as exc:
             log.warning("engine calls stay on %s, not balanced per worker: %s", self.target, exc)
-            return False
+            return None
         if workers == self._workers:
-            return True
+            return DISCOVERY_INTERVAL if workers else QUIET_INTERVAL
         if workers and not _reachable(workers):
             if workers != self._unreachable:
                 log.warning(
@@ -375,11 +393,12 @@ class EngineClient:
                     self.target,
                 )
                 self._unreachable = workers
-            return True
+            return QUIET_INTERVAL
         channel = stub = None
         if workers:
             channel = grpc.insecure_channel(balanced_target(workers), options=self._options)
             stub = pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, _ForwardCredentials()))
+            _warm(channel, len(workers))
         with self._lock:
             if stop.is_set():  # closed meanwhile
                 old = channel
@@ -391,7 +410,7 @@ class EngineClient:
             old.close()
         if workers:
             log.info("engine calls balanced over its %d workers: %s", len(workers), workers)
-        return True
+        return DISCOVERY_INTERVAL if workers else QUIET_INTERVAL
 
     # --- grpc.aio ---------------------------------------------------------------------
 
@@ -432,17 +451,21 @@ class EngineClient:
             old = self._aio_balanced
             self._aio_balanced = self._aio_balanced_stub = None
             if workers:
-                (channel,) = aio_loop.run(self._aio_open(balanced_target(workers), 1))
+                target = balanced_target(workers)
+                (channel,) = aio_loop.run(self._aio_open(target, 1, len(workers)))
                 self._aio_balanced = channel
                 self._aio_balanced_stub = pb_grpc.AgentEngineStub(channel)
             self._aio_workers = workers
             if old is not None:
                 aio_loop.run(_close_all([old]), timeout=5.0)
 
-    async def _aio_open(self, target: str, count: int) -> list[Any]:
+    async def _aio_open(self, target: str, count: int, workers: int = 0) -> list[Any]:
         # Made on the loop's thread: an aio channel belongs to the loop it was made on.
         options = self._aio_options()
-        return [grpc.aio.insecure_channel(target, options=options) for _ in range(count)]
+        channels = [grpc.aio.insecure_channel(target, options=options) for _ in range(count)]
+        if workers:
+            await _aio_warm(channels[0], workers)
+        return channels
 
     def close(self) -> None:
         """Close this process's channels (a later call makes new ones)."""
@@ -521,6 +544,45 @@ def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 def balanced_target(workers: tuple[str, ...]) -> str:
     """The gRPC target listing ``workers`` (resolved ``IP:PORT`` addresses, one family)."""
     return ("ipv6:" if workers[0].startswith("[") else "ipv4:") + ",".join(workers)
+
+
+def _warm(channel: Any, workers: int) -> None:
+    """Health checks over the new round-robin ``channel`` until ``workers`` different workers
+    have answered (so each is connected: round robin picks only among the connected ones,
+    and the first calls would all go to the first worker up), for at most a few seconds."""
+    health: Any = health_pb2_grpc.HealthStub(channel)
+    answered: set[str] = set()
+    deadline = time.monotonic() + _CHECK_TIMEOUT
+    while len(answered) < workers and time.monotonic() < deadline:
+        try:
+            _, call = health.Check.with_call(
+                health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT, wait_for_ready=True
+            )
+        except grpc.RpcError:
+            return
+        worker = dict(call.initial_metadata() or ()).get(WORKER_METADATA, "")
+        if worker in answered:
+            time.sleep(0.01)  # the others are still connecting
+        answered.add(worker)
+
+
+async def _aio_warm(channel: Any, workers: int) -> None:
+    """:func:`_warm` for a ``grpc.aio`` channel."""
+    health: Any = health_pb2_grpc.HealthStub(channel)
+    answered: set[str] = set()
+    deadline = time.monotonic() + _CHECK_TIMEOUT
+    while len(answered) < workers and time.monotonic() < deadline:
+        call = health.Check(
+            health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT, wait_for_ready=True
+        )
+        try:
+            await call
+        except grpc.RpcError:
+            return
+        worker = dict(await call.initial_metadata() or ()).get(WORKER_METADATA, "")
+        if worker in answered:
+            await asyncio.sleep(0.01)
+        answered.add(worker)
 
 
 def _reachable(workers: tuple[str, ...]) -> bool:

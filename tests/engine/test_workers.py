@@ -22,7 +22,7 @@ from agentik.config import ConfigError, Settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_engine
-from engine_service.server import WORKERS_METADATA, EngineServer
+from engine_service.server import WORKER_METADATA, WORKERS_METADATA, EngineServer
 from engine_service.workers import check_workers, private_addresses, redact_store
 from tests.agentik.test_cli import ROOT, engine_env
 from tests.engine.harness import WAIT, engine_settings
@@ -321,6 +321,7 @@ async def test_a_worker_serves_on_its_own_address_too_and_lists_every_worker_in_
                 await call
                 said = dict(await call.initial_metadata())
                 assert said[WORKERS_METADATA] == ",".join(own), addr
+                assert said[WORKER_METADATA] == own[0], addr  # which one answered
     finally:
         await worker.stop()
 
@@ -334,6 +335,7 @@ async def test_a_single_engine_lists_no_workers() -> None:
             health: Any = health_pb2_grpc.HealthStub(channel)
             call = health.Check(health_pb2.HealthCheckRequest(), timeout=WAIT)
             await call
-            assert WORKERS_METADATA not in dict(await call.initial_metadata())
+            said = dict(await call.initial_metadata())
+            assert WORKERS_METADATA not in said and WORKER_METADATA not in said
     finally:
         await alone.stop()

@@ -290,15 +290,16 @@ def test_each_child_is_told_every_worker_s_own_address_and_which_is_its_own() ->
     assert f"each also on its own address ({', '.join(addrs)})" in log
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "localhost"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "localhost", "[::1]"])
 def test_private_addresses_are_free_distinct_ports_on_the_shared_address_s_host(host: str) -> None:
     addrs = private_addresses(f"{host}:50051", 3)
     assert len(set(addrs)) == 3
+    bare = host.strip("[]")
     for addr in addrs:
         bound, _, port = addr.rpartition(":")
         assert bound == host and port != "50051"
-        with socket.socket() as sock:
-            sock.bind((host, int(port)))  # free for the worker to take
+        with socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET) as sock:
+            sock.bind((bare, int(port)))  # free for the worker to take
 
 
 async def test_a_worker_serves_on_its_own_address_too_and_lists_every_worker_in_health() -> None:

@@ -72,7 +72,16 @@ def _engine(args: argparse.Namespace) -> int:
     if workers > 1:  # engine_service/workers.py: this process supervises N engines
         return run_workers(settings, workers, worker_argv(args.config))
     try:
-        asyncio.run(run_engine(settings, engine, reuse_port=args.worker))
+        own = args.worker_addrs[args.worker_index] if args.worker_addrs else ""
+        asyncio.run(
+            run_engine(
+                settings,
+                engine,
+                reuse_port=args.worker,
+                own_addr=own,
+                workers=tuple(args.worker_addrs),
+            )
+        )
     except RuntimeError as exc:  # grpc's bind failure, if the address was taken meanwhile
         if "Failed to bind" not in str(exc):
             raise
@@ -236,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
         "more than 1 needs a PostgreSQL store)",
     )
     engine.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # a child
+    # A child's own address among every worker's (engine_service/workers.py).
+    engine.add_argument(
+        "--worker-addrs",
+        type=lambda text: [addr for addr in text.split(",") if addr],
+        default=[],
+        help=argparse.SUPPRESS,
+    )
+    engine.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     tools = commands.add_parser("tools", help="list the tools the LLM is offered")
     tools.add_argument(
         "--agent",

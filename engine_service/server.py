@@ -54,7 +54,15 @@ from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineSer
 from engine_service.webhooks.a2a_push import A2aPush
 from engine_service.workers import redact_store
 
-__all__ = ["LLM_METADATA", "METRICS_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
+__all__ = [
+    "LLM_METADATA",
+    "METRICS_METADATA",
+    "SERVICE_NAME",
+    "WORKERS_METADATA",
+    "WORKER_METADATA",
+    "EngineServer",
+    "run_engine",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +128,13 @@ LLM_METADATA = "agentik-llm"
 METRICS_METADATA = "agentik-metrics"
 """The health answer's metadata key for where the engine serves /metrics (``HOST:PORT``),
 present while it does: the facade's /metrics appends what it serves."""
+WORKERS_METADATA = "agentik-workers"
+"""The health answer's metadata key, on a worker of ``agentik engine --workers N``, for every
+worker's own address (``HOST:PORT,HOST:PORT,...``): the facade dials each and balances its
+calls over them (``web_facade.engine_client``)."""
+WORKER_METADATA = "agentik-worker"
+"""The health answer's metadata key, on such a worker, for its own address: which worker
+answered (the facade waits until each has, before it balances over them)."""
 
 
 class _Health(HealthServicer):
@@ -150,9 +165,19 @@ def _interceptors() -> list[grpc.aio.ServerInterceptor]:
 class EngineServer:
     """A started engine behind a gRPC port."""
 
-    def __init__(self, engine: Engine, settings: Settings, *, reuse_port: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        *,
+        reuse_port: bool = False,
+        own_addr: str = "",
+        workers: tuple[str, ...] = (),
+    ) -> None:
         """``reuse_port``: bind with SO_REUSEPORT, sharing the port with the other
-        workers of ``agentik engine --workers N``; without it a taken port fails."""
+        workers of ``agentik engine --workers N``; without it a taken port fails.
+        ``own_addr``: an address this worker also serves alone (the same services, behind
+        the same gate); ``workers``: every worker's own address, said in health answers."""
         refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
         self.gate = Gate.from_settings(settings)
         self.engine = engine
@@ -168,6 +193,8 @@ class EngineServer:
         engine.notices.push = PushConfigs(engine.store, check, settings.webhooks.max_push_configs)
         engine.tools_settled = self._tools_settled
         self.port = 0
+        self.own_addr = own_addr
+        self.workers = workers
         self._health_updates: set[asyncio.Task[None]] = set()
         engine.on_storage_change(self._storage_changed)
         limit = settings.request_message_bytes
@@ -236,6 +263,10 @@ class EngineServer:
         if self.metrics_port:
             host = self.settings.engine.metrics_addr.rsplit(":", 1)[0]
             said += ((METRICS_METADATA, f"{host}:{self.metrics_port}"),)
+        if self.workers:
+            said += ((WORKERS_METADATA, ",".join(self.workers)),)
+        if self.own_addr:
+            said += ((WORKER_METADATA, self.own_addr),)
         return said
 
     async def start(self) -> int:
@@ -243,6 +274,8 @@ class EngineServer:
         self.port = self.server.add_insecure_port(self.settings.engine.grpc_addr)
         if not self.port:
             raise OSError(f"cannot bind the engine to {self.settings.engine.grpc_addr}")
+        if self.own_addr and not self.server.add_insecure_port(self.own_addr):
+            raise OSError(f"cannot bind the engine worker to {self.own_addr}")
         # The tools connect first: a run the engine resumes at its start needs them.
         self.mcp.start()
         self.a2a.start()
@@ -348,13 +381,24 @@ def startup_lines(settings: Settings, engine: Engine) -> list[str]:
     return [auth, tools, approval]
 
 
-async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
-    server = EngineServer(engine, settings, reuse_port=reuse_port)
+async def run_engine(
+    settings: Settings,
+    engine: Engine,
+    *,
+    reuse_port: bool = False,
+    own_addr: str = "",
+    workers: tuple[str, ...] = (),
+) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down cleanly (``reuse_port``, ``own_addr``,
+    ``workers``: a worker of ``agentik engine --workers N``, see :class:`EngineServer`)."""
+    server = EngineServer(
+        engine, settings, reuse_port=reuse_port, own_addr=own_addr, workers=workers
+    )
     port = await server.start()
     host = settings.engine.grpc_addr.rsplit(":", 1)[0]
     store = redact_store(settings.engine.store)
-    log.info("agentik engine listening on %s:%d (store %s)", host, port, store)
+    own = f" and on its own {own_addr}" if own_addr else ""
+    log.info("agentik engine listening on %s:%d%s (store %s)", host, port, own, store)
     if server.metrics_port:
         metrics_host = settings.engine.metrics_addr.rsplit(":", 1)[0]
         log.info("engine metrics on http://%s:%d/metrics", metrics_host, server.metrics_port)

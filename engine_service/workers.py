@@ -2,7 +2,11 @@
 
 With more than one worker the ``agentik engine`` process serves nothing itself: it starts N
 child engines (``agentik engine --worker``), each of which binds ``grpc_addr`` with
-SO_REUSEPORT so the kernel spreads new connections across them. The parent forwards
+SO_REUSEPORT so the kernel spreads new connections across them, and each also listens on an
+address of its own that the parent assigns (a free port on the same host,
+:func:`private_addresses`). Every worker names all of those addresses in its health answers
+(``agentik-workers``), so the facade can dial each worker directly and balance per call
+rather than per connection (``web_facade.engine_client``). The parent forwards
 SIGTERM/SIGINT to the children and exits once they have stopped; when one of them dies
 on its own it stops the others and exits 1 (:func:`agentik.parent_watch.supervise`).
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
@@ -27,6 +32,7 @@ from agentik.parent_watch import supervise
 __all__ = [
     "SHARED_STORE_SCHEMES",
     "check_workers",
+    "private_addresses",
     "redact_store",
     "run_workers",
     "worker_count",
@@ -83,6 +89,26 @@ def redact_store(url: str) -> str:
     return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
 
 
+def private_addresses(grpc_addr: str, workers: int) -> list[str]:
+    """``workers`` free ports on ``grpc_addr``'s host, as ``HOST:PORT`` addresses: each
+    worker's own. The ports are found by binding them all at once (so they differ) and
+    released for the workers to bind; one taken meanwhile makes its worker fail to start,
+    and with it the set (exit 1)."""
+    host = grpc_addr.rpartition(":")[0]
+    bare = host.strip("[]")
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    probes = [socket.socket(family, socket.SOCK_STREAM) for _ in range(workers)]
+    try:
+        ports = []
+        for probe in probes:
+            probe.bind((bare, 0))
+            ports.append(int(probe.getsockname()[1]))
+    finally:
+        for probe in probes:
+            probe.close()
+    return [f"{host}:{port}" for port in ports]
+
+
 def worker_argv(config: str | None) -> list[str]:
     """The command of one child engine."""
     named = ["--config", os.path.abspath(config)] if config else []
@@ -95,16 +121,22 @@ def run_workers(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
 ) -> int:
-    """Run ``workers`` children ``argv`` until a signal or a death; the exit status."""
+    """Run ``workers`` children ``argv`` until a signal or a death; the exit status.
+
+    Each child gets ``--worker-addrs A,B,... --worker-index I``: every worker's own address
+    (:func:`private_addresses`) and which one is its."""
     check_workers(settings, workers)
+    addrs = private_addresses(settings.engine.grpc_addr, workers)
     log.info(
-        "starting %d engine workers on %s (store %s)",
+        "starting %d engine workers on %s, each also on its own address (%s) (store %s)",
         workers,
         settings.engine.grpc_addr,
+        ", ".join(addrs),
         redact_store(settings.engine.store),
     )
+    listed = ",".join(addrs)
     return supervise(
-        [list(argv)] * workers,
+        [[*argv, "--worker-addrs", listed, "--worker-index", str(i)] for i in range(workers)],
         os.environ if env is None else env,
         stop_timeout=settings.engine.shutdown_grace + _STOP_MARGIN,
         together=True,

@@ -46,14 +46,12 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.config[DISCARD_KEY] = settings.discard_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
-    # Engine workers on one port: a few connections each, so the kernel spreads them.
+    # Engine workers on one port: a few connections each, so the kernel spreads them until
+    # the workers' own addresses are known; then each call goes to the next worker.
     channels = 1 if settings.engine.workers == 1 else 2 * settings.engine.workers
-    install(
-        app,
-        settings,
-        engine
-        or EngineClient(settings.web.engine_target, channels, settings.request_message_bytes),
-    )
+    target = settings.web.engine_target
+    limit = settings.request_message_bytes
+    install(app, settings, engine or EngineClient(target, channels, limit, discover=True))
     install_observability(app)
     install_error_handlers(app)
     install_host_guard(app, settings)

@@ -19,6 +19,20 @@ out until it reconnects) and retries the calls that are safe to repeat when an e
 unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the relay
 (:mod:`web_facade.stream.relay`), not by the channel.
 
+Engine workers (``agentik engine --workers N``) share one port, where the kernel hands each
+connection, not each call, to a process. Each worker also listens on an address of its own
+and names every worker's address in its health answers (``agentik-workers``). A client made
+with ``discover=True`` (the facade's) and a ``HOST:PORT`` target asks for that list in the
+background, after its first call and then every :data:`DISCOVERY_INTERVAL` seconds
+(:data:`QUIET_INTERVAL` while there is none); once each listed worker answers on its
+own address, the engine calls go over one more channel whose target lists them all
+(``ipv4:A:P1,A:P2,...``), round robin: each call to the next worker that is up, so the
+workers share the calls evenly whatever the kernel does. A worker that is down is left out
+until it reconnects (at the same address, gRPC reconnects by itself); a new list (the set
+restarted on new ports) replaces the channel; no list (a single engine again) or a listed
+worker that cannot be reached (a NAT, a firewall in between) leaves the calls on the
+target's own channels. Health checks always go to the target.
+
 With ``[web] stream_reader = "asyncio"`` the event streams go over ``grpc.aio`` channels
 of the worker's one asyncio loop (:mod:`web_facade.aio_loop`), with the same options;
 those calls carry the forwarded metadata explicitly, taken while the request is handled.
@@ -26,10 +40,15 @@ those calls carry the forwarded metadata explicitly, taken while the request is 
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import itertools
 import json
+import logging
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -37,7 +56,7 @@ import grpc
 import grpc.aio
 import grpc.experimental
 from flask import current_app, has_request_context, request
-from grpc_health.v1 import health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentik import tracing
 from agentik.config import Settings
@@ -46,10 +65,15 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade import aio_loop
 
 __all__ = [
+    "DISCOVERY_INTERVAL",
+    "QUIET_INTERVAL",
     "RETRIED_METHODS",
     "SERVICE_CONFIG",
     "UNARY_TIMEOUT",
+    "WORKERS_METADATA",
+    "WORKER_METADATA",
     "EngineClient",
+    "balanced_target",
     "current_engine",
     "current_settings",
     "forwarded_authorization",
@@ -58,8 +82,30 @@ __all__ = [
     "install",
 ]
 
+log = logging.getLogger(__name__)
+
 UNARY_TIMEOUT = 30.0
 """Deadline of the engine's unary calls (sessions, messages, interrupt), in seconds."""
+
+DISCOVERY_INTERVAL = 2.0
+"""Seconds between two asks for the engine workers' own addresses (one health check) while
+the calls are balanced over them or the engine does not answer."""
+
+QUIET_INTERVAL = 30.0
+"""Seconds between two asks while the engine lists no workers (a single engine) or lists
+workers that do not answer from here."""
+
+WORKERS_METADATA = "agentik-workers"
+"""The engine's health answer's metadata key listing its workers' own addresses
+(``engine_service.server.WORKERS_METADATA``)."""
+
+WORKER_METADATA = "agentik-worker"
+"""The key naming the worker that answered (``engine_service.server.WORKER_METADATA``)."""
+
+_CHECK_TIMEOUT = 2.0
+"""Deadline of a discovery's health checks, in seconds."""
+
+_WILDCARDS = ("", "0.0.0.0", "::")
 
 _EXTENSION = "agentik"
 _SERVICE = "agentik.engine.v1.AgentEngine"
@@ -210,18 +256,22 @@ class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
 class EngineClient:
     """Stubs for the engine's services over lazily made, per-process channels.
 
-    ``channels`` > 1 opens that many connections and spreads the calls over them in turn:
-    engine workers sharing one port (``agentik engine --workers N``, SO_REUSEPORT) each
-    take the connections the kernel gives them, so one connection per facade worker would
-    leave all of its calls on one engine process.
+    ``channels`` > 1 opens that many connections to the target and spreads the calls over
+    them in turn: engine workers sharing one port (``agentik engine --workers N``,
+    SO_REUSEPORT) each take the connections the kernel gives them, so one connection per
+    facade worker would leave all of its calls on one engine process. ``discover``: learn
+    the workers' own addresses and balance per call over them (the module's docstring).
     """
 
-    def __init__(self, target: str, channels: int = 1, max_send_bytes: int = 0) -> None:
+    def __init__(
+        self, target: str, channels: int = 1, max_send_bytes: int = 0, *, discover: bool = False
+    ) -> None:
         """``max_send_bytes``: the largest request sent (the engine's limit, the settings'
         ``request_message_bytes``); a larger one fails here, not on the wire (0: gRPC's
         default, no limit)."""
         self.target = target
         self.channels = max(1, channels)
+        self.discover = discover and _host_port(target) is not None
         self._options = list(_CHANNEL_OPTIONS)
         if max_send_bytes > 0:
             self._options.append(("grpc.max_send_message_length", max_send_bytes))
@@ -232,9 +282,23 @@ class EngineClient:
         self._stubs: list[pb_grpc.AgentEngineStub] = []
         self._turn = itertools.count()
         self._health: Any = None
+        self._stop = threading.Event()
+        self._workers: tuple[str, ...] = ()
+        self._balanced: Any = None
+        self._balanced_stub: pb_grpc.AgentEngineStub | None = None
+        self._unreachable: tuple[str, ...] = ()
         self._aio_pid = 0
         self._aio_channels: list[Any] = []
         self._aio_stubs: list[pb_grpc.AgentEngineStub] = []
+        self._aio_balanced: Any = None
+        self._aio_balanced_stub: pb_grpc.AgentEngineStub | None = None
+        self._aio_workers: tuple[str, ...] = ()
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The engine workers' addresses the calls are balanced over, resolved (empty: the
+        calls go over the target's own channels)."""
+        return self._workers if self._pid == os.getpid() else ()
 
     def _connect(self) -> None:
         with self._lock:
@@ -251,66 +315,288 @@ class EngineClient:
                 for channel in self._channels
             ]
             self._health = health_pb2_grpc.HealthStub(self._channel)
+            self._workers, self._balanced, self._balanced_stub = (), None, None
+            self._unreachable = ()
             self._pid = os.getpid()
+            if self.discover:
+                self._stop = threading.Event()
+                threading.Thread(
+                    target=self._watch,
+                    args=(self._stop, self._pid),
+                    name="agentik-engine-workers",
+                    daemon=True,
+                ).start()
 
     @property
     def engine(self) -> pb_grpc.AgentEngineStub:
-        """The ``agentik.engine.v1.AgentEngine`` stub (the next connection's, in turn)."""
+        """The ``agentik.engine.v1.AgentEngine`` stub: over the engine workers' own
+        addresses once known, else the next connection's to the target, in turn."""
         if self._pid != os.getpid():
             self._connect()
+        balanced = self._balanced_stub
+        if balanced is not None:
+            return balanced
         stubs = self._stubs
         return stubs[0] if len(stubs) == 1 else stubs[next(self._turn) % len(stubs)]
 
     @property
     def health(self) -> Any:
-        """The standard ``grpc.health.v1.Health`` stub."""
+        """The standard ``grpc.health.v1.Health`` stub (always the target's)."""
         if self._pid != os.getpid():
             self._connect()
         return self._health
 
+    # --- the engine workers' own addresses ---------------------------------------------
+
+    def _watch(self, stop: threading.Event, pid: int) -> None:
+        """Ask for the workers' addresses now and again (:meth:`_discover` says when)."""
+        while not stop.is_set() and os.getpid() == pid:
+            wait: float | None = DISCOVERY_INTERVAL
+            try:
+                wait = self._discover(stop)
+            except Exception:  # the thread must outlive whatever one ask ran into
+                log.exception("asking the engine for its workers' addresses failed")
+            if wait is None:
+                return
+            stop.wait(wait)
+
+    def _discover(self, stop: threading.Event) -> float | None:
+        """One ask; seconds until the next, or None when this target can never be balanced
+        here (stop asking). Soon (``DISCOVERY_INTERVAL``) while the calls are balanced (the
+        set may restart on new ports) or the engine does not answer; seldom
+        (``QUIET_INTERVAL``) while it lists no workers, or workers that do not answer."""
+        health = self._health
+        if health is None:  # closed meanwhile
+            return None
+        try:
+            _, call = health.Check.with_call(
+                health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT
+            )
+        except grpc.RpcError:
+            return DISCOVERY_INTERVAL  # the engine is down or starting: keep what we have
+        listed = dict(call.initial_metadata() or ()).get(WORKERS_METADATA, "")
+        host_port = _host_port(self.target)
+        assert host_port is not None  # discover is only set for such targets
+        try:
+            workers = _resolve(listed, host_port[0]) if listed else ()
+        except _Unbalanceable as exc:
+            log.warning("engine calls stay on %s, not balanced per worker: %s", self.target, exc)
+            return None
+        if workers == self._workers:
+            return DISCOVERY_INTERVAL if workers else QUIET_INTERVAL
+        if workers and not _reachable(workers):
+            if workers != self._unreachable:
+                log.warning(
+                    "the engine workers' own addresses (%s) do not answer from here: engine "
+                    "calls stay on %s, balanced per connection by the engine's host",
+                    ", ".join(workers),
+                    self.target,
+                )
+                self._unreachable = workers
+            return QUIET_INTERVAL
+        channel = stub = None
+        if workers:
+            channel = grpc.insecure_channel(balanced_target(workers), options=self._options)
+            stub = pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, _ForwardCredentials()))
+            _warm(channel, len(workers))
+        with self._lock:
+            if stop.is_set():  # closed meanwhile
+                old = channel
+            else:
+                old = self._balanced
+                self._workers, self._balanced, self._balanced_stub = workers, channel, stub
+        if old is not None:
+            # Its workers are gone (the set restarted elsewhere, or one engine replaced it).
+            old.close()
+        if workers:
+            log.info("engine calls balanced over its %d workers: %s", len(workers), workers)
+        return DISCOVERY_INTERVAL if workers else QUIET_INTERVAL
+
+    # --- grpc.aio ---------------------------------------------------------------------
+
     @property
     def aio_engine(self) -> pb_grpc.AgentEngineStub:
-        """The ``AgentEngine`` stub over this process's ``grpc.aio`` channels (the next
-        one's, in turn), for calls made on :func:`web_facade.aio_loop.event_loop`."""
-        if self._aio_pid != os.getpid():
+        """The ``AgentEngine`` stub over this process's ``grpc.aio`` channels (the workers'
+        own addresses once known, else the next connection's to the target, in turn), for
+        calls made on :func:`web_facade.aio_loop.event_loop`."""
+        if self._pid != os.getpid():
+            self._connect()  # and the discovery of the workers, if asked
+        if self._aio_pid != os.getpid() or self._aio_workers != self.workers:
             self._aio_connect()
+        balanced = self._aio_balanced_stub
+        if balanced is not None:
+            return balanced
         stubs = self._aio_stubs
         return stubs[0] if len(stubs) == 1 else stubs[next(self._turn) % len(stubs)]
 
-    def _aio_connect(self) -> None:
-        with self._lock:
-            if self._aio_stubs and self._aio_pid == os.getpid():
-                return
-            channels = aio_loop.run(self._aio_open())
-            self._aio_channels = channels
-            self._aio_stubs = [pb_grpc.AgentEngineStub(channel) for channel in channels]
-            self._aio_pid = os.getpid()
-
-    async def _aio_open(self) -> list[Any]:
-        # Made on the loop's thread: an aio channel belongs to the loop it was made on.
-        options = [
+    def _aio_options(self) -> list[tuple[str, Any]]:
+        return [
             option
             for option in self._options
             if option[0] != grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
         ]
-        return [
-            grpc.aio.insecure_channel(self.target, options=options) for _ in range(self.channels)
-        ]
+
+    def _aio_connect(self) -> None:
+        with self._lock:
+            workers = self.workers
+            if self._aio_pid != os.getpid():
+                channels = aio_loop.run(self._aio_open(self.target, self.channels))
+                self._aio_channels = channels
+                self._aio_stubs = [pb_grpc.AgentEngineStub(channel) for channel in channels]
+                self._aio_balanced, self._aio_balanced_stub = None, None
+                self._aio_workers = ()
+                self._aio_pid = os.getpid()
+            if workers == self._aio_workers:
+                return
+            old = self._aio_balanced
+            self._aio_balanced = self._aio_balanced_stub = None
+            if workers:
+                target = balanced_target(workers)
+                (channel,) = aio_loop.run(self._aio_open(target, 1, len(workers)))
+                self._aio_balanced = channel
+                self._aio_balanced_stub = pb_grpc.AgentEngineStub(channel)
+            self._aio_workers = workers
+            if old is not None:
+                aio_loop.run(_close_all([old]), timeout=5.0)
+
+    async def _aio_open(self, target: str, count: int, workers: int = 0) -> list[Any]:
+        # Made on the loop's thread: an aio channel belongs to the loop it was made on.
+        options = self._aio_options()
+        channels = [grpc.aio.insecure_channel(target, options=options) for _ in range(count)]
+        if workers:
+            await _aio_warm(channels[0], workers)
+        return channels
 
     def close(self) -> None:
         """Close this process's channels (a later call makes new ones)."""
         with self._lock:
+            self._stop.set()
             if self._channel is not None and self._pid == os.getpid():
                 for channel in self._channels:
                     channel.close()
+                if self._balanced is not None:
+                    self._balanced.close()
             self._channel = self._health = None
             self._channels, self._stubs = [], []
+            self._workers, self._balanced, self._balanced_stub = (), None, None
             self._pid = 0
             if self._aio_channels and self._aio_pid == os.getpid():
                 channels = self._aio_channels
+                if self._aio_balanced is not None:
+                    channels = [*channels, self._aio_balanced]
                 aio_loop.run(_close_all(channels), timeout=5.0)
             self._aio_channels, self._aio_stubs = [], []
+            self._aio_balanced = self._aio_balanced_stub = None
+            self._aio_workers = ()
             self._aio_pid = 0
+
+
+class _Unbalanceable(Exception):
+    """The workers' addresses cannot make one round-robin target from here."""
+
+
+def _host_port(target: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``HOST:PORT`` or ``[IPv6]:PORT`` target; None for the other
+    forms (a list, ``dns:``, ``unix:``), which name their engines themselves."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or "," in target or "/" in target:
+        return None
+    if host.startswith("["):
+        return (host[1:-1], int(port)) if host.endswith("]") else None
+    if ":" in host:
+        return None  # a scheme: ipv4:..., unix:..., dns:...
+    return host, int(port)
+
+
+def _resolve(listed: str, target_host: str) -> tuple[str, ...]:
+    """The workers' ``HOST:PORT`` addresses as IP addresses (a wildcard host, the engine
+    listening on every interface, is the host the target names)."""
+    resolved = []
+    for addr in listed.split(","):
+        host, _, port = addr.strip().rpartition(":")
+        host = host.strip("[]")
+        if not port.isdigit():
+            raise _Unbalanceable(f"the engine names a worker address {addr!r} without a port")
+        if host in _WILDCARDS:
+            host = target_host
+        resolved.append((_ip_of(host), int(port)))
+    if len({ip.version for ip, _ in resolved}) > 1:
+        raise _Unbalanceable("the workers' addresses mix IPv4 and IPv6")
+    return tuple(f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}" for ip, port in resolved)
+
+
+def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise _Unbalanceable(f"the workers' host {host!r} does not resolve: {exc}") from None
+    ips = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+    if len(ips) > 1 and not all(ip.is_loopback for ip in ips):
+        raise _Unbalanceable(f"the workers' host {host!r} names several machines")
+    # localhost: IPv4 first, where a loopback engine listens by default.
+    return sorted(ips, key=lambda ip: ip.version)[0]
+
+
+def balanced_target(workers: tuple[str, ...]) -> str:
+    """The gRPC target listing ``workers`` (resolved ``IP:PORT`` addresses, one family)."""
+    return ("ipv6:" if workers[0].startswith("[") else "ipv4:") + ",".join(workers)
+
+
+def _warm(channel: Any, workers: int) -> None:
+    """Health checks over the new round-robin ``channel`` until ``workers`` different workers
+    have answered (so each is connected: round robin picks only among the connected ones,
+    and the first calls would all go to the first worker up), for at most a few seconds."""
+    health: Any = health_pb2_grpc.HealthStub(channel)
+    answered: set[str] = set()
+    deadline = time.monotonic() + _CHECK_TIMEOUT
+    while len(answered) < workers and time.monotonic() < deadline:
+        try:
+            _, call = health.Check.with_call(
+                health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT, wait_for_ready=True
+            )
+        except grpc.RpcError:
+            return
+        worker = dict(call.initial_metadata() or ()).get(WORKER_METADATA, "")
+        if worker in answered:
+            time.sleep(0.01)  # the others are still connecting
+        answered.add(worker)
+
+
+async def _aio_warm(channel: Any, workers: int) -> None:
+    """:func:`_warm` for a ``grpc.aio`` channel."""
+    health: Any = health_pb2_grpc.HealthStub(channel)
+    answered: set[str] = set()
+    deadline = time.monotonic() + _CHECK_TIMEOUT
+    while len(answered) < workers and time.monotonic() < deadline:
+        call = health.Check(
+            health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT, wait_for_ready=True
+        )
+        try:
+            await call
+        except grpc.RpcError:
+            return
+        worker = dict(await call.initial_metadata() or ()).get(WORKER_METADATA, "")
+        if worker in answered:
+            await asyncio.sleep(0.01)
+        answered.add(worker)
+
+
+def _reachable(workers: tuple[str, ...]) -> bool:
+    """Whether each worker answers a health check on its own address."""
+    for addr in workers:
+        channel = grpc.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)])
+        health: Any = health_pb2_grpc.HealthStub(channel)
+        try:
+            health.Check(health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT)
+        except grpc.RpcError:
+            return False
+        finally:
+            channel.close()
+    return True
 
 
 async def _close_all(channels: list[Any]) -> None:

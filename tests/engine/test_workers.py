@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -11,13 +12,18 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentik.config import ConfigError, EngineSettings, Settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.build import build_engine
-from engine_service.server import EngineServer
-from engine_service.workers import check_workers, redact_store
+from engine_service.server import WORKER_METADATA, WORKERS_METADATA, EngineServer
+from engine_service.workers import check_workers, private_addresses, redact_store
 from tests.agentik.test_cli import ROOT, engine_env
 from tests.engine.harness import WAIT, engine_settings
 
@@ -239,3 +245,99 @@ async def test_worker_engines_share_a_port_and_a_single_engine_keeps_it_to_itsel
         await first.stop()
         await second.stop()
         await alone.engine.store.close()
+
+
+# --- each worker's own address --------------------------------------------------------
+
+ARGV_CHILD = """
+import json, os, signal, sys
+from agentik.parent_watch import stop_with_parent
+stop_with_parent()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+os.write(1, (json.dumps(sys.argv[1:]) + "\\n").encode())
+while True:
+    signal.pause()
+"""
+
+
+def test_each_child_is_told_every_worker_s_own_address_and_which_is_its_own() -> None:
+    port = _free_port()
+    script = textwrap.dedent(PARENT).format(
+        port=port, store=SHARED, child=textwrap.dedent(ARGV_CHILD)
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    try:
+        told = sorted(json.loads(parent.stdout.readline()) for _ in range(2))
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(WAIT) == 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        _, log = parent.communicate(timeout=WAIT)
+    (flag, listed, index_flag, first), (_, listed_too, _, second) = told
+    assert (flag, index_flag, listed == listed_too) == ("--worker-addrs", "--worker-index", True)
+    assert (first, second) == ("0", "1")
+    addrs = listed.split(",")
+    assert len(set(addrs)) == 2 and all(a.startswith("127.0.0.1:") for a in addrs)
+    assert f":{port}" not in listed  # not the shared port
+    assert f"each also on its own address ({', '.join(addrs)})" in log
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "localhost", "[::1]"])
+def test_private_addresses_are_free_distinct_ports_on_the_shared_address_s_host(host: str) -> None:
+    addrs = private_addresses(f"{host}:50051", 3)
+    assert len(set(addrs)) == 3
+    bare = host.strip("[]")
+    for addr in addrs:
+        bound, _, port = addr.rpartition(":")
+        assert bound == host and port != "50051"
+        with socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET) as sock:
+            sock.bind((bare, int(port)))  # free for the worker to take
+
+
+async def test_a_worker_serves_on_its_own_address_too_and_lists_every_worker_in_health() -> None:
+    shared = f"127.0.0.1:{_free_port()}"
+    own = private_addresses(shared, 2)
+    settings = engine_settings(AGENTIK_GRPC_ADDR=shared)
+    worker = EngineServer(
+        build_engine(settings), settings, reuse_port=True, own_addr=own[0], workers=tuple(own)
+    )
+    await worker.start()
+    try:
+        for addr in (shared, own[0]):
+            async with grpc.aio.insecure_channel(addr) as channel:
+                agents = await pb_grpc.AgentEngineStub(channel).ListAgents(
+                    pb.ListAgentsRequest(), timeout=WAIT
+                )
+                assert agents.agents, addr
+                health: Any = health_pb2_grpc.HealthStub(channel)
+                call = health.Check(health_pb2.HealthCheckRequest(), timeout=WAIT)
+                await call
+                said = dict(await call.initial_metadata())
+                assert said[WORKERS_METADATA] == ",".join(own), addr
+                assert said[WORKER_METADATA] == own[0], addr  # which one answered
+    finally:
+        await worker.stop()
+
+
+async def test_a_single_engine_lists_no_workers() -> None:
+    settings = engine_settings(AGENTIK_GRPC_ADDR="127.0.0.1:0")
+    alone = EngineServer(build_engine(settings), settings)
+    port = await alone.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health: Any = health_pb2_grpc.HealthStub(channel)
+            call = health.Check(health_pb2.HealthCheckRequest(), timeout=WAIT)
+            await call
+            said = dict(await call.initial_metadata())
+            assert WORKERS_METADATA not in said and WORKER_METADATA not in said
+    finally:
+        await alone.stop()

@@ -21,10 +21,11 @@ checking``. A bad LLM never makes the engine NOT_SERVING: runs are refused by th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
@@ -54,7 +55,15 @@ from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineSer
 from engine_service.webhooks.a2a_push import A2aPush
 from engine_service.workers import redact_store
 
-__all__ = ["LLM_METADATA", "METRICS_METADATA", "SERVICE_NAME", "EngineServer", "run_engine"]
+__all__ = [
+    "COMPANION_TICK",
+    "LLM_METADATA",
+    "METRICS_METADATA",
+    "SERVICE_NAME",
+    "Companion",
+    "EngineServer",
+    "run_engine",
+]
 
 log = logging.getLogger(__name__)
 
@@ -348,10 +357,65 @@ def startup_lines(settings: Settings, engine: Engine) -> list[str]:
     return [auth, tools, approval]
 
 
-async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
+class Companion(Protocol):
+    """A server this process runs beside the engine (``agentik serve``: the web facade's
+    workers, ``web_facade/serve_web.py``): started once the engine listens, looked at every
+    :data:`COMPANION_TICK` seconds, stopped before the engine stops."""
+
+    def start(self) -> None: ...
+
+    def check(self) -> bool:
+        """False once it cannot run: the engine then stops too."""
+        ...
+
+    def stop(self) -> bool:
+        """Stop (blocking; run in a thread); whether it ended cleanly."""
+        ...
+
+    def hurry(self) -> None:
+        """A second signal: stop now, not after the grace."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds (and end what still runs); called last, in every case."""
+        ...
+
+
+COMPANION_TICK = 0.5
+"""Seconds between two looks at the companion."""
+
+
+async def run_engine(
+    settings: Settings,
+    engine: Engine,
+    *,
+    reuse_port: bool = False,
+    companion: Companion | None = None,
+) -> bool:
+    """Serve until SIGTERM or SIGINT (or until the ``companion`` fails), then shut down
+    cleanly: the companion first, then the engine. True when a signal stopped it and the
+    companion ended cleanly."""
     server = EngineServer(engine, settings, reuse_port=reuse_port)
-    port = await server.start()
+    try:
+        port = await server.start()
+    except BaseException:
+        if companion is not None:
+            companion.close()
+        raise
+    try:
+        return await _serve(settings, engine, server, port, companion)
+    finally:
+        if companion is not None:
+            companion.close()
+
+
+async def _serve(
+    settings: Settings,
+    engine: Engine,
+    server: EngineServer,
+    port: int,
+    companion: Companion | None,
+) -> bool:
     host = settings.engine.grpc_addr.rsplit(":", 1)[0]
     store = redact_store(settings.engine.store)
     log.info("agentik engine listening on %s:%d (store %s)", host, port, store)
@@ -373,14 +437,27 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    await stopping.wait()
+    if companion is None:
+        await stopping.wait()
+    else:
+        companion.start()
+        while companion.check():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), COMPANION_TICK)
+            if stopping.is_set():
+                break
 
     def now() -> None:  # a second signal: do not wait for the runs
+        if companion is not None:
+            companion.hurry()
         stopped = engine.stop_all()
         log.warning("stopping now: %d runs in flight interrupted (their answers kept)", stopped)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, now)
+    clean = True
+    if companion is not None:  # it goes first: the web ends its streams cleanly
+        clean = await asyncio.to_thread(companion.stop) and stopping.is_set()
     if engine.runs_in_flight and engine.hands_over:
         log.info(
             "shutting down: handing %d runs in flight over to the other replicas (tools "
@@ -397,3 +474,4 @@ async def run_engine(settings: Settings, engine: Engine, *, reuse_port: bool = F
         )
     await server.stop()
     log.info("engine stopped")
+    return clean

@@ -161,3 +161,23 @@ def test_stop_kills_a_worker_that_ignores_sigterm_and_says_so_in_the_result(
         assert said[-1] == "going down"
     finally:
         workers.close()
+
+
+def test_the_workers_take_the_metrics_directory_serve_made(tmp_path: Path) -> None:
+    """Under ``agentik serve`` every worker writes its metrics where the serve process said
+    (one directory, so ``GET /metrics`` sums them all), rather than in one of its own."""
+    probe = (
+        "import os, web_facade.gunicorn_conf as c\n"
+        "print(os.environ['PROMETHEUS_MULTIPROC_DIR'], c._metrics_dir,"
+        " 'AGENTIK_SERVE_METRICS_DIR' in os.environ)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "AGENTIK_CONFIG"}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        AGENTIK_HTTP_ADDR="127.0.0.1:0",
+        AGENTIK_SERVE_METRICS_DIR=str(tmp_path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=WAIT
+    )
+    assert done.stdout.split() == [str(tmp_path), str(tmp_path), "False"], done.stderr

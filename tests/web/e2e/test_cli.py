@@ -100,7 +100,7 @@ def test_serve_is_the_engine_and_starts_the_web_workers_with_no_gunicorn_master(
             (first,) = children
             os.kill(first, signal.SIGKILL)
             wait_for(
-                lambda: _web_workers(pid) and _web_workers(pid) != [first],
+                lambda: bool(_web_workers(pid)) and _web_workers(pid) != [first],
                 "a new web worker",
             )
             wait_for(lambda: _healthy(base), "serve to be healthy again")

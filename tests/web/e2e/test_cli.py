@@ -113,6 +113,26 @@ def test_serve_is_the_engine_and_starts_the_web_workers_with_no_gunicorn_master(
     assert "Traceback" not in serve.log()
 
 
+def test_the_web_workers_stop_when_the_serve_process_is_killed(tmp_path: Path) -> None:
+    """kill -9 of ``serve`` (the engine) leaves no web worker behind answering for a dead
+    engine: each asked for SIGTERM when its parent dies (``agentik.parent_watch``)."""
+    with FakeOpenAI() as llm:
+        serve, base = _healthy_serve(_env(llm, tmp_path), tmp_path)
+        try:
+            workers = _web_workers(serve.popen.pid)
+            assert workers
+            serve.popen.kill()
+            serve.popen.wait(WAIT)
+            wait_for(
+                lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers),
+                "the web workers to exit",
+            )
+        finally:
+            serve.stop()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{base}/health", timeout=2.0)
+
+
 def test_web_refuses_a_bad_setting_with_a_message_that_names_it(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTIK_WEB_THREADS": "many"}
     env.pop("AGENTIK_CONFIG", None)

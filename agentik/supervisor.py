@@ -1,4 +1,6 @@
-"""``agentik serve``'s parent process, once the command has read and checked the settings.
+"""``agentik serve``'s parent process with several engine workers, once the command has read
+and checked the settings (with one, the serve process runs the engine itself and starts the
+web workers: ``web_facade/serve_web.py``).
 
 The command execs this module rather than supervising the engine and the web itself: a
 process that has imported the settings, argparse and every sub-command's parser keeps about

@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,9 +49,9 @@ def _workers(sock: socket.socket, python: str, said: list[str], count: int = 1) 
     )
 
 
-def _until(check: object, what: str) -> None:
+def _until(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
@@ -124,11 +124,13 @@ def test_a_worker_silent_past_the_timeout_gets_sigabrt_then_sigkill(
     tmp_path: Path, sock: socket.socket, said: list[str]
 ) -> None:
     # The stand-in ignores SIGABRT, as a worker stuck in C code would not get to it.
-    python = _fake_python(tmp_path, "trap '' ABRT; while :; do sleep 0.1; done")
+    ready = tmp_path / "ready"
+    python = _fake_python(tmp_path, f"trap '' ABRT; touch {ready}; while :; do sleep 0.1; done")
     workers = _workers(sock, python, said)
     workers.timeout = 1.0
     try:
         workers.start()
+        _until(ready.exists, "the trap to be set")
         worker = workers.workers[0]
         assert workers.check()  # never touched: a booting worker is not timed out
         assert not worker.aborted
@@ -149,13 +151,14 @@ def test_a_worker_silent_past_the_timeout_gets_sigabrt_then_sigkill(
 def test_stop_kills_a_worker_that_ignores_sigterm_and_says_so_in_the_result(
     tmp_path: Path, sock: socket.socket, said: list[str]
 ) -> None:
-    python = _fake_python(tmp_path, "trap '' TERM; while :; do sleep 0.1; done")
+    ready = tmp_path / "ready"
+    python = _fake_python(tmp_path, f"trap '' TERM; touch {ready}; while :; do sleep 0.1; done")
     workers = _workers(sock, python, said)
     workers.stop_timeout = 0.5
     workers.stopping = "going down"
     try:
         workers.start()
-        time.sleep(0.3)  # the trap is set
+        _until(ready.exists, "the trap to be set")
         assert not workers.stop()
         assert workers.workers[0].popen.returncode == -signal.SIGKILL
         assert said[-1] == "going down"

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agentik import tracing
 from agentik.config import (
@@ -20,6 +21,9 @@ from agentik.config import (
 )
 from agentik.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
+
+if TYPE_CHECKING:
+    from engine_service.server import Companion
 
 __all__ = ["main"]
 
@@ -38,7 +42,9 @@ def _logging(settings: Settings) -> None:
     configure_logging(settings.log.level, settings.log.format)
 
 
-def _engine(args: argparse.Namespace) -> int:
+def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int:
+    """``agentik engine``; with a ``companion`` (``agentik serve``: the web facade's
+    workers) the engine runs it beside itself and exits 1 when it failed."""
     from agentik.a2a.card import check_cards
     from engine_service.auth import Gate
     from engine_service.build import build_engine
@@ -68,18 +74,21 @@ def _engine(args: argparse.Namespace) -> int:
             build_tools(settings)
     except (ValueError, ConfigError) as exc:
         print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        if companion is not None:
+            companion.close()
         return 2
     if workers > 1:  # engine_service/workers.py: this process supervises N engines
         return run_workers(settings, workers, worker_argv(args.config))
     try:
         own = args.worker_addrs[args.worker_index] if args.worker_addrs else ""
-        asyncio.run(
+        clean = asyncio.run(
             run_engine(
                 settings,
                 engine,
                 reuse_port=args.worker,
                 own_addr=own,
                 workers=tuple(args.worker_addrs),
+                companion=companion,
             )
         )
     except RuntimeError as exc:  # grpc's bind failure, if the address was taken meanwhile
@@ -93,7 +102,7 @@ def _engine(args: argparse.Namespace) -> int:
         return 2
     finally:
         tracing.shutdown()  # exports the spans still waiting
-    return 0
+    return 0 if clean or companion is None else 1
 
 
 def _tracing() -> None:
@@ -277,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # the facade is optional for an engine-only install
         pass
     else:
-        add_commands(commands)
+        add_commands(commands, _engine)
     from agentik_chat.cli import add_command as add_chat
 
     add_chat(commands)

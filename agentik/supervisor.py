@@ -1,4 +1,6 @@
-"""``agentik serve``'s parent process, once the command has read and checked the settings.
+"""``agentik serve``'s parent process with several engine workers, once the command has read
+and checked the settings (with one, the serve process runs the engine itself and starts the
+web workers: ``web_facade/serve_web.py``).
 
 The command execs this module rather than supervising the engine and the web itself: a
 process that has imported the settings, argparse and every sub-command's parser keeps about
@@ -17,7 +19,7 @@ from typing import NoReturn
 
 from agentik.parent_watch import supervise
 
-__all__ = ["SPEC_ENV", "exec_supervisor", "main"]
+__all__ = ["SPEC_ENV", "exec_supervisor", "main", "say"]
 
 SPEC_ENV = "AGENTIK_SUPERVISE"
 
@@ -46,7 +48,8 @@ def exec_supervisor(
     os.execve(argv[0], argv, {**env, SPEC_ENV: json.dumps(spec)})
 
 
-def _say(line: str, log_format: str) -> None:
+def say(line: str, log_format: str) -> None:
+    """``line`` on stderr, as a JSON log record when ``log_format`` is json."""
     if log_format == "json":  # every line on stderr is then JSON
         import logging
 
@@ -68,8 +71,8 @@ def main() -> int:
         spec["commands"],
         dict(os.environ),
         stop_timeout=float(spec["stop_timeout"]),
-        started=lambda: _say(str(spec["started"]), log_format),
-        stopping=lambda: _say(str(spec["stopping"]), log_format),
+        started=lambda: say(str(spec["started"]), log_format),
+        stopping=lambda: say(str(spec["stopping"]), log_format),
     )
 
 

@@ -4,8 +4,8 @@ Starts ``python -m agentik.cli serve`` on free ports (SQLite in a temp directory
 OpenAI server as its LLM so the probe runs as it would against a real endpoint), waits for
 ``/health``, lets it settle, then reads every process of the tree: ``VmRSS`` from
 ``/proc/<pid>/status`` and ``Pss`` from ``/proc/<pid>/smaps_rollup``. Repeats ``--repeat``
-times on fresh processes and prints the median per role (supervisor, engine, gunicorn
-master, web worker) and of the tree's totals.
+times on fresh processes and prints the median per role (the serve process, which runs
+the engine, and the web workers) and of the tree's totals.
 
 Run: ``python -m bench.idle_bench`` (one web worker, five repetitions);
 ``--web-workers 2`` for the default ``serve``; ``--python /path/to/venv/bin/python`` to
@@ -31,7 +31,9 @@ from bench.facade_bench import _children, _free_port, _proc_kib
 from tests.fakes.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("supervisor", "engine", "gunicorn master", "web worker")
+ROLES = ("serve (engine)", "web worker", "engine", "gunicorn master")
+"""``agentik serve`` runs the engine itself and starts the web workers; a separate engine and
+a gunicorn master only with several engine workers (the supervisor's layout)."""
 
 
 def _tree(pid: int) -> list[int]:
@@ -44,9 +46,11 @@ def _tree(pid: int) -> list[int]:
 def _role(pid: int, root: int) -> str:
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     if pid == root:
-        return "supervisor"
+        return "serve (engine)"
     if b"engine" in argv:
         return "engine"
+    if b"web_facade.serve_web" in argv:
+        return "web worker"
     parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return "gunicorn master" if parent == root else "web worker"
 
@@ -106,6 +110,8 @@ def table(runs: list[dict[str, tuple[float, float]]]) -> str:
     """Markdown: the median RSS and PSS per role over ``runs``."""
     lines = ["| process | RSS MiB (median) | PSS MiB (median) |", "|---|---:|---:|"]
     for role in (*ROLES, "total"):
+        if all(run[role] == (0.0, 0.0) for run in runs):
+            continue  # not in this layout
         rss = statistics.median(run[role][0] for run in runs)
         pss = statistics.median(run[role][1] for run in runs)
         name = f"**{role}**" if role == "total" else role

@@ -1,3 +1,3 @@
 """agentik's engine: sessions, the chat loop, tools and the LLM, served over gRPC."""
 
-__version__ = "0.1.0"
+from agentik import __version__ as __version__

@@ -21,10 +21,11 @@ checking``. A bad LLM never makes the engine NOT_SERVING: runs are refused by th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
@@ -55,11 +56,13 @@ from engine_service.webhooks.a2a_push import A2aPush
 from engine_service.workers import redact_store
 
 __all__ = [
+    "COMPANION_TICK",
     "LLM_METADATA",
     "METRICS_METADATA",
     "SERVICE_NAME",
     "WORKERS_METADATA",
     "WORKER_METADATA",
+    "Companion",
     "EngineServer",
     "run_engine",
 ]
@@ -381,6 +384,34 @@ def startup_lines(settings: Settings, engine: Engine) -> list[str]:
     return [auth, tools, approval]
 
 
+class Companion(Protocol):
+    """A server this process runs beside the engine (``agentik serve``: the web facade's
+    workers, ``web_facade/serve_web.py``): started once the engine listens, looked at every
+    :data:`COMPANION_TICK` seconds, stopped before the engine stops."""
+
+    def start(self) -> None: ...
+
+    def check(self) -> bool:
+        """False once it cannot run: the engine then stops too."""
+        ...
+
+    def stop(self) -> bool:
+        """Stop (blocking; run in a thread); whether it ended cleanly."""
+        ...
+
+    def hurry(self) -> None:
+        """A second signal: stop now, not after the grace."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds (and end what still runs); called last, in every case."""
+        ...
+
+
+COMPANION_TICK = 0.5
+"""Seconds between two looks at the companion."""
+
+
 async def run_engine(
     settings: Settings,
     engine: Engine,
@@ -388,13 +419,36 @@ async def run_engine(
     reuse_port: bool = False,
     own_addr: str = "",
     workers: tuple[str, ...] = (),
-) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down cleanly (``reuse_port``, ``own_addr``,
-    ``workers``: a worker of ``agentik engine --workers N``, see :class:`EngineServer`)."""
+    companion: Companion | None = None,
+) -> bool:
+    """Serve until SIGTERM or SIGINT (or until the ``companion`` fails), then shut down
+    cleanly: the companion first, then the engine. True when a signal stopped it and the
+    companion ended cleanly. ``reuse_port``, ``own_addr``, ``workers``: a worker of
+    ``agentik engine --workers N``, see :class:`EngineServer`."""
     server = EngineServer(
         engine, settings, reuse_port=reuse_port, own_addr=own_addr, workers=workers
     )
-    port = await server.start()
+    try:
+        port = await server.start()
+    except BaseException:
+        if companion is not None:
+            companion.close()
+        raise
+    try:
+        return await _serve(settings, engine, server, port, own_addr, companion)
+    finally:
+        if companion is not None:
+            companion.close()
+
+
+async def _serve(
+    settings: Settings,
+    engine: Engine,
+    server: EngineServer,
+    port: int,
+    own_addr: str,
+    companion: Companion | None,
+) -> bool:
     host = settings.engine.grpc_addr.rsplit(":", 1)[0]
     store = redact_store(settings.engine.store)
     own = f" and on its own {own_addr}" if own_addr else ""
@@ -417,14 +471,27 @@ async def run_engine(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    await stopping.wait()
+    if companion is None:
+        await stopping.wait()
+    else:
+        companion.start()
+        while companion.check():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), COMPANION_TICK)
+            if stopping.is_set():
+                break
 
     def now() -> None:  # a second signal: do not wait for the runs
+        if companion is not None:
+            companion.hurry()
         stopped = engine.stop_all()
         log.warning("stopping now: %d runs in flight interrupted (their answers kept)", stopped)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, now)
+    clean = True
+    if companion is not None:  # it goes first: the web ends its streams cleanly
+        clean = await asyncio.to_thread(companion.stop) and stopping.is_set()
     if engine.runs_in_flight and engine.hands_over:
         log.info(
             "shutting down: handing %d runs in flight over to the other replicas (tools "
@@ -441,3 +508,4 @@ async def run_engine(
         )
     await server.stop()
     log.info("engine stopped")
+    return clean

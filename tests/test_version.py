@@ -24,9 +24,11 @@ def test_version_prints_the_installed_version_and_exits_0() -> None:
 def test_the_package_version_constant_is_the_installed_version() -> None:
     # The engine names itself with it (the LLM's User-Agent, MCP client info) without
     # loading importlib.metadata, which costs about 2 MiB of idle memory.
+    # The A2A card's default version too (agentik/a2a/card.py), in the engine and the facade.
+    import agentik
     import engine_service
 
-    assert engine_service.__version__ == version("agentik")
+    assert engine_service.__version__ == agentik.__version__ == version("agentik")
 
 
 def test_an_engine_with_an_llm_endpoint_loads_neither_importlib_metadata_nor_urllib() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from agentik.config import (
@@ -81,31 +82,60 @@ def serve_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """Run the engine and the facade as two child processes until a signal or a death;
-    the web stops first (it ends its streams cleanly), then the engine. Once the settings
-    are checked this process becomes ``agentik.supervisor`` (an exec: the same pid)."""
+    """Run the engine in this process and the facade's workers beside it
+    (``web_facade/serve_web.py``: no gunicorn master) until a signal, or until the web cannot
+    run; the web stops first (it ends its streams cleanly), then the engine. With several
+    engine workers this process becomes ``agentik.supervisor`` of ``agentik engine
+    --workers N`` and gunicorn (an exec: the same pid)."""
     settings = _settings(args, engine_too=True)
     grace = settings.engine.shutdown_grace
-    exec_supervisor(
-        [_engine_argv(args), gunicorn_argv()],
-        serve_env(settings, _child_env(args)),
-        stop_timeout=_STOP_TIMEOUT,
-        started=(
-            f"agentik: engine on {settings.engine.grpc_addr}, web on http://{settings.web.http_addr}"
-        ),
-        stopping=(
-            f"agentik: stopping; runs in flight get up to {grace:g}s to "
-            "finish (press Ctrl-C again to stop them now)"
-        ),
-        log_format=settings.log.format,
+    started = f"agentik: engine on {settings.engine.grpc_addr}, web on http://{{web}}"
+    stopping = (
+        f"agentik: stopping; runs in flight get up to {grace:g}s to "
+        "finish (press Ctrl-C again to stop them now)"
     )
+    if settings.engine.workers > 1:
+        exec_supervisor(
+            [_engine_argv(args), gunicorn_argv()],
+            serve_env(settings, _child_env(args)),
+            stop_timeout=_STOP_TIMEOUT,
+            started=started.format(web=settings.web.http_addr),
+            stopping=stopping,
+            log_format=settings.log.format,
+        )
+    from agentik.supervisor import say
+    from web_facade.serve_web import WebWorkers, bind, url_of
+
+    os.environ.update(serve_env(settings, {}))  # the engine's metrics, for the facade's /metrics
+    try:
+        sock = bind(settings.web.http_addr)
+    except OSError as exc:
+        print(
+            f"agentik: the web facade cannot listen on {settings.web.http_addr}: "
+            f"{exc.strerror or exc}; set AGENTIK_HTTP_ADDR",
+            file=sys.stderr,
+        )
+        return 2
+    web = WebWorkers(
+        sock,
+        settings.web.workers,
+        _child_env(args),
+        stop_timeout=_STOP_TIMEOUT,
+        started=started.format(web=url_of(sock).removeprefix("http://")),
+        stopping=stopping,
+        say=lambda line: say(line, settings.log.format),
+    )
+    args.worker, args.workers = False, None  # `agentik engine`'s own options
+    run_engine: Callable[[argparse.Namespace, WebWorkers], int] = args.run_engine
+    return run_engine(args, web)
 
 
-def add_commands(subparsers: Any) -> None:
-    """Add ``web`` and ``serve`` to the ``agentik`` command."""
+def add_commands(subparsers: Any, run_engine: Callable[..., int]) -> None:
+    """Add ``web`` and ``serve`` to the ``agentik`` command; ``serve`` runs the engine with
+    ``run_engine`` (``agentik engine``'s handler, which takes a companion)."""
     subparsers.add_parser(
         "web", help="run the web facade (REST+SSE) under gunicorn on AGENTIK_HTTP_ADDR"
     ).set_defaults(handler=_web)
     subparsers.add_parser(
         "serve", help="run the engine and the web facade together (local use)"
-    ).set_defaults(handler=_serve)
+    ).set_defaults(handler=_serve, run_engine=run_engine)

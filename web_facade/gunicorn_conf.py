@@ -79,8 +79,9 @@ def _alive(pid: int) -> bool:
 
 # Prometheus multi-process mode: each worker writes its metrics to files in this directory
 # and GET /metrics sums them; removed when the master exits. Set before any worker
-# imports prometheus_client, which reads it at import.
-_metrics_dir = _new_metrics_dir()
+# imports prometheus_client, which reads it at import. Under `agentik serve` there is no
+# master: the serve process made the directory and removes it (web_facade/serve_web.py).
+_metrics_dir = os.environ.pop("AGENTIK_SERVE_METRICS_DIR", "") or _new_metrics_dir()
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 proc_name = "agentik-web"
 # No control socket (gunicorn >= 25.1 makes one by default, at one path per user:

@@ -33,7 +33,6 @@ ask for A2A 0.3.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -51,6 +50,7 @@ from a2a.types import (
 )
 from google.protobuf import json_format
 
+from agentik import __version__
 from agentik.a2a.signing import CardSigner, load_signer
 from agentik.config import ConfigError, Settings, is_loopback
 
@@ -146,13 +146,6 @@ class CardConfig:
     "" without a public URL."""
 
 
-def _installed_version() -> str:
-    try:
-        return importlib.metadata.version("agentik")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 Skills = tuple[tuple[AgentSkill, ...], tuple[AgentSkill, ...]]
 """The skills every card shows, and those only the extended card shows."""
 
@@ -206,7 +199,7 @@ def card_config(settings: Settings) -> CardConfig:
         public_url=settings.a2a.public_url,
         name=settings.a2a.name,
         description=settings.a2a.description or _DEFAULT_DESCRIPTION,
-        version=settings.a2a.version or _installed_version(),
+        version=settings.a2a.version or __version__,
         skills=public,
         extended_skills=extended,
         auth=("JWT" if settings.auth.jwt_key_file else "opaque") if settings.auth_enabled else "",

@@ -296,3 +296,36 @@ def test_agentik_tools_agent_lists_that_agents_tools_and_approvals(tmp_path: Pat
     assert "current_time" in other.stdout and "calculate" not in other.stdout
     missing = tools("--agent", "nobody")
     assert missing.returncode == 2 and "'nobody'" in missing.stderr
+
+
+def test_the_engine_command_exits_1_when_its_companion_cannot_run() -> None:
+    """``agentik serve`` runs ``agentik engine``'s handler with the web workers as its
+    companion: when they cannot run, the engine stops and the command exits 1 (0 after a
+    signal, as ``test_serve_runs_engine_and_web_together...`` checks)."""
+    script = (
+        "import argparse, sys\n"
+        "from agentik.cli import _engine\n"
+        "class Failing:\n"
+        "    def start(self): print('started', flush=True)\n"
+        "    def check(self): return False\n"
+        "    def stop(self): print('stopped', flush=True); return True\n"
+        "    def hurry(self): pass\n"
+        "    def close(self): print('closed', flush=True)\n"
+        "args = argparse.Namespace(config=None, worker=False, workers=None)\n"
+        "print('exit', _engine(args, Failing()), flush=True)\n"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")},
+        "PYTHONPATH": str(ROOT),
+        "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+        "AGENTIK_STORE": "memory://",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split("\n")[:-1] == ["started", "stopped", "closed", "exit 1"], done.stderr
+    assert "engine stopped" in done.stderr

@@ -277,17 +277,66 @@ async def test_a_run_left_running_by_a_dead_engine_is_stored_as_interrupted_at_s
         assert kind(follow[-1]) == "run_finished"
 
 
+class _Companion:
+    """Stands in for ``agentik serve``'s web workers: fails at its third look."""
+
+    def __init__(self, engine_alive: Any) -> None:
+        self.calls: list[str] = []
+        self.looks = 0
+        self.engine_alive = engine_alive
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def check(self) -> bool:
+        self.looks += 1
+        return self.looks < 3
+
+    def stop(self) -> bool:
+        self.calls.append(f"stop (engine serving: {self.engine_alive()})")
+        return True
+
+    def hurry(self) -> None:
+        self.calls.append("hurry")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+async def test_a_companion_that_fails_stops_the_engine_after_itself_and_the_result_says_so(
+    llm: FakeOpenAI,
+) -> None:
+    """``agentik serve``: the engine runs the web workers beside it (``run_engine``'s
+    companion); when they cannot run, the companion stops first, then the engine, and
+    ``run_engine`` returns False (``serve`` exits 1)."""
+    from engine_service.build import build_engine
+    from engine_service.server import run_engine
+
+    settings = engine_settings(AGENTIK_STORE="memory://", AGENTIK_GRPC_ADDR="127.0.0.1:0")
+    engine = build_engine(settings)
+    companion = _Companion(lambda: engine.accepting)
+    clean = await asyncio.wait_for(run_engine(settings, engine, companion=companion), WAIT)
+    assert clean is False
+    assert companion.calls == ["start", "stop (engine serving: True)", "close"]
+    assert companion.looks == 3
+    assert not engine.accepting
+
+
 def test_an_idle_engine_imports_neither_httpx_nor_mcp_nor_cryptography() -> None:
     """Memory: httpx (~7 MB, the LLM probe uses the engine's own HTTP client), the MCP SDK
     (its server stack) and cryptography with PyJWT (~8 MB, only a card signing key or PEM
     JWTs need them) stay out of an engine that starts, probes its LLM and serves
     (docs/performance.md, idle memory). The a2a-sdk's types are in: the engine serves A2A's
-    gRPC binding."""
+    gRPC binding; but not starlette and anyio, which they import for an annotation (1.6 MiB,
+    ``agentik/a2a/__init__.py``), nor importlib.metadata (the card's version is
+    ``agentik.__version__``)."""
     code = (
-        "import sys, engine_service.server, engine_service.build, engine_service.llm.probe, "
-        "engine_service.webhooks.a2a_push, agentik.a2a.card\n"
+        # In the order `agentik engine` and `agentik serve` import them: the card first.
+        "import sys, agentik.a2a.card, engine_service.server, engine_service.build, "
+        "engine_service.llm.probe, engine_service.webhooks.a2a_push\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'httpx', 'mcp', 'pydantic', 'uvicorn', 'cryptography', 'jwt'}))"
+        "{'httpx', 'mcp', 'pydantic', 'uvicorn', 'cryptography', 'jwt', 'starlette', 'anyio'}"
+        " | ({'importlib.metadata'} & set(sys.modules))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

@@ -77,40 +77,60 @@ def _cmdline(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
 
-def _environ(pid: int) -> str:
-    return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+def _web_workers(pid: int) -> list[int]:
+    return [c for c in _children(pid) if "web_facade.serve_web" in _cmdline(c)]
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
-def test_serve_keeps_only_a_small_supervisor_as_the_parent_of_engine_and_web(
+def test_serve_is_the_engine_and_starts_the_web_workers_with_no_gunicorn_master(
     tmp_path: Path,
 ) -> None:
-    """Once the settings are checked ``serve`` execs ``agentik.supervisor`` (same pid): the
-    parent no longer keeps the settings and every sub-command's imports resident. Its spec
-    travels in one variable that the children do not inherit."""
+    """Memory (docs/performance.md "Idle memory"): the serve process runs the engine itself
+    and its only children are the facade's workers (no supervisor, no gunicorn master). A
+    worker killed is replaced, as gunicorn's master would, and the facade answers again."""
     with FakeOpenAI() as llm:
-        serve, _ = _healthy_serve(_env(llm, tmp_path), tmp_path)
+        serve, base = _healthy_serve(_env(llm, tmp_path), tmp_path)
         try:
             pid = serve.popen.pid
-            assert _cmdline(pid)[1:] == ["-m", "agentik.supervisor"]
+            assert _cmdline(pid)[-1] == "serve"
             children = _children(pid)
-            assert len(children) == 2, children
-            assert any("engine" in _cmdline(c) for c in children)
-            assert any("gunicorn" in _cmdline(c) for c in children)
-            for child in children:
-                assert "AGENTIK_SUPERVISE=" not in _environ(child)
-            # The parent as it was (the command with its settings loaded) kept 23-25 MB.
-            assert _rss_kib(pid) < 18 * 1024, _rss_kib(pid)
+            assert children == _web_workers(pid), [_cmdline(c) for c in children]
+            assert len(children) == 1
+            assert "engine listening on" in serve.log()  # the engine is this process
+            assert "agentik: engine on" in serve.log()
+            (first,) = children
+            os.kill(first, signal.SIGKILL)
+            wait_for(
+                lambda: bool(_web_workers(pid)) and _web_workers(pid) != [first],
+                "a new web worker",
+            )
+            wait_for(lambda: _healthy(base), "serve to be healthy again")
+            assert f"web worker {first} died (signal 9); starting another" in serve.log()
+            metrics = httpx.get(f"{base}/metrics", timeout=WAIT)
+            assert metrics.status_code == 200
         finally:
             code = serve.stop(signal.SIGTERM)
     assert code == 0, serve.log()
-    assert "agentik: engine on" in serve.log()
+    assert "Traceback" not in serve.log()
+
+
+def test_the_web_workers_stop_when_the_serve_process_is_killed(tmp_path: Path) -> None:
+    """kill -9 of ``serve`` (the engine) leaves no web worker behind answering for a dead
+    engine: each asked for SIGTERM when its parent dies (``agentik.parent_watch``)."""
+    with FakeOpenAI() as llm:
+        serve, base = _healthy_serve(_env(llm, tmp_path), tmp_path)
+        try:
+            workers = _web_workers(serve.popen.pid)
+            assert workers
+            serve.popen.kill()
+            serve.popen.wait(WAIT)
+            wait_for(
+                lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers),
+                "the web workers to exit",
+            )
+        finally:
+            serve.stop()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{base}/health", timeout=2.0)
 
 
 def test_web_refuses_a_bad_setting_with_a_message_that_names_it(tmp_path: Path) -> None:

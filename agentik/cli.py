@@ -80,14 +80,16 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
     if workers > 1:  # engine_service/workers.py: this process supervises N engines
         return run_workers(settings, workers, worker_argv(args.config))
     try:
-        own = args.worker_addrs[args.worker_index] if args.worker_addrs else ""
+        # serve's arguments have no worker list: only a worker of ``--workers N`` gets one
+        addrs: list[str] = getattr(args, "worker_addrs", None) or []
+        own = addrs[getattr(args, "worker_index", 0)] if addrs else ""
         clean = asyncio.run(
             run_engine(
                 settings,
                 engine,
                 reuse_port=args.worker,
                 own_addr=own,
-                workers=tuple(args.worker_addrs),
+                workers=tuple(addrs),
                 companion=companion,
             )
         )

@@ -31,7 +31,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-import psycopg.errors
 from psycopg import pq
 
 __all__ = ["MAX_PREPARED", "Renderer"]
@@ -128,8 +127,10 @@ class Renderer:
             name = f"agentik_{len(self._names) + 1}"
             try:
                 await conn.execute(f"PREPARE {name} AS {_template(query).numbered}", prepare=False)
-            except psycopg.errors.SyntaxErrorOrAccessRuleViolation:
-                log.warning("statement not prepared, sent in full: %.80r", query)
+            except psycopg.ProgrammingError as exc:
+                if exc.sqlstate is None:
+                    raise
+                log.warning("statement not prepared (%s), sent in full: %.80r", exc, query)
                 self._inline.add(query)
             else:
                 self._names[query] = name

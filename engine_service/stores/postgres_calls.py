@@ -264,6 +264,7 @@ class CallRunner:
             await self._prepare()
             async with connection(state.wait) as conn:
                 state.connected = True
+                await _rolled_back(conn)  # what an earlier failure may have left open
                 renderer = Renderer.of(conn)
                 await renderer.prepare(
                     conn, {query: None for write in writes for query, _ in write}

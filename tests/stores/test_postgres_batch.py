@@ -222,3 +222,17 @@ async def test_the_writer_prepares_each_statement_once_on_its_connection(
     assert len(again) == len(set(again)) == len(first) + 1  # the message append's insert
     for s in ids:
         assert [e.seq for e in await store.read_events(s, 0, 0)] == [1, 2, 3]
+
+
+async def test_a_transaction_left_failed_on_the_writers_connection_is_rolled_back_first(
+    store: PostgresSessionStore,
+) -> None:
+    (session_id,) = await sessions(store, 1)
+    conn = store._batch._conn
+    assert conn is not None
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await conn.execute("BEGIN; SELECT 1 / 0")
+    assert conn.info.transaction_status is psycopg.pq.TransactionStatus.INERROR
+    await store.append_events(session_id, [event(1, session_id)])
+    assert store._batch._conn is conn
+    assert [e.seq for e in await store.read_events(session_id, 0, 0)] == [1]

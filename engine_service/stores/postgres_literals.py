@@ -179,10 +179,19 @@ class Renderer:
             if not value:
                 return "'{}'"
             return "ARRAY[" + ",".join(map(self.literal, value)) + "]"
-        if kind is datetime:
+        if isinstance(value, datetime):
             if value.tzinfo is None or value.utcoffset() is None:
                 raise TypeError("a time for PostgreSQL must carry its timezone")
-            return f"'{value.isoformat()}'::timestamptz"
+            return f"'{datetime.isoformat(value)}'::timestamptz"
+        # Subclasses (a StrEnum or IntEnum member): their plain value.
+        if isinstance(value, str):
+            return self._text(str.__str__(value))
+        if isinstance(value, int):
+            return self.literal(int(value))
+        if isinstance(value, float):
+            return self.literal(float(value))
+        if isinstance(value, list | tuple):
+            return self.literal(list(value))
         raise TypeError(f"no SQL literal for a {kind.__name__}")
 
     def _text(self, value: str) -> str:
@@ -190,8 +199,11 @@ class Renderer:
             raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
         if value.isascii() and "'" not in value and "\\" not in value:
             return f"'{value}'"  # nothing to escape (most ids, most JSON without quotes)
-        escaped = self._escape(value.encode(self._encoding)).decode(self._encoding)
-        return f"'{escaped}'"
+        try:
+            encoded = value.encode(self._encoding)
+        except UnicodeEncodeError as exc:  # a connection whose encoding is not UTF-8
+            raise psycopg.DataError(f"text the connection's encoding cannot hold: {exc}") from exc
+        return f"'{self._escape(encoded).decode(self._encoding)}'"
 
 
 _renderers: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], Renderer] = (

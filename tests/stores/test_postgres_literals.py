@@ -4,6 +4,7 @@ statement is prepared once per connection and run by ``EXECUTE`` after."""
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -71,6 +72,31 @@ async def test_numbers_times_and_nulls_read_back_as_they_were(
     assert await _read_back(conn, render.literal(False), "") is False
     when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=-5)))
     assert await _read_back(conn, render.literal(when), "") == when.astimezone(UTC)
+
+
+async def test_enum_members_are_written_as_their_values(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    render = Renderer(conn)
+
+    class Kind(enum.StrEnum):
+        QUOTED = "it's"
+
+    class Count(enum.IntEnum):
+        THREE = 3
+
+    assert await _read_back(conn, render.literal(Kind.QUOTED), "::text") == "it's"
+    assert await _read_back(conn, render.literal([Count.THREE]), "::bigint[]") == [3]
+
+
+async def test_text_the_connections_encoding_cannot_hold_is_refused(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    await conn.execute("SET client_encoding = 'LATIN1'")
+    render = Renderer(conn)
+    assert await _read_back(conn, render.literal("café's"), "::text") == "café's"
+    with pytest.raises(psycopg.DataError, match="encoding"):
+        render.literal("中文")
 
 
 async def test_nul_in_text_is_refused_as_psycopg_refuses_it(

@@ -197,7 +197,10 @@ class SessionStore(abc.ABC):
         read back by ``kept_input``.
 
         ``admit`` is called, inside the transaction, with the session's pending
-        interrupts; what it raises refuses the run and writes nothing.
+        interrupts; what it raises refuses the run and writes nothing. A store may call it
+        with no interrupts first (to learn whether the run needs any answered, before
+        writing it in a batch gated on the session waiting for nobody): the last call is
+        the one that counts.
 
         The run's ``start_seq`` is the session's ``last_seq + 1``; the session's
         ``reserved_seq`` becomes ``last_seq + reserve``: the seqs the run may hand out

@@ -599,6 +599,61 @@ session's), the session let go and the other replicas told (``ENDED``). Nothing 
 when the session or the run is gone or the first seq does not follow the last stored one;
 the first two columns tell which."""
 
+_BEGIN_COLUMNS = """
+    {s}id, {s}title, {s}created_at, {s}updated_at, {s}state, {s}last_seq, {s}active_run_id,
+    {count}, {s}reserved_seq, {s}owner, {s}interrupts, {s}input_tokens, {s}output_tokens,
+    {s}cached_tokens, {s}webhook_url, {s}agent
+"""
+_MADE_COLUMNS = _BEGIN_COLUMNS.format(s="", count="0")
+_TAKEN_COLUMNS = _BEGIN_COLUMNS.format(
+    s="s.",
+    count="(SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id)",
+)
+
+_BEGIN_RUN = f"""
+WITH cur AS (
+    SELECT id FROM sessions WHERE id = %(session)s AND active_run_id IS NULL
+        AND (NOT %(gate)s OR interrupts IS NULL)
+        AND (NOT %(require_owner)s OR owner = %(owner)s)
+), fresh AS (
+    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM runs WHERE id = %(run)s)
+        AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = %(session)s AND status = 'running')
+), made AS (
+    INSERT INTO sessions (id, title, created_at, updated_at, owner, agent, active_run_id,
+        reserved_seq)
+    SELECT %(session)s, '', %(stamp)s, %(stamp)s, %(owner)s, %(agent)s, %(run)s, %(reserve)s
+    FROM fresh WHERE %(create)s AND NOT EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {_MADE_COLUMNS}, true
+), taken AS (
+    UPDATE sessions s SET active_run_id = %(run)s, updated_at = %(stamp)s,
+        reserved_seq = s.last_seq + %(reserve)s
+    FROM cur, fresh WHERE s.id = cur.id AND s.active_run_id IS NULL
+        AND (NOT %(gate)s OR s.interrupts IS NULL)
+    RETURNING {_TAKEN_COLUMNS}, false
+), began AS (
+    SELECT * FROM made UNION ALL SELECT * FROM taken
+), inserted AS (
+    INSERT INTO runs (session_id, id, status, started_at, start_seq, replica, lease_until,
+        parent_run_id, kept)
+    SELECT began.id, %(run)s, 'running', %(stamp)s, began.last_seq + 1, %(replica)s,
+        %(lease)s, %(parent)s, %(kept)s
+    FROM began
+)
+SELECT began.*, pg_notify(%(channel)s, json_build_array(%(kind)s::text, %(session)s::text,
+    %(run)s::text, began.last_seq)::text)
+FROM began
+"""
+"""A run begun in one statement, when nothing stands in its way: the session made (with
+``create``, when there is none) or taken (when no run is active, it waits for no person
+with ``gate``, and it is the caller's with ``require_owner``), the run inserted and the
+other replicas told (``BEGUN``). It follows ``SELECT ... FOR UPDATE`` of the session and
+the lock of the run id in the same transaction, so what it reads is current. It writes
+nothing and returns no row when something stands in the way (a run active, the id taken,
+the session missing or someone else's, a session being made by another call at the same
+moment): ``begin_run`` then finds out which, and raises, the long way. The row: the
+session's columns (``_SESSION_COLUMNS``) as the run left it, and whether it was made."""
+
 WRITER_NAME = "agentik-writer"
 """The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
 
@@ -1124,9 +1179,48 @@ class PostgresSessionStore(SessionStore):
         if not run_id:
             raise InvalidInput("run id must not be empty")
 
-        # Two round trips before the commit (psycopg's pipeline mode): the checks' reads
-        # first, then the writes with the session as it now is; what a check refuses
-        # raises, and the transaction, with whatever was queued, rolls back.
+        # The usual case, a run nothing stands in the way of, goes in the writer's next
+        # batch. ``admit`` is asked first with no pending interrupt (what a session
+        # waiting for nobody has), and the batched write gated on the session having none:
+        # a run that brings answers to interrupts takes the long way.
+        batched = True
+        if admit is not None:
+            try:
+                admit([])
+            except Exception:
+                batched = False
+        if batched:
+            params = {
+                "session": session_id,
+                "run": run_id,
+                "stamp": stamp,
+                "reserve": reserve,
+                "owner": owner,
+                "require_owner": require_owner,
+                "gate": admit is not None,
+                "create": create and bool(session_id),
+                "agent": agent,
+                "replica": lease.replica if lease else "",
+                "lease": lease_until,
+                "parent": parent_run_id,
+                "kept": kept,
+                "channel": self._channel,
+                "kind": SignalKind.BEGUN.value,
+            }
+            with suppress(psycopg.IntegrityError):  # a race the checks missed: the long way
+                *_, begun = await self._batch.first(
+                    [
+                        ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,)),
+                        ("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,)),
+                        (_BEGIN_RUN, params),
+                    ]
+                )
+                if begun is not None:
+                    return RunBegun(_session(begun[:-2]), bool(begun[-2]))
+
+        # The long way: two round trips before the commit (psycopg's pipeline mode): the
+        # checks' reads first, then the writes with the session as it now is; what a check
+        # refuses raises, and the transaction, with whatever was queued, rolls back.
         async def work(conn: _Conn) -> RunBegun:
             async with conn.pipeline():
                 made = None

@@ -7,9 +7,11 @@ commit) per run per write, and each round trip costs the engine's loop as much C
 rest of a short run. Here a write is a few statements with no decision between them (the
 conditions are in the SQL: an append whose first seq no longer follows the session's last
 one writes nothing and says so). The writer takes every write queued meanwhile, up to
-``max_batch``, and sends them in one transaction as one pipeline: two round trips and one
-commit for the lot. A caller learns its result only once that transaction is committed,
-so a client still sees an event only once it is stored.
+``max_batch``, and sends them in one transaction as one query string (``EXECUTE`` of
+statements prepared once on its connection, values written in: ``postgres_literals``): two
+round trips and one commit for the lot. Runs begin in these batches too (``begin_run``).
+A caller learns its result only once that transaction is committed, so a client still
+sees an event only once it is stored.
 
 Isolation: a write that its own conditions refuse (a run another replica took over) is a
 row missing from its result, not an error, so it never fails the others. A statement

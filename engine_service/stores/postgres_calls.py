@@ -28,15 +28,17 @@ import enum
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from engine_service.core.errors import AgentikError, InvalidInput, StorageUnavailable
+from engine_service.stores.postgres_literals import Renderer
 
 __all__ = [
     "CallKind",
@@ -248,38 +250,47 @@ class CallRunner:
         *,
         atomic: bool = True,
     ) -> Rows:
-        """Every statement of ``writes``, in order, in one transaction sent as one pipeline
-        (psycopg's pipeline mode: the statements go out together, then the transaction id
-        and the ``COMMIT``: two round trips whatever their number), on the connection
+        """Every statement of ``writes``, in order, in one transaction, on the connection
         ``connection(wait)`` gives; the rows of each statement, per write. Retried like a
-        write. Not ``atomic``: reads, each statement on its own, in one round trip.
+        write. Not ``atomic``: reads, with no transaction of their own.
 
-        A statement that fails fails the whole transaction (nothing of it is stored)."""
+        The statements go as one query string, their values written in
+        (``postgres_literals``): with the transaction's ``BEGIN`` before them and the read
+        of its id after them, then the ``COMMIT``: two round trips, two messages, whatever
+        their number. A statement that fails fails the whole transaction (nothing of it is
+        stored) and, for reads, the statements after it."""
 
         async def attempt(state: Attempt[Rows]) -> Rows:
             await self._prepare()
             async with connection(state.wait) as conn:
                 state.connected = True
+                await _rolled_back(conn)  # what an earlier failure may have left open
+                renderer = Renderer.of(conn)
+                await renderer.prepare(
+                    conn, {query: None for write in writes for query, _ in write}
+                )
+                render = renderer.statement
+                texts = [render(query, args) for write in writes for query, args in write]
+                cursor = conn.cursor()
                 if not atomic:
-                    async with conn.pipeline() as pipeline:
-                        sent = [
-                            [await conn.execute(query, args) for query, args in write]
-                            for write in writes
-                        ]
-                        await pipeline.sync()  # every result is in
-                        return [[await _rows(c) for c in write] for write in sent]
-                async with conn.pipeline(), conn.transaction():
-                    cursors = [
-                        [await conn.execute(query, args) for query, args in write]
-                        for write in writes
-                    ]
-                    xid = await conn.execute("SELECT pg_current_xact_id()::text")
-                    # Fetching the id waits for every statement before it; from here only
-                    # the COMMIT itself can fail.
-                    row = await xid.fetchone()
-                    rows: Rows = [[await _rows(c) for c in write] for write in cursors]
+                    await cursor.execute(";\n".join(texts), prepare=False)
+                    return await _split(cursor, writes)
+                try:
+                    await cursor.execute(
+                        "BEGIN;\n" + ";\n".join(texts) + ";\nSELECT pg_current_xact_id()::text",
+                        prepare=False,
+                    )
+                    cursor.nextset()  # past BEGIN
+                    rows = await _split(cursor, writes)
+                    cursor.nextset()
+                    row = await cursor.fetchone()
+                    # From here only the COMMIT itself can fail.
                     state.result = rows
                     state.xid = str(row[0]) if row else None
+                    await cursor.execute("COMMIT", prepare=False)
+                except BaseException:
+                    await _rolled_back(conn)
+                    raise
                 return rows
 
         return await self.retrying(attempt, connection)
@@ -372,6 +383,32 @@ class CallRunner:
                 return None
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RETRY_DELAY)
+
+
+async def _split(
+    cursor: psycopg.AsyncCursor[TupleRow], writes: Sequence[Sequence[Statement]]
+) -> Rows:
+    """The rows of each statement of ``writes``, from the results ``cursor`` holds, the
+    current one the first statement's; ends on the last statement's."""
+    rows: Rows = []
+    first = True
+    for write in writes:
+        mine: list[list[tuple[Any, ...]]] = []
+        for _ in write:
+            if not first:
+                cursor.nextset()
+            first = False
+            mine.append(await _rows(cursor))
+        rows.append(mine)
+    return rows
+
+
+async def _rolled_back(conn: _Conn) -> None:
+    """End the transaction a failed batch left open (the connection stays usable); a
+    connection that is lost meanwhile is the caller's to drop."""
+    if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        with suppress(psycopg.Error, OSError):
+            await conn.execute("ROLLBACK", prepare=False)
 
 
 async def _rows(cursor: psycopg.AsyncCursor[TupleRow]) -> list[tuple[Any, ...]]:

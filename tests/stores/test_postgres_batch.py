@@ -13,8 +13,8 @@ import pytest
 
 from agentik.config import ConfigError, load_settings
 from engine_service.core import events as ev
-from engine_service.core.errors import AlreadyExists, InvalidInput, SessionNotFound
-from engine_service.core.models import Message, Role, TextPart
+from engine_service.core.errors import AlreadyExists, InvalidInput, SessionBusy, SessionNotFound
+from engine_service.core.models import Interrupt, Message, Role, RunStatus, TextPart
 from engine_service.stores import open_store
 from engine_service.stores.postgres import PostgresSessionStore
 
@@ -171,3 +171,68 @@ async def test_a_store_dropped_without_close_closes_its_own_connections(pg_url: 
         gc.collect()
     assert writer.closed and (reader is None or reader.closed)
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
+
+
+async def test_runs_begin_in_the_writers_batches_and_a_refused_one_the_long_way(
+    store: PostgresSessionStore,
+) -> None:
+    seen: list[list[Interrupt]] = []
+    before_tx, before_writes = store._batch.transactions, store._batch.writes
+    begun = await asyncio.gather(
+        *(
+            store.begin_run(f"n{i}", f"r{i}", T0, create=True, reserve=64, admit=seen.append)
+            for i in range(RUNS)
+        )
+    )
+    assert store._batch.writes - before_writes == RUNS
+    assert store._batch.transactions - before_tx < RUNS / 2
+    assert seen == [[]] * RUNS
+    for i, run in enumerate(begun):
+        assert run.created and run.session.active_run_id == f"r{i}"
+        assert (run.session.last_seq, run.session.reserved_seq) == (0, 64)
+        [record] = await store.list_runs(f"n{i}")
+        assert (record.id, record.status, record.start_seq) == (f"r{i}", RunStatus.RUNNING, 1)
+    before_writes = store._batch.writes
+    with pytest.raises(SessionBusy):
+        await store.begin_run("n0", "other", T0, create=True)
+    with pytest.raises(AlreadyExists):
+        await store.begin_run("elsewhere", "r1", T0, create=True)
+    assert store._batch.writes - before_writes == 2  # tried batched, wrote nothing
+    assert [r.id for r in await store.list_runs("n0")] == ["r0"]
+    with pytest.raises(SessionNotFound):
+        await store.get_session("elsewhere")
+
+
+async def test_the_writer_prepares_each_statement_once_on_its_connection(
+    store: PostgresSessionStore,
+) -> None:
+    async def prepared() -> list[str]:
+        conn = store._batch._conn
+        assert conn is not None
+        cursor = await conn.execute("SELECT statement FROM pg_prepared_statements")
+        return sorted(row[0] for row in await cursor.fetchall())
+
+    ids = await sessions(store, 4)
+    await asyncio.gather(*(store.append_events(s, [event(1, s)]) for s in ids))
+    first = await prepared()
+    assert any("INSERT INTO events" in statement for statement in first)
+    await asyncio.gather(*(store.append_events(s, [event(2, s), event(3, s)]) for s in ids))
+    await asyncio.gather(*(store.append_messages(s, [message("m1")]) for s in ids))
+    again = await prepared()
+    assert len(again) == len(set(again)) == len(first) + 1  # the message append's insert
+    for s in ids:
+        assert [e.seq for e in await store.read_events(s, 0, 0)] == [1, 2, 3]
+
+
+async def test_a_transaction_left_failed_on_the_writers_connection_is_rolled_back_first(
+    store: PostgresSessionStore,
+) -> None:
+    (session_id,) = await sessions(store, 1)
+    conn = store._batch._conn
+    assert conn is not None
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await conn.execute("BEGIN; SELECT 1 / 0")
+    assert conn.info.transaction_status is psycopg.pq.TransactionStatus.INERROR
+    await store.append_events(session_id, [event(1, session_id)])
+    assert store._batch._conn is conn
+    assert [e.seq for e in await store.read_events(session_id, 0, 0)] == [1]

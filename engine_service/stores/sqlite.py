@@ -485,6 +485,8 @@ class _Writer:
         self._connection = threading.Lock()
         """Held while an operation uses the connection."""
         self._since_checkpoint = 0
+        self._replies: list[tuple[_Op, Any, BaseException | None]] = []
+        """The writer thread's answers to the batch it runs."""
         self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
         self._thread.start()
 
@@ -568,7 +570,13 @@ class _Writer:
                     self._together(batch)
                 if checkpoints:
                     self._checkpoint()
+            # Counted done before the callers hear of it: the next operation they ask
+            # then finds the store idle and runs at once.
             self._finished(len(batch) + checkpoints)
+            replies, self._replies = self._replies, []
+            for op, result, error in replies:
+                with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    op.loop.call_soon_threadsafe(_settle, op.future, result, error)
             if stopping:
                 return
 
@@ -578,10 +586,9 @@ class _Writer:
         except sqlite3.Error as exc:  # the next one tries again; writes go on meanwhile
             log.warning("WAL checkpoint failed: %s", storage_error(exc).message)
 
-    @staticmethod
-    def _reply(op: _Op, result: Any, error: BaseException | None) -> None:
-        with suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            op.loop.call_soon_threadsafe(_settle, op.future, result, error)
+    def _reply(self, op: _Op, result: Any, error: BaseException | None) -> None:
+        """Answer ``op`` once its batch is done (``_serve``)."""
+        self._replies.append((op, result, error))
 
     def _alone(self, op: _Op) -> None:
         try:

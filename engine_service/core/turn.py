@@ -276,9 +276,6 @@ class Run:
                 self._input_taken = True  # stored before the engine that began it died
             else:
                 self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
-                # Stored here rather than by the flusher, whose turn on the loop may come
-                # only once the LLM is asked: a store that answers at once does not yield.
-                await self.out.store_now()
                 await self.out.let_followers_send()
             if self.input.state is UNSET and self.state.value is not None and not self.resumed:
                 # The client sent no state: give it the session's, so this run's deltas apply.

@@ -23,7 +23,6 @@ from engine_service.core.chat import (
     ReasoningDelta,
     TextDelta,
 )
-from engine_service.core.clock import utc_now
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import StorageUnavailable
 from engine_service.core.events import Event
@@ -82,9 +81,9 @@ def _engine(store: SessionStore, model: ChatModel) -> Engine:
     return Engine(store, model, ToolRegistry(), limits)
 
 
-async def _start(engine: Engine, text: str = "go", *, create: bool = True) -> RunInput:
+async def _start(engine: Engine, text: str = "go") -> RunInput:
     message = Message(id="u", role=Role.USER, content=[TextPart(text)])
-    run_input = RunInput(session_id="s", create_session=create, messages=[message])
+    run_input = RunInput(session_id="s", create_session=True, messages=[message])
     await engine.start_run(ANONYMOUS, run_input)
     return run_input
 
@@ -195,48 +194,6 @@ async def test_a_replica_whose_leases_lapsed_stops_a_run_closed_elsewhere_unseen
     assert [m.role for m in await store.all_messages("s")] == [Role.USER, Role.ASSISTANT]
     await a.shutdown(0)
     await b.shutdown(0)
-
-
-class FollowerWatchingModel(ChatModel):
-    """Records, when asked, what a follower has received so far; then says one word."""
-
-    name = "watching"
-
-    def __init__(self) -> None:
-        self.received: list[ev.Event] = []
-        self.received_when_asked: list[ev.Event] = []
-
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
-        self.received_when_asked = list(self.received)
-        yield TextDelta("hi")
-
-
-async def test_run_started_reaches_a_follower_before_the_llm_is_asked() -> None:
-    """A store that answers without yielding (as the SQLite store does when idle) gives
-    the flusher and the followers no turn on the loop between RUN_STARTED and the LLM
-    request: the run stores RUN_STARTED itself and lets them send it, so the caller sees
-    the run start while the LLM thinks, not after its first answer."""
-    store = MemorySessionStore()
-    model = FollowerWatchingModel()
-    engine = _engine(store, model)
-    await engine.start()
-
-    async def follow() -> None:
-        async for event in engine.subscribe(ANONYMOUS, "s", 0):
-            assert event.seq <= (await store.get_session("s")).last_seq  # stored first
-            model.received.append(event)
-            if isinstance(event.body, ev.RunFinished):
-                return
-
-    await store.create_session("s", "", utc_now())
-    follower = asyncio.create_task(follow())
-    await asyncio.sleep(0.01)  # it waits for the first event
-    await _start(engine, create=False)
-    async with asyncio.timeout(WAIT):
-        await follower
-    assert [type(e.body) for e in model.received_when_asked] == [ev.RunStarted]
-    assert isinstance(model.received[-1].body, ev.RunFinished)
-    await engine.shutdown(0)
 
 
 class CountingWrites(MemorySessionStore):

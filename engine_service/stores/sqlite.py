@@ -467,7 +467,8 @@ class _Writer:
 
     An operation asked while none is queued or running runs at once on the caller's
     thread (the event loop's), in a transaction of its own, without waiting for another
-    connection's lock (``busy_timeout`` 0 for it; when busy it is queued instead). The
+    connection's lock (``busy_timeout`` 0 for it; when busy it is queued instead); at most
+    one per turn of the loop, so that runs writing together still share a commit. The
     others queue for the thread that owns the connection the rest of the time: it runs
     every batch that queued meanwhile in one transaction — one commit for many runs'
     writes (group commit) — each operation keeping its own atomicity through a savepoint;
@@ -485,6 +486,8 @@ class _Writer:
         self._connection = threading.Lock()
         """Held while an operation uses the connection."""
         self._since_checkpoint = 0
+        self._turn_taken = False
+        """An operation ran at once in this turn of the loop."""
         self._replies: list[tuple[_Op, Any, BaseException | None]] = []
         """The writer thread's answers to the batch it runs."""
         self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
@@ -492,18 +495,22 @@ class _Writer:
 
     async def submit(self, run: Callable[[], R]) -> R:
         with self._count:
-            at_once = self._outstanding == 0
+            at_once = self._outstanding == 0 and not self._turn_taken
             self._outstanding += 1
             self._since_checkpoint += 1
             checkpoint = self._since_checkpoint >= CHECKPOINT_EVERY
             if checkpoint:
                 self._since_checkpoint = 0
                 self._outstanding += 1
+        loop = asyncio.get_running_loop()
         try:
             if at_once:
+                # One operation at once per turn of the loop: when several runs write at
+                # about the same time, the others go to the thread's group commit.
+                self._turn_taken = True
+                loop.call_soon(self._next_turn)
                 with suppress(_Busy):
                     return self._at_once(run)
-            loop = asyncio.get_running_loop()
             future: asyncio.Future[R] = loop.create_future()
             self._queue.put(_Op(run, loop, future))
             at_once = False  # the thread counts it done
@@ -513,6 +520,9 @@ class _Writer:
                 self._finished(1)
             if checkpoint:
                 self._queue.put(_CHECKPOINT)
+
+    def _next_turn(self) -> None:
+        self._turn_taken = False
 
     def _at_once(self, run: Callable[[], R]) -> R:
         """Run ``run`` now without waiting for another connection's lock; ``_Busy`` when

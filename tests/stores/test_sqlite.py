@@ -62,6 +62,24 @@ async def test_an_operation_asked_while_the_store_is_idle_runs_on_the_callers_th
         await store.close()
 
 
+async def test_one_operation_runs_at_once_per_turn_of_the_loop(tmp_path: Path) -> None:
+    """Runs that write at about the same time share the thread's group commit: after one
+    operation ran at once, the next in the same turn of the loop queues."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        writer = store._writer
+        here = threading.get_ident()
+        await asyncio.sleep(0)
+        first = await writer.submit(threading.get_ident)  # at once: nothing yields
+        second = await writer.submit(threading.get_ident)  # the same turn: queued
+        await asyncio.sleep(0)
+        third = await writer.submit(threading.get_ident)
+        assert (first, third) == (here, here)
+        assert second != here
+    finally:
+        await store.close()
+
+
 async def test_a_write_while_another_connection_holds_the_lock_waits_off_the_loop(
     tmp_path: Path,
 ) -> None:
@@ -93,6 +111,7 @@ async def test_a_write_while_another_connection_holds_the_lock_waits_off_the_loo
         ticker.cancel()
         assert renamed.title == "renamed"
         assert (await store.get_session("s")).title == "renamed"
+        await asyncio.sleep(0)  # the next turn of the loop
         assert await store._writer.submit(threading.get_ident) == threading.get_ident()
     finally:
         await store.close()

@@ -9,8 +9,9 @@ The async methods run their SQL on the store's connection in one of two ways (se
 right away on the caller's thread, the event loop's: a short indexed statement or two on a
 local file is far cheaper than handing it to a thread, which on a busy loop waits for the
 GIL, and this is what keeps the first token of a lone run fast. When operations are
-already queued, the call joins the queue of the writer thread, which runs every batch that
-queued meanwhile in one transaction (group commit). Either way operations run one at a
+already queued, or one already ran so in this turn of the loop, the call joins the queue of
+the writer thread, which runs every batch that queued meanwhile in one transaction (group
+commit). Either way operations run one at a
 time in the order they were asked, so a run's events are appended in the order they were
 produced. The loop never waits for another process holding the file's write lock: an
 operation that would wait goes to the writer thread instead, which waits up to the

@@ -14,6 +14,7 @@ One job, callbacks instead of imports (as ``core.leases``): a failed write is re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 _DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
 """Bodies that are pieces of a longer text: split, never clipped, when too long."""
+_URGENT = (ev.TextMessageStart, ev.ToolCallStart, ev.ReasoningStart)
+"""The start of an answer: its first token, which a caller waits for, is stored at once."""
 
 
 class Outbox:
@@ -57,6 +60,7 @@ class Outbox:
         self.run_id = run_id
         self.max_event_bytes = limits.max_event_bytes
         self.flush_interval = limits.flush_interval
+        self.flush_gap = limits.flush_gap
         self.seq_block = limits.seq_block
         self.buffer_bytes = limits.buffer_bytes
         self._on_failure = on_failure
@@ -68,6 +72,8 @@ class Outbox:
         self._buffered = 0
         """Bytes published into the hub since it last forgot its stored events."""
         self._followers_woken = False
+        self._urgent = asyncio.Event()
+        """Set when an answer starts: the next write goes at once."""
 
     # -- publishing -------------------------------------------------------------------
 
@@ -91,6 +97,8 @@ class Outbox:
     def _publish(self, body: ev.EventBody) -> ev.Event:
         if self.hub.waiting:
             self._followers_woken = True
+        if isinstance(body, _URGENT):
+            self._urgent.set()
         event = self.hub.publish(self.run_id, body)
         self._unflushed.set()
         return event
@@ -156,13 +164,25 @@ class Outbox:
     async def flush_continually(self) -> None:
         """Store events as soon as they are published: one write at a time, each taking
         everything published meanwhile (group commit), so a token waits for about one
-        write before followers see it, and a burst costs one write."""
-        unflushed = self._unflushed
+        write before followers see it, and a burst costs one write. While events keep
+        coming, writes start at most every ``flush_gap`` seconds, unless an answer just
+        started (``_URGENT``)."""
+        unflushed, urgent = self._unflushed, self._urgent
+        loop = asyncio.get_running_loop()
+        last_write = -self.flush_gap
         while True:
             await unflushed.wait()
             if self.flush_interval:
                 await asyncio.sleep(self.flush_interval)
+            elif not urgent.is_set():
+                wait = last_write + self.flush_gap - loop.time()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await urgent.wait()
             unflushed.clear()
+            urgent.clear()
+            last_write = loop.time()
             try:
                 await self.flush()
             except StorageUnavailable as exc:

@@ -20,6 +20,11 @@ class RunLimits:
     one write; 0: the next turn of the loop. Events published while a write is in flight
     go in the next write (group commit). Followers see an event once it is stored, so
     this is added to every token's latency."""
+    flush_gap: float = 0.005
+    """Seconds from the start of one write of a run's events to the start of its next,
+    at least, while the events keep coming: an LLM that streams faster has its deltas
+    stored (and sent on) a few at a time rather than one write and one message each. The
+    first write after a pause, and the start of an answer (its first token), go at once."""
     seq_block: int = 512
     """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
     them. The run tops the reservation up at every flush when half of it is used."""

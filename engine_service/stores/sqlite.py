@@ -4,13 +4,18 @@ The database runs in WAL mode with ``synchronous=NORMAL`` (durable across proces
 crashes, at worst the last commits lost on power failure) and foreign keys on, so
 deleting a session cascades to its messages, runs and events.
 
-The async methods call ``sqlite3`` directly, on the event loop's thread, with no
-executor. Every call is a short indexed statement or two on a local file, far cheaper
-than a thread hand-off, and because no method awaits, each one runs to completion
-before any other coroutine runs: the order in which a run's events are appended is the
-order in which they were produced. Other processes sharing the file are waited for up
-to the connection timeout, which then blocks the loop; that is acceptable for an
-engine that owns its database.
+The async methods run their SQL on the store's connection in one of two ways (see
+:class:`_Writer`). When the store is idle (no operation queued or running), the call runs
+right away on the caller's thread, the event loop's: a short indexed statement or two on a
+local file is far cheaper than handing it to a thread, which on a busy loop waits for the
+GIL, and this is what keeps the first token of a lone run fast. When operations are
+already queued, or one already ran so in this turn of the loop, the call joins the queue of
+the writer thread, which runs every batch that queued meanwhile in one transaction (group
+commit). Either way operations run one at a
+time in the order they were asked, so a run's events are appended in the order they were
+produced. The loop never waits for another process holding the file's write lock: an
+operation that would wait goes to the writer thread instead, which waits up to the
+connection timeout. WAL checkpoints (which may fsync) run on the writer thread only.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, committed when its block ends and
 rolled back when it raises, so an error never leaves half a change behind. The "one
@@ -420,12 +425,21 @@ R = TypeVar("R")
 MAX_BATCH = 256
 """Operations one transaction may carry (group commit)."""
 
+CHECKPOINT_EVERY = 256
+"""Operations between two WAL checkpoints, run by the writer thread (SQLite's automatic
+checkpoint, which may fsync, is off: it would run inside whichever commit crossed the
+threshold, on the loop too)."""
+
 
 @dataclass(slots=True)
 class _Op:
     run: Callable[[], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+
+
+_CHECKPOINT = object()
+"""Queued to make the writer thread checkpoint the WAL."""
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -437,24 +451,102 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-class _Writer:
-    """The thread that owns the connection: it runs the store's operations in the order
-    they were asked, off the event loop, and every batch of operations that queued up
-    meanwhile in one transaction — one commit for many runs' writes (group commit). Each
-    operation keeps its own atomicity inside the batch through a savepoint; a caller gets
-    its result only once the batch is committed."""
+class _Busy(Exception):
+    """An operation run at once found the file's write lock held: it goes to the thread."""
 
-    def __init__(self, store: SqliteSessionStore) -> None:
+
+def _busy(exc: StorageUnavailable) -> bool:
+    """Whether ``exc`` is SQLite's "another connection holds the lock" (nothing was done:
+    every write is one transaction, rolled back when it raises)."""
+    cause = exc.__cause__
+    name = getattr(cause, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
+class _Writer:
+    """Runs the store's operations one at a time, in the order they were asked.
+
+    An operation asked while none is queued or running runs at once on the caller's
+    thread (the event loop's), in a transaction of its own, without waiting for another
+    connection's lock (``busy_timeout`` 0 for it; when busy it is queued instead); at most
+    one per turn of the loop, so that runs writing together still share a commit. The
+    others queue for the thread that owns the connection the rest of the time: it runs
+    every batch that queued meanwhile in one transaction — one commit for many runs'
+    writes (group commit) — each operation keeping its own atomicity through a savepoint;
+    a caller gets its result only once the batch is committed. Every
+    :data:`CHECKPOINT_EVERY` operations the thread checkpoints the WAL.
+    """
+
+    def __init__(self, store: SqliteSessionStore, busy_timeout_ms: int) -> None:
         self._store = store
-        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._busy_timeout_ms = busy_timeout_ms
+        self._queue: queue.SimpleQueue[_Op | object | None] = queue.SimpleQueue()
+        self._count = threading.Lock()
+        self._outstanding = 0
+        """Operations (and checkpoints) asked and not finished: one runs at once only at 0."""
+        self._connection = threading.Lock()
+        """Held while an operation uses the connection."""
+        self._since_checkpoint = 0
+        self._turn_taken = False
+        """An operation ran at once in this turn of the loop."""
+        self._replies: list[tuple[_Op, Any, BaseException | None]] = []
+        """The writer thread's answers to the batch it runs."""
         self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
         self._thread.start()
 
     async def submit(self, run: Callable[[], R]) -> R:
+        with self._count:
+            at_once = self._outstanding == 0 and not self._turn_taken
+            self._outstanding += 1
+            self._since_checkpoint += 1
+            checkpoint = self._since_checkpoint >= CHECKPOINT_EVERY
+            if checkpoint:
+                self._since_checkpoint = 0
+                self._outstanding += 1
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
-        self._queue.put(_Op(run, loop, future))
-        return await future
+        try:
+            if at_once:
+                # One operation at once per turn of the loop: when several runs write at
+                # about the same time, the others go to the thread's group commit.
+                self._turn_taken = True
+                loop.call_soon(self._next_turn)
+                with suppress(_Busy):
+                    return self._at_once(run)
+            future: asyncio.Future[R] = loop.create_future()
+            self._queue.put(_Op(run, loop, future))
+            at_once = False  # the thread counts it done
+            return await future
+        finally:
+            if at_once:
+                self._finished(1)
+            if checkpoint:
+                self._queue.put(_CHECKPOINT)
+
+    def _next_turn(self) -> None:
+        self._turn_taken = False
+
+    def _at_once(self, run: Callable[[], R]) -> R:
+        """Run ``run`` now without waiting for another connection's lock; ``_Busy`` when
+        that lock is held (nothing was done)."""
+        conn = self._store._conn
+        with self._connection:
+            try:
+                conn.execute("PRAGMA busy_timeout = 0")
+            except sqlite3.Error:
+                raise _Busy from None  # the thread runs it, and maps the error
+            try:
+                return run()
+            except StorageUnavailable as exc:
+                if _busy(exc):
+                    raise _Busy from None
+                raise
+            finally:
+                with suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+
+    def _finished(self, count: int) -> None:
+        with self._count:
+            self._outstanding -= count
 
     async def stop(self) -> None:
         self._queue.put(None)
@@ -465,28 +557,49 @@ class _Writer:
             op = self._queue.get()
             if op is None:
                 return
-            batch = [op]
+            batch: list[_Op] = []
+            checkpoints = 0
             stopping = False
-            while len(batch) < MAX_BATCH:
+            while True:
+                if isinstance(op, _Op):
+                    batch.append(op)
+                else:
+                    checkpoints += 1
+                if len(batch) >= MAX_BATCH:
+                    break
                 try:
-                    more = self._queue.get_nowait()
+                    op = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if more is None:
+                if op is None:
                     stopping = True
                     break
-                batch.append(more)
-            if len(batch) == 1:
-                self._alone(op)
-            else:
-                self._together(batch)
+            with self._connection:
+                if len(batch) == 1:
+                    self._alone(batch[0])
+                elif batch:
+                    self._together(batch)
+                if checkpoints:
+                    self._checkpoint()
+            # Counted done before the callers hear of it: the next operation they ask
+            # then finds the store idle and runs at once.
+            self._finished(len(batch) + checkpoints)
+            replies, self._replies = self._replies, []
+            for op, result, error in replies:
+                with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    op.loop.call_soon_threadsafe(_settle, op.future, result, error)
             if stopping:
                 return
 
-    @staticmethod
-    def _reply(op: _Op, result: Any, error: BaseException | None) -> None:
-        with suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            op.loop.call_soon_threadsafe(_settle, op.future, result, error)
+    def _checkpoint(self) -> None:
+        try:
+            self._store._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:  # the next one tries again; writes go on meanwhile
+            log.warning("WAL checkpoint failed: %s", storage_error(exc).message)
+
+    def _reply(self, op: _Op, result: Any, error: BaseException | None) -> None:
+        """Answer ``op`` once its batch is done (``_serve``)."""
+        self._replies.append((op, result, error))
 
     def _alone(self, op: _Op) -> None:
         try:
@@ -587,7 +700,7 @@ class SqliteSessionStore(SessionStore):
             raise
         self._batched = False
         """True while the writer runs a batch: ``_tx`` and ``_read`` then nest in it."""
-        self._writer = _Writer(self)
+        self._writer = _Writer(self, int(timeout * 1000))
 
     @staticmethod
     def _open(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
@@ -598,6 +711,7 @@ class SqliteSessionStore(SessionStore):
                 conn.execute("PRAGMA locking_mode = EXCLUSIVE")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer thread's (_Writer)
             conn.execute("PRAGMA foreign_keys = ON")
         except BaseException:
             conn.close()

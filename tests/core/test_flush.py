@@ -10,14 +10,23 @@ get it, and what they got must be exactly what a replay shows.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
-from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.core.chat import (
+    ChatDelta,
+    ChatModel,
+    ChatRequest,
+    ReasoningDelta,
+    TextDelta,
+)
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import StorageUnavailable
 from engine_service.core.events import Event
+from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import SessionStore, SignalKind
@@ -185,3 +194,109 @@ async def test_a_replica_whose_leases_lapsed_stops_a_run_closed_elsewhere_unseen
     assert [m.role for m in await store.all_messages("s")] == [Role.USER, Role.ASSISTANT]
     await a.shutdown(0)
     await b.shutdown(0)
+
+
+class CountingWrites(MemorySessionStore):
+    """A memory store that notes when each write of events starts, and what it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[float, list[type]]] = []
+
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        self.writes.append((time.monotonic(), [type(e.body) for e in events]))
+        await super().append_events(session_id, events, reserve_through=reserve_through)
+
+
+class BurstThenPause(ChatModel):
+    """After ``think`` seconds, ``count`` deltas as fast as they come (one per loop turn),
+    then, with ``pause``, one more after it."""
+
+    name = "burst"
+
+    def __init__(self, count: int, pause: float = 0.0, think: float = 0.0) -> None:
+        self.count = count
+        self.pause = pause
+        self.think = think
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        await asyncio.sleep(self.think)
+        for index in range(self.count):
+            yield TextDelta(f"w{index} ")
+        if self.pause:
+            await asyncio.sleep(self.pause)
+            yield TextDelta("late")
+
+
+def _paced_engine(store: SessionStore, model: ChatModel, gap: float) -> Engine:
+    limits = EngineLimits(run=RunLimits(flush_gap=gap), event_retention=0, resume_runs=False)
+    return Engine(store, model, ToolRegistry(), limits)
+
+
+async def _run_to_end(engine: Engine, store: SessionStore) -> list[ev.Event]:
+    run_input = await _start(engine)
+    async with asyncio.timeout(WAIT):
+        while True:
+            if (await store.get_run("s", run_input.run_id)).status is not RunStatus.RUNNING:
+                return await store.read_events("s", 0, 0)
+            await asyncio.sleep(0.01)
+
+
+async def test_a_fast_burst_is_stored_in_few_writes_paced_by_the_flush_gap() -> None:
+    """An LLM faster than the store: the deltas go a gap's worth per write, not a write
+    (and a message to every follower) for every few of them."""
+    store = CountingWrites()
+    engine = _paced_engine(store, SteadyModel(200, gap=0.0005), gap=0.02)
+    await engine.start()
+    stored = await _run_to_end(engine, store)
+    await engine.shutdown(0)
+    contents = sum(isinstance(e.body, ev.TextMessageContent) for e in stored)
+    assert contents == 200
+    # 200 deltas over 0.1 s or more, at one write per 20 ms at most: not one per delta.
+    starts = [at for at, _ in store.writes]
+    assert len(starts) <= (starts[-1] - starts[0]) / 0.02 + 4, len(starts)
+    assert len(starts) < 50
+    gaps = [b - a for a, b in itertools.pairwise(starts[2:])]
+    assert all(gap >= 0.015 for gap in gaps), gaps
+
+
+class TextThenReasoning(ChatModel):
+    """A token, another 50 ms later, and 50 ms after that the start of reasoning."""
+
+    name = "text-then-reasoning"
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        yield TextDelta("a")
+        await asyncio.sleep(0.05)
+        yield TextDelta("b")
+        await asyncio.sleep(0.05)
+        yield ReasoningDelta("hm")
+
+
+async def test_the_start_of_an_answer_is_stored_at_once_with_what_waited_for_the_gap() -> None:
+    """Within the gap a token waits for the next write; the start of an answer (here
+    reasoning after text) is stored at once, with what waited."""
+    store = CountingWrites()
+    engine = _paced_engine(store, TextThenReasoning(), gap=0.3)
+    await engine.start()
+    await _run_to_end(engine, store)
+    await engine.shutdown(0)
+    writes = store.writes
+    first = next(i for i, (_, kinds) in enumerate(writes) if ev.TextMessageStart in kinds)
+    started = next(i for i, (_, kinds) in enumerate(writes) if ev.ReasoningStart in kinds)
+    assert started == first + 1  # "b" waited for it: no write of its own
+    assert ev.TextMessageContent in writes[started][1]
+    assert writes[started][0] - writes[first][0] < 0.2  # not the 0.3 s gap
+
+
+async def test_a_token_after_a_pause_longer_than_the_gap_is_stored_at_once() -> None:
+    store = CountingWrites()
+    engine = _paced_engine(store, BurstThenPause(1, pause=0.4, think=0.05), gap=0.3)
+    await engine.start()
+    await _run_to_end(engine, store)
+    await engine.shutdown(0)
+    first_token = next(at for at, kinds in store.writes if ev.TextMessageStart in kinds)
+    late = next(at for at, kinds in store.writes if kinds == [ev.TextMessageContent])
+    assert late - first_token < 0.55  # as it came, 0.4 s on: no gap to wait out

@@ -83,7 +83,9 @@ async def test_readers_that_stop_reading_a_20_mb_answer_pin_a_bounded_amount_and
         before = tracemalloc.get_traced_memory()[0]
         calls = []
         for index in range(READERS):
-            llm.enqueue(FakeReply(text=["y" * chunk] * chunks))
+            # A millisecond per chunk: every run is still answering when the last one opens
+            # (an engine storing at full speed had ended the first 20 MB before that).
+            llm.enqueue(FakeReply(text=["y" * chunk] * chunks, delay=0.001))
             call = harness.stub.Run(
                 pb.RunRequest(session_id=f"slow{index}", create_session=True, messages=[user("go")])
             )

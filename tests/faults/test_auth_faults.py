@@ -101,7 +101,9 @@ def test_a_run_cut_by_kill_9_stays_its_owners_after_the_restart(
                 assert messages[-1].status != pb.MESSAGE_STATUS_INTERRUPTED and len(kept) >= 3000
             else:
                 assert messages[-1].status == pb.MESSAGE_STATUS_INTERRUPTED
-                assert kept and text_of(seen).startswith(kept)
+                # Everything the client saw was stored first; the store may hold a few
+                # tokens more (written together with the last one it read before it stopped).
+                assert kept.startswith(text_of(seen))
 
             bob = as_("bob")
             _not_found(stub.GetSession, pb.GetSessionRequest(session_id="a1"), bob)

@@ -1,0 +1,142 @@
+"""The SQLite store's writer (``engine_service.stores.sqlite._Writer``): an operation asked
+while the store is idle runs at once on the loop's thread; one asked while others wait
+queues for the writer thread; the loop never waits for another connection's write lock;
+the WAL is checkpointed by the writer thread."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine_service.core.clock import utc_now
+from engine_service.core.events import Event, TextMessageContent
+from engine_service.stores import sqlite as sqlite_store
+from engine_service.stores.sqlite import SqliteSessionStore
+
+
+def _events(first: int, count: int) -> list[Event]:
+    return [
+        Event(seq, 0.0, "s", "r", TextMessageContent("m", f"w{seq}"))
+        for seq in range(first, first + count)
+    ]
+
+
+async def test_an_operation_asked_while_the_store_is_idle_runs_on_the_callers_thread(
+    tmp_path: Path,
+) -> None:
+    store = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        writer = store._writer
+        here = threading.get_ident()
+        assert await writer.submit(threading.get_ident) == here
+        # While one waits on the writer thread, the next queues behind it, in order.
+        release = threading.Event()
+        order: list[str] = []
+
+        def slow() -> int:
+            release.wait(5)
+            order.append("slow")
+            return threading.get_ident()
+
+        def after() -> int:
+            order.append("after")
+            return threading.get_ident()
+
+        writer._outstanding += 1  # as if an operation were in flight: the next one queues
+        first = asyncio.ensure_future(writer.submit(slow))
+        await asyncio.sleep(0)
+        writer._outstanding -= 1
+        second = asyncio.ensure_future(writer.submit(after))
+        await asyncio.sleep(0.05)
+        assert not second.done()  # it did not run at once, past the one queued before it
+        release.set()
+        slow_thread, after_thread = await asyncio.gather(first, second)
+        assert slow_thread == after_thread != here
+        assert order == ["slow", "after"]
+        assert await writer.submit(threading.get_ident) == here  # idle again
+    finally:
+        await store.close()
+
+
+async def test_one_operation_runs_at_once_per_turn_of_the_loop(tmp_path: Path) -> None:
+    """Runs that write at about the same time share the thread's group commit: after one
+    operation ran at once, the next in the same turn of the loop queues."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        writer = store._writer
+        here = threading.get_ident()
+        await asyncio.sleep(0)
+        first = await writer.submit(threading.get_ident)  # at once: nothing yields
+        second = await writer.submit(threading.get_ident)  # the same turn: queued
+        await asyncio.sleep(0)
+        third = await writer.submit(threading.get_ident)
+        assert (first, third) == (here, here)
+        assert second != here
+    finally:
+        await store.close()
+
+
+async def test_a_write_while_another_connection_holds_the_lock_waits_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Another process's write transaction: the write waits for it on the writer thread
+    (up to the connection timeout), while the loop goes on serving."""
+    path = tmp_path / "s.db"
+    store = SqliteSessionStore(path)
+    try:
+        await store.create_session("s", "", utc_now())
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        write = asyncio.ensure_future(store.rename_session("s", "renamed", utc_now()))
+        await asyncio.sleep(0.3)
+        assert not write.done()
+        assert ticks >= 10  # the loop was not blocked on the lock
+        other.execute("COMMIT")
+        other.close()
+        async with asyncio.timeout(5):
+            renamed = await write
+        ticker.cancel()
+        assert renamed.title == "renamed"
+        assert (await store.get_session("s")).title == "renamed"
+        await asyncio.sleep(0)  # the next turn of the loop
+        assert await store._writer.submit(threading.get_ident) == threading.get_ident()
+    finally:
+        await store.close()
+
+
+async def test_the_writer_thread_checkpoints_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's own checkpoint (which may fsync, inside a commit on the loop) is off; the
+    writer thread checkpoints every ``CHECKPOINT_EVERY`` operations, so the WAL's pages
+    reach the database file."""
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 20)
+    path = tmp_path / "s.db"
+    store = SqliteSessionStore(path)
+    try:
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        await store.begin_run("s", "r", utc_now(), create=True, reserve=1000)
+        size = path.stat().st_size
+        for index in range(40):
+            await store.append_events("s", _events(1 + index * 50, 50))
+        async with asyncio.timeout(5):
+            while True:
+                if path.stat().st_size > size:  # the checkpoint copied the pages over
+                    break
+                await asyncio.sleep(0.01)
+        assert len(await store.read_events("s", 0, 0)) == 2000
+    finally:
+        await store.close()

@@ -282,10 +282,13 @@ class _Listing(health.HealthServicer):
         super().__init__()
         self.listed = listed
         self.own = ""
+        self.asked = 0
+        """Health checks answered."""
 
     def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
+        self.asked += 1
         said = ((WORKERS_METADATA, self.listed), (WORKER_METADATA, self.own))
         context.send_initial_metadata(said)
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
@@ -376,7 +379,10 @@ def test_an_engine_that_lists_no_workers_is_asked_again_and_balanced_once_it_doe
     client = EngineClient(f"127.0.0.1:{port}", discover=True)
     try:
         _call(client)
-        time.sleep(0.2)
+        deadline = time.monotonic() + WAIT
+        while listing.asked < 2:  # listed none, then asked again
+            assert time.monotonic() < deadline, f"asked {listing.asked} times"
+            time.sleep(0.02)
         assert client.workers == () and len(peers.peers) == 1
         listing.listed = f"127.0.0.1:{other_port}"  # the engine became a set of workers
         assert _wait_for_workers(client) == (f"127.0.0.1:{other_port}",)

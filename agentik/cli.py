@@ -12,13 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agentik import tracing
-from agentik.config import (
-    ConfigError,
-    Settings,
-    load_settings,
-    refuse_open_exposure,
-    refuse_taken_address,
-)
+from agentik.config import ConfigError, Settings, load_settings
+from agentik.netcheck import refuse_open_exposure, refuse_taken_address
 from agentik.parent_watch import stop_with_parent
 from engine_service.workers import check_workers, run_workers, worker_argv, worker_count
 

@@ -18,13 +18,11 @@ cost every engine and web worker about 9 MiB (docs/architecture.md).
 from __future__ import annotations
 
 import difflib
-import errno
 import ipaddress
 import json
 import math
 import os
 import re
-import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
@@ -1161,49 +1159,3 @@ def load_settings(
     if mcp and (agents := env.get(A2A_AGENTS_ENV, "").strip()):  # the facade calls none
         values.setdefault("a2a", {})["agents"] = parse_a2a_agents_env(agents)
     return Settings(**{name: model(**values.get(name, {})) for name, model in _TABLES.items()})
-
-
-# --- checks before serving ----------------------------------------------------------------
-
-
-def is_loopback(addr: str) -> bool:
-    """Whether the listen address ``HOST:PORT`` only accepts connections from this host."""
-    host = addr.rpartition(":")[0].strip("[]").lower()
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def refuse_taken_address(addr: str, what: str, env: str) -> None:
-    """``ConfigError`` naming the setting when ``HOST:PORT`` is already taken (another
-    agentik, most likely): found before any server starts, instead of a bind traceback."""
-    host, _, port = addr.rpartition(":")
-    if not port.isdigit() or int(port) == 0:
-        return
-    host = host.strip("[]")
-    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, int(port)))
-    except OSError as exc:  # others (a host that does not resolve here) are the server's
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise ConfigError(
-                f"{addr} is already in use, so the {what} cannot listen there: is another "
-                f"agentik running? Stop it, or set {env} to another address"
-            ) from None
-    finally:
-        probe.close()
-
-
-def refuse_open_exposure(settings: Settings, addr: str, what: str) -> None:
-    """``ConfigError`` when ``what`` would listen on ``addr`` beyond loopback with no
-    authentication, unless the operator said that is intended."""
-    if settings.auth_enabled or settings.auth.allow_anonymous or is_loopback(addr):
-        return
-    raise ConfigError(
-        f"the {what} would listen on {addr} with no authentication: anyone who can reach it "
-        'could read and change every conversation. Set AGENTIK_TOKENS="name:token,..." '
-        "(or [[auth.tokens]] / jwt_key_file in [auth]), listen on 127.0.0.1, or set "
-        "AGENTIK_ALLOW_ANONYMOUS=true if a proxy in front authenticates callers"
-    )

@@ -16,7 +16,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentik.config import ConfigError, Settings, load_settings, refuse_open_exposure
+from agentik.config import ConfigError, Settings, load_settings
+from agentik.netcheck import refuse_open_exposure
 
 __all__ = ["Finding", "doctor"]
 

@@ -36,8 +36,9 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from agentik import tracing
-from agentik.config import Settings, refuse_open_exposure
+from agentik.config import Settings
 from agentik.limits import GRPC_MESSAGE_LIMIT
+from agentik.netcheck import refuse_open_exposure
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.a2a.servicer import SERVICE_NAME as A2A_SERVICE_NAME

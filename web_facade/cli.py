@@ -11,13 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agentik.config import (
-    ConfigError,
-    Settings,
-    load_settings,
-    refuse_open_exposure,
-    refuse_taken_address,
-)
+from agentik.config import ConfigError, Settings, load_settings
+from agentik.netcheck import refuse_open_exposure, refuse_taken_address
 from agentik.supervisor import exec_supervisor
 
 __all__ = ["add_commands", "gunicorn_argv"]

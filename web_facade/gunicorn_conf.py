@@ -20,8 +20,9 @@ import tempfile
 from types import FrameType
 from typing import Any
 
-from agentik.config import ConfigError, load_settings, refuse_open_exposure
+from agentik.config import ConfigError, load_settings
 from agentik.logs import gunicorn_logconfig
+from agentik.netcheck import refuse_open_exposure
 from agentik.parent_watch import stop_with_parent
 
 stop_with_parent()  # when started by `agentik serve`, a test or a benchmark

@@ -1,5 +1,5 @@
-"""Auth settings: AGENTIK_TOKENS and ``[[auth.tokens]]`` parsing, masking, and the refusal
-to listen beyond loopback without authentication."""
+"""Auth settings: AGENTIK_TOKENS and ``[[auth.tokens]]`` parsing and masking, and the
+engine's refusal to listen beyond loopback without authentication."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from pathlib import Path
 import pytest
 
 from agentik.config import (
-    AuthSettings,
     ConfigError,
-    Settings,
     TokenEntry,
     load_settings,
-    refuse_open_exposure,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,44 +211,6 @@ def test_describe_and_repr_never_show_a_token() -> None:
     assert rows["admins"] == "ops"
     everything = f"{settings.describe()} {settings!r} {settings.auth.tokens!r}"
     assert SECRET_A not in everything and SECRET_B not in everything
-
-
-# --- refusing open exposure ----------------------------------------------------------
-
-OPEN = ["0.0.0.0:50051", "192.168.1.20:50051", "[::]:50051", "10.0.0.5:8000", "example.com:1"]
-LOOPBACK = ["localhost:50051", "127.0.0.1:50051", "[::1]:50051", "127.0.0.2:50051"]
-
-
-@pytest.mark.parametrize("addr", OPEN)
-def test_listening_beyond_loopback_without_auth_is_refused(addr: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        refuse_open_exposure(Settings(), addr, "engine")
-    message = str(caught.value)
-    assert f"the engine would listen on {addr} with no authentication" in message
-    assert "AGENTIK_TOKENS" in message and "AGENTIK_ALLOW_ANONYMOUS=true" in message
-
-
-@pytest.mark.parametrize("addr", OPEN + LOOPBACK)
-def test_tokens_a_jwt_key_or_allow_anonymous_permit_any_address(addr: str) -> None:
-    refuse_open_exposure(
-        Settings(auth=AuthSettings(tokens=(TokenEntry("alice", SECRET_A),))), addr, "engine"
-    )
-    refuse_open_exposure(
-        Settings(auth=AuthSettings(jwt_key_file="/etc/agentik/jwt.pem")), addr, "engine"
-    )
-    refuse_open_exposure(Settings(auth=AuthSettings(allow_anonymous=True)), addr, "engine")
-
-
-@pytest.mark.parametrize("addr", LOOPBACK)
-def test_loopback_needs_no_auth(addr: str) -> None:
-    refuse_open_exposure(Settings(), addr, "engine")
-
-
-def test_allow_anonymous_comes_from_the_environment() -> None:
-    settings = load_settings(
-        None, {"AGENTIK_GRPC_ADDR": "0.0.0.0:50051", "AGENTIK_ALLOW_ANONYMOUS": "true"}
-    )
-    refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
 
 
 def _engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:

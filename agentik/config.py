@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+from agentik.addresses import check_address, check_target, valid_host
 from agentik.ids import PRINCIPAL_RULE, is_valid_principal
 from agentik.limits import (
     COMPACTION_MODES,
@@ -52,7 +53,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 """A configured server or agent name (it becomes part of tool names)."""
-_HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
@@ -190,117 +190,6 @@ def _webhook_secret(value: str) -> str:
     return value
 
 
-def _valid_host(host: str) -> bool:
-    if host.replace(".", "").isdigit():
-        try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
-            return False
-    return bool(_HOSTNAME.match(host))
-
-
-def _address(value: str, lowest: int = 0) -> str:
-    """``HOST:PORT`` or ``[IPv6]:PORT``, the port from ``lowest`` to 65535."""
-    if value.startswith("["):
-        inside, sep, port = value[1:].partition("]:")
-        try:
-            ipaddress.IPv6Address(inside)
-        except ValueError:
-            raise _Invalid("must be HOST:PORT with a valid IPv6 address in brackets") from None
-    else:
-        host, sep, port = value.rpartition(":")
-        if ":" in host:
-            raise _Invalid("must be HOST:PORT; put an IPv6 address in brackets, [::1]:PORT")
-        if not _valid_host(host):
-            raise _Invalid("must be HOST:PORT with a valid host name or IP address")
-    if not sep or not port.isascii() or not port.isdigit():
-        raise _Invalid("must be HOST:PORT, e.g. 127.0.0.1:50051")
-    if not lowest <= int(port) <= 65535:
-        raise _Invalid(f"port must be between {lowest} and 65535")
-    return value
-
-
-_TARGET_FORMS = (
-    "HOST:PORT, [IPv6]:PORT, ipv4:A.B.C.D:PORT,A.B.C.D:PORT,..., "
-    "ipv6:[IPv6]:PORT,[IPv6]:PORT,..., dns:///HOST:PORT, dns://RESOLVER/HOST:PORT, "
-    "unix:PATH or unix:///ABSOLUTE/PATH"
-)
-
-
-def _bad_target(why: str) -> _Invalid:
-    return _Invalid(f"{why}; use {_TARGET_FORMS}")
-
-
-def _part(text: str, what: str = "") -> str:
-    try:
-        return _address(text, 1)
-    except _Invalid as exc:
-        where = f"{what} {text!r}: " if what else ""
-        raise _Invalid(f"{where}{exc}; a target is one of {_TARGET_FORMS}") from None
-
-
-def _engine_target(value: str) -> str:
-    """A gRPC target the facade dials; with several addresses it balances calls and retries
-    safe reads on another (docs/scaling.md). Every form needs its port."""
-    if any(c.isspace() for c in value) or not value.isascii() or not value.isprintable():
-        raise _bad_target("must not contain spaces or non-ASCII characters")
-    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", value)
-    scheme = match[1].lower() if match else ""
-    rest = value[len(scheme) + 1 :]
-    if scheme in ("ipv4", "ipv6"):
-        if not rest:
-            raise _bad_target(f"{scheme}: needs at least one address")
-        for item in rest.split(","):
-            _list_item(item, scheme)
-        return f"{scheme}:{rest}"
-    if scheme == "dns":
-        name = rest
-        if rest.startswith("//"):
-            authority, slash, name = rest[2:].partition("/")
-            if not slash:
-                raise _bad_target("dns:// needs dns:///HOST:PORT or dns://RESOLVER/HOST:PORT")
-            if authority:
-                has_port = "]:" in authority if authority.startswith("[") else ":" in authority
-                _part(authority if has_port else f"{authority}:53", "the DNS resolver")
-        if not name:
-            raise _bad_target("dns: needs HOST:PORT after the scheme")
-        _part(name, "dns: name")
-        return f"dns:{rest}"
-    if scheme == "unix":
-        if rest.startswith("//") and not rest.startswith("///"):
-            raise _bad_target("unix:// needs an absolute path, unix:///run/agentik.sock")
-        path = rest[2:] if rest.startswith("//") else rest
-        if not path or path.endswith("/"):
-            raise _bad_target("unix: needs the path of a socket file")
-        return f"unix:{rest}"
-    if "," in value:
-        raise _bad_target("a list of addresses needs the ipv4: or ipv6: prefix")
-    if scheme and (rest.startswith("/") or ":" in rest):  # not "localhost:50051"
-        raise _bad_target(f"has unknown scheme {scheme!r}")
-    return _part(value)
-
-
-def _list_item(item: str, scheme: str) -> None:
-    if not item:
-        raise _bad_target(f"{scheme}: has an empty entry (a stray comma)")
-    host, sep, port = item.rpartition(":")
-    if scheme == "ipv6":
-        if not (sep and host.startswith("[") and host.endswith("]")):
-            raise _bad_target(f"ipv6: entry {item!r} must be [IPv6]:PORT, e.g. [::1]:50051")
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise _bad_target(f"ipv6: entry {item!r} has no valid IPv6 address") from None
-    else:
-        try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
-            why = "must be A.B.C.D:PORT with an IPv4 address (a host name goes in dns:///HOST:PORT)"
-            raise _bad_target(f"ipv4: entry {item!r} {why}") from None
-    if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise _bad_target(f"{scheme}: entry {item!r} needs a port between 1 and 65535")
-
-
 def _store(value: str) -> str:
     scheme, sep, rest = value.partition("://")
     if not sep:
@@ -337,7 +226,7 @@ def _origin(text: str) -> str:
         host = f"[{ipaddress.IPv6Address(host)}]" if ":" in host else host
     except ValueError:
         raise _Invalid(f"{text!r} has an invalid port or IPv6 address; {example}") from None
-    if not host.startswith("[") and not _valid_host(host):
+    if not host.startswith("[") and not valid_host(host):
         raise _Invalid(f"{text!r} has no valid host; {example}")
     default = port is None or port == {"http": 80, "https": 443}.get(scheme)
     return f"{scheme}://{host}" if default else f"{scheme}://{host}:{port}"
@@ -795,7 +684,7 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 class EngineSettings:
     """``[engine]``: the gRPC server, its store and its limits."""
 
-    grpc_addr: str = setting("127.0.0.1:50051", check=_address, required=True)
+    grpc_addr: str = setting("127.0.0.1:50051", check=check_address, required=True)
     store: str = setting("sqlite:///.agentik/agentik.db", check=_store, required=True)
     max_concurrent_runs: int = setting(512)
     max_message_bytes: int = setting(4 * _MiB)
@@ -814,7 +703,7 @@ class EngineSettings:
     max_state_bytes: int = setting(_MiB, doc="a session's shared state as JSON, at most")
     store_retry_seconds: float = setting(5.0, lo=0)
     store_batch_max: int = setting(256, doc="PostgreSQL writes in one transaction, at most")
-    metrics_addr: str = setting("", check=_address, doc="where /metrics is served; empty: not")
+    metrics_addr: str = setting("", check=check_address, doc="where /metrics is served; empty: not")
 
 
 @dataclass(frozen=True, slots=True)
@@ -870,9 +759,9 @@ class LogSettings:
 class WebSettings:
     """``[web]``: the HTTP facade and its gunicorn workers."""
 
-    http_addr: str = setting("127.0.0.1:8000", check=_address, required=True)
+    http_addr: str = setting("127.0.0.1:8000", check=check_address, required=True)
     engine_target: str = setting(
-        "", check=_engine_target, required=True, doc="where the facade dials the engine"
+        "", check=check_target, required=True, doc="where the facade dials the engine"
     )
     workers: int = setting(2, flat="web_workers")
     threads: int = setting(64, flat="web_threads")
@@ -896,7 +785,7 @@ class A2aSettings:
     """``[a2a]``: the agent card, and ``[[a2a.agents]]``, other agents offered as tools."""
 
     public_url: str = setting("", check=_url, doc="where peers reach the facade")
-    grpc_url: str = setting("", flat="a2a_grpc_url", check=partial(_address, lowest=1))
+    grpc_url: str = setting("", flat="a2a_grpc_url", check=partial(check_address, lowest=1))
     name: str = setting("agentik", flat="agent_name", required=True)
     description: str = setting("", flat="agent_description", strip=False)
     version: str = setting("", flat="agent_version", strip=False)

@@ -1,26 +1,17 @@
-"""The checks a command runs before it listens: whether an address is loopback, whether it
-is already taken, whether it would be open to anyone with no authentication. Each stops the
+"""The checks a command runs before it listens: whether the address is already taken,
+whether it would be open to anyone with no authentication (not loopback). Each stops the
 start with a :class:`~agentik.config.ConfigError` naming the setting, before any server
 binds (``agentik engine``, ``agentik serve``, ``agentik web`` and its gunicorn config)."""
 
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 
+from agentik.addresses import is_loopback
 from agentik.config import ConfigError, Settings
 
-__all__ = ["is_loopback", "refuse_open_exposure", "refuse_taken_address"]
-
-
-def is_loopback(addr: str) -> bool:
-    """Whether the listen address ``HOST:PORT`` only accepts connections from this host."""
-    host = addr.rpartition(":")[0].strip("[]").lower()
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+__all__ = ["refuse_open_exposure", "refuse_taken_address"]
 
 
 def refuse_taken_address(addr: str, what: str, env: str) -> None:

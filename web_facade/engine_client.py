@@ -13,7 +13,7 @@ which the engine refuses like any malformed one). While tracing is on
 metadata, so the engine's spans join the request's trace.
 
 The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
-addresses, ...; see :mod:`agentik.config`). The channel balances calls over all of
+addresses, ...; see :mod:`agentik.addresses`). The channel balances calls over all of
 them (``round_robin``: each call goes to the next ready engine; one that is down is left
 out until it reconnects) and retries the calls that are safe to repeat when an engine was
 unavailable (:data:`RETRIED_METHODS`). A cut event stream is resumed by the relay

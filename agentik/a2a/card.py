@@ -52,8 +52,8 @@ from google.protobuf import json_format
 
 from agentik import __version__
 from agentik.a2a.signing import CardSigner, load_signer
+from agentik.addresses import is_loopback
 from agentik.config import ConfigError, Settings
-from agentik.netcheck import is_loopback
 
 __all__ = [
     "CARD_MAX_AGE",

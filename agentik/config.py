@@ -86,9 +86,11 @@ class TokenEntry:
 def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: Any) -> Any:
     """A key of a table: its default, environment variable, setting name (``flat``, default
     the key) and checks: ``lo``/``hi`` bounds (an int's ``lo`` defaults to 1; a float is
-    positive unless ``lo=0``), ``choices``, ``check`` (a function of the typed value, or of
-    ``(raw, from_env)`` for other types), ``noun`` (what an array holds), ``strip=False``,
-    ``required`` (no empty string), ``secret`` (masked, kept out of ``repr``), ``doc``."""
+    positive unless ``lo=0``), ``choices``, ``name`` (a name of at most this many of
+    ``[A-Za-z0-9_-]``), ``each`` (a function of each string of an array), ``check`` (a
+    function of the typed value, or of ``(raw, from_env)`` for other types), ``noun`` (what
+    an array holds), ``strip=False``, ``required`` (no empty string), ``secret`` (masked,
+    kept out of ``repr``), ``doc``."""
     meta.update(env=env, flat=flat)
     return field(default=default, repr=not meta.get("secret"), metadata=meta)
 
@@ -141,6 +143,8 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
                 raise _Invalid(f"must be one of {', '.join(choices)}")
         if not text.strip() and kind != base:
             return None
+        if (limit := meta.get("name")) and text and (not NAME.match(text) or len(text) > limit):
+            raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
         return check(text) if check and text else text
     items = [i.strip() for i in raw.split(",") if i.strip()] if env else raw
     noun = meta.get("noun", "strings")
@@ -150,7 +154,7 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
         if not isinstance(item, str):
             one, what = meta.get("item", "item"), type(item).__name__
             raise _Invalid(f"must be an array of {noun}; every {one} must be a string, not {what}")
-    strings = tuple(dict.fromkeys(item.strip() for item in items))
+    strings = tuple(dict.fromkeys(meta.get("each", str)(item.strip()) for item in items))
     for item in strings:
         if (choices := meta.get("choices")) and item not in choices:
             raise _Invalid(f"{item!r} is not one of {', '.join(choices)}")
@@ -210,7 +214,9 @@ def _store(value: str) -> str:
 
 
 def _origin(text: str) -> str:
-    """``text`` as a browser sends it in ``Origin``: lower-case, no default port."""
+    """``text`` as a browser sends it in ``Origin``: lower-case, no default port; or ``*``."""
+    if text == "*":
+        return text
     example = "an origin is SCHEME://HOST[:PORT], e.g. https://app.example"
     scheme, sep, rest = text.partition("://")
     host_port, slash, _ = rest.partition("/")
@@ -232,8 +238,7 @@ def _origin(text: str) -> str:
     return f"{scheme}://{host}" if default else f"{scheme}://{host}:{port}"
 
 
-def _origins(items: tuple[str, ...]) -> tuple[str, ...]:
-    origins = tuple(dict.fromkeys(item if item == "*" else _origin(item) for item in items))
+def _origins(origins: tuple[str, ...]) -> tuple[str, ...]:
     if "*" in origins and len(origins) > 1:
         raise _Invalid('"*" already allows every origin; give it alone or list the origins')
     return origins
@@ -259,10 +264,6 @@ def _principal(value: object) -> str:
     if not isinstance(value, str) or not is_valid_principal(value.strip()):
         raise _Invalid(f"principal {value!r} must be {PRINCIPAL_RULE}")
     return value.strip()
-
-
-def _principals(items: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(_principal(item) for item in items))
 
 
 def _tokens(raw: object, env: bool) -> tuple[TokenEntry, ...]:
@@ -297,13 +298,12 @@ def _tokens(raw: object, env: bool) -> tuple[TokenEntry, ...]:
     return tuple(entries)
 
 
-def _patterns(items: tuple[str, ...], colon: str = "") -> tuple[str, ...]:
-    """Tool names or globs (``*``, ``?``, ``[...]``; with ``colon``, ``agent:NAME``)."""
-    for item in items:
-        if not re.fullmatch(rf"[A-Za-z0-9_.*?\[\]!{colon}-]{{1,128}}", item):
-            why = f"is not a tool name or glob (letters, digits, _ . -{colon and ' :'} * ? [ ] !)"
-            raise _Invalid(f"{item!r} {why}")
-    return items
+def _pattern(item: str, colon: str = "") -> str:
+    """A tool name or glob (``*``, ``?``, ``[...]``; with ``colon``, ``agent:NAME``)."""
+    if not re.fullmatch(rf"[A-Za-z0-9_.*?\[\]!{colon}-]{{1,128}}", item):
+        why = f"is not a tool name or glob (letters, digits, _ . -{colon and ' :'} * ? [ ] !)"
+        raise _Invalid(f"{item!r} {why}")
+    return item
 
 
 # --- the arrays of tables ([[...]]) -----------------------------------------------------
@@ -425,18 +425,6 @@ def _unique(items: list[T], noun: str, at: list[str]) -> tuple[T, ...]:
     return tuple(items)
 
 
-def _named(limit: int) -> Callable[[str], str]:
-    """The check of a name: ``[A-Za-z0-9_-]``, at most ``limit`` characters (it becomes
-    part of tool names)."""
-
-    def check(value: str) -> str:
-        if not NAME.match(value) or len(value) > limit:
-            raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
-        return value
-
-    return check
-
-
 def display_url(url: str) -> str:
     """``scheme://host:port/path`` of ``url``: no credentials, query or fragment (for logs)."""
     parts = urlsplit(url)
@@ -448,7 +436,7 @@ def display_url(url: str) -> str:
 class McpServerConfig:
     """``[[mcp.servers]]``: an MCP server whose tools the engine offers (docs/mcp.md)."""
 
-    name: str = field(metadata={"check": _named(32)})
+    name: str = field(metadata={"name": 32})
     transport: Transport = field()
     """stdio (``command``, ``args``, ``env``, ``cwd``), http or sse (``url``, ``headers``)."""
     command: str = ""
@@ -509,7 +497,7 @@ def _server(entry: Entry, where: str, engine: bool) -> McpServerConfig:
 class A2aAgentConfig:
     """``[[a2a.agents]]``: a remote A2A agent offered to the LLM as a tool (docs/a2a.md)."""
 
-    name: str = field(metadata={"check": _named(64)})
+    name: str = field(metadata={"name": 64})
     url: str = field(metadata={"check": _url})
     """The agent's base URL (its card is at /.well-known/agent-card.json) or the card's."""
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
@@ -560,7 +548,7 @@ class AgentConfig:
     """``[[agents]]``: one agent this server serves (docs/agents.md); a key left out (None)
     is the top-level setting's (``[llm]``, ``[tools]``, ``[a2a]``)."""
 
-    name: str = field(metadata={"check": _named(64)})
+    name: str = field(metadata={"name": 64})
     description: str = setting("", required=False)
     model: str | None = None
     base_url: str | None = setting(None, check=_url)
@@ -568,9 +556,9 @@ class AgentConfig:
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     system_prompt: str | None = None
     """``system_prompt``, or ``system_prompt_file`` (relative to the config file)."""
-    tools: tuple[str, ...] | None = setting(None, check=partial(_patterns, colon=":"))
+    tools: tuple[str, ...] | None = setting(None, each=partial(_pattern, colon=":"))
     """Globs over tool names (``agent:NAME`` for a local agent); None: every tool."""
-    approval: tuple[str, ...] | None = setting(None, check=partial(_patterns, colon=":"))
+    approval: tuple[str, ...] | None = setting(None, each=partial(_pattern, colon=":"))
     ask_user: bool | None = None
     max_tool_rounds: int | None = None
     context_tokens: int | None = setting(None, lo=0)
@@ -732,10 +720,10 @@ class ToolsSettings:
 
     timeout: float = setting(30.0, flat="tool_timeout")
     approval: tuple[str, ...] = setting(
-        (), flat="tools_approval", check=_patterns, doc="tools whose calls wait for approval"
+        (), flat="tools_approval", each=_pattern, doc="tools whose calls wait for approval"
     )
     idempotent: tuple[str, ...] = setting(
-        ("current_time", "calculate"), flat="tools_idempotent", check=_patterns,
+        ("current_time", "calculate"), flat="tools_idempotent", each=_pattern,
         doc="tools safe to run again when a resumed run's call was cut",
     )  # fmt: skip
     in_doubt: str = setting(
@@ -777,7 +765,9 @@ class WebSettings:
     )  # fmt: skip
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
     stream_reader: str = setting("asyncio", flat="web_stream_reader", choices=_READERS)
-    cors_origins: tuple[str, ...] = setting((), check=_origins, noun="origins", item="origin")
+    cors_origins: tuple[str, ...] = setting(
+        (), each=_origin, check=_origins, noun="origins", item="origin"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -800,7 +790,7 @@ class A2aSettings:
 class AgentSettings:
     """``[agent]``: the default agent, and ``[[agents]]`` (docs/agents.md)."""
 
-    name: str = setting("agentik", flat="default_agent", check=_named(64), required=True)
+    name: str = setting("agentik", flat="default_agent", name=64, required=True)
     max_depth: int = setting(3, flat="agent_max_depth")
     agents: tuple[AgentConfig, ...] = table(_agents, "agents", False)
 
@@ -813,7 +803,7 @@ class AuthSettings:
         (), "AGENTIK_TOKENS", flat="auth_tokens", check=_tokens, secret=True
     )
     allow_anonymous: bool = setting(False)
-    admins: tuple[str, ...] = setting((), check=_principals, noun="principals")
+    admins: tuple[str, ...] = setting((), each=_principal, noun="principals")
     max_runs_per_caller: int = setting(0, lo=0)
     caller_run_share: float = setting(0.25, hi=1, what="a number between 0 and 1, e.g. 0.25")
     requests_per_minute: int = setting(0, lo=0)

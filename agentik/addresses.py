@@ -1,19 +1,23 @@
 """Network addresses: what a listen address (``HOST:PORT``) and a gRPC target the facade
-dials may be, and whether an address is loopback. The settings check theirs with these
-(``[engine] grpc_addr``, ``[web] http_addr``, ``[web] engine_target``, ...); a bad one is
-a ``ValueError`` saying why, which :mod:`agentik.config` reports naming the setting."""
+dials may be, whether an address is loopback, what a client on this host dials, and a URL
+as logs show it. The settings check theirs with these (``[engine] grpc_addr``, ``[web]
+http_addr``, ``[web] engine_target``, ...); a bad one is a ``ValueError`` saying why, which
+:mod:`agentik.config` reports naming the setting."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
-__all__ = ["check_address", "check_target", "is_loopback", "valid_host"]
+__all__ = ["check_address", "check_target", "dialable", "display_url", "is_loopback", "valid_host"]
 
+_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
 
 
 def valid_host(host: str) -> bool:
+    """Whether ``host`` is a host name or an IPv4 address (not an IPv6 one)."""
     if host.replace(".", "").isdigit():
         try:
             ipaddress.IPv4Address(host)
@@ -131,3 +135,17 @@ def is_loopback(addr: str) -> bool:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def dialable(addr: str) -> str:
+    """The address a client on this host dials for a server listening on ``addr``: a
+    wildcard host (every interface) is loopback."""
+    host, _, port = addr.rpartition(":")
+    return f"{_WILDCARD_HOSTS.get(host, host)}:{port}"
+
+
+def display_url(url: str) -> str:
+    """``scheme://host:port/path`` of ``url``: no credentials, query or fragment (for logs)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"

@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from agentik.addresses import check_address, check_target, valid_host
+from agentik.addresses import check_address, check_target, dialable, display_url, valid_host
 from agentik.ids import PRINCIPAL_RULE, is_valid_principal
 from agentik.limits import (
     COMPACTION_MODES,
@@ -55,8 +55,6 @@ NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 """A configured server or agent name (it becomes part of tool names)."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
-_READERS = ("asyncio", "threads")
 _JWT = (*(f"{k}{n}" for k in ("HS", "RS", "PS", "ES") for n in (256, 384, 512)), "EdDSA")
 _BOOLEANS = ("1", "true", "yes", "on", "0", "false", "no", "off")
 _BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
@@ -298,6 +296,12 @@ def _tokens(raw: object, env: bool) -> tuple[TokenEntry, ...]:
     return tuple(entries)
 
 
+def _function(value: str) -> str:
+    if not re.match(rf"^{_DOTTED}:{_DOTTED}$", value):
+        raise _Invalid("is not package.module:function")
+    return value
+
+
 def _pattern(item: str, colon: str = "") -> str:
     """A tool name or glob (``*``, ``?``, ``[...]``; with ``colon``, ``agent:NAME``)."""
     if not re.fullmatch(rf"[A-Za-z0-9_.*?\[\]!{colon}-]{{1,128}}", item):
@@ -354,8 +358,7 @@ class Entry:
     def read(self, model: type[T], **given: Any) -> T:
         """The entry as ``model``: each field's value by its type and metadata; ``given``
         ones as they are."""
-        values = {"name": given.pop("name")} if "name" in given else {"name": self.name(model)}
-        values.update(given)
+        values = given if "name" in given else {"name": self.name(model), **given}
         for f in fields(model):  # type: ignore[arg-type]
             if f.name not in values and (value := self.value(f)) is not MISSING:
                 values[f.name] = value
@@ -423,13 +426,6 @@ def _unique(items: list[T], noun: str, at: list[str]) -> tuple[T, ...]:
         if name in names[:index]:
             raise ConfigError(f"{at[index]}: the {noun} name {name!r} is used twice")
     return tuple(items)
-
-
-def display_url(url: str) -> str:
-    """``scheme://host:port/path`` of ``url``: no credentials, query or fragment (for logs)."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -620,39 +616,31 @@ class PythonToolConfig:
 
     label: str
     """``[[tools.python]] entry N`` (1-based), for error messages."""
-    function: str
+    function: str = setting(check=_function, must="'package.module:function'")
     """``package.module:function`` (the part after ``:`` may be dotted, ``Class.method``)."""
-    name: str | None = None
-    description: str | None = None
-    timeout: float | None = None
+    name: str | None = setting(None, name=64, strip=False, must="1 to 64 of A-Z a-z 0-9 _ -")
+    description: str | None = setting(None, must="a non-empty string")
+    timeout: float | None = setting(None, must="a positive number of seconds")
     """Seconds per call; None means the engine's ``[tools] timeout``."""
 
 
 def _python_tool(table: object, label: str) -> PythonToolConfig:
-    def refuse(key: str, why: str, value: object) -> ConfigError:
-        return ConfigError(f"{label}: {key!r} must be {why}; got {value!r}")
-
+    """Each key by the converter; a bad one is refused saying what it ``must`` be."""
     if not isinstance(table, dict):
         raise ConfigError(f"{label}: must be a table with a 'function' key")
-    keys = ("function", "name", "description", "timeout")
+    keys = fields(PythonToolConfig)[1:]
     for key in table:
-        if key not in keys:
-            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(keys)}")
-    function, name = table.get("function"), table.get("name")
-    description, timeout = table.get("description"), table.get("timeout")
-    if not isinstance(function, str) or not re.match(rf"^{_DOTTED}:{_DOTTED}$", function.strip()):
-        raise refuse("function", "'package.module:function'", function)
-    if name is not None and (not isinstance(name, str) or not NAME.match(name) or len(name) > 64):
-        raise refuse("name", "1 to 64 of A-Z a-z 0-9 _ -", name)
-    if description is not None and (not isinstance(description, str) or not description.strip()):
-        raise refuse("description", "a non-empty string", description)
-    try:
-        seconds = None if timeout is None else _value("float", {}, timeout, False, entry=True)
-    except ValueError:
-        raise refuse("timeout", "a positive number of seconds", timeout) from None
-    return PythonToolConfig(
-        label, function.strip(), name, description and description.strip(), seconds
-    )
+        if key not in (known := [f.name for f in keys]):
+            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(known)}")
+    values = {}
+    for f in keys:
+        if (raw := table.get(f.name)) is not None or f.default is MISSING:
+            try:
+                values[f.name] = _value(str(f.type), f.metadata, raw, False, entry=True)
+            except ValueError:
+                why = f"must be {f.metadata['must']}; got {raw!r}"
+                raise ConfigError(f"{label}: {f.name!r} {why}") from None
+    return PythonToolConfig(label, **values)
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
@@ -764,7 +752,9 @@ class WebSettings:
         doc="a body over max_body_bytes up to this is read and dropped before the 413",
     )  # fmt: skip
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
-    stream_reader: str = setting("asyncio", flat="web_stream_reader", choices=_READERS)
+    stream_reader: str = setting(
+        "asyncio", flat="web_stream_reader", choices=("asyncio", "threads")
+    )
     cors_origins: tuple[str, ...] = setting(
         (), each=_origin, check=_origins, noun="origins", item="origin"
     )
@@ -852,8 +842,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not self.web.engine_target:  # a client on this host dials grpc_addr
-            host, _, port = self.engine.grpc_addr.rpartition(":")
-            target = f"{_WILDCARD_HOSTS.get(host, host)}:{port}"
+            target = dialable(self.engine.grpc_addr)
             object.__setattr__(self, "web", replace(self.web, engine_target=target))
         llm = self.llm
         _check_window(llm.context_tokens, llm.reserve_output_tokens, "")

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentik.addresses import check_address, check_target, is_loopback, valid_host
+from agentik.addresses import (
+    check_address,
+    check_target,
+    dialable,
+    display_url,
+    is_loopback,
+    valid_host,
+)
 
 
 @pytest.mark.parametrize("addr", ["localhost:50051", "127.0.0.1:1", "[::1]:80", "127.0.0.2:9"])
@@ -46,3 +53,15 @@ def test_every_target_form_is_kept_as_given(target: str) -> None:
 def test_a_bad_target_names_every_form() -> None:
     with pytest.raises(ValueError, match=r"needs the ipv4: or ipv6: prefix; use HOST:PORT, "):
         check_target("a:1,b:2")
+
+
+@pytest.mark.parametrize(
+    ("addr", "dialed"),
+    [("0.0.0.0:1", "127.0.0.1:1"), ("[::]:2", "[::1]:2"), ("h:3", "h:3"), ("[::1]:4", "[::1]:4")],
+)
+def test_a_wildcard_listen_address_is_dialed_on_loopback(addr: str, dialed: str) -> None:
+    assert dialable(addr) == dialed
+
+
+def test_a_url_for_logs_has_no_credentials_query_or_fragment() -> None:
+    assert display_url("https://u:pw@h.example:8443/mcp?k=1#f") == "https://h.example:8443/mcp"

@@ -12,7 +12,7 @@ a bad one raises :class:`ConfigError` naming the setting, where it came from and
 unknown tables and keys get a "did you mean". The arrays of tables (``[[mcp.servers]]``,
 ``[[a2a.agents]]``, ``[[agents]]``, kept as ``settings.agent.agents``, ``[[tools.python]]``)
 are entry models read by :class:`Entry` with the same converter. Not pydantic: it would
-cost every engine and web worker about 9 MiB (docs/architecture.md).
+cost every engine and web worker 15-18 MiB (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: An
     """A key of a table: its default, environment variable, setting name (``flat``, default
     the key) and checks: ``lo``/``hi`` bounds (an int's ``lo`` defaults to 1; a float is
     positive unless ``lo=0``), ``choices``, ``name`` (a name of at most this many of
-    ``[A-Za-z0-9_-]``), ``each`` (a function of each string of an array), ``check`` (a
-    function of the typed value, or of ``(raw, from_env)`` for other types), ``noun`` (what
-    an array holds), ``strip=False``, ``required`` (no empty string), ``secret`` (masked,
-    kept out of ``repr``), ``doc``."""
+    ``[A-Za-z0-9_-]``), ``pattern`` (a regular expression the whole string matches),
+    ``each`` (a function of each string of an array), ``check`` (a function of the typed
+    value, or of ``(raw, from_env)`` for other types), ``noun`` (what an array holds),
+    ``strip=False``, ``required`` (no empty string), ``secret`` (masked, kept out of
+    ``repr``), ``doc``."""
     meta.update(env=env, flat=flat)
     return field(default=default, repr=not meta.get("secret"), metadata=meta)
 
@@ -143,6 +144,8 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
             return None
         if (limit := meta.get("name")) and text and (not NAME.match(text) or len(text) > limit):
             raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
+        if (pattern := meta.get("pattern")) and text and not re.fullmatch(pattern, text):
+            raise _Invalid(f"must match {pattern}")
         return check(text) if check and text else text
     items = [i.strip() for i in raw.split(",") if i.strip()] if env else raw
     noun = meta.get("noun", "strings")
@@ -294,12 +297,6 @@ def _tokens(raw: object, env: bool) -> tuple[TokenEntry, ...]:
             raise _Invalid(f"{other!r} and {who!r} have the same token")
         entries.append(TokenEntry(who, token))
     return tuple(entries)
-
-
-def _function(value: str) -> str:
-    if not re.match(rf"^{_DOTTED}:{_DOTTED}$", value):
-        raise _Invalid("is not package.module:function")
-    return value
 
 
 def _pattern(item: str, colon: str = "") -> str:
@@ -616,7 +613,7 @@ class PythonToolConfig:
 
     label: str
     """``[[tools.python]] entry N`` (1-based), for error messages."""
-    function: str = setting(check=_function, must="'package.module:function'")
+    function: str = setting(pattern=f"{_DOTTED}:{_DOTTED}", must="'package.module:function'")
     """``package.module:function`` (the part after ``:`` may be dotted, ``Class.method``)."""
     name: str | None = setting(None, name=64, strip=False, must="1 to 64 of A-Z a-z 0-9 _ -")
     description: str | None = setting(None, must="a non-empty string")
@@ -632,7 +629,7 @@ def _python_tool(table: object, label: str) -> PythonToolConfig:
     for key in table:
         if key not in (known := [f.name for f in keys]):
             raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(known)}")
-    values = {}
+    values: dict[str, Any] = {}
     for f in keys:
         if (raw := table.get(f.name)) is not None or f.default is MISSING:
             try:
@@ -950,21 +947,19 @@ def setting_keys() -> list[tuple[str, str, str]]:
 # --- loading ------------------------------------------------------------------------------
 
 
-def _read_toml(path: str, origin: str) -> dict[str, Any]:
+def _from_toml(
+    path: str, origin: str, env: Mapping[str, str], engine: bool
+) -> dict[str, dict[str, object]]:
+    """The file's values, ``{table: {key: value}}``, each read and checked."""
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            document = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"config file {path!r} (from {origin}) does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
-
-
-def _from_toml(
-    document: dict[str, Any], path: str, env: Mapping[str, str], engine: bool
-) -> dict[str, dict[str, object]]:
     values: dict[str, dict[str, object]] = {}
     for name, entries in document.items():
         if name == "agents":  # the top-level [[agents]], kept as [agent] agents
@@ -1017,10 +1012,9 @@ def load_settings(
     env = os.environ if env is None else env
     values: dict[str, dict[str, object]] = {}
     if path is not None:
-        document = _read_toml(os.fspath(path), "the path given")
-        values = _from_toml(document, os.fspath(path), env, mcp)
+        values = _from_toml(os.fspath(path), "the path given", env, mcp)
     elif file := env.get(CONFIG_ENV):
-        values = _from_toml(_read_toml(file, f"env {CONFIG_ENV}"), file, env, mcp)
+        values = _from_toml(file, f"env {CONFIG_ENV}", env, mcp)
     for key in _SETTINGS:
         if raw := env.get(key.env):
             values.setdefault(key.table, {})[key.key] = key.parse(raw, True, f"env {key.env}")

@@ -10,11 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentik.config import (
-    ConfigError,
-    TokenEntry,
-    load_settings,
-)
+from agentik.config import ConfigError, TokenEntry, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_A = "tokA-5s9Lq"

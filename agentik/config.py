@@ -445,11 +445,6 @@ class McpServerConfig:
     """Only these of the server's tools are offered; None offers all."""
 
     @property
-    def source(self) -> str:
-        """The registry source string of this server's tools."""
-        return f"mcp:{self.name}"
-
-    @property
     def target(self) -> str:
         """What is launched or contacted, for logs and listings (no secrets)."""
         if self.transport == "stdio":
@@ -501,11 +496,6 @@ class A2aAgentConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = None
     """Seconds per call; None means the engine's ``[tools] timeout``."""
-
-    @property
-    def source(self) -> str:
-        """The registry source string of this agent's tool."""
-        return f"a2a:{self.name}"
 
     @property
     def card_url(self) -> str:

@@ -71,7 +71,6 @@ def test_every_key_of_an_entry_is_read(tmp_path: Path) -> None:
         connect_timeout=5.0,
         call_timeout=90.5,
     )
-    assert research.source == "a2a:research"
     assert plain == A2aAgentConfig(
         name="plain-2", url="https://user:pw@cards.example.com:8443/agents/plain.json?x=1"
     )

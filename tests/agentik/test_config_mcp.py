@@ -44,7 +44,6 @@ tools = ["get_current_time"]
         call_timeout=90.0,
         tools=("get_current_time",),
     )
-    assert server.source == "mcp:time"
     assert server.target == "mcp-server-time --local-timezone UTC"
 
 

@@ -92,6 +92,8 @@ MAX_REMEMBERED = 10_000
 """Contexts whose waiting (or cut) remote task the engine keeps in memory."""
 MAX_ERROR_CHARS = 2_000
 """A remote's error message longer than this is cut (in the result and in the log)."""
+A2A_SOURCE = "a2a:"
+"""The registry source of a remote A2A agent's tool: ``a2a:NAME``."""
 PROGRESS_EVERY = 0.1
 """Seconds between two progress events of one call: a chatty (or hostile) agent's status
 messages in between are not streamed (the answer is not affected)."""
@@ -138,7 +140,7 @@ class A2aAgentTool(Tool):
     def __init__(self, source: A2aAgentSource) -> None:
         self._source = source
         self.name = source.config.name
-        self.source = source.config.source
+        self.source = A2A_SOURCE + source.config.name
         self.timeout = source.call_timeout + CANCEL_WAIT + 1.0
         self.description = source.config.description or f"The remote agent {self.name!r}."
         self.parameters = _PARAMETERS
@@ -256,7 +258,7 @@ class A2aAgentSource:
         """How many card reads have ended, in success or failure."""
         self.card: AgentCard | None = None
         self.tool = A2aAgentTool(self)
-        registry.register(self.tool, source=config.source, status=CONNECTING)
+        registry.register(self.tool, source=A2A_SOURCE + config.name, status=CONNECTING)
         self._http: httpx.AsyncClient | None = None
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None

@@ -70,6 +70,8 @@ STABLE_AFTER = 10.0
 """A connection that lived this long resets the backoff; quicker losses keep doubling it."""
 CALL_GRACE = 2.0
 """Seconds the run loop waits past a call's own timeout (the call reports its timeout)."""
+MCP_SOURCE = "mcp:"
+"""The registry source of an MCP server's tools: ``mcp:NAME``."""
 _MAX_PAGES = 100
 _CLIENT_INFO = mcp_types.Implementation(name="agentik", version=__version__)
 
@@ -90,7 +92,7 @@ class McpTool(Tool):
         self._source = source
         self.name = name
         self.remote_name = remote.name
-        self.source = source.config.source
+        self.source = MCP_SOURCE + source.config.name
         self.timeout = source.call_timeout + CALL_GRACE
         self.update(remote)
 
@@ -153,7 +155,7 @@ class McpToolSource:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._client = None
-        self.registry.unregister_source(self.config.source)
+        self.registry.unregister_source(MCP_SOURCE + self.config.name)
         self._tools = {}
         self._set_state(SourceState.STOPPED, "")
 
@@ -433,7 +435,7 @@ class McpToolSource:
                 )
                 continue
             else:
-                self.registry.register(tool, source=self.config.source)
+                self.registry.register(tool, source=MCP_SOURCE + self.config.name)
             installed[name] = tool
         if installed.keys() != self._tools.keys() and self.connections:
             self.log.info(

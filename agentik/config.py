@@ -832,12 +832,23 @@ class Settings:
             target = dialable(self.engine.grpc_addr)
             object.__setattr__(self, "web", replace(self.web, engine_target=target))
         llm = self.llm
-        _check_window(llm.context_tokens, llm.reserve_output_tokens, "")
+        windows = [("", llm.context_tokens, llm.reserve_output_tokens)]
         for agent in self.agent.agents:
             window = llm.context_tokens if agent.context_tokens is None else agent.context_tokens
             reserve = agent.reserve_output_tokens
             reserve = llm.reserve_output_tokens if reserve is None else reserve
-            _check_window(window, reserve, f" of agent {agent.name!r}")
+            windows.append((f" of agent {agent.name!r}", window, reserve))
+        for whose, window, reserve in windows:  # the model's window, then each agent's
+            if 0 < window < MIN_CONTEXT_TOKENS:
+                raise ConfigError(
+                    f"context_tokens{whose} ({window}) must be 0 (known for the model's "
+                    f"name) or at least {MIN_CONTEXT_TOKENS}"
+                )
+            if window and reserve >= window:
+                raise ConfigError(
+                    f"reserve_output_tokens{whose} ({reserve}) must be less than "
+                    f"context_tokens ({window}): the request needs room too"
+                )
         if self.auth.jwt_algorithms and not self.auth.jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
 
@@ -882,19 +893,6 @@ class Settings:
                 shown = str(value)
             rows.append((key.flat, key.env, shown))
         return rows
-
-
-def _check_window(context_tokens: int, reserve_output_tokens: int, whose: str) -> None:
-    if 0 < context_tokens < MIN_CONTEXT_TOKENS:
-        raise ConfigError(
-            f"context_tokens{whose} ({context_tokens}) must be 0 (known for the model's "
-            f"name) or at least {MIN_CONTEXT_TOKENS}"
-        )
-    if context_tokens and reserve_output_tokens >= context_tokens:
-        raise ConfigError(
-            f"reserve_output_tokens{whose} ({reserve_output_tokens}) must be less than "
-            f"context_tokens ({context_tokens}): the request needs room too"
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -728,6 +728,10 @@ class WebSettings:
     )
     workers: int = setting(2, flat="web_workers")
     threads: int = setting(64, flat="web_threads")
+    worker_restarts_per_minute: int = setting(
+        10, flat="web_worker_restarts_per_minute",
+        doc="dead web workers replaced in any 60 s; one more death stops the web (exit 1)",
+    )  # fmt: skip
     header_timeout: float = setting(5.0, flat="web_header_timeout")
     body_timeout: float = setting(15.0, flat="web_body_timeout")
     queue_timeout: float = setting(2.0, flat="web_queue_timeout", lo=0)

@@ -4,11 +4,12 @@ With more than one worker the ``agentik engine`` process serves nothing itself: 
 child engines (``agentik engine --worker``), each of which binds ``grpc_addr`` with
 SO_REUSEPORT so the kernel spreads new connections across them, and each also listens on an
 address of its own that the parent assigns (a free port on the same host,
-:func:`private_addresses`). Every worker names all of those addresses in its health answers
-(``agentik-workers``), so the facade can dial each worker directly and balance per call
-rather than per connection (``web_facade.engine_client``). The parent forwards
-SIGTERM/SIGINT to the children and exits once they have stopped; when one of them dies
-on its own it stops the others and exits 1 (:func:`agentik.parent_watch.supervise`).
+:func:`private_addresses`, which the parent holds while the workers run, so no other
+process takes it before its worker binds it). Every worker names all of those addresses in
+its health answers (``agentik-workers``), so the facade can dial each worker directly and
+balance per call rather than per connection (``web_facade.engine_client``). The parent
+forwards SIGTERM/SIGINT to the children and exits once they have stopped; when one of them
+dies on its own it stops the others and exits 1 (:func:`agentik.parent_watch.supervise`).
 
 The children share nothing but the store, so the store must be one several engines may
 share (PostgreSQL, see ``SessionStore.shared``): the choice is made here from the store
@@ -19,11 +20,12 @@ without SO_REUSEPORT, so a second engine started on a taken port fails loudly.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from agentik.config import ConfigError, Settings
@@ -89,11 +91,15 @@ def redact_store(url: str) -> str:
     return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
 
 
-def private_addresses(grpc_addr: str, workers: int) -> list[str]:
+@contextlib.contextmanager
+def private_addresses(grpc_addr: str, workers: int) -> Iterator[list[str]]:
     """``workers`` free ports on ``grpc_addr``'s host, as ``HOST:PORT`` addresses: each
-    worker's own. The ports are found by binding them all at once (so they differ) and
-    released for the workers to bind; one taken meanwhile makes its worker fail to start,
-    and with it the set (exit 1)."""
+    worker's own, held for the block. The ports are found by binding them all at once (so
+    they differ), with SO_REUSEPORT and without listening: until the block ends no other
+    process can bind them (one without SO_REUSEPORT, or another user's), while a worker,
+    whose gRPC server binds with SO_REUSEPORT as the same user, can; a socket that does not
+    listen takes none of the port's connections. (Released before the workers started,
+    a port taken meanwhile made its worker fail to bind, and the set exit 1.)"""
     host = grpc_addr.rpartition(":")[0]
     bare = host.strip("[]")
     family = socket.AF_INET6 if ":" in bare else socket.AF_INET
@@ -101,12 +107,13 @@ def private_addresses(grpc_addr: str, workers: int) -> list[str]:
     try:
         ports = []
         for probe in probes:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             probe.bind((bare, 0))
             ports.append(int(probe.getsockname()[1]))
+        yield [f"{host}:{port}" for port in ports]
     finally:
         for probe in probes:
             probe.close()
-    return [f"{host}:{port}" for port in ports]
 
 
 def worker_argv(config: str | None) -> list[str]:
@@ -126,18 +133,18 @@ def run_workers(
     Each child gets ``--worker-addrs A,B,... --worker-index I``: every worker's own address
     (:func:`private_addresses`) and which one is its."""
     check_workers(settings, workers)
-    addrs = private_addresses(settings.engine.grpc_addr, workers)
-    log.info(
-        "starting %d engine workers on %s, each also on its own address (%s) (store %s)",
-        workers,
-        settings.engine.grpc_addr,
-        ", ".join(addrs),
-        redact_store(settings.engine.store),
-    )
-    listed = ",".join(addrs)
-    return supervise(
-        [[*argv, "--worker-addrs", listed, "--worker-index", str(i)] for i in range(workers)],
-        os.environ if env is None else env,
-        stop_timeout=settings.engine.shutdown_grace + _STOP_MARGIN,
-        together=True,
-    )
+    with private_addresses(settings.engine.grpc_addr, workers) as addrs:
+        log.info(
+            "starting %d engine workers on %s, each also on its own address (%s) (store %s)",
+            workers,
+            settings.engine.grpc_addr,
+            ", ".join(addrs),
+            redact_store(settings.engine.store),
+        )
+        listed = ",".join(addrs)
+        return supervise(
+            [[*argv, "--worker-addrs", listed, "--worker-index", str(i)] for i in range(workers)],
+            os.environ if env is None else env,
+            stop_timeout=settings.engine.shutdown_grace + _STOP_MARGIN,
+            together=True,
+        )

@@ -115,6 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         sock,
         settings.web.workers,
         _child_env(args),
+        max_restarts=settings.web.worker_restarts_per_minute,
         stop_timeout=_STOP_TIMEOUT,
         started=started.format(web=url_of(sock).removeprefix("http://")),
         stopping=stopping,

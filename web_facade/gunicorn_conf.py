@@ -17,6 +17,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
+from collections import deque
 from types import FrameType
 from typing import Any
 
@@ -98,6 +100,26 @@ def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+_restarts: deque[float] = deque()
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """Stop the master (exit 1) rather than restart workers in a crash loop: gunicorn
+    replaces a worker that dies after booting as often as it dies. A spawn past the first
+    ``workers`` that fills a gap (not a reload's, which starts the new workers beside the
+    old) replaces a dead worker; ``[web] worker_restarts_per_minute`` of them are allowed in
+    any 60 s, as under ``agentik serve`` (``web_facade.serve_web``)."""
+    if worker.age <= server.cfg.workers or len(server.WORKERS) >= server.num_workers:
+        return
+    from gunicorn.errors import HaltServer  # type: ignore[import-untyped]
+
+    from web_facade.serve_web import too_many_restarts
+
+    limit = _settings.web.worker_restarts_per_minute
+    if why := too_many_restarts(_restarts, limit, time.monotonic()):
+        raise HaltServer(why, 1)
 
 
 def on_exit(server: Any) -> None:

@@ -10,8 +10,10 @@ by ``web_facade.gunicorn_conf`` like ``agentik web``'s: the same worker class, t
 timeouts, hooks and log format.
 
 What gunicorn's master did, the serve process does: it restarts a worker that dies (one that
-fails to boot stops the whole ``serve``, exit 1), kills one that misses its heartbeat for
-``timeout`` seconds (SIGABRT, then SIGKILL), stops them with SIGTERM (graceful: open streams
+fails to boot stops the whole ``serve``, exit 1; so does a death past ``[web]
+worker_restarts_per_minute`` restarts in 60 s, a crash loop, which ``agentik web`` stops with
+``web_facade.gunicorn_conf.pre_fork``), kills one that misses its heartbeat for ``timeout``
+seconds (SIGABRT, then SIGKILL), stops them with SIGTERM (graceful: open streams
 end at the next frame boundary) and SIGINT on a second signal, keeps their Prometheus
 multi-process files in one directory and clears a dead worker's live gauges. ``agentik web``
 keeps gunicorn's master.
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +60,27 @@ BACKLOG = 2048
 """Pending connections the listening socket holds (gunicorn's default)."""
 TICK = 0.5
 """Seconds between the parent's looks at its workers."""
+RESTART_WINDOW = 60.0
+"""Seconds over which ``[web] worker_restarts_per_minute`` counts the restarts."""
+RESTART_LIMIT = (
+    "[web] worker_restarts_per_minute = {limit} (AGENTIK_WEB_WORKER_RESTARTS_PER_MINUTE)"
+)
+
+
+def too_many_restarts(restarts: deque[float], limit: int, now: float) -> str:
+    """Why a worker that died at ``now`` may not be restarted ("" if it may), ``restarts``
+    being the times of the restarts so far, which this trims to the last 60 s and, when the
+    answer is "", extends with ``now`` (``agentik serve``'s and gunicorn's master alike)."""
+    while restarts and restarts[0] <= now - RESTART_WINDOW:
+        restarts.popleft()
+    if len(restarts) < limit:
+        restarts.append(now)
+        return ""
+    return (
+        f"web workers died {limit + 1} times within {RESTART_WINDOW:g}s, more than "
+        f"{RESTART_LIMIT.format(limit=limit)} allows: a crash loop (see the worker's "
+        "error above); not restarting them"
+    )
 
 
 def bind(addr: str) -> socket.socket:
@@ -99,6 +123,9 @@ class WebWorkers:
     sock: socket.socket
     count: int
     env: Mapping[str, str]
+    max_restarts: int = 10
+    """Workers restarted in any 60 s; the next death stops the web (``[web]
+    worker_restarts_per_minute``)."""
     timeout: float = 30.0
     """A worker that has not touched its heartbeat for this long is killed (gunicorn's
     ``timeout``, ``web_facade.gunicorn_conf``)."""
@@ -115,6 +142,7 @@ class WebWorkers:
     failed: str = ""
     """Why the web stopped for good ("" while it runs)."""
     _age: int = 0
+    _restarts: deque[float] = field(default_factory=deque)
 
     def start(self) -> None:
         self.metrics_dir = tempfile.mkdtemp(prefix=f"agentik-web-metrics-{os.getpid()}-")
@@ -153,7 +181,7 @@ class WebWorkers:
 
     def check(self) -> bool:
         """Restart the workers that died, kill those that hang; False once a worker failed
-        to boot (``failed`` says so): the web cannot run."""
+        to boot, or died once too often (``failed`` says so): the web cannot run."""
         for worker in list(self.workers):
             code = worker.popen.poll()
             if code is None:
@@ -164,6 +192,10 @@ class WebWorkers:
                 self.failed = f"a web worker failed to start (exit code {code})"
                 return False
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            if why := too_many_restarts(self._restarts, self.max_restarts, time.monotonic()):
+                self.say(f"agentik: web worker {worker.popen.pid} died ({how})")
+                self.failed = why
+                return False
             self.say(f"agentik: web worker {worker.popen.pid} died ({how}); starting another")
             self._spawn()
         return True

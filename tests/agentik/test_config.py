@@ -648,7 +648,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["input_modalities"] == ("AGENTIK_INPUT_MODALITIES", "text, image")
     assert by_name["max_media_parts"] == ("AGENTIK_MAX_MEDIA_PARTS", "16")
     assert by_name["web_stream_reader"][0] == "AGENTIK_WEB_STREAM_READER"
-    assert len(rows) == 80
+    assert len(rows) == 81
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -292,25 +293,111 @@ def test_each_child_is_told_every_worker_s_own_address_and_which_is_its_own() ->
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "localhost", "[::1]"])
-def test_private_addresses_are_free_distinct_ports_on_the_shared_address_s_host(host: str) -> None:
-    addrs = private_addresses(f"{host}:50051", 3)
-    assert len(set(addrs)) == 3
+def test_private_addresses_are_distinct_ports_held_for_the_workers_alone(host: str) -> None:
     bare = host.strip("[]")
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    with private_addresses(f"{host}:50051", 3) as addrs:
+        assert len(set(addrs)) == 3
+        for addr in addrs:
+            bound, _, port = addr.rpartition(":")
+            assert bound == host and port != "50051"
+            with socket.socket(family) as other, pytest.raises(OSError) as taken:
+                other.bind((bare, int(port)))  # another process: refused while held
+            assert taken.value.errno == errno.EADDRINUSE
+            with socket.socket(family) as worker:  # the worker, as its gRPC server binds
+                worker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                worker.bind((bare, int(port)))
+                worker.listen()
     for addr in addrs:
-        bound, _, port = addr.rpartition(":")
-        assert bound == host and port != "50051"
-        with socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET) as sock:
-            sock.bind((bare, int(port)))  # free for the worker to take
+        with socket.socket(family) as sock:
+            sock.bind((bare, int(addr.rpartition(":")[2])))  # released after the block
+
+
+OWN_CHILD = """
+import os, signal, socket, sys
+from agentik.parent_watch import stop_with_parent
+stop_with_parent()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+own = sys.argv[2].split(",")[int(sys.argv[4])]  # --worker-addrs A,B --worker-index I
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+sock.bind(("127.0.0.1", int(own.rpartition(":")[2])))
+sock.listen()
+os.write(1, f"{own}\\n".encode())
+while True:
+    signal.pause()
+"""
+
+INTRUDER = """
+import errno, socket, sys
+import engine_service.workers as workers
+supervise = workers.supervise
+
+
+def intrude(commands, *args, **kwargs):
+    # Another process on the host, between the parent's choice of ports and the workers'
+    # binds: it takes each worker's port if it can.
+    taken = []
+    for addr in commands[0][commands[0].index("--worker-addrs") + 1].split(","):
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", int(addr.rpartition(":")[2])))
+            sock.listen()
+            taken.append(sock)
+            print("intruder took", addr, file=sys.stderr, flush=True)
+        except OSError as exc:
+            assert exc.errno == errno.EADDRINUSE, exc
+            print("intruder refused", addr, file=sys.stderr, flush=True)
+    return supervise(commands, *args, **kwargs)
+
+
+workers.supervise = intrude
+"""
+
+
+def test_a_port_taken_between_the_choice_and_the_workers_bind_cannot_be() -> None:
+    """The race of ``agentik engine --workers N``: the parent picks each worker's own port,
+    another process binds it before the worker does, the worker fails to bind and the set
+    exits 1. The parent now holds the ports until the workers have them."""
+    port = _free_port()
+    child = textwrap.dedent(OWN_CHILD)
+    script = textwrap.dedent(INTRUDER) + textwrap.dedent(PARENT).format(
+        port=port, store=SHARED, child=child
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    try:
+        listening = sorted(parent.stdout.readline().strip() for _ in range(2))
+        if all(listening):  # else a worker could not bind its port and the set stopped
+            for addr in listening:  # each worker serves its own port
+                host, _, own = addr.rpartition(":")
+                socket.create_connection((host, int(own)), timeout=WAIT).close()
+            parent.send_signal(signal.SIGTERM)
+        code = parent.wait(WAIT)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        _, log = parent.communicate(timeout=WAIT)
+    assert "intruder took" not in log, log
+    assert all(listening) and code == 0, log
+    assert sorted(line.split()[-1] for line in log.splitlines() if "refused" in line) == listening
 
 
 async def test_a_worker_serves_on_its_own_address_too_and_lists_every_worker_in_health() -> None:
     shared = f"127.0.0.1:{_free_port()}"
-    own = private_addresses(shared, 2)
-    settings = engine_settings(AGENTIK_GRPC_ADDR=shared)
-    worker = EngineServer(
-        build_engine(settings), settings, reuse_port=True, own_addr=own[0], workers=tuple(own)
-    )
-    await worker.start()
+    with private_addresses(shared, 2) as own:  # held, as by the parent: the worker binds
+        settings = engine_settings(AGENTIK_GRPC_ADDR=shared)
+        worker = EngineServer(
+            build_engine(settings), settings, reuse_port=True, own_addr=own[0], workers=tuple(own)
+        )
+        await worker.start()
     try:
         for addr in (shared, own[0]):
             async with grpc.aio.insecure_channel(addr) as channel:

@@ -12,12 +12,20 @@ import stat
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from web_facade.serve_web import HEARTBEAT_ENV, SOCKET_ENV, WebWorkers, bind, url_of
+from web_facade.serve_web import (
+    HEARTBEAT_ENV,
+    SOCKET_ENV,
+    WebWorkers,
+    bind,
+    too_many_restarts,
+    url_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30.0
@@ -118,6 +126,39 @@ def test_a_worker_that_cannot_boot_stops_the_web(
         assert said[-1] == f"agentik: stopping: {workers.failed}"
     finally:
         workers.close()
+
+
+def test_a_worker_that_dies_after_booting_every_time_stops_the_web_past_the_limit(
+    tmp_path: Path, sock: socket.socket, said: list[str]
+) -> None:
+    """A crash loop: each worker boots (it is not gunicorn's boot-failure code) and dies.
+    ``max_restarts`` of them are replaced; the next death stops the web, saying why."""
+    workers = _workers(sock, _fake_python(tmp_path, "exit 1"), said)
+    workers.max_restarts = 2
+    try:
+        workers.start()
+        _until(lambda: not workers.check(), "the web to give up")
+        assert not workers.workers  # the third is not restarted
+        assert sum(line.endswith("(exit code 1); starting another") for line in said) == 2
+        assert workers.failed == (
+            "web workers died 3 times within 60s, more than [web] worker_restarts_per_minute "
+            "= 2 (AGENTIK_WEB_WORKER_RESTARTS_PER_MINUTE) allows: a crash loop (see the "
+            "worker's error above); not restarting them"
+        )
+        assert workers.stop()
+        assert said[-1] == f"agentik: stopping: {workers.failed}"
+    finally:
+        workers.close()
+
+
+def test_restarts_are_counted_over_the_last_60_seconds_only() -> None:
+    restarts: deque[float] = deque()
+    assert too_many_restarts(restarts, 2, 100.0) == ""
+    assert too_many_restarts(restarts, 2, 130.0) == ""
+    assert "died 3 times within 60s" in too_many_restarts(restarts, 2, 159.9)
+    assert list(restarts) == [100.0, 130.0]  # a refused restart is not one
+    assert too_many_restarts(restarts, 2, 160.0) == ""  # the one at 100 s is out of the window
+    assert list(restarts) == [130.0, 160.0]
 
 
 def test_a_worker_silent_past_the_timeout_gets_sigabrt_then_sigkill(

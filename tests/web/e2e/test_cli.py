@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -111,6 +112,72 @@ def test_serve_is_the_engine_and_starts_the_web_workers_with_no_gunicorn_master(
             code = serve.stop(signal.SIGTERM)
     assert code == 0, serve.log()
     assert "Traceback" not in serve.log()
+
+
+CRASH_LOOP = (
+    "web workers died 3 times within 60s, more than [web] worker_restarts_per_minute = 2 "
+    "(AGENTIK_WEB_WORKER_RESTARTS_PER_MINUTE) allows"
+)
+
+
+def _kill_each_worker(
+    parent: Process, workers: Callable[[], list[int]], up: Callable[[], bool], times: int
+) -> None:
+    """A crash loop: ``times`` times, wait until the facade answers (its worker booted),
+    then kill the worker."""
+    killed: list[int] = []
+    for _ in range(times):
+        wait_for(
+            lambda: len(workers()) == 1 and workers()[0] not in killed and up(),
+            "a new web worker to answer",
+        )
+        killed.append(workers()[0])
+        os.kill(killed[-1], signal.SIGKILL)
+    try:
+        parent.popen.wait(WAIT)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{parent.name} went on:\n{parent.log()}") from None
+
+
+def test_serve_stops_with_exit_1_when_its_web_workers_die_past_the_restart_limit(
+    tmp_path: Path,
+) -> None:
+    """A worker that dies after booting is replaced ``[web] worker_restarts_per_minute``
+    times in 60 s; the next death stops the web and the engine cleanly, exit 1."""
+    with FakeOpenAI() as llm:
+        env = {**_env(llm, tmp_path), "AGENTIK_WEB_WORKER_RESTARTS_PER_MINUTE": "2"}
+        serve, base = _healthy_serve(env, tmp_path)
+        pid = serve.popen.pid
+        try:
+            _kill_each_worker(serve, lambda: _web_workers(pid), lambda: _healthy(base), 3)
+        finally:
+            code = serve.stop()
+    log = serve.log()
+    assert code == 1, log
+    assert log.count("(signal 9); starting another") == 2, log
+    assert f"agentik: stopping: {CRASH_LOOP}" in log
+    assert "engine stopped" in log
+    assert "Traceback" not in log
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{base}/health", timeout=2.0)
+
+
+def test_web_stops_with_exit_1_when_its_workers_die_past_the_restart_limit(
+    tmp_path: Path,
+) -> None:
+    """gunicorn's master would restart them forever; its ``pre_fork`` hook stops it."""
+    env = _web_env(tmp_path, AGENTIK_WEB_WORKER_RESTARTS_PER_MINUTE="2")
+    web = Process("web", [sys.executable, "-m", "agentik.cli", "web"], env, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{web.wait_for_log(GUNICORN_LISTENING)}"
+        master = web.popen.pid
+        _kill_each_worker(web, lambda: _children(master), lambda: _facade_answers(base), 3)
+    finally:
+        code = web.stop()
+    log = web.log()
+    assert code == 1, log
+    assert f"Reason: {CRASH_LOOP}" in log
+    assert "Traceback" not in log
 
 
 def test_the_web_workers_stop_when_the_serve_process_is_killed(tmp_path: Path) -> None:

@@ -37,6 +37,10 @@ __all__ = [
 _MAX_HEAD = 64 * 1024
 """Bytes a status line plus headers may take."""
 _READ_SIZE = 64 * 1024
+_MAX_CHUNK_LINE = 4 * 1024
+"""Bytes a chunk's size line (with extensions) or a trailer line may take."""
+_MAX_CHUNK = 16 * 1024 * 1024
+"""Bytes one chunk of a chunked body may take (it is held whole before it is passed on)."""
 _MAX_IDLE_PER_ORIGIN = 64
 
 
@@ -119,25 +123,36 @@ class Response:
         self._done = True
 
     async def _chunked(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        # One piece per socket read, holding every chunk that read completed: an LLM that
+        # sends faster than the engine handles it is then read in a few large pieces (one
+        # wake-up and one timeout each) instead of one per token. Nothing waits for more.
+        buffer = bytearray()
         while True:
-            line = await self._read(reader.readline())
-            if not line.endswith(b"\n"):
-                raise BrokenStream("the connection closed inside a chunked body")
-            size_text = line.split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise BrokenStream(f"bad chunk size {size_text[:20]!r}") from None
-            if size == 0:
-                while (await self._read(reader.readline())).strip():
-                    pass  # trailers
-                self._reusable = self._keep_alive()
-                return
-            try:
-                data = await self._read(reader.readexactly(size + 2))
-            except asyncio.IncompleteReadError:
-                raise BrokenStream("the connection closed inside a chunk") from None
-            yield data[:-2]
+            parts, last = _take_chunks(buffer)
+            if parts:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+            if last:
+                break
+            buffer += await self._more(reader)
+        while True:  # trailers, up to an empty line
+            eol = buffer.find(b"\n")
+            if eol < 0:
+                if len(buffer) > _MAX_CHUNK_LINE:
+                    raise BrokenStream("the chunked body's trailers are too long")
+                buffer += await self._more(reader)
+                continue
+            line = bytes(buffer[:eol])
+            del buffer[: eol + 1]
+            if not line.strip():
+                break
+        # Bytes after the body were not asked for: do not reuse a connection that has them.
+        self._reusable = self._keep_alive() and not buffer
+
+    async def _more(self, reader: asyncio.StreamReader) -> bytes:
+        piece = await self._read(reader.read(_READ_SIZE))
+        if not piece:
+            raise BrokenStream("the connection closed inside a chunked body")
+        return piece
 
     async def _read(self, awaitable: Awaitable[bytes]) -> bytes:
         try:
@@ -413,3 +428,36 @@ def _proxy_for(origin: _Origin) -> str | None:
     if urllib.request.proxy_bypass(host) or origin.host in ("127.0.0.1", "localhost", "::1"):
         return None
     return proxy
+
+
+def _take_chunks(buffer: bytearray) -> tuple[list[bytes], bool]:
+    """The data of the complete chunks at the start of ``buffer``, taken out of it, and
+    whether the last (empty) chunk's size line was taken too."""
+    parts: list[bytes] = []
+    pos = 0
+    try:
+        while True:
+            eol = buffer.find(b"\n", pos)
+            if eol < 0:
+                if len(buffer) - pos > _MAX_CHUNK_LINE:
+                    raise BrokenStream("a chunk size line is too long")
+                return parts, False
+            size_text = bytes(buffer[pos:eol]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                size = -1
+            if size < 0:
+                raise BrokenStream(f"bad chunk size {size_text[:20]!r}")
+            if size > _MAX_CHUNK:
+                raise BrokenStream(f"a chunk of {size} bytes, over the limit of {_MAX_CHUNK}")
+            if size == 0:
+                pos = eol + 1
+                return parts, True
+            start = eol + 1
+            if len(buffer) < start + size + 2:
+                return parts, False
+            parts.append(bytes(buffer[start : start + size]))
+            pos = start + size + 2  # the chunk's CRLF
+    finally:
+        del buffer[:pos]

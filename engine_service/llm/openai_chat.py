@@ -171,6 +171,8 @@ class OpenAIChatModel(ChatModel):
                     deadline = None  # the first delta is in: only read timeouts from now
                     for delta in deltas:
                         yield delta
+                if parser.error is not None:
+                    raise parser.error
             finish = parser.finish()
             if parser.done:
                 await _drain(chunks)
@@ -307,17 +309,25 @@ class _ChunkParser:
         self._finish_reason = ""
         self.done = False
         """True once ``[DONE]`` was read."""
+        self.error: LLMError | None = None
+        """What ended the stream early, raised after the deltas that came before it."""
 
     def feed(self, payloads: list[bytes]) -> list[ChatDelta]:
-        """The deltas of these events; whatever follows ``[DONE]`` is ignored."""
+        """The deltas of these events; whatever follows ``[DONE]`` is ignored. An event
+        that is an error (or nonsense) ends the feed: the deltas before it are returned,
+        and the error is kept in ``error`` to be raised once they are out."""
         deltas: list[ChatDelta] = []
         for payload in payloads:
             if self.done:
                 break
             if payload == b"[DONE]":
                 self.done = True
-            else:
+                continue
+            try:
                 self._chunk(payload, deltas)
+            except LLMError as exc:
+                self.error = exc
+                break
         return deltas
 
     def _chunk(self, payload: bytes, deltas: list[ChatDelta]) -> None:
@@ -362,12 +372,23 @@ class _ChunkParser:
 
     def _choice(self, choice: dict[str, Any], deltas: list[ChatDelta]) -> None:
         delta = choice.get("delta") or {}
+        # What arrived together is one delta: a fragment that continues the one before it
+        # (more text, more reasoning, more arguments of the same call) is added to it. When
+        # the LLM sends faster than its tokens are handled, a run then makes a few events
+        # instead of one per token; a token that comes alone still leaves alone, at once.
+        last = deltas[-1] if deltas else None
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
-            deltas.append(ReasoningDelta(reasoning))
+            if type(last) is ReasoningDelta:
+                last.text += reasoning
+            else:
+                deltas.append(last := ReasoningDelta(reasoning))
         content = delta.get("content")
         if content:
-            deltas.append(TextDelta(content))
+            if type(last) is TextDelta:
+                last.text += content
+            else:
+                deltas.append(last := TextDelta(content))
         for position, call in enumerate(delta.get("tool_calls") or ()):
             function = call.get("function") or {}
             index = call.get("index")
@@ -377,8 +398,13 @@ class _ChunkParser:
                 name=function.get("name") or "",
                 arguments=function.get("arguments") or "",
             )
-            if fragment.id or fragment.name or fragment.arguments:
-                deltas.append(fragment)
+            if fragment.id or fragment.name:
+                deltas.append(last := fragment)
+            elif fragment.arguments:
+                if type(last) is ToolCallDelta and last.index == fragment.index:
+                    last.arguments += fragment.arguments
+                else:
+                    deltas.append(last := fragment)
         if choice.get("finish_reason"):
             self._finish_reason = choice["finish_reason"]
 

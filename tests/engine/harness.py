@@ -84,6 +84,16 @@ def kinds(events: Iterable[pb.Event]) -> list[str]:
     return [kind(e) for e in events]
 
 
+def kinds_merged(events: Iterable[pb.Event]) -> list[str]:
+    """``kinds``, with a run of the same content kind as one: how many content events a
+    stream makes depends on how the LLM's tokens arrive (those read together are one)."""
+    out: list[str] = []
+    for name in kinds(events):
+        if not (out and out[-1] == name and name.endswith(("_content", "_args"))):
+            out.append(name)
+    return out
+
+
 async def collect(call: Any) -> list[pb.Event]:
     """All events of a server stream, bounded by ``WAIT``."""
     events: list[pb.Event] = []

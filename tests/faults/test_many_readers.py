@@ -46,7 +46,11 @@ async def test_two_dozen_concurrent_replays_of_a_2000_chunk_conversation_each_ge
 ) -> None:
     conversation_id = await new_conversation(http)
     sender = Ledger(conversation_id)
-    assert await follow(http, sender, send_request(conversation_id, "[[chunks:2000]]"), WITHIN)
+    # Paced, so that the answer is many events (tokens the engine reads together are one).
+    turn = "[[chunks:2000]][[slow:0.001]]"
+    assert await follow(http, sender, send_request(conversation_id, turn), WITHIN)
+    streamed = sender.count("append_text")
+    assert streamed > 500, f"only {streamed} text events: nothing much to replay"
     path = f"/agentik/conversations/{conversation_id}/events?after=0&until_idle=true"
     readers = {f"replay {i}": Ledger(conversation_id) for i in range(READERS)}
     replays = [
@@ -67,9 +71,9 @@ async def test_two_dozen_concurrent_replays_of_a_2000_chunk_conversation_each_ge
     view = await store_view(http, f"127.0.0.1:{stack.grpc_port}", conversation_id, WITHIN)
     result = audit([("send", sender), *readers.items()], {conversation_id: view})
     assert result.clean(), str(result)
-    assert result.received > 2000 * (READERS + 1)
+    assert result.received > streamed * (READERS + 1)
     for ledger in (sender, *readers.values()):
-        assert ledger.count("append_text") == 2000
+        assert ledger.count("append_text") == streamed
         assert ledger.text() == view.assistant_text()
 
 
@@ -104,8 +108,11 @@ async def test_twenty_concurrent_agentik_sends_of_twelve_hundred_chunks_each_get
     result = audit(senders.items(), views)
     assert result.clean(), str(result)
     for ledger in senders.values():
-        assert ledger.count("append_text") == 1200
-        assert ledger.text() == views[ledger.conversation_id].assistant_text()
+        view = views[ledger.conversation_id]
+        stored = sum(1 for _, kind in view.engine if kind == "text_message_content")
+        # Tokens the engine read together are one event: how many is the store's to say.
+        assert ledger.count("append_text") == stored > 300
+        assert ledger.text() == view.assistant_text()
 
 
 async def _agui_run(
@@ -167,6 +174,6 @@ async def test_twenty_concurrent_agui_runs_of_five_hundred_chunks_each_deliver_e
             problems[thread_id] = f"runs from {events[0]['type']} to {events[-1]['type']}"
         elif len(deltas) != stored or "".join(deltas) != view.assistant_text():
             problems[thread_id] = f"{stored - len(deltas)} of {stored} TEXT_MESSAGE_CONTENT lost"
-        elif stored != 500:
-            problems[thread_id] = f"{stored} TEXT_MESSAGE_CONTENT stored, not 500"
+        elif stored < 125:  # tokens read together are one event, but most come alone
+            problems[thread_id] = f"only {stored} TEXT_MESSAGE_CONTENT stored of 500 tokens"
     assert not problems, f"{len(problems)} of {RUNS} AG-UI runs lost text: {problems}"

@@ -411,6 +411,131 @@ async def test_raw_chunks_are_the_decoded_body_without_extensions_or_trailers() 
             await client.aclose()
 
 
+def token_events(*tokens: str) -> bytes:
+    """One chat completion chunk event per token (no end)."""
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return b"".join(
+        b"data: "
+        + json.dumps({**base, "choices": [{"index": 0, "delta": {"content": token}}]}).encode()
+        + b"\n\n"
+        for token in tokens
+    )
+
+
+def one_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "close"])
+async def test_tokens_that_arrive_together_are_one_delta_with_all_their_text(
+    framing: str,
+) -> None:
+    # 300 tokens, each its own SSE event (and its own chunk), sent in one write: the model
+    # reads them together and hands them on as one delta, the text whole and in order.
+    tokens = [f"t{n} " for n in range(300)]
+    body = token_events(*tokens) + sse_body("").split(b"\n\n", 1)[1]
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        if framing == "chunked":
+            events = body.split(b"\n\n")
+            data = b"".join(one_chunk(event + b"\n\n") for event in events if event)
+            await exchange.send(STREAM_HEAD + data + b"0\r\n\r\n")
+        else:
+            await exchange.send(answer(body, framing))
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        deltas, error = await run(chat)
+
+    assert error is None
+    texts = [d for d in deltas if isinstance(d, TextDelta)]
+    assert text_of(deltas) == "".join(tokens)
+    assert len(texts) < 10, f"{len(texts)} deltas for tokens sent in one write"
+
+
+async def test_a_token_that_arrives_alone_leaves_at_once_without_waiting_for_more() -> None:
+    # The server sends the next token only once the first came out of the model: nothing
+    # is held back to be merged with what comes later.
+    first_out = asyncio.Event()
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(STREAM_HEAD + one_chunk(token_events("Hel")))
+        await asyncio.wait_for(first_out.wait(), WAIT)
+        rest = token_events("lo") + sse_body("").split(b"\n\n", 1)[1]
+        await exchange.send(one_chunk(rest) + b"0\r\n\r\n")
+        await exchange.wait_client_closed()
+
+    deltas: list[ChatDelta] = []
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        async with asyncio.timeout(WAIT):
+            async for delta in chat.stream(ask()):
+                deltas.append(delta)
+                first_out.set()
+
+    assert [d.text for d in deltas if isinstance(d, TextDelta)] == ["Hel", "lo"]
+
+
+async def test_tokens_read_together_with_an_invalid_event_come_out_before_the_error() -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        data = token_events("a", "b") + b"data: {not json\n\n"
+        await exchange.send(STREAM_HEAD + one_chunk(data))
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        deltas, error = await run(chat)
+
+    assert text_of(deltas) == "ab"
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert "invalid JSON" in error.message
+
+
+@pytest.mark.parametrize(
+    ("size_line", "why"),
+    [
+        (b"%x\r\n" % (17 * 1024 * 1024), "over the limit"),
+        (b"-5\r\n", "bad chunk size"),
+        (b"zz\r\n", "bad chunk size"),
+    ],
+)
+async def test_a_chunk_too_large_or_with_a_bad_size_is_a_bad_stream_at_once(
+    size_line: bytes, why: str
+) -> None:
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(STREAM_HEAD + size_line)
+        await exchange.wait_client_closed()
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        _, error = await run(chat)
+
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert why in error.detail
+
+
+async def test_bytes_after_a_chunked_body_keep_its_connection_from_reuse() -> None:
+    async def handler(exchange: Exchange) -> None:
+        while await exchange.request() is not None:
+            await exchange.send(answer(sse_body(), "chunked") + b"HTTP/1.1 200 OK\r\n")
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        for _ in range(2):
+            deltas, error = await run(chat)
+            assert error is None
+            assert text_of(deltas) == "Hello"
+
+    assert server.accepted == 2
+
+
 # --- stale connections -----------------------------------------------------------------
 
 

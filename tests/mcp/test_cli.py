@@ -147,8 +147,12 @@ async def test_progress_notifications_carry_the_streamed_text(llm: FakeOpenAI) -
             "send_message", {"text": "[[chunks:5]] go"}, progress_callback=progress
         )
     assert _text(result) == "w0 w1 w2 w3 w4 "
-    assert [message for _, message in seen] == ["w0 ", "w1 ", "w2 ", "w3 ", "w4 "]
-    assert [value for value, _ in seen] == [3, 6, 9, 12, 15]
+    # One notification per text delta (tokens read together are one delta), each with
+    # its text and the characters streamed so far.
+    messages = [message or "" for _, message in seen]
+    assert "".join(messages) == "w0 w1 w2 w3 w4 "
+    sofar = [sum(len(m) for m in messages[: n + 1]) for n in range(len(messages))]
+    assert [value for value, _ in seen] == sofar
 
 
 async def test_cancelling_the_call_interrupts_the_run(llm: FakeOpenAI) -> None:

@@ -90,6 +90,16 @@ def types(events: Iterable[BaseEvent]) -> list[str]:
     return [EventType(e.type).value for e in events]
 
 
+def types_merged(events: Iterable[BaseEvent]) -> list[str]:
+    """``types``, with a run of the same content type as one: how many content events a
+    stream makes depends on how the LLM's tokens arrive (those read together are one)."""
+    out: list[str] = []
+    for name in types(events):
+        if not (out and out[-1] == name and name.endswith(("_CONTENT", "_ARGS"))):
+            out.append(name)
+    return out
+
+
 def has(kind: EventType) -> Callable[[list[BaseEvent]], bool]:
     return lambda events: any(e.type == kind for e in events)
 

@@ -22,10 +22,7 @@ from collections.abc import Callable, Sequence
 
 from engine_service.core import events as ev
 from engine_service.core.asks import PersonInTheLoop
-from engine_service.core.bounds import (
-    MESSAGE_ROOM,
-    bounded_snapshot,
-)
+from engine_service.core.bounds import MESSAGE_ROOM, bounded_snapshot
 from engine_service.core.budget import TokenBudget
 from engine_service.core.chat import ChatModel, ChatRequest, ToolSpec
 from engine_service.core.context import Anchors, RunContext
@@ -41,13 +38,7 @@ from engine_service.core.hitl import Decision, needs_person
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.llm_rounds import LlmRounds
-from engine_service.core.models import (
-    JSON,
-    UNSET,
-    Message,
-    RunInput,
-    RunStatus,
-)
+from engine_service.core.models import JSON, UNSET, Message, RunInput, RunStatus
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.resume import ResumePoint

@@ -139,7 +139,10 @@ class Response:
             if eol < 0:
                 if len(buffer) > _MAX_CHUNK_LINE:
                     raise BrokenStream("the chunked body's trailers are too long")
-                buffer += await self._more(reader)
+                piece = await self._read(reader.read(_READ_SIZE))
+                if not piece:
+                    return  # closed after the last chunk: the body is whole, not reusable
+                buffer += piece
                 continue
             line = bytes(buffer[:eol])
             del buffer[: eol + 1]

@@ -522,6 +522,24 @@ async def test_a_chunk_too_large_or_with_a_bad_size_is_a_bad_stream_at_once(
     assert why in error.detail
 
 
+async def test_a_server_closing_right_after_the_last_chunk_gave_a_whole_body() -> None:
+    body = sse_body()
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(answer(body, "chunked")[: -len(b"\r\n")])  # no final blank line
+        await exchange.close()
+
+    async with TinyServer(handler) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT)
+        try:
+            response = await client.post(server.url + "/chat/completions", HEADERS, b"{}")
+            assert await response.read_all() == body
+            await response.aclose()
+        finally:
+            await client.aclose()
+
+
 async def test_bytes_after_a_chunked_body_keep_its_connection_from_reuse() -> None:
     async def handler(exchange: Exchange) -> None:
         while await exchange.request() is not None:

@@ -59,6 +59,9 @@ _T = TypeVar("_T")
 
 _DRAIN_SECONDS = 1.0
 """How long to wait for the end of a body after ``[DONE]``."""
+MAX_LLM_EVENT_BYTES = 16 * 1024 * 1024
+"""Bytes one server-sent event from the LLM may take (its data lines): past it the stream is
+``llm_bad_stream``, so an endpoint that never ends a line cannot grow the engine's memory."""
 
 _RETRYABLE = RETRYABLE
 
@@ -155,7 +158,7 @@ class OpenAIChatModel(ChatModel):
                     f" {content_type or 'no content type'} instead of an event stream",
                 )
             chunks = response.chunks()
-            decoder = _SSEDecoder()
+            decoder = _SSEDecoder(MAX_LLM_EVENT_BYTES)
             parser = _ChunkParser(self._endpoint)
             ended = False
             while not (parser.done or ended):
@@ -173,6 +176,13 @@ class OpenAIChatModel(ChatModel):
                         yield delta
                 if parser.error is not None:
                     raise parser.error
+                if decoder.over:
+                    raise _error(
+                        "llm_bad_stream",
+                        "the LLM endpoint sent an event larger than the limit",
+                        f"LLM endpoint {self._endpoint} sent an event over"
+                        f" {MAX_LLM_EVENT_BYTES} bytes",
+                    )
             finish = parser.finish()
             if parser.done:
                 await _drain(chunks)
@@ -261,22 +271,36 @@ async def _drain(body: AsyncIterator[bytes]) -> None:
 
 
 class _SSEDecoder:
-    """Splits a byte stream into the ``data`` payloads of its server-sent events."""
+    """Splits a byte stream into the ``data`` payloads of its server-sent events.
 
-    def __init__(self) -> None:
+    An event may take at most ``limit`` bytes: past it, ``over`` is set and nothing more is
+    decoded (the events before it are returned first)."""
+
+    def __init__(self, limit: int) -> None:
         self._buffer = b""
         self._data: list[bytes] = []
+        self._held = 0
+        """Bytes of the event being read: its data lines so far and the unfinished line."""
+        self._limit = limit
+        self.over = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The payloads of the events this chunk completes."""
+        if self.over:
+            return []
         buffer = self._buffer + chunk
         if b"\n" not in chunk:
             self._buffer = buffer
+            self.over = self._held + len(buffer) > self._limit
             return []
         *lines, self._buffer = buffer.split(b"\n")
         payloads: list[bytes] = []
         for line in lines:
             self._line(line, payloads)
+            if self._held > self._limit:
+                self.over = True
+                return payloads
+        self.over = self._held + len(self._buffer) > self._limit
         return payloads
 
     def end(self) -> list[bytes]:
@@ -295,9 +319,11 @@ class _SSEDecoder:
                 data = self._data
                 payloads.append(data[0] if len(data) == 1 else b"\n".join(data))
                 self._data = []
+            self._held = 0
         elif line.startswith(b"data:"):
             value = line[5:]
             self._data.append(value[1:] if value.startswith(b" ") else value)
+            self._held += len(line)
         # Comments (": keep-alive") and event/id/retry fields carry nothing for us.
 
 

@@ -32,6 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from engine_service.core.chat import ChatDelta, ChatRequest, TextDelta, ToolSpec
 from engine_service.core.errors import LLMError
 from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
+from engine_service.llm import openai_chat
 from engine_service.llm.http import BrokenStream, HttpClient
 from engine_service.llm.openai_chat import OpenAIChatModel, to_openai_messages, to_openai_tools
 
@@ -538,6 +539,32 @@ async def test_a_server_closing_right_after_the_last_chunk_gave_a_whole_body() -
             await response.aclose()
         finally:
             await client.aclose()
+
+
+@pytest.mark.parametrize("shape", ["one endless line", "endless data lines"])
+async def test_an_llm_event_over_the_limit_is_a_bad_stream_after_the_tokens_before_it(
+    monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    monkeypatch.setattr(openai_chat, "MAX_LLM_EVENT_BYTES", 64 * 1024)
+    sent_in_all = 0
+
+    async def handler(exchange: Exchange) -> None:
+        nonlocal sent_in_all
+        await exchange.request()
+        await exchange.send(STREAM_HEAD + one_chunk(token_events("before ")))
+        piece = b"x" * 4096 if shape == "one endless line" else b"data: " + b"x" * 4090 + b"\n"
+        for _ in range(10_000):  # 40 MB, unless the client stops reading
+            await exchange.send(one_chunk(piece))
+            sent_in_all += len(piece)
+
+    async with TinyServer(handler) as server, model_at(server.url) as chat:
+        deltas, error = await run(chat)
+
+    assert text_of(deltas) == "before "
+    assert error is not None
+    assert error.code == "llm_bad_stream"
+    assert "larger than the limit" in error.message
+    assert sent_in_all < 4 * 1024 * 1024  # it stopped reading near the limit
 
 
 async def test_bytes_after_a_chunked_body_keep_its_connection_from_reuse() -> None:

@@ -126,13 +126,20 @@ def _kill_each_worker(
     """A crash loop: ``times`` times, wait until the facade answers (its worker booted),
     then kill the worker."""
     killed: list[int] = []
+    booted: list[int] = []
+
+    def answering() -> bool:
+        # One listing per look: the children may change between two.
+        current = workers()
+        if len(current) != 1 or current[0] in killed or not up():
+            return False
+        booted[:] = current
+        return True
+
     for _ in range(times):
-        wait_for(
-            lambda: len(workers()) == 1 and workers()[0] not in killed and up(),
-            "a new web worker to answer",
-        )
-        killed.append(workers()[0])
-        os.kill(killed[-1], signal.SIGKILL)
+        wait_for(answering, "a new web worker to answer")
+        killed.append(booted[0])
+        os.kill(booted[0], signal.SIGKILL)
     try:
         parent.popen.wait(WAIT)
     except subprocess.TimeoutExpired:

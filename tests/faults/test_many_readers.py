@@ -46,11 +46,12 @@ async def test_two_dozen_concurrent_replays_of_a_2000_chunk_conversation_each_ge
 ) -> None:
     conversation_id = await new_conversation(http)
     sender = Ledger(conversation_id)
-    # Paced, so that the answer is many events (tokens the engine reads together are one).
-    turn = "[[chunks:2000]][[slow:0.001]]"
+    # Paced, so that the answer is about as many events as tokens (tokens the engine reads
+    # together are one): with too few, the replays end before the workers stall.
+    turn = "[[chunks:2000]][[slow:0.003]]"
     assert await follow(http, sender, send_request(conversation_id, turn), WITHIN)
     streamed = sender.count("append_text")
-    assert streamed > 500, f"only {streamed} text events: nothing much to replay"
+    assert streamed > 1000, f"only {streamed} text events: nothing much to replay"
     path = f"/agentik/conversations/{conversation_id}/events?after=0&until_idle=true"
     readers = {f"replay {i}": Ledger(conversation_id) for i in range(READERS)}
     replays = [

@@ -157,6 +157,13 @@ class Outbox:
             await self._refused(exc)
             raise asyncio.CancelledError from None
 
+    async def send_now(self) -> None:
+        """Store what was published and let the woken followers send it before going on
+        (an answer's start: ``core.rounds``); raises as :meth:`store_now`."""
+        await self.store_now()
+        self._followers_woken = False
+        await asyncio.sleep(0)  # the followers ``stored`` woke send it now
+
     def _stored(self, pending: list[ev.Event], reserve: int) -> None:
         self.hub.stored(pending[-1].seq if pending else 0, reserve)
         self._forget_if_over()

@@ -175,14 +175,14 @@ class Hubs:
                     return
                 if not self._accepting() and not hub.active_run_id:
                     return
-                # Shielded: one follower going away must not cancel the others' wait.
+                # Each follower waits on its own future: going away cancels only its own.
                 if not self.store.shared or self._is_local(session_id):
-                    await asyncio.shield(hub.changed())
+                    await hub.changed()
                     continue
                 # Another replica's run: its signals wake us; a missed one costs a poll.
                 try:
                     async with asyncio.timeout(REMOTE_POLL_INTERVAL):
-                        await asyncio.shield(hub.changed())
+                        await hub.changed()
                 except TimeoutError:
                     if not self._is_local(session_id) and self._hubs.get(session_id) is hub:
                         polled = await self.store.get_session(session_id)

@@ -43,7 +43,7 @@ class SessionHub:
         "_next_seq",
         "_reserved_seq",
         "_unstored_shown",
-        "_waiter",
+        "_waiters",
         "_write_lock",
         "session_id",
     )
@@ -55,7 +55,10 @@ class SessionHub:
         self._buffer: list[Event] = []
         self._first_seq = last_seq + 1
         self._next_seq = last_seq + 1
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        """One future per waiting follower: a follower that stops waiting (cancelled, timed
+        out) cancels its own, never the others'; awaited directly, a wake-up costs one turn
+        of the loop (a shared future behind ``asyncio.shield`` took two)."""
         self._held = 0
         """Seq of an event published with ``hold``: hidden from followers until ``end``."""
         self._active_run_id = ""
@@ -252,18 +255,24 @@ class SessionHub:
     @property
     def waiting(self) -> bool:
         """Whether a follower is waiting for the next event."""
-        return self._waiter is not None
+        return bool(self._waiters)
 
     def notify(self) -> None:
         """Wake every follower waiting in ``changed``."""
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
+        if not self._waiters:
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
     def changed(self) -> asyncio.Future[None]:
-        """A future that completes at the next publish or state change."""
-        if self._waiter is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-        return self._waiter
+        """A future of the caller's own that completes at the next stored write or state
+        change (cancelling it leaves the other followers waiting)."""
+        waiters = self._waiters
+        if len(waiters) > self._followers:
+            # Some followers stopped waiting (each waits on one at most): drop theirs.
+            waiters[:] = [waiter for waiter in waiters if not waiter.done()]
+        waiter = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        return waiter

@@ -6,13 +6,16 @@ message. What is open at any moment (a text, a reasoning, the tool calls) is kep
 stop can close it and keep the partial answer (``close``).
 
 One job, callbacks instead of imports (as ``core.leases``): events go out through
-``emit``, the first token is reported to ``on_first_token``.
+``emit``, the first token is reported to ``on_first_token``. When an answer starts (its
+first text, reasoning or tool call) the reader awaits ``send_now`` before it reads on, so
+that what a caller waits for is stored and sent before the rest of the LLM's burst is
+parsed; between other deltas it only yields to the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from engine_service.core import events as ev
@@ -51,12 +54,16 @@ class RoundReader:
         *,
         emit: Callable[[ev.EventBody], object],
         on_first_token: Callable[[], None],
+        send_now: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.model = model
         self.tracer = tracer
         self.usage = ev.Usage()
         self._emit = emit
         self._on_first_token = on_first_token
+        self._send_now = send_now
+        self._started = False
+        """An answer started with the last delta: send it before reading on."""
         self._message_id = ""
         self._text_open = False
         self._text: list[str] = []
@@ -101,7 +108,7 @@ class RoundReader:
                 if self._reasoning_id:
                     self._end_reasoning()
                 if not self._text_open:
-                    self._on_first_token()
+                    self._start()
                     emit(ev.TextMessageStart(message_id))
                     self._text_open = True
                 self._text.append(text)
@@ -117,8 +124,14 @@ class RoundReader:
                 usage.total_tokens = usage.input_tokens + usage.output_tokens
             # Yield to the loop after each delta: the LLM's chunks come in bursts that would
             # otherwise be parsed in one go while the followers' sends (and their completions)
-            # wait, and the first token would leave only after the whole burst.
-            await asyncio.sleep(0)
+            # wait. The start of an answer waits until it is stored and sent: its write, the
+            # followers' wake-up and the gRPC send each take a turn of the loop, and each
+            # turn would otherwise parse another piece of the burst first.
+            if self._started and self._send_now is not None:
+                self._started = False
+                await self._send_now()
+            else:
+                await asyncio.sleep(0)
         self._end_reasoning()
         self._end_text()
         calls = []
@@ -141,7 +154,7 @@ class RoundReader:
         elif delta.name and not call.name:
             call.name = delta.name
         if not call.started and call.name:
-            self._on_first_token()
+            self._start()
             self._end_text()
             self._emit(ev.ToolCallStart(call.id, call.name, self._message_id))
             call.started = True
@@ -156,12 +169,17 @@ class RoundReader:
         if not text:
             return
         if not self._reasoning_id:
-            self._on_first_token()
+            self._start()
             self._end_text()
             self._reasoning_id = new_id()
             self._emit(ev.ReasoningStart(self._reasoning_id))
             self._emit(ev.ReasoningMessageStart(self._reasoning_id))
         self._emit(ev.ReasoningMessageContent(self._reasoning_id, text))
+
+    def _start(self) -> None:
+        """An answer (a text, a reasoning or a tool call) starts with this delta."""
+        self._on_first_token()
+        self._started = True
 
     def _end_reasoning(self) -> None:
         if self._reasoning_id:

@@ -146,7 +146,11 @@ class Run:
         self.report = RunReport(self.session_id, self.run_id, principal)
         """What the log and the metrics get at the run's start and end."""
         self.rounds = RoundReader(
-            model, tracer, emit=self.emit, on_first_token=self.report.first_token_now
+            model,
+            tracer,
+            emit=self.emit,
+            on_first_token=self.report.first_token_now,
+            send_now=self.out.send_now,
         )
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage

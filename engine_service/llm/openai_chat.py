@@ -170,8 +170,14 @@ class OpenAIChatModel(ChatModel):
                     payloads = decoder.feed(chunk)
                 except StopAsyncIteration:
                     payloads, ended = decoder.end(), True
-                if deltas := parser.feed(payloads):
-                    deadline = None  # the first delta is in: only read timeouts from now
+                if deadline is not None:  # nothing said yet
+                    first, payloads = parser.feed_first(payloads)
+                    if first:
+                        deadline = None  # the first delta is in: only read timeouts from now
+                        for delta in first:
+                            yield delta
+                if parser.error is None and (deltas := parser.feed(payloads)):
+                    deadline = None
                     for delta in deltas:
                         yield delta
                 if parser.error is not None:
@@ -355,6 +361,16 @@ class _ChunkParser:
                 self.error = exc
                 break
         return deltas
+
+    def feed_first(self, payloads: list[bytes]) -> tuple[list[ChatDelta], list[bytes]]:
+        """As :meth:`feed`, one event at a time up to the first that gives a delta: its
+        deltas, and the events after it, not parsed yet. The first token of an answer then
+        leaves before the rest of a large first read is parsed (and merged)."""
+        for index, payload in enumerate(payloads):
+            deltas = self.feed([payload])
+            if deltas or self.error is not None or self.done:
+                return deltas, payloads[index + 1 :]
+        return [], []
 
     def _chunk(self, payload: bytes, deltas: list[ChatDelta]) -> None:
         try:

@@ -6,6 +6,8 @@ only stored events" is kept by this one class.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from engine_service.core import events as ev
@@ -90,3 +92,39 @@ def test_drop_unstored_forgets_what_another_replica_closed() -> None:
 
     assert hub.all_stored and hub.unflushed() == []
     assert (hub.first_seq, hub.last_seq) == (7, 6)
+
+
+async def test_a_follower_that_stops_waiting_leaves_the_others_waiting() -> None:
+    # Each follower waits on a future of its own: cancelling one (its client left, or
+    # its poll timed out) never cancels another's wait, and a stored write wakes the rest.
+    hub = SessionHub("s", 0)
+    hub.begin("r", 0, reserved_seq=8)
+    hub.join()
+    hub.join()
+    gone = asyncio.ensure_future(hub.changed())
+    staying = asyncio.ensure_future(hub.changed())
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert not staying.done()
+
+    _publish(hub, 1)
+    hub.stored(1)
+
+    await asyncio.wait_for(staying, 1)
+    assert gone.cancelled()
+
+
+async def test_waits_that_time_out_do_not_pile_up() -> None:
+    # A follower of another replica's run polls: its wait times out again and again with
+    # nothing stored. The hub keeps at most one future per follower (plus the new one).
+    hub = SessionHub("s", 0)
+    hub.join()
+    for _ in range(1000):
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0):
+                await hub.changed()
+    assert len(hub._waiters) <= 2
+    waiter = hub.changed()
+    hub.notify()
+    assert waiter.done() and not hub.waiting

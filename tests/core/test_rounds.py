@@ -110,3 +110,48 @@ async def test_a_stopped_round_closes_what_is_open_and_keeps_the_partial_answer(
     assert partial is not None and partial.status is MessageStatus.INTERRUPTED
     assert partial.content == [TextPart("half an answer")]
     assert reader.close() is None
+
+
+async def test_each_answer_s_start_is_sent_before_the_next_delta_is_read() -> None:
+    # The first text, reasoning and tool call of a round each wait for send_now (stored
+    # and sent) before the reader asks the model for more; later deltas only yield.
+    read: list[str] = []
+
+    class Recorded(ChatModel):
+        name = "recorded"
+
+        async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+            for delta in (
+                ReasoningDelta("hm"),
+                ReasoningDelta("m"),
+                TextDelta("Hel"),
+                TextDelta("lo"),
+                ToolCallDelta(0, id="c1", name="clock", arguments="{}"),
+            ):
+                read.append(type(delta).__name__)
+                yield delta
+
+    sent: list[tuple[int, list[str]]] = []
+    bodies: list[ev.EventBody] = []
+
+    async def send_now() -> None:
+        sent.append((len(bodies), list(read)))
+
+    reader = RoundReader(
+        Recorded(), NO_TRACER, emit=bodies.append, on_first_token=lambda: None, send_now=send_now
+    )
+    await reader.read(ChatRequest(messages=[], tools=[]))
+
+    # Sent right after each start's events were emitted, before the next delta was read.
+    assert sent == [
+        (3, ["ReasoningDelta"]),
+        (8, ["ReasoningDelta", "ReasoningDelta", "TextDelta"]),
+        (12, ["ReasoningDelta", "ReasoningDelta", "TextDelta", "TextDelta", "ToolCallDelta"]),
+    ]
+    assert [type(b).__name__ for b in bodies[:3]] == [
+        "ReasoningStart",
+        "ReasoningMessageStart",
+        "ReasoningMessageContent",
+    ]
+    assert type(bodies[7]).__name__ == "TextMessageContent"
+    assert type(bodies[11]).__name__ == "ToolCallArgs"

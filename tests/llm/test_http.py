@@ -437,7 +437,8 @@ async def test_tokens_that_arrive_together_are_one_delta_with_all_their_text(
     framing: str,
 ) -> None:
     # 300 tokens, each its own SSE event (and its own chunk), sent in one write: the model
-    # reads them together and hands them on as one delta, the text whole and in order.
+    # reads them together and hands them on as one delta, the text whole and in order;
+    # only the answer's first token leaves alone, before the rest of the read is parsed.
     tokens = [f"t{n} " for n in range(300)]
     body = token_events(*tokens) + sse_body("").split(b"\n\n", 1)[1]
 
@@ -458,6 +459,7 @@ async def test_tokens_that_arrive_together_are_one_delta_with_all_their_text(
     texts = [d for d in deltas if isinstance(d, TextDelta)]
     assert text_of(deltas) == "".join(tokens)
     assert len(texts) < 10, f"{len(texts)} deltas for tokens sent in one write"
+    assert texts[0].text == tokens[0]
 
 
 async def test_a_token_that_arrives_alone_leaves_at_once_without_waiting_for_more() -> None:

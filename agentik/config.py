@@ -57,7 +57,8 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _JWT = (*(f"{k}{n}" for k in ("HS", "RS", "PS", "ES") for n in (256, 384, 512)), "EdDSA")
 _BOOLEANS = ("1", "true", "yes", "on", "0", "false", "no", "off")
-_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+_WHSEC = r"(?s:(?!whsec_).*)|whsec_(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+_WHY_WHSEC = "a secret starting with whsec_ must be base64 after it"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _HEADER = {"headers": True}  # a table of HTTP headers; ${NAME} is an environment variable
 _AGENT_SECRETS = ("api_key", "headers", "system_prompt")
@@ -85,7 +86,7 @@ def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: An
     """A key of a table: its default, environment variable, setting name (``flat``, default
     the key) and checks: ``lo``/``hi`` bounds (an int's ``lo`` defaults to 1; a float is
     positive unless ``lo=0``), ``choices``, ``name`` (a name of at most this many of
-    ``[A-Za-z0-9_-]``), ``pattern`` (a regular expression the whole string matches),
+    ``[A-Za-z0-9_-]``), ``pattern`` (a regular expression the whole string matches, else ``why``),
     ``each`` (a function of each string of an array), ``check`` (a function of the typed
     value, or of ``(raw, from_env)`` for other types), ``noun`` (what an array holds),
     ``strip=False``, ``required`` (no empty string), ``secret`` (masked, kept out of
@@ -145,7 +146,7 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
         if (limit := meta.get("name")) and text and (not NAME.match(text) or len(text) > limit):
             raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
         if (pattern := meta.get("pattern")) and text and not re.fullmatch(pattern, text):
-            raise _Invalid(f"must match {pattern}")
+            raise _Invalid(meta.get("why", f"must match {pattern}"))
         return check(text) if check and text else text
     items = [i.strip() for i in raw.split(",") if i.strip()] if env else raw
     noun = meta.get("noun", "strings")
@@ -186,12 +187,6 @@ def _url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _Invalid("must be an http:// or https:// URL")
-    return value
-
-
-def _webhook_secret(value: str) -> str:
-    if value.startswith("whsec_") and not re.fullmatch(_BASE64, value[6:]):
-        raise _Invalid("a secret starting with whsec_ must be base64 after it")
     return value
 
 
@@ -806,7 +801,7 @@ class McpSettings:
 class WebhooksSettings:
     """``[webhooks]``: outgoing webhooks and their delivery (docs/webhooks.md)."""
 
-    secret: str = setting("", flat="webhook_secret", check=_webhook_secret, secret=True)
+    secret: str = setting("", flat="webhook_secret", pattern=_WHSEC, why=_WHY_WHSEC, secret=True)
     allow_private: bool = setting(False, flat="webhooks_allow_private")
     max_attempts: int = setting(8, flat="webhooks_max_attempts")
     base_delay: float = setting(30.0, flat="webhooks_base_delay")

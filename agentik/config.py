@@ -606,31 +606,28 @@ class PythonToolConfig:
     """Seconds per call; None means the engine's ``[tools] timeout``."""
 
 
-def _python_tool(table: object, label: str) -> PythonToolConfig:
-    """Each key by the converter; a bad one is refused saying what it ``must`` be."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{label}: must be a table with a 'function' key")
-    keys = fields(PythonToolConfig)[1:]
-    for key in table:
-        if key not in (known := [f.name for f in keys]):
-            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(known)}")
-    values: dict[str, Any] = {}
-    for f in keys:
-        if (raw := table.get(f.name)) is not None or f.default is MISSING:
-            try:
-                values[f.name] = _value(str(f.type), f.metadata, raw, False, entry=True)
-            except ValueError:
-                why = f"must be {f.metadata['must']}; got {raw!r}"
-                raise ConfigError(f"{label}: {f.name!r} {why}") from None
-    return PythonToolConfig(label, **values)
-
-
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
+    """Each key of each table by the converter; a bad one is refused saying what it ``must``
+    be."""
     if not isinstance(raw, list):
         raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
-    return tuple(
-        _python_tool(table, f"[[tools.python]] entry {n}") for n, table in enumerate(raw, 1)
-    )
+    keys, tools = fields(PythonToolConfig)[1:], []
+    known = [f.name for f in keys]
+    for label, table in ((f"[[tools.python]] entry {n}", table) for n, table in enumerate(raw, 1)):
+        if not isinstance(table, dict):
+            raise ConfigError(f"{label}: must be a table with a 'function' key")
+        if unknown := [key for key in table if key not in known]:
+            raise ConfigError(f"{label}: unknown key {unknown[0]!r}; known: {', '.join(known)}")
+        values: dict[str, Any] = {}
+        for f in keys:
+            if (value := table.get(f.name)) is not None or f.default is MISSING:
+                try:
+                    values[f.name] = _value(str(f.type), f.metadata, value, False, entry=True)
+                except ValueError:
+                    why = f"must be {f.metadata['must']}; got {value!r}"
+                    raise ConfigError(f"{label}: {f.name!r} {why}") from None
+        tools.append(PythonToolConfig(label, **values))
+    return tuple(tools)
 
 
 # --- the models -----------------------------------------------------------------------------

@@ -101,8 +101,6 @@ def table(reader: Callable[..., tuple[Any, ...]], flat: str, engine_only: bool =
     return field(default=(), metadata={"table": reader, "flat": flat, "engine_only": engine_only})
 
 
-# --- the one converter ------------------------------------------------------------------
-
 _KINDS = ("bool", "int", "float", "str", "tuple[str, ...]")
 _NUMBERS: dict[str, Any] = {"int": int, "float": int | float}
 
@@ -178,9 +176,6 @@ def _bounds(value: float, lo: int | None, hi: int | None, entry: bool) -> None:
     elif value < 0 or (value == 0 and lo is None):
         positive = "must be a positive number of seconds" if entry else "must be positive"
         raise _Invalid("must not be negative" if lo == 0 else positive)
-
-
-# --- checks of one kind of value ----------------------------------------------------------
 
 
 def _url(value: str) -> str:
@@ -300,9 +295,6 @@ def _pattern(item: str, colon: str = "") -> str:
         why = f"is not a tool name or glob (letters, digits, _ . -{colon and ' :'} * ? [ ] !)"
         raise _Invalid(f"{item!r} {why}")
     return item
-
-
-# --- the arrays of tables ([[...]]) -----------------------------------------------------
 
 
 def unknown_name(kind: str, name: str, known: list[str], where: str) -> ConfigError:
@@ -630,8 +622,6 @@ def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool)
     return tuple(tools)
 
 
-# --- the models -----------------------------------------------------------------------------
-
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -926,9 +916,6 @@ _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
 def setting_keys() -> list[tuple[str, str, str]]:
     """``(setting, env var, TOML key)`` for every setting, in documentation order."""
     return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in _SETTINGS]
-
-
-# --- loading ------------------------------------------------------------------------------
 
 
 def _from_toml(

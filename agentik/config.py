@@ -70,10 +70,6 @@ class ConfigError(Exception):
     """The configuration is unusable; the message says which setting, from where, and why."""
 
 
-class _Invalid(ValueError):
-    """Why a raw value is unacceptable (a check may raise any ValueError)."""
-
-
 @dataclass(frozen=True, slots=True)
 class TokenEntry:
     """One bearer token and the principal it names."""
@@ -107,7 +103,7 @@ _NUMBERS: dict[str, Any] = {"int": int, "float": int | float}
 
 def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool = False) -> Any:
     """``raw`` (a str from the environment when ``env``, else TOML) as the field's type
-    ``kind``, checked against its metadata; ``_Invalid`` says why not."""
+    ``kind``, checked against its metadata; ``ValueError`` says why not."""
     base, check = kind.removesuffix(" | None"), meta.get("check")
     if base not in _KINDS:  # a structured value: its check reads it
         if not check:
@@ -117,47 +113,44 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
     if base == "bool":
         text = raw.strip().lower() if env and isinstance(raw, str) else None
         if not isinstance(raw, bool) and text not in _BOOLEANS:
-            raise _Invalid("must be true or false" + ("" if env else f", not {name}"))
+            raise ValueError("must be true or false" + ("" if env else f", not {name}"))
         return raw if isinstance(raw, bool) else text in _BOOLEANS[:4]
     if base in ("int", "float"):
         what = meta.get("what", "an integer" if base == "int" else "a number of seconds")
         if not env and (isinstance(raw, bool) or not isinstance(raw, _NUMBERS[base])):
-            raise _Invalid(f"must be {what}, not {name}")
+            raise ValueError(f"must be {what}, not {name}")
         try:
             number = (int if base == "int" else float)(raw.strip() if env else raw)
         except ValueError:
-            raise _Invalid(f"must be {what}") from None
+            raise ValueError(f"must be {what}") from None
         _bounds(number, meta.get("lo", 1 if base == "int" else None), meta.get("hi"), entry)
         return check(number) if check else number
     if base == "str":
         if not isinstance(raw, str):
-            raise _Invalid(f"must be a string, not {name}")
+            raise ValueError(f"must be a string, not {name}")
         text = raw.strip() if meta.get("strip", True) else raw
         if not text.strip() and meta.get("required", entry):
-            raise _Invalid("must not be empty")
+            raise ValueError("must not be empty")
         if choices := meta.get("choices"):
             text = text.upper() if choices[0].isupper() else text.lower()
             if text not in choices:
-                raise _Invalid(f"must be one of {', '.join(choices)}")
+                raise ValueError(f"must be one of {', '.join(choices)}")
         if not text.strip() and kind != base:
             return None
         if (limit := meta.get("name")) and text and (not NAME.match(text) or len(text) > limit):
-            raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
+            raise ValueError(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
         if (pattern := meta.get("pattern")) and text and not re.fullmatch(pattern, text):
-            raise _Invalid(meta.get("why", f"must match {pattern}"))
+            raise ValueError(meta.get("why", f"must match {pattern}"))
         return check(text) if check and text else text
     items = [i.strip() for i in raw.split(",") if i.strip()] if env else raw
-    noun = meta.get("noun", "strings")
+    noun, one, choices = meta.get("noun", "strings"), meta.get("item", "item"), meta.get("choices")
     if not isinstance(items, list):
-        raise _Invalid(f"must be an array of {noun}, not {name}")
-    for item in items:
-        if not isinstance(item, str):
-            one, what = meta.get("item", "item"), type(item).__name__
-            raise _Invalid(f"must be an array of {noun}; every {one} must be a string, not {what}")
+        raise ValueError(f"must be an array of {noun}, not {name}")
+    if odd := [type(item).__name__ for item in items if not isinstance(item, str)]:
+        raise ValueError(f"must be an array of {noun}; every {one} must be a string, not {odd[0]}")
     strings = tuple(dict.fromkeys(meta.get("each", str)(item.strip()) for item in items))
-    for item in strings:
-        if (choices := meta.get("choices")) and item not in choices:
-            raise _Invalid(f"{item!r} is not one of {', '.join(choices)}")
+    if choices and (bad := [item for item in strings if item not in choices]):
+        raise ValueError(f"{bad[0]!r} is not one of {', '.join(choices)}")
     return check(strings) if check else strings
 
 
@@ -166,38 +159,38 @@ def _bounds(value: float, lo: int | None, hi: int | None, entry: bool) -> None:
     ``lo`` 0, not negative), and with ``hi`` in (0, hi]."""
     if isinstance(value, int):
         if hi is not None and not (lo or 0) <= value <= hi:
-            raise _Invalid(f"must be between {lo} and {hi} bytes")
+            raise ValueError(f"must be between {lo} and {hi} bytes")
         if lo is not None and value < lo:
-            raise _Invalid("must be positive" if lo == 1 else f"must be at least {lo}")
+            raise ValueError("must be positive" if lo == 1 else f"must be at least {lo}")
     elif not math.isfinite(value):
-        raise _Invalid("must be a finite number")
+        raise ValueError("must be a finite number")
     elif hi is not None and not 0 < value <= hi:
-        raise _Invalid(f"must be more than 0 and at most {hi} ({hi} = no limit)")
+        raise ValueError(f"must be more than 0 and at most {hi} ({hi} = no limit)")
     elif value < 0 or (value == 0 and lo is None):
         positive = "must be a positive number of seconds" if entry else "must be positive"
-        raise _Invalid("must not be negative" if lo == 0 else positive)
+        raise ValueError("must not be negative" if lo == 0 else positive)
 
 
 def _url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _Invalid("must be an http:// or https:// URL")
+        raise ValueError("must be an http:// or https:// URL")
     return value
 
 
 def _store(value: str) -> str:
     scheme, sep, rest = value.partition("://")
     if not sep:
-        raise _Invalid("must be a URL: memory://, sqlite:///PATH or postgresql://...")
+        raise ValueError("must be a URL: memory://, sqlite:///PATH or postgresql://...")
     if scheme.lower() == "memory" and rest:
-        raise _Invalid("memory:// takes nothing after the scheme")
+        raise ValueError("memory:// takes nothing after the scheme")
     if scheme.lower() == "sqlite" and (not rest.startswith("/") or rest == "/"):
-        raise _Invalid(
+        raise ValueError(
             "a SQLite URL needs three slashes and a path: sqlite:///relative.db "
             "or sqlite:////absolute/path.db"
         )
     if scheme.lower() not in ("memory", "sqlite", "postgresql", "postgres"):
-        raise _Invalid(
+        raise ValueError(
             f"has unknown store scheme {scheme.lower()!r}; use memory://, sqlite:///PATH, "
             "postgresql:// or postgres://"
         )
@@ -212,26 +205,26 @@ def _origin(text: str) -> str:
     scheme, sep, rest = text.partition("://")
     host_port, slash, _ = rest.partition("/")
     if not sep or not re.match(r"^[a-z][a-z0-9+.-]*$", scheme := scheme.lower()) or not rest:
-        raise _Invalid(f"{text!r} is not an origin; {example}")
+        raise ValueError(f"{text!r} is not an origin; {example}")
     if slash or "?" in rest or "#" in rest:
-        raise _Invalid(f"{text!r} has a path; {example}, without a trailing slash")
+        raise ValueError(f"{text!r} has a path; {example}, without a trailing slash")
     if "@" in host_port:
-        raise _Invalid(f"{text!r} has user info; {example}")
+        raise ValueError(f"{text!r} has user info; {example}")
     try:
         parts = urlsplit(f"{scheme}://{host_port}")
         port, host = parts.port, parts.hostname or ""
         host = f"[{ipaddress.IPv6Address(host)}]" if ":" in host else host
     except ValueError:
-        raise _Invalid(f"{text!r} has an invalid port or IPv6 address; {example}") from None
+        raise ValueError(f"{text!r} has an invalid port or IPv6 address; {example}") from None
     if not host.startswith("[") and not valid_host(host):
-        raise _Invalid(f"{text!r} has no valid host; {example}")
+        raise ValueError(f"{text!r} has no valid host; {example}")
     default = port is None or port == {"http": 80, "https": 443}.get(scheme)
     return f"{scheme}://{host}" if default else f"{scheme}://{host}:{port}"
 
 
 def _origins(origins: tuple[str, ...]) -> tuple[str, ...]:
     if "*" in origins and len(origins) > 1:
-        raise _Invalid('"*" already allows every origin; give it alone or list the origins')
+        raise ValueError('"*" already allows every origin; give it alone or list the origins')
     return origins
 
 
@@ -240,20 +233,20 @@ def _skills(raw: object, env: bool) -> tuple[dict[str, Any], ...]:
         try:
             raw = json.loads(str(raw))
         except ValueError as exc:
-            raise _Invalid(f"must be a JSON array of skill objects ({exc})") from None
+            raise ValueError(f"must be a JSON array of skill objects ({exc})") from None
     if not isinstance(raw, list):
-        raise _Invalid("must be an array of skill tables")
+        raise ValueError("must be an array of skill tables")
     for index, item in enumerate(raw):
         if not isinstance(item, dict) or not all(
             isinstance(item.get(key), str) and item[key] for key in ("id", "name", "description")
         ):
-            raise _Invalid(f"skill {index} needs string id, name and description")
+            raise ValueError(f"skill {index} needs string id, name and description")
     return tuple(dict(item) for item in raw)
 
 
 def _principal(value: object) -> str:
     if not isinstance(value, str) or not is_valid_principal(value.strip()):
-        raise _Invalid(f"principal {value!r} must be {PRINCIPAL_RULE}")
+        raise ValueError(f"principal {value!r} must be {PRINCIPAL_RULE}")
     return value.strip()
 
 
@@ -264,27 +257,27 @@ def _tokens(raw: object, env: bool) -> tuple[TokenEntry, ...]:
         for number, item in enumerate((i.strip() for i in str(raw).split(",")), start=1):
             before, sep, after = item.partition(":")
             if item and not sep:
-                raise _Invalid(f"entry {number} is not PRINCIPAL:TOKEN")
+                raise ValueError(f"entry {number} is not PRINCIPAL:TOKEN")
             pairs += [(number, before, after)] if item else []
     elif isinstance(raw, list) and all(isinstance(table, dict) for table in raw):
         for number, item in enumerate(raw, start=1):
             if unknown := sorted(set(item) - {"principal", "token"}):
                 why = f"has unknown key {unknown[0]!r}; known: principal, token"
-                raise _Invalid(f"entry {number} {why}")
+                raise ValueError(f"entry {number} {why}")
             pairs.append((number, item.get("principal"), item.get("token")))
     else:
-        raise _Invalid("must be an array of tables ([[auth.tokens]])")
+        raise ValueError("must be an array of tables ([[auth.tokens]])")
     entries: list[TokenEntry] = []
     seen: dict[str, str] = {}
     for number, principal, token in pairs:
         who = _principal(principal)
         if not isinstance(token, str) or not token:
-            raise _Invalid(f"entry {number}: the token of {who!r} must be a non-empty string")
+            raise ValueError(f"entry {number}: the token of {who!r} must be a non-empty string")
         if not re.match(r"^[\x21-\x2b\x2d-\x7e]{1,4096}$", token):
             why = "must be printable ASCII without spaces or commas"
-            raise _Invalid(f"entry {number}: the token of {who!r} {why}")
+            raise ValueError(f"entry {number}: the token of {who!r} {why}")
         if (other := seen.setdefault(token, who)) != who:
-            raise _Invalid(f"{other!r} and {who!r} have the same token")
+            raise ValueError(f"{other!r} and {who!r} have the same token")
         entries.append(TokenEntry(who, token))
     return tuple(entries)
 
@@ -293,7 +286,7 @@ def _pattern(item: str, colon: str = "") -> str:
     """A tool name or glob (``*``, ``?``, ``[...]``; with ``colon``, ``agent:NAME``)."""
     if not re.fullmatch(rf"[A-Za-z0-9_.*?\[\]!{colon}-]{{1,128}}", item):
         why = f"is not a tool name or glob (letters, digits, _ . -{colon and ' :'} * ? [ ] !)"
-        raise _Invalid(f"{item!r} {why}")
+        raise ValueError(f"{item!r} {why}")
     return item
 
 

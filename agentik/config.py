@@ -123,7 +123,19 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
             number = (int if base == "int" else float)(raw.strip() if env else raw)
         except ValueError:
             raise ValueError(f"must be {what}") from None
-        _bounds(number, meta.get("lo", 1 if base == "int" else None), meta.get("hi"), entry)
+        lo, hi = meta.get("lo", 1 if base == "int" else None), meta.get("hi")
+        if base == "int":
+            if hi is not None and not lo <= number <= hi:
+                raise ValueError(f"must be between {lo} and {hi} bytes")
+            if number < lo:
+                raise ValueError("must be positive" if lo == 1 else f"must be at least {lo}")
+        elif not math.isfinite(number):
+            raise ValueError("must be a finite number")
+        elif hi is not None and not 0 < number <= hi:
+            raise ValueError(f"must be more than 0 and at most {hi} ({hi} = no limit)")
+        elif number < 0 or (number == 0 and lo is None):
+            positive = "must be a positive number of seconds" if entry else "must be positive"
+            raise ValueError("must not be negative" if lo == 0 else positive)
         return check(number) if check else number
     if base == "str":
         if not isinstance(raw, str):
@@ -152,23 +164,6 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
     if choices and (bad := [item for item in strings if item not in choices]):
         raise ValueError(f"{bad[0]!r} is not one of {', '.join(choices)}")
     return check(strings) if check else strings
-
-
-def _bounds(value: float, lo: int | None, hi: int | None, entry: bool) -> None:
-    """An int is at least ``lo`` (and at most ``hi``); a float is finite, positive (or, with
-    ``lo`` 0, not negative), and with ``hi`` in (0, hi]."""
-    if isinstance(value, int):
-        if hi is not None and not (lo or 0) <= value <= hi:
-            raise ValueError(f"must be between {lo} and {hi} bytes")
-        if lo is not None and value < lo:
-            raise ValueError("must be positive" if lo == 1 else f"must be at least {lo}")
-    elif not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    elif hi is not None and not 0 < value <= hi:
-        raise ValueError(f"must be more than 0 and at most {hi} ({hi} = no limit)")
-    elif value < 0 or (value == 0 and lo is None):
-        positive = "must be a positive number of seconds" if entry else "must be positive"
-        raise ValueError("must not be negative" if lo == 0 else positive)
 
 
 def _url(value: str) -> str:
@@ -383,10 +378,9 @@ def _entries(array: str, read: Callable[[Entry, str, bool], Any]) -> Callable[..
             raise ConfigError(f"{array} in {where} must be an array of tables ([[{array}]])")
         if len(raw) > MAX_AGENTS:
             raise ConfigError(f"[[{array}]] in {where}: at most {MAX_AGENTS}, got {len(raw)}")
-        for number, item in enumerate(raw, start=1):
-            if not isinstance(item, dict):
-                raise ConfigError(f"[[{array}]] entry {number} in {where} must be a table")
         labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
+        if bad := [label for label, t in zip(labels, raw, strict=True) if not isinstance(t, dict)]:
+            raise ConfigError(f"{bad[0]} must be a table")
         items = [
             read(Entry(t, label, env), where, engine) for t, label in zip(raw, labels, strict=True)
         ]
@@ -810,14 +804,13 @@ class Settings:
         if not self.web.engine_target:  # a client on this host dials grpc_addr
             target = dialable(self.engine.grpc_addr)
             object.__setattr__(self, "web", replace(self.web, engine_target=target))
-        llm = self.llm
-        windows = [("", llm.context_tokens, llm.reserve_output_tokens)]
-        for agent in self.agent.agents:
-            window = llm.context_tokens if agent.context_tokens is None else agent.context_tokens
-            reserve = agent.reserve_output_tokens
+        llm, agents = self.llm, self.agent.agents
+        for whose, window, reserve in [  # the model's window, then each agent's (None: llm's)
+            ("", llm.context_tokens, llm.reserve_output_tokens),
+            *((f" of agent {a.name!r}", a.context_tokens, a.reserve_output_tokens) for a in agents),
+        ]:
+            window = llm.context_tokens if window is None else window
             reserve = llm.reserve_output_tokens if reserve is None else reserve
-            windows.append((f" of agent {agent.name!r}", window, reserve))
-        for whose, window, reserve in windows:  # the model's window, then each agent's
             if 0 < window < MIN_CONTEXT_TOKENS:
                 raise ConfigError(
                     f"context_tokens{whose} ({window}) must be 0 (known for the model's "
@@ -904,6 +897,7 @@ _KEYS = [
     _Key(name, f.name, str(f.type), f.metadata) for name, m in _TABLES.items() for f in fields(m)
 ]
 _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
+_Values = dict[str, dict[str, object]]  # {table: {key: value}}
 
 
 def setting_keys() -> list[tuple[str, str, str]]:
@@ -911,9 +905,7 @@ def setting_keys() -> list[tuple[str, str, str]]:
     return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in _SETTINGS]
 
 
-def _from_toml(
-    path: str, origin: str, env: Mapping[str, str], engine: bool
-) -> dict[str, dict[str, object]]:
+def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> _Values:
     """The file's values, ``{table: {key: value}}``, each read and checked."""
     try:
         with open(path, "rb") as handle:
@@ -924,7 +916,7 @@ def _from_toml(
         raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
-    values: dict[str, dict[str, object]] = {}
+    values: _Values = {}
     for name, entries in document.items():
         if name == "agents":  # the top-level [[agents]], kept as [agent] agents
             values.setdefault("agent", {})["agents"] = _agents(entries, repr(path), env, engine)
@@ -974,7 +966,7 @@ def load_settings(
     ``mcp=False`` (the web facade) skips ``[[mcp.servers]]`` and ``[[a2a.agents]]`` and the
     agents' secrets: an ``${VAR}`` only the engine needs is neither expanded nor required."""
     env = os.environ if env is None else env
-    values: dict[str, dict[str, object]] = {}
+    values: _Values = {}
     if path is not None:
         values = _from_toml(os.fspath(path), "the path given", env, mcp)
     elif file := env.get(CONFIG_ENV):

@@ -586,8 +586,7 @@ class PythonToolConfig:
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
-    """Each key of each table by the converter; a bad one is refused saying what it ``must``
-    be."""
+    """Each key of each table by the converter; a bad one is refused saying what it ``must`` be."""
     if not isinstance(raw, list):
         raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
     keys, tools = fields(PythonToolConfig)[1:], []

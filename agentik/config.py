@@ -86,7 +86,7 @@ def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: An
     ``each`` (a function of each string of an array), ``check`` (a function of the typed
     value, or of ``(raw, from_env)`` for other types), ``noun`` (what an array holds),
     ``strip=False``, ``required`` (no empty string), ``secret`` (masked, kept out of
-    ``repr``), ``doc``."""
+    ``repr``), ``doc`` (else an attribute docstring, when it does not fit on the line)."""
     meta.update(env=env, flat=flat)
     return field(default=default, repr=not meta.get("secret"), metadata=meta)
 
@@ -619,12 +619,10 @@ class EngineSettings:
     store: str = setting("sqlite:///.agentik/agentik.db", check=_store, required=True)
     max_concurrent_runs: int = setting(512)
     max_message_bytes: int = setting(4 * _MiB)
-    max_event_bytes: int = setting(
-        _MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES, doc="the largest event; longer text is split"
-    )
-    stream_buffer_bytes: int = setting(
-        8 * _MiB, lo=MIN_EVENT_BYTES, hi=1 << 40, doc="events kept per session for slow readers"
-    )
+    max_event_bytes: int = setting(_MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES)
+    """The largest event; longer text is split."""
+    stream_buffer_bytes: int = setting(8 * _MiB, lo=MIN_EVENT_BYTES, hi=1 << 40)
+    """Events kept per session for slow readers."""
     event_retention: float = setting(604800.0, lo=0, doc="0: keep events forever")
     shutdown_grace: float = setting(10.0, lo=0)
     lease_seconds: float = setting(10.0, doc="how soon another engine takes a dead one's runs")
@@ -662,16 +660,14 @@ class ToolsSettings:
     """``[tools]`` and ``[[tools.python]]``: what the LLM may call, and how long."""
 
     timeout: float = setting(30.0, flat="tool_timeout")
-    approval: tuple[str, ...] = setting(
-        (), flat="tools_approval", each=_pattern, doc="tools whose calls wait for approval"
-    )
+    approval: tuple[str, ...] = setting((), flat="tools_approval", each=_pattern)
+    """Tools whose calls wait for approval."""
     idempotent: tuple[str, ...] = setting(
-        ("current_time", "calculate"), flat="tools_idempotent", each=_pattern,
-        doc="tools safe to run again when a resumed run's call was cut",
-    )  # fmt: skip
-    in_doubt: str = setting(
-        "ask", flat="tools_in_doubt", choices=("ask", "error"), doc="a cut call of another tool"
+        ("current_time", "calculate"), flat="tools_idempotent", each=_pattern
     )
+    """Tools safe to run again when a resumed run's call was cut."""
+    in_doubt: str = setting("ask", flat="tools_in_doubt", choices=("ask", "error"))
+    """A cut call of another tool."""
     ask_user: bool = setting(False, flat="tools_ask_user")
     interrupt_expiry: float = setting(0.0, lo=0, doc="0: interrupts never expire")
     max_result_chars: int = setting(50_000, flat="tools_max_result_chars")
@@ -691,25 +687,20 @@ class WebSettings:
     """``[web]``: the HTTP facade and its gunicorn workers."""
 
     http_addr: str = setting("127.0.0.1:8000", check=check_address, required=True)
-    engine_target: str = setting(
-        "", check=check_target, required=True, doc="where the facade dials the engine"
-    )
+    engine_target: str = setting("", check=check_target, required=True)
+    """Where the facade dials the engine."""
     workers: int = setting(2, flat="web_workers")
     threads: int = setting(64, flat="web_threads")
-    worker_restarts_per_minute: int = setting(
-        10, flat="web_worker_restarts_per_minute",
-        doc="dead web workers replaced in any 60 s; one more death stops the web (exit 1)",
-    )  # fmt: skip
+    worker_restarts_per_minute: int = setting(10, flat="web_worker_restarts_per_minute")
+    """Dead web workers replaced in any 60 s; one more death stops the web (exit 1)."""
     header_timeout: float = setting(5.0, flat="web_header_timeout")
     body_timeout: float = setting(15.0, flat="web_body_timeout")
     queue_timeout: float = setting(2.0, flat="web_queue_timeout", lo=0)
     write_timeout: float = setting(60.0, flat="web_write_timeout")
     heartbeat_interval: float = setting(15.0, "AGENTIK_HEARTBEAT")
     max_body_bytes: int = setting(_MiB)
-    discard_body_bytes: int = setting(
-        0, flat="web_discard_body_bytes", lo=0,
-        doc="a body over max_body_bytes up to this is read and dropped before the 413",
-    )  # fmt: skip
+    discard_body_bytes: int = setting(0, flat="web_discard_body_bytes", lo=0)
+    """A body over max_body_bytes up to this is read and dropped before the 413."""
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
     stream_reader: str = setting(
         "asyncio", flat="web_stream_reader", choices=("asyncio", "threads")

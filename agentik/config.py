@@ -4,15 +4,13 @@ Sources, later wins: the models' defaults; a TOML file (the ``path`` argument, e
 ``AGENTIK_CONFIG``; one named but missing is an error); environment variables (an empty one
 counts as unset); the CLIs' flags on top (``--config``, ``agentik engine --workers N``).
 
-Each field is a key of its table: ``[llm] timeout`` is ``settings.llm.timeout``, env
-``AGENTIK_LLM_TIMEOUT`` (``AGENTIK_`` + the setting name unless ``env`` says), setting name
-``llm_timeout`` (the key unless ``flat`` says) in errors and ``describe``. One converter,
-:func:`_value`, reads every value by the field's type and metadata (see :func:`setting`);
-a bad one raises :class:`ConfigError` naming the setting, where it came from and the value;
-unknown tables and keys get a "did you mean". The arrays of tables (``[[mcp.servers]]``,
-``[[a2a.agents]]``, ``[[agents]]``, kept as ``settings.agent.agents``, ``[[tools.python]]``)
-are entry models read by :class:`Entry` with the same converter. Not pydantic: it would
-cost every engine and web worker 15-18 MiB (docs/architecture.md).
+Each field is a key of its table (see :func:`setting`): ``[llm] timeout`` is
+``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``, setting name ``llm_timeout`` in errors
+and ``describe``. One converter, :func:`_value`, reads every value by the field's type and
+metadata, also in the entry models of the arrays of tables (:class:`Entry`; ``[[agents]]`` is
+kept as ``settings.agent.agents``); a bad one raises :class:`ConfigError` naming the setting,
+where it came from and the value; unknown tables and keys get a "did you mean". Not pydantic:
+it would cost every engine and web worker 15-18 MiB (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_AGENTS = 256
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
-Transport = Literal["stdio", "http", "sse"]
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer clearly and concisely. Use the tools you have "
     "when they help, and say so when you are not sure."
@@ -402,7 +401,7 @@ class McpServerConfig:
     """``[[mcp.servers]]``: an MCP server whose tools the engine offers (docs/mcp.md)."""
 
     name: str = field(metadata={"name": 32})
-    transport: Transport = field()
+    transport: Literal["stdio", "http", "sse"]
     """stdio (``command``, ``args``, ``env``, ``cwd``), http or sse (``url``, ``headers``)."""
     command: str = ""
     args: tuple[str, ...] = ()

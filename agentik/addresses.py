@@ -78,9 +78,8 @@ def check_target(value: str) -> str:
         if not rest:
             raise _bad_target(f"{scheme}: needs at least one address")
         for item in rest.split(","):
-            _list_item(item, scheme)
-        return f"{scheme}:{rest}"
-    if scheme == "dns":
+            _list_item(item, scheme == "ipv6")
+    elif scheme == "dns":
         name = rest
         if rest.startswith("//"):
             authority, slash, name = rest[2:].partition("/")
@@ -92,38 +91,33 @@ def check_target(value: str) -> str:
         if not name:
             raise _bad_target("dns: needs HOST:PORT after the scheme")
         _part(name, "dns: name")
-        return f"dns:{rest}"
-    if scheme == "unix":
+    elif scheme == "unix":
         if rest.startswith("//") and not rest.startswith("///"):
             raise _bad_target("unix:// needs an absolute path, unix:///run/agentik.sock")
         path = rest[2:] if rest.startswith("//") else rest
         if not path or path.endswith("/"):
             raise _bad_target("unix: needs the path of a socket file")
-        return f"unix:{rest}"
-    if "," in value:
+    elif "," in value:
         raise _bad_target("a list of addresses needs the ipv4: or ipv6: prefix")
-    if scheme and (rest.startswith("/") or ":" in rest):  # not "localhost:50051"
+    elif scheme and (rest.startswith("/") or ":" in rest):  # not "localhost:50051"
         raise _bad_target(f"has unknown scheme {scheme!r}")
-    return _part(value)
+    else:
+        return _part(value)
+    return f"{scheme}:{rest}"
 
 
-def _list_item(item: str, scheme: str) -> None:
+def _list_item(item: str, ipv6: bool) -> None:
+    scheme, (host, sep, port) = "ipv6" if ipv6 else "ipv4", item.rpartition(":")
     if not item:
         raise _bad_target(f"{scheme}: has an empty entry (a stray comma)")
-    host, sep, port = item.rpartition(":")
-    if scheme == "ipv6":
-        if not (sep and host.startswith("[") and host.endswith("]")):
-            raise _bad_target(f"ipv6: entry {item!r} must be [IPv6]:PORT, e.g. [::1]:50051")
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise _bad_target(f"ipv6: entry {item!r} has no valid IPv6 address") from None
-    else:
-        try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
-            why = "must be A.B.C.D:PORT with an IPv4 address (a host name goes in dns:///HOST:PORT)"
-            raise _bad_target(f"ipv4: entry {item!r} {why}") from None
+    if ipv6 and not (sep and host.startswith("[") and host.endswith("]")):
+        raise _bad_target(f"ipv6: entry {item!r} must be [IPv6]:PORT, e.g. [::1]:50051")
+    try:
+        (ipaddress.IPv6Address if ipv6 else ipaddress.IPv4Address)(host[1:-1] if ipv6 else host)
+    except ValueError:
+        why = "must be A.B.C.D:PORT with an IPv4 address (a host name goes in dns:///HOST:PORT)"
+        why = "has no valid IPv6 address" if ipv6 else why
+        raise _bad_target(f"{scheme}: entry {item!r} {why}") from None
     if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise _bad_target(f"{scheme}: entry {item!r} needs a port between 1 and 65535")
 

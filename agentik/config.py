@@ -4,15 +4,13 @@ Sources, later wins: the models' defaults; a TOML file (the ``path`` argument, e
 ``AGENTIK_CONFIG``; one named but missing is an error); environment variables (an empty one
 counts as unset); the CLIs' flags on top (``--config``, ``agentik engine --workers N``).
 
-Each field is a key of its table: ``[llm] timeout`` is ``settings.llm.timeout``, env
-``AGENTIK_LLM_TIMEOUT`` (``AGENTIK_`` + the setting name unless ``env`` says), setting name
-``llm_timeout`` (the key unless ``flat`` says) in errors and ``describe``. One converter,
-:func:`_value`, reads every value by the field's type and metadata (see :func:`setting`);
-a bad one raises :class:`ConfigError` naming the setting, where it came from and the value;
-unknown tables and keys get a "did you mean". The arrays of tables (``[[mcp.servers]]``,
-``[[a2a.agents]]``, ``[[agents]]``, kept as ``settings.agent.agents``, ``[[tools.python]]``)
-are entry models read by :class:`Entry` with the same converter. Not pydantic: it would
-cost every engine and web worker 15-18 MiB (docs/architecture.md).
+Each field is a key of its table (see :func:`setting`): ``[llm] timeout`` is
+``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``, setting name ``llm_timeout`` in errors
+and ``describe``. One converter, :func:`_value`, reads every value by the field's type and
+metadata, also in the entry models of the arrays of tables (:class:`Entry`; ``[[agents]]`` is
+kept as ``settings.agent.agents``); a bad one raises :class:`ConfigError` naming the setting,
+where it came from and the value; unknown tables and keys get a "did you mean". Not pydantic:
+it would cost every engine and web worker 15-18 MiB (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -46,7 +44,6 @@ CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_AGENTS = 256
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
-Transport = Literal["stdio", "http", "sse"]
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer clearly and concisely. Use the tools you have "
     "when they help, and say so when you are not sure."
@@ -57,7 +54,8 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _JWT = (*(f"{k}{n}" for k in ("HS", "RS", "PS", "ES") for n in (256, 384, 512)), "EdDSA")
 _BOOLEANS = ("1", "true", "yes", "on", "0", "false", "no", "off")
-_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+_WHSEC = r"(?s:(?!whsec_).*)|whsec_(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+_WHY_WHSEC = "a secret starting with whsec_ must be base64 after it"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _HEADER = {"headers": True}  # a table of HTTP headers; ${NAME} is an environment variable
 _AGENT_SECRETS = ("api_key", "headers", "system_prompt")
@@ -67,10 +65,6 @@ T = TypeVar("T")
 
 class ConfigError(Exception):
     """The configuration is unusable; the message says which setting, from where, and why."""
-
-
-class _Invalid(ValueError):
-    """Why a raw value is unacceptable (a check may raise any ValueError)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +79,11 @@ def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: An
     """A key of a table: its default, environment variable, setting name (``flat``, default
     the key) and checks: ``lo``/``hi`` bounds (an int's ``lo`` defaults to 1; a float is
     positive unless ``lo=0``), ``choices``, ``name`` (a name of at most this many of
-    ``[A-Za-z0-9_-]``), ``pattern`` (a regular expression the whole string matches),
+    ``[A-Za-z0-9_-]``), ``pattern`` (a regular expression the whole string matches, else ``why``),
     ``each`` (a function of each string of an array), ``check`` (a function of the typed
     value, or of ``(raw, from_env)`` for other types), ``noun`` (what an array holds),
     ``strip=False``, ``required`` (no empty string), ``secret`` (masked, kept out of
-    ``repr``), ``doc``."""
+    ``repr``), ``doc`` (else an attribute docstring, when it does not fit on the line)."""
     meta.update(env=env, flat=flat)
     return field(default=default, repr=not meta.get("secret"), metadata=meta)
 
@@ -100,15 +94,13 @@ def table(reader: Callable[..., tuple[Any, ...]], flat: str, engine_only: bool =
     return field(default=(), metadata={"table": reader, "flat": flat, "engine_only": engine_only})
 
 
-# --- the one converter ------------------------------------------------------------------
-
 _KINDS = ("bool", "int", "float", "str", "tuple[str, ...]")
 _NUMBERS: dict[str, Any] = {"int": int, "float": int | float}
 
 
 def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool = False) -> Any:
     """``raw`` (a str from the environment when ``env``, else TOML) as the field's type
-    ``kind``, checked against its metadata; ``_Invalid`` says why not."""
+    ``kind``, checked against its metadata; ``ValueError`` says why not."""
     base, check = kind.removesuffix(" | None"), meta.get("check")
     if base not in _KINDS:  # a structured value: its check reads it
         if not check:
@@ -118,96 +110,79 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
     if base == "bool":
         text = raw.strip().lower() if env and isinstance(raw, str) else None
         if not isinstance(raw, bool) and text not in _BOOLEANS:
-            raise _Invalid("must be true or false" + ("" if env else f", not {name}"))
+            raise ValueError("must be true or false" + ("" if env else f", not {name}"))
         return raw if isinstance(raw, bool) else text in _BOOLEANS[:4]
     if base in ("int", "float"):
         what = meta.get("what", "an integer" if base == "int" else "a number of seconds")
         if not env and (isinstance(raw, bool) or not isinstance(raw, _NUMBERS[base])):
-            raise _Invalid(f"must be {what}, not {name}")
+            raise ValueError(f"must be {what}, not {name}")
         try:
             number = (int if base == "int" else float)(raw.strip() if env else raw)
         except ValueError:
-            raise _Invalid(f"must be {what}") from None
-        _bounds(number, meta.get("lo", 1 if base == "int" else None), meta.get("hi"), entry)
+            raise ValueError(f"must be {what}") from None
+        lo, hi = meta.get("lo", 1 if base == "int" else None), meta.get("hi")
+        if base == "int":
+            if hi is not None and not lo <= number <= hi:
+                raise ValueError(f"must be between {lo} and {hi} bytes")
+            if number < lo:
+                raise ValueError("must be positive" if lo == 1 else f"must be at least {lo}")
+        elif not math.isfinite(number):
+            raise ValueError("must be a finite number")
+        elif hi is not None and not 0 < number <= hi:
+            raise ValueError(f"must be more than 0 and at most {hi} ({hi} = no limit)")
+        elif number < 0 or (number == 0 and lo is None):
+            positive = "must be a positive number of seconds" if entry else "must be positive"
+            raise ValueError("must not be negative" if lo == 0 else positive)
         return check(number) if check else number
     if base == "str":
         if not isinstance(raw, str):
-            raise _Invalid(f"must be a string, not {name}")
+            raise ValueError(f"must be a string, not {name}")
         text = raw.strip() if meta.get("strip", True) else raw
         if not text.strip() and meta.get("required", entry):
-            raise _Invalid("must not be empty")
+            raise ValueError("must not be empty")
         if choices := meta.get("choices"):
             text = text.upper() if choices[0].isupper() else text.lower()
             if text not in choices:
-                raise _Invalid(f"must be one of {', '.join(choices)}")
+                raise ValueError(f"must be one of {', '.join(choices)}")
         if not text.strip() and kind != base:
             return None
         if (limit := meta.get("name")) and text and (not NAME.match(text) or len(text) > limit):
-            raise _Invalid(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
+            raise ValueError(f"must be 1 to {limit} characters of A-Z a-z 0-9 _ -")
         if (pattern := meta.get("pattern")) and text and not re.fullmatch(pattern, text):
-            raise _Invalid(f"must match {pattern}")
+            raise ValueError(meta.get("why", f"must match {pattern}"))
         return check(text) if check and text else text
     items = [i.strip() for i in raw.split(",") if i.strip()] if env else raw
-    noun = meta.get("noun", "strings")
+    noun, one, choices = meta.get("noun", "strings"), meta.get("item", "item"), meta.get("choices")
     if not isinstance(items, list):
-        raise _Invalid(f"must be an array of {noun}, not {name}")
-    for item in items:
-        if not isinstance(item, str):
-            one, what = meta.get("item", "item"), type(item).__name__
-            raise _Invalid(f"must be an array of {noun}; every {one} must be a string, not {what}")
+        raise ValueError(f"must be an array of {noun}, not {name}")
+    if odd := [type(item).__name__ for item in items if not isinstance(item, str)]:
+        raise ValueError(f"must be an array of {noun}; every {one} must be a string, not {odd[0]}")
     strings = tuple(dict.fromkeys(meta.get("each", str)(item.strip()) for item in items))
-    for item in strings:
-        if (choices := meta.get("choices")) and item not in choices:
-            raise _Invalid(f"{item!r} is not one of {', '.join(choices)}")
+    if choices and (bad := [item for item in strings if item not in choices]):
+        raise ValueError(f"{bad[0]!r} is not one of {', '.join(choices)}")
     return check(strings) if check else strings
-
-
-def _bounds(value: float, lo: int | None, hi: int | None, entry: bool) -> None:
-    """An int is at least ``lo`` (and at most ``hi``); a float is finite, positive (or, with
-    ``lo`` 0, not negative), and with ``hi`` in (0, hi]."""
-    if isinstance(value, int):
-        if hi is not None and not (lo or 0) <= value <= hi:
-            raise _Invalid(f"must be between {lo} and {hi} bytes")
-        if lo is not None and value < lo:
-            raise _Invalid("must be positive" if lo == 1 else f"must be at least {lo}")
-    elif not math.isfinite(value):
-        raise _Invalid("must be a finite number")
-    elif hi is not None and not 0 < value <= hi:
-        raise _Invalid(f"must be more than 0 and at most {hi} ({hi} = no limit)")
-    elif value < 0 or (value == 0 and lo is None):
-        positive = "must be a positive number of seconds" if entry else "must be positive"
-        raise _Invalid("must not be negative" if lo == 0 else positive)
-
-
-# --- checks of one kind of value ----------------------------------------------------------
 
 
 def _url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _Invalid("must be an http:// or https:// URL")
-    return value
-
-
-def _webhook_secret(value: str) -> str:
-    if value.startswith("whsec_") and not re.fullmatch(_BASE64, value[6:]):
-        raise _Invalid("a secret starting with whsec_ must be base64 after it")
+        raise ValueError("must be an http:// or https:// URL")
     return value
 
 
 def _store(value: str) -> str:
     scheme, sep, rest = value.partition("://")
     if not sep:
-        raise _Invalid("must be a URL: memory://, sqlite:///PATH or postgresql://...")
+        raise ValueError("must be a URL: memory://, sqlite:///PATH or postgresql://...")
     if scheme.lower() == "memory" and rest:
-        raise _Invalid("memory:// takes nothing after the scheme")
+        raise ValueError("memory:// takes nothing after the scheme")
     if scheme.lower() == "sqlite" and (not rest.startswith("/") or rest == "/"):
-        raise _Invalid(
+        raise ValueError(
             "a SQLite URL needs three slashes and a path: sqlite:///relative.db "
             "or sqlite:////absolute/path.db"
         )
     if scheme.lower() not in ("memory", "sqlite", "postgresql", "postgres"):
-        raise _Invalid(
+        raise ValueError(
             f"has unknown store scheme {scheme.lower()!r}; use memory://, sqlite:///PATH, "
             "postgresql:// or postgres://"
         )
@@ -222,26 +197,26 @@ def _origin(text: str) -> str:
     scheme, sep, rest = text.partition("://")
     host_port, slash, _ = rest.partition("/")
     if not sep or not re.match(r"^[a-z][a-z0-9+.-]*$", scheme := scheme.lower()) or not rest:
-        raise _Invalid(f"{text!r} is not an origin; {example}")
+        raise ValueError(f"{text!r} is not an origin; {example}")
     if slash or "?" in rest or "#" in rest:
-        raise _Invalid(f"{text!r} has a path; {example}, without a trailing slash")
+        raise ValueError(f"{text!r} has a path; {example}, without a trailing slash")
     if "@" in host_port:
-        raise _Invalid(f"{text!r} has user info; {example}")
+        raise ValueError(f"{text!r} has user info; {example}")
     try:
         parts = urlsplit(f"{scheme}://{host_port}")
         port, host = parts.port, parts.hostname or ""
         host = f"[{ipaddress.IPv6Address(host)}]" if ":" in host else host
     except ValueError:
-        raise _Invalid(f"{text!r} has an invalid port or IPv6 address; {example}") from None
+        raise ValueError(f"{text!r} has an invalid port or IPv6 address; {example}") from None
     if not host.startswith("[") and not valid_host(host):
-        raise _Invalid(f"{text!r} has no valid host; {example}")
+        raise ValueError(f"{text!r} has no valid host; {example}")
     default = port is None or port == {"http": 80, "https": 443}.get(scheme)
     return f"{scheme}://{host}" if default else f"{scheme}://{host}:{port}"
 
 
 def _origins(origins: tuple[str, ...]) -> tuple[str, ...]:
     if "*" in origins and len(origins) > 1:
-        raise _Invalid('"*" already allows every origin; give it alone or list the origins')
+        raise ValueError('"*" already allows every origin; give it alone or list the origins')
     return origins
 
 
@@ -250,20 +225,20 @@ def _skills(raw: object, env: bool) -> tuple[dict[str, Any], ...]:
         try:
             raw = json.loads(str(raw))
         except ValueError as exc:
-            raise _Invalid(f"must be a JSON array of skill objects ({exc})") from None
+            raise ValueError(f"must be a JSON array of skill objects ({exc})") from None
     if not isinstance(raw, list):
-        raise _Invalid("must be an array of skill tables")
+        raise ValueError("must be an array of skill tables")
     for index, item in enumerate(raw):
         if not isinstance(item, dict) or not all(
             isinstance(item.get(key), str) and item[key] for key in ("id", "name", "description")
         ):
-            raise _Invalid(f"skill {index} needs string id, name and description")
+            raise ValueError(f"skill {index} needs string id, name and description")
     return tuple(dict(item) for item in raw)
 
 
 def _principal(value: object) -> str:
     if not isinstance(value, str) or not is_valid_principal(value.strip()):
-        raise _Invalid(f"principal {value!r} must be {PRINCIPAL_RULE}")
+        raise ValueError(f"principal {value!r} must be {PRINCIPAL_RULE}")
     return value.strip()
 
 
@@ -274,27 +249,27 @@ def _tokens(raw: object, env: bool) -> tuple[TokenEntry, ...]:
         for number, item in enumerate((i.strip() for i in str(raw).split(",")), start=1):
             before, sep, after = item.partition(":")
             if item and not sep:
-                raise _Invalid(f"entry {number} is not PRINCIPAL:TOKEN")
+                raise ValueError(f"entry {number} is not PRINCIPAL:TOKEN")
             pairs += [(number, before, after)] if item else []
     elif isinstance(raw, list) and all(isinstance(table, dict) for table in raw):
         for number, item in enumerate(raw, start=1):
             if unknown := sorted(set(item) - {"principal", "token"}):
                 why = f"has unknown key {unknown[0]!r}; known: principal, token"
-                raise _Invalid(f"entry {number} {why}")
+                raise ValueError(f"entry {number} {why}")
             pairs.append((number, item.get("principal"), item.get("token")))
     else:
-        raise _Invalid("must be an array of tables ([[auth.tokens]])")
+        raise ValueError("must be an array of tables ([[auth.tokens]])")
     entries: list[TokenEntry] = []
     seen: dict[str, str] = {}
     for number, principal, token in pairs:
         who = _principal(principal)
         if not isinstance(token, str) or not token:
-            raise _Invalid(f"entry {number}: the token of {who!r} must be a non-empty string")
+            raise ValueError(f"entry {number}: the token of {who!r} must be a non-empty string")
         if not re.match(r"^[\x21-\x2b\x2d-\x7e]{1,4096}$", token):
             why = "must be printable ASCII without spaces or commas"
-            raise _Invalid(f"entry {number}: the token of {who!r} {why}")
+            raise ValueError(f"entry {number}: the token of {who!r} {why}")
         if (other := seen.setdefault(token, who)) != who:
-            raise _Invalid(f"{other!r} and {who!r} have the same token")
+            raise ValueError(f"{other!r} and {who!r} have the same token")
         entries.append(TokenEntry(who, token))
     return tuple(entries)
 
@@ -303,11 +278,8 @@ def _pattern(item: str, colon: str = "") -> str:
     """A tool name or glob (``*``, ``?``, ``[...]``; with ``colon``, ``agent:NAME``)."""
     if not re.fullmatch(rf"[A-Za-z0-9_.*?\[\]!{colon}-]{{1,128}}", item):
         why = f"is not a tool name or glob (letters, digits, _ . -{colon and ' :'} * ? [ ] !)"
-        raise _Invalid(f"{item!r} {why}")
+        raise ValueError(f"{item!r} {why}")
     return item
-
-
-# --- the arrays of tables ([[...]]) -----------------------------------------------------
 
 
 def unknown_name(kind: str, name: str, known: list[str], where: str) -> ConfigError:
@@ -403,10 +375,9 @@ def _entries(array: str, read: Callable[[Entry, str, bool], Any]) -> Callable[..
             raise ConfigError(f"{array} in {where} must be an array of tables ([[{array}]])")
         if len(raw) > MAX_AGENTS:
             raise ConfigError(f"[[{array}]] in {where}: at most {MAX_AGENTS}, got {len(raw)}")
-        for number, item in enumerate(raw, start=1):
-            if not isinstance(item, dict):
-                raise ConfigError(f"[[{array}]] entry {number} in {where} must be a table")
         labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
+        if bad := [label for label, t in zip(labels, raw, strict=True) if not isinstance(t, dict)]:
+            raise ConfigError(f"{bad[0]} must be a table")
         items = [
             read(Entry(t, label, env), where, engine) for t, label in zip(raw, labels, strict=True)
         ]
@@ -430,7 +401,7 @@ class McpServerConfig:
     """``[[mcp.servers]]``: an MCP server whose tools the engine offers (docs/mcp.md)."""
 
     name: str = field(metadata={"name": 32})
-    transport: Transport = field()
+    transport: Literal["stdio", "http", "sse"]
     """stdio (``command``, ``args``, ``env``, ``cwd``), http or sse (``url``, ``headers``)."""
     command: str = ""
     args: tuple[str, ...] = ()
@@ -611,34 +582,28 @@ class PythonToolConfig:
     """Seconds per call; None means the engine's ``[tools] timeout``."""
 
 
-def _python_tool(table: object, label: str) -> PythonToolConfig:
-    """Each key by the converter; a bad one is refused saying what it ``must`` be."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{label}: must be a table with a 'function' key")
-    keys = fields(PythonToolConfig)[1:]
-    for key in table:
-        if key not in (known := [f.name for f in keys]):
-            raise ConfigError(f"{label}: unknown key {key!r}; known: {', '.join(known)}")
-    values: dict[str, Any] = {}
-    for f in keys:
-        if (raw := table.get(f.name)) is not None or f.default is MISSING:
-            try:
-                values[f.name] = _value(str(f.type), f.metadata, raw, False, entry=True)
-            except ValueError:
-                why = f"must be {f.metadata['must']}; got {raw!r}"
-                raise ConfigError(f"{label}: {f.name!r} {why}") from None
-    return PythonToolConfig(label, **values)
-
-
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
+    """Each key of each table by the converter; a bad one is refused saying what it ``must`` be."""
     if not isinstance(raw, list):
         raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
-    return tuple(
-        _python_tool(table, f"[[tools.python]] entry {n}") for n, table in enumerate(raw, 1)
-    )
+    keys, tools = fields(PythonToolConfig)[1:], []
+    known = [f.name for f in keys]
+    for label, table in ((f"[[tools.python]] entry {n}", table) for n, table in enumerate(raw, 1)):
+        if not isinstance(table, dict):
+            raise ConfigError(f"{label}: must be a table with a 'function' key")
+        if unknown := [key for key in table if key not in known]:
+            raise ConfigError(f"{label}: unknown key {unknown[0]!r}; known: {', '.join(known)}")
+        values: dict[str, Any] = {}
+        for f in keys:
+            if (value := table.get(f.name)) is not None or f.default is MISSING:
+                try:
+                    values[f.name] = _value(str(f.type), f.metadata, value, False, entry=True)
+                except ValueError:
+                    why = f"must be {f.metadata['must']}; got {value!r}"
+                    raise ConfigError(f"{label}: {f.name!r} {why}") from None
+        tools.append(PythonToolConfig(label, **values))
+    return tuple(tools)
 
-
-# --- the models -----------------------------------------------------------------------------
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -651,12 +616,10 @@ class EngineSettings:
     store: str = setting("sqlite:///.agentik/agentik.db", check=_store, required=True)
     max_concurrent_runs: int = setting(512)
     max_message_bytes: int = setting(4 * _MiB)
-    max_event_bytes: int = setting(
-        _MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES, doc="the largest event; longer text is split"
-    )
-    stream_buffer_bytes: int = setting(
-        8 * _MiB, lo=MIN_EVENT_BYTES, hi=1 << 40, doc="events kept per session for slow readers"
-    )
+    max_event_bytes: int = setting(_MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES)
+    """The largest event; longer text is split."""
+    stream_buffer_bytes: int = setting(8 * _MiB, lo=MIN_EVENT_BYTES, hi=1 << 40)
+    """Events kept per session for slow readers."""
     event_retention: float = setting(604800.0, lo=0, doc="0: keep events forever")
     shutdown_grace: float = setting(10.0, lo=0)
     lease_seconds: float = setting(10.0, doc="how soon another engine takes a dead one's runs")
@@ -694,16 +657,14 @@ class ToolsSettings:
     """``[tools]`` and ``[[tools.python]]``: what the LLM may call, and how long."""
 
     timeout: float = setting(30.0, flat="tool_timeout")
-    approval: tuple[str, ...] = setting(
-        (), flat="tools_approval", each=_pattern, doc="tools whose calls wait for approval"
-    )
+    approval: tuple[str, ...] = setting((), flat="tools_approval", each=_pattern)
+    """Tools whose calls wait for approval."""
     idempotent: tuple[str, ...] = setting(
-        ("current_time", "calculate"), flat="tools_idempotent", each=_pattern,
-        doc="tools safe to run again when a resumed run's call was cut",
-    )  # fmt: skip
-    in_doubt: str = setting(
-        "ask", flat="tools_in_doubt", choices=("ask", "error"), doc="a cut call of another tool"
+        ("current_time", "calculate"), flat="tools_idempotent", each=_pattern
     )
+    """Tools safe to run again when a resumed run's call was cut."""
+    in_doubt: str = setting("ask", flat="tools_in_doubt", choices=("ask", "error"))
+    """A cut call of another tool."""
     ask_user: bool = setting(False, flat="tools_ask_user")
     interrupt_expiry: float = setting(0.0, lo=0, doc="0: interrupts never expire")
     max_result_chars: int = setting(50_000, flat="tools_max_result_chars")
@@ -723,25 +684,20 @@ class WebSettings:
     """``[web]``: the HTTP facade and its gunicorn workers."""
 
     http_addr: str = setting("127.0.0.1:8000", check=check_address, required=True)
-    engine_target: str = setting(
-        "", check=check_target, required=True, doc="where the facade dials the engine"
-    )
+    engine_target: str = setting("", check=check_target, required=True)
+    """Where the facade dials the engine."""
     workers: int = setting(2, flat="web_workers")
     threads: int = setting(64, flat="web_threads")
-    worker_restarts_per_minute: int = setting(
-        10, flat="web_worker_restarts_per_minute",
-        doc="dead web workers replaced in any 60 s; one more death stops the web (exit 1)",
-    )  # fmt: skip
+    worker_restarts_per_minute: int = setting(10, flat="web_worker_restarts_per_minute")
+    """Dead web workers replaced in any 60 s; one more death stops the web (exit 1)."""
     header_timeout: float = setting(5.0, flat="web_header_timeout")
     body_timeout: float = setting(15.0, flat="web_body_timeout")
     queue_timeout: float = setting(2.0, flat="web_queue_timeout", lo=0)
     write_timeout: float = setting(60.0, flat="web_write_timeout")
     heartbeat_interval: float = setting(15.0, "AGENTIK_HEARTBEAT")
     max_body_bytes: int = setting(_MiB)
-    discard_body_bytes: int = setting(
-        0, flat="web_discard_body_bytes", lo=0,
-        doc="a body over max_body_bytes up to this is read and dropped before the 413",
-    )  # fmt: skip
+    discard_body_bytes: int = setting(0, flat="web_discard_body_bytes", lo=0)
+    """A body over max_body_bytes up to this is read and dropped before the 413."""
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
     stream_reader: str = setting(
         "asyncio", flat="web_stream_reader", choices=("asyncio", "threads")
@@ -806,7 +762,7 @@ class McpSettings:
 class WebhooksSettings:
     """``[webhooks]``: outgoing webhooks and their delivery (docs/webhooks.md)."""
 
-    secret: str = setting("", flat="webhook_secret", check=_webhook_secret, secret=True)
+    secret: str = setting("", flat="webhook_secret", pattern=_WHSEC, why=_WHY_WHSEC, secret=True)
     allow_private: bool = setting(False, flat="webhooks_allow_private")
     max_attempts: int = setting(8, flat="webhooks_max_attempts")
     base_delay: float = setting(30.0, flat="webhooks_base_delay")
@@ -835,14 +791,13 @@ class Settings:
         if not self.web.engine_target:  # a client on this host dials grpc_addr
             target = dialable(self.engine.grpc_addr)
             object.__setattr__(self, "web", replace(self.web, engine_target=target))
-        llm = self.llm
-        windows = [("", llm.context_tokens, llm.reserve_output_tokens)]
-        for agent in self.agent.agents:
-            window = llm.context_tokens if agent.context_tokens is None else agent.context_tokens
-            reserve = agent.reserve_output_tokens
+        llm, agents = self.llm, self.agent.agents
+        for whose, window, reserve in [  # the model's window, then each agent's (None: llm's)
+            ("", llm.context_tokens, llm.reserve_output_tokens),
+            *((f" of agent {a.name!r}", a.context_tokens, a.reserve_output_tokens) for a in agents),
+        ]:
+            window = llm.context_tokens if window is None else window
             reserve = llm.reserve_output_tokens if reserve is None else reserve
-            windows.append((f" of agent {agent.name!r}", window, reserve))
-        for whose, window, reserve in windows:  # the model's window, then each agent's
             if 0 < window < MIN_CONTEXT_TOKENS:
                 raise ConfigError(
                     f"context_tokens{whose} ({window}) must be 0 (known for the model's "
@@ -929,6 +884,7 @@ _KEYS = [
     _Key(name, f.name, str(f.type), f.metadata) for name, m in _TABLES.items() for f in fields(m)
 ]
 _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
+_Values = dict[str, dict[str, object]]  # {table: {key: value}}
 
 
 def setting_keys() -> list[tuple[str, str, str]]:
@@ -936,12 +892,7 @@ def setting_keys() -> list[tuple[str, str, str]]:
     return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in _SETTINGS]
 
 
-# --- loading ------------------------------------------------------------------------------
-
-
-def _from_toml(
-    path: str, origin: str, env: Mapping[str, str], engine: bool
-) -> dict[str, dict[str, object]]:
+def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> _Values:
     """The file's values, ``{table: {key: value}}``, each read and checked."""
     try:
         with open(path, "rb") as handle:
@@ -952,7 +903,7 @@ def _from_toml(
         raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
-    values: dict[str, dict[str, object]] = {}
+    values: _Values = {}
     for name, entries in document.items():
         if name == "agents":  # the top-level [[agents]], kept as [agent] agents
             values.setdefault("agent", {})["agents"] = _agents(entries, repr(path), env, engine)
@@ -1002,7 +953,7 @@ def load_settings(
     ``mcp=False`` (the web facade) skips ``[[mcp.servers]]`` and ``[[a2a.agents]]`` and the
     agents' secrets: an ``${VAR}`` only the engine needs is neither expanded nor required."""
     env = os.environ if env is None else env
-    values: dict[str, dict[str, object]] = {}
+    values: _Values = {}
     if path is not None:
         values = _from_toml(os.fspath(path), "the path given", env, mcp)
     elif file := env.get(CONFIG_ENV):

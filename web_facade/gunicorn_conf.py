@@ -96,16 +96,43 @@ control_socket_disable = True
 
 
 def child_exit(server: Any, worker: Any) -> None:
-    """A dead worker's live gauges (open streams) stop counting."""
+    """A dead worker's live gauges (open streams) stop counting, and its slot of the
+    connection counts (``web_facade.conn_balance``) is freed."""
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+    slots = getattr(server, _BALANCE, None)
+    if slots is not None:
+        slots.release(worker)
 
 
 _restarts: deque[float] = deque()
+_BALANCE = "agentik_balance"
+"""The master's attribute holding the workers' connection counts (kept on the arbiter,
+not in this module, which a reload (SIGHUP) executes again)."""
 
 
 def pre_fork(server: Any, worker: Any) -> None:
+    """Stop the master on a crash loop (:func:`_halt_on_crash_loop`), then give the new
+    worker its slot of the workers' shared connection counts (``web_facade.conn_balance``:
+    the worker pauses accepting while it holds more than its share). Made here, in the
+    master, on the first fork, so the workers inherit it: twice ``workers`` slots, for a
+    reload starts the new workers beside the old; none with a single worker."""
+    _halt_on_crash_loop(server, worker)
+    slots = getattr(server, _BALANCE, None)
+    if slots is None:
+        if server.cfg.workers < 2:
+            return
+        from web_facade.conn_balance import Slots
+
+        slots = Slots.anonymous(2 * server.cfg.workers)
+        setattr(server, _BALANCE, slots)
+    slot = slots.claim(worker, server.WORKERS.values())
+    if slot >= 0:
+        worker.balance, worker.balance_slot = slots, slot
+
+
+def _halt_on_crash_loop(server: Any, worker: Any) -> None:
     """Stop the master (exit 1) rather than restart workers in a crash loop: gunicorn
     replaces a worker that dies after booting as often as it dies. A spawn past the first
     ``workers`` that fills a gap (not a reload's, which starts the new workers beside the

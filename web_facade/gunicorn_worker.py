@@ -31,6 +31,17 @@ TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handl
 
 gunicorn's own parse refusals are answered in the facade's JSON shape
 (:mod:`web_facade.gunicorn_refusals`), by overriding ``handle_error``.
+
+**Connections are spread over the workers.** Every worker waits on the same listening
+socket, and when many clients connect at once the one that is awake accepts nearly all of
+them (kept alive for all their requests) while the others idle. Each worker writes its
+open-connection count (``nr_conns``) to its slot of a small shared array
+(:mod:`web_facade.conn_balance`) once per loop iteration and after each accept; after an
+accept that leaves it holding more than the least loaded other running worker plus
+``conn_balance.SLACK``, it stops accepting for ``conn_balance.PAUSE`` (1 ms) so that the
+others take the next connections, then accepts again whatever the others do (a stuck or
+dead peer slows its accepts, never stops them). With one worker, no array or no other
+running worker, it accepts as gthread does.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
 from agentik.config import load_settings
+from web_facade import conn_balance
 from web_facade.gunicorn_refusals import error_bytes, parse_error
 from web_facade.request_heads import (
     BodyTimeout,
@@ -141,6 +153,13 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
     request to read goes), ``wait_for_and_dispatch_events`` (the loop's wait) and
     ``finish_request`` (a thread's result)."""
 
+    balance: conn_balance.Slots | None = None
+    """The workers' shared connection counts (set before the worker runs), if any."""
+    balance_slot = -1
+    """This worker's slot in :attr:`balance`."""
+    accept_paused_until = 0.0
+    """Monotonic time until which this worker does not accept (see the module doc)."""
+
     def init_process(self) -> None:
         settings = load_settings(None, os.environ, mcp=False)
         self.header_timeout = settings.web.header_timeout
@@ -172,6 +191,32 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             super().run()
         finally:
             self.lane.shutdown(wait=False)
+            self._publish(stopped=True)
+
+    # --- spreading connections over the workers -----------------------------------------
+
+    def _publish(self, *, stopped: bool = False) -> None:
+        """Say this worker's open connections in its slot (-1 once it stops accepting)."""
+        if self.balance is not None and self.balance_slot >= 0:
+            running = self.alive and not stopped
+            self.balance[self.balance_slot] = max(self.nr_conns, 0) if running else -1
+
+    def accept(self, listener: Any) -> None:
+        """gthread's, then a short pause when this worker holds more than its share."""
+        super().accept(listener)
+        if self.balance is None or self.balance_slot < 0:
+            return
+        self._publish()
+        least = self.balance.least_other(self.balance_slot)
+        if least is not None and self.nr_conns > least + conn_balance.SLACK:
+            self.accept_paused_until = time.monotonic() + conn_balance.PAUSE
+            self.set_accept_enabled(False)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        """gthread's, but accepting resumes only once the pause is over."""
+        if enabled and time.monotonic() < self.accept_paused_until:
+            return
+        super().set_accept_enabled(enabled)
 
     def handle_quit(self, sig: int, frame: Any) -> None:
         self.lane.shutdown(wait=False)
@@ -305,9 +350,13 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
     # --- deadlines and refusals ---------------------------------------------------------
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
-        """gthread's wait, cut short by the next head or queue deadline, then expiries."""
+        """gthread's wait, cut short by the next head or queue deadline or the end of an
+        accept pause, then expiries."""
+        self._publish()
         queues = (self.heads, self.bodies, self.waiting, self.lingering)
         deadlines = [queue[next(iter(queue))].deadline for queue in queues if queue]
+        if self.accept_paused_until > time.monotonic():
+            deadlines.append(self.accept_paused_until)
         if deadlines:
             timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
         super().wait_for_and_dispatch_events(timeout)

@@ -16,7 +16,9 @@ worker_restarts_per_minute`` restarts in 60 s, a crash loop, which ``agentik web
 seconds (SIGABRT, then SIGKILL), stops them with SIGTERM (graceful: open streams
 end at the next frame boundary) and SIGINT on a second signal, keeps their Prometheus
 multi-process files in one directory and clears a dead worker's live gauges. ``agentik web``
-keeps gunicorn's master.
+keeps gunicorn's master. With two workers or more it also makes the workers' shared
+connection counts (``web_facade.conn_balance``: a memfd, one slot per worker, passed like
+the socket) and frees a dead worker's slot.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentik.parent_watch import env_for_child
+from web_facade.conn_balance import Slots
 
 __all__ = [
+    "BALANCE_ENV",
     "BOOT_FAILED",
     "HEARTBEAT_ENV",
     "METRICS_DIR_ENV",
@@ -51,6 +55,9 @@ SOCKET_ENV = "AGENTIK_SERVE_WEB_SOCKET"
 HEARTBEAT_ENV = "AGENTIK_SERVE_WEB_HEARTBEAT"
 """The inherited heartbeat file's descriptor: the worker touches it, the parent reads it."""
 AGE_ENV = "AGENTIK_SERVE_WEB_AGE"
+BALANCE_ENV = "AGENTIK_SERVE_WEB_BALANCE"
+"""``FD:SLOT``: the inherited descriptor of the workers' connection counts and the
+worker's slot in them (``web_facade.conn_balance``); unset with a single worker."""
 METRICS_DIR_ENV = "AGENTIK_SERVE_METRICS_DIR"
 """The workers' shared Prometheus directory, made by the serve process
 (``web_facade.gunicorn_conf`` takes it instead of making one of its own)."""
@@ -141,11 +148,15 @@ class WebWorkers:
     metrics_dir: str = ""
     failed: str = ""
     """Why the web stopped for good ("" while it runs)."""
+    balance: Slots | None = None
+    """The workers' connection counts, one slot each (two workers or more)."""
     _age: int = 0
     _restarts: deque[float] = field(default_factory=deque)
 
     def start(self) -> None:
         self.metrics_dir = tempfile.mkdtemp(prefix=f"agentik-web-metrics-{os.getpid()}-")
+        if self.count > 1:
+            self.balance = Slots.memfd(self.count)
         for _ in range(self.count):
             self._spawn()
         # gunicorn's words, which scripts (and the tests) wait for.
@@ -167,11 +178,18 @@ class WebWorkers:
             AGE_ENV: str(self._age),
             METRICS_DIR_ENV: self.metrics_dir,
         }
+        pass_fds = [self.sock.fileno(), fd]
+        if self.balance is not None:
+            # A slot is the age of the worker that owns it; a dead worker's is freed.
+            slot = self.balance.claim(self._age, [worker.age for worker in self.workers])
+            if slot >= 0:
+                env[BALANCE_ENV] = f"{self.balance.fd}:{slot}"
+                pass_fds.append(self.balance.fd)
         try:
             popen = subprocess.Popen(
                 [self.python, "-m", "web_facade.serve_web"],
                 env=env,
-                pass_fds=(self.sock.fileno(), fd),
+                pass_fds=pass_fds,
                 start_new_session=True,  # a Ctrl-C reaches it once, through us
             )
         except BaseException:
@@ -212,6 +230,8 @@ class WebWorkers:
     def _forget(self, worker: _Worker) -> None:
         self.workers.remove(worker)
         os.close(worker.heartbeat)
+        if self.balance is not None:
+            self.balance.release(worker.age)
         from prometheus_client import multiprocess
 
         # The dead worker's live gauges (open streams) stop counting (gunicorn_conf's
@@ -253,6 +273,9 @@ class WebWorkers:
             os.close(worker.heartbeat)
         self.workers.clear()
         self.sock.close()
+        if self.balance is not None:
+            self.balance.close()
+            self.balance = None
         if self.metrics_dir:
             shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
@@ -310,6 +333,16 @@ def main() -> int:
     worker.tmp.close()
     worker.tmp = _Heartbeat(heartbeat)
     worker.pid = os.getpid()
+    if balance := os.environ.pop(BALANCE_ENV, ""):
+        try:
+            balance_fd, slot = (int(part) for part in balance.split(":"))
+            slots = Slots.from_fd(balance_fd)
+            if not 0 <= slot < len(slots):
+                slots.close()
+                raise ValueError(f"no slot {slot} of {len(slots)}")
+            worker.balance, worker.balance_slot = slots, slot
+        except (ValueError, OSError) as exc:  # then accept as a lone worker would
+            log.warning("web worker: no connection balance (%s): %s", balance, exc)
     log.info("Booting worker with pid: %s", worker.pid)
     try:
         cfg.post_fork(None, worker)

@@ -262,3 +262,25 @@ def test_slots_count_only_the_other_live_workers_and_free_a_dead_ones() -> None:
         copy.close()
     finally:
         slots.close()
+
+
+def test_serve_frees_a_dead_workers_slot_for_the_worker_that_replaces_it() -> None:
+    with _serve_workers() as (workers, port):
+        balance = workers.balance
+        assert balance is not None
+        dead, kept = [worker.popen.pid for worker in workers.workers]
+        slot = _slot(workers, dead)
+        os.kill(dead, signal.SIGKILL)
+
+        def replaced() -> bool:
+            assert workers.check(), workers.failed
+            return dead not in [worker.popen.pid for worker in workers.workers]
+
+        wait_for(replaced, "a new worker")
+        pids = [worker.popen.pid for worker in workers.workers]
+        assert len(pids) == 2 and kept in pids
+        (new,) = set(pids) - {kept}
+        assert _slot(workers, new) == slot
+        wait_for(lambda: all(_accepting(pid, port) for pid in pids), "both workers to accept")
+        with _burst(port, kept) as clients:
+            _assert_spread(_held(pids, port, clients))

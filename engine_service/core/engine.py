@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine_service.core import events as ev
@@ -85,6 +85,8 @@ class RunHandle:
     session_id: str
     run_id: str
     after_seq: int
+    session: Session | None = field(default=None, compare=False, repr=False)
+    """The session as the run began it: its stream needs no read of the store to start."""
 
 
 class Engine(Stopping):
@@ -363,7 +365,7 @@ class Engine(Stopping):
             checkpoint=checkpoint,
         )
         self.notices.started(run, resumed[0] if resumed else "")
-        return RunHandle(session_id, run_input.run_id, run.hub.last_seq)
+        return RunHandle(session_id, run_input.run_id, run.hub.last_seq, begun.session)
 
     def _launch(
         self,
@@ -425,7 +427,14 @@ class Engine(Stopping):
 
     def run_event_lists(self, handle: RunHandle) -> AsyncIterator[list[ev.Event]]:
         """As :meth:`run_events`, the events that are ready together as one list."""
-        lists = self._hubs.follow_lists(handle.session_id, handle.after_seq, until_idle=True)
+        # While the run is the hub's, the hub holds all its events: no read of the session.
+        live = self._hubs.running(handle.session_id, handle.run_id)
+        lists = self._hubs.follow_lists(
+            handle.session_id,
+            handle.after_seq,
+            until_idle=True,
+            session=handle.session if live else None,
+        )
         return of_run(lists, handle.run_id)
 
     # -- several replicas -----------------------------------------------------------

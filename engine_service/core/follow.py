@@ -71,6 +71,12 @@ class Hubs:
             self._hubs[session.id] = hub
         return hub
 
+    def running(self, session_id: str, run_id: str) -> bool:
+        """Whether ``run_id`` is the active run of the session's hub here (which then holds
+        every event of it)."""
+        hub = self._hubs.get(session_id)
+        return hub is not None and hub.active_run_id == run_id
+
     def drop(self, session_id: str) -> None:
         """The session was deleted: its followers end."""
         hub = self._hubs.pop(session_id, None)

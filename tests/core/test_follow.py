@@ -7,7 +7,13 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from engine_service.core import events as ev
+from engine_service.core.caller import ANONYMOUS
+from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.follow import flat, of_run
+from engine_service.core.models import Message, Role, RunInput, Session, TextPart
+from engine_service.core.registry import ToolRegistry
+from engine_service.stores import MemorySessionStore
 
 
 def _event(seq: int, run_id: str, body: ev.EventBody) -> ev.Event:
@@ -42,3 +48,66 @@ def test_flat_gives_the_events_of_the_lists_one_by_one_in_order() -> None:
         return [e.seq async for e in flat(_lists([_text(1, "r"), _text(2, "r")], [_text(3, "r")]))]
 
     assert asyncio.run(seqs()) == [1, 2, 3]
+
+
+class _CountedReads(MemorySessionStore):
+    """A memory store that counts the reads of a session."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_reads = 0
+
+    async def get_session(self, session_id: str) -> Session:
+        self.session_reads += 1
+        return await super().get_session(session_id)
+
+
+class _Words(ChatModel):
+    name = "words"
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        for word in ("one ", "two ", "three"):
+            yield TextDelta(word)
+
+
+def _input(session_id: str) -> RunInput:
+    message = Message(id=f"u-{session_id}", role=Role.USER, content=[TextPart("go")])
+    return RunInput(session_id=session_id, create_session=True, messages=[message])
+
+
+async def test_a_run_s_own_stream_starts_from_its_hub_without_reading_the_store() -> None:
+    store = _CountedReads()
+    engine = Engine(store, _Words(), ToolRegistry(), EngineLimits(resume_runs=False))
+    handle = await engine.start_run(ANONYMOUS, _input("s1"))
+    reads = store.session_reads
+
+    events = [event async for event in engine.run_events(handle)]
+
+    assert store.session_reads == reads  # followed from the hub: no read of the session
+    names = [type(event.body).__name__ for event in events]
+    assert names[0] == "RunStarted" and names[-1] == "RunFinished"
+    text = "".join(e.body.delta for e in events if isinstance(e.body, ev.TextMessageContent))
+    assert text == "one two three"
+
+
+async def test_a_run_followed_after_it_ended_still_gives_all_its_events() -> None:
+    # The handle's session is from the run's start; once the run has let go of its hub
+    # the stream reads the session again, and the stored events are all there.
+    store = _CountedReads()
+    engine = Engine(store, _Words(), ToolRegistry(), EngineLimits(resume_runs=False))
+    handle = await engine.start_run(ANONYMOUS, _input("s2"))
+    for _ in range(500):  # until the run has ended and let go of its hub (5 s at most)
+        if not (await store.get_session("s2")).active_run_id and not engine._hubs.running(
+            "s2", handle.run_id
+        ):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the run did not end")
+
+    events = [event async for event in engine.run_events(handle)]
+
+    names = [type(event.body).__name__ for event in events]
+    assert names[0] == "RunStarted" and names[-1] == "RunFinished"
+    text = "".join(e.body.delta for e in events if isinstance(e.body, ev.TextMessageContent))
+    assert text == "one two three"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.node_tools import NODE_DIR
+from tests.node_tools import NODE_DIR, node_or_skip
 from tests.web.agui.node_scenarios import run_scenario
 from tests.web.e2e.conftest import Stack
 
@@ -31,6 +31,9 @@ HITL = {
 
 @pytest.fixture(scope="module")
 def stack(llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # Skip before any test scripts the shared fake LLM: replies a skipped test enqueued
+    # would be taken by the next test's run.
+    node_or_skip("@ag-ui/client")
     running = Stack(llm, tmp_path_factory.mktemp("agui-hitl-stack"), **HITL)
     yield running
     running.stop()

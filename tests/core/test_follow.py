@@ -111,3 +111,42 @@ async def test_a_run_followed_after_it_ended_still_gives_all_its_events() -> Non
     assert names[0] == "RunStarted" and names[-1] == "RunFinished"
     text = "".join(e.body.delta for e in events if isinstance(e.body, ev.TextMessageContent))
     assert text == "one two three"
+
+
+class _Steady(ChatModel):
+    name = "steady"
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        for index in range(60):
+            await asyncio.sleep(0.002)
+            yield TextDelta(f"w{index} ")
+
+
+async def test_followers_cancelled_mid_run_leave_the_others_every_event_once() -> None:
+    # Thirty followers of one session; every other one is cancelled while the run streams
+    # (each waits on a future of its own). The rest see every stored event once, in order:
+    # 0 lost, 0 duplicated, the same as a replay of the store.
+    store = MemorySessionStore()
+    engine = Engine(store, _Steady(), ToolRegistry(), EngineLimits(resume_runs=False))
+    handle = await engine.start_run(ANONYMOUS, _input("s3"))
+
+    async def follow() -> list[int]:
+        return [e.seq async for e in engine.subscribe(ANONYMOUS, "s3", 0, until_idle=True)]
+
+    async def own_stream() -> list[int]:
+        return [e.seq async for e in engine.run_events(handle)]
+
+    own_task = asyncio.ensure_future(own_stream())
+    followers = [asyncio.ensure_future(follow()) for _ in range(30)]
+    for follower in followers[1::2]:
+        await asyncio.sleep(0.004)  # while the run streams (60 tokens 2 ms apart)
+        follower.cancel()
+    done = await asyncio.gather(*followers[::2])
+    own = await own_task
+
+    stored = [e.seq for e in await store.read_events("s3", 0, 10_000)]
+    assert stored == list(range(1, len(stored) + 1))
+    for seqs in done:
+        assert seqs == stored  # none lost, none twice
+    assert own == [seq for seq in stored if seq >= own[0]]
+    assert all(follower.cancelled() for follower in followers[1::2])

@@ -254,6 +254,7 @@ class Scenario:
             out[f"{attribute}_p50_ms"] = q(attribute, 0.5)
             out[f"{attribute}_p99_ms"] = q(attribute, 0.99)
         out["total_p50_ms"] = q("total", 0.5)
+        out["events_p50"] = quantile([r.events for r in self.runs], 0.5)
         if self.facade == "agentik":
             out["create_p50_ms"] = q("create", 0.5)
             out["create_p99_ms"] = q("create", 0.99)

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 _DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
 """Bodies that are pieces of a longer text: split, never clipped, when too long."""
+_Delta = ev.TextMessageContent | ev.ReasoningMessageContent | ev.ToolCallArgs
+JOIN_CHARS = 4096
+"""Deltas are joined up to this many characters (a bound on the copying)."""
 _URGENT = (ev.TextMessageStart, ev.ToolCallStart, ev.ReasoningStart)
 """The start of an answer: its first token, which a caller waits for, is stored at once."""
 
@@ -69,6 +72,8 @@ class Outbox:
         """Set when an event is published: the flusher stores it (``flush_continually``)."""
         self._split_at = (limits.max_event_bytes - MESSAGE_ROOM) // 4
         """A delta of more characters than this may need splitting."""
+        self._join_at = min(self._split_at, JOIN_CHARS)
+        """Joined deltas stay this short: never split, and cheap to append to."""
         self._buffered = 0
         """Bytes published into the hub since it last forgot its stored events."""
         self._followers_woken = False
@@ -89,10 +94,34 @@ class Outbox:
                 for piece in pieces[:-1]:
                     self._publish(dataclasses.replace(body, delta=piece))
                 body = dataclasses.replace(body, delta=pieces[-1])
+            elif (tail := self._joinable(body)) is not None:
+                return tail
         else:
             body = bound_body(body, self.max_event_bytes)
             self._buffered += body_size(body)
         return self._publish(body)
+
+    def _joinable(self, body: _Delta) -> ev.Event | None:
+        """The run's last event with ``body``'s delta appended, when it is a delta of the
+        same text that no write, follower or client has yet (``SessionHub.open_tail``),
+        else None. Tokens that come faster than they are stored (a burst, or a loaded
+        engine) leave as fewer, longer deltas: fewer rows, messages and frames per token."""
+        tail = self.hub.open_tail(self.run_id)
+        if tail is None:
+            return None
+        last = tail.body
+        if (
+            not isinstance(last, _DELTAS)
+            or type(last) is not type(body)
+            or _block(last) != _block(body)
+        ):
+            return None
+        joined = last.delta + body.delta
+        if len(joined) > self._join_at:
+            return None
+        tail.body = dataclasses.replace(body, delta=joined)
+        self._unflushed.set()
+        return tail
 
     def _publish(self, body: ev.EventBody) -> ev.Event:
         if self.hub.waiting:
@@ -127,7 +156,7 @@ class Outbox:
         the block is used; then followers may see them."""
         hub = self.hub
         async with hub.writing():
-            pending = hub.unflushed()
+            pending = hub.take_unflushed()
             reserve = hub.to_reserve(self.seq_block)
             if not pending and not reserve:
                 return
@@ -240,7 +269,7 @@ class Outbox:
         error = final if isinstance(final, ev.RunError) else None
         finished = final if isinstance(final, ev.RunFinished) else None
         async with self.hub.writing():
-            pending = self.hub.unflushed()
+            pending = self.hub.take_unflushed()
             await self.store.finish_run(
                 self.session_id,
                 self.run_id,
@@ -262,3 +291,8 @@ class Outbox:
             self.hub.forget_stored()
             # What is left was published during the write, and is not stored yet.
             self._buffered = sum(body_size(e.body) for e in self.hub.unflushed())
+
+
+def _block(body: _Delta) -> str:
+    """The text a delta belongs to: its message or tool call."""
+    return body.tool_call_id if isinstance(body, ev.ToolCallArgs) else body.message_id

@@ -42,6 +42,7 @@ class SessionHub:
         "_incarnation",
         "_next_seq",
         "_reserved_seq",
+        "_taken_seq",
         "_unstored_shown",
         "_waiters",
         "_write_lock",
@@ -69,6 +70,8 @@ class SessionHub:
         after it, so a seq handed out but never stored is never given to another event."""
         self._unstored_shown = 0
         """Seqs up to here are shown though not stored (``show_unstored``)."""
+        self._taken_seq = last_seq
+        """Seqs up to here were handed to a write (``take_unflushed``): never changed again."""
         self._followers = 0
         self._incarnation = incarnation
         """Which session of this id the hub is for (its creation time and owner): an id
@@ -175,7 +178,7 @@ class SessionHub:
         self._first_seq = self._next_seq = last_seq + 1
         self._held = 0
         self._unstored_shown = 0
-        self._flushed_seq = last_seq
+        self._flushed_seq = self._taken_seq = last_seq
         self._reserved_seq = max(self._reserved_seq, last_seq)
 
     # -- events ----------------------------------------------------------------------
@@ -190,6 +193,24 @@ class SessionHub:
         if hold:
             self._held = event.seq
         return event
+
+    def open_tail(self, run_id: str) -> Event | None:
+        """The last event published, if run ``run_id`` published it and no one has it yet:
+        not handed to a write, not shown, not held. Its body may still change (``core.flush``
+        appends a delta to the delta before it): no follower and no store ever sees both."""
+        if not self._buffer:
+            return None
+        last = self._buffer[-1]
+        seq = last.seq
+        if (
+            last.run_id != run_id
+            or seq <= self._taken_seq
+            or seq <= self._flushed_seq
+            or seq <= self._unstored_shown
+            or seq == self._held
+        ):
+            return None
+        return last
 
     def show_unstored(self) -> None:
         """Show every buffered event though the store does not hold them yet: only for
@@ -225,6 +246,13 @@ class SessionHub:
         if self._flushed_seq < self._first_seq - 1:
             return []
         return self._buffer[self._flushed_seq + 1 - self._first_seq :]
+
+    def take_unflushed(self) -> list[Event]:
+        """The events to store now (``unflushed``): from here on they never change."""
+        pending = self.unflushed()
+        if pending:
+            self._taken_seq = max(self._taken_seq, pending[-1].seq)
+        return pending
 
     def forget_stored(self) -> None:
         """Drop the stored events at the buffer's head (a run that publishes a lot):

@@ -128,3 +128,23 @@ async def test_waits_that_time_out_do_not_pile_up() -> None:
     waiter = hub.changed()
     hub.notify()
     assert waiter.done() and not hub.waiting
+
+
+def test_the_open_tail_is_the_last_event_until_a_write_takes_it_or_followers_may_see_it() -> None:
+    """``core.flush`` appends a delta to the open tail: never to what a write holds,
+    what followers may see, or the held end of a run."""
+    hub = SessionHub("s", 0)
+    hub.begin("r", 0, reserved_seq=10)
+    first = hub.publish("r", ev.StepStarted("x"))
+    assert hub.open_tail("r") is first
+    assert hub.open_tail("another run") is None
+    assert hub.take_unflushed() == [first]
+    assert hub.open_tail("r") is None  # a write holds it, stored or not
+    second = hub.publish("r", ev.StepStarted("y"))
+    assert hub.open_tail("r") is second
+    hub.stored(1)
+    assert hub.open_tail("r") is second
+    hub.show_unstored()
+    assert hub.open_tail("r") is None  # followers may see it
+    hub.publish("r", ev.RunFinished(), hold=True)
+    assert hub.open_tail("r") is None  # the run's end, held

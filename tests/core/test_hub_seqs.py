@@ -14,6 +14,7 @@ from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.flush import JOIN_CHARS
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, TextPart
@@ -24,7 +25,8 @@ WAIT = 10.0
 
 
 class BurstModel(ChatModel):
-    """Answers with ``count`` text deltas, as fast as the loop takes them."""
+    """Answers with ``count`` text deltas, as fast as the loop takes them, each too long
+    to be joined with the next (``core.flush``): one event each."""
 
     name = "burst"
 
@@ -33,7 +35,7 @@ class BurstModel(ChatModel):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
         for index in range(self.count):
-            yield TextDelta(f"w{index} ")
+            yield TextDelta(f"w{index} ".ljust(JOIN_CHARS // 2 + 1, "."))
 
 
 def test_the_hub_shows_followers_only_stored_events_even_inside_the_reserved_block() -> None:

@@ -318,8 +318,16 @@ class SessionStore(abc.ABC):
         whose stored agent is one of ``agents`` when it is not None."""
 
     @abc.abstractmethod
-    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Append messages at the end of the history (ids must be new to the session)."""
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        """Append messages at the end of the history (ids must be new to the session); with
+        ``title``, name the session too (``updated_at`` ``now``), in the same write."""
 
     @abc.abstractmethod
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:

@@ -62,12 +62,12 @@ class Transcript:
         if reconcile is ReconcileMode.REPLACE:
             await self.store.replace_messages(self.session_id, incoming)
             self.messages = list(incoming)
+            if title:
+                await self.store.rename_session(self.session_id, title, now)
         else:
-            if incoming:
-                await self.store.append_messages(self.session_id, incoming)
+            if incoming or title:  # one write for both
+                await self.store.append_messages(self.session_id, incoming, title=title, now=now)
             self.messages.extend(incoming)
-        if title:
-            await self.store.rename_session(self.session_id, title, now)
         for message in incoming:
             self._emit(ev.MessageStored(message))
 

@@ -545,9 +545,17 @@ class MemorySessionStore(SessionStore):
         page = runs[offset : offset + limit] if limit else runs[offset:]
         return [_copy(r) for r in page], len(runs)
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
         entry = self._entry(session_id)
         encoded = _encode_messages(messages)
+        stamp = _utc(now, "now") if title and now is not None else None
         taken = entry.positions
         new: set[str] = set()
         for message_id, _ in encoded:
@@ -558,6 +566,9 @@ class MemorySessionStore(SessionStore):
         for offset, (message_id, _) in enumerate(encoded):
             taken[message_id] = len(entry.messages) + offset
         entry.messages.extend(encoded)
+        if title:
+            entry.title = title
+            entry.updated_at = stamp or entry.updated_at
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         entry = self._entry(session_id)

@@ -1094,8 +1094,16 @@ class PostgresSessionStore(SessionStore):
         kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
         return kept[::-1], len(rows) > last
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
         encoded = _encode_messages(messages)
+        stamp = _utc(now, "now") if title and now is not None else None
         # The session row locked first; the insert, a statement of its own, then reads the
         # last position under that lock (each statement sees what committed before it).
         statements: list[Statement] = [
@@ -1111,6 +1119,14 @@ class PostgresSessionStore(SessionStore):
                         "bodies": [body for _, body in encoded],
                         "runs": [message.run_id for message in messages],
                     },
+                )
+            )
+        if title:
+            statements.append(
+                (
+                    "UPDATE sessions SET title = %s, updated_at = coalesce(%s, updated_at)"
+                    " WHERE id = %s",
+                    (title, stamp, session_id),
                 )
             )
         try:

@@ -1317,8 +1317,16 @@ class SqliteSessionStore(SessionStore):
         return [_run(row) for row in rows], int(total)
 
     @_off_loop
-    def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
         encoded = _encode_messages(messages)
+        stamp = _iso(now, "now") if title and now is not None else None
         with self._tx() as conn:
             self._require(conn, session_id)
             (last,) = conn.execute(
@@ -1335,6 +1343,12 @@ class SqliteSessionStore(SessionStore):
                 )
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists("a message id already exists in the session") from exc
+            if title:
+                conn.execute(
+                    "UPDATE sessions SET title = ?, updated_at = coalesce(?, updated_at)"
+                    " WHERE id = ?",
+                    (title, stamp, session_id),
+                )
 
     @_off_loop
     def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:

@@ -510,6 +510,26 @@ async def test_appending_a_taken_message_id_raises_already_exists_and_appends_no
     assert [m.id for m in await store.all_messages("s1")] == ["a"]
 
 
+async def test_appending_with_a_title_names_the_session_in_the_same_write(
+    store: SessionStore,
+) -> None:
+    """A run's first messages and the title they give an untitled conversation are one
+    write: both or neither."""
+    await store.create_session("s1", "", at(0))
+    await store.append_messages("s1", [message("a")], title="Hello", now=at(5))
+    session = await store.get_session("s1")
+    assert (session.title, session.updated_at) == ("Hello", at(5))
+    with pytest.raises(AlreadyExists):
+        await store.append_messages("s1", [message("a")], title="Other", now=at(9))
+    session = await store.get_session("s1")
+    assert (session.title, session.updated_at) == ("Hello", at(5))
+    assert [m.id for m in await store.all_messages("s1")] == ["a"]
+    await store.append_messages("s1", [], title="Only a title", now=at(7))
+    assert (await store.get_session("s1")).title == "Only a title"
+    with pytest.raises(SessionNotFound):
+        await store.append_messages("nope", [message("b")], title="x", now=at(7))
+
+
 async def test_replace_messages_makes_them_the_whole_history(store: SessionStore) -> None:
     await store.create_session("s1", "", at(0))
     await store.append_messages("s1", [message("a"), message("b")])

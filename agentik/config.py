@@ -6,11 +6,8 @@ counts as unset); the CLIs' flags on top (``--config``, ``agentik engine --worke
 
 Each field is a key of its table (see :func:`setting`): ``[llm] timeout`` is
 ``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``, setting name ``llm_timeout`` in errors
-and ``describe``. One converter, :func:`_value`, reads every value by the field's type and
-metadata, also in the entry models of the arrays of tables (:class:`Entry`; ``[[agents]]`` is
-kept as ``settings.agent.agents``); a bad one raises :class:`ConfigError` naming the setting,
-where it came from and the value; unknown tables and keys get a "did you mean". Not pydantic:
-it would cost every engine and web worker 15-18 MiB (docs/architecture.md).
+and ``describe``; ``[[agents]]`` is kept as ``settings.agent.agents``. One converter,
+:func:`_value`, reads every value; why not pydantic: docs/architecture.md ("Settings").
 """
 
 from __future__ import annotations
@@ -58,7 +55,8 @@ _WHSEC = r"(?s:(?!whsec_).*)|whsec_(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A
 _WHY_WHSEC = "a secret starting with whsec_ must be base64 after it"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _HEADER = {"headers": True}  # a table of HTTP headers; ${NAME} is an environment variable
-_AGENT_SECRETS = ("api_key", "headers", "system_prompt")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_KINDS = ("bool", "int", "float", "str", "tuple[str, ...]")
 _MiB = 1024 * 1024
 T = TypeVar("T")
 
@@ -94,10 +92,6 @@ def table(reader: Callable[..., tuple[Any, ...]], flat: str, engine_only: bool =
     return field(default=(), metadata={"table": reader, "flat": flat, "engine_only": engine_only})
 
 
-_KINDS = ("bool", "int", "float", "str", "tuple[str, ...]")
-_NUMBERS: dict[str, Any] = {"int": int, "float": int | float}
-
-
 def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool = False) -> Any:
     """``raw`` (a str from the environment when ``env``, else TOML) as the field's type
     ``kind``, checked against its metadata; ``ValueError`` says why not."""
@@ -114,10 +108,11 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
         return raw if isinstance(raw, bool) else text in _BOOLEANS[:4]
     if base in ("int", "float"):
         what = meta.get("what", "an integer" if base == "int" else "a number of seconds")
-        if not env and (isinstance(raw, bool) or not isinstance(raw, _NUMBERS[base])):
+        number_type = int if base == "int" else float  # TOML's int is a float too
+        if not env and (isinstance(raw, bool) or not isinstance(raw, (int, number_type))):
             raise ValueError(f"must be {what}, not {name}")
         try:
-            number = (int if base == "int" else float)(raw.strip() if env else raw)
+            number = number_type(raw.strip() if env else raw)
         except ValueError:
             raise ValueError(f"must be {what}") from None
         lo, hi = meta.get("lo", 1 if base == "int" else None), meta.get("hi")
@@ -289,15 +284,13 @@ def unknown_name(kind: str, name: str, known: list[str], where: str) -> ConfigEr
     return ConfigError(f"unknown {kind} {name!r} in {where}{tail}")
 
 
-def expand(
-    text: str, env: Mapping[str, str], fail: Callable[[str], ConfigError], empty: bool = True
-) -> str:
+def expand(text: str, env: Mapping[str, str], where: str, empty: bool = True) -> str:
     """``${NAME}`` in ``text`` replaced by the variable ``NAME`` of ``env``; unset (or
-    empty, unless ``empty``): ``fail``."""
+    empty, unless ``empty``): a ``ConfigError`` starting with ``where``."""
 
     def lookup(match: re.Match[str]) -> str:
         if (found := env.get(match[1])) is None or not (found or empty):
-            raise fail(f"names the environment variable {match[1]!r}, which is unset")
+            raise ConfigError(f"{where}names the environment variable {match[1]!r}, which is unset")
         return found
 
     return _VARIABLE.sub(lookup, text)
@@ -346,7 +339,7 @@ class Entry:
         except ValueError as exc:
             raise self.fail(f.name, str(exc), None if meta.get("secret") else raw) from None
         if meta.get("expand") and isinstance(value, str):
-            value = expand(value, self.env, partial(self.fail, f.name))
+            value = expand(value, self.env, f"invalid {f.name} of {self.label}: ")
         return value
 
     def mapping(self, key: str, raw: object, headers: bool) -> dict[str, str]:
@@ -360,7 +353,7 @@ class Entry:
                 raise self.fail(key, "has a name that is not a valid HTTP header name", name)
             if not headers and (not name or "=" in name or "\0" in name):
                 raise self.fail(key, "has an invalid variable name", name)
-            result[name] = expand(value, self.env, partial(self.fail, f"{key}.{name}"))
+            result[name] = expand(value, self.env, f"invalid {key}.{name} of {self.label}: ")
             if headers and any(c in result[name] for c in "\r\n\0"):
                 raise self.fail(f"{key}.{name}", "must not contain line breaks or NUL")
         return result
@@ -556,7 +549,7 @@ def _prompt(entry: Entry, base_dir: str) -> str | None:
 def _agent(entry: Entry, where: str, engine: bool) -> AgentConfig:
     """``engine=False`` (the web facade) keeps the secrets out: ``api_key``, ``headers`` and
     the prompt are neither read nor kept, so a ``${VAR}`` only the engine has is not needed."""
-    skipped = ("system_prompt_file",) + (() if engine else _AGENT_SECRETS)
+    skipped = ("system_prompt_file",) + (() if engine else ("api_key", "headers", "system_prompt"))
     table = {key: value for key, value in entry.table.items() if key not in skipped}
     agent = Entry(table, entry.label, entry.env).read(AgentConfig, system_prompt=None)
     entry.label = f"{entry.label} ({agent.name!r})"
@@ -603,9 +596,6 @@ def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool)
                     raise ConfigError(f"{label}: {f.name!r} {why}") from None
         tools.append(PythonToolConfig(label, **values))
     return tuple(tools)
-
-
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, slots=True)
@@ -926,19 +916,15 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
                     values.setdefault(name, {})[item] = reader(raw, repr(path), env, engine)
                 continue
             if key.flat == "auth_tokens" and isinstance(raw, list):  # ${NAME} in the tokens
-                fail = partial(_token_error, origin)
+                where = f"invalid auth_tokens (from {origin}): a token "
                 raw = [
-                    {**t, "token": expand(t["token"], env, fail, empty=False)}
+                    {**t, "token": expand(t["token"], env, where, empty=False)}
                     if isinstance(t, dict) and isinstance(t.get("token"), str)
                     else t
                     for t in raw
                 ]
             values.setdefault(name, {})[item] = key.parse(raw, False, origin)
     return values
-
-
-def _token_error(origin: str, why: str) -> ConfigError:
-    return ConfigError(f"invalid auth_tokens (from {origin}): a token {why}")
 
 
 def load_settings(

@@ -172,15 +172,11 @@ def _store(value: str) -> str:
     if scheme.lower() == "memory" and rest:
         raise ValueError("memory:// takes nothing after the scheme")
     if scheme.lower() == "sqlite" and (not rest.startswith("/") or rest == "/"):
-        raise ValueError(
-            "a SQLite URL needs three slashes and a path: sqlite:///relative.db "
-            "or sqlite:////absolute/path.db"
-        )
+        why = "a SQLite URL needs three slashes and a path: sqlite:///relative.db"
+        raise ValueError(f"{why} or sqlite:////absolute/path.db")
     if scheme.lower() not in ("memory", "sqlite", "postgresql", "postgres"):
-        raise ValueError(
-            f"has unknown store scheme {scheme.lower()!r}; use memory://, sqlite:///PATH, "
-            "postgresql:// or postgres://"
-        )
+        use = "use memory://, sqlite:///PATH, postgresql:// or postgres://"
+        raise ValueError(f"has unknown store scheme {scheme.lower()!r}; {use}")
     return value
 
 
@@ -310,9 +306,8 @@ class Entry:
         """The entry's ``name`` (first: unknown keys, with a "did you mean"); the label
         names it from then on."""
         known = [f.name for f in fields(model)]
-        for key in self.table:
-            if key not in known:
-                raise unknown_name("key", key, known, self.label)
+        if unknown := [key for key in self.table if key not in known]:
+            raise unknown_name("key", unknown[0], known, self.label)
         name: str = self.value(model.__dataclass_fields__["name"])
         self.label = f"{self.label} ({name!r})"
         return name
@@ -421,10 +416,8 @@ def _server(entry: Entry, where: str, engine: bool) -> McpServerConfig:
     ``headers`` is the engine's environment variable. No request can name a command."""
     table, given, name = entry.table, entry.table.get("transport"), entry.name(McpServerConfig)
     if given is None and ("command" in table) == ("url" in table):
-        raise ConfigError(
-            f"{entry.label} needs either 'command' (stdio) or 'url' (http, sse), "
-            "or an explicit 'transport'"
-        )
+        why = "needs either 'command' (stdio) or 'url' (http, sse), or an explicit 'transport'"
+        raise ConfigError(f"{entry.label} {why}")
     transport = ("stdio" if "command" in table else "http") if given is None else given
     if not isinstance(transport, str) or transport.lower() not in ("stdio", "http", "sse"):
         raise entry.fail("transport", "must be one of stdio, http, sse", transport)
@@ -481,10 +474,8 @@ def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
         name, equals, url = (part.strip() for part in item.partition("="))
         label = f"item {number} of {A2A_AGENTS_ENV}"
         if item and (not equals or not NAME.match(name) or len(name) > 64):
-            raise ConfigError(
-                f"{label} must be NAME=URL with a NAME of 1 to 64 characters of "
-                f"A-Z a-z 0-9 _ -; got {item!r}"
-            )
+            why = "must be NAME=URL with a NAME of 1 to 64 characters of A-Z a-z 0-9 _ -"
+            raise ConfigError(f"{label} {why}; got {item!r}")
         if item:
             agents.append(Entry({"name": name, "url": url}, label, {}).read(A2aAgentConfig))
     return _unique(agents, "agent", [A2A_AGENTS_ENV] * len(agents))
@@ -789,15 +780,11 @@ class Settings:
             window = llm.context_tokens if window is None else window
             reserve = llm.reserve_output_tokens if reserve is None else reserve
             if 0 < window < MIN_CONTEXT_TOKENS:
-                raise ConfigError(
-                    f"context_tokens{whose} ({window}) must be 0 (known for the model's "
-                    f"name) or at least {MIN_CONTEXT_TOKENS}"
-                )
+                why = f"must be 0 (known for the model's name) or at least {MIN_CONTEXT_TOKENS}"
+                raise ConfigError(f"context_tokens{whose} ({window}) {why}")
             if window and reserve >= window:
-                raise ConfigError(
-                    f"reserve_output_tokens{whose} ({reserve}) must be less than "
-                    f"context_tokens ({window}): the request needs room too"
-                )
+                why = f"must be less than context_tokens ({window}): the request needs room too"
+                raise ConfigError(f"reserve_output_tokens{whose} ({reserve}) {why}")
         if self.auth.jwt_algorithms and not self.auth.jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
 
@@ -870,9 +857,7 @@ class _Key:
 
 
 _TABLES: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Settings)}  # type: ignore[misc]
-_KEYS = [
-    _Key(name, f.name, str(f.type), f.metadata) for name, m in _TABLES.items() for f in fields(m)
-]
+_KEYS = [_Key(t, f.name, str(f.type), f.metadata) for t, m in _TABLES.items() for f in fields(m)]
 _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
 _Values = dict[str, dict[str, object]]  # {table: {key: value}}
 

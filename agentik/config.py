@@ -5,9 +5,9 @@ Sources, later wins: the models' defaults; a TOML file (the ``path`` argument, e
 counts as unset); the CLIs' flags on top (``--config``, ``agentik engine --workers N``).
 
 Each field is a key of its table (see :func:`setting`): ``[llm] timeout`` is
-``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``, setting name ``llm_timeout`` in errors
-and ``describe``; ``[[agents]]`` is kept as ``settings.agent.agents``. One converter,
-:func:`_value`, reads every value; why not pydantic: docs/architecture.md ("Settings").
+``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``, setting name ``llm_timeout`` in errors;
+``[[agents]]`` is kept as ``settings.agent.agents``. One converter, :func:`_value`, reads
+every value; why not pydantic: docs/architecture.md ("Settings").
 """
 
 from __future__ import annotations
@@ -814,22 +814,6 @@ class Settings:
         """A body over the limit up to this size is read and dropped before the 413."""
         return self.web.discard_body_bytes or max(2 * self.web.max_body_bytes, 4 * _MiB)
 
-    def describe(self) -> list[tuple[str, str, str]]:
-        """``(setting, env var, value)`` rows for a table; secrets are masked."""
-        rows = []
-        for key in _SETTINGS:
-            value = getattr(getattr(self, key.table), key.key)
-            if key.meta.get("secret") and value:
-                shown = "***"
-            elif value is None:
-                shown = "(not set)"
-            elif isinstance(value, tuple) and all(isinstance(item, str) for item in value):
-                shown = ", ".join(value) or "(none)"
-            else:
-                shown = str(value)
-            rows.append((key.flat, key.env, shown))
-        return rows
-
 
 @dataclass(frozen=True, slots=True)
 class _Key:
@@ -860,11 +844,6 @@ _TABLES: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Setti
 _KEYS = [_Key(t, f.name, str(f.type), f.metadata) for t, m in _TABLES.items() for f in fields(m)]
 _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
 _Values = dict[str, dict[str, object]]  # {table: {key: value}}
-
-
-def setting_keys() -> list[tuple[str, str, str]]:
-    """``(setting, env var, TOML key)`` for every setting, in documentation order."""
-    return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in _SETTINGS]
 
 
 def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> _Values:

@@ -366,9 +366,7 @@ def _entries(array: str, read: Callable[[Entry, str, bool], Any]) -> Callable[..
         labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
         if bad := [label for label, t in zip(labels, raw, strict=True) if not isinstance(t, dict)]:
             raise ConfigError(f"{bad[0]} must be a table")
-        items = [
-            read(Entry(t, label, env), where, engine) for t, label in zip(raw, labels, strict=True)
-        ]
+        items = [read(Entry(t, labels[n], env), where, engine) for n, t in enumerate(raw)]
         if array == "mcp.servers":
             return _unique(items, "server", labels)
         return _unique(items, "agent", [f"[[{array}]] in {where}"] * len(items))
@@ -556,8 +554,7 @@ class PythonToolConfig:
     """``[[tools.python]]``: a Python function offered as a tool (docs/tools.md); the engine
     imports it (``engine_service/tools/python/tool.py``), never the facade."""
 
-    label: str
-    """``[[tools.python]] entry N`` (1-based), for error messages."""
+    label: str = setting(doc="``[[tools.python]] entry N`` (1-based), for error messages.")
     function: str = setting(pattern=f"{_DOTTED}:{_DOTTED}", must="'package.module:function'")
     """``package.module:function`` (the part after ``:`` may be dotted, ``Class.method``)."""
     name: str | None = setting(None, name=64, strip=False, must="1 to 64 of A-Z a-z 0-9 _ -")
@@ -881,12 +878,9 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
                 continue
             if key.flat == "auth_tokens" and isinstance(raw, list):  # ${NAME} in the tokens
                 where = f"invalid auth_tokens (from {origin}): a token "
-                raw = [
-                    {**t, "token": expand(t["token"], env, where, empty=False)}
-                    if isinstance(t, dict) and isinstance(t.get("token"), str)
-                    else t
-                    for t in raw
-                ]
+                for t in raw:
+                    if isinstance(t, dict) and isinstance(t.get("token"), str):
+                        t["token"] = expand(t["token"], env, where, empty=False)
             values.setdefault(name, {})[item] = key.parse(raw, False, origin)
     return values
 

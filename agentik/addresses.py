@@ -1,8 +1,6 @@
-"""Network addresses: what a listen address (``HOST:PORT``) and a gRPC target the facade
-dials may be, whether an address is loopback, what a client on this host dials, and a URL
-as logs show it. The settings check theirs with these (``[engine] grpc_addr``, ``[web]
-http_addr``, ``[web] engine_target``, ...); a bad one is a ``ValueError`` saying why, which
-:mod:`agentik.config` reports naming the setting."""
+"""Network addresses: listen addresses (``HOST:PORT``) and gRPC targets the facade dials, whether
+one is loopback, what a client here dials, a URL as logs show it. A bad address is a ``ValueError``
+saying why; :mod:`agentik.config` reports it naming the setting (``[engine] grpc_addr``, ...)."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from urllib.parse import urlsplit
 __all__ = ["check_address", "check_target", "dialable", "display_url", "is_loopback", "valid_host"]
 
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
+_WHY_IPV4 = "must be A.B.C.D:PORT with an IPv4 address (a host name goes in dns:///HOST:PORT)"
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
 
 
@@ -67,8 +66,7 @@ def _part(text: str, what: str = "") -> str:
 
 
 def check_target(value: str) -> str:
-    """A gRPC target the facade dials; with several addresses it balances calls and retries
-    safe reads on another (docs/scaling.md). Every form needs its port."""
+    """A gRPC target the facade dials, each address with its port (several: docs/scaling.md)."""
     if any(c.isspace() for c in value) or not value.isascii() or not value.isprintable():
         raise _bad_target("must not contain spaces or non-ASCII characters")
     match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", value)
@@ -78,7 +76,18 @@ def check_target(value: str) -> str:
         if not rest:
             raise _bad_target(f"{scheme}: needs at least one address")
         for item in rest.split(","):
-            _list_item(item, scheme == "ipv6")
+            ipv6, (host, sep, port) = scheme == "ipv6", item.rpartition(":")
+            if not item:
+                raise _bad_target(f"{scheme}: has an empty entry (a stray comma)")
+            if ipv6 and not (sep and host.startswith("[") and host.endswith("]")):
+                raise _bad_target(f"ipv6: entry {item!r} must be [IPv6]:PORT, e.g. [::1]:50051")
+            try:
+                ipaddress.IPv6Address(host[1:-1]) if ipv6 else ipaddress.IPv4Address(host)
+            except ValueError:
+                why = "has no valid IPv6 address" if ipv6 else _WHY_IPV4
+                raise _bad_target(f"{scheme}: entry {item!r} {why}") from None
+            if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise _bad_target(f"{scheme}: entry {item!r} needs a port between 1 and 65535")
     elif scheme == "dns":
         name = rest
         if rest.startswith("//"):
@@ -106,22 +115,6 @@ def check_target(value: str) -> str:
     return f"{scheme}:{rest}"
 
 
-def _list_item(item: str, ipv6: bool) -> None:
-    scheme, (host, sep, port) = "ipv6" if ipv6 else "ipv4", item.rpartition(":")
-    if not item:
-        raise _bad_target(f"{scheme}: has an empty entry (a stray comma)")
-    if ipv6 and not (sep and host.startswith("[") and host.endswith("]")):
-        raise _bad_target(f"ipv6: entry {item!r} must be [IPv6]:PORT, e.g. [::1]:50051")
-    try:
-        (ipaddress.IPv6Address if ipv6 else ipaddress.IPv4Address)(host[1:-1] if ipv6 else host)
-    except ValueError:
-        why = "must be A.B.C.D:PORT with an IPv4 address (a host name goes in dns:///HOST:PORT)"
-        why = "has no valid IPv6 address" if ipv6 else why
-        raise _bad_target(f"{scheme}: entry {item!r} {why}") from None
-    if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise _bad_target(f"{scheme}: entry {item!r} needs a port between 1 and 65535")
-
-
 def is_loopback(addr: str) -> bool:
     """Whether the listen address ``HOST:PORT`` only accepts connections from this host."""
     host = addr.rpartition(":")[0].strip("[]").lower()
@@ -132,8 +125,7 @@ def is_loopback(addr: str) -> bool:
 
 
 def dialable(addr: str) -> str:
-    """The address a client on this host dials for a server listening on ``addr``: a
-    wildcard host (every interface) is loopback."""
+    """What a client on this host dials for a server on ``addr`` (a wildcard host: loopback)."""
     host, _, port = addr.rpartition(":")
     return f"{_WILDCARD_HOSTS.get(host, host)}:{port}"
 

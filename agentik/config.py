@@ -1,17 +1,11 @@
 """Settings for the engine and the web facade: one frozen dataclass per TOML table.
 
-Sources, later wins: the models' defaults; a TOML file (the ``path`` argument, else
-``AGENTIK_CONFIG``; one named but missing is an error); environment variables (an empty one
-counts as unset); the CLIs' flags on top (``--config``, ``agentik engine --workers N``).
-
-Each field is a key of its table (see :func:`setting`): ``[llm] timeout`` is
-``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``, setting name ``llm_timeout`` in errors
-and ``describe``. One converter, :func:`_value`, reads every value by the field's type and
-metadata, also in the entry models of the arrays of tables (:class:`Entry`; ``[[agents]]`` is
-kept as ``settings.agent.agents``); a bad one raises :class:`ConfigError` naming the setting,
-where it came from and the value; unknown tables and keys get a "did you mean". Not pydantic:
-it would cost every engine and web worker 15-18 MiB (docs/architecture.md).
-"""
+Sources, later wins: the models' defaults; a TOML file (``path``, else ``AGENTIK_CONFIG``; one
+named but missing is an error); environment variables (an empty one is unset); the CLIs' flags
+(``--config``, ``agentik engine --workers N``). Each field is a key of its table
+(:func:`setting`): ``[llm] timeout`` is ``settings.llm.timeout``, env ``AGENTIK_LLM_TIMEOUT``,
+setting ``llm_timeout`` in errors; ``[[agents]]`` is ``settings.agent.agents``. One converter,
+:func:`_value`, reads every value; why not pydantic: docs/architecture.md ("Settings")."""
 
 from __future__ import annotations
 
@@ -48,8 +42,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer clearly and concisely. Use the tools you have "
     "when they help, and say so when you are not sure."
 )
-NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-"""A configured server or agent name (it becomes part of tool names)."""
+NAME = re.compile(r"^[A-Za-z0-9_-]+$")  # a server's or agent's name, part of tool names
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _JWT = (*(f"{k}{n}" for k in ("HS", "RS", "PS", "ES") for n in (256, 384, 512)), "EdDSA")
@@ -58,8 +51,10 @@ _WHSEC = r"(?s:(?!whsec_).*)|whsec_(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A
 _WHY_WHSEC = "a secret starting with whsec_ must be base64 after it"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _HEADER = {"headers": True}  # a table of HTTP headers; ${NAME} is an environment variable
-_AGENT_SECRETS = ("api_key", "headers", "system_prompt")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_KINDS = ("bool", "int", "float", "str", "tuple[str, ...]")
 _MiB = 1024 * 1024
+_PER_CALL = "seconds per call; None: the engine's [tools] timeout"
 T = TypeVar("T")
 
 
@@ -78,29 +73,22 @@ class TokenEntry:
 def setting(default: Any = MISSING, env: str = "", *, flat: str = "", **meta: Any) -> Any:
     """A key of a table: its default, environment variable, setting name (``flat``, default
     the key) and checks: ``lo``/``hi`` bounds (an int's ``lo`` defaults to 1; a float is
-    positive unless ``lo=0``), ``choices``, ``name`` (a name of at most this many of
-    ``[A-Za-z0-9_-]``), ``pattern`` (a regular expression the whole string matches, else ``why``),
-    ``each`` (a function of each string of an array), ``check`` (a function of the typed
-    value, or of ``(raw, from_env)`` for other types), ``noun`` (what an array holds),
-    ``strip=False``, ``required`` (no empty string), ``secret`` (masked, kept out of
-    ``repr``), ``doc`` (else an attribute docstring, when it does not fit on the line)."""
+    positive unless ``lo=0``), ``choices``, ``name`` (at most this many of ``[A-Za-z0-9_-]``),
+    ``pattern`` (a regular expression the whole string matches, else ``why``), ``each`` (a
+    function of each string of an array), ``check`` (a function of the typed value, or of
+    ``(raw, from_env)`` for other types), ``noun`` (what an array holds), ``strip=False``,
+    ``required`` (no empty string), ``secret`` (masked, not in ``repr``), ``doc`` (if it fits)."""
     meta.update(env=env, flat=flat)
     return field(default=default, repr=not meta.get("secret"), metadata=meta)
 
 
 def table(reader: Callable[..., tuple[Any, ...]], flat: str, engine_only: bool = True) -> Any:
-    """An array of tables read by ``reader(raw, where, env, engine)``; no environment
-    variable. ``engine_only``: skipped when the web facade loads (``mcp=False``)."""
+    """``[[...]]`` read by ``reader(raw, where, env, engine)``; ``engine_only``: facade skips it."""
     return field(default=(), metadata={"table": reader, "flat": flat, "engine_only": engine_only})
 
 
-_KINDS = ("bool", "int", "float", "str", "tuple[str, ...]")
-_NUMBERS: dict[str, Any] = {"int": int, "float": int | float}
-
-
 def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool = False) -> Any:
-    """``raw`` (a str from the environment when ``env``, else TOML) as the field's type
-    ``kind``, checked against its metadata; ``ValueError`` says why not."""
+    """``raw`` (a str if ``env``, else TOML's) as ``kind``, checked by ``meta``; else ValueError."""
     base, check = kind.removesuffix(" | None"), meta.get("check")
     if base not in _KINDS:  # a structured value: its check reads it
         if not check:
@@ -114,10 +102,11 @@ def _value(kind: str, meta: Mapping[str, Any], raw: Any, env: bool, entry: bool 
         return raw if isinstance(raw, bool) else text in _BOOLEANS[:4]
     if base in ("int", "float"):
         what = meta.get("what", "an integer" if base == "int" else "a number of seconds")
-        if not env and (isinstance(raw, bool) or not isinstance(raw, _NUMBERS[base])):
+        number_type = int if base == "int" else float  # TOML's int is a float too
+        if not env and (isinstance(raw, bool) or not isinstance(raw, (int, number_type))):
             raise ValueError(f"must be {what}, not {name}")
         try:
-            number = (int if base == "int" else float)(raw.strip() if env else raw)
+            number = number_type(raw.strip() if env else raw)
         except ValueError:
             raise ValueError(f"must be {what}") from None
         lo, hi = meta.get("lo", 1 if base == "int" else None), meta.get("hi")
@@ -177,15 +166,11 @@ def _store(value: str) -> str:
     if scheme.lower() == "memory" and rest:
         raise ValueError("memory:// takes nothing after the scheme")
     if scheme.lower() == "sqlite" and (not rest.startswith("/") or rest == "/"):
-        raise ValueError(
-            "a SQLite URL needs three slashes and a path: sqlite:///relative.db "
-            "or sqlite:////absolute/path.db"
-        )
+        why = "a SQLite URL needs three slashes and a path: sqlite:///relative.db"
+        raise ValueError(f"{why} or sqlite:////absolute/path.db")
     if scheme.lower() not in ("memory", "sqlite", "postgresql", "postgres"):
-        raise ValueError(
-            f"has unknown store scheme {scheme.lower()!r}; use memory://, sqlite:///PATH, "
-            "postgresql:// or postgres://"
-        )
+        use = "use memory://, sqlite:///PATH, postgresql:// or postgres://"
+        raise ValueError(f"has unknown store scheme {scheme.lower()!r}; {use}")
     return value
 
 
@@ -229,9 +214,8 @@ def _skills(raw: object, env: bool) -> tuple[dict[str, Any], ...]:
     if not isinstance(raw, list):
         raise ValueError("must be an array of skill tables")
     for index, item in enumerate(raw):
-        if not isinstance(item, dict) or not all(
-            isinstance(item.get(key), str) and item[key] for key in ("id", "name", "description")
-        ):
+        got = isinstance(item, dict) and [item.get(key) for key in ("id", "name", "description")]
+        if not got or not all(isinstance(value, str) and value for value in got):
             raise ValueError(f"skill {index} needs string id, name and description")
     return tuple(dict(item) for item in raw)
 
@@ -289,15 +273,12 @@ def unknown_name(kind: str, name: str, known: list[str], where: str) -> ConfigEr
     return ConfigError(f"unknown {kind} {name!r} in {where}{tail}")
 
 
-def expand(
-    text: str, env: Mapping[str, str], fail: Callable[[str], ConfigError], empty: bool = True
-) -> str:
-    """``${NAME}`` in ``text`` replaced by the variable ``NAME`` of ``env``; unset (or
-    empty, unless ``empty``): ``fail``."""
+def expand(text: str, env: Mapping[str, str], where: str, empty: bool = True) -> str:
+    """Each ``${NAME}`` from ``env``; unset (or empty unless ``empty``): ConfigError(where...)."""
 
     def lookup(match: re.Match[str]) -> str:
         if (found := env.get(match[1])) is None or not (found or empty):
-            raise fail(f"names the environment variable {match[1]!r}, which is unset")
+            raise ConfigError(f"{where}names the environment variable {match[1]!r}, which is unset")
         return found
 
     return _VARIABLE.sub(lookup, text)
@@ -314,19 +295,16 @@ class Entry:
         return ConfigError(f"invalid {key} of {self.label}: {why}{got}")
 
     def name(self, model: type[Any]) -> str:
-        """The entry's ``name`` (first: unknown keys, with a "did you mean"); the label
-        names it from then on."""
+        """The entry's ``name``, after refusing unknown keys; the label names it from then on."""
         known = [f.name for f in fields(model)]
-        for key in self.table:
-            if key not in known:
-                raise unknown_name("key", key, known, self.label)
+        if unknown := [key for key in self.table if key not in known]:
+            raise unknown_name("key", unknown[0], known, self.label)
         name: str = self.value(model.__dataclass_fields__["name"])
         self.label = f"{self.label} ({name!r})"
         return name
 
     def read(self, model: type[T], **given: Any) -> T:
-        """The entry as ``model``: each field's value by its type and metadata; ``given``
-        ones as they are."""
+        """The entry as ``model``, each field read by its type and metadata; ``given`` as is."""
         values = given if "name" in given else {"name": self.name(model), **given}
         for f in fields(model):  # type: ignore[arg-type]
             if f.name not in values and (value := self.value(f)) is not MISSING:
@@ -346,7 +324,7 @@ class Entry:
         except ValueError as exc:
             raise self.fail(f.name, str(exc), None if meta.get("secret") else raw) from None
         if meta.get("expand") and isinstance(value, str):
-            value = expand(value, self.env, partial(self.fail, f.name))
+            value = expand(value, self.env, f"invalid {f.name} of {self.label}: ")
         return value
 
     def mapping(self, key: str, raw: object, headers: bool) -> dict[str, str]:
@@ -360,7 +338,7 @@ class Entry:
                 raise self.fail(key, "has a name that is not a valid HTTP header name", name)
             if not headers and (not name or "=" in name or "\0" in name):
                 raise self.fail(key, "has an invalid variable name", name)
-            result[name] = expand(value, self.env, partial(self.fail, f"{key}.{name}"))
+            result[name] = expand(value, self.env, f"invalid {key}.{name} of {self.label}: ")
             if headers and any(c in result[name] for c in "\r\n\0"):
                 raise self.fail(f"{key}.{name}", "must not contain line breaks or NUL")
         return result
@@ -378,9 +356,7 @@ def _entries(array: str, read: Callable[[Entry, str, bool], Any]) -> Callable[..
         labels = [f"[[{array}]] entry {n} in {where}" for n in range(1, len(raw) + 1)]
         if bad := [label for label, t in zip(labels, raw, strict=True) if not isinstance(t, dict)]:
             raise ConfigError(f"{bad[0]} must be a table")
-        items = [
-            read(Entry(t, label, env), where, engine) for t, label in zip(raw, labels, strict=True)
-        ]
+        items = [read(Entry(t, labels[n], env), where, engine) for n, t in enumerate(raw)]
         if array == "mcp.servers":
             return _unique(items, "server", labels)
         return _unique(items, "agent", [f"[[{array}]] in {where}"] * len(items))
@@ -410,10 +386,8 @@ class McpServerConfig:
     url: str = setting("", check=_url)
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    call_timeout: float | None = None
-    """Seconds per call; None means the engine's ``[tools] timeout``."""
-    tools: tuple[str, ...] | None = None
-    """Only these of the server's tools are offered; None offers all."""
+    call_timeout: float | None = setting(None, doc=_PER_CALL)
+    tools: tuple[str, ...] | None = setting(None, doc="only these of its tools offered; None: all")
 
     @property
     def target(self) -> str:
@@ -428,10 +402,8 @@ def _server(entry: Entry, where: str, engine: bool) -> McpServerConfig:
     ``headers`` is the engine's environment variable. No request can name a command."""
     table, given, name = entry.table, entry.table.get("transport"), entry.name(McpServerConfig)
     if given is None and ("command" in table) == ("url" in table):
-        raise ConfigError(
-            f"{entry.label} needs either 'command' (stdio) or 'url' (http, sse), "
-            "or an explicit 'transport'"
-        )
+        why = "needs either 'command' (stdio) or 'url' (http, sse), or an explicit 'transport'"
+        raise ConfigError(f"{entry.label} {why}")
     transport = ("stdio" if "command" in table else "http") if given is None else given
     if not isinstance(transport, str) or transport.lower() not in ("stdio", "http", "sse"):
         raise entry.fail("transport", "must be one of stdio, http, sse", transport)
@@ -457,16 +429,12 @@ class A2aAgentConfig:
     """``[[a2a.agents]]``: a remote A2A agent offered to the LLM as a tool (docs/a2a.md)."""
 
     name: str = field(metadata={"name": 64})
-    url: str = field(metadata={"check": _url})
-    """The agent's base URL (its card is at /.well-known/agent-card.json) or the card's."""
+    url: str = setting(check=_url, doc="the agent's base URL (card at CARD_PATH) or the card's")
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
-    endpoint: str = setting("", check=_url)
-    """Where calls go; empty: the interface the card names."""
-    description: str = ""
-    """Replaces the tool description made from the card; empty: from the card."""
+    endpoint: str = setting("", check=_url, doc="where calls go; empty: where the card says")
+    description: str = setting("", doc="the tool's description; empty: from the card")
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    call_timeout: float | None = None
-    """Seconds per call; None means the engine's ``[tools] timeout``."""
+    call_timeout: float | None = setting(None, doc=_PER_CALL)
 
     @property
     def card_url(self) -> str:
@@ -488,10 +456,8 @@ def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
         name, equals, url = (part.strip() for part in item.partition("="))
         label = f"item {number} of {A2A_AGENTS_ENV}"
         if item and (not equals or not NAME.match(name) or len(name) > 64):
-            raise ConfigError(
-                f"{label} must be NAME=URL with a NAME of 1 to 64 characters of "
-                f"A-Z a-z 0-9 _ -; got {item!r}"
-            )
+            why = "must be NAME=URL with a NAME of 1 to 64 characters of A-Z a-z 0-9 _ -"
+            raise ConfigError(f"{label} {why}; got {item!r}")
         if item:
             agents.append(Entry({"name": name, "url": url}, label, {}).read(A2aAgentConfig))
     return _unique(agents, "agent", [A2A_AGENTS_ENV] * len(agents))
@@ -499,8 +465,7 @@ def parse_a2a_agents_env(value: str) -> tuple[A2aAgentConfig, ...]:
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
-    """``[[agents]]``: one agent this server serves (docs/agents.md); a key left out (None)
-    is the top-level setting's (``[llm]``, ``[tools]``, ``[a2a]``)."""
+    """``[[agents]]`` (docs/agents.md); a key left out (None) is [llm]'s, [tools]' or [a2a]'s."""
 
     name: str = field(metadata={"name": 64})
     description: str = setting("", required=False)
@@ -508,8 +473,7 @@ class AgentConfig:
     base_url: str | None = setting(None, check=_url)
     api_key: str | None = setting(None, secret=True, expand=True)
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
-    system_prompt: str | None = None
-    """``system_prompt``, or ``system_prompt_file`` (relative to the config file)."""
+    system_prompt: str | None = setting(None, doc="or system_prompt_file (relative to the config)")
     tools: tuple[str, ...] | None = setting(None, each=partial(_pattern, colon=":"))
     """Globs over tool names (``agent:NAME`` for a local agent); None: every tool."""
     approval: tuple[str, ...] | None = setting(None, each=partial(_pattern, colon=":"))
@@ -531,55 +495,50 @@ class AgentConfig:
         return bool(self.base_url or self.api_key or self.headers)
 
 
-def _prompt(entry: Entry, base_dir: str) -> str | None:
+def _agent(entry: Entry, where: str, engine: bool) -> AgentConfig:
+    """The facade (``engine=False``) skips api_key, headers, prompt: needs no engine-only ${VAR}."""
+    skipped = ("system_prompt_file",) + (() if engine else ("api_key", "headers", "system_prompt"))
+    table = {key: value for key, value in entry.table.items() if key not in skipped}
+    agent = Entry(table, entry.label, entry.env).read(AgentConfig, system_prompt=None)
+    if not engine:
+        return agent
+    entry.label = f"{entry.label} ({agent.name!r})"
     text, path = entry.table.get("system_prompt"), entry.table.get("system_prompt_file")
     if text is not None and path is not None:
         raise entry.fail("system_prompt", "give system_prompt or system_prompt_file, not both")
     if path is None:
         if text is not None and not isinstance(text, str):
             raise entry.fail("system_prompt", f"must be a string, not {type(text).__name__}")
-        return text
+        return replace(agent, system_prompt=text)
     if not isinstance(path, str) or not path.strip():
         raise entry.fail("system_prompt_file", "must be the path of a text file", path)
+    file = os.path.join(os.path.dirname(where.strip("'\"")), os.path.expanduser(path.strip()))
     try:
-        with open(os.path.join(base_dir, os.path.expanduser(path.strip())), "rb") as handle:
+        with open(file, "rb") as handle:
             data = handle.read(MAX_PROMPT_FILE_BYTES + 1)
         if len(data) > MAX_PROMPT_FILE_BYTES:
             raise entry.fail("system_prompt_file", f"is larger than {MAX_PROMPT_FILE_BYTES} bytes")
-        return data.decode("utf-8")
+        return replace(agent, system_prompt=data.decode("utf-8"))
     except OSError as exc:
         raise entry.fail("system_prompt_file", f"cannot be read ({exc.strerror})", path) from None
     except UnicodeDecodeError:
         raise entry.fail("system_prompt_file", "is not UTF-8 text", path) from None
 
 
-def _agent(entry: Entry, where: str, engine: bool) -> AgentConfig:
-    """``engine=False`` (the web facade) keeps the secrets out: ``api_key``, ``headers`` and
-    the prompt are neither read nor kept, so a ``${VAR}`` only the engine has is not needed."""
-    skipped = ("system_prompt_file",) + (() if engine else _AGENT_SECRETS)
-    table = {key: value for key, value in entry.table.items() if key not in skipped}
-    agent = Entry(table, entry.label, entry.env).read(AgentConfig, system_prompt=None)
-    entry.label = f"{entry.label} ({agent.name!r})"
-    base_dir = os.path.dirname(where.strip("'\""))
-    return replace(agent, system_prompt=_prompt(entry, base_dir)) if engine else agent
-
-
 _agents = _entries("agents", _agent)
+_a2a_agents = _entries("a2a.agents", lambda entry, *_: entry.read(A2aAgentConfig))
 
 
 @dataclass(frozen=True, slots=True)
 class PythonToolConfig:
-    """``[[tools.python]]``: a Python function offered as a tool (docs/tools.md); the engine
-    imports it (``engine_service/tools/python/tool.py``), never the facade."""
+    """``[[tools.python]]``: a Python function as a tool (docs/tools.md); the engine imports it."""
 
-    label: str
-    """``[[tools.python]] entry N`` (1-based), for error messages."""
+    label: str = setting(doc="``[[tools.python]] entry N`` (1-based), for error messages.")
     function: str = setting(pattern=f"{_DOTTED}:{_DOTTED}", must="'package.module:function'")
     """``package.module:function`` (the part after ``:`` may be dotted, ``Class.method``)."""
     name: str | None = setting(None, name=64, strip=False, must="1 to 64 of A-Z a-z 0-9 _ -")
     description: str | None = setting(None, must="a non-empty string")
-    timeout: float | None = setting(None, must="a positive number of seconds")
-    """Seconds per call; None means the engine's ``[tools] timeout``."""
+    timeout: float | None = setting(None, must="a positive number of seconds", doc=_PER_CALL)
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
@@ -603,9 +562,6 @@ def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool)
                     raise ConfigError(f"{label}: {f.name!r} {why}") from None
         tools.append(PythonToolConfig(label, **values))
     return tuple(tools)
-
-
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,8 +640,7 @@ class WebSettings:
     """``[web]``: the HTTP facade and its gunicorn workers."""
 
     http_addr: str = setting("127.0.0.1:8000", check=check_address, required=True)
-    engine_target: str = setting("", check=check_target, required=True)
-    """Where the facade dials the engine."""
+    engine_target: str = setting("", check=check_target, required=True, doc="what the facade dials")
     workers: int = setting(2, flat="web_workers")
     threads: int = setting(64, flat="web_threads")
     worker_restarts_per_minute: int = setting(10, flat="web_worker_restarts_per_minute")
@@ -718,9 +673,7 @@ class A2aSettings:
     version: str = setting("", flat="agent_version", strip=False)
     skills: tuple[dict[str, Any], ...] | None = setting(None, flat="agent_skills", check=_skills)
     card_signing_key: str = setting("", flat="a2a_card_signing_key", secret=True)
-    agents: tuple[A2aAgentConfig, ...] = table(
-        _entries("a2a.agents", lambda e, *_: e.read(A2aAgentConfig)), "a2a_agents"
-    )
+    agents: tuple[A2aAgentConfig, ...] = table(_a2a_agents, "a2a_agents")
 
 
 @dataclass(frozen=True, slots=True)
@@ -773,8 +726,7 @@ class WebhooksSettings:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything the engine and the web facade are configured with: one model per TOML
-    table, read as ``settings.llm.timeout``."""
+    """What the engine and the facade are configured with: a model per table (``settings.llm``)."""
 
     engine: EngineSettings = field(default_factory=EngineSettings)
     llm: LlmSettings = field(default_factory=LlmSettings)
@@ -799,15 +751,11 @@ class Settings:
             window = llm.context_tokens if window is None else window
             reserve = llm.reserve_output_tokens if reserve is None else reserve
             if 0 < window < MIN_CONTEXT_TOKENS:
-                raise ConfigError(
-                    f"context_tokens{whose} ({window}) must be 0 (known for the model's "
-                    f"name) or at least {MIN_CONTEXT_TOKENS}"
-                )
+                why = f"must be 0 (known for the model's name) or at least {MIN_CONTEXT_TOKENS}"
+                raise ConfigError(f"context_tokens{whose} ({window}) {why}")
             if window and reserve >= window:
-                raise ConfigError(
-                    f"reserve_output_tokens{whose} ({reserve}) must be less than "
-                    f"context_tokens ({window}): the request needs room too"
-                )
+                why = f"must be less than context_tokens ({window}): the request needs room too"
+                raise ConfigError(f"reserve_output_tokens{whose} ({reserve}) {why}")
         if self.auth.jwt_algorithms and not self.auth.jwt_key_file:
             raise ConfigError("jwt_algorithms is set but jwt_key_file is not; set both")
 
@@ -818,9 +766,8 @@ class Settings:
 
     @property
     def runs_per_caller(self) -> int:
-        """The runs one principal may have in flight; 0: no limit of its own.
-        ``max_runs_per_caller`` when set; else, with authentication on, ``caller_run_share``
-        of ``max_concurrent_runs`` (at least 1)."""
+        """Runs one principal may have in flight (0: no own limit): max_runs_per_caller if set,
+        else, with authentication on, caller_run_share of max_concurrent_runs (at least 1)."""
         auth = self.auth
         if auth.max_runs_per_caller or not self.auth_enabled or auth.caller_run_share >= 1:
             return auth.max_runs_per_caller
@@ -828,30 +775,13 @@ class Settings:
 
     @property
     def request_message_bytes(self) -> int:
-        """The largest gRPC request: ``max_message_bytes``, raised to twice
-        ``max_body_bytes``, so a body the facade accepts is never refused as a message."""
+        """Largest gRPC request: max_message_bytes, at least twice max_body_bytes: bodies fit."""
         return max(self.engine.max_message_bytes, 2 * self.web.max_body_bytes)
 
     @property
     def discard_body_bytes(self) -> int:
         """A body over the limit up to this size is read and dropped before the 413."""
         return self.web.discard_body_bytes or max(2 * self.web.max_body_bytes, 4 * _MiB)
-
-    def describe(self) -> list[tuple[str, str, str]]:
-        """``(setting, env var, value)`` rows for a table; secrets are masked."""
-        rows = []
-        for key in _SETTINGS:
-            value = getattr(getattr(self, key.table), key.key)
-            if key.meta.get("secret") and value:
-                shown = "***"
-            elif value is None:
-                shown = "(not set)"
-            elif isinstance(value, tuple) and all(isinstance(item, str) for item in value):
-                shown = ", ".join(value) or "(none)"
-            else:
-                shown = str(value)
-            rows.append((key.flat, key.env, shown))
-        return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -880,16 +810,9 @@ class _Key:
 
 
 _TABLES: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Settings)}  # type: ignore[misc]
-_KEYS = [
-    _Key(name, f.name, str(f.type), f.metadata) for name, m in _TABLES.items() for f in fields(m)
-]
+_KEYS = [_Key(t, f.name, str(f.type), f.metadata) for t, m in _TABLES.items() for f in fields(m)]
 _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
 _Values = dict[str, dict[str, object]]  # {table: {key: value}}
-
-
-def setting_keys() -> list[tuple[str, str, str]]:
-    """``(setting, env var, TOML key)`` for every setting, in documentation order."""
-    return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in _SETTINGS]
 
 
 def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> _Values:
@@ -926,19 +849,12 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
                     values.setdefault(name, {})[item] = reader(raw, repr(path), env, engine)
                 continue
             if key.flat == "auth_tokens" and isinstance(raw, list):  # ${NAME} in the tokens
-                fail = partial(_token_error, origin)
-                raw = [
-                    {**t, "token": expand(t["token"], env, fail, empty=False)}
-                    if isinstance(t, dict) and isinstance(t.get("token"), str)
-                    else t
-                    for t in raw
-                ]
+                where = f"invalid auth_tokens (from {origin}): a token "
+                for t in raw:
+                    if isinstance(t, dict) and isinstance(t.get("token"), str):
+                        t["token"] = expand(t["token"], env, where, empty=False)
             values.setdefault(name, {})[item] = key.parse(raw, False, origin)
     return values
-
-
-def _token_error(origin: str, why: str) -> ConfigError:
-    return ConfigError(f"invalid auth_tokens (from {origin}): a token {why}")
 
 
 def load_settings(
@@ -947,10 +863,8 @@ def load_settings(
     *,
     mcp: bool = True,
 ) -> Settings:
-    """Build the settings from defaults, the TOML file (if named) and ``env`` (default
-    ``os.environ``); raise ``ConfigError`` for anything unusable.
-
-    ``mcp=False`` (the web facade) skips ``[[mcp.servers]]`` and ``[[a2a.agents]]`` and the
+    """The settings from defaults, the TOML file (if named) and ``env`` (default os.environ), or a
+    ConfigError. ``mcp=False`` (the web facade) skips [[mcp.servers]], [[a2a.agents]] and the
     agents' secrets: an ``${VAR}`` only the engine needs is neither expanded nor required."""
     env = os.environ if env is None else env
     values: _Values = {}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentik.config import ConfigError, TokenEntry, load_settings
+from tests.agentik.settings_rows import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_A = "tokA-5s9Lq"
@@ -202,10 +203,10 @@ def test_describe_and_repr_never_show_a_token() -> None:
     settings = load_settings(
         None, {"AGENTIK_TOKENS": f"alice:{SECRET_A},bob:{SECRET_B}", "AGENTIK_ADMINS": "ops"}
     )
-    rows = {name: shown for name, _, shown in settings.describe()}
+    rows = {name: shown for name, _, shown in describe(settings)}
     assert rows["auth_tokens"] == "***"
     assert rows["admins"] == "ops"
-    everything = f"{settings.describe()} {settings!r} {settings.auth.tokens!r}"
+    everything = f"{describe(settings)} {settings!r} {settings.auth.tokens!r}"
     assert SECRET_A not in everything and SECRET_B not in everything
 
 

@@ -18,9 +18,9 @@ from agentik.config import (
     ToolsSettings,
     WebSettings,
     load_settings,
-    setting_keys,
 )
 from engine_service.build import context_limits
+from tests.agentik.settings_rows import describe, setting_keys
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -618,7 +618,7 @@ def test_valid_addresses_are_accepted(addr: str) -> None:
 
 
 def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -> None:
-    rows = load_settings(None, {"OPENAI_API_KEY": "sk-very-secret"}).describe()
+    rows = describe(load_settings(None, {"OPENAI_API_KEY": "sk-very-secret"}))
     by_name = {name: (env, value) for name, env, value in rows}
     assert by_name["openai_api_key"] == ("OPENAI_API_KEY", "***")
     assert by_name["openai_base_url"] == ("OPENAI_BASE_URL", "(not set)")
@@ -661,7 +661,7 @@ def test_setting_keys_give_env_var_and_toml_key_for_every_setting() -> None:
     assert ("max_tool_rounds", "AGENTIK_MAX_TOOL_ROUNDS", "[llm] max_tool_rounds") in keys
     assert ("tool_timeout", "AGENTIK_TOOL_TIMEOUT", "[tools] timeout") in keys
     assert ("log_level", "AGENTIK_LOG_LEVEL", "[log] level") in keys
-    assert [name for name, _, _ in keys] == [name for name, _, _ in Settings().describe()]
+    assert [name for name, _, _ in keys] == [name for name, _, _ in describe(Settings())]
     assert len({env for _, env, _ in keys}) == len(keys)
 
 

@@ -451,6 +451,14 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
+_Reply = tuple[_Op, Any, BaseException | None]
+
+
+def _settle_all(replies: list[_Reply]) -> None:
+    for op, result, error in replies:
+        _settle(op.future, result, error)
+
+
 class _Busy(Exception):
     """An operation run at once found the file's write lock held: it goes to the thread."""
 
@@ -489,7 +497,7 @@ class _Writer:
         self._since_checkpoint = 0
         self._turn_taken = False
         """An operation ran at once in this turn of the loop."""
-        self._replies: list[tuple[_Op, Any, BaseException | None]] = []
+        self._replies: list[_Reply] = []
         """The writer thread's answers to the batch it runs."""
         self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
         self._thread.start()
@@ -585,9 +593,13 @@ class _Writer:
             # then finds the store idle and runs at once.
             self._finished(len(batch) + checkpoints)
             replies, self._replies = self._replies, []
-            for op, result, error in replies:
+            # One wake-up of each waiting loop per batch, not one per operation.
+            loops: dict[asyncio.AbstractEventLoop, list[_Reply]] = {}
+            for reply in replies:
+                loops.setdefault(reply[0].loop, []).append(reply)
+            for loop, answers in loops.items():
                 with suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                    op.loop.call_soon_threadsafe(_settle, op.future, result, error)
+                    loop.call_soon_threadsafe(_settle_all, answers)
             if stopping:
                 return
 

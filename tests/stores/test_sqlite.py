@@ -80,6 +80,42 @@ async def test_one_operation_runs_at_once_per_turn_of_the_loop(tmp_path: Path) -
         await store.close()
 
 
+async def test_a_batch_of_queued_operations_wakes_the_loop_once(tmp_path: Path) -> None:
+    """The thread answers every operation of a batch with one wake-up of the loop (a
+    write to its self-pipe), not one per operation: under load they are most of a batch."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    writer = store._writer
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    wakes: list[int] = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() != here:
+            wakes.append(len(args[0]) if args and isinstance(args[0], list) else 1)
+        return plain(callback, *args, **kwargs)
+
+    here = threading.get_ident()
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        # Started in one turn of the loop: the first runs at once, the blocker queues.
+        first = asyncio.ensure_future(writer.submit(lambda: None))
+        blocker = asyncio.ensure_future(writer.submit(gate.wait))
+        await asyncio.sleep(0.05)  # the thread now waits in gate.wait
+        assert first.done() and not blocker.done()
+        queued = [asyncio.ensure_future(writer.submit(lambda i=i: i)) for i in range(40)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        async with asyncio.timeout(5):
+            assert await asyncio.gather(*queued) == list(range(40))
+            await blocker
+        assert len(wakes) <= 3, wakes  # the blocker's batch, then one for the forty
+        assert sum(wakes) >= 41
+    finally:
+        del loop.call_soon_threadsafe
+        await store.close()
+
+
 async def test_a_write_while_another_connection_holds_the_lock_waits_off_the_loop(
     tmp_path: Path,
 ) -> None:

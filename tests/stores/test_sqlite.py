@@ -6,9 +6,12 @@ the WAL is checkpointed by the writer thread."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,20 +93,22 @@ async def test_a_batch_of_queued_operations_wakes_the_loop_once(tmp_path: Path) 
     wakes: list[int] = []
     plain = loop.call_soon_threadsafe
 
-    def counted(callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def counted(callback: Callable[..., object], *args: Any, **kwargs: Any) -> asyncio.Handle:
         if threading.get_ident() != here:
             wakes.append(len(args[0]) if args and isinstance(args[0], list) else 1)
         return plain(callback, *args, **kwargs)
 
     here = threading.get_ident()
-    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
     try:
         # Started in one turn of the loop: the first runs at once, the blocker queues.
         first = asyncio.ensure_future(writer.submit(lambda: None))
         blocker = asyncio.ensure_future(writer.submit(gate.wait))
         await asyncio.sleep(0.05)  # the thread now waits in gate.wait
         assert first.done() and not blocker.done()
-        queued = [asyncio.ensure_future(writer.submit(lambda i=i: i)) for i in range(40)]
+        queued = [
+            asyncio.ensure_future(writer.submit(functools.partial(int, i))) for i in range(40)
+        ]
         await asyncio.sleep(0.05)
         gate.set()
         async with asyncio.timeout(5):

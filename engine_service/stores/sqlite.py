@@ -707,6 +707,12 @@ class SqliteSessionStore(SessionStore):
         try:
             with _mapped_errors():
                 self._migrate()
+                self._push_sessions = {
+                    row[0] for row in self._conn.execute("SELECT session_id FROM push_configs")
+                }
+                """Sessions that may have push configs. This engine alone writes the file
+                (``shared`` is False): a session not here has none, and the A2A pusher's
+                read at each run's start and end is not queued behind the writes."""
         except BaseException:
             self._conn.close()
             raise
@@ -1561,8 +1567,13 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
         return [_delivery(row) for row in rows], int(total)
 
+    async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+        # Noted before the write: a session noted may have none, never the other way round.
+        self._push_sessions.add(config.session_id)
+        return await self._add_push_config(config, limit)
+
     @_off_loop
-    def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
+    def _add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
         with self._tx() as conn:
             self._require(conn, config.session_id)
             (held,) = conn.execute(
@@ -1602,8 +1613,13 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [_push(row) for row in rows]
 
+    async def session_push_configs(self, session_id: str) -> list[PushConfig]:
+        if session_id not in self._push_sessions:
+            return []  # most sessions: nothing read through the writer
+        return await self._session_push_configs(session_id)
+
     @_off_loop
-    def session_push_configs(self, session_id: str) -> list[PushConfig]:
+    def _session_push_configs(self, session_id: str) -> list[PushConfig]:
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = ? ORDER BY n",

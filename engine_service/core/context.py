@@ -227,6 +227,19 @@ class RunContext:
                 built.insert(0, _system(note))
         return clip_results(built, self.limits.max_result_chars)
 
+    def fitting(
+        self,
+        system_prompt: str,
+        context: Sequence[ContextItem],
+        history: Sequence[Message],
+        tools: Sequence[ToolSpec],
+    ) -> list[Message] | None:
+        """The next request's messages when they fit the budget as they are (what
+        :meth:`messages` gives without compacting, and without awaiting), else None."""
+        built = self._build(system_prompt, context, history)
+        fits = self.anchors.count(self.session_id, built, tools) <= self.limits.budget
+        return built if fits else None
+
     async def messages(
         self,
         system_prompt: str,

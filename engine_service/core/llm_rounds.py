@@ -41,12 +41,35 @@ class LlmRounds:
         self._messages = messages
         self._budget = budget
         self._principal = principal
+        self._early: ChatRequest | None = None
 
     async def messages(self, tools: list[ToolSpec], *, force: bool = False) -> list[Message]:
         """The messages of the next request, within the window (``force``: compacted)."""
         return await self.context.messages(
             self._system_prompt, self._client_context, self._messages(), tools, force=force
         )
+
+    def ask_early(self, tools: list[ToolSpec]) -> None:
+        """Send the run's first request now, while its input is being stored, when nothing
+        has to happen first: no compaction (the messages fit as they are) and no token
+        budget to check. The next :meth:`request` is this one; the reader reads its answer
+        once :meth:`ask` is asked it (``RoundReader.send_early``)."""
+        if self._budget is not None and self._budget.enabled:
+            return  # checked before each round is asked
+        messages = self.context.fitting(
+            self._system_prompt, self._client_context, self._messages(), tools
+        )
+        if messages is not None:
+            self._early = ChatRequest(messages=messages, tools=tools)
+            self.reader.send_early(self._early)
+
+    async def request(self, tools: list[ToolSpec]) -> ChatRequest:
+        """The next round's request: the early one if it was sent, else its messages built
+        within the window (``core.context``: compacted when they would not fit)."""
+        early, self._early = self._early, None
+        if early is not None:
+            return early
+        return ChatRequest(messages=await self.messages(tools), tools=tools)
 
     async def ask(self, request: ChatRequest) -> Message:
         """One LLM round within the window (``RunContext.round``: a compaction and a retry

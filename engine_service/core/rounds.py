@@ -15,11 +15,13 @@ parsed; between other deltas it only yields to the loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from engine_service.core import events as ev
 from engine_service.core.chat import (
+    ChatDelta,
     ChatModel,
     ChatRequest,
     ReasoningDelta,
@@ -34,6 +36,29 @@ from engine_service.core.models import Message, MessageStatus, Role, TextPart, T
 from engine_service.core.trace import Span, Tracer
 
 __all__ = ["RoundReader"]
+
+
+@dataclass(slots=True)
+class _Early:
+    request: ChatRequest
+    stream: AsyncIterator[ChatDelta]
+    first: asyncio.Future[ChatDelta]
+    """The stream's first delta, read as soon as it comes."""
+
+
+async def _resumed(early: _Early) -> AsyncGenerator[ChatDelta, None]:
+    """The early request's stream from its first delta on; closed when this one is."""
+    try:
+        try:
+            delta = await early.first
+        except StopAsyncIteration:
+            return
+        yield delta
+        async for delta in early.stream:
+            yield delta
+    finally:
+        early.first.cancel()
+        await early.stream.aclose()  # type: ignore[attr-defined]
 
 
 @dataclass(slots=True)
@@ -69,6 +94,38 @@ class RoundReader:
         self._text: list[str] = []
         self._reasoning_id = ""
         self._calls: dict[int, _OpenCall] = {}
+        self._early: _Early | None = None
+        """The first round's request, sent before the run's input was stored."""
+
+    def send_early(self, request: ChatRequest) -> None:
+        """Send ``request`` now and read its stream up to the first delta, which waits
+        until :meth:`read` is asked this very request: the LLM starts answering while
+        the run's input is being stored, and nothing of its answer is published before."""
+        stream = aiter(self.model.stream(request))
+        self._early = _Early(request, stream, asyncio.ensure_future(anext(stream)))
+
+    def cancel_early(self) -> None:
+        """Stop reading an early request that was never read (``drop_early`` closes it)."""
+        if self._early is not None:
+            self._early.first.cancel()
+
+    async def drop_early(self) -> None:
+        """Close an early request that was never read (the run stopped or failed first)."""
+        early, self._early = self._early, None
+        if early is None:
+            return
+        early.first.cancel()
+        with contextlib.suppress(BaseException):
+            await early.first  # cancelled, or done: its delta or error is dropped
+        await early.stream.aclose()  # type: ignore[attr-defined]
+
+    def _stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        early, self._early = self._early, None
+        if early is None or early.request is not request:
+            if early is not None:
+                early.first.cancel()
+            return self.model.stream(request)
+        return _resumed(early)
 
     async def read(self, request: ChatRequest) -> Message:
         """One LLM round in its span: model, endpoint, first token, tokens, error code."""
@@ -96,7 +153,7 @@ class RoundReader:
         emit = self._emit
         usage = self.usage
         waiting = True  # for the first token
-        async for delta in self.model.stream(request):
+        async for delta in self._stream(request):
             kind = type(delta)
             if waiting and kind is not UsageDelta:
                 span.event("first_token")

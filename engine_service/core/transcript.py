@@ -8,6 +8,7 @@ announced with MESSAGE_STORED.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import bound_message, bound_result
@@ -47,27 +48,38 @@ class Transcript:
         self._room = room
         """The most bytes one message may hold (``core.bounds``)."""
         self._emit = emit
+        self._staged: datetime | None = None
+        """When the client's messages were staged (``stage``)."""
 
     def emit(self, body: ev.EventBody) -> None:
         """Publish an event of the run (bounded, stored behind it)."""
         self._emit(body)
 
-    async def take(self, incoming: list[Message], reconcile: ReconcileMode, title: str) -> None:
-        """Store the client's messages (replacing the history with ``REPLACE``); ``title``,
-        when given, names the untitled conversation."""
-        now = utc_now()
+    def stage(self, incoming: list[Message], reconcile: ReconcileMode) -> None:
+        """The client's messages in ``messages``, as the next request sees them, before
+        they are stored (``take`` stores them; once per run)."""
+        if self._staged is not None:
+            return
+        self._staged = now = utc_now()
         for message in incoming:
             message.created_at = now
             message.run_id = self.run_id
         if reconcile is ReconcileMode.REPLACE:
-            await self.store.replace_messages(self.session_id, incoming)
             self.messages = list(incoming)
+        else:
+            self.messages.extend(incoming)
+
+    async def take(self, incoming: list[Message], reconcile: ReconcileMode, title: str) -> None:
+        """Store the client's messages (replacing the history with ``REPLACE``); ``title``,
+        when given, names the untitled conversation."""
+        self.stage(incoming, reconcile)
+        now = self._staged or utc_now()
+        if reconcile is ReconcileMode.REPLACE:
+            await self.store.replace_messages(self.session_id, incoming)
             if title:
                 await self.store.rename_session(self.session_id, title, now)
-        else:
-            if incoming or title:  # one write for both
-                await self.store.append_messages(self.session_id, incoming, title=title, now=now)
-            self.messages.extend(incoming)
+        elif incoming or title:  # one write for both
+            await self.store.append_messages(self.session_id, incoming, title=title, now=now)
         for message in incoming:
             self._emit(ev.MessageStored(message))
 

@@ -24,7 +24,7 @@ from engine_service.core import events as ev
 from engine_service.core.asks import PersonInTheLoop
 from engine_service.core.bounds import MESSAGE_ROOM, bounded_snapshot
 from engine_service.core.budget import TokenBudget
-from engine_service.core.chat import ChatModel, ChatRequest, ToolSpec
+from engine_service.core.chat import ChatModel, ToolSpec
 from engine_service.core.context import Anchors, RunContext
 from engine_service.core.errors import (
     AlreadyExists,
@@ -90,9 +90,6 @@ class Run:
         self.point = resume_point or ResumePoint(0)
         self.resumed = self.point.resumes
         """How many times the run was resumed after its engine died (0: never)."""
-        self.budget = budget
-        """Checked before each LLM call, charged after it (``core.budget``)."""
-        self.principal = principal
         self.title = title
         """The title this run gives its untitled conversation, from its first message."""
         self.session_key = session_key
@@ -278,6 +275,9 @@ class Run:
             # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
             if not self.decisions and not self.resumed:
+                # The first LLM request goes now; its answer is read once this is stored.
+                self.transcript.stage(self.incoming, self.input.reconcile)
+                self.llm.ask_early(self._specs() if self.limits.max_tool_rounds else [])
                 await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure
@@ -339,6 +339,8 @@ class Run:
             final = await self._failed(ev.RunError(message=message, code="internal"))
         finally:
             flusher.cancel()
+            self.rounds.cancel_early()
+        await self.rounds.drop_early()
         if self.handing_over and not self.lost_at:
             await self._handed_over(final)
             return
@@ -408,9 +410,7 @@ class Run:
 
     async def _loop(self) -> ev.RunFinished:
         client_tools = {t.name: t for t in self.input.tools}
-        specs = self.tools.specs() + [
-            ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools
-        ]
+        specs = self._specs()
         if self.decisions:
             await self.person.carry_out(self.decisions)
             await self._take_input()
@@ -431,8 +431,7 @@ class Run:
             if self.handing_over:
                 raise asyncio.CancelledError  # at a step boundary: another replica goes on
             offer = specs if rounds < self.limits.max_tool_rounds else []
-            # Context budget (core/context.py): the messages compacted to fit the window.
-            request = ChatRequest(messages=await self.llm.messages(offer), tools=offer)
+            request = await self.llm.request(offer)
             assistant = await self.llm.ask(request)
             if assistant.content or assistant.tool_calls:
                 await self.transcript.add(assistant)
@@ -460,6 +459,11 @@ class Run:
             if pending:
                 return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
             rounds += 1
+
+    def _specs(self) -> list[ToolSpec]:
+        """The tools offered to the LLM: the engine's, then the client's."""
+        client = [ToolSpec(t.name, t.description, t.parameters) for t in self.input.tools]
+        return self.tools.specs() + client
 
     async def _take_input(self) -> None:
         self._input_taken = True

@@ -8,6 +8,7 @@ refuses as too long is compacted and asked once more; the principal's budget
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from engine_service.core.budget import TokenBudget
@@ -49,7 +50,7 @@ class LlmRounds:
             self._system_prompt, self._client_context, self._messages(), tools, force=force
         )
 
-    def ask_early(self, tools: list[ToolSpec]) -> None:
+    async def ask_early(self, tools: list[ToolSpec]) -> None:
         """Send the run's first request now, while its input is being stored, when nothing
         has to happen first: no compaction (the messages fit as they are) and no token
         budget to check. The next :meth:`request` is this one; the reader reads its answer
@@ -62,6 +63,7 @@ class LlmRounds:
         if messages is not None:
             self._early = ChatRequest(messages=messages, tools=tools)
             self.reader.send_early(self._early)
+            await asyncio.sleep(0)  # the request goes out before the input's write starts
 
     async def request(self, tools: list[ToolSpec]) -> ChatRequest:
         """The next round's request: the early one if it was sent, else its messages built

@@ -277,7 +277,7 @@ class Run:
             if not self.decisions and not self.resumed:
                 # The first LLM request goes now; its answer is read once this is stored.
                 self.transcript.stage(self.incoming, self.input.reconcile)
-                self.llm.ask_early(self._specs() if self.limits.max_tool_rounds else [])
+                await self.llm.ask_early(self._specs() if self.limits.max_tool_rounds else [])
                 await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure

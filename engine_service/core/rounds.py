@@ -15,7 +15,6 @@ parsed; between other deltas it only yields to the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -115,8 +114,9 @@ class RoundReader:
         if early is None:
             return
         early.first.cancel()
-        with contextlib.suppress(BaseException):
-            await early.first  # cancelled, or done: its delta or error is dropped
+        await asyncio.wait([early.first])  # cancelled, or done: its delta or error is dropped
+        if not early.first.cancelled():
+            early.first.exception()  # retrieved: an error of an answer never read is not logged
         await early.stream.aclose()  # type: ignore[attr-defined]
 
     def _stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:

@@ -12,7 +12,7 @@ from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
-from engine_service.core.errors import StorageUnavailable
+from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.stores import MemorySessionStore
@@ -166,3 +166,33 @@ async def test_with_a_token_budget_the_request_waits_for_the_input() -> None:
     await followed
     await engine.shutdown(0)
     assert store.stored_at[0] <= model.sent[0]
+
+
+class Down(ChatModel):
+    """An LLM that cannot be reached."""
+
+    name = "down"
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        self.asked.set()
+        raise LLMError("llm_unavailable", "cannot reach the LLM endpoint")
+        yield TextDelta("never")  # an async generator, as the real one
+
+
+async def test_an_early_request_that_fails_fails_the_run_after_its_input_is_stored() -> None:
+    store, model = SlowInput(), Down()
+    engine = Engine(store, model, ToolRegistry(), EngineLimits())
+    await engine.start()
+    _, followed = await _start(engine)
+    async with asyncio.timeout(WAIT):
+        await model.asked.wait()
+    store.release.set()
+    seen = await followed
+    await engine.shutdown(0)
+
+    assert isinstance(seen[-1].body, ev.RunError) and seen[-1].body.code == "llm_unavailable"
+    assert _kinds(seen) == ["RunStarted", "MessageStored", "RunError"]
+    assert [m.id for m in await store.all_messages("s")] == ["u1"]

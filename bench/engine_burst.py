@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
     parser.add_argument("--bursts", type=int, default=1, help="bursts in a row; medians")
     options = parser.parse_args(argv)
+    if options.runs < 1 or options.bursts < 1 or options.tokens < 1:
+        parser.error("--runs, --bursts and --tokens must be positive")
     with tempfile.TemporaryDirectory() as workdir:
         store = (
             f"sqlite:///{Path(workdir) / 'bench.db'}" if options.store == "sqlite" else "memory://"

@@ -1038,30 +1038,34 @@ class SqliteSessionStore(SessionStore):
             raise InvalidInput("run id must not be empty")
         with self._tx() as conn:
             created = False
-            try:
-                active = self._require(conn, session_id)
-            except SessionNotFound:
+            # The session, its pending interrupts and whether the run id is taken in one
+            # statement (under load each statement waits for the GIL again: _Writer).
+            found = conn.execute(
+                "SELECT active_run_id, owner, interrupts,"
+                " EXISTS (SELECT 1 FROM runs WHERE id = ?) FROM sessions WHERE id = ?",
+                (run_id, session_id),
+            ).fetchone()
+            if found is None:
                 if not create:
-                    raise
+                    raise SessionNotFound(session_id)
                 if not session_id:
-                    raise InvalidInput("session id must not be empty") from None
+                    raise InvalidInput("session id must not be empty")
                 conn.execute(
                     "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
                     " VALUES (?, '', ?, ?, ?, ?)",
                     (session_id, stamp, stamp, owner, agent),
                 )
-                created, active = True, None
+                taken = conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
+                created, active, pending = True, None, None
             else:
-                if require_owner:
-                    self._require(conn, session_id, owner)
+                active, session_owner, pending, taken = found
+                if require_owner and session_owner != owner:
+                    raise SessionNotFound(session_id)
             if active:
                 raise SessionBusy(session_id, active)
-            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+            if taken:
                 raise AlreadyExists(run_taken(run_id))
             if admit is not None:
-                (pending,) = conn.execute(
-                    "SELECT interrupts FROM sessions WHERE id = ?", (session_id,)
-                ).fetchone()
                 admit(decode_interrupts(pending))
             try:
                 conn.execute(
@@ -1123,43 +1127,47 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
             if row is None:
                 raise RunNotFound(run_id)
-            if row[0] == RunStatus.RUNNING.value:
+            if row[0] != RunStatus.RUNNING.value:
                 conn.execute(
-                    "UPDATE runs SET status = ?, finished_at = ?, error_code = ?,"
-                    " error_message = ?, pending = ?, interrupts = ?"
-                    " WHERE session_id = ? AND id = ?",
-                    (
-                        status.value,
-                        stamp,
-                        error_code,
-                        error_message,
-                        json.dumps(list(pending_tool_call_ids)),
-                        asked,
-                        session_id,
-                        run_id,
-                    ),
+                    "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?",
+                    (session_id, run_id),
                 )
-                conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
-                if usage is not None:
-                    counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
-                    conn.execute(
-                        "UPDATE runs SET input_tokens = ?, output_tokens = ?, cached_tokens = ?"
-                        " WHERE session_id = ? AND id = ?",
-                        (*counts, session_id, run_id),
-                    )
-                    conn.execute(
-                        "UPDATE sessions SET input_tokens = input_tokens + ?,"
-                        " output_tokens = output_tokens + ?, cached_tokens = cached_tokens + ?"
-                        " WHERE id = ?",
-                        (*counts, session_id),
-                    )
-                if asked is not None:
-                    conn.execute(
-                        "UPDATE sessions SET interrupts = ? WHERE id = ?", (asked, session_id)
-                    )
+                return
+            # One statement per table (each statement waits for the GIL again under load):
+            # no usage keeps the run's noted tokens and adds none to the session's.
+            counts = (
+                (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+                if usage is not None
+                else (None, None, None)
+            )
             conn.execute(
-                "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?",
-                (session_id, run_id),
+                "UPDATE runs SET status = ?, finished_at = ?, error_code = ?,"
+                " error_message = ?, pending = ?, interrupts = ?,"
+                " input_tokens = coalesce(?, input_tokens),"
+                " output_tokens = coalesce(?, output_tokens),"
+                " cached_tokens = coalesce(?, cached_tokens)"
+                " WHERE session_id = ? AND id = ?",
+                (
+                    status.value,
+                    stamp,
+                    error_code,
+                    error_message,
+                    json.dumps(list(pending_tool_call_ids)),
+                    asked,
+                    *counts,
+                    session_id,
+                    run_id,
+                ),
+            )
+            conn.execute(
+                "UPDATE sessions SET updated_at = ?,"
+                " input_tokens = input_tokens + coalesce(?, 0),"
+                " output_tokens = output_tokens + coalesce(?, 0),"
+                " cached_tokens = cached_tokens + coalesce(?, 0),"
+                " interrupts = coalesce(?, interrupts),"
+                " active_run_id = CASE WHEN active_run_id = ? THEN NULL ELSE active_run_id END"
+                " WHERE id = ?",
+                (stamp, *counts, asked, run_id, session_id),
             )
 
     @_off_loop
@@ -1346,11 +1354,14 @@ class SqliteSessionStore(SessionStore):
         encoded = _encode_messages(messages)
         stamp = _iso(now, "now") if title and now is not None else None
         with self._tx() as conn:
-            self._require(conn, session_id)
-            (last,) = conn.execute(
-                "SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?",
-                (session_id,),
+            found = conn.execute(
+                "SELECT (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?)"
+                " FROM sessions WHERE id = ?",
+                (session_id, session_id),
             ).fetchone()
+            if found is None:
+                raise SessionNotFound(session_id)
+            last = found[0]
             try:
                 conn.executemany(
                     "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
@@ -1395,29 +1406,37 @@ class SqliteSessionStore(SessionStore):
     ) -> None:
         rows = _event_rows(session_id, events)
         with self._tx() as conn:
-            self._insert_events(conn, session_id, rows)
-            if reserve_through:
-                conn.execute(
-                    "UPDATE sessions SET reserved_seq = max(reserved_seq, ?) WHERE id = ?",
-                    (reserve_through, session_id),
-                )
+            self._insert_events(conn, session_id, rows, reserve_through)
 
     def _insert_events(
-        self, conn: sqlite3.Connection, session_id: str, rows: list[tuple[Any, ...]]
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        rows: list[tuple[Any, ...]],
+        reserve_through: int = 0,
     ) -> None:
-        self._require(conn, session_id)
-        (last,) = conn.execute(
-            "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
+        """Append ``rows`` after the session's last seq, and reserve seqs through
+        ``reserve_through``; ``SessionNotFound`` when the session does not exist. Few
+        statements: under load each one waits for the GIL again (see :class:`_Writer`)."""
+        found = conn.execute("SELECT last_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if found is None:
+            raise SessionNotFound(session_id)
+        last = found[0]
         for row in rows:
             if row[1] <= last:
                 raise InvalidInput(f"event seq {row[1]} does not follow {last}")
             last = row[1]
-        conn.executemany(
-            "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
-            rows,
-        )
-        conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (last, session_id))
+        if rows:
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        if rows or reserve_through:
+            conn.execute(
+                "UPDATE sessions SET last_seq = ?, reserved_seq = max(reserved_seq, ?)"
+                " WHERE id = ?",
+                (last, reserve_through, session_id),
+            )
 
     @_off_loop
     def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:

@@ -17,7 +17,8 @@ import pytest
 
 from engine_service.core.clock import utc_now
 from engine_service.core.deliveries import PushConfig
-from engine_service.core.events import Event, TextMessageContent
+from engine_service.core.events import Event, TextMessageContent, Usage
+from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import sqlite as sqlite_store
 from engine_service.stores.sqlite import SqliteSessionStore
 
@@ -215,3 +216,43 @@ async def test_a_session_without_push_configs_is_answered_without_the_writer(
             assert len(submitted) == 1
         finally:
             await store.close()
+
+
+async def test_a_short_turns_writes_take_few_statements(tmp_path: Path) -> None:
+    """Under load every statement the writer thread runs waits for the GIL again, so the
+    calls of a turn keep their statements few: the session's checks are one read each
+    (begin_run: the session, its interrupts and the run id; an append: the session and
+    its last seq or position), a run's end one update per table."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    now = utc_now()
+    statements: list[str] = []
+    try:
+        store._conn.set_trace_callback(statements.append)
+        await store.begin_run(
+            "s", "r", now, create=True, reserve=8, owner="o", require_owner=True,
+            admit=lambda pending: None,
+        )  # fmt: skip
+        begin = len(statements)
+        asked = Message("m1", Role.USER, [TextPart("hi")], created_at=now, run_id="r")
+        await store.append_messages("s", [asked], title="hi", now=now)
+        messages = len(statements) - begin
+        await store.append_events("s", _events(1, 3), reserve_through=20)
+        events = len(statements) - begin - messages
+        await store.finish_run(
+            "s", "r", RunStatus.SUCCEEDED, now, events=_events(4, 1), usage=Usage(3, 4, 7)
+        )
+        finish = len(statements) - begin - messages - events
+    finally:
+        store._conn.set_trace_callback(None)
+        await store.close()
+    statements = [s for s in statements if not s.startswith("PRAGMA busy_timeout")]
+    work = [s.split()[0] for s in statements if s.split()[0] not in ("BEGIN", "COMMIT")]
+    # begin_run: the read, the session, the taken run id, the run, the session's run, its load
+    assert begin <= 2 + 2 + 6, statements
+    # the read (session and position), the insert, the title
+    assert messages <= 2 + 2 + 3, statements
+    # the read (session and last seq), three inserts, one update (seq and reservation)
+    assert events <= 2 + 2 + 5, statements
+    # the read, the insert, the update of last seq; the run's status; the run; the session
+    assert finish <= 2 + 2 + 6, statements
+    assert len(work) == 6 + 3 + 5 + 6, work

@@ -28,12 +28,15 @@ class Answering(ChatModel):
     def __init__(self) -> None:
         self.sent: list[float] = []
         self.asked = asyncio.Event()
+        self.answered = asyncio.Event()
+        """Set as the first delta is handed over."""
         self.closed = 0
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
         self.sent.append(time.monotonic())
         self.asked.set()
         try:
+            self.answered.set()
             yield TextDelta("hello")
             yield TextDelta(" there")
         finally:
@@ -47,6 +50,8 @@ class SlowInput(MemorySessionStore):
     def __init__(self, *, failing: bool = False) -> None:
         super().__init__()
         self.release = asyncio.Event()
+        self.writing = asyncio.Event()
+        """Set as a write of messages starts (and waits for ``release``)."""
         self.failing = failing
         self.stored_at: list[float] = []
 
@@ -58,6 +63,7 @@ class SlowInput(MemorySessionStore):
         title: str = "",
         now: datetime | None = None,
     ) -> None:
+        self.writing.set()
         await self.release.wait()
         if self.failing:
             raise StorageUnavailable("storage unavailable: the disk is full")
@@ -96,7 +102,8 @@ async def test_the_first_request_is_sent_before_the_input_is_stored_and_read_aft
     await engine.start()
     _, followed = await _start(engine)
     await _asked(model)
-    await asyncio.sleep(0.05)  # the answer is in; nothing of it may be published yet
+    async with asyncio.timeout(WAIT):
+        await model.answered.wait()  # the answer is in before the input is stored
     store.release.set()
     seen = await followed
     await engine.shutdown(0)
@@ -160,7 +167,8 @@ async def test_with_a_token_budget_the_request_waits_for_the_input() -> None:
     engine = Engine(store, model, ToolRegistry(), EngineLimits(tokens_per_day=10_000))
     await engine.start()
     _, followed = await _start(engine)
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(WAIT):
+        await store.writing.wait()  # an early request would have gone before this write
     assert model.sent == []  # the budget is checked before the LLM is asked
     store.release.set()
     await followed

@@ -104,14 +104,21 @@ async def test_a_batch_of_queued_operations_wakes_the_loop_once(tmp_path: Path) 
     loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
     try:
         # Started in one turn of the loop: the first runs at once, the blocker queues.
+        entered = threading.Event()
+
+        def block() -> None:
+            entered.set()
+            gate.wait()
+
         first = asyncio.ensure_future(writer.submit(lambda: None))
-        blocker = asyncio.ensure_future(writer.submit(gate.wait))
-        await asyncio.sleep(0.05)  # the thread now waits in gate.wait
+        blocker = asyncio.ensure_future(writer.submit(block))
+        assert await asyncio.to_thread(entered.wait, 5)  # the thread now waits in gate.wait
         assert first.done() and not blocker.done()
         queued = [
             asyncio.ensure_future(writer.submit(functools.partial(int, i))) for i in range(40)
         ]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # each submit's first step queues its operation
+        assert writer._queue.qsize() == 40
         gate.set()
         async with asyncio.timeout(5):
             assert await asyncio.gather(*queued) == list(range(40))

@@ -57,13 +57,18 @@ class LlmRounds:
         once :meth:`ask` is asked it (``RoundReader.send_early``)."""
         if self._budget is not None and self._budget.enabled:
             return  # checked before each round is asked
-        messages = self.context.fitting(
-            self._system_prompt, self._client_context, self._messages(), tools
-        )
+        try:
+            messages = self.context.fitting(
+                self._system_prompt, self._client_context, self._messages(), tools
+            )
+        except Exception:
+            # Asked before RUN_STARTED: the first round builds it again and fails in
+            # its place, after the run has started.
+            return
         if messages is not None:
             self._early = ChatRequest(messages=messages, tools=tools)
             self.reader.send_early(self._early)
-            await asyncio.sleep(0)  # the request goes out before the input's write starts
+            await asyncio.sleep(0)  # the request goes out before anything is written
 
     async def request(self, tools: list[ToolSpec]) -> ChatRequest:
         """The next round's request: the early one if it was sent, else its messages built

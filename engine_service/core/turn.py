@@ -264,6 +264,13 @@ class Run:
         self.report.started = time.monotonic()
         self._observer.run_started(self.report)
         try:
+            asks_early = not self.decisions and not self.resumed
+            if asks_early:
+                # The first LLM request goes first, before anything is written: the LLM
+                # answers while RUN_STARTED and the input are stored, and its answer is
+                # read (and published) only once they are.
+                self.transcript.stage(self.incoming, self.input.reconcile)
+                await self.llm.ask_early(self._specs() if self.limits.max_tool_rounds else [])
             if self.resumed:
                 self._input_taken = True  # stored before the engine that began it died
             else:
@@ -274,10 +281,7 @@ class Run:
                 self.emit(ev.StateSnapshot(self.state.value))
             # The client's messages are stored even if a stop comes right away (after
             # the person's answers, when there are some: a tool result follows its call).
-            if not self.decisions and not self.resumed:
-                # The first LLM request goes now; its answer is read once this is stored.
-                self.transcript.stage(self.incoming, self.input.reconcile)
-                await self.llm.ask_early(self._specs() if self.limits.max_tool_rounds else [])
+            if asks_early:
                 await self._take_input()
             if self._storage_failure is not None:
                 raise self._storage_failure

@@ -8,11 +8,15 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 
+import pytest
+
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.core.context import RunContext
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import LLMError, StorageUnavailable
+from engine_service.core.flush import Outbox
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.stores import MemorySessionStore
@@ -204,3 +208,59 @@ async def test_an_early_request_that_fails_fails_the_run_after_its_input_is_stor
     assert isinstance(seen[-1].body, ev.RunError) and seen[-1].body.code == "llm_unavailable"
     assert _kinds(seen) == ["RunStarted", "MessageStored", "RunError"]
     assert [m.id for m in await store.all_messages("s")] == ["u1"]
+
+
+class Ordered(Answering):
+    """Notes, in ``order``, when it is asked, next to the events the run publishes."""
+
+    def __init__(self, order: list[str]) -> None:
+        super().__init__()
+        self.order = order
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        self.order.append("LLM asked")
+        async for delta in super().stream(request):
+            yield delta
+
+
+async def test_the_first_request_is_sent_before_run_started_is_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    order: list[str] = []
+    emit = Outbox.emit
+
+    def noted(self: Outbox, body: ev.EventBody) -> ev.Event:
+        order.append(type(body).__name__)
+        return emit(self, body)
+
+    monkeypatch.setattr(Outbox, "emit", noted)
+    store, model = MemorySessionStore(), Ordered(order)
+    engine = Engine(store, model, ToolRegistry(), EngineLimits())
+    await engine.start()
+    _, followed = await _start(engine)
+    seen = await followed
+    await engine.shutdown(0)
+
+    # The LLM answers while RUN_STARTED and the input are written; the answer is still
+    # published after them.
+    assert order[:2] == ["LLM asked", "RunStarted"], order
+    assert _kinds(seen)[:3] == ["RunStarted", "MessageStored", "TextMessageStart"]
+
+
+async def test_a_first_request_that_cannot_be_built_fails_the_run_after_run_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("cannot build the messages")
+
+    monkeypatch.setattr(RunContext, "_build", broken)
+    store, model = MemorySessionStore(), Answering()
+    engine = Engine(store, model, ToolRegistry(), EngineLimits())
+    await engine.start()
+    _, followed = await _start(engine)
+    seen = await followed
+    await engine.shutdown(0)
+
+    assert model.sent == []
+    assert _kinds(seen)[0] == "RunStarted"
+    assert isinstance(seen[-1].body, ev.RunError) and seen[-1].body.code == "internal"

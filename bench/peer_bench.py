@@ -5,6 +5,10 @@ one per stack, listen backlog 1024):
 
 - **agentik**: the engine and gunicorn (:class:`bench.facade_bench.Processes`, SQLite,
   ``--web-workers`` x ``max(64, clients)`` threads), measured on each of its facades;
+- **agentik-pg**: the same with PostgreSQL (a fresh database per stack on ``--dsn``'s
+  server, dropped after) and two engine processes (``agentik engine --workers 2``), the
+  deployment that uses more than one core for the engine; its server CPU includes the
+  PostgreSQL backends serving that database;
 - **Pydantic AI** (``bench/peers/pydantic_ai_app.py``): its AG-UI adapter in a Starlette app
   under uvicorn with 1 and with 2 workers; against agentik's ``POST /agui``;
 - **LangGraph** (``bench/peers/langgraph_server.py``): its Agent Server with the in-memory
@@ -25,7 +29,8 @@ Per ``--clients`` level, repetition and target: a fresh stack, the idle RSS of i
 server process tree (the fake excluded), the floor (the fake read directly), then each
 scenario with its first-token p50/p99 (and over the floor's) and the server tree's CPU per
 run from ``/proc``. Output: JSON (``--out``) and a markdown table of medians over the
-repetitions with agentik / best peer ratios, then every scenario's row.
+repetitions with agentik / best peer ratios (agentik's figure the better of its two
+configurations, both shown), then every scenario's row.
 
 Run: ``python -m bench.peer_bench --clients 1,64 --repeat 3``; the slow streams:
 ``python -m bench.peer_bench --clients 256 --tokens 50 --token-delay 0.02 --scenarios agui``.
@@ -57,6 +62,8 @@ import httpx
 from bench import load_bench
 from bench.facade_bench import ROOT, Processes, _children, _cpu_seconds, _free_port, _proc_kib
 from bench.load_bench import Driver, Markers, Run, Scenario, StreamError
+from engine_service.stores import redacted_url
+from tests.postgres_server import with_database
 
 PEERS_DIR = ROOT / "bench" / "peers"
 WAIT = 60.0
@@ -77,12 +84,22 @@ class Target:
     """Scenario family (``agui``, ``agentik``, ``a2a``) → the driver it is measured with."""
     health: str = "/health"
     workers: int = 1
+    store: str = "sqlite"
+    """agentik's store: ``sqlite`` or ``postgres`` (a fresh database on ``--dsn``)."""
+    engine_workers: int = 1
+
+    @property
+    def ours(self) -> bool:
+        return not self.venv
 
 
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         Target("agentik", "agentik", "", {"agui": "agui", "agentik": "agentik", "a2a": "a2a"}),
+        Target("agentik-pg", "agentik, PostgreSQL, 2 engines", "",
+               {"agui": "agui", "agentik": "agentik", "a2a": "a2a"}, store="postgres",
+               engine_workers=2),
         Target("pydantic-ai-1", "Pydantic AI, 1 worker", "pydantic-ai", {"agui": "agui"}),
         Target("pydantic-ai-2", "Pydantic AI, 2 workers", "pydantic-ai", {"agui": "agui"},
                workers=2),
@@ -193,6 +210,8 @@ class Stack:
         self.agentik: Processes | None = None
         self.fake: subprocess.Popen[str] | None = None
         self.server: subprocess.Popen[bytes] | None = None
+        self.database: tuple[str, str] | None = None
+        """agentik-pg's fresh database: the server's URL and the database's name."""
         self.tmp = tempfile.TemporaryDirectory(prefix="agentik-peers-")
         try:
             self._start(options, clients)
@@ -201,17 +220,25 @@ class Stack:
             raise
 
     def _start(self, options: argparse.Namespace, clients: int) -> None:
-        if self.target.name == "agentik":
+        if self.target.ours:
+            store = f"sqlite:///{self.tmp.name}/load.db"
+            if self.target.store == "postgres":
+                self.database = (options.dsn, f"agentik_peers_{uuid.uuid4().hex[:12]}")
+                store = fresh_database(*self.database)
+            engines = self.target.engine_workers
             self.agentik = Processes(
                 options.web_workers,
                 options.web_threads or max(64, clients),
-                store=f"sqlite:///{self.tmp.name}/load.db",
+                store=store,
                 fake_backlog=1024,
+                engine_workers=engines,
             )
             self.llm_url, self.base_url = self.agentik.llm_url, self.agentik.base_url
             self.roots = [p for n, p in self.agentik.pids().items() if n.startswith("engine")]
             self.roots.append(self.agentik.web.pid)
-            self.expected = 2 + options.web_workers
+            # The engine (a supervisor and its workers when several), gunicorn's master and
+            # its workers.
+            self.expected = 1 + (engines if engines > 1 else 0) + 1 + options.web_workers
             return
         self.fake, self.llm_url = start_fake()
         port = _free_port()
@@ -264,7 +291,14 @@ class Stack:
         return out
 
     def cpu(self) -> dict[str, float]:
-        return {name: _cpu_seconds(pid) for name, pid in self.pids().items()}
+        """CPU seconds of each server process, and of the PostgreSQL backends serving
+        agentik-pg's database (its writes are part of what a run costs)."""
+        cpu = {name: _cpu_seconds(pid) for name, pid in self.pids().items()}
+        if self.database is not None:
+            for pid in database_backends(*self.database):
+                with contextlib.suppress(OSError):
+                    cpu[f"postgres backend {pid}"] = _cpu_seconds(pid)
+        return cpu
 
     def idle_memory(self, settle: float) -> dict[str, Any]:
         """Each server process's VmRSS and PSS (MiB) once all have started, then the tree's sum."""
@@ -302,7 +336,44 @@ class Stack:
         for pid in left:  # a worker its supervisor did not stop
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        if self.database is not None:
+            drop_database(*self.database)
         self.tmp.cleanup()
+
+
+def _maintenance(server: str) -> Any:
+    """A connection to ``server``'s own database (autocommit), or SystemExit naming it."""
+    import psycopg
+
+    try:
+        return psycopg.connect(server, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        raise SystemExit(
+            f"agentik-pg needs PostgreSQL at --dsn {redacted_url(server)} ({exc}); give "
+            "another --dsn, "
+            "or leave it out: --targets agentik,pydantic-ai-1,..."
+        ) from None
+
+
+def fresh_database(server: str, name: str) -> str:
+    """Make database ``name`` on ``server``; its URL."""
+    with _maintenance(server) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return with_database(server, name)
+
+
+def drop_database(server: str, name: str) -> None:
+    with _maintenance(server) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def database_backends(server: str, name: str) -> list[int]:
+    """The PostgreSQL backends connected to database ``name``."""
+    with _maintenance(server) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
+        ).fetchall()
+    return [int(pid) for (pid,) in rows]
 
 
 def start_fake(backlog: int = 1024) -> tuple[subprocess.Popen[str], str]:
@@ -407,8 +478,27 @@ class Figure:
     sign: bool = False
 
     def row(self) -> str:
-        ours = self.by_target.get("agentik", math.nan)
-        peers = {n: v for n, v in self.by_target.items() if n != "agentik" and not math.isnan(v)}
+        mine_all = {
+            n: v for n, v in self.by_target.items() if TARGETS[n].ours and not math.isnan(v)
+        }
+        ours, mine = math.nan, "—"
+        if mine_all:
+            best_ours = min(mine_all, key=lambda n: mine_all[n])
+            ours = mine_all[best_ours]
+            mine = fmt(ours, self.unit, self.sign)
+            if len(mine_all) > 1:
+                mine = (
+                    f"{TARGETS[best_ours].label}: {mine} ("
+                    + "; ".join(
+                        f"{TARGETS[n].label} {fmt(v, self.unit, self.sign)}"
+                        for n, v in mine_all.items()
+                        if n != best_ours
+                    )
+                    + ")"
+                )
+        peers = {
+            n: v for n, v in self.by_target.items() if not TARGETS[n].ours and not math.isnan(v)
+        }
         if peers:
             best = min(peers, key=lambda n: peers[n])
             best_cell = f"{TARGETS[best].label}: {fmt(peers[best], self.unit, self.sign)}"
@@ -422,7 +512,6 @@ class Figure:
             best_value = peers[best]
         else:
             best_cell, best_value = "—", math.nan
-        mine = fmt(ours, self.unit, self.sign)
         return f"| {self.figure} | {best_cell} | {mine} | {ratio(ours, best_value)} |"
 
 
@@ -555,6 +644,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="LangGraph's N_JOBS_PER_WORKER (0: max(10, clients))",
     )
     add("--settle", type=float, default=3.0, help="seconds after start before the idle RSS")
+    add(
+        "--dsn",
+        default="postgresql://127.0.0.1:5432/postgres",
+        help="PostgreSQL server for agentik-pg (a fresh database is made on it per stack)",
+    )
     add("--venvs", type=Path, default=ROOT / ".bench-venvs", help="the peers' venvs")
     add("--setup", action="store_true", help="only make the peers' venvs and print versions")
     add("--out", type=Path, default=Path("peer_bench.json"), help="JSON results")

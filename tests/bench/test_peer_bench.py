@@ -10,14 +10,17 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from bench import peer_bench
 from bench.load_bench import StreamError, read_stream
+from tests import postgres_server
 
 
 def test_the_defaults_measure_every_target_at_one_and_64_clients() -> None:
@@ -30,7 +33,7 @@ def test_the_defaults_measure_every_target_at_one_and_64_clients() -> None:
 
 def test_only_the_targets_that_serve_a_chosen_scenario_are_run() -> None:
     options = peer_bench.parse(["--scenarios", "agui", "--clients", "256", "--repeat", "1"])
-    assert options.targets == ["agentik", "pydantic-ai-1", "pydantic-ai-2"]
+    assert options.targets == ["agentik", "agentik-pg", "pydantic-ai-1", "pydantic-ai-2"]
     options = peer_bench.parse(["--scenarios", "a2a", "--targets", "a2a-sdk,langgraph"])
     assert options.targets == ["a2a-sdk"]
 
@@ -131,6 +134,47 @@ def test_the_tables_of_an_earlier_run_are_printed_again_from_its_json(
         "| A2A streaming, 64 clients, 100 tokens: first token p99 | a2a-sdk: 1,692.0 ms " in table
     )
     assert "| 5,771.0 ms | 3.41 |" in table
+
+
+def test_agentiks_figure_is_the_better_of_its_configurations_with_both_shown() -> None:
+    figure = peer_bench.Figure("p99", {"agentik": 900.0, "agentik-pg": 600.0, "a2a-sdk": 1500.0})
+    assert figure.row() == (
+        "| p99 | a2a-sdk: 1,500.0 ms | agentik, PostgreSQL, 2 engines: 600.0 ms (agentik "
+        "900.0 ms) | 0.40 |"
+    )
+    # A peer is never taken for one of ours, and ours never for a peer.
+    figure = peer_bench.Figure("one", {"agentik": 5.0, "agentik-pg": 11.0, "pydantic-ai-2": 8.0})
+    assert figure.row().endswith(
+        "| Pydantic AI, 2 workers: 8.00 ms | agentik: 5.00 ms (agentik, PostgreSQL, 2 engines "
+        "11.0 ms) | 0.62 |"
+    )
+
+
+def test_agentik_pg_gets_a_fresh_database_whose_backends_are_counted_and_dropped() -> None:
+    server = postgres_server.server_url()
+    name = f"agentik_peers_test_{uuid.uuid4().hex[:8]}"
+    try:
+        url = peer_bench.fresh_database(server, name)
+    except SystemExit as exc:
+        postgres_server.unavailable(str(exc))
+    try:
+        with psycopg.connect(url) as conn:
+            (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+            assert pid in peer_bench.database_backends(server, name)
+    finally:
+        peer_bench.drop_database(server, name)
+    with psycopg.connect(server, autocommit=True) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchall()
+    assert left == []
+
+
+def test_an_unreachable_postgresql_is_named_with_what_to_do() -> None:
+    with pytest.raises(SystemExit) as raised:
+        peer_bench.fresh_database("postgresql://127.0.0.1:1/postgres", "x")
+    assert "agentik-pg needs PostgreSQL at --dsn postgresql://127.0.0.1:1/postgres" in str(
+        raised.value
+    )
+    assert "--targets" in str(raised.value)
 
 
 def test_a_figure_without_peers_or_without_agentik_has_no_ratio() -> None:

@@ -223,8 +223,9 @@ class Stack:
         if self.target.ours:
             store = f"sqlite:///{self.tmp.name}/load.db"
             if self.target.store == "postgres":
-                self.database = (options.dsn, f"agentik_peers_{uuid.uuid4().hex[:12]}")
-                store = fresh_database(*self.database)
+                name = f"agentik_peers_{uuid.uuid4().hex[:12]}"
+                store = fresh_database(options.dsn, name)
+                self.database = (options.dsn, name)  # dropped by stop()
             engines = self.target.engine_workers
             self.agentik = Processes(
                 options.web_workers,
@@ -350,8 +351,7 @@ def _maintenance(server: str) -> Any:
     except psycopg.Error as exc:
         raise SystemExit(
             f"agentik-pg needs PostgreSQL at --dsn {redacted_url(server)} ({exc}); give "
-            "another --dsn, "
-            "or leave it out: --targets agentik,pydantic-ai-1,..."
+            "another --dsn, or leave it out: --targets agentik,pydantic-ai-1,..."
         ) from None
 
 

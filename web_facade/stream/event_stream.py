@@ -18,7 +18,6 @@ interval, since a client that left is noticed only when a write fails.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator, Mapping
@@ -43,7 +42,29 @@ SSE_HEADERS: Final[Mapping[str, str]] = {
     "X-Accel-Buffering": "no",
 }
 
-DRAINING = threading.Event()
+class SignalFlag:
+    """A flag that a signal handler may set. ``threading.Event.set`` takes a lock: a second
+    signal handled while the first handler's ``set`` held it (or while the main thread was
+    inside ``clear``) waited for that lock in the same thread, forever, and the worker never
+    exited (a SIGTERM deadlock, seen once in a dozen kills of ``agentik serve``). Setting
+    and reading a bool takes no lock."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = False
+
+    def set(self) -> None:
+        self._value = True
+
+    def clear(self) -> None:
+        self._value = False
+
+    def is_set(self) -> bool:
+        return self._value
+
+
+DRAINING = SignalFlag()
 """Set when the worker shuts down gracefully (``web_facade.gunicorn_conf``): open streams
 end at the next frame boundary, each as its protocol says (:meth:`EventStream.on_drain`),
 instead of being cut mid-frame; clients resume or reload."""

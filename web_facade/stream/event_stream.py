@@ -42,6 +42,7 @@ SSE_HEADERS: Final[Mapping[str, str]] = {
     "X-Accel-Buffering": "no",
 }
 
+
 class SignalFlag:
     """A flag that a signal handler may set. ``threading.Event.set`` takes a lock: a second
     signal handled while the first handler's ``set`` held it (or while the main thread was

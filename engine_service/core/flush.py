@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import MESSAGE_ROOM, body_size, bound_body, split_text
@@ -25,7 +26,7 @@ from engine_service.core.clock import utc_now
 from engine_service.core.errors import InvalidInput, StorageUnavailable
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
-from engine_service.core.models import RunStatus
+from engine_service.core.models import Message, RunStatus
 from engine_service.core.store import SessionStore
 
 __all__ = ["Outbox"]
@@ -79,6 +80,8 @@ class Outbox:
         self._followers_woken = False
         self._urgent = asyncio.Event()
         """Set when an answer starts: the next write goes at once."""
+        self._last_write = -self.flush_gap
+        """When the flusher's last write started (``loop.time()``), or the input's."""
 
     # -- publishing -------------------------------------------------------------------
 
@@ -154,15 +157,51 @@ class Outbox:
     async def flush(self) -> None:
         """Store the events published so far, topping up the reserved seqs when half of
         the block is used; then followers may see them."""
+        await self._write()
+
+    async def store_messages(
+        self, messages: Sequence[Message], *, title: str = "", now: datetime | None = None
+    ) -> None:
+        """Store ``messages`` (and name the session ``title``) in one write with the events
+        published so far (a run's input, with its RUN_STARTED); raises as
+        :meth:`store_now`, and what ``append_messages`` raises."""
+        # The input's MESSAGE_STORED, published next, waits a gap for the answer's start
+        # (the early request's answer is often in): the two go in one write.
+        self._last_write = asyncio.get_running_loop().time()
+        try:
+            await self._write(messages, title, now)
+        except InvalidInput as exc:
+            await self._refused(exc)
+            raise asyncio.CancelledError from None
+
+    async def _write(
+        self,
+        messages: Sequence[Message] | None = None,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        """Store the events published so far, with ``messages`` when given (not None)."""
         hub = self.hub
         async with hub.writing():
             pending = hub.take_unflushed()
             reserve = hub.to_reserve(self.seq_block)
-            if not pending and not reserve:
+            if messages is not None:
+                write = asyncio.ensure_future(
+                    self.store.append_messages_and_events(
+                        self.session_id,
+                        messages,
+                        pending,
+                        reserve_through=reserve,
+                        title=title,
+                        now=now,
+                    )
+                )
+            elif not pending and not reserve:
                 return
-            write = asyncio.ensure_future(
-                self.store.append_events(self.session_id, pending, reserve_through=reserve)
-            )
+            else:
+                write = asyncio.ensure_future(
+                    self.store.append_events(self.session_id, pending, reserve_through=reserve)
+                )
             try:
                 await asyncio.shield(write)
             except asyncio.CancelledError:
@@ -205,20 +244,19 @@ class Outbox:
         started (``_URGENT``)."""
         unflushed, urgent = self._unflushed, self._urgent
         loop = asyncio.get_running_loop()
-        last_write = -self.flush_gap
         while True:
             await unflushed.wait()
             if self.flush_interval:
                 await asyncio.sleep(self.flush_interval)
             elif not urgent.is_set():
-                wait = last_write + self.flush_gap - loop.time()
+                wait = self._last_write + self.flush_gap - loop.time()
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
                             await urgent.wait()
             unflushed.clear()
             urgent.clear()
-            last_write = loop.time()
+            self._last_write = loop.time()
             try:
                 await self.flush()
             except StorageUnavailable as exc:

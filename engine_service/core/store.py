@@ -329,6 +329,25 @@ class SessionStore(abc.ABC):
         """Append messages at the end of the history (ids must be new to the session); with
         ``title``, name the session too (``updated_at`` ``now``), in the same write."""
 
+    async def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        """``append_messages`` and ``append_events`` in one transaction: a run's input with
+        the events it published before it (RUN_STARTED), so that a run's start waits for
+        one write, not two. This default does them in turn, the messages first: when the
+        events' write fails, none of them is stored, and they are written again later."""
+        if messages or title:
+            await self.append_messages(session_id, messages, title=title, now=now)
+        if events or reserve_through:
+            await self.append_events(session_id, events, reserve_through=reserve_through)
+
     @abc.abstractmethod
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the whole history."""

@@ -7,7 +7,7 @@ announced with MESSAGE_STORED.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from engine_service.core import events as ev
@@ -40,7 +40,11 @@ class Transcript:
         *,
         room: int,
         emit: Callable[[ev.EventBody], object],
+        store_input: Callable[[list[Message], str, datetime], Awaitable[None]] | None = None,
     ) -> None:
+        """``store_input(messages, title, now)``: stores the client's messages, with the
+        events published before them, in one write (``Outbox.store_messages``); without
+        it they are written alone."""
         self.store = store
         self.session_id = session_id
         self.run_id = run_id
@@ -48,6 +52,7 @@ class Transcript:
         self._room = room
         """The most bytes one message may hold (``core.bounds``)."""
         self._emit = emit
+        self._store_input = store_input
         self._staged: datetime | None = None
         """When the client's messages were staged (``stage``)."""
 
@@ -78,6 +83,8 @@ class Transcript:
             await self.store.replace_messages(self.session_id, incoming)
             if title:
                 await self.store.rename_session(self.session_id, title, now)
+        elif self._store_input is not None:  # with RUN_STARTED: a run's start waits once
+            await self._store_input(incoming, title, now)
         elif incoming or title:  # one write for both
             await self.store.append_messages(self.session_id, incoming, title=title, now=now)
         for message in incoming:

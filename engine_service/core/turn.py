@@ -137,7 +137,15 @@ class Run:
         run stops without writing anything more."""
         room = limits.max_event_bytes - MESSAGE_ROOM
         self.transcript = Transcript(
-            store, self.session_id, self.run_id, history, room=room, emit=self.emit
+            store,
+            self.session_id,
+            self.run_id,
+            history,
+            room=room,
+            emit=self.emit,
+            store_input=lambda messages, title, now: self.out.store_messages(
+                messages, title=title, now=now
+            ),
         )
         """The session's messages, and what the run adds to them."""
         self.report = RunReport(self.session_id, self.run_id, principal)
@@ -275,7 +283,10 @@ class Run:
                 self._input_taken = True  # stored before the engine that began it died
             else:
                 self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
-                await self.out.let_followers_send()
+                if not asks_early:
+                    await self.out.let_followers_send()
+                # else RUN_STARTED is stored with the input, in one write (``_take_input``):
+                # the flusher, given a turn now, would store it alone, a write before it.
             if self.input.state is UNSET and self.state.value is not None and not self.resumed:
                 # The client sent no state: give it the session's, so this run's deltas apply.
                 self.emit(ev.StateSnapshot(self.state.value))

@@ -1102,6 +1102,48 @@ class PostgresSessionStore(SessionStore):
         title: str = "",
         now: datetime | None = None,
     ) -> None:
+        try:
+            found, *_ = await self._batch.first(
+                self._message_statements(session_id, messages, title, now)
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            raise AlreadyExists("a message id already exists in the session") from exc
+        if found is None:
+            raise SessionNotFound(session_id)
+
+    async def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        if not events:
+            await super().append_messages_and_events(
+                session_id, messages, events, reserve_through=reserve_through, title=title, now=now
+            )
+            return
+        rows, params = self._event_params(session_id, events, reserve_through)
+        statements = self._message_statements(session_id, messages, title, now)
+        # One transaction, in the writer's next batch: the messages, then the events (what
+        # refuses the events, another replica having closed the run, keeps the messages,
+        # as the two writes in turn would).
+        try:
+            found, *_, moved = await self._batch.first([*statements, (_APPEND_EVENTS, params)])
+        except psycopg.errors.UniqueViolation as exc:
+            raise AlreadyExists("a message id already exists in the session") from exc
+        if found is None:
+            raise SessionNotFound(session_id)
+        if moved is None:
+            await self._refused_unless_held(session_id, rows)
+
+    def _message_statements(
+        self, session_id: str, messages: Sequence[Message], title: str, now: datetime | None
+    ) -> list[Statement]:
+        """``append_messages``' statements; the first returns a row when the session exists."""
         encoded = _encode_messages(messages)
         stamp = _utc(now, "now") if title and now is not None else None
         # The session row locked first; the insert, a statement of its own, then reads the
@@ -1129,12 +1171,7 @@ class PostgresSessionStore(SessionStore):
                     (title, stamp, session_id),
                 )
             )
-        try:
-            found, *_ = await self._batch.first(statements)
-        except psycopg.errors.UniqueViolation as exc:
-            raise AlreadyExists("a message id already exists in the session") from exc
-        if found is None:
-            raise SessionNotFound(session_id)
+        return statements
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = _encode_messages(messages)
@@ -1589,17 +1626,31 @@ class PostgresSessionStore(SessionStore):
     async def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
-        rows = _event_rows(session_id, events)
-        if not rows:
+        if not events:
             if reserve_through:
                 await self._reserve(session_id, reserve_through)
             return
+        rows, params = self._event_params(session_id, events, reserve_through)
+        # One statement, in the writer's next batch with every other run's: followers wait
+        # for this write (they see an event only once it is stored). A write its condition
+        # refused (another replica closed the run) returns no row and is told apart here,
+        # after the batch committed; so is a retried write that had committed before its
+        # connection was lost (it finds its own rows at its seqs).
+        (moved,) = await self._batch.first([(_APPEND_EVENTS, params)])
+        if moved is None:
+            await self._refused_unless_held(session_id, rows)
+
+    def _event_params(
+        self, session_id: str, events: Sequence[Event], reserve_through: int
+    ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+        """The rows of ``events`` (not empty) and ``_APPEND_EVENTS``' parameters."""
+        rows = _event_rows(session_id, events)
         seqs = [row[1] for row in rows]
         for before, after in itertools.pairwise(seqs):
             if after <= before:
                 raise InvalidInput(f"event seq {after} does not follow {before}")
         signal = Signal(SignalKind.EVENTS, session_id, events[-1].run_id, seqs[-1])
-        params = {
+        return rows, {
             "session": session_id,
             "first": seqs[0],
             "last": seqs[-1],
@@ -1612,14 +1663,9 @@ class PostgresSessionStore(SessionStore):
             "signal": encode_signal(signal),
         }
 
-        # One statement, in the writer's next batch with every other run's: followers wait
-        # for this write (they see an event only once it is stored). A write its condition
-        # refused (another replica closed the run) returns no row and is told apart here,
-        # after the batch committed; so is a retried write that had committed before its
-        # connection was lost (it finds its own rows at its seqs).
-        (moved,) = await self._batch.first([(_APPEND_EVENTS, params)])
-        if moved is not None:
-            return
+    async def _refused_unless_held(self, session_id: str, rows: list[tuple[Any, ...]]) -> None:
+        """An append of ``rows`` wrote nothing: fine when the store holds them already (a
+        retried write that had committed), else ``InvalidInput`` (``SessionNotFound``)."""
 
         async def work(conn: _Conn) -> None:
             found = await self._one(
@@ -1628,7 +1674,7 @@ class PostgresSessionStore(SessionStore):
             if found is None:
                 raise SessionNotFound(session_id)
             if not await self._holds(conn, session_id, rows):
-                raise InvalidInput(f"event seq {seqs[0]} does not follow {found[0]}")
+                raise InvalidInput(f"event seq {rows[0][1]} does not follow {found[0]}")
 
         await self._read(work)
 

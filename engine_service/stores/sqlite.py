@@ -1354,30 +1354,57 @@ class SqliteSessionStore(SessionStore):
         encoded = _encode_messages(messages)
         stamp = _iso(now, "now") if title and now is not None else None
         with self._tx() as conn:
-            found = conn.execute(
-                "SELECT (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?)"
-                " FROM sessions WHERE id = ?",
-                (session_id, session_id),
-            ).fetchone()
-            if found is None:
-                raise SessionNotFound(session_id)
-            last = found[0]
-            try:
-                conn.executemany(
-                    "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
-                    [
-                        (session_id, last + 1 + i, mid, body)
-                        for i, (mid, body) in enumerate(encoded)
-                    ],
-                )
-            except sqlite3.IntegrityError as exc:
-                raise AlreadyExists("a message id already exists in the session") from exc
-            if title:
-                conn.execute(
-                    "UPDATE sessions SET title = ?, updated_at = coalesce(?, updated_at)"
-                    " WHERE id = ?",
-                    (title, stamp, session_id),
-                )
+            self._insert_messages(conn, session_id, encoded, title, stamp)
+
+    @_off_loop
+    def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        encoded = _encode_messages(messages)
+        stamp = _iso(now, "now") if title and now is not None else None
+        rows = _event_rows(session_id, events)
+        with self._tx() as conn:
+            self._insert_events(conn, session_id, rows, reserve_through)
+            if encoded or title:
+                self._insert_messages(conn, session_id, encoded, title, stamp)
+
+    def _insert_messages(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        encoded: list[tuple[str, str]],
+        title: str,
+        stamp: str | None,
+    ) -> None:
+        """Append ``encoded`` messages at the end of the history (and name the session
+        ``title``); ``SessionNotFound`` when it does not exist."""
+        found = conn.execute(
+            "SELECT (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?)"
+            " FROM sessions WHERE id = ?",
+            (session_id, session_id),
+        ).fetchone()
+        if found is None:
+            raise SessionNotFound(session_id)
+        last = found[0]
+        try:
+            conn.executemany(
+                "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
+                [(session_id, last + 1 + i, mid, body) for i, (mid, body) in enumerate(encoded)],
+            )
+        except sqlite3.IntegrityError as exc:
+            raise AlreadyExists("a message id already exists in the session") from exc
+        if title:
+            conn.execute(
+                "UPDATE sessions SET title = ?, updated_at = coalesce(?, updated_at) WHERE id = ?",
+                (title, stamp, session_id),
+            )
 
     @_off_loop
     def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:

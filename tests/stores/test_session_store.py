@@ -530,6 +530,51 @@ async def test_appending_with_a_title_names_the_session_in_the_same_write(
         await store.append_messages("nope", [message("b")], title="x", now=at(7))
 
 
+async def test_a_runs_input_and_the_events_before_it_are_stored_together(
+    store: SessionStore,
+) -> None:
+    """``append_messages_and_events``: the messages, the title, the events and the seqs
+    reserved, as the two writes would store them; a message refused stores no event."""
+    await store.begin_run("s1", "r1", at(0), create=True, reserve=10)
+    await store.append_messages_and_events(
+        "s1", [message("a")], [event(1, ev.RunStarted())], reserve_through=40, title="Hi", now=at(3)
+    )
+    session = await store.get_session("s1")
+    assert (session.title, session.last_seq, session.reserved_seq) == ("Hi", 1, 40)
+    assert [m.id for m in await store.all_messages("s1")] == ["a"]
+    assert [e.seq for e in await store.read_events("s1", 0, 0)] == [1]
+
+    with pytest.raises(AlreadyExists):
+        await store.append_messages_and_events(
+            "s1", [message("b"), message("a")], [event(2, ev.StepStarted("x"))]
+        )
+    assert [m.id for m in await store.all_messages("s1")] == ["a"]
+    assert (await store.get_session("s1")).last_seq == 1  # the events went with the messages
+    # No messages: the events alone.
+    await store.append_messages_and_events("s1", [], [event(2, ev.StepStarted("x"))])
+    assert (await store.get_session("s1")).last_seq == 2
+    with pytest.raises(SessionNotFound):
+        await store.append_messages_and_events("nope", [message("c")], [])
+
+
+async def test_sqlite_stores_a_runs_input_and_its_events_in_one_transaction(
+    tmp_path: Path,
+) -> None:
+    """Events refused (their seqs do not follow the last) roll the messages back too."""
+    store = SqliteSessionStore(tmp_path / "one.db")
+    try:
+        await store.create_session("s1", "", at(0))
+        await store.append_events("s1", [event(1, ev.RunStarted())])
+        with pytest.raises(InvalidInput):
+            await store.append_messages_and_events(
+                "s1", [message("a")], [event(1, ev.StepStarted("x"))]
+            )
+        assert await store.all_messages("s1") == []
+        assert (await store.get_session("s1")).last_seq == 1
+    finally:
+        await store.close()
+
+
 async def test_replace_messages_makes_them_the_whole_history(store: SessionStore) -> None:
     await store.create_session("s1", "", at(0))
     await store.append_messages("s1", [message("a"), message("b")])

@@ -1,0 +1,105 @@
+"""A run's start waits for as few writes as can be: RUN_STARTED goes to the store in the
+same write as the client's messages (``Outbox.store_messages``), one transaction on
+SQLite, and a follower sees it only once that write committed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from engine_service.core import events as ev
+from engine_service.core.caller import ANONYMOUS
+from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.events import Event
+from engine_service.core.models import Message, Role, RunInput, TextPart
+from engine_service.core.registry import ToolRegistry
+from engine_service.llm.offline import OfflineChatModel
+from engine_service.stores import SqliteSessionStore
+
+WAIT = 10.0
+
+Write = tuple[str, list[str], list[str]]
+"""What a write held: its operation, its events' kinds and its messages' ids."""
+
+
+class Recording(SqliteSessionStore):
+    """Notes every write of events or messages, in order."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writes: list[Write] = []
+
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        self.writes.append(("events", _kinds(events), []))
+        await super().append_events(session_id, events, reserve_through=reserve_through)
+
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        self.writes.append(("messages", [], [m.id for m in messages]))
+        await super().append_messages(session_id, messages, title=title, now=now)
+
+    async def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        self.writes.append(("both", _kinds(events), [m.id for m in messages]))
+        await super().append_messages_and_events(
+            session_id, messages, events, reserve_through=reserve_through, title=title, now=now
+        )
+
+
+def _kinds(events: Sequence[Event]) -> list[str]:
+    return [type(e.body).__name__ for e in events]
+
+
+async def _run(store: Recording, session_id: str, *, follow: bool) -> list[Event]:
+    engine = Engine(store, OfflineChatModel(), ToolRegistry(), EngineLimits())
+    await engine.start()
+    message = Message(id=f"{session_id}-u", role=Role.USER, content=[TextPart("hi")])
+    handle = await engine.start_run(
+        ANONYMOUS, RunInput(session_id=session_id, create_session=True, messages=[message])
+    )
+    seen: list[Event] = []
+    if follow:  # the caller waits for the run's events, as every transport does
+        async with asyncio.timeout(WAIT):
+            seen = [event async for event in engine.run_events(handle)]
+    await engine.shutdown(WAIT)  # lets the run finish
+    return seen or await store.read_events(session_id, 0, 0)
+
+
+async def test_run_started_and_the_input_are_stored_in_one_write(tmp_path: Path) -> None:
+    store = Recording(tmp_path / "runs.db")
+    try:
+        for follow, session_id in ((True, "followed"), (False, "alone")):
+            store.writes.clear()
+            seen = await _run(store, session_id, follow=follow)
+            # The first write of the run holds both; nothing was written before it.
+            assert store.writes[0] == ("both", ["RunStarted"], [f"{session_id}-u"]), store.writes
+            input_writes = [w for w in store.writes if f"{session_id}-u" in w[2]]
+            assert len(input_writes) == 1, store.writes
+            stored = await store.read_events(session_id, 0, 0)
+            assert [e.seq for e in seen] == [e.seq for e in stored]
+            assert _kinds(stored)[:2] == ["RunStarted", "MessageStored"]
+            assert isinstance(stored[-1].body, ev.RunFinished)
+            assert [m.role for m in await store.all_messages(session_id)] == [
+                Role.USER,
+                Role.ASSISTANT,
+            ]
+    finally:
+        await store.close()

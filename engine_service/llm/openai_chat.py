@@ -1,10 +1,11 @@
 """``OpenAIChatModel``: Chat Completions streaming against any OpenAI-compatible endpoint.
 
 The request is one POST through the engine's own small HTTP/1.1 client
-(``engine_service.llm.http``), and the SSE body is parsed here with ``json.loads`` per
-event: the ``openai`` SDK's transport (httpx, httpcore, anyio) and its pydantic chunk models
-cost far more CPU per chunk than the JSON itself, and its import ~28 MB of memory. Retries
-are ours, so that a stream is retried only before its first delta.
+(``engine_service.llm.http``), and the SSE body is parsed here, one JSON document per
+event (``orjson``: a fifth of ``json.loads``' CPU per chunk): the ``openai`` SDK's
+transport (httpx, httpcore, anyio) and its pydantic chunk models cost far more CPU per
+chunk than the JSON itself, and its import ~28 MB of memory. Retries are ours, so that a
+stream is retried only before its first delta.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
+
+import orjson
 
 from engine_service import __version__
 from engine_service.core.chat import (
@@ -333,6 +336,17 @@ class _SSEDecoder:
         # Comments (": keep-alive") and event/id/retry fields carry nothing for us.
 
 
+def _loads(payload: bytes) -> Any:
+    """``json.loads(payload)``, fast: ``orjson`` reads what a stream holds; what it refuses
+    and ``json`` may still read (NaN, lone surrogates, UTF-16) goes to ``json``, so what is
+    refused is what ``json.loads`` refuses. (An integer past 64 bits, which no field we
+    read can mean, comes back a float: ``_count`` clamps counts either way.)"""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
+
+
 class _ChunkParser:
     """Turns ``chat.completion.chunk`` payloads into deltas and checks the stream ends well."""
 
@@ -374,7 +388,7 @@ class _ChunkParser:
 
     def _chunk(self, payload: bytes, deltas: list[ChatDelta]) -> None:
         try:
-            chunk = json.loads(payload)
+            chunk = _loads(payload)
         except ValueError:
             raise _error(
                 "llm_bad_stream",

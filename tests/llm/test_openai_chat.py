@@ -640,3 +640,36 @@ async def test_a_provider_code_that_is_not_snake_case_is_left_out(
     assert error is not None
     assert error.message == "the LLM refused a parameter of the request (HTTP 400)"
     assert "gw.internal.example" in error.detail
+
+
+# --- parsing the stream -------------------------------------------------------------------
+
+
+def test_chunks_read_as_json_reads_them_even_where_the_fast_parser_refuses() -> None:
+    """Each event is read by orjson, and by ``json`` where orjson refuses what ``json``
+    accepts (NaN, a lone surrogate, UTF-16): a stream reads as it always did; what is not
+    JSON at all is still a bad stream."""
+    from engine_service.llm.openai_chat import _ChunkParser
+
+    def chunk(text: str, extra: str = "") -> bytes:
+        return (
+            '{"object":"chat.completion.chunk"' + extra + ',"choices":[{"index":0,'
+            '"delta":{"content":' + json.dumps(text) + '},"finish_reason":null}]}'
+        ).encode()
+
+    parser = _ChunkParser("http://llm.test")
+    deltas = parser.feed(
+        [
+            chunk("plain "),
+            chunk("big ", ',"created":123456789012345678901234567890'),
+            chunk("nan ", ',"score":NaN'),
+            chunk("ü ", ',"odd":"\\ud800"'),
+            "\ufeff".encode("utf-16-le") + chunk("wide").decode().encode("utf-16-le"),
+        ]
+    )
+    assert parser.error is None, parser.error
+    assert [d.text for d in deltas if isinstance(d, TextDelta)] == ["plain big nan ü wide"]
+
+    parser = _ChunkParser("http://llm.test")
+    assert parser.feed([chunk("a"), b'{"choices": [', chunk("never")]) == [TextDelta("a")]
+    assert parser.error is not None and parser.error.code == "llm_bad_stream"

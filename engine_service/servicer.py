@@ -274,7 +274,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         runs, total = await _mapped(
             context,
             lambda: self.engine.list_runs(
-                caller, request.session_id, request.offset, request.limit
+                caller, request.session_id, request.offset, request.limit, request.agent
             ),
         )
         return pb.ListRunsResponse(runs=[run_to_pb(r) for r in runs], total=total)

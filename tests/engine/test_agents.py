@@ -142,8 +142,9 @@ async def test_list_and_get_agents_name_models_and_tools_but_no_secrets(
 
 
 async def test_sessions_and_run_chains_are_listed_by_agent(engine: Harness) -> None:
-    """``ListSessions.agent`` and ``ListRunChains.agent`` (an A2A agent's own tasks): only
-    that agent's conversations; the default agent's include those made without a name."""
+    """``ListSessions.agent``, ``ListRuns.agent`` and ``ListRunChains.agent`` (an A2A
+    agent's own tasks): only that agent's conversations; the default agent's include
+    those made without a name."""
     made = {}
     for agent in ("support", "researcher", ""):
         session = await engine.stub.CreateSession(pb.CreateSessionRequest(agent=agent))
@@ -158,14 +159,18 @@ async def test_sessions_and_run_chains_are_listed_by_agent(engine: Harness) -> N
         chains = await engine.stub.ListRunChains(pb.ListRunChainsRequest(agent=agent))
         assert [c.runs[0].session_id for c in chains.chains] == [session_id]
         assert chains.total == 1
+        runs = await engine.stub.ListRuns(pb.ListRunsRequest(agent=agent))
+        assert ([r.session_id for r in runs.runs], runs.total) == ([session_id], 1)
         other = await engine.stub.ListRunChains(
             pb.ListRunChainsRequest(agent=agent, session_id=made["support"])
         )
         assert len(other.chains) == (1 if agent == "support" else 0)
     everything = await engine.stub.ListRunChains(pb.ListRunChainsRequest())
     assert everything.total == 3
+    assert (await engine.stub.ListRuns(pb.ListRunsRequest())).total == 3
     for call in (
         engine.stub.ListSessions(pb.ListSessionsRequest(agent="nobody")),
+        engine.stub.ListRuns(pb.ListRunsRequest(agent="nobody")),
         engine.stub.ListRunChains(pb.ListRunChainsRequest(agent="nobody")),
     ):
         error = await rpc_error(call)

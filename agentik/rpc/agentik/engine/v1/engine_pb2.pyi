@@ -2174,22 +2174,28 @@ class ListRunsRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Only runs of this session; empty lists the runs of all sessions."""
     offset: _builtins.int
     """How many runs to skip."""
     limit: _builtins.int
     """How many to return, 1..1000; 0 means the default of 50."""
+    agent: _builtins.str
+    """Only runs of this agent's sessions (docs/agents.md); empty: every agent's. An agent
+    not served is INVALID_ARGUMENT (`agent_not_found`).
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
+        agent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "limit", b"limit", "offset", b"offset", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

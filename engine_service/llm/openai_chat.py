@@ -15,11 +15,9 @@ import base64
 import contextlib
 import json
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
-
-import orjson
 
 from engine_service import __version__
 from engine_service.core.chat import (
@@ -336,14 +334,27 @@ class _SSEDecoder:
         # Comments (": keep-alive") and event/id/retry fields carry nothing for us.
 
 
+_fast_loads: Callable[[bytes], Any] = json.loads
+"""``orjson.loads`` once a stream was read (imported then: the idle engine does not hold
+its 2.3 MB)."""
+_fast_refusal: type[ValueError] = json.JSONDecodeError
+
+
+def _load_orjson() -> None:
+    global _fast_loads, _fast_refusal
+    import orjson
+
+    _fast_loads, _fast_refusal = orjson.loads, orjson.JSONDecodeError
+
+
 def _loads(payload: bytes) -> Any:
     """``json.loads(payload)``, fast: ``orjson`` reads what a stream holds; what it refuses
     and ``json`` may still read (NaN, lone surrogates, UTF-16) goes to ``json``, so what is
     refused is what ``json.loads`` refuses. (An integer past 64 bits, which no field we
     read can mean, comes back a float: ``_count`` clamps counts either way.)"""
     try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
+        return _fast_loads(payload)
+    except _fast_refusal:
         return json.loads(payload)
 
 
@@ -351,6 +362,8 @@ class _ChunkParser:
     """Turns ``chat.completion.chunk`` payloads into deltas and checks the stream ends well."""
 
     def __init__(self, endpoint: str) -> None:
+        if _fast_loads is json.loads:
+            _load_orjson()
         self._endpoint = endpoint
         self._finish_reason = ""
         self.done = False

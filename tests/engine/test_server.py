@@ -324,8 +324,9 @@ async def test_a_companion_that_fails_stops_the_engine_after_itself_and_the_resu
 
 def test_an_idle_engine_imports_neither_httpx_nor_mcp_nor_cryptography() -> None:
     """Memory: httpx (~7 MB, the LLM probe uses the engine's own HTTP client), the MCP SDK
-    (its server stack) and cryptography with PyJWT (~8 MB, only a card signing key or PEM
-    JWTs need them) stay out of an engine that starts, probes its LLM and serves
+    (its server stack), cryptography with PyJWT (~8 MB, only a card signing key or PEM
+    JWTs need them) and orjson (2.3 MB, imported by the first LLM stream read) stay out of
+    an engine that starts, probes its LLM and serves
     (docs/performance.md, idle memory). The a2a-sdk's types are in: the engine serves A2A's
     gRPC binding; but not starlette and anyio, which they import for an annotation (1.6 MiB,
     ``agentik/a2a/__init__.py``), nor importlib.metadata (the card's version is
@@ -335,7 +336,8 @@ def test_an_idle_engine_imports_neither_httpx_nor_mcp_nor_cryptography() -> None
         "import sys, agentik.a2a.card, engine_service.server, engine_service.build, "
         "engine_service.llm.probe, engine_service.webhooks.a2a_push\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'httpx', 'mcp', 'pydantic', 'uvicorn', 'cryptography', 'jwt', 'starlette', 'anyio'}"
+        "{'httpx', 'mcp', 'pydantic', 'uvicorn', 'cryptography', 'jwt', 'starlette', 'anyio',"
+        " 'orjson'}"
         " | ({'importlib.metadata'} & set(sys.modules))))"
     )
     done = subprocess.run(

@@ -649,6 +649,9 @@ def test_chunks_read_as_json_reads_them_even_where_the_fast_parser_refuses() -> 
     """Each event is read by orjson, and by ``json`` where orjson refuses what ``json``
     accepts (NaN, a lone surrogate, UTF-16): a stream reads as it always did; what is not
     JSON at all is still a bad stream."""
+    import orjson
+
+    from engine_service.llm import openai_chat
     from engine_service.llm.openai_chat import _ChunkParser
 
     def chunk(text: str, extra: str = "") -> bytes:
@@ -658,6 +661,7 @@ def test_chunks_read_as_json_reads_them_even_where_the_fast_parser_refuses() -> 
         ).encode()
 
     parser = _ChunkParser("http://llm.test")
+    assert openai_chat._fast_loads is orjson.loads  # imported by the first stream read
     deltas = parser.feed(
         [
             chunk("plain "),

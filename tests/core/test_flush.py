@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -261,9 +262,10 @@ async def test_a_fast_burst_is_stored_in_few_writes_paced_by_the_flush_gap() -> 
     # 200 deltas over 0.1 s or more, at one write per 20 ms at most: not one per delta.
     starts = [at for at, _ in store.writes]
     assert len(starts) <= (starts[-1] - starts[0]) / 0.02 + 4, len(starts)
-    assert len(starts) < 50
+    # The starts are stamped inside the store, a turn of the loop after the gap began: a
+    # descheduled process shortens one gap, never most of them (unpaced: ~1 ms each).
     gaps = [b - a for a, b in itertools.pairwise(starts[2:])]
-    assert all(gap >= 0.015 for gap in gaps), gaps
+    assert min(gaps) >= 0.01 and statistics.median(gaps) >= 0.018, gaps
 
 
 class TextThenReasoning(ChatModel):

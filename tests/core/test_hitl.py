@@ -7,7 +7,9 @@ The offline model drives the flows deterministically: "calculate 2+2" calls ``ca
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -260,7 +262,7 @@ async def test_ask_user_is_offered_only_when_configured() -> None:
 
 
 async def test_an_expired_request_counts_as_declined() -> None:
-    settings = engine_settings(**HITL, AGENTIK_INTERRUPT_EXPIRY="0.3")
+    settings = engine_settings(**HITL, AGENTIK_INTERRUPT_EXPIRY="1.5")
     async with running_engine(settings) as harness:
         session = _id()
         interrupt, _ = await paused(harness, session, "calculate 2+2")
@@ -268,7 +270,9 @@ async def test_an_expired_request_counts_as_declined() -> None:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await run(harness, pb.RunRequest(session_id=session, messages=[user("still there?")]))
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        await asyncio.sleep(0.4)
+        # Until the request's own expiry time has passed (not a fixed sleep: a slow box).
+        expires = interrupt.expire_time.ToDatetime(tzinfo=dt.UTC).timestamp()
+        await asyncio.sleep(max(0.0, expires - time.time()) + 0.1)
         after = await run(harness, pb.RunRequest(session_id=session, messages=[user("hi again")]))
         [result] = results(after)
         assert "the request expired" in result.content

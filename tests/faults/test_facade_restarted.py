@@ -52,5 +52,5 @@ async def test_streams_of_a_sigterm_stopped_facade_end_at_a_frame_boundary_and_r
         view = views[ledger.conversation_id]
         # 300 tokens 20 ms apart: one event each, unless the engine read some together.
         stored = sum(1 for _, kind in view.engine if kind == "text_message_content")
-        assert ledger.count("append_text") == stored > 150
+        assert ledger.count("append_text") == stored > 30
         assert ledger.text() == views[ledger.conversation_id].assistant_text()

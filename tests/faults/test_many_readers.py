@@ -51,7 +51,9 @@ async def test_two_dozen_concurrent_replays_of_a_2000_chunk_conversation_each_ge
     turn = "[[chunks:2000]][[slow:0.003]]"
     assert await follow(http, sender, send_request(conversation_id, turn), WITHIN)
     streamed = sender.count("append_text")
-    assert streamed > 1000, f"only {streamed} text events: nothing much to replay"
+    # Most tokens come alone; how many a loaded box joins is its speed to say (at most ~1,240
+    # writes fit in 2,000 tokens 3 ms apart with a 5 ms flush gap).
+    assert streamed > 400, f"only {streamed} text events: nothing much to replay"
     path = f"/agentik/conversations/{conversation_id}/events?after=0&until_idle=true"
     readers = {f"replay {i}": Ledger(conversation_id) for i in range(READERS)}
     replays = [
@@ -64,11 +66,14 @@ async def test_two_dozen_concurrent_replays_of_a_2000_chunk_conversation_each_ge
         # on its loop may have sent the workers all 2,000 events of each already.
         await poll(lambda: any(r.frames for r in readers.values()), "a replay to start", WITHIN)
         await _stall_workers(stack)
+        before_stall = sum(r.count("append_text") for r in readers.values())
         assert await asyncio.gather(*replays) == [True] * READERS
     finally:
         for replay in replays:
             replay.cancel()
     assert all(reader.resumes == 0 for reader in readers.values()), "a replay broke"
+    after_stall = sum(r.count("append_text") for r in readers.values()) - before_stall
+    assert after_stall > READERS, f"only {after_stall} text events after the stall"
     view = await store_view(http, f"127.0.0.1:{stack.grpc_port}", conversation_id, WITHIN)
     result = audit([("send", sender), *readers.items()], {conversation_id: view})
     assert result.clean(), str(result)
@@ -166,10 +171,14 @@ async def test_twenty_concurrent_agui_runs_of_five_hundred_chunks_each_deliver_e
             WITHIN,
         )
         await _stall_workers(stack)
+        before_stall = sum(len(events) for events in received.values())
         await asyncio.gather(*runs)
     finally:
         for run in runs:
             run.cancel()
+    # The runs were still answering when the workers stopped.
+    after_stall = sum(len(events) for events in received.values()) - before_stall
+    assert after_stall > RUNS, f"only {after_stall} AG-UI events after the stall"
     target = f"127.0.0.1:{stack.grpc_port}"
     problems: dict[str, str] = {}
     for thread_id, events in received.items():
@@ -180,6 +189,6 @@ async def test_twenty_concurrent_agui_runs_of_five_hundred_chunks_each_deliver_e
             problems[thread_id] = f"runs from {events[0]['type']} to {events[-1]['type']}"
         elif len(deltas) != stored or "".join(deltas) != view.assistant_text():
             problems[thread_id] = f"{stored - len(deltas)} of {stored} TEXT_MESSAGE_CONTENT lost"
-        elif stored < 125:  # tokens read together are one event, but most come alone
+        elif stored < 20:  # tokens read together are one event (how many: the box's speed)
             problems[thread_id] = f"only {stored} TEXT_MESSAGE_CONTENT stored of 500 tokens"
     assert not problems, f"{len(problems)} of {RUNS} AG-UI runs lost text: {problems}"

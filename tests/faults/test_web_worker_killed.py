@@ -47,7 +47,7 @@ async def test_streams_cut_by_a_killed_web_worker_resume_on_another_and_lose_or_
         view = views[ledger.conversation_id]
         # 300 tokens 20 ms apart: one event each, unless the engine read some together.
         stored = sum(1 for _, kind in view.engine if kind == "text_message_content")
-        assert ledger.count("append_text") == stored > 150
+        assert ledger.count("append_text") == stored > 30
     # gunicorn replaced the dead worker.
     await poll(
         lambda: killed not in worker_pids(master) and len(worker_pids(master)) == 2,

@@ -94,8 +94,9 @@ def test_a_streamed_task_is_one_run_call_however_many_events(
 ) -> None:
     app, recorder = recorded
     rpc = Rpc(app.test_client())
-    # Paced: tokens the engine reads together are one event, and this wants many events.
-    text = "[[chunks:40]][[slow:0.005]] many little words to stream"
+    # Paced well apart from the engine's 5 ms flush gap: tokens the engine reads together are
+    # one event, and this wants many events even on a loaded box.
+    text = "[[chunks:40]][[slow:0.03]] many little words to stream"
     replies = rpc.stream("SendStreamingMessage", {"message": user_message(text)})
     assert replies[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert sum("artifactUpdate" in r["result"] for r in replies) >= 10

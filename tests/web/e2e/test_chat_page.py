@@ -424,24 +424,48 @@ def test_at_phone_width_the_sidebar_folds_away_and_comes_back(page: Page) -> Non
 
 
 @pytest.fixture(scope="module")
-def slow_page(browser: Chrome, slow_stack: Stack) -> Page:
+def slow_tab(browser: Chrome, slow_stack: Stack) -> Page:
     opened = Page(browser, slow_stack.base_url)
     opened.open()
     return opened
 
 
-def test_a_server_with_tokens_asks_for_one_and_the_page_sends_it(slow_page: Page) -> None:
-    page = slow_page
-    page.wait(lambda: page.one("#token-form").is_displayed(), "the token form")
-    assert "token" in page.status().lower()
+def _stored_token(page: Page) -> object:
+    return page.driver.execute_script("return sessionStorage.getItem('agentik.token')")
+
+
+def _sign_in(page: Page) -> None:
     page.one("#token").send_keys(TOKEN)
     page.one("#token-form button").click()
     page.wait(lambda: not page.one("#token-form").is_displayed(), "the form to go")
+
+
+@pytest.fixture
+def slow_page(slow_tab: Page) -> Page:
+    """The slow stack's page, signed in: each test runs alone as well as after the others."""
+    page = slow_tab
+    page.wait(
+        lambda: page.one("#token-form").is_displayed() or _stored_token(page) == TOKEN,
+        "the token form or a stored token",
+    )
+    if _stored_token(page) != TOKEN:
+        _sign_in(page)
+        page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # the expected 401
+    return page
+
+
+def test_a_server_with_tokens_asks_for_one_and_the_page_sends_it(slow_tab: Page) -> None:
+    page = slow_tab
+    if _stored_token(page) is not None:  # signed in by a test before: start again
+        page.driver.execute_script("sessionStorage.removeItem('agentik.token')")
+        page.driver.refresh()
+    page.wait(lambda: page.one("#token-form").is_displayed(), "the token form")
+    assert "token" in page.status().lower()
+    _sign_in(page)
     page.send("[[chunks:2]] hi")
     page.wait_for_answer(r"^w0 w1\s*$")
     page.idle()
-    stored = page.driver.execute_script("return sessionStorage.getItem('agentik.token')")
-    assert stored == TOKEN
+    assert _stored_token(page) == TOKEN
     page.driver.get_log("browser")  # type: ignore[no-untyped-call]  # the expected 401
 
 
@@ -531,7 +555,9 @@ def test_an_open_conversation_follows_a_turn_sent_by_another_client(
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with slow_stack.client() as other:
         path = f"/agentik/conversations/{conversation}/send"
-        body = {"text": "[[chunks:30]][[slow:0.05]] from another client"}
+        # Long enough (6 s) that the page's waits (polled every 0.5 s) and the racing send
+        # all happen while the turn is still answering, on a loaded box too.
+        body = {"text": "[[chunks:30]][[slow:0.2]] from another client"}
         with other.stream("POST", path, json=body, headers=auth) as sent:
             assert sent.status_code == 200
             # The page shows the other client's message and streams its answer as it comes.

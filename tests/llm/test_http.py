@@ -17,6 +17,7 @@ import ipaddress
 import json
 import ssl
 import time
+import tracemalloc
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -483,6 +484,44 @@ async def test_a_token_that_arrives_alone_leaves_at_once_without_waiting_for_mor
                 first_out.set()
 
     assert [d.text for d in deltas if isinstance(d, TextDelta)] == ["Hel", "lo"]
+
+
+async def test_tokens_that_arrive_one_by_one_are_read_without_a_large_buffer_each() -> None:
+    # An LLM's stream is one small chunk per token. asyncio's plain protocols get a new
+    # 256 KiB bytes object from every recv (13 us each, mapped and unmapped by glibc); the
+    # client has the transport read into one kept buffer instead.
+    go_on = asyncio.Event()
+    tokens = [f"t{n} " for n in range(40)]
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(STREAM_HEAD + one_chunk(token_events("first ")))
+        await asyncio.wait_for(go_on.wait(), WAIT)
+        for token in tokens:
+            await exchange.send(one_chunk(token_events(token)))
+            await asyncio.sleep(0.002)  # each its own read
+        await exchange.send(one_chunk(sse_body("").split(b"\n\n", 1)[1]) + b"0\r\n\r\n")
+        await exchange.wait_client_closed()
+
+    texts: list[str] = []
+    tracemalloc.start()
+    try:
+        async with TinyServer(handler) as server, model_at(server.url) as chat:
+            async with asyncio.timeout(WAIT):
+                async for delta in chat.stream(ask()):
+                    if isinstance(delta, TextDelta):
+                        texts.append(delta.text)
+                    if not go_on.is_set():  # the request was read: the server reads no more
+                        tracemalloc.reset_peak()
+                        before, _ = tracemalloc.get_traced_memory()
+                        go_on.set()
+                    else:
+                        _, peak = tracemalloc.get_traced_memory()
+                        assert peak - before < 96 * 1024, f"{peak - before} bytes at a read"
+    finally:
+        tracemalloc.stop()
+    assert "".join(texts) == "first " + "".join(tokens)
+    assert len(texts) > 10  # read one by one, or this measured nothing
 
 
 async def test_tokens_read_together_with_an_invalid_event_come_out_before_the_error() -> None:

@@ -586,6 +586,8 @@ class EngineSettings:
     store_retry_seconds: float = setting(5.0, lo=0)
     store_batch_max: int = setting(256, doc="PostgreSQL writes in one transaction, at most")
     metrics_addr: str = setting("", check=check_address, doc="where /metrics is served; empty: not")
+    gc_threshold: int = setting(10_000, lo=0, hi=1_000_000, doc="0: Python's own collector")
+    """New objects between two collections of the youngest generation (agentik/collector.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -660,6 +662,8 @@ class WebSettings:
     cors_origins: tuple[str, ...] = setting(
         (), each=_origin, check=_origins, noun="origins", item="origin"
     )
+    gc_threshold: int = setting(10_000, flat="web_gc_threshold", lo=0, hi=1_000_000)
+    """A web worker's collector, as ``[engine] gc_threshold`` is the engine's."""
 
 
 @dataclass(frozen=True, slots=True)

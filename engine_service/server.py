@@ -36,6 +36,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from agentik import tracing
+from agentik.collector import settle
 from agentik.config import Settings
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.netcheck import refuse_open_exposure
@@ -435,6 +436,7 @@ async def run_engine(
         if companion is not None:
             companion.close()
         raise
+    settle(settings.engine.gc_threshold)  # what start-up made stays: the collector skips it
     try:
         return await _serve(settings, engine, server, port, own_addr, companion)
     finally:

@@ -22,6 +22,7 @@ from collections import deque
 from types import FrameType
 from typing import Any
 
+from agentik.collector import settle
 from agentik.config import ConfigError, load_settings
 from agentik.logs import gunicorn_logconfig
 from agentik.netcheck import refuse_open_exposure
@@ -177,8 +178,11 @@ def worker_exit(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """On SIGTERM, also tell open SSE streams to end cleanly (``web_facade.stream.DRAINING``)."""
+    """On SIGTERM, also tell open SSE streams to end cleanly (``web_facade.stream.DRAINING``);
+    the app is loaded: what it made is frozen for the collector (:mod:`agentik.collector`)."""
     from web_facade.stream import DRAINING
+
+    settle(_settings.web.gc_threshold)
 
     previous = signal.getsignal(signal.SIGTERM)
 

@@ -648,8 +648,19 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["input_modalities"] == ("AGENTIK_INPUT_MODALITIES", "text, image")
     assert by_name["max_media_parts"] == ("AGENTIK_MAX_MEDIA_PARTS", "16")
     assert by_name["web_stream_reader"][0] == "AGENTIK_WEB_STREAM_READER"
-    assert len(rows) == 81
+    assert by_name["gc_threshold"] == ("AGENTIK_GC_THRESHOLD", "10000")
+    assert by_name["web_gc_threshold"] == ("AGENTIK_WEB_GC_THRESHOLD", "10000")
+    assert len(rows) == 83
     assert all("sk-very-secret" not in value for _, _, value in rows)
+
+
+@pytest.mark.parametrize("name", ["AGENTIK_GC_THRESHOLD", "AGENTIK_WEB_GC_THRESHOLD"])
+def test_a_collector_threshold_out_of_bounds_is_refused_naming_it(name: str) -> None:
+    with pytest.raises(ConfigError, match="gc_threshold"):
+        load_settings(None, {name: "2000000"})
+    with pytest.raises(ConfigError, match="gc_threshold"):
+        load_settings(None, {name: "-1"})
+    assert load_settings(None, {name: "0"})  # 0: Python's own
 
 
 def test_the_api_key_is_kept_out_of_the_repr() -> None:

@@ -32,6 +32,7 @@ from engine_service.core.flush import JOIN_CHARS
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.rounds import DELTAS_PER_TURN
 from engine_service.core.store import SessionStore, SignalKind
 from engine_service.stores import MemorySessionStore, SqliteSessionStore
 
@@ -303,9 +304,59 @@ async def test_a_token_after_a_pause_longer_than_the_gap_is_stored_at_once() -> 
     await engine.start()
     await _run_to_end(engine, store)
     await engine.shutdown(0)
-    first_token = next(at for at, kinds in store.writes if ev.TextMessageStart in kinds)
-    late = next(at for at, kinds in store.writes if kinds == [ev.TextMessageContent])
-    assert late - first_token < 0.55  # as it came, 0.4 s on: no gap to wait out
+    first = next(i for i, (_, kinds) in enumerate(store.writes) if ev.TextMessageStart in kinds)
+    first_token = store.writes[first][0]
+    late = next(at for at, kinds in store.writes[first + 1 :] if ev.TextMessageContent in kinds)
+    assert 0.35 < late - first_token < 0.55  # as it came, 0.4 s on: no gap to wait out
+
+
+class Ticker:
+    """Counts the turns of the loop it runs on."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    async def run(self) -> None:
+        while True:
+            self.turns += 1
+            await asyncio.sleep(0)
+
+
+class NeverAwaits(ChatModel):
+    """``count`` deltas without ever awaiting; notes the ticker's turns at the first and
+    the last."""
+
+    name = "never-awaits"
+
+    def __init__(self, count: int, ticker: Ticker) -> None:
+        self.count = count
+        self.ticker = ticker
+        self.turns: list[int] = []
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        for index in range(self.count):
+            if index in (1, self.count - 1):
+                self.turns.append(self.ticker.turns)
+            yield TextDelta(f"w{index} ")
+
+
+async def test_a_model_that_never_awaits_still_lets_the_loop_run_every_few_deltas() -> None:
+    ticker = Ticker()
+    model = NeverAwaits(400, ticker)
+    store = CountingWrites()
+    engine = _paced_engine(store, model, gap=0.005)
+    ticking = asyncio.create_task(ticker.run())
+    try:
+        await engine.start()
+        stored = await _run_to_end(engine, store)
+        await engine.shutdown(0)
+    finally:
+        ticking.cancel()
+    contents = [e.body.delta for e in stored if isinstance(e.body, ev.TextMessageContent)]
+    assert "".join(contents) == "".join(f"w{index} " for index in range(400))
+    first, last = model.turns
+    # The reader lets the loop run after DELTAS_PER_TURN deltas at most (398 read between).
+    assert last - first >= 398 // DELTAS_PER_TURN - 2, (first, last)
 
 
 class SlowToReturn(SqliteSessionStore):

@@ -42,7 +42,12 @@ class Harness:
 
 
 def engine_settings(**env: str) -> Settings:
-    base = {"AGENTIK_GRPC_ADDR": "127.0.0.1:0", "AGENTIK_STORE": "memory://"}
+    # The test process's collector stays as Python has it (run_engine would freeze it).
+    base = {
+        "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+        "AGENTIK_STORE": "memory://",
+        "AGENTIK_GC_THRESHOLD": "0",
+    }
     base.update(env)
     return load_settings(None, base)
 

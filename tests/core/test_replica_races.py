@@ -252,7 +252,8 @@ async def test_a_zombie_whose_run_was_closed_elsewhere_stops_and_writes_nothing_
     the run; A must stop it without writing, and every follower ends on B's closing end."""
     async with engines(llm, store_for) as (a, b):
         await a.create_session(ANONYMOUS, session_id="s")
-        run_id = await start(a, "s", "[[chunks:150]][[slow:0.01]]")
+        # 3 s of answer: B takes the run over well before its end (lease 0.6 s), loaded box too.
+        run_id = await start(a, "s", "[[chunks:300]][[slow:0.01]]")
         on_a = [asyncio.create_task(follow_until_runs_end(a, "s", 0, {run_id})) for _ in range(3)]
         on_b = [asyncio.create_task(follow_until_runs_end(b, "s", 0, {run_id})) for _ in range(3)]
         await asyncio.sleep(0.2)
@@ -263,7 +264,7 @@ async def test_a_zombie_whose_run_was_closed_elsewhere_stops_and_writes_nothing_
         async with asyncio.timeout(WAIT):
             while a.runs_in_flight:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
-        await asyncio.sleep(2.0)  # the LLM stream would have ended by now: nothing more is written
+        await asyncio.sleep(3.0)  # the LLM stream would have ended by now: nothing more is written
         stored = await a.store.read_events("s", 0, 100_000)
         seqs = [e.seq for e in stored]
         assert seqs == sorted(set(seqs))
@@ -296,7 +297,8 @@ async def test_a_zombie_whose_run_was_resumed_elsewhere_stops_and_the_run_ends_w
     answer is superseded, in order, ending on B's end."""
     async with engines(llm, store_for, resume=True) as (a, b):
         await a.create_session(ANONYMOUS, session_id="s")
-        run_id = await start(a, "s", "[[chunks:150]][[slow:0.01]]")
+        # 3 s of answer: B takes the run over well before its end (lease 0.6 s), loaded box too.
+        run_id = await start(a, "s", "[[chunks:300]][[slow:0.01]]")
         on_a = [asyncio.create_task(follow_until_runs_end(a, "s", 0, {run_id})) for _ in range(3)]
         on_b = [asyncio.create_task(follow_until_runs_end(b, "s", 0, {run_id})) for _ in range(3)]
         await asyncio.sleep(0.2)
@@ -324,7 +326,7 @@ async def test_a_zombie_whose_run_was_resumed_elsewhere_stops_and_the_run_ends_w
             assert [e.seq for e in events] == seqs  # B reads the store: exactly its events
         messages = await b.store.all_messages("s")
         assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT]
-        assert messages[-1].content == [TextPart("".join(f"w{i} " for i in range(150)))]
+        assert messages[-1].content == [TextPart("".join(f"w{i} " for i in range(300)))]
 
 
 async def test_followers_on_b_finish_when_its_listener_connection_is_killed(

@@ -114,6 +114,11 @@ class BackgroundServer(abc.ABC):
     def start(self) -> Self:
         """Bind and serve in a daemon thread."""
         server = self._make_server()
+        # A client that connects and resets before the accept (an engine shut down while its
+        # probe connects) leaves the poll saying "ready" and a blocking accept() waiting for
+        # the next connection, forever: stop() then hung. With a timeout accept() gives up
+        # (an OSError the server ignores) and the accepted sockets are made blocking again.
+        server.socket.settimeout(POLL_SLICE)
         self.port = int(server.server_address[1])
         self._server = server
         self._stopping.clear()

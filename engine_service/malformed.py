@@ -22,6 +22,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from engine_service.errors import abort
+
 __all__ = ["Malformed", "MalformedRequests", "refuse_malformed"]
 
 _Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
@@ -73,8 +75,10 @@ async def refuse_malformed(context: _Context, method: str, request: object) -> N
     if isinstance(request, Malformed):
         context.set_trailing_metadata((("agentik-error", request.code),))
         what = "too large" if request.code == "payload_too_large" else "malformed"
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT, f"the {method} request is {what}: {request.reason}"
+        await abort(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the {method} request is {what}: {request.reason}",
         )
 
 

@@ -38,7 +38,7 @@ from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError, BudgetExceeded, InvalidInput, RateLimited
 from engine_service.core.models import Session
 from engine_service.core.run_webhooks import PushConfigs
-from engine_service.errors import status_for
+from engine_service.errors import abort, status_for
 from engine_service.malformed import refuse_malformed
 
 __all__ = ["BATCH_BYTES", "AgentEngineServicer", "batched"]
@@ -71,7 +71,7 @@ async def _abort(context: Context, exc: AgentikError) -> None:
     if isinstance(exc, RateLimited | BudgetExceeded):
         trailers.append(("retry-after", str(exc.retry_after)))
     context.set_trailing_metadata(tuple(trailers))
-    await context.abort(status_for(exc), exc.message)
+    await abort(context, status_for(exc), exc.message)
 
 
 def _authorization(context: Context) -> str | None:
@@ -86,8 +86,8 @@ async def _internal(context: Context, run_id: str = "") -> None:
     a reference to the log, never the exception's class or message."""
     reference = f"run {run_id}" if run_id else f"ref {uuid.uuid4().hex[:12]}"
     log.exception("unexpected error in an RPC (%s)", reference)
-    await context.abort(
-        grpc.StatusCode.INTERNAL, f"internal error; see the engine log ({reference})"
+    await abort(
+        context, grpc.StatusCode.INTERNAL, f"internal error; see the engine log ({reference})"
     )
 
 

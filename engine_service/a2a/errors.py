@@ -24,7 +24,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 
 from agentik.a2a.errors import DOMAIN, GRPC_ERRORS
 from engine_service.core.errors import AgentikError
-from engine_service.errors import status_for
+from engine_service.errors import abort, status_for
 
 __all__ = ["DETAILS_KEY", "a2a_error", "abort_a2a", "status_of"]
 
@@ -66,4 +66,4 @@ async def abort_a2a(context: Context, error: A2AError) -> None:
     """End the call with the A2A error: its status, message and rich details."""
     code, status = status_of(error)
     context.set_trailing_metadata(((DETAILS_KEY, status.SerializeToString()),))
-    await context.abort(code, error.message)
+    await abort(context, code, error.message)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import re
 from collections.abc import AsyncIterator
 
+import grpc
 import pytest
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -106,3 +109,49 @@ async def test_a_bug_in_a_turn_is_an_internal_run_error_naming_the_run_not_the_c
     assert error.code == "internal"
     assert error.message == "internal error (see the engine log for run run-b)"
     assert any(r.exc_info and "run-b" in r.message for r in caplog.records)
+
+
+# -- a refused call lets go of its request -------------------------------------------
+
+
+async def test_a_refused_call_frees_its_request_without_the_collector(harness: Harness) -> None:
+    """gRPC keeps the error an abort raises, and its traceback holds the handler's frames:
+    without ``engine_service.errors.abort`` each refused request stayed in memory until the
+    cyclic collector ran (100 MiB after the hostile fuzz, with the collector set for a
+    server). Here the collector is off while requests are refused in each way an abort
+    happens (the core's error, a malformed request, a run's own error), then no request of
+    theirs may be among what only it could free."""
+    big = "x" * 200_000
+    refused = [
+        pb.RunRequest(session_id="nowhere", messages=[user(big)]),  # not found, in Run
+        pb.RunRequest(session_id="s", create_session=True, messages=[user(big)]),
+    ]
+    refused[1].messages[0].role = pb.ROLE_TOOL  # a tool message without a call: invalid
+    malformed = b"\xff" * 1000  # not a GetSession request
+    gc.collect()
+    gc.disable()
+    try:
+        for request in refused:
+            with pytest.raises(grpc.aio.AioRpcError):
+                async for _ in harness.stub.Run(request):
+                    pass
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await harness.stub.GetSession(pb.GetSessionRequest(session_id=big))
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # not an id
+        get_session: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = harness.channel.unary_unary(
+            "/agentik.engine.v1.AgentEngine/GetSession",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await get_session(malformed)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        await asyncio.sleep(0.05)  # the calls' done callbacks
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        kept = [o for o in gc.garbage if isinstance(o, pb.RunRequest | pb.GetSessionRequest)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == [], f"{len(kept)} refused requests were held in reference cycles"

@@ -33,7 +33,7 @@ EXAMPLES = 40
 MAX_REQUEST = 6 << 20
 """Larger requests are not sent (they only measure the network); over the engine's 4 MiB
 limit gRPC refuses them with RESOURCE_EXHAUSTED, a clean refusal too."""
-RSS_GROWTH = 160 << 20
+RSS_GROWTH = 64 << 20
 """How much the engine's resident memory may grow over the whole fuzz."""
 STREAMING = frozenset({"Run", "Subscribe"})
 SERVICE = "/agentik.engine.v1.AgentEngine/"

@@ -29,6 +29,14 @@ thread, so clients that never close stalled the whole worker.
 
 TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handling.
 
+**An answer given before its request's body was read keeps the connection usable.** A route
+may answer without reading the body (404, 405, the host check, 413). The rest of the body is
+then read and dropped before the answer, up to ``[web] discard_body_bytes``, so the next
+request on a kept-alive connection starts where it should; past that, or when the body does
+not arrive in time, the answer says ``Connection: close`` and the connection is closed.
+gunicorn drops hop-by-hop headers an application sets, so an answer of the app's with
+``Connection: close`` (a body timed out) is made to close here too.
+
 gunicorn's own parse refusals are answered in the facade's JSON shape
 (:mod:`web_facade.gunicorn_refusals`), by overriding ``handle_error``.
 
@@ -51,9 +59,10 @@ import os
 import selectors
 import socket
 import time
+from collections.abc import Callable
 from concurrent import futures
 from functools import partial
-from typing import Any
+from typing import Any, TypeAlias
 
 # gunicorn ships no type information.
 from gunicorn import util  # type: ignore[import-untyped]
@@ -80,6 +89,8 @@ __all__ = [
     "DeadlineUnreader",
     "EdgeThreadWorker",
 ]
+
+_Wsgi: TypeAlias = Callable[[dict[str, Any], Callable[..., Any]], Any]
 
 RESERVED_PATHS = frozenset({"/health", "/metrics"})
 """Paths served by the reserved lane, never behind the request pool."""
@@ -153,6 +164,8 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
     request to read goes), ``wait_for_and_dispatch_events`` (the loop's wait) and
     ``finish_request`` (a thread's result)."""
 
+    wsgi: _Wsgi
+    """The application (gunicorn's ``load_wsgi`` sets it)."""
     balance: conn_balance.Slots | None = None
     """The workers' shared connection counts (set before the worker runs), if any."""
     balance_slot = -1
@@ -166,6 +179,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.body_timeout = settings.web.body_timeout
         self.queue_timeout = settings.web.queue_timeout
         self.write_timeout = settings.web.write_timeout
+        self.discard_bytes = settings.discard_body_bytes
         self.head_limits = HeadLimits(self.cfg)
         # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
         self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
@@ -185,6 +199,11 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
         self.count_refusal = count_refusal
         super().init_process()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        if self.edge:
+            self.wsgi = _closing_when_unread(self.wsgi, self.discard_bytes)
 
     def run(self) -> None:
         try:
@@ -473,6 +492,52 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             util.write_nonblock(client, error_bytes(*refusal))
         except OSError:
             self.log.debug("Failed to send error message.")
+
+
+def _closing_when_unread(app: _Wsgi, bound: int) -> _Wsgi:
+    """``app``, whose answers close the connection when they say ``Connection: close`` or
+    when the request's body was not read whole and its rest (at most ``bound`` bytes) cannot
+    be read and dropped in time."""
+
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        def starting(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            if _says_close(headers) or not _body_read(environ, bound):
+                response = getattr(start_response, "__self__", None)  # gunicorn's Response
+                if response is not None:
+                    response.force_close()
+            return start_response(status, headers, *exc_info)
+
+        return app(environ, starting)
+
+    return wrapped
+
+
+def _says_close(headers: list[tuple[str, str]]) -> bool:
+    return any(name.lower() == "connection" and "close" in value.lower() for name, value in headers)
+
+
+DISCARD_CHUNK = 65536
+
+
+def _body_read(environ: dict[str, Any], bound: int) -> bool:
+    """Whether the request's body has been read to its end, reading and dropping what is
+    left of it, when that is at most ``bound`` bytes, against the body's deadline."""
+    length = environ.get("CONTENT_LENGTH")
+    if length and length.isdigit() and int(length) > bound:
+        return False  # longer than any body the app takes: refused, and not read
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return True
+    dropped = 0
+    try:
+        while dropped <= bound:
+            chunk = stream.read(DISCARD_CHUNK)
+            if not chunk:
+                return True
+            dropped += len(chunk)
+    except Exception:  # a timeout (BodyTimeout), a broken chunked encoding, a reset
+        return False
+    return False
 
 
 def _remote(conn: TConn) -> str:

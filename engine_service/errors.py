@@ -3,12 +3,12 @@ with one (:func:`abort`)."""
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
+from agentik.collector import release
 from engine_service.core import errors
 
 __all__ = ["STATUS_FOR", "abort", "status_for"]
@@ -66,18 +66,6 @@ async def abort(context: Context, code: grpc.StatusCode, details: str) -> NoRetu
 
 def _forgetting(aborted: BaseException) -> Callable[[Context], None]:
     def forget(_context: Context) -> None:
-        _forget(aborted)
+        release(aborted)
 
     return forget
-
-
-def _forget(aborted: BaseException) -> None:
-    """The error and those it was raised while handling drop their tracebacks."""
-    error: BaseException | None = aborted
-    while error is not None:
-        if error.__traceback__ is not None:
-            traceback.clear_frames(error.__traceback__)  # the finished frames' locals
-        error.__traceback__ = None
-        following = error.__context__
-        error.__context__ = error.__cause__ = None
-        error = following

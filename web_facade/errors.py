@@ -21,14 +21,17 @@ when the request had credentials), as RFC 6750 asks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from flask import Flask, Response, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from agentik.collector import release
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from web_facade.request_heads import BodyTimeout
 
@@ -242,25 +245,47 @@ def _discarded() -> bool:
     return discard_body()
 
 
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _releasing(handler: Callable[[_E], Response]) -> Callable[[_E], Response]:
+    """``handler``, after which the error lets go of its traceback (``collector.release``):
+    errors of gRPC's interceptors and of routing sit in cycles with their frames, which
+    hold the request's body, until the collector runs."""
+
+    @functools.wraps(handler)
+    def answer(exc: _E) -> Response:
+        try:
+            return handler(exc)
+        finally:
+            release(exc)
+
+    return answer
+
+
 def install_error_handlers(app: Flask) -> None:
     """Make every error of ``app`` a JSON error body."""
 
     @app.errorhandler(ApiError)
+    @_releasing
     def _api_error(exc: ApiError) -> Response:
         return error_response(exc.status, exc.code, exc.message, exc.retry_after)
 
     @app.errorhandler(grpc.RpcError)
+    @_releasing
     def _rpc_error(exc: grpc.RpcError) -> Response:
         mapped = from_rpc_error(exc)
         return error_response(mapped.status, mapped.code, mapped.message, mapped.retry_after)
 
     @app.errorhandler(BodyTimeout)
+    @_releasing
     def _body_timeout(exc: BodyTimeout) -> Response:
         response = error_response(408, "request_timeout", str(exc))
         response.headers["Connection"] = "close"
         return response
 
     @app.errorhandler(HTTPException)
+    @_releasing
     def _http_error(exc: HTTPException) -> Response:
         if isinstance(exc.__context__, BodyTimeout):  # werkzeug: "the client disconnected"
             return _body_timeout(exc.__context__)
@@ -283,6 +308,7 @@ def install_error_handlers(app: Flask) -> None:
         return response
 
     @app.errorhandler(Exception)
+    @_releasing
     def _unexpected(exc: Exception) -> Response:
         log.exception("unhandled error in the web facade")
         return error_response(500, "internal", "internal error in the web facade")

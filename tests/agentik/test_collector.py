@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentik.collector import settle
+from agentik.collector import release, settle
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,3 +134,36 @@ def test_a_started_engine_and_web_worker_settle_their_collector(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [value, True]
+
+
+def _refuse(body: str) -> None:
+    raise ValueError("refused")
+
+
+def _handled(body: str) -> BaseException:
+    """An error raised while handling another, kept (as gRPC keeps an abort's)."""
+    try:
+        try:
+            _refuse(body)
+        except ValueError as first:
+            raise KeyError("mapped") from first
+    except KeyError as second:
+        return second
+    raise AssertionError("not raised")
+
+
+def test_release_lets_an_error_and_its_causes_go_of_their_frames() -> None:
+    body = "z" * 1000
+    error = _handled(body)
+    cause = error.__cause__
+    assert cause is not None and cause.__traceback__ is not None
+    inner = cause.__traceback__.tb_next
+    assert inner is not None
+    frame = inner.tb_frame  # _refuse's, holding the body
+    assert frame.f_locals["body"] is body
+
+    release(error)
+
+    assert error.__traceback__ is None and error.__cause__ is None and error.__context__ is None
+    assert cause.__traceback__ is None
+    assert "body" not in frame.f_locals  # the ended frame let go of its locals

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import socket
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -265,3 +267,44 @@ def test_grpcs_own_message_size_refusal_is_an_engine_error_without_its_text(deta
     assert (mapped.status, mapped.code) == (502, "engine_error")
     assert "vs." not in mapped.message and "SERVER" not in mapped.message
     assert "4 MiB" in mapped.message
+
+
+def test_an_answered_error_lets_go_of_the_request(app: Flask) -> None:
+    """Errors of routing and of gRPC's interceptors sit in reference cycles with their
+    frames, which hold the request's body: with the web worker's collector set for a
+    server, 240 refused 900 KB requests grew a worker by 85 MiB. Each error handler lets its
+    error go of its traceback. With the collector off, after refusals of each kind (a route
+    that does not exist, the engine's refusal, the facade's own, one a route maps itself), no
+    error may be among what only the collector could free."""
+    client = app.test_client()
+    big = "y" * 200_000
+    gc.collect()
+    gc.disable()
+    try:
+        _error(client.post("/nowhere", json={"text": big}), 404, "not_found")
+        _error(client.post("/agentik/conversations", json={"title": big}), 400, "invalid_argument")
+        _error(client.get("/agentik/conversations/nope"), 404, "not_found")
+        _error(
+            client.post("/agentik/conversations", data="{", content_type="application/json"),
+            400,
+            "invalid_json",
+        )
+        # a refusal the route maps itself (A2A: a JSON-RPC error, HTTP 200)
+        task = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}}
+        answer = client.post("/", json=task, headers={"A2A-Version": "1.0"}).get_json()
+        assert answer["error"]["code"] == -32001, answer  # TaskNotFoundError
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        kept = [
+            repr(o)[:80]
+            for o in gc.garbage
+            # the engine of these tests runs in this process: its calls' own (frameless)
+            # AbortErrors are not the facade's
+            if (isinstance(o, BaseException) and not isinstance(o, grpc.aio.AbortError))
+            or (isinstance(o, types.FrameType) and "web_facade" in o.f_code.co_filename)
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == [], f"errors and frames held in reference cycles: {kept}"

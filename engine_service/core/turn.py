@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from agentik.collector import release
 from engine_service.core import events as ev
 from engine_service.core.asks import PersonInTheLoop
 from engine_service.core.bounds import MESSAGE_ROOM, bounded_snapshot
@@ -337,24 +338,34 @@ class Run:
                     final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
+            release(exc)  # answered: see the end of this method's ``finally``
             final = await self._failed(_storage_error(exc))
         except BudgetExceeded as exc:
             self.report.error_cause, self.report.failed_in = exc.message, "budget"
+            release(exc)
             final = await self._failed(ev.RunError(message=exc.message, code=exc.code))
         except LLMError as exc:
             # The client is told what failed; where (endpoint, cause) goes to the log.
             log.warning("run %s failed: %s: %s", self.run_id, exc.code, exc.detail)
             self.report.error_cause, self.report.failed_in = exc.detail, "llm"
+            release(exc)
             final = await self._failed(ev.RunError(message=exc.message, code=exc.code))
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
             self.report.error_cause = f"{type(exc).__name__}: {exc}"
             self.report.failed_in = "internal"
+            release(exc)
             message = f"internal error (see the engine log for run {self.run_id})"
             final = await self._failed(ev.RunError(message=message, code="internal"))
         finally:
             flusher.cancel()
             self.rounds.cancel_early()
+            # A failed run's error is held where it was raised (the work's task, the early
+            # request's future, a parser) and its traceback holds the run's frames, the
+            # request to the LLM among them: a cycle the collector would free only on its next
+            # pass. The error is released once answered (``collector.release``) and the
+            # task let go here.
+            self._work = None
         await self.rounds.drop_early()
         if self.handing_over and not self.lost_at:
             await self._handed_over(final)

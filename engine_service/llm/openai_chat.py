@@ -182,7 +182,10 @@ class OpenAIChatModel(ChatModel):
                     for delta in deltas:
                         yield delta
                 if parser.error is not None:
-                    raise parser.error
+                    try:
+                        raise parser.error  # raised, not kept: no cycle with this frame
+                    finally:
+                        parser.error = None
                 if decoder.over:
                     raise _error(
                         "llm_bad_stream",

@@ -155,3 +155,41 @@ async def test_a_refused_call_frees_its_request_without_the_collector(harness: H
         gc.garbage.clear()
         gc.enable()
     assert kept == [], f"{len(kept)} refused requests were held in reference cycles"
+
+
+async def test_a_failed_run_leaves_no_error_in_a_cycle(harness: Harness, llm: FakeOpenAI) -> None:
+    """A run the LLM fails: its error was held where it was raised (the work's task, the
+    early request's future, the stream's parser), and its traceback held the run's frames,
+    the request to the LLM among them, until the collector ran. With the collector off, after
+    runs failed in each way, no error may be among what only it could free."""
+    gc.collect()
+    gc.disable()
+    try:
+        for i, reply in enumerate(
+            [
+                FakeReply(status=500, error_message="boom"),
+                FakeReply(text="half an answer here", malformed_after=2),
+                FakeReply(text="half an answer here", drop_after=2),
+            ]
+        ):
+            llm.enqueue(reply)
+            events = await run(
+                harness,
+                pb.RunRequest(
+                    session_id=f"failing-{i}", create_session=True, messages=[user("x" * 50_000)]
+                ),
+            )
+            assert events[-1].WhichOneof("kind") == "run_error"
+        await asyncio.sleep(0.05)  # the runs' ends
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        kept = [
+            repr(o)[:80]
+            for o in gc.garbage
+            if isinstance(o, Exception) and not isinstance(o, grpc.aio.AbortError)
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == [], f"errors held in reference cycles: {kept}"

@@ -522,14 +522,14 @@ DISCARD_CHUNK = 65536
 def _body_read(environ: dict[str, Any], bound: int) -> bool:
     """Whether the request's body has been read to its end, reading and dropping what is
     left of it, when that is at most ``bound`` bytes, against the body's deadline."""
-    length = environ.get("CONTENT_LENGTH")
-    if length and length.isdigit() and int(length) > bound:
-        return False  # longer than any body the app takes: refused, and not read
     stream = environ.get("wsgi.input")
     if stream is None:
         return True
+    length = environ.get("CONTENT_LENGTH")
     dropped = 0
     try:
+        if length and length.isdigit() and int(length) > bound:
+            return not stream.read(1)  # read whole by the app, or too long to drop
         while dropped <= bound:
             chunk = stream.read(DISCARD_CHUNK)
             if not chunk:

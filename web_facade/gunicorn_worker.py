@@ -76,6 +76,7 @@ from web_facade.request_heads import (
     BodyTimeout,
     HeadLimits,
     body_to_read,
+    drop_rest,
     head_state,
     request_path,
 )
@@ -516,9 +517,6 @@ def _says_close(headers: list[tuple[str, str]]) -> bool:
     return any(name.lower() == "connection" and "close" in value.lower() for name, value in headers)
 
 
-DISCARD_CHUNK = 65536
-
-
 def _body_read(environ: dict[str, Any], bound: int) -> bool:
     """Whether the request's body has been read to its end, reading and dropping what is
     left of it, when that is at most ``bound`` bytes, against the body's deadline."""
@@ -526,18 +524,7 @@ def _body_read(environ: dict[str, Any], bound: int) -> bool:
     if stream is None:
         return True
     length = environ.get("CONTENT_LENGTH")
-    dropped = 0
-    try:
-        if length and length.isdigit() and int(length) > bound:
-            return not stream.read(1)  # read whole by the app, or too long to drop
-        while dropped <= bound:
-            chunk = stream.read(DISCARD_CHUNK)
-            if not chunk:
-                return True
-            dropped += len(chunk)
-    except Exception:  # a timeout (BodyTimeout), a broken chunked encoding, a reset
-        return False
-    return False
+    return drop_rest(stream, int(length) if length and length.isdigit() else None, bound)
 
 
 def _remote(conn: TConn) -> str:

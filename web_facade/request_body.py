@@ -36,6 +36,7 @@ from flask import current_app, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.errors import ApiError
+from web_facade.request_heads import drop_rest
 
 __all__ = [
     "ACCEPTED_MEDIA_TYPES",
@@ -178,8 +179,6 @@ def _read_body() -> bytes:
     return data
 
 
-DISCARD_CHUNK = 64 * 1024
-
 DISCARD_KEY = "agentik.discard_body_bytes"
 """``app.config`` key: how much of a refused body is read and dropped (``discard_body``)."""
 
@@ -194,20 +193,7 @@ def discard_body() -> bool:
     if "agentik.discarded" in environ:
         return bool(environ["agentik.discarded"])
     bound = int(current_app.config.get(DISCARD_KEY) or 0)
-    length = request.content_length
-    whole = False
-    if bound > 0 and (length is None or length <= bound):
-        stream = environ["wsgi.input"]
-        read = 0
-        try:
-            while read <= bound:
-                chunk = stream.read(DISCARD_CHUNK)
-                if not chunk:
-                    whole = True
-                    break
-                read += len(chunk)
-        except Exception:  # a timeout (BodyTimeout), a broken chunked encoding, a reset
-            whole = False
+    whole = bound > 0 and drop_rest(environ["wsgi.input"], request.content_length, bound)
     environ["agentik.discarded"] = whole
     return whole
 

@@ -25,6 +25,7 @@ __all__ = [
     "BodyTimeout",
     "HeadLimits",
     "body_to_read",
+    "drop_rest",
     "head_state",
     "request_path",
 ]
@@ -131,3 +132,26 @@ def request_path(head: bytes | bytearray) -> str:
 
 class BodyTimeout(TimeoutError):
     """The request body did not arrive whole within ``web_body_timeout`` seconds."""
+
+
+DROP_CHUNK = 65536
+
+
+def drop_rest(stream: Any, length: int | None, bound: int) -> bool:
+    """Read and drop what is left of a request body (``stream``: its ``wsgi.input``, of
+    ``length`` bytes if known), when that is at most ``bound`` bytes; whether the body was
+    then read to its end. A body announced longer than ``bound`` is not read (one byte tells
+    whether the app read it whole); one that does not arrive in time (``BodyTimeout``), has
+    a broken chunked encoding or is reset counts as not read."""
+    try:
+        if length is not None and length > bound:
+            return not stream.read(1)
+        dropped = 0
+        while dropped <= bound:
+            chunk = stream.read(DROP_CHUNK)
+            if not chunk:
+                return True
+            dropped += len(chunk)
+    except Exception:
+        return False
+    return False

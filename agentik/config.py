@@ -608,6 +608,12 @@ class LlmSettings:
     compaction: str = setting("summarize", choices=COMPACTION_MODES)
     input_modalities: tuple[str, ...] = setting(("text", "image"), check=check_modalities)
     max_media_parts: int = setting(16, doc="image parts one run's new messages may hold")
+    max_idle_connections: int = setting(
+        256, flat="llm_max_idle_connections", lo=0, doc="0: a new connection per request"
+    )
+    """Kept-alive connections to one LLM endpoint waiting for the next request."""
+    idle_timeout: float = setting(30.0, flat="llm_idle_timeout")
+    """Seconds a kept-alive connection waits for a request before it is closed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ def build_model(settings: Settings, agent: AgentConfig | None = None) -> ChatMod
             first_token_timeout=llm.first_token_timeout,
             max_retries=llm.max_retries,
             headers=headers,
+            max_idle_connections=llm.max_idle_connections,
+            idle_timeout=llm.idle_timeout,
         )
     return OfflineChatModel()
 

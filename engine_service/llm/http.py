@@ -6,9 +6,13 @@ the LLM's chunks through httpx, httpcore and anyio took ~40 % of the engine's CP
 layers, a cancel scope and a timeout per read — and importing the SDK ~28 MB of memory. This
 reads the socket with asyncio's streams and parses HTTP/1.1 itself: status line, headers,
 ``Content-Length``, ``chunked`` or close-delimited bodies. Connections are kept alive and
-reused per origin. ``https`` uses the system's trust store (``SSL_CERT_FILE`` /
-``SSL_CERT_DIR`` honoured); ``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``NO_PROXY`` are honoured,
-https through a ``CONNECT`` tunnel.
+reused per origin: at most ``max_idle`` wait per origin (``[llm] max_idle_connections``;
+the oldest is closed to make room), each for at most ``idle_timeout`` seconds (``[llm]
+idle_timeout``). Under load every run holds one; a pool smaller than the runs in flight
+closes and opens connections all the time (at 256 concurrent one-token runs with 64 kept,
+8 % of the engine's CPU, docs/performance.md). ``https`` uses the system's trust store
+(``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured); ``HTTPS_PROXY`` / ``HTTP_PROXY`` /
+``NO_PROXY`` are honoured, https through a ``CONNECT`` tunnel.
 
 Errors are three exceptions the model maps to its run error codes: :class:`ConnectFailed`
 (nothing was sent), :class:`ReadTimedOut`, :class:`BrokenStream`.
@@ -22,11 +26,15 @@ import contextlib
 import os
 import ssl
 import threading
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit
 
 __all__ = [
+    "IDLE_TIMEOUT",
+    "MAX_IDLE",
     "BrokenStream",
     "ConnectFailed",
     "HttpClient",
@@ -42,7 +50,10 @@ _MAX_CHUNK_LINE = 4 * 1024
 """Bytes a chunk's size line (with extensions) or a trailer line may take."""
 _MAX_CHUNK = 16 * 1024 * 1024
 """Bytes one chunk of a chunked body may take (it is held whole before it is passed on)."""
-_MAX_IDLE_PER_ORIGIN = 64
+MAX_IDLE = 256
+"""Kept-alive connections per origin, by default (``[llm] max_idle_connections``)."""
+IDLE_TIMEOUT = 30.0
+"""Seconds a kept-alive connection waits for its next request, by default."""
 
 
 class HttpError(Exception):
@@ -233,10 +244,21 @@ class Response:
 class HttpClient:
     """Keep-alive HTTP/1.1 connections, per origin, for streamed POSTs (and the probe's GET)."""
 
-    def __init__(self, *, connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        max_idle: int = MAX_IDLE,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self._idle: dict[_Origin, list[_Connection]] = {}
+        self.max_idle = max_idle
+        self.idle_timeout = idle_timeout
+        self._idle: dict[_Origin, deque[tuple[float, _Connection]]] = {}
+        """Per origin, the idle connections with when each was given back, oldest first."""
+        self._sweep: asyncio.TimerHandle | None = None
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
 
@@ -328,20 +350,53 @@ class HttpClient:
         return Response(status, response_headers, connection, self, self.read_timeout)
 
     def _take(self, origin: _Origin) -> _Connection | None:
+        """The connection given back last (its socket the likeliest still open), unless it
+        waited past ``idle_timeout`` (then so did every other)."""
         idle = self._idle.get(origin)
+        if not idle:
+            return None
+        self._expire(idle, time.monotonic())
         while idle:
-            connection = idle.pop()
+            _, connection = idle.pop()
             if not connection.reader.at_eof() and not connection.writer.is_closing():
                 return connection
             connection.close()
         return None
 
     def _release(self, connection: _Connection) -> None:
-        idle = self._idle.setdefault(connection.origin, [])
-        if self._closed or len(idle) >= _MAX_IDLE_PER_ORIGIN:
+        if self._closed or self.max_idle <= 0:
             connection.close()
-        else:
-            idle.append(connection)
+            return
+        idle = self._idle.setdefault(connection.origin, deque())
+        now = time.monotonic()
+        self._expire(idle, now)
+        if len(idle) >= self.max_idle:
+            idle.popleft()[1].close()
+        idle.append((now, connection))
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.idle_timeout, self._swept)
+
+    def _expire(self, idle: deque[tuple[float, _Connection]], now: float) -> None:
+        """Close the connections that waited longer than ``idle_timeout``."""
+        while idle and now - idle[0][0] >= self.idle_timeout:
+            idle.popleft()[1].close()
+
+    def _swept(self) -> None:
+        """Close what expired while nobody asked; again later while any wait."""
+        self._sweep = None
+        now = time.monotonic()
+        for origin, idle in list(self._idle.items()):
+            self._expire(idle, now)
+            if not idle:
+                del self._idle[origin]
+        if self._idle and not self._closed:
+            oldest = min(idle[0][0] for idle in self._idle.values())
+            delay = max(0.0, oldest + self.idle_timeout - now)
+            self._sweep = asyncio.get_running_loop().call_later(delay, self._swept)
+
+    def idle_count(self) -> int:
+        """Connections waiting for a request, every origin together."""
+        return sum(len(idle) for idle in self._idle.values())
 
     async def _connect(self, origin: _Origin) -> _Connection:
         proxy = _proxy_for(origin)
@@ -418,8 +473,11 @@ class HttpClient:
     async def aclose(self) -> None:
         """Close the idle connections; later releases close theirs."""
         self._closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for idle in self._idle.values():
-            for connection in idle:
+            for _, connection in idle:
                 connection.close()
         self._idle.clear()
 

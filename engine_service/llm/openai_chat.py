@@ -42,6 +42,8 @@ from engine_service.core.models import (
     message_text,
 )
 from engine_service.llm.http import (
+    IDLE_TIMEOUT,
+    MAX_IDLE,
     BrokenStream,
     ConnectFailed,
     HttpClient,
@@ -88,8 +90,11 @@ class OpenAIChatModel(ChatModel):
         max_retries: int = 2,
         retry_backoff: float = 0.25,
         headers: Mapping[str, str] | None = None,
+        max_idle_connections: int = MAX_IDLE,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
-        """``headers`` go with every request (an agent's own, ``[[agents]] headers``)."""
+        """``headers`` go with every request (an agent's own, ``[[agents]] headers``);
+        ``max_idle_connections`` and ``idle_timeout`` bound the kept-alive connections."""
         self.name = f"openai:{model}"
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -107,7 +112,12 @@ class OpenAIChatModel(ChatModel):
             "User-Agent": f"agentik/{__version__}",
             **(headers or {}),
         }
-        self._http = HttpClient(connect_timeout=timeout, read_timeout=timeout)
+        self._http = HttpClient(
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            max_idle=max_idle_connections,
+            idle_timeout=idle_timeout,
+        )
 
     async def aclose(self) -> None:
         """Close the pooled HTTP connections."""

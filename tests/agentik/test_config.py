@@ -650,7 +650,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["web_stream_reader"][0] == "AGENTIK_WEB_STREAM_READER"
     assert by_name["gc_threshold"] == ("AGENTIK_GC_THRESHOLD", "10000")
     assert by_name["web_gc_threshold"] == ("AGENTIK_WEB_GC_THRESHOLD", "10000")
-    assert len(rows) == 83
+    assert by_name["llm_max_idle_connections"] == ("AGENTIK_LLM_MAX_IDLE_CONNECTIONS", "256")
+    assert by_name["llm_idle_timeout"] == ("AGENTIK_LLM_IDLE_TIMEOUT", "30.0")
+    assert len(rows) == 85
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

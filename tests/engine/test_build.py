@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentik.config import load_settings
-from engine_service.build import build_engine, warn_unmatched
+from agentik.config import ConfigError, load_settings
+from engine_service.build import build_engine, build_model, warn_unmatched
+from engine_service.llm.openai_chat import OpenAIChatModel
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -49,3 +50,32 @@ approval = ["nothing_here"]
         "agent 'a': tools entry 'calcualte' matches no tool",  # files__*: not known yet
         "agent 'a': approval entry 'nothing_here' matches no tool",
     ]
+
+
+def test_the_llm_connection_pool_is_bounded_by_the_settings() -> None:
+    settings = load_settings(
+        None,
+        {
+            "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+            "AGENTIK_LLM_MAX_IDLE_CONNECTIONS": "7",
+            "AGENTIK_LLM_IDLE_TIMEOUT": "2.5",
+        },
+    )
+    model = build_model(settings)
+    assert isinstance(model, OpenAIChatModel)
+    assert (model._http.max_idle, model._http.idle_timeout) == (7, 2.5)
+    default = build_model(load_settings(None, {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}))
+    assert isinstance(default, OpenAIChatModel)
+    assert (default._http.max_idle, default._http.idle_timeout) == (256, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("AGENTIK_LLM_MAX_IDLE_CONNECTIONS", "-1", "AGENTIK_LLM_MAX_IDLE_CONNECTIONS"),
+        ("AGENTIK_LLM_IDLE_TIMEOUT", "0", "AGENTIK_LLM_IDLE_TIMEOUT"),
+    ],
+)
+def test_a_bad_pool_bound_is_refused_naming_it(name: str, value: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        load_settings(None, {name: value})

@@ -324,6 +324,93 @@ async def test_two_streams_in_a_row_share_one_connection() -> None:
     assert [r.connection for r in server.requests] == [0, 0]
 
 
+async def _serve_noting_close(exchange: Exchange) -> None:
+    """Answers every request with a chunked stream; notes when the client closes."""
+    while await exchange.request() is not None:
+        await exchange.send(answer(sse_body(), "chunked"))
+    exchange.server.client_closed.append(exchange.number)
+
+
+async def _streams_at_once(client: HttpClient, url: str, count: int) -> None:
+    """``count`` requests in flight together, each read to its end and given back."""
+    responses = await asyncio.gather(
+        *(client.post(url + "/chat/completions", HEADERS, b"{}") for _ in range(count))
+    )
+    for response in responses:
+        assert (await response.read_all()).endswith(b"data: [DONE]\n\n")
+        await response.aclose()
+
+
+async def test_more_streams_at_once_than_the_old_bound_of_64_all_keep_their_connections() -> None:
+    """Under load every run holds a connection: the default pool keeps them all for the
+    next runs (with 64 kept, 16 of these 80 were closed and opened again)."""
+    async with TinyServer(serve("chunked")) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT)
+        try:
+            await _streams_at_once(client, server.url, 80)
+            assert client.idle_count() == 80
+            await _streams_at_once(client, server.url, 80)
+        finally:
+            await client.aclose()
+    assert server.accepted == 80
+
+
+async def test_the_pool_keeps_at_most_max_idle_and_closes_the_oldest() -> None:
+    async with TinyServer(_serve_noting_close) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, max_idle=3)
+        try:
+            await _streams_at_once(client, server.url, 5)
+            assert client.idle_count() == 3
+            await until(lambda: len(server.client_closed) == 2)  # closed, not left open
+            await _streams_at_once(client, server.url, 5)  # three reused, two new
+            assert server.accepted == 7
+            assert client.idle_count() == 3
+        finally:
+            await client.aclose()
+    assert sorted({r.connection for r in server.requests}) == list(range(7))
+
+
+async def test_no_pool_at_all_opens_a_connection_per_request() -> None:
+    async with TinyServer(serve("chunked")) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, max_idle=0)
+        try:
+            await _streams_at_once(client, server.url, 1)
+            await _streams_at_once(client, server.url, 1)
+            assert client.idle_count() == 0
+        finally:
+            await client.aclose()
+    assert server.accepted == 2
+
+
+async def test_a_connection_idle_past_idle_timeout_is_closed_unasked() -> None:
+    async with TinyServer(_serve_noting_close) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, idle_timeout=0.1)
+        try:
+            await _streams_at_once(client, server.url, 2)
+            assert client.idle_count() == 2
+            # Nobody asks for a connection: the sweep closes both all the same.
+            await until(lambda: sorted(server.client_closed) == [0, 1])
+            assert client.idle_count() == 0
+            await _streams_at_once(client, server.url, 1)  # a new one, and it is kept
+            assert server.accepted == 3
+            assert client.idle_count() == 1
+        finally:
+            await client.aclose()
+    await asyncio.sleep(0.15)  # a sweep scheduled before aclose does not run after it
+
+
+async def test_an_expired_connection_is_not_taken_even_before_its_sweep() -> None:
+    async with TinyServer(serve("chunked")) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, idle_timeout=0.05)
+        try:
+            await _streams_at_once(client, server.url, 1)
+            await asyncio.sleep(0.06)
+            await _streams_at_once(client, server.url, 1)
+        finally:
+            await client.aclose()
+    assert server.accepted == 2
+
+
 async def test_a_body_not_read_to_its_end_is_closed_not_reused() -> None:
     async def handler(exchange: Exchange) -> None:
         if exchange.number == 0:  # the head and the first chunk, then nothing

@@ -7,7 +7,7 @@ import json
 import re
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -23,7 +23,7 @@ from engine_service.core.chat import (
 )
 from engine_service.core.errors import LLMError
 from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
-from engine_service.llm.openai_chat import OpenAIChatModel
+from engine_service.llm.openai_chat import OpenAIChatModel, to_openai_tools
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply, FakeToolCall
 
 WAIT = 5.0
@@ -677,3 +677,37 @@ def test_chunks_read_as_json_reads_them_even_where_the_fast_parser_refuses() -> 
     parser = _ChunkParser("http://llm.test")
     assert parser.feed([chunk("a"), b'{"choices": [', chunk("never")]) == [TextDelta("a")]
     assert parser.error is not None and parser.error.code == "llm_bad_stream"
+
+
+def test_a_request_body_is_the_json_the_standard_library_writes() -> None:
+    """The body is written by orjson, byte for byte what ``json.dumps`` (compact, UTF-8 kept)
+    writes for what a request holds; an integer past 64 bits in a tool's schema, which
+    orjson refuses, is written by ``json``."""
+    from engine_service.llm.openai_chat import _dumps
+
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "maximum": 10.5}},
+    }
+    tools = to_openai_tools(
+        [
+            ToolSpec(
+                "pick",
+                'Pick one — «quoted», 日本語, emoji 🎉, a "quote" and a \\ backslash.',
+                schema,
+            )
+        ]
+    )
+    payload: dict[str, object] = {
+        "model": "gpt-test",
+        "messages": [{"role": "user", "content": "line\nbreak\ttab \u2028 \x00 ü"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": tools,
+    }
+    standard = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    assert _dumps(payload) == standard
+
+    schema["properties"]["n"]["maximum"] = 2**70
+    sent = json.loads(_dumps(payload))
+    assert sent["tools"][0]["function"]["parameters"]["properties"]["n"]["maximum"] == 2**70

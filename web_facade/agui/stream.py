@@ -7,6 +7,7 @@ ends early, the worker shuts down mid-run, or the facade has a bug.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -26,6 +27,28 @@ _TERMINAL: Final = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 
 def _encoded(event: BaseEvent) -> bytes:
     return _ENCODER.encode(event).encode()
+
+
+_dumps: Callable[[Any], bytes] | None = None
+
+
+def _content_frame(event: pb.Event, content: pb.TextMessageContent) -> bytes:
+    """TEXT_MESSAGE_CONTENT's frame, written directly: byte for byte what the SDK's model
+    and encoder write (``tests/web/agui/test_events.py`` checks every code point), in 2 µs
+    against their 20. It is most of a stream's frames: at 200 tokens a run, 3.6 ms of a web
+    worker's CPU per run. orjson is imported by the first one (not held by an idle worker)."""
+    global _dumps
+    if _dumps is None:
+        import orjson
+
+        _dumps = orjson.dumps
+    body = {
+        "type": "TEXT_MESSAGE_CONTENT",
+        "timestamp": event.time.seconds * 1000 + event.time.nanos // 1_000_000,
+        "messageId": content.message_id,
+        "delta": content.delta,
+    }
+    return b"data: " + _dumps(body) + b"\n\n"
 
 
 def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,6 +103,8 @@ class AguiStream(EventStream):
         )
 
     def encode_event(self, event: pb.Event) -> bytes:
+        if event.WhichOneof("kind") == "text_message_content":
+            return _content_frame(event, event.text_message_content)
         converted = to_agui(event)
         if converted is None:
             return b""

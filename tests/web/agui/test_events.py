@@ -14,7 +14,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
 from web_facade.agui.events import EVENT_TABLE, message_to_agui, to_agui
-from web_facade.agui.stream import AguiStream, _patch
+from web_facade.agui.stream import AguiStream, _encoded, _patch
 from web_facade.stream import DRAINING, EventRelay
 
 
@@ -334,3 +334,60 @@ def test_an_activity_delta_adds_removes_and_replaces_keys_with_escaped_pointers(
         {"op": "replace", "path": "/a~1b", "value": 2},
         {"op": "add", "path": "/new~0", "value": "x"},
     ]
+
+
+def _sdk_frame(event: pb.Event) -> bytes:
+    """The frame as the SDK's model and encoder write it."""
+    converted = to_agui(event)
+    assert converted is not None
+    return _encoded(converted)
+
+
+def _content(delta: str, *, message_id: str = "m1", millis: int = 1_780_000_000_123) -> pb.Event:
+    event = _event(text_message_content=pb.TextMessageContent(message_id=message_id, delta=delta))
+    event.time.FromMilliseconds(millis)
+    return event
+
+
+def test_a_text_content_frame_is_byte_for_byte_the_sdks_for_every_code_point() -> None:
+    """TEXT_MESSAGE_CONTENT, most of a stream's frames, is written without the SDK's model
+    (2 µs against 20): the bytes must be what the SDK writes, for any text."""
+    stream = AguiStream(EventRelay(iter(())), heartbeat=0)
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for start in range(0, len(points), 4096):
+        delta = "".join(map(chr, points[start : start + 4096]))
+        event = _content(delta)
+        assert stream.encode_event(event) == _sdk_frame(event)
+    for delta, message_id, millis in [
+        ("", "m1", 0),
+        ('a "quoted" \\ back\\slash\n\r\t\b\f\x00\x1f\x7f', "msg-ü", 1),
+        ("\u2028\u2029 <script>&amp;</script> 🎉 日本語", "M" * 64, 253_402_300_799_999),
+        ("x", "", 1_780_000_000_999),
+    ]:
+        event = _content(delta, message_id=message_id, millis=millis)
+        assert stream.encode_event(event) == _sdk_frame(event)
+    # Nanoseconds below the millisecond are dropped as the SDK's timestamp drops them.
+    event = _content("y")
+    event.time.nanos += 999_999
+    assert stream.encode_event(event) == _sdk_frame(event)
+
+
+def test_a_text_content_frame_is_written_without_the_sdks_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fast path is taken: no SDK model is made for TEXT_MESSAGE_CONTENT (every other
+    kind still goes through the table)."""
+    from web_facade.agui import stream as agui_stream
+
+    made: list[str] = []
+
+    def counting(event: pb.Event) -> Any:
+        made.append(str(event.WhichOneof("kind")))
+        return to_agui(event)
+
+    monkeypatch.setattr(agui_stream, "to_agui", counting)
+    stream = AguiStream(EventRelay(iter(())), heartbeat=0)
+    frame = stream.encode_event(_content("hello"))
+    assert frame.startswith(b'data: {"type":"TEXT_MESSAGE_CONTENT"')
+    stream.encode_event(_event(text_message_end=pb.TextMessageEnd(message_id="m1")))
+    assert made == ["text_message_end"]

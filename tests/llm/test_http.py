@@ -21,7 +21,7 @@ import tracemalloc
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pytest
@@ -341,51 +341,48 @@ async def _streams_at_once(client: HttpClient, url: str, count: int) -> None:
         await response.aclose()
 
 
+@contextlib.asynccontextmanager
+async def _pool(**bounds: Any) -> AsyncIterator[HttpClient]:
+    """An ``HttpClient`` with these pool bounds, closed after."""
+    client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, **bounds)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 async def test_more_streams_at_once_than_the_old_bound_of_64_all_keep_their_connections() -> None:
     """Under load every run holds a connection: the default pool keeps them all for the
     next runs (with 64 kept, 16 of these 80 were closed and opened again)."""
-    async with TinyServer(serve("chunked")) as server:
-        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT)
-        try:
-            await _streams_at_once(client, server.url, 80)
-            assert client.idle_count() == 80
-            await _streams_at_once(client, server.url, 80)
-        finally:
-            await client.aclose()
+    async with TinyServer(serve("chunked")) as server, _pool() as client:
+        await _streams_at_once(client, server.url, 80)
+        assert client.idle_count() == 80
+        await _streams_at_once(client, server.url, 80)
     assert server.accepted == 80
 
 
 async def test_the_pool_keeps_at_most_max_idle_and_closes_the_oldest() -> None:
-    async with TinyServer(_serve_noting_close) as server:
-        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, max_idle=3)
-        try:
-            await _streams_at_once(client, server.url, 5)
-            assert client.idle_count() == 3
-            await until(lambda: len(server.client_closed) == 2)  # closed, not left open
-            await _streams_at_once(client, server.url, 5)  # three reused, two new
-            assert server.accepted == 7
-            assert client.idle_count() == 3
-        finally:
-            await client.aclose()
+    async with TinyServer(_serve_noting_close) as server, _pool(max_idle=3) as client:
+        await _streams_at_once(client, server.url, 5)
+        assert client.idle_count() == 3
+        await until(lambda: len(server.client_closed) == 2)  # closed, not left open
+        await _streams_at_once(client, server.url, 5)  # three reused, two new
+        assert server.accepted == 7
+        assert client.idle_count() == 3
     assert sorted({r.connection for r in server.requests}) == list(range(7))
 
 
 async def test_no_pool_at_all_opens_a_connection_per_request() -> None:
-    async with TinyServer(serve("chunked")) as server:
-        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, max_idle=0)
-        try:
-            await _streams_at_once(client, server.url, 1)
-            await _streams_at_once(client, server.url, 1)
-            assert client.idle_count() == 0
-        finally:
-            await client.aclose()
+    async with TinyServer(serve("chunked")) as server, _pool(max_idle=0) as client:
+        await _streams_at_once(client, server.url, 1)
+        await _streams_at_once(client, server.url, 1)
+        assert client.idle_count() == 0
     assert server.accepted == 2
 
 
 async def test_a_connection_idle_past_idle_timeout_is_closed_unasked() -> None:
     async with TinyServer(_serve_noting_close) as server:
-        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, idle_timeout=0.1)
-        try:
+        async with _pool(idle_timeout=0.1) as client:
             await _streams_at_once(client, server.url, 2)
             assert client.idle_count() == 2
             # Nobody asks for a connection: the sweep closes both all the same.
@@ -394,20 +391,16 @@ async def test_a_connection_idle_past_idle_timeout_is_closed_unasked() -> None:
             await _streams_at_once(client, server.url, 1)  # a new one, and it is kept
             assert server.accepted == 3
             assert client.idle_count() == 1
-        finally:
-            await client.aclose()
-    await asyncio.sleep(0.15)  # a sweep scheduled before aclose does not run after it
+            sweep = client._sweep
+            assert sweep is not None
+        assert sweep.cancelled()  # closing the client ends its sweeps
 
 
 async def test_an_expired_connection_is_not_taken_even_before_its_sweep() -> None:
-    async with TinyServer(serve("chunked")) as server:
-        client = HttpClient(connect_timeout=WAIT, read_timeout=WAIT, idle_timeout=0.05)
-        try:
-            await _streams_at_once(client, server.url, 1)
-            await asyncio.sleep(0.06)
-            await _streams_at_once(client, server.url, 1)
-        finally:
-            await client.aclose()
+    async with TinyServer(serve("chunked")) as server, _pool(idle_timeout=0.05) as client:
+        await _streams_at_once(client, server.url, 1)
+        await asyncio.sleep(0.06)  # the connection's idle time runs out
+        await _streams_at_once(client, server.url, 1)
     assert server.accepted == 2
 
 

@@ -6,8 +6,9 @@ code, so a change is judged by many alternated pairs, never by one run of each. 
 swapped every other pair (A B, B A, ...) so that a drift of the box does not favour one
 side. A variant is a checkout (``--a-tree``/``--b-tree``, default: this one; each run starts
 in it, with ``PYTHONPATH`` unset, so ``python -m`` imports that checkout's code and the bench
-starts its servers from it) and environment assignments (``--a-env``/``--b-env``, e.g. a
-setting such as ``AGENTIK_GC_THRESHOLD=0``).
+starts its servers from it), environment assignments (``--a-env``/``--b-env``, e.g. a
+setting such as ``AGENTIK_GC_THRESHOLD=0``) and arguments put after the bench's own
+(``--a-arg``/``--b-arg``, e.g. ``--b-arg=--web-workers=1``).
 
 The bench's figures are read from JSON: from the file named ``{out}`` in its arguments (the
 tool puts a path of its own there), else from the last line of its output that is a JSON
@@ -57,10 +58,17 @@ class Variant:
     name: str
     tree: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    """Put after the bench's own arguments (a later option wins in argparse)."""
 
     def describe(self) -> str:
         env = " ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"{self.name}: {self.tree}" + (f" with {env}" if env else "")
+        args = " ".join(self.args)
+        return (
+            f"{self.name}: {self.tree}"
+            + (f" with {env}" if env else "")
+            + (f" and {args}" if args else "")
+        )
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, float]:
@@ -99,7 +107,7 @@ def run_once(variant: Variant, bench: Sequence[str], python: str) -> dict[str, f
     env.update(variant.env)
     with tempfile.TemporaryDirectory(prefix="agentik-ab-") as tmp:
         out = Path(tmp) / "result.json"
-        args = [arg.replace(OUT, str(out)) for arg in bench]
+        args = [arg.replace(OUT, str(out)) for arg in (*bench, *variant.args)]
         done = subprocess.run(
             [python, "-m", *args],
             cwd=variant.tree,
@@ -185,6 +193,8 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     add("--b-tree", type=_tree, default=ROOT, help="checkout B runs from (default: this)")
     add("--a-env", type=_assignment, action="append", default=[], help="NAME=VALUE for A")
     add("--b-env", type=_assignment, action="append", default=[], help="NAME=VALUE for B")
+    add("--a-arg", action="append", default=[], help="an argument more for A's bench (--a-arg=-x)")
+    add("--b-arg", action="append", default=[], help="an argument more for B's bench (--b-arg=-x)")
     add("--figure", action="append", default=[], help="regex of the figures shown")
     add("--python", default=sys.executable, help="the interpreter each run uses")
     add("--out", type=Path, help="every figure of every run, as JSON")
@@ -194,16 +204,20 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
         parser.error("after --, name a benchmark module (bench.load_bench, bench.engine_burst)")
     if options.pairs < 1:
         parser.error("--pairs must be at least 1")
-    same = options.a_tree == options.b_tree and options.a_env == options.b_env
+    same = (options.a_tree, options.a_env, options.a_arg) == (
+        options.b_tree,
+        options.b_env,
+        options.b_arg,
+    )
     if same:
-        parser.error("A and B are the same: give --b-tree or --b-env (or the A ones)")
+        parser.error("A and B are the same: give --b-tree, --b-env or --b-arg (or the A ones)")
     return options, bench
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     options, bench = parse(argv)
-    a = Variant("A", options.a_tree, dict(options.a_env))
-    b = Variant("B", options.b_tree, dict(options.b_env))
+    a = Variant("A", options.a_tree, dict(options.a_env), tuple(options.a_arg))
+    b = Variant("B", options.b_tree, dict(options.b_env), tuple(options.b_arg))
     try:
         results = run_pairs(a, b, bench, options.pairs, options.python)
     except BenchFailed as exc:

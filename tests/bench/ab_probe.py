@@ -1,8 +1,8 @@
 """A stand-in benchmark for the tests of ``bench.ab``: figures from the environment.
 
 Prints ``{"first_token_p99_ms": $AB_P99, "cpu_s": {"engine": $AB_CPU}, "ok": true}`` (or
-writes it to ``--out``), appends ``$AB_NAME`` to ``$AB_LOG`` so the order of the runs can be
-read back, and exits with ``$AB_EXIT`` when that is set.
+writes it to ``--out``), appends ``$AB_NAME`` (or its last ``--name``) to ``$AB_LOG`` so
+the order of the runs can be read back, and exits with ``$AB_EXIT`` when that is set.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     env = os.environ
+    name = env.get("AB_NAME", "?")
+    if "--name" in args:  # the last one given wins, as with argparse
+        name = args[len(args) - 1 - args[::-1].index("--name") + 1]
     if log := env.get("AB_LOG"):
         with Path(log).open("a") as file:
-            file.write(env.get("AB_NAME", "?") + "\n")
+            file.write(name + "\n")
     if code := env.get("AB_EXIT"):
         print("the probe was told to fail", file=sys.stderr)
         raise SystemExit(int(code))

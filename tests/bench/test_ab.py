@@ -58,6 +58,21 @@ def test_the_command_line_refuses_what_cannot_compare(tmp_path: Path) -> None:
             ab.parse(argv)
     options, bench = ab.parse(["--b-env", "X=1", "--", "tests.bench.ab_probe", "--out", ab.OUT])
     assert (options.b_env, bench) == ([("X", "1")], ["tests.bench.ab_probe", "--out", "{out}"])
+    options, _ = ab.parse(["--b-arg=--web-workers=1", "--", "tests.bench.ab_probe"])
+    assert (options.a_arg, options.b_arg) == ([], ["--web-workers=1"])
+
+
+def test_a_variants_arguments_go_after_the_benchs_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "order.log"
+    monkeypatch.setenv("AB_LOG", str(log))
+    a = ab.Variant("A", ab.ROOT, {"AB_P99": "5"})
+    b = ab.Variant("B", ab.ROOT, {"AB_P99": "5"}, ("--name", "second"))
+    results = ab.run_pairs(a, b, ["tests.bench.ab_probe", "--name", "first"], pairs=1)
+    assert log.read_text().split() == ["first", "second"]
+    assert results[0]["B"]["first_token_p99_ms"] == 5.0
+    assert b.describe().endswith("and --name second")
 
 
 def test_main_prints_the_table_and_keeps_every_figure(

@@ -17,7 +17,7 @@ object. Every number in it is a figure, named by its path (``levels.256.0.agui.c
 
 Run::
 
-    python -m bench.ab --pairs 5 --b-env AGENTIK_START_HOLD=0.1 -- \\
+    python -m bench.ab --pairs 5 --b-env AGENTIK_GC_THRESHOLD=0 -- \\
         bench.load_bench --facades agui --clients 256 --tokens 50 --token-delay 0.02 \\
         --runs-per-client 4 --repeat 1 --interrupts 0 --out {out}
     python -m bench.ab --a-tree /work/base --b-tree /work/head -- \\
@@ -107,7 +107,8 @@ def run_once(variant: Variant, bench: Sequence[str], python: str) -> dict[str, f
     env.update(variant.env)
     with tempfile.TemporaryDirectory(prefix="agentik-ab-") as tmp:
         out = Path(tmp) / "result.json"
-        args = [arg.replace(OUT, str(out)) for arg in (*bench, *variant.args)]
+        given = (*bench, *variant.args)
+        args = [arg.replace(OUT, str(out)) for arg in given]
         done = subprocess.run(
             [python, "-m", *args],
             cwd=variant.tree,
@@ -119,7 +120,15 @@ def run_once(variant: Variant, bench: Sequence[str], python: str) -> dict[str, f
         if done.returncode != 0:
             tail = "\n".join(done.stderr.strip().splitlines()[-15:])
             raise BenchFailed(f"{variant.describe()}: exited with {done.returncode}:\n{tail}")
-        data = json.loads(out.read_text()) if OUT in " ".join(bench) else _last_json(done.stdout)
+        if any(OUT in arg for arg in given):
+            try:
+                data = json.loads(out.read_text())
+            except (OSError, ValueError) as exc:
+                raise BenchFailed(
+                    f"{variant.describe()}: no JSON in its {OUT} file: {exc}"
+                ) from None
+        else:
+            data = _last_json(done.stdout)
     if data is None:
         raise BenchFailed(f"{variant.describe()}: printed no JSON object and was given no {OUT}")
     return flatten(data)

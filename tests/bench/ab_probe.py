@@ -2,7 +2,8 @@
 
 Prints ``{"first_token_p99_ms": $AB_P99, "cpu_s": {"engine": $AB_CPU}, "ok": true}`` (or
 writes it to ``--out``), appends ``$AB_NAME`` (or its last ``--name``) to ``$AB_LOG`` so
-the order of the runs can be read back, and exits with ``$AB_EXIT`` when that is set.
+the order of the runs can be read back, and exits with ``$AB_EXIT`` when that is set
+(``$AB_NO_OUT``: writes no ``--out`` file, as a bench that broke would).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
         "ok": True,
     }
     if "--out" in args:
-        Path(args[args.index("--out") + 1]).write_text(json.dumps(figures))
+        if not env.get("AB_NO_OUT"):
+            Path(args[args.index("--out") + 1]).write_text(json.dumps(figures))
         print("| a table, not JSON |")
     else:
         print("warming up\n" + json.dumps(figures))

@@ -87,3 +87,17 @@ def test_main_prints_the_table_and_keeps_every_figure(
     kept = json.loads(saved.read_text())
     assert kept["variants"]["B"].endswith("with AB_P99=12")
     assert [pair["B"]["first_token_p99_ms"] for pair in kept["pairs"]] == [12.0, 12.0]
+
+
+@pytest.mark.parametrize("env", [{"AB_NO_OUT": "1"}, {}])
+def test_a_bench_that_leaves_no_json_is_a_failed_run(env: dict[str, str]) -> None:
+    a = ab.Variant("A", ab.ROOT, {"AB_P99": "1"})
+    # B is given {out} in its own arguments only; without AB_NO_OUT the probe writes it.
+    b = ab.Variant("B", ab.ROOT, env, ("--out", ab.OUT))
+    bench = ["tests.bench.ab_probe"]
+    if env:
+        with pytest.raises(ab.BenchFailed, match=r"B: .*no JSON in its \{out\} file"):
+            ab.run_pairs(a, b, bench, pairs=1)
+    else:
+        results = ab.run_pairs(a, b, bench, pairs=1)
+        assert results[0]["B"]["first_token_p99_ms"] == 0.0

@@ -36,6 +36,7 @@ from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolC
 from engine_service.llm import openai_chat
 from engine_service.llm.http import BrokenStream, HttpClient
 from engine_service.llm.openai_chat import OpenAIChatModel, to_openai_messages, to_openai_tools
+from tests.polling import until
 
 WAIT = 5.0
 """Bound on every wait for something that should happen promptly."""
@@ -299,15 +300,6 @@ async def run(
 
 def text_of(deltas: list[ChatDelta]) -> str:
     return "".join(d.text for d in deltas if isinstance(d, TextDelta))
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Polls ``condition`` for up to WAIT seconds."""
-    for _ in range(int(WAIT / 0.005)):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition did not hold in time")
 
 
 # --- keep-alive ------------------------------------------------------------------------

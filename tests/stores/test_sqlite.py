@@ -21,6 +21,7 @@ from engine_service.core.events import Event, TextMessageContent, Usage
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import sqlite as sqlite_store
 from engine_service.stores.sqlite import SqliteSessionStore
+from tests.polling import until
 
 
 def _events(first: int, count: int) -> list[Event]:
@@ -192,15 +193,6 @@ async def test_the_wal_is_checkpointed_every_checkpoint_every_operations(
         await store.close()
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    """Polls ``condition`` for up to 5 s."""
-    async with asyncio.timeout(5):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.005)
-
-
 async def test_a_checkpoint_under_way_holds_up_no_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,7 +217,7 @@ async def test_a_checkpoint_under_way_holds_up_no_write(
         await store.begin_run("s", "r", utc_now(), create=True, reserve=10_000)
         for index in range(5):
             await store.append_events("s", _events(1 + index * 10, 10))
-        await _until(lambda: bool(checkpoints))
+        await until(lambda: bool(checkpoints))
         assert checkpoints == ["agentik-sqlite-checkpoint"]
         size = path.stat().st_size
         # Many at once, so that most go to the writer thread's batches.
@@ -236,7 +228,7 @@ async def test_a_checkpoint_under_way_holds_up_no_write(
         assert (await store.get_session("s")).last_seq == 450
         assert path.stat().st_size == size  # the held checkpoint has not copied a page yet
         release.set()
-        await _until(lambda: path.stat().st_size > size)  # it goes on, and copies them over
+        await until(lambda: path.stat().st_size > size)  # it goes on, and copies them over
     finally:
         release.set()
         await store.close()
@@ -275,7 +267,7 @@ async def test_a_file_in_exclusive_mode_is_checkpointed_by_the_writer_thread(
         await asyncio.gather(*(store.append_events("s", _events(1 + i * 10, 10)) for i in range(2)))
         for index in range(2, 12):
             await store.append_events("s", _events(1 + index * 10, 10))
-        await _until(lambda: bool(checkpoints))
+        await until(lambda: bool(checkpoints))
         assert set(checkpoints) == {"agentik-sqlite"}
         assert (await store.get_session("s")).last_seq == 120
     finally:

@@ -567,6 +567,9 @@ class _Writer:
         self._since_checkpoint = 0
         self._turn_taken = False
         """An operation ran at once in this turn of the loop."""
+        self._impatient = False
+        """The connection's ``busy_timeout`` is 0 (set for operations run at once, and left
+        so until the thread needs its own: two statements fewer per operation)."""
         self._replies: list[_Reply] = []
         """The writer thread's answers to the batch it runs."""
         self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
@@ -610,21 +613,27 @@ class _Writer:
     def _at_once(self, run: Callable[[], R]) -> R:
         """Run ``run`` now without waiting for another connection's lock; ``_Busy`` when
         that lock is held (nothing was done)."""
-        conn = self._store._conn
         with self._connection:
-            try:
-                conn.execute("PRAGMA busy_timeout = 0")
-            except sqlite3.Error:
-                raise _Busy from None  # the thread runs it, and maps the error
+            if not self._impatient:
+                try:
+                    self._store._conn.execute("PRAGMA busy_timeout = 0")
+                except sqlite3.Error:
+                    raise _Busy from None  # the thread runs it, and maps the error
+                self._impatient = True
             try:
                 return run()
             except StorageUnavailable as exc:
                 if _busy(exc):
                     raise _Busy from None
                 raise
-            finally:
-                with suppress(sqlite3.Error):
-                    conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+
+    def _patient(self) -> None:
+        """Give the connection its ``busy_timeout`` back before the thread uses it (held
+        ``_connection``): the thread waits for another connection's lock, the loop never."""
+        if self._impatient:
+            with suppress(sqlite3.Error):  # else the next batch tries again
+                self._store._conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+                self._impatient = False
 
     def _finished(self, count: int) -> None:
         with self._count:
@@ -659,6 +668,7 @@ class _Writer:
                     stopping = True
                     break
             with self._connection:
+                self._patient()
                 if len(batch) == 1:
                     self._alone(batch[0])
                 elif batch:

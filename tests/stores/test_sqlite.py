@@ -168,6 +168,39 @@ async def test_a_write_while_another_connection_holds_the_lock_waits_off_the_loo
         await store.close()
 
 
+async def test_operations_run_at_once_set_the_busy_timeout_once_not_each_time(
+    tmp_path: Path,
+) -> None:
+    """The loop's operations need ``busy_timeout`` 0 and the thread's the connection
+    timeout: it is changed when the other side takes the connection, not set and restored
+    around every operation (two statements each, every one a GIL hand-off)."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    statements: list[str] = []
+    try:
+        await store.create_session("s", "", utc_now())
+        store._conn.set_trace_callback(statements.append)
+        for index in range(10):
+            await asyncio.sleep(0)  # a turn each: every one runs at once
+            await store.rename_session("s", f"t{index}", utc_now())
+        assert [s for s in statements if "busy_timeout" in s] == []
+        # The thread takes the connection back with its own timeout, once.
+        writer = store._writer
+        writer._outstanding += 1  # as if an operation were in flight: the next one queues
+        queued = asyncio.ensure_future(store.rename_session("s", "queued", utc_now()))
+        await asyncio.sleep(0)
+        writer._outstanding -= 1
+        async with asyncio.timeout(5):
+            await queued
+        timeouts = [s for s in statements if "busy_timeout" in s]
+        assert timeouts == ["PRAGMA busy_timeout = 5000"], timeouts
+        await asyncio.sleep(0)
+        assert await writer.submit(threading.get_ident) == threading.get_ident()
+        assert [s for s in statements if "busy_timeout" in s][1:] == ["PRAGMA busy_timeout = 0"]
+    finally:
+        store._conn.set_trace_callback(None)
+        await store.close()
+
+
 async def test_the_wal_is_checkpointed_every_checkpoint_every_operations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

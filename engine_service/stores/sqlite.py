@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import queue
@@ -1533,25 +1534,38 @@ class SqliteSessionStore(SessionStore):
     ) -> None:
         """Append ``rows`` after the session's last seq, and reserve seqs through
         ``reserve_through``; ``SessionNotFound`` when the session does not exist. Few
-        statements: under load each one waits for the GIL again (see :class:`_Writer`)."""
-        found = conn.execute("SELECT last_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if found is None:
+        statements: under load each one waits for the GIL again (see :class:`_Writer`), so
+        one update both checks that the rows follow the last seq and moves it."""
+        for earlier, row in itertools.pairwise(rows):
+            if row[1] <= earlier[1]:
+                raise InvalidInput(f"event seq {row[1]} does not follow {earlier[1]}")
+        if not rows and not reserve_through:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+                return
             raise SessionNotFound(session_id)
-        last = found[0]
-        for row in rows:
-            if row[1] <= last:
-                raise InvalidInput(f"event seq {row[1]} does not follow {last}")
-            last = row[1]
+        if rows:
+            first, last = rows[0][1], rows[-1][1]
+            moved = conn.execute(
+                "UPDATE sessions SET last_seq = ?, reserved_seq = max(reserved_seq, ?)"
+                " WHERE id = ? AND last_seq < ? RETURNING 1",
+                (last, reserve_through, session_id, first),
+            ).fetchall()
+        else:
+            moved = conn.execute(
+                "UPDATE sessions SET reserved_seq = max(reserved_seq, ?) WHERE id = ? RETURNING 1",
+                (reserve_through, session_id),
+            ).fetchall()
+        if not moved:  # which: no such session, or rows that do not follow its last seq
+            found = conn.execute(
+                "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if found is None:
+                raise SessionNotFound(session_id)
+            raise InvalidInput(f"event seq {rows[0][1]} does not follow {found[0]}")
         if rows:
             conn.executemany(
                 "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
                 rows,
-            )
-        if rows or reserve_through:
-            conn.execute(
-                "UPDATE sessions SET last_seq = ?, reserved_seq = max(reserved_seq, ?)"
-                " WHERE id = ?",
-                (last, reserve_through, session_id),
             )
 
     @_off_loop

@@ -343,8 +343,9 @@ async def test_a_session_without_push_configs_is_answered_without_the_writer(
 async def test_a_short_turns_writes_take_few_statements(tmp_path: Path) -> None:
     """Under load every statement the writer thread runs waits for the GIL again, so the
     calls of a turn keep their statements few: the session's checks are one read each
-    (begin_run: the session, its interrupts and the run id; an append: the session and
-    its last seq or position), a run's end one update per table."""
+    (begin_run: the session, its interrupts and the run id; messages: the session and
+    their last position), events' check is the update that moves the last seq, a run's
+    end one update per table."""
     store = SqliteSessionStore(tmp_path / "s.db")
     now = utc_now()
     statements: list[str] = []
@@ -373,8 +374,8 @@ async def test_a_short_turns_writes_take_few_statements(tmp_path: Path) -> None:
     assert begin <= 2 + 2 + 6, statements
     # the read (session and position), the insert, the title
     assert messages <= 2 + 2 + 3, statements
-    # the read (session and last seq), three inserts, one update (seq and reservation)
-    assert events <= 2 + 2 + 5, statements
-    # the read, the insert, the update of last seq; the run's status; the run; the session
-    assert finish <= 2 + 2 + 6, statements
-    assert len(work) == 6 + 3 + 5 + 6, work
+    # one update (that they follow the last seq, the seq and the reservation), three inserts
+    assert events <= 2 + 2 + 4, statements
+    # the update of last seq, the insert; the run's status; the run; the session
+    assert finish <= 2 + 2 + 5, statements
+    assert len(work) == 6 + 3 + 4 + 5, work

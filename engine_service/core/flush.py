@@ -40,6 +40,9 @@ JOIN_CHARS = 4096
 """Deltas are joined up to this many characters (a bound on the copying)."""
 _URGENT = (ev.TextMessageStart, ev.ToolCallStart, ev.ReasoningStart)
 """The start of an answer: its first token, which a caller waits for, is stored at once."""
+_PATIENT = ev.MessageStored
+"""Published just after its message's write: it waits up to ``confirm_gap`` for the run's
+next event, so that the two share a write (``flush_continually``)."""
 
 
 class Outbox:
@@ -65,6 +68,7 @@ class Outbox:
         self.max_event_bytes = limits.max_event_bytes
         self.flush_interval = limits.flush_interval
         self.flush_gap = limits.flush_gap
+        self.confirm_gap = limits.confirm_gap
         self.seq_block = limits.seq_block
         self.buffer_bytes = limits.buffer_bytes
         self._on_failure = on_failure
@@ -80,8 +84,10 @@ class Outbox:
         self._followers_woken = False
         self._urgent = asyncio.Event()
         """Set when an answer starts: the next write goes at once."""
+        self._eager = asyncio.Event()
+        """Set when an event that does not wait for company (not ``_PATIENT``) is published."""
         self._last_write = -self.flush_gap
-        """When the flusher's last write started (``loop.time()``), or the input's."""
+        """When the run's last write of events (or of messages) started (``loop.time()``)."""
 
     # -- publishing -------------------------------------------------------------------
 
@@ -124,6 +130,7 @@ class Outbox:
             return None
         tail.body = dataclasses.replace(body, delta=joined)
         self._unflushed.set()
+        self._eager.set()
         return tail
 
     def _publish(self, body: ev.EventBody) -> ev.Event:
@@ -133,6 +140,8 @@ class Outbox:
             self._urgent.set()
         event = self.hub.publish(self.run_id, body)
         self._unflushed.set()
+        if type(body) is not _PATIENT:
+            self._eager.set()
         return event
 
     def publish_end(self, final: ev.RunFinished | ev.RunError) -> ev.RunFinished | ev.RunError:
@@ -163,10 +172,10 @@ class Outbox:
         self, messages: Sequence[Message], *, title: str = "", now: datetime | None = None
     ) -> None:
         """Store ``messages`` (and name the session ``title``) in one write with the events
-        published so far (a run's input, with its RUN_STARTED); raises as
-        :meth:`store_now`, and what ``append_messages`` raises."""
-        # The input's MESSAGE_STORED, published next, waits a gap for the answer's start
-        # (the early request's answer is often in): the two go in one write.
+        published so far (a run's input with its RUN_STARTED, an answer with its end, a
+        tool's result with its TOOL_CALL_RESULT); raises as :meth:`store_now`, and what
+        ``append_messages`` raises. Their MESSAGE_STORED, published next, waits for the
+        run's next event's write (``flush_continually``)."""
         self._last_write = asyncio.get_running_loop().time()
         try:
             await self._write(messages, title, now)
@@ -179,11 +188,24 @@ class Outbox:
         messages: Sequence[Message] | None = None,
         title: str = "",
         now: datetime | None = None,
+        *,
+        company: bool = False,
     ) -> None:
-        """Store the events published so far, with ``messages`` when given (not None)."""
+        """Store the events published so far, with ``messages`` when given (not None).
+        ``company``: not when only ``_PATIENT`` events are left to store (another write
+        took the rest while this one waited its turn); the flusher waits for more."""
         hub = self.hub
         async with hub.writing():
+            if company and self.confirm_gap and not self._eager.is_set():
+                if hub.unflushed():
+                    self._unflushed.set()
+                return
             pending = hub.take_unflushed()
+            if pending:  # taken: what is published from now on wakes the flusher again
+                self._unflushed.clear()
+                self._urgent.clear()
+                self._eager.clear()
+                self._last_write = asyncio.get_running_loop().time()
             reserve = hub.to_reserve(self.seq_block)
             if messages is not None:
                 write = asyncio.ensure_future(
@@ -241,8 +263,12 @@ class Outbox:
         everything published meanwhile (group commit), so a token waits for about one
         write before followers see it, and a burst costs one write. While events keep
         coming, writes start at most every ``flush_gap`` seconds, unless an answer just
-        started (``_URGENT``)."""
-        unflushed, urgent = self._unflushed, self._urgent
+        started (``_URGENT``). A ``MESSAGE_STORED`` (``_PATIENT``), published just after its
+        message's write, waits up to ``confirm_gap`` for the run's next event (the answer's
+        start after the input's, the run's end after the answer's), so that the two share
+        a write instead of one write each: under load a write of its own is a group commit
+        more on the next event's way, and more work for the store."""
+        unflushed, urgent, eager = self._unflushed, self._urgent, self._eager
         loop = asyncio.get_running_loop()
         while True:
             await unflushed.wait()
@@ -254,11 +280,20 @@ class Outbox:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
                             await urgent.wait()
+            alone = False
+            if not eager.is_set() and self.confirm_gap:
+                if not unflushed.is_set():
+                    continue  # another write took it all meanwhile
+                try:
+                    async with asyncio.timeout(self.confirm_gap):
+                        await eager.wait()
+                except TimeoutError:
+                    alone = True  # nothing came: it goes alone
             unflushed.clear()
             urgent.clear()
             self._last_write = loop.time()
             try:
-                await self.flush()
+                await self._write(company=not alone)
             except StorageUnavailable as exc:
                 self._on_failure(exc)
                 return

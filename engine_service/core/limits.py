@@ -25,6 +25,10 @@ class RunLimits:
     at least, while the events keep coming: an LLM that streams faster has its deltas
     stored (and sent on) a few at a time rather than one write and one message each. The
     first write after a pause, and the start of an answer (its first token), go at once."""
+    confirm_gap: float = 0.05
+    """Seconds a ``MESSAGE_STORED`` published alone (just after its message's write) waits,
+    at most, for the run's next event to be stored in the same write; the run's end, an
+    answer's start or any other event ends the wait. 0: it is stored like any event."""
     seq_block: int = 512
     """Seqs reserved in the store ahead of publishing: a crash skips them, never reuses
     them. The run tops the reservation up at every flush when half of it is used."""

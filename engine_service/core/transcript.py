@@ -42,9 +42,9 @@ class Transcript:
         emit: Callable[[ev.EventBody], object],
         store_input: Callable[[list[Message], str, datetime], Awaitable[None]] | None = None,
     ) -> None:
-        """``store_input(messages, title, now)``: stores the client's messages, with the
-        events published before them, in one write (``Outbox.store_messages``); without
-        it they are written alone."""
+        """``store_input(messages, title, now)``: stores messages the run adds (the
+        client's, each answer, each tool result) with the events published before them,
+        in one write (``Outbox.store_messages``); without it they are written alone."""
         self.store = store
         self.session_id = session_id
         self.run_id = run_id
@@ -94,7 +94,10 @@ class Transcript:
         message = bound_message(message, self._room)
         message.created_at = utc_now()
         message.run_id = self.run_id
-        await self.store.append_messages(self.session_id, [message])
+        if self._store_input is not None:  # with the events published before it
+            await self._store_input([message], "", message.created_at)
+        else:
+            await self.store.append_messages(self.session_id, [message])
         self.messages.append(message)
         self._emit(ev.MessageStored(message))
 

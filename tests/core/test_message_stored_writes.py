@@ -1,0 +1,236 @@
+"""MESSAGE_STORED costs no write of its own when the run's next event follows soon: it
+waits up to ``RunLimits.confirm_gap`` for it (``core.flush``), so under load, where every
+write is slower than the flush gap, the input's goes with the answer's start and the
+answer's with the run's end. The answer's message is stored with the events published
+before it, in one write. Nothing waits longer than the gap: a MESSAGE_STORED the run's next
+event is far behind is stored, and seen, on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+
+from engine_service.core import events as ev
+from engine_service.core.caller import ANONYMOUS
+from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.core.engine import Engine, EngineLimits
+from engine_service.core.errors import StorageUnavailable
+from engine_service.core.events import Event, Usage
+from engine_service.core.limits import RunLimits
+from engine_service.core.models import Interrupt, Message, Role, RunInput, RunStatus, TextPart
+from engine_service.core.registry import ToolRegistry
+from engine_service.stores import MemorySessionStore
+
+WAIT = 10.0
+SLOW = 0.015
+"""Each write takes this long: more than the flush gap (5 ms), as under load."""
+
+Write = tuple[str, list[str], int]
+"""A write: its operation, its events' kinds, how many messages it held."""
+
+
+class SlowWrites(MemorySessionStore):
+    """A store whose every write takes ``SLOW`` seconds and is noted, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[Write] = []
+
+    async def append_events(
+        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        self.writes.append(("events", _kinds(events), 0))
+        await asyncio.sleep(SLOW)
+        await super().append_events(session_id, events, reserve_through=reserve_through)
+
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        self.writes.append(("messages", [], len(messages)))
+        await asyncio.sleep(SLOW)
+        await super().append_messages(session_id, messages, title=title, now=now)
+
+    async def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        self.writes.append(("both", _kinds(events), len(messages)))
+        await asyncio.sleep(SLOW)
+        await MemorySessionStore.append_messages(self, session_id, messages, title=title, now=now)
+        await MemorySessionStore.append_events(
+            self, session_id, events, reserve_through=reserve_through
+        )
+
+    async def finish_run(
+        self,
+        session_id: str,
+        run_id: str,
+        status: RunStatus,
+        now: datetime,
+        error_code: str = "",
+        error_message: str = "",
+        pending_tool_call_ids: Sequence[str] = (),
+        events: Sequence[Event] = (),
+        interrupts: Sequence[Interrupt] = (),
+        usage: Usage | None = None,
+    ) -> None:
+        self.writes.append(("finish", _kinds(events), 0))
+        await asyncio.sleep(SLOW)
+        await super().finish_run(
+            session_id,
+            run_id,
+            status,
+            now,
+            error_code,
+            error_message,
+            pending_tool_call_ids,
+            events=events,
+            interrupts=interrupts,
+            usage=usage,
+        )
+
+
+def _kinds(events: Sequence[Event]) -> list[str]:
+    return [type(e.body).__name__ for e in events]
+
+
+class Words(ChatModel):
+    """``think`` seconds, then ``count`` words, one per turn of the loop."""
+
+    name = "words"
+
+    def __init__(self, count: int, think: float = 0.0) -> None:
+        self.count = count
+        self.think = think
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        await asyncio.sleep(self.think)
+        for index in range(self.count):
+            await asyncio.sleep(0)
+            yield TextDelta(f"w{index} ")
+
+
+def _engine(store: MemorySessionStore, model: ChatModel, confirm_gap: float = 0.05) -> Engine:
+    limits = EngineLimits(run=RunLimits(confirm_gap=confirm_gap), resume_runs=False)
+    return Engine(store, model, ToolRegistry(), limits)
+
+
+async def _followed_run(engine: Engine) -> list[tuple[float, Event]]:
+    """Start a run in session ``s`` and follow it to its end: each event with when it came
+    (seconds after the start)."""
+    message = Message(id="u", role=Role.USER, content=[TextPart("go")])
+    started = time.monotonic()
+    handle = await engine.start_run(
+        ANONYMOUS, RunInput(session_id="s", create_session=True, messages=[message])
+    )
+    seen: list[tuple[float, Event]] = []
+    async with asyncio.timeout(WAIT):
+        async for event in engine.run_events(handle):
+            seen.append((time.monotonic() - started, event))
+    return seen
+
+
+async def test_under_slow_writes_message_stored_shares_the_next_events_write() -> None:
+    store = SlowWrites()
+    engine = _engine(store, Words(3))
+    await engine.start()
+    seen = await _followed_run(engine)
+    await engine.shutdown(WAIT)
+    writes = store.writes
+    # No write holds MESSAGE_STORED alone: the input's goes with the answer's start, the
+    # answer's with the run's end (on the code before, each was a write of its own).
+    assert ("events", ["MessageStored"], 0) not in writes, writes
+    with_start = [w for w in writes if "TextMessageStart" in w[1]]
+    assert with_start and with_start[0][1][0] == "MessageStored", writes
+    assert writes[-1] == ("finish", ["MessageStored", "RunFinished"], 0), writes
+    # The answer is stored with its end, in one write.
+    assert [w for w in writes if w[2] and "TextMessageEnd" in w[1]], writes
+    # Followers saw exactly what the store holds, in order, the answer whole.
+    stored = await store.read_events("s", 0, 0)
+    assert [e.seq for _, e in seen] == [e.seq for e in stored]
+    assert [type(e.body) for e in stored].count(ev.MessageStored) == 2
+    text = "".join(e.body.delta for e in stored if isinstance(e.body, ev.TextMessageContent))
+    assert text == "w0 w1 w2 "
+    assert [m.role for m in await store.all_messages("s")] == [Role.USER, Role.ASSISTANT]
+
+
+async def test_a_message_stored_with_nothing_after_it_is_seen_within_the_confirm_gap() -> None:
+    """The LLM takes 1 s to answer: the input's MESSAGE_STORED does not wait for it."""
+    store = SlowWrites()
+    engine = _engine(store, Words(2, think=1.0), confirm_gap=0.05)
+    await engine.start()
+    seen = await _followed_run(engine)
+    await engine.shutdown(WAIT)
+    confirmed = [at for at, e in seen if isinstance(e.body, ev.MessageStored)]
+    first_token = next(at for at, e in seen if isinstance(e.body, ev.TextMessageContent))
+    assert first_token >= 1.0
+    # Its message's write (15 ms), then at most the gap and its own write: well before
+    # the answer (a wait for the next event would have shown it at 1 s).
+    assert confirmed[0] < 0.6, seen
+    assert ("events", ["MessageStored"], 0) in store.writes, store.writes
+
+
+async def test_with_no_confirm_gap_message_stored_is_stored_like_any_event() -> None:
+    """``confirm_gap=0``: the flusher stores MESSAGE_STORED as soon as the gap allows."""
+    store = SlowWrites()
+    engine = _engine(store, Words(3, think=0.2), confirm_gap=0.0)
+    await engine.start()
+    await _followed_run(engine)
+    await engine.shutdown(WAIT)
+    assert ("events", ["MessageStored"], 0) in store.writes, store.writes
+
+
+class AnswerWriteFails(SlowWrites):
+    """The write holding the run's answer fails, as a transaction rolled back: nothing of
+    it is stored."""
+
+    async def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        if any(m.role is Role.ASSISTANT for m in messages):
+            self.writes.append(("failed", _kinds(events), len(messages)))
+            raise StorageUnavailable("storage unavailable: disk full")
+        await super().append_messages_and_events(
+            session_id, messages, events, reserve_through=reserve_through, title=title, now=now
+        )
+
+
+async def test_a_failed_answer_write_leaves_no_message_stored_and_loses_no_event() -> None:
+    store = AnswerWriteFails()
+    engine = _engine(store, Words(3))
+    await engine.start()
+    seen = await _followed_run(engine)
+    await engine.shutdown(WAIT)
+    assert any(w[0] == "failed" for w in store.writes), store.writes
+    stored = await store.read_events("s", 0, 0)
+    # What the follower saw is what the store holds: nothing lost, nothing twice.
+    assert [e.seq for _, e in seen] == [e.seq for e in stored]
+    assert len({e.seq for e in stored}) == len(stored)
+    assert isinstance(stored[-1].body, ev.RunError)
+    # Only the input is stored, and only the input is said to be.
+    assert [m.role for m in await store.all_messages("s")] == [Role.USER]
+    confirmed = [e.body.message.id for e in stored if isinstance(e.body, ev.MessageStored)]
+    assert confirmed == ["u"]
+    # The answer's events published before its write are kept, in order.
+    text = "".join(e.body.delta for e in stored if isinstance(e.body, ev.TextMessageContent))
+    assert text == "w0 w1 w2 "

@@ -544,9 +544,8 @@ class _Writer:
     one per turn of the loop, so that runs writing together still share a commit. The
     others queue for the thread that owns the connection the rest of the time: it runs
     every batch that queued meanwhile in one transaction — one commit for many runs'
-    writes (group commit) — each operation keeping its own atomicity (one that fails
-    having changed rows has the batch run again with a savepoint per operation:
-    ``_together``); a caller gets its result only once the batch is committed. Every
+    writes (group commit) — each operation keeping its own atomicity through a savepoint;
+    a caller gets its result only once the batch is committed. Every
     :data:`CHECKPOINT_EVERY` operations the WAL is checkpointed: by ``checkpointer``,
     beside the writes, or (without one) by the writer thread between two batches.
     """
@@ -707,88 +706,14 @@ class _Writer:
             self._reply(op, result, None)
 
     def _together(self, batch: list[_Op]) -> None:
-        """Run ``batch`` in one transaction. First without a savepoint per operation (two
-        statements fewer each, and under load each statement waits for the GIL again): an
-        operation that fails having changed nothing (the common refusals: a busy session,
-        a missing one, events that do not follow) is answered and the batch goes on; one
-        that fails after changing rows rolls the whole batch back, and the batch runs
-        again with a savepoint per operation (``_guarded``)."""
         store = self._store
         conn = store._conn
-        if not self._begin(batch):
-            return
-        store._batched = store._lean = True
-        done: list[tuple[_Op, Any]] = []
-        refused: list[tuple[_Op, BaseException]] = []
-        try:
-            for index, op in enumerate(batch):
-                before = conn.total_changes
-                try:
-                    done.append((op, op.run()))
-                except BaseException as exc:
-                    if not conn.in_transaction:
-                        self._reply(op, None, exc)
-                        self._lost(exc, done, batch[index + 1 :])
-                        done = []
-                        for earlier, error in refused:
-                            self._reply(earlier, None, error)
-                        return
-                    if conn.total_changes == before:
-                        refused.append((op, exc))  # it changed nothing: nothing to undo
-                        continue
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    done = []
-                    store._lean = False
-                    self._guarded(batch)
-                    return
-            for op, error in refused:
-                self._reply(op, None, error)
-            self._commit(done)
-        finally:
-            store._batched = store._lean = False
-
-    def _begin(self, batch: list[_Op]) -> bool:
-        """Begin the batch's transaction; when it cannot begin, run each alone."""
         try:
             with _mapped_errors():
-                self._store._conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN IMMEDIATE")
         except StorageUnavailable:
             for op in batch:  # each on its own: each gets its own answer
                 self._alone(op)
-            return False
-        return True
-
-    def _lost(self, exc: BaseException, done: list[tuple[_Op, Any]], rest: list[_Op]) -> None:
-        """SQLite rolled the whole transaction back (a full disk does that): what the
-        batch did so far is gone too; the rest runs alone."""
-        lost = exc if isinstance(exc, StorageUnavailable) else _lost()
-        for earlier, _ in done:
-            self._reply(earlier, None, lost)
-        self._store._batched = self._store._lean = False
-        for op in rest:
-            self._alone(op)
-
-    def _commit(self, done: list[tuple[_Op, Any]]) -> None:
-        conn = self._store._conn
-        try:
-            with _mapped_errors():
-                conn.execute("COMMIT")
-        except StorageUnavailable as exc:
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            for op, _ in done:
-                self._reply(op, None, exc)
-            return
-        for op, result in done:
-            self._reply(op, result, None)
-
-    def _guarded(self, batch: list[_Op]) -> None:
-        """Run ``batch`` in one transaction, each operation in a savepoint of its own: one
-        that fails is rolled back alone, and the others commit together."""
-        store = self._store
-        if not self._begin(batch):
             return
         store._batched = True
         done: list[tuple[_Op, Any]] = []
@@ -798,10 +723,29 @@ class _Writer:
                     done.append((op, op.run()))
                 except BaseException as exc:
                     self._reply(op, None, exc)  # its savepoint was rolled back
-                    if not store._conn.in_transaction:
-                        self._lost(exc, done, batch[index + 1 :])
+                    if not conn.in_transaction:
+                        # SQLite rolled the whole transaction back (a full disk does that):
+                        # what the batch did so far is gone too.
+                        lost = exc if isinstance(exc, StorageUnavailable) else _lost()
+                        for earlier, _ in done:
+                            self._reply(earlier, None, lost)
+                        done = []
+                        store._batched = False
+                        for rest in batch[index + 1 :]:
+                            self._alone(rest)
                         return
-            self._commit(done)
+            try:
+                with _mapped_errors():
+                    conn.execute("COMMIT")
+            except StorageUnavailable as exc:
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                for op, _ in done:
+                    self._reply(op, None, exc)
+                return
+            for op, result in done:
+                self._reply(op, result, None)
         finally:
             store._batched = False
 
@@ -861,9 +805,6 @@ class SqliteSessionStore(SessionStore):
             raise
         self._batched = False
         """True while the writer runs a batch: ``_tx`` and ``_read`` then nest in it."""
-        self._lean = False
-        """With ``_batched``: ``_tx`` takes no savepoint (the writer undoes a failed
-        operation's changes by running the batch again, see ``_Writer._together``)."""
         # Another connection cannot open a file held in exclusive mode, nor a private
         # in-memory database: there the writer thread checkpoints.
         checkpointer = None if in_memory or exclusive else _Checkpointer(str(path))
@@ -893,10 +834,6 @@ class SqliteSessionStore(SessionStore):
         """One write transaction: commit on success, roll back on any exception. Inside a
         batch (group commit) it is a savepoint of the batch's transaction."""
         undo: tuple[str, ...]
-        if self._lean:
-            with _mapped_errors():
-                yield self._conn
-            return
         if self._batched:
             begin, end, undo = "SAVEPOINT op", "RELEASE op", ("ROLLBACK TO op", "RELEASE op")
         else:

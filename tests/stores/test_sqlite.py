@@ -24,9 +24,9 @@ from engine_service.stores.sqlite import SqliteSessionStore
 from tests.polling import until
 
 
-def _events(first: int, count: int) -> list[Event]:
+def _events(first: int, count: int, session_id: str = "s") -> list[Event]:
     return [
-        Event(seq, 0.0, "s", "r", TextMessageContent("m", f"w{seq}"))
+        Event(seq, 0.0, session_id, "r", TextMessageContent("m", f"w{seq}"))
         for seq in range(first, first + count)
     ]
 
@@ -251,6 +251,78 @@ async def test_events_whose_insert_fails_in_a_batch_leave_the_last_seq_where_it_
         assert [e.seq for e in await store.read_events("s", 0, 0)] == [1, 2, 3]
     finally:
         gate.set()
+        await store.close()
+
+
+async def _one_batch(
+    store: SqliteSessionStore, writes: list[Callable[[], Any]]
+) -> tuple[list[Any], list[str]]:
+    """Run ``writes`` (each a call making a store coroutine) in one group commit of the
+    writer thread: their outcomes (a result or the exception) and the statements run."""
+    writer = store._writer
+    entered, gate = threading.Event(), threading.Event()
+
+    def block() -> None:
+        entered.set()
+        gate.wait(5)
+
+    statements: list[str] = []
+    try:
+        await asyncio.sleep(0)
+        first = asyncio.ensure_future(writer.submit(lambda: None))  # at once
+        blocker = asyncio.ensure_future(writer.submit(block))  # the thread, held
+        assert await asyncio.to_thread(entered.wait, 5)
+        futures = [asyncio.ensure_future(write()) for write in writes]
+        await asyncio.sleep(0)
+        assert writer._queue.qsize() == len(writes)  # they go in one batch
+        store._conn.set_trace_callback(statements.append)
+        gate.set()
+        async with asyncio.timeout(5):
+            await asyncio.gather(first, blocker)
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    finally:
+        gate.set()
+        store._conn.set_trace_callback(None)
+    return outcomes, statements
+
+
+def _kinds_of(statements: list[str]) -> list[str]:
+    return [s.split()[0].upper() for s in statements]
+
+
+async def test_an_operation_that_fails_after_changing_rows_undoes_only_itself(
+    tmp_path: Path,
+) -> None:
+    """An insert that fails after the last seq moved, between two other writes of one group
+    commit: its savepoint takes its changes back, the writes before and after it are
+    stored once, and the failed one leaves nothing."""
+    path = tmp_path / "s.db"
+    store = SqliteSessionStore(path)
+    try:
+        for sid in ("a", "s", "c"):
+            await store.create_session(sid, "", utc_now())
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute(
+            "INSERT INTO events (session_id, seq, time, run_id, body) VALUES ('s', 3, 0, 'r', '{}')"
+        )
+        other.close()
+        outcomes, statements = await _one_batch(
+            store,
+            [
+                functools.partial(store.append_events, "a", _events(1, 2, "a")),
+                functools.partial(store.append_events, "s", _events(1, 3, "s")),
+                functools.partial(store.append_events, "c", _events(1, 2, "c")),
+            ],
+        )
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], sqlite3.IntegrityError)
+        kinds = _kinds_of(statements)
+        assert kinds.count("BEGIN") == 1 and kinds.count("COMMIT") == 1, statements
+        assert (await store.get_session("s")).last_seq == 0
+        for sid in ("a", "c"):
+            assert (await store.get_session(sid)).last_seq == 2
+            assert [e.seq for e in await store.read_events(sid, 0, 0)] == [1, 2]
+    finally:
         await store.close()
 
 

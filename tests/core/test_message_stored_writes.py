@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from typing import Any
 
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import StorageUnavailable
-from engine_service.core.events import Event, Usage
+from engine_service.core.events import Event
 from engine_service.core.limits import RunLimits
-from engine_service.core.models import Interrupt, Message, Role, RunInput, RunStatus, TextPart
+from engine_service.core.models import Message, Role, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.stores import MemorySessionStore
 
@@ -38,69 +38,35 @@ class SlowWrites(MemorySessionStore):
         super().__init__()
         self.writes: list[Write] = []
 
-    async def append_events(
-        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
-    ) -> None:
-        self.writes.append(("events", _kinds(events), 0))
+    async def _slow(self, kind: str, events: Sequence[Event], messages: int) -> None:
+        self.writes.append((kind, _kinds(events), messages))
         await asyncio.sleep(SLOW)
-        await super().append_events(session_id, events, reserve_through=reserve_through)
+
+    async def append_events(self, session_id: str, events: Sequence[Event], **kw: Any) -> None:
+        await self._slow("events", events, 0)
+        await super().append_events(session_id, events, **kw)
 
     async def append_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        title: str = "",
-        now: datetime | None = None,
+        self, session_id: str, messages: Sequence[Message], **kw: Any
     ) -> None:
-        self.writes.append(("messages", [], len(messages)))
-        await asyncio.sleep(SLOW)
-        await super().append_messages(session_id, messages, title=title, now=now)
+        await self._slow("messages", [], len(messages))
+        await super().append_messages(session_id, messages, **kw)
 
     async def append_messages_and_events(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        events: Sequence[Event],
-        *,
-        reserve_through: int = 0,
-        title: str = "",
-        now: datetime | None = None,
+        self, session_id: str, messages: Sequence[Message], events: Sequence[Event], **kw: Any
     ) -> None:
-        self.writes.append(("both", _kinds(events), len(messages)))
-        await asyncio.sleep(SLOW)
-        await MemorySessionStore.append_messages(self, session_id, messages, title=title, now=now)
+        await self._slow("both", events, len(messages))
+        # One write: not the default's two (each of which would be noted and slow).
+        await MemorySessionStore.append_messages(
+            self, session_id, messages, title=kw.get("title", ""), now=kw.get("now")
+        )
         await MemorySessionStore.append_events(
-            self, session_id, events, reserve_through=reserve_through
+            self, session_id, events, reserve_through=kw.get("reserve_through", 0)
         )
 
-    async def finish_run(
-        self,
-        session_id: str,
-        run_id: str,
-        status: RunStatus,
-        now: datetime,
-        error_code: str = "",
-        error_message: str = "",
-        pending_tool_call_ids: Sequence[str] = (),
-        events: Sequence[Event] = (),
-        interrupts: Sequence[Interrupt] = (),
-        usage: Usage | None = None,
-    ) -> None:
-        self.writes.append(("finish", _kinds(events), 0))
-        await asyncio.sleep(SLOW)
-        await super().finish_run(
-            session_id,
-            run_id,
-            status,
-            now,
-            error_code,
-            error_message,
-            pending_tool_call_ids,
-            events=events,
-            interrupts=interrupts,
-            usage=usage,
-        )
+    async def finish_run(self, *args: Any, **kw: Any) -> None:
+        await self._slow("finish", kw.get("events", ()), 0)
+        await super().finish_run(*args, **kw)
 
 
 def _kinds(events: Sequence[Event]) -> list[str]:
@@ -198,21 +164,12 @@ class AnswerWriteFails(SlowWrites):
     it is stored."""
 
     async def append_messages_and_events(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        events: Sequence[Event],
-        *,
-        reserve_through: int = 0,
-        title: str = "",
-        now: datetime | None = None,
+        self, session_id: str, messages: Sequence[Message], events: Sequence[Event], **kw: Any
     ) -> None:
         if any(m.role is Role.ASSISTANT for m in messages):
             self.writes.append(("failed", _kinds(events), len(messages)))
             raise StorageUnavailable("storage unavailable: disk full")
-        await super().append_messages_and_events(
-            session_id, messages, events, reserve_through=reserve_through, title=title, now=now
-        )
+        await super().append_messages_and_events(session_id, messages, events, **kw)
 
 
 async def test_a_failed_answer_write_leaves_no_message_stored_and_loses_no_event() -> None:

@@ -14,17 +14,56 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
-from engine_service.core.events import Event, Usage
+from engine_service.core.events import Event, EventBody, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
 if TYPE_CHECKING:
     from engine_service.core.deliveries import Delivery, PushConfig
 
-__all__ = ["Checkpoint", "Lease", "RunBegun", "SessionStore", "Signal", "SignalKind"]
+__all__ = [
+    "Checkpoint",
+    "Lease",
+    "Opening",
+    "RunBegun",
+    "SessionStore",
+    "Signal",
+    "SignalKind",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """A conversation's first write, which ``begin_run`` may store in its own transaction:
+    the client's first messages, the title they give the conversation and the run's first
+    events (RUN_STARTED, then each message's MESSAGE_STORED). A run that brings them
+    to a conversation with no messages yet then waits for one commit before its LLM
+    answer instead of two."""
+
+    messages: Sequence[Message]
+    """Stamped already (``created_at``, ``run_id``): stored as they are."""
+    events: Sequence[EventBody]
+    title: str = ""
+    """Names the conversation when it has no title."""
+
+    @staticmethod
+    def fits(*, has_messages: bool, has_state: bool, session_agent: str, agent: str) -> bool:
+        """Whether a store stores an opening with the run that takes a session (as it is
+        before the run): only a conversation of the run's ``agent`` with no messages and
+        no state, so that nothing the engine checks after ``begin_run`` depends on what
+        the conversation held, and the run's first events are exactly the opening's."""
+        return not has_messages and not has_state and session_agent == agent
+
+    def numbered(self, session_id: str, run_id: str, after_seq: int, now: datetime) -> list[Event]:
+        """The opening's events as stored: seqs from ``after_seq + 1``, stamped ``now``."""
+        stamp = now.timestamp()
+        return [
+            Event(after_seq + 1 + index, stamp, session_id, run_id, body)
+            for index, body in enumerate(self.events)
+        ]
 
 
 @dataclass(slots=True)
@@ -34,6 +73,14 @@ class RunBegun:
     session: Session
     created: bool
     """True when the session was created by this call."""
+    opened: list[Event] = field(default_factory=list)
+    """The run's first events, stored with it from its ``Opening`` (the session then
+    holds them and the opening's messages); empty when the store did not take one."""
+
+    @property
+    def start_after(self) -> int:
+        """The seq after which the run's events come (its first is ``start_after + 1``)."""
+        return self.opened[0].seq - 1 if self.opened else self.session.last_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +237,18 @@ class SessionStore(abc.ABC):
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
         kept: str = "",
+        opening: Opening | None = None,
     ) -> RunBegun:
         """Atomically mark ``run_id`` as the session's active run and record it as RUNNING.
 
         ``kept``: what the run keeps of its request for a resume (``core.kept_input``),
         read back by ``kept_input``.
+
+        ``opening``: stored in the same transaction when it ``Opening.fits`` the session
+        as it was: its messages appended, the session named by its title when untitled,
+        its events numbered from the run's ``start_seq`` (``RunBegun.opened``), the seqs
+        reserved covering them; the session returned holds them. A store may decline any
+        opening (``opened`` empty): the run then stores them itself, in a later write.
 
         ``admit`` is called, inside the transaction, with the session's pending
         interrupts; what it raises refuses the run and writes nothing. A store may call it

@@ -29,7 +29,15 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.core.store import (
+    Checkpoint,
+    Lease,
+    Opening,
+    RunBegun,
+    SessionStore,
+    Signal,
+    SignalKind,
+)
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -347,6 +355,7 @@ class MemorySessionStore(SessionStore):
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
         kept: str = "",
+        opening: Opening | None = None,
     ) -> RunBegun:
         now = _utc(now, "now")
         if reserve < 0:
@@ -370,6 +379,19 @@ class MemorySessionStore(SessionStore):
             raise AlreadyExists(run_taken(run_id))
         if admit is not None:
             admit(decode_interrupts(entry.interrupts))
+        before = entry.last_seq
+        opened: list[Event] = []
+        encoded: list[tuple[str, str]] = []
+        if opening is not None and Opening.fits(
+            has_messages=bool(entry.messages),
+            has_state=entry.state != "null",
+            session_agent=entry.agent,
+            agent=agent,
+        ):
+            encoded = _encode_messages(opening.messages)  # what it refuses writes nothing
+            if len({message_id for message_id, _ in encoded}) != len(encoded):
+                raise AlreadyExists("a message id already exists in the session")
+            opened = opening.numbered(session_id, run_id, before, now)
         self._sessions[session_id] = entry
         entry.runs[run_id] = RunRecord(
             run_id,
@@ -386,9 +408,16 @@ class MemorySessionStore(SessionStore):
             self._kept[(session_id, run_id)] = kept
         entry.active_run_id = run_id
         entry.updated_at = now
-        entry.reserved_seq = entry.last_seq + reserve
+        if opening is not None and opened:
+            _index_runs(entry, opening.messages, 0)
+            entry.positions.update((message_id, i) for i, (message_id, _) in enumerate(encoded))
+            entry.messages.extend(encoded)
+            if opening.title and not entry.title:
+                entry.title = opening.title
+            self._append(entry, session_id, opened, 0)
+        entry.reserved_seq = max(before + reserve, entry.last_seq)
         self._send(Signal(SignalKind.BEGUN, session_id, run_id, entry.last_seq))
-        return RunBegun(entry.session(), created)
+        return RunBegun(entry.session(), created, opened)
 
     async def finish_run(
         self,

@@ -66,7 +66,15 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore, Signal, SignalKind
+from engine_service.core.store import (
+    Checkpoint,
+    Lease,
+    Opening,
+    RunBegun,
+    SessionStore,
+    Signal,
+    SignalKind,
+)
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -1224,7 +1232,11 @@ class PostgresSessionStore(SessionStore):
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
         kept: str = "",
+        opening: Opening | None = None,
     ) -> RunBegun:
+        # ``opening`` is declined (``RunBegun.opened`` stays empty): the run stores it in
+        # its first write, which the writer's batches already share across runs.
+        del opening
         stamp = _utc(now, "now")
         lease_until = _utc(lease.until, "lease") if lease else None
         if reserve < 0:

@@ -54,7 +54,7 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Checkpoint, Lease, RunBegun, SessionStore
+from engine_service.core.store import Checkpoint, Lease, Opening, RunBegun, SessionStore
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -1119,6 +1119,7 @@ class SqliteSessionStore(SessionStore):
         admit: Callable[[list[Interrupt]], None] | None = None,
         agent: str = "",
         kept: str = "",
+        opening: Opening | None = None,
     ) -> RunBegun:
         stamp = _iso(now, "now")
         lease_until = _iso(lease.until, "lease") if lease else None
@@ -1132,8 +1133,11 @@ class SqliteSessionStore(SessionStore):
             # statement (under load each statement waits for the GIL again: _Writer).
             found = conn.execute(
                 "SELECT active_run_id, owner, interrupts,"
-                " EXISTS (SELECT 1 FROM runs WHERE id = ?) FROM sessions WHERE id = ?",
-                (run_id, session_id),
+                " EXISTS (SELECT 1 FROM runs WHERE id = ?), last_seq,"
+                " state = 'null' AND agent = ?"
+                " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)"
+                " FROM sessions WHERE id = ?",
+                (run_id, agent, session_id),
             ).fetchone()
             if found is None:
                 if not create:
@@ -1146,9 +1150,9 @@ class SqliteSessionStore(SessionStore):
                     (session_id, stamp, stamp, owner, agent),
                 )
                 taken = conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
-                created, active, pending = True, None, None
+                created, active, pending, before, bare = True, None, None, 0, True
             else:
-                active, session_owner, pending, taken = found
+                active, session_owner, pending, taken, before, bare = found
                 if require_owner and session_owner != owner:
                     raise SessionNotFound(session_id)
             if active:
@@ -1184,12 +1188,39 @@ class SqliteSessionStore(SessionStore):
                 raise AlreadyExists(
                     f"run {run_id!r} already exists in session {session_id!r}"
                 ) from exc
+            opened: list[Event] = []
+            if opening is not None and bare:  # ``Opening.fits``, asked in the first SELECT
+                opened = opening.numbered(session_id, run_id, before, now)
+                try:
+                    conn.executemany(
+                        "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
+                        [
+                            (session_id, i, mid, body)
+                            for i, (mid, body) in enumerate(_encode_messages(opening.messages))
+                        ],
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise AlreadyExists("a message id already exists in the session") from exc
+                conn.executemany(
+                    "INSERT INTO events (session_id, seq, time, run_id, body)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    _event_rows(session_id, opened),
+                )
+            last = before + len(opened)
             conn.execute(
-                "UPDATE sessions SET active_run_id = ?, updated_at = ?,"
-                " reserved_seq = last_seq + ? WHERE id = ?",
-                (run_id, stamp, reserve, session_id),
+                "UPDATE sessions SET active_run_id = ?, updated_at = ?, last_seq = ?,"
+                " reserved_seq = ?, title = CASE WHEN title = '' THEN ? ELSE title END"
+                " WHERE id = ?",
+                (
+                    run_id,
+                    stamp,
+                    last,
+                    max(before + reserve, last),
+                    opening.title if opened and opening is not None else "",
+                    session_id,
+                ),
             )
-            return RunBegun(self._load(conn, session_id), created)
+            return RunBegun(self._load(conn, session_id), created, opened)
 
     @_off_loop
     def finish_run(

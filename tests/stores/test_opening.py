@@ -1,0 +1,154 @@
+"""``begin_run``'s opening: a conversation's first run stores its RUN_STARTED, the client's
+messages and their MESSAGE_STORED in the run's own transaction, or, when the conversation
+is not bare (messages, state, another agent), stores none of it. A refused run stores
+nothing. PostgreSQL's store declines every opening (the run stores it itself)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engine_service.core import events as ev
+from engine_service.core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    SessionBusy,
+    SessionNotFound,
+)
+from engine_service.core.models import Interrupt, Message, Role, RunStatus, TextPart
+from engine_service.core.store import Opening, RunBegun, SessionStore
+from engine_service.stores.postgres import PostgresSessionStore
+
+T0 = datetime(2026, 12, 6, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+def _opening(*ids: str, run_id: str = "r1", title: str = "a title") -> Opening:
+    messages = []
+    for message_id in ids:
+        made = Message(
+            id=message_id, role=Role.USER, content=[TextPart(f"text {message_id}")], created_at=T0
+        )
+        made.run_id = run_id
+        messages.append(made)
+    bodies: list[ev.EventBody] = [ev.RunStarted(parent_run_id="p")]
+    bodies += [ev.MessageStored(m) for m in messages]
+    return Opening(messages, bodies, title)
+
+
+def _declines(store: SessionStore) -> bool:
+    return isinstance(store, PostgresSessionStore)
+
+
+async def _begin(
+    store: SessionStore, run_id: str, opening: Opening, *, create: bool = True, agent: str = ""
+) -> RunBegun:
+    return await store.begin_run(
+        "s1", run_id, T0, create=create, reserve=10, opening=opening, agent=agent
+    )
+
+
+async def test_a_new_conversation_stores_the_opening_with_its_run(store: SessionStore) -> None:
+    opening = _opening("u1", "u2")
+    begun = await _begin(store, "r1", opening)
+    stored = await store.read_events("s1", 0, 0)
+    session = await store.get_session("s1")
+    if _declines(store):
+        assert (begun.opened, stored, session.message_count, session.title) == ([], [], 0, "")
+        assert begun.start_after == 0
+        return
+    assert [e.seq for e in begun.opened] == [1, 2, 3]
+    assert [(e.seq, e.run_id, e.body) for e in stored] == [
+        (e.seq, e.run_id, e.body) for e in begun.opened
+    ]
+    assert [type(e.body) for e in stored] == [ev.RunStarted, ev.MessageStored, ev.MessageStored]
+    assert all(e.time == T0.timestamp() for e in stored)
+    assert begun.start_after == 0
+    assert [(m.id, m.run_id, m.created_at) for m in await store.all_messages("s1")] == [
+        ("u1", "r1", T0),
+        ("u2", "r1", T0),
+    ]
+    assert (session.title, session.message_count, session.last_seq) == ("a title", 2, 3)
+    assert begun.session.last_seq == 3 and begun.session.message_count == 2
+    assert session.reserved_seq == 10  # the run's block, counted from where it started
+    run = await store.get_run("s1", "r1")
+    assert (run.status, run.start_seq) == (RunStatus.RUNNING, 1)
+    # The run goes on from there: its next event follows the opening's.
+    await store.append_events("s1", [ev.Event(4, 1.0, "s1", "r1", ev.RunFinished())])
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, T0 + timedelta(seconds=1))
+    assert [e.seq for e in await store.read_events("s1", 0, 0)] == [1, 2, 3, 4]
+
+
+async def test_a_long_opening_is_reserved_past_the_block(store: SessionStore) -> None:
+    ids = [f"u{i}" for i in range(14)]
+    begun = await store.begin_run("s1", "r1", T0, create=True, reserve=4, opening=_opening(*ids))
+    session = await store.get_session("s1")
+    if _declines(store):
+        assert begun.opened == [] and session.reserved_seq == 4
+        return
+    assert len(begun.opened) == 15
+    assert session.last_seq == 15 and session.reserved_seq >= 15
+
+
+async def test_an_existing_bare_conversation_of_the_agent_takes_it(store: SessionStore) -> None:
+    await store.create_session("s1", "kept title", T0, agent="helper")
+    begun = await _begin(store, "r1", _opening("u1"), create=False, agent="helper")
+    session = await store.get_session("s1")
+    if _declines(store):
+        assert begun.opened == []
+        return
+    assert len(begun.opened) == 2
+    assert (session.title, session.message_count) == ("kept title", 1)  # never renamed
+
+
+@pytest.mark.parametrize("why", ["messages", "state", "agent"])
+async def test_a_conversation_that_is_not_bare_stores_none_of_it(
+    store: SessionStore, why: str
+) -> None:
+    await store.create_session("s1", "", T0, agent="helper")
+    if why == "messages":
+        await store.append_messages("s1", [_opening("old", run_id="r0").messages[0]])
+    elif why == "state":
+        await store.set_state("s1", {"count": 1})
+    agent = "other" if why == "agent" else "helper"
+    before = await store.get_session("s1")
+
+    begun = await _begin(store, "r1", _opening("u1"), create=False, agent=agent)
+
+    assert begun.opened == [] and begun.start_after == before.last_seq
+    session = await store.get_session("s1")
+    assert session.active_run_id == "r1"
+    assert await store.read_events("s1", 0, 0) == []
+    assert (session.message_count, session.title) == (before.message_count, "")
+    assert [m.id for m in await store.all_messages("s1")] == (["old"] if why == "messages" else [])
+
+
+async def test_a_refused_run_stores_none_of_its_opening(store: SessionStore) -> None:
+    await store.begin_run("s1", "r0", T0, create=True)
+    with pytest.raises(SessionBusy):  # another run holds the conversation
+        await _begin(store, "r1", _opening("u1"))
+    await store.finish_run("s1", "r0", RunStatus.SUCCEEDED, T0)
+    with pytest.raises(AlreadyExists):  # the run id is taken
+        await _begin(store, "r0", _opening("u1"))
+
+    def refuse(pending: list[Interrupt]) -> None:
+        raise InvalidInput("refused")
+
+    with pytest.raises(InvalidInput):
+        await store.begin_run("s1", "r2", T0, create=False, admit=refuse, opening=_opening("u1"))
+    session = await store.get_session("s1")
+    assert (session.message_count, session.last_seq, session.active_run_id) == (0, 0, "")
+    assert await store.read_events("s1", 0, 0) == []
+
+
+async def test_an_opening_with_a_message_id_twice_begins_nothing(store: SessionStore) -> None:
+    if _declines(store):  # nothing of an opening is read: the run begins without it
+        begun = await _begin(store, "r1", _opening("u1", "u1"))
+        assert begun.opened == [] and await store.all_messages("s1") == []
+        return
+    with pytest.raises(AlreadyExists):
+        await _begin(store, "r1", _opening("u1", "u1"))
+    with pytest.raises(SessionNotFound):  # not even made
+        await store.get_session("s1")
+    await _begin(store, "r1", _opening("u1", "u2"))  # nothing of the refused one was kept
+    assert [m.id for m in await store.all_messages("s1")] == ["u1", "u2"]

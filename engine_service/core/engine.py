@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from engine_service.core.chat import ChatModel
 from engine_service.core.clock import utc_now
 from engine_service.core.context import Anchors
 from engine_service.core.errors import (
+    AgentikError,
     InvalidInput,
     ShuttingDown,
     StorageUnavailable,
@@ -50,7 +52,13 @@ from engine_service.core.health import StorageHealth, prune_periodically
 from engine_service.core.history import new_id
 from engine_service.core.hitl import Decision, admit
 from engine_service.core.ids import check_id
-from engine_service.core.intake import check_input, check_media, first_title, read_history
+from engine_service.core.intake import (
+    check_input,
+    check_media,
+    first_title,
+    opening,
+    read_history,
+)
 from engine_service.core.kept_input import keep
 from engine_service.core.leases import LeaseKeeper, new_replica_id
 from engine_service.core.limits import EngineLimits
@@ -66,7 +74,7 @@ from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.run_table import RunTable
 from engine_service.core.stopping import Stopping
-from engine_service.core.store import SessionStore, Signal
+from engine_service.core.store import Checkpoint, RunBegun, SessionStore, Signal
 from engine_service.core.takeover import Resumed, TakeOver, hand_over
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
@@ -322,6 +330,10 @@ class Engine(Stopping):
             # Refused either way; but to anyone else it is not found, never "not stored yet".
             await self._session(caller, session_id, "session_id")
         self._unsettled.refuse(session_id)
+        # A conversation's first run stores RUN_STARTED and the input as it begins: one
+        # commit before the LLM's answer, not two. Not for an agent with ``max_runs`` nor
+        # with push configs, whose checks and writes come after ``begin_run``.
+        first = None if named.max_runs or run_input.push_configs else opening(run_input, incoming)
         begun = await self._writing(
             self.store.begin_run(
                 session_id,
@@ -336,6 +348,7 @@ class Engine(Stopping):
                 admit=admit_run,
                 agent=named.name,
                 kept=kept,
+                opening=first,
             )
         )
         try:
@@ -343,12 +356,21 @@ class Engine(Stopping):
             profile = self.agents.for_run(begun.session, run_input.agent)
             if profile is not named:  # a request naming no agent, on another agent's session
                 check_media(incoming, profile.limits, profile.about)
-            checkpoint, history, incoming = await read_history(
-                self.store, begun.session, run_input.reconcile, incoming, self._message_limit
-            )
-        except BaseException:
+            checkpoint: Checkpoint | None = None
+            history: list[Message] = []
+            if not begun.opened:  # else the conversation had no messages: nothing to read
+                checkpoint, history, incoming = await read_history(
+                    self.store, begun.session, run_input.reconcile, incoming, self._message_limit
+                )
+        except BaseException as exc:
             await self._writing(
-                self.store.finish_run(session_id, run_input.run_id, RunStatus.FAILED, utc_now())
+                self.store.finish_run(
+                    session_id,
+                    run_input.run_id,
+                    RunStatus.FAILED,
+                    utc_now(),
+                    events=_refused_start(begun, exc),
+                )
             )
             raise
         if not run_input.webhook_url:
@@ -359,13 +381,14 @@ class Engine(Stopping):
             caller.principal,
             profile,
             history,
+            opened=begun.opened,
             incoming=incoming,
             decisions=decisions,
-            title=first_title(begun.session, incoming),
+            title="" if begun.opened else first_title(begun.session, incoming),
             checkpoint=checkpoint,
         )
         self.notices.started(run, resumed[0] if resumed else "")
-        return RunHandle(session_id, run_input.run_id, run.hub.last_seq, begun.session)
+        return RunHandle(session_id, run_input.run_id, begun.start_after, begun.session)
 
     def _launch(
         self,
@@ -374,12 +397,15 @@ class Engine(Stopping):
         principal: str,
         profile: AgentProfile,
         history: list[Message],
+        opened: Sequence[ev.Event] = (),
         **more: Any,
     ) -> Run:
-        """Make a run of ``profile`` in ``session`` (its hub begun), count it, start it;
-        ``more``: the rest of ``Run``'s arguments (a new run's input, a resume's place)."""
+        """Make a run of ``profile`` in ``session`` (its hub begun, holding the ``opened``
+        events ``begin_run`` stored), count it, start it; ``more``: the rest of ``Run``'s
+        arguments (a new run's input, a resume's place)."""
         hub = self._hubs.hub(session)
-        hub.begin(run_input.run_id, session.last_seq, session.reserved_seq)
+        start_after = opened[0].seq - 1 if opened else session.last_seq
+        hub.begin(run_input.run_id, start_after, session.reserved_seq, opened)
         run = Run(
             store=self.store,
             model=profile.model,
@@ -398,6 +424,7 @@ class Engine(Stopping):
             budget=self.budget,
             anchors=self._anchors,
             replica=self.replica if self.store.shared else "",
+            opened=opened,
             **more,
         )
         self._runs.add(run, principal, session.owner)
@@ -468,3 +495,17 @@ class Engine(Stopping):
         )
         async for events in lists:
             yield events
+
+
+def _refused_start(begun: RunBegun, exc: BaseException) -> list[ev.Event]:
+    """What closes a run refused after ``begin_run`` stored its opening: a RUN_ERROR after
+    its RUN_STARTED (nothing when it stored none)."""
+    if not begun.opened:
+        return []
+    last = begun.opened[-1]
+    error = (
+        ev.RunError(exc.message, exc.code)
+        if isinstance(exc, AgentikError)
+        else ev.RunError("the run could not start", "internal")
+    )
+    return [ev.Event(last.seq + 1, time.time(), last.session_id, last.run_id, error)]

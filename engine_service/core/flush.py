@@ -110,6 +110,13 @@ class Outbox:
             self._buffered += body_size(body)
         return self._publish(body)
 
+    def count_opened(self, events: Sequence[ev.Event]) -> None:
+        """The run's first events, stored as it began (``SessionStore.begin_run``), are in
+        the hub: they count towards ``buffer_bytes``."""
+        if events:
+            self._buffered += sum(body_size(event.body) for event in events)
+            self._forget_if_over()
+
     def _joinable(self, body: _Delta) -> ev.Event | None:
         """The run's last event with ``body``'s delta appended, when it is a delta of the
         same text that no write, follower or client has yet (``SessionHub.open_tail``),

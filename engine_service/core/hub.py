@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from engine_service.core.events import Event, EventBody
 
@@ -111,16 +112,26 @@ class SessionHub:
 
     # -- a local run ---------------------------------------------------------------
 
-    def begin(self, run_id: str, last_seq: int, reserved_seq: int) -> None:
-        """A run of this engine took the session, whose store is at ``last_seq`` with seqs
-        reserved through ``reserved_seq``. The previous run's buffer (kept for followers
-        still reading it) goes if it is stored."""
+    def begin(
+        self, run_id: str, last_seq: int, reserved_seq: int, opened: Sequence[Event] = ()
+    ) -> None:
+        """A run of this engine took the session, whose store was at ``last_seq`` with seqs
+        reserved through ``reserved_seq``; ``opened``: the run's first events, stored with
+        it (``SessionStore.begin_run``'s opening), numbered from ``last_seq + 1``. The
+        previous run's buffer (kept for followers still reading it) goes if it is stored."""
         if self.all_stored:
             self.release()
         if self.last_seq != last_seq:
             self.resync(last_seq)
         self._reserved_seq = reserved_seq
         self._active_run_id = run_id
+        for event in opened:
+            if event.seq != self._next_seq or event.run_id != run_id:
+                raise RuntimeError(f"opened event {event.seq} does not follow {self.last_seq}")
+            self._buffer.append(event)
+            self._next_seq += 1
+        if opened:
+            self._taken_seq = self._flushed_seq = self.last_seq
 
     def writing(self) -> asyncio.Lock:
         """Held while events are being stored (``async with hub.writing():``), so they are

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from engine_service.core import events as ev
 from engine_service.core.bounds import MESSAGE_ROOM, bound_message, message_size
 from engine_service.core.client_tools import check_client_tools
+from engine_service.core.clock import utc_now
 from engine_service.core.errors import InvalidInput
 from engine_service.core.history import prepare_incoming, reconcile
 from engine_service.core.ids import check_id
@@ -27,12 +29,12 @@ from engine_service.core.models import (
     TextPart,
 )
 from engine_service.core.state import check_state
-from engine_service.core.store import Checkpoint, SessionStore
+from engine_service.core.store import Checkpoint, Opening, SessionStore
 from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
 from engine_service.core.window import refuse_too_long
 
-__all__ = ["check_input", "check_media", "first_title", "read_history"]
+__all__ = ["check_input", "check_media", "first_title", "opening", "read_history"]
 
 
 def check_input(
@@ -103,6 +105,31 @@ def first_title(session: Session, incoming: Sequence[Message]) -> str:
     first user message's text (a client's own title is never replaced)."""
     if session.title or session.message_count:
         return ""
+    return _title_of(incoming)
+
+
+def opening(run_input: RunInput, incoming: list[Message]) -> Opening | None:
+    """What a run can store as it begins (``SessionStore.begin_run``), when it starts from
+    the client's messages alone (appended; no state, no answers to interrupts): its
+    RUN_STARTED, the messages (stamped now, as the run's) and their MESSAGE_STORED, and
+    the title they give an untitled conversation. None when it cannot."""
+    if (
+        not incoming
+        or run_input.resume
+        or run_input.reconcile is not ReconcileMode.APPEND
+        or run_input.state is not UNSET
+    ):
+        return None
+    now = utc_now()
+    for message in incoming:
+        message.created_at = now
+        message.run_id = run_input.run_id
+    events: list[ev.EventBody] = [ev.RunStarted(parent_run_id=run_input.parent_run_id)]
+    events += [ev.MessageStored(message) for message in incoming]
+    return Opening(incoming, events, _title_of(incoming))
+
+
+def _title_of(incoming: Sequence[Message]) -> str:
     for message in incoming:
         if message.role is Role.USER:
             text = " ".join(p.text for p in message.content if isinstance(p, TextPart))

@@ -60,15 +60,19 @@ class Transcript:
         """Publish an event of the run (bounded, stored behind it)."""
         self._emit(body)
 
-    def stage(self, incoming: list[Message], reconcile: ReconcileMode) -> None:
+    def stage(
+        self, incoming: list[Message], reconcile: ReconcileMode, *, stored: bool = False
+    ) -> None:
         """The client's messages in ``messages``, as the next request sees them, before
-        they are stored (``take`` stores them; once per run)."""
+        they are stored (``take`` stores them; once per run). ``stored``: they are, as
+        stamped (a run's opening, ``SessionStore.begin_run``)."""
         if self._staged is not None:
             return
         self._staged = now = utc_now()
         for message in incoming:
-            message.created_at = now
-            message.run_id = self.run_id
+            if not stored:
+                message.created_at = now
+                message.run_id = self.run_id
         if reconcile is ReconcileMode.REPLACE:
             self.messages = list(incoming)
         else:

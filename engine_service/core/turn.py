@@ -84,10 +84,13 @@ class Run:
         anchors: Anchors | None = None,
         replica: str = "",
         resume_point: ResumePoint | None = None,
+        opened: Sequence[ev.Event] = (),
     ) -> None:
         """``resume_point``: where a run resumed after its engine died goes on
-        (``core.resume``); None: a new run."""
+        (``core.resume``); None: a new run. ``opened``: ``begin_run`` stored the run's
+        RUN_STARTED and ``incoming`` (its opening, in ``hub``), stamped already."""
         self.store = store
+        self.opened = opened
         self.point = resume_point or ResumePoint(0)
         self.resumed = self.point.resumes
         """How many times the run was resumed after its engine died (0: never)."""
@@ -122,6 +125,7 @@ class Run:
             replica=replica,
         )
         """Publishes the run's events and stores them behind it."""
+        self.out.count_opened(opened)
         self.emit = self.out.emit
         self.settled = True
         """False while the run's end could not be stored (the engine retries it)."""
@@ -274,14 +278,17 @@ class Run:
         self._observer.run_started(self.report)
         try:
             asks_early = not self.decisions and not self.resumed
-            if asks_early:
+            if self.opened:  # RUN_STARTED and the input were stored as the run began
+                self.transcript.stage(self.incoming, self.input.reconcile, stored=True)
+                asks_early = False  # nothing is written before the answer is read
+            elif asks_early:
                 # The first LLM request goes first, before anything is written: the LLM
                 # answers while RUN_STARTED and the input are stored, and its answer is
                 # read (and published) only once they are.
                 self.transcript.stage(self.incoming, self.input.reconcile)
                 await self.llm.ask_early(self._specs() if self.limits.max_tool_rounds else [])
-            if self.resumed:
-                self._input_taken = True  # stored before the engine that began it died
+            if self.resumed or self.opened:
+                self._input_taken = True  # stored as it began, or before its engine died
             else:
                 self.emit(ev.RunStarted(parent_run_id=self.input.parent_run_id))
                 if not asks_early:

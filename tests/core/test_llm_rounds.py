@@ -1,5 +1,7 @@
 """The first LLM request goes while the run's input is being stored; its answer is read,
-and published, only once the input is stored."""
+and published, only once the input is stored. (A conversation's first run on a store that
+takes openings stores its input as it begins: ``test_opening``. The store here declines
+them, as PostgreSQL's does, and as every store does for a conversation with messages.)"""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -19,6 +22,7 @@ from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.flush import Outbox
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import RunBegun
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -47,7 +51,15 @@ class Answering(ChatModel):
             self.closed += 1
 
 
-class SlowInput(MemorySessionStore):
+class DeclinesOpenings(MemorySessionStore):
+    """A store that takes no opening (``begin_run``): each run stores its input itself."""
+
+    async def begin_run(self, *args: Any, **kw: Any) -> RunBegun:
+        kw["opening"] = None
+        return await super().begin_run(*args, **kw)
+
+
+class SlowInput(DeclinesOpenings):
     """Stores a run's messages only once ``release`` is set (or fails, with ``failing``);
     notes when the first of them was stored."""
 
@@ -234,7 +246,7 @@ async def test_the_first_request_is_sent_before_run_started_is_published(
         return emit(self, body)
 
     monkeypatch.setattr(Outbox, "emit", noted)
-    store, model = MemorySessionStore(), Ordered(order)
+    store, model = DeclinesOpenings(), Ordered(order)
     engine = Engine(store, model, ToolRegistry(), EngineLimits())
     await engine.start()
     _, followed = await _start(engine)

@@ -21,6 +21,7 @@ from engine_service.core.events import Event
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, Role, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import RunBegun
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -32,11 +33,19 @@ Write = tuple[str, list[str], int]
 
 
 class SlowWrites(MemorySessionStore):
-    """A store whose every write takes ``SLOW`` seconds and is noted, in order."""
+    """A store whose every write takes ``SLOW`` seconds and is noted, in order. It takes
+    no opening unless told (``begin_run``): the run stores its input, and publishes its
+    MESSAGE_STORED, itself, as on a conversation with messages."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, openings: bool = False) -> None:
         super().__init__()
         self.writes: list[Write] = []
+        self.openings = openings
+
+    async def begin_run(self, *args: Any, **kw: Any) -> RunBegun:
+        if not self.openings:
+            kw["opening"] = None
+        return await super().begin_run(*args, **kw)
 
     async def _slow(self, kind: str, events: Sequence[Event], messages: int) -> None:
         self.writes.append((kind, _kinds(events), messages))

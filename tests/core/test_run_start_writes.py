@@ -1,6 +1,7 @@
-"""A run's start waits for as few writes as can be: RUN_STARTED goes to the store in the
-same write as the client's messages (``Outbox.store_messages``), one transaction on
-SQLite, and a follower sees it only once that write committed."""
+"""A run's start waits for as few writes as can be: a conversation's first run stores
+RUN_STARTED and the client's messages in its begin's transaction (``begin_run``'s
+opening); a later run stores them in one write of its own (``Outbox.store_messages``),
+one transaction on SQLite. A follower sees them only once that write committed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
@@ -15,6 +17,7 @@ from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.events import Event
 from engine_service.core.models import Message, Role, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import RunBegun
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.stores import SqliteSessionStore
 
@@ -30,6 +33,12 @@ class Recording(SqliteSessionStore):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.writes: list[Write] = []
+
+    async def begin_run(self, *args: Any, **kw: Any) -> RunBegun:
+        begun = await super().begin_run(*args, **kw)
+        ids = [e.body.message.id for e in begun.opened if isinstance(e.body, ev.MessageStored)]
+        self.writes.append(("begin", _kinds(begun.opened), ids))
+        return begun
 
     async def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
@@ -68,10 +77,10 @@ def _kinds(events: Sequence[Event]) -> list[str]:
     return [type(e.body).__name__ for e in events]
 
 
-async def _run(store: Recording, session_id: str, *, follow: bool) -> list[Event]:
+async def _run(store: Recording, session_id: str, text: str, *, follow: bool) -> list[Event]:
     engine = Engine(store, OfflineChatModel(), ToolRegistry(), EngineLimits())
     await engine.start()
-    message = Message(id=f"{session_id}-u", role=Role.USER, content=[TextPart("hi")])
+    message = Message(id=f"{session_id}-{text}", role=Role.USER, content=[TextPart(text)])
     handle = await engine.start_run(
         ANONYMOUS, RunInput(session_id=session_id, create_session=True, messages=[message])
     )
@@ -88,18 +97,30 @@ async def test_run_started_and_the_input_are_stored_in_one_write(tmp_path: Path)
     try:
         for follow, session_id in ((True, "followed"), (False, "alone")):
             store.writes.clear()
-            seen = await _run(store, session_id, follow=follow)
-            # The first write of the run holds both; nothing was written before it.
-            assert store.writes[0] == ("both", ["RunStarted"], [f"{session_id}-u"]), store.writes
-            input_writes = [w for w in store.writes if f"{session_id}-u" in w[2]]
-            assert len(input_writes) == 1, store.writes
+            seen = await _run(store, session_id, "first", follow=follow)
+            # The first run's begin holds both; nothing else holds either.
+            first = f"{session_id}-first"
+            assert store.writes[0] == ("begin", ["RunStarted", "MessageStored"], [first])
+            assert len([w for w in store.writes if first in w[2]]) == 1, store.writes
+            # A later run: its first write holds both.
+            store.writes.clear()
+            seen += await _run(store, session_id, "second", follow=follow)
+            second = f"{session_id}-second"
+            assert store.writes[0] == ("begin", [], []), store.writes
+            assert store.writes[1] == ("both", ["RunStarted"], [second]), store.writes
+            assert len([w for w in store.writes if second in w[2]]) == 1, store.writes
+
             stored = await store.read_events(session_id, 0, 0)
-            assert [e.seq for e in seen] == [e.seq for e in stored]
-            assert _kinds(stored)[:2] == ["RunStarted", "MessageStored"]
+            if follow:
+                assert [e.seq for e in seen] == [e.seq for e in stored]
+            starts = [i for i, e in enumerate(stored) if isinstance(e.body, ev.RunStarted)]
+            assert len(starts) == 2
+            for start in starts:
+                assert _kinds(stored[start : start + 2]) == ["RunStarted", "MessageStored"]
             assert isinstance(stored[-1].body, ev.RunFinished)
             assert [m.role for m in await store.all_messages(session_id)] == [
                 Role.USER,
                 Role.ASSISTANT,
-            ]
+            ] * 2
     finally:
         await store.close()

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import Any
+
+import pytest
 
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
@@ -19,6 +22,7 @@ from engine_service.core.models import (
     TextPart,
 )
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import RunBegun
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -32,11 +36,21 @@ class Hello(ChatModel):
 
 
 class CountingCalls(MemorySessionStore):
-    """Notes each write of messages and each rename."""
+    """Notes each write of messages and each rename, and each run's begin that stored an
+    opening (with the title it gave); declines openings when told."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, openings: bool = True) -> None:
         super().__init__()
         self.calls: list[tuple[str, str]] = []
+        self.openings = openings
+
+    async def begin_run(self, *args: Any, **kw: Any) -> RunBegun:
+        if not self.openings:
+            kw["opening"] = None
+        begun = await super().begin_run(*args, **kw)
+        if begun.opened:
+            self.calls.append(("begin", begun.session.title))
+        return begun
 
     async def append_messages(
         self,
@@ -65,8 +79,11 @@ async def _run(engine: Engine, store: CountingCalls, text: str, mode: ReconcileM
             pass
 
 
-async def test_the_first_run_stores_its_message_and_the_title_it_gives_in_one_write() -> None:
-    store = CountingCalls()
+@pytest.mark.parametrize("openings", [True, False])
+async def test_the_first_run_stores_its_message_and_the_title_it_gives_in_one_write(
+    openings: bool,
+) -> None:
+    store = CountingCalls(openings=openings)
     engine = Engine(store, Hello(), ToolRegistry(), EngineLimits())
     await engine.start()
     await _run(engine, store, "Plan a trip to Lisbon", ReconcileMode.APPEND)
@@ -74,7 +91,8 @@ async def test_the_first_run_stores_its_message_and_the_title_it_gives_in_one_wr
     await engine.shutdown(0)
 
     inputs = [call for call in store.calls if call[0] == "rename" or call[1]]
-    assert inputs == [("append", "Plan a trip to Lisbon")]  # no separate rename
+    # With the run's begin (its opening) or in the run's own write: no separate rename.
+    assert inputs == [("begin" if openings else "append", "Plan a trip to Lisbon")]
     assert (await store.get_session("s")).title == "Plan a trip to Lisbon"
     history = await store.all_messages("s")
     assert [m.role for m in history] == [Role.USER, Role.ASSISTANT] * 2

@@ -134,6 +134,45 @@ def test_without_resume_runs_a_restart_closes_the_run_as_interrupted(
     assert not any(e.HasField("custom") for e in resumed)
 
 
+@pytest.mark.parametrize("resume", ["true", "false"])
+def test_kill_9_right_after_a_first_run_began_keeps_its_input_once(
+    llm: FakeOpenAI, tmp_path: Path, resume: str
+) -> None:
+    """The conversation's first run stored RUN_STARTED and its input as it began (its
+    opening); the LLM has not answered yet when the engine dies."""
+    engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS=resume)
+    try:
+        call = engine.stub.Run(
+            pb.RunRequest(
+                session_id="t", create_session=True, messages=[user("[[slow:1.5]] [[chunks:2]]")]
+            )
+        )
+        seen = _read_until(call, "message_stored", 1)
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+    assert [kind(e) for e in seen] == ["run_started", "message_stored"]
+
+    engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS=resume)
+    try:
+        resumed = engine.follow("t", seen[-1].seq)
+        stored = engine.follow("t", 0)
+        messages = engine.messages("t")
+    finally:
+        engine.stop()
+    assert _lost_and_duplicated(seen, resumed, stored) == (0, 0)
+    assert all(e.seq > seen[-1].seq and e.run_id == seen[0].run_id for e in resumed)
+    assert [kind(e) for e in stored].count("run_started") == 1
+    if resume == "true":  # the run goes on from its stored input, and answers it
+        assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
+        assert [m.role for m in messages] == [pb.ROLE_USER, pb.ROLE_ASSISTANT]
+        assert messages[-1].content[0].text.text == "w0 w1 "
+    else:  # closed, the input kept once
+        assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
+        assert [m.role for m in messages] == [pb.ROLE_USER]
+
+
 def test_a_run_that_keeps_killing_its_engine_stops_after_max_resumes(
     llm: FakeOpenAI, tmp_path: Path
 ) -> None:

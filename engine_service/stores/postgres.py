@@ -662,6 +662,38 @@ the session missing or someone else's, a session being made by another call at t
 moment): ``begin_run`` then finds out which, and raises, the long way. The row: the
 session's columns (``_SESSION_COLUMNS``) as the run left it, and whether it was made."""
 
+_OPEN_RUN = """
+WITH ok AS (
+    SELECT s.id, s.last_seq FROM sessions s
+    WHERE s.id = %(session)s AND s.active_run_id = %(run)s AND s.state = 'null'
+        AND s.agent = %(agent)s
+        AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)
+), messages_in AS (
+    INSERT INTO messages (session_id, position, id, body, run_id)
+    SELECT ok.id, (u.n - 1)::integer, u.id, u.body, u.run_id
+    FROM ok, unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
+        AS u (id, body, run_id, n)
+), events_in AS (
+    INSERT INTO events (session_id, seq, time, run_id, body)
+    SELECT ok.id, ok.last_seq + e.n, %(time)s::double precision, %(run)s, e.body
+    FROM ok, unnest(%(events)s::text[]) WITH ORDINALITY AS e (body, n)
+), moved AS (
+    UPDATE sessions s SET last_seq = ok.last_seq + %(count)s::bigint,
+        reserved_seq = greatest(s.reserved_seq, ok.last_seq + %(count)s::bigint),
+        title = CASE WHEN s.title = '' THEN %(title)s ELSE s.title END
+    FROM ok WHERE s.id = ok.id
+)
+SELECT ok.last_seq, pg_notify(%(channel)s, json_build_array(%(kind)s::text,
+    %(session)s::text, %(run)s::text, ok.last_seq + %(count)s::bigint)::text)
+FROM ok
+"""
+"""A run's opening (``Opening``), stored right after the run began, in its transaction:
+when the session it took is bare (``Opening.fits``: no messages, no state, the run's
+agent) the messages from position 0, the events numbered after the session's last seq
+and the seqs moved past them, the title given to an untitled session, and the other
+replicas told (``EVENTS``). Returns the last seq before them, or no row (not bare: it
+wrote nothing)."""
+
 WRITER_NAME = "agentik-writer"
 """The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
 
@@ -671,6 +703,31 @@ statement. Ours run their statements back to back; one left waiting belongs to a
 that stalled mid-write (SIGSTOP, a frozen VM) and holds its sessions' row locks: the
 replica taking its runs over would wait for them as long as the stall lasts. Read-only
 transactions lock nothing and are exempt."""
+
+
+def _begun(
+    session: Session,
+    created: bool,
+    opened: list[tuple[Any, ...] | None],
+    session_id: str,
+    run_id: str,
+    now: datetime,
+    opening: Opening | None,
+) -> RunBegun:
+    """``RunBegun`` from the batched begin's session row (as the begin left it) and
+    ``_OPEN_RUN``'s row (the last seq before the opening; none: not stored)."""
+    if not opened or opened[0] is None or opening is None:
+        return RunBegun(session, created)
+    events = opening.numbered(session_id, run_id, opened[0][0], now)
+    last = events[-1].seq
+    session = replace(
+        session,
+        last_seq=last,
+        reserved_seq=max(session.reserved_seq, last),
+        message_count=len(opening.messages),
+        title=session.title or opening.title,
+    )
+    return RunBegun(session, created, events)
 
 
 class PostgresSessionStore(SessionStore):
@@ -1234,9 +1291,6 @@ class PostgresSessionStore(SessionStore):
         kept: str = "",
         opening: Opening | None = None,
     ) -> RunBegun:
-        # ``opening`` is declined (``RunBegun.opened`` stays empty): the run stores it in
-        # its first write, which the writer's batches already share across runs.
-        del opening
         stamp = _utc(now, "now")
         lease_until = _utc(lease.until, "lease") if lease else None
         if reserve < 0:
@@ -1272,16 +1326,27 @@ class PostgresSessionStore(SessionStore):
                 "channel": self._channel,
                 "kind": SignalKind.BEGUN.value,
             }
+            opens = self._opening_statements(session_id, run_id, now, agent, opening)
             with suppress(psycopg.IntegrityError):  # a race the checks missed: the long way
-                *_, begun = await self._batch.first(
+                rows = await self._batch.first(
                     [
                         ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,)),
                         ("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,)),
                         (_BEGIN_RUN, params),
+                        *opens,
                     ]
                 )
+                begun, *opened = rows[2:]
                 if begun is not None:
-                    return RunBegun(_session(begun[:-2]), bool(begun[-2]))
+                    return _begun(
+                        _session(begun[:-2]),
+                        bool(begun[-2]),
+                        opened,
+                        session_id,
+                        run_id,
+                        now,
+                        opening,
+                    )
 
         # The long way: two round trips before the commit (psycopg's pipeline mode): the
         # checks' reads first, then the writes with the session as it now is; what a check
@@ -1339,13 +1404,19 @@ class PostgresSessionStore(SessionStore):
                     " reserved_seq = last_seq + %s WHERE id = %s",
                     (run_id, stamp, reserve, session_id),
                 )
-                loaded = await conn.execute(
-                    f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
-                )
                 signal = await conn.execute(
                     "SELECT pg_notify(%s, json_build_array(%s::text, %s::text, %s::text,"
                     " last_seq)::text) FROM sessions WHERE id = %s",
                     (self._channel, SignalKind.BEGUN.value, session_id, run_id, session_id),
+                )
+                opens = [
+                    await conn.execute(sql, values)
+                    for sql, values in self._opening_statements(
+                        session_id, run_id, now, agent, opening
+                    )
+                ]
+                loaded = await conn.execute(
+                    f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
                 )
                 if await inserted.fetchone() is None:
                     running = await self._one(
@@ -1356,12 +1427,50 @@ class PostgresSessionStore(SessionStore):
                     if running is not None:
                         raise SessionBusy(session_id, running[0])
                     raise AlreadyExists(run_taken(run_id))
-                session = await loaded.fetchone()
                 await signal.fetchone()
+                opened = [await cursor.fetchone() for cursor in opens]
+                session = await loaded.fetchone()
             assert session is not None
-            return RunBegun(_session(session), created)
+            begun = RunBegun(_session(session), created)
+            if opened and opened[0] is not None and opening is not None:
+                begun.opened = opening.numbered(session_id, run_id, opened[0][0], now)
+            return begun
 
-        return await self._write(work)
+        try:
+            return await self._write(work)
+        except psycopg.errors.UniqueViolation as exc:  # the opening's messages
+            raise AlreadyExists("a message id already exists in the session") from exc
+
+    def _opening_statements(
+        self,
+        session_id: str,
+        run_id: str,
+        now: datetime,
+        agent: str,
+        opening: Opening | None,
+    ) -> list[Statement]:
+        """``_OPEN_RUN`` with ``opening``'s values (none without one)."""
+        if opening is None:
+            return []
+        encoded = _encode_messages(opening.messages)
+        bodies = [
+            row[4] for row in _event_rows(session_id, opening.numbered(session_id, run_id, 0, now))
+        ]
+        values = {
+            "session": session_id,
+            "run": run_id,
+            "agent": agent,
+            "ids": [mid for mid, _ in encoded],
+            "bodies": [body for _, body in encoded],
+            "runs": [message.run_id for message in opening.messages],
+            "time": now.timestamp(),
+            "events": bodies,
+            "count": len(bodies),
+            "title": opening.title,
+            "channel": self._channel,
+            "kind": SignalKind.EVENTS.value,
+        }
+        return [(_OPEN_RUN, values)]
 
     async def finish_run(
         self,

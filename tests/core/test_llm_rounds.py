@@ -1,7 +1,7 @@
 """The first LLM request goes while the run's input is being stored; its answer is read,
 and published, only once the input is stored. (A conversation's first run on a store that
 takes openings stores its input as it begins: ``test_opening``. The store here declines
-them, as PostgreSQL's does, and as every store does for a conversation with messages.)"""
+them, as every store does for a conversation with messages.)"""
 
 from __future__ import annotations
 

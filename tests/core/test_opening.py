@@ -29,7 +29,7 @@ WAIT = 10.0
 
 class SlowBegins(SlowWrites):
     """``SlowWrites`` whose ``begin_run`` is a slow write too, noted with its opening's
-    events; ``openings=False`` declines every opening (as PostgreSQL's store does)."""
+    events; ``openings=False`` declines every opening (as a store may)."""
 
     def __init__(self, *, openings: bool = True) -> None:
         super().__init__(openings=openings)

@@ -1,7 +1,7 @@
 """``begin_run``'s opening: a conversation's first run stores its RUN_STARTED, the client's
 messages and their MESSAGE_STORED in the run's own transaction, or, when the conversation
 is not bare (messages, state, another agent), stores none of it. A refused run stores
-nothing. PostgreSQL's store declines every opening (the run stores it itself)."""
+nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from engine_service.core.errors import (
 )
 from engine_service.core.models import Interrupt, Message, Role, RunStatus, TextPart
 from engine_service.core.store import Opening, RunBegun, SessionStore
-from engine_service.stores.postgres import PostgresSessionStore
 
 T0 = datetime(2026, 12, 6, 12, 0, 0, 250000, tzinfo=UTC)
 
@@ -36,10 +35,6 @@ def _opening(*ids: str, run_id: str = "r1", title: str = "a title") -> Opening:
     return Opening(messages, bodies, title)
 
 
-def _declines(store: SessionStore) -> bool:
-    return isinstance(store, PostgresSessionStore)
-
-
 async def _begin(
     store: SessionStore, run_id: str, opening: Opening, *, create: bool = True, agent: str = ""
 ) -> RunBegun:
@@ -53,10 +48,6 @@ async def test_a_new_conversation_stores_the_opening_with_its_run(store: Session
     begun = await _begin(store, "r1", opening)
     stored = await store.read_events("s1", 0, 0)
     session = await store.get_session("s1")
-    if _declines(store):
-        assert (begun.opened, stored, session.message_count, session.title) == ([], [], 0, "")
-        assert begun.start_after == 0
-        return
     assert [e.seq for e in begun.opened] == [1, 2, 3]
     assert [(e.seq, e.run_id, e.body) for e in stored] == [
         (e.seq, e.run_id, e.body) for e in begun.opened
@@ -83,9 +74,6 @@ async def test_a_long_opening_is_reserved_past_the_block(store: SessionStore) ->
     ids = [f"u{i}" for i in range(14)]
     begun = await store.begin_run("s1", "r1", T0, create=True, reserve=4, opening=_opening(*ids))
     session = await store.get_session("s1")
-    if _declines(store):
-        assert begun.opened == [] and session.reserved_seq == 4
-        return
     assert len(begun.opened) == 15
     assert session.last_seq == 15 and session.reserved_seq >= 15
 
@@ -94,9 +82,6 @@ async def test_an_existing_bare_conversation_of_the_agent_takes_it(store: Sessio
     await store.create_session("s1", "kept title", T0, agent="helper")
     begun = await _begin(store, "r1", _opening("u1"), create=False, agent="helper")
     session = await store.get_session("s1")
-    if _declines(store):
-        assert begun.opened == []
-        return
     assert len(begun.opened) == 2
     assert (session.title, session.message_count) == ("kept title", 1)  # never renamed
 
@@ -142,10 +127,6 @@ async def test_a_refused_run_stores_none_of_its_opening(store: SessionStore) -> 
 
 
 async def test_an_opening_with_a_message_id_twice_begins_nothing(store: SessionStore) -> None:
-    if _declines(store):  # nothing of an opening is read: the run begins without it
-        begun = await _begin(store, "r1", _opening("u1", "u1"))
-        assert begun.opened == [] and await store.all_messages("s1") == []
-        return
     with pytest.raises(AlreadyExists):
         await _begin(store, "r1", _opening("u1", "u1"))
     with pytest.raises(SessionNotFound):  # not even made

@@ -21,7 +21,7 @@ from psycopg.pq import TransactionStatus
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
 from engine_service.core.models import Message, Role, RunStatus, TextPart
-from engine_service.core.store import Lease, Signal, SignalKind
+from engine_service.core.store import Lease, Opening, Signal, SignalKind
 from engine_service.stores import open_store, postgres_calls
 from engine_service.stores.postgres import (
     SCHEMA_VERSION,
@@ -227,6 +227,24 @@ async def test_a_watcher_on_one_store_hears_every_write_on_another_within_a_seco
     await a.append_events("s1", [], reserve_through=9)
     with pytest.raises(TimeoutError):
         await heard.next(0.2)
+
+
+async def test_a_run_begun_with_its_opening_tells_the_other_replicas_of_its_events(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    a, b = two
+    heard = Heard()
+    await b.watch(heard)
+    user = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r1")
+    opening = Opening([user], [ev.RunStarted(), ev.MessageStored(user)], "hi")
+    begun = await a.begin_run("s1", "r1", at(0), create=True, agent="", opening=opening)
+    assert [e.seq for e in begun.opened] == [1, 2]
+    # Begun at seq 0, then its two events: a follower on b reads them from the store.
+    assert (await heard.next(1.0))[1] == Signal(SignalKind.BEGUN, "s1", "r1", 0)
+    assert (await heard.next(1.0))[1] == Signal(SignalKind.EVENTS, "s1", "r1", 2)
+    stored = await b.read_events("s1", 0, 0)
+    assert [(e.seq, type(e.body)) for e in stored] == [(1, ev.RunStarted), (2, ev.MessageStored)]
+    assert (await b.get_session("s1")).title == "hi"
 
 
 async def test_a_signal_arrives_only_once_its_write_is_committed(

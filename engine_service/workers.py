@@ -100,16 +100,22 @@ def private_addresses(grpc_addr: str, workers: int) -> Iterator[list[str]]:
     whose gRPC server binds with SO_REUSEPORT as the same user, can; a socket that does not
     listen takes none of the port's connections. (Released before the workers started,
     a port taken meanwhile made its worker fail to bind, and the set exit 1.)"""
-    host = grpc_addr.rpartition(":")[0]
+    host, _, public = grpc_addr.rpartition(":")
     bare = host.strip("[]")
     family = socket.AF_INET6 if ":" in bare else socket.AF_INET
-    probes = [socket.socket(family, socket.SOCK_STREAM) for _ in range(workers)]
+    probes: list[socket.socket] = []
     try:
-        ports = []
-        for probe in probes:
+        ports: list[int] = []
+        while len(ports) < workers:
+            probe = socket.socket(family, socket.SOCK_STREAM)
+            probes.append(probe)  # held, so the port is not handed out again
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             probe.bind((bare, 0))
-            ports.append(int(probe.getsockname()[1]))
+            port = int(probe.getsockname()[1])
+            # The shared address's port is free until the workers bind it: the system may
+            # hand it out here, and a worker's own address must never be the shared one.
+            if str(port) != public:
+                ports.append(port)
         yield [f"{host}:{port}" for port in ports]
     finally:
         for probe in probes:

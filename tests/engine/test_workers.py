@@ -313,6 +313,29 @@ def test_private_addresses_are_distinct_ports_held_for_the_workers_alone(host: s
             sock.bind((bare, int(addr.rpartition(":")[2])))  # released after the block
 
 
+def test_the_shared_port_is_never_a_workers_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared address is not bound yet when the workers' own ports are found: the
+    system may hand its port out then (here it does, first), and it is passed over."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        public = int(free.getsockname()[1])
+    real = socket.socket
+    handed: list[int] = []
+
+    class FirstGetsThePublicPort(real):  # type: ignore[valid-type, misc]
+        def bind(self, address: tuple[str, int]) -> None:
+            if address[1] == 0 and not handed:
+                handed.append(public)
+                address = (address[0], public)
+            super().bind(address)
+
+    monkeypatch.setattr(socket, "socket", FirstGetsThePublicPort)
+    with private_addresses(f"127.0.0.1:{public}", 3) as addrs:
+        ports = [int(addr.rpartition(":")[2]) for addr in addrs]
+    assert handed == [public]
+    assert len(set(ports)) == 3 and public not in ports
+
+
 OWN_CHILD = """
 import os, signal, socket, sys
 from agentik.parent_watch import stop_with_parent

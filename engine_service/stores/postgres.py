@@ -650,7 +650,7 @@ WITH cur AS (
 )
 SELECT began.*, pg_notify(%(channel)s, json_build_array(%(kind)s::text, %(session)s::text,
     %(run)s::text, began.last_seq)::text)
-FROM began
+FROM began WHERE set_config('agentik.begun', %(run)s, true) IS NOT NULL
 """
 """A run begun in one statement, when nothing stands in its way: the session made (with
 ``create``, when there is none) or taken (when no run is active, it waits for no person
@@ -660,13 +660,17 @@ the lock of the run id in the same transaction, so what it reads is current. It 
 nothing and returns no row when something stands in the way (a run active, the id taken,
 the session missing or someone else's, a session being made by another call at the same
 moment): ``begin_run`` then finds out which, and raises, the long way. The row: the
-session's columns (``_SESSION_COLUMNS``) as the run left it, and whether it was made."""
+session's columns (``_SESSION_COLUMNS``) as the run left it, and whether it was made. A
+run it began is named in the transaction's ``agentik.begun`` setting (``_OPEN_RUN``)."""
+
+_NAME_BEGUN = "SELECT set_config('agentik.begun', %s, true)"
+"""Names the run the transaction began for ``_OPEN_RUN`` ("": none yet)."""
 
 _OPEN_RUN = """
 WITH ok AS (
     SELECT s.id, s.last_seq FROM sessions s
     WHERE s.id = %(session)s AND s.active_run_id = %(run)s AND s.state = 'null'
-        AND s.agent = %(agent)s
+        AND s.agent = %(agent)s AND current_setting('agentik.begun', true) = %(run)s
         AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)
 ), messages_in AS (
     INSERT INTO messages (session_id, position, id, body, run_id)
@@ -688,7 +692,9 @@ SELECT ok.last_seq, pg_notify(%(channel)s, json_build_array(%(kind)s::text,
 FROM ok
 """
 """A run's opening (``Opening``), stored right after the run began, in its transaction:
-when the session it took is bare (``Opening.fits``: no messages, no state, the run's
+only when the statement before began it (``agentik.begun``, which a write with an opening
+clears first: never the opening of a call that found its run id active already), and the
+session it took is bare (``Opening.fits``: no messages, no state, the run's
 agent) the messages from position 0, the events numbered after the session's last seq
 and the seqs moved past them, the title given to an untitled session, and the other
 replicas told (``EVENTS``). Returns the last seq before them, or no row (not bare: it
@@ -1332,11 +1338,12 @@ class PostgresSessionStore(SessionStore):
                     [
                         ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,)),
                         ("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,)),
+                        *([(_NAME_BEGUN, ("",))] if opens else []),
                         (_BEGIN_RUN, params),
                         *opens,
                     ]
                 )
-                begun, *opened = rows[2:]
+                begun, *opened = rows[3:] if opens else rows[2:]
                 if begun is not None:
                     return _begun(
                         _session(begun[:-2]),
@@ -1409,12 +1416,13 @@ class PostgresSessionStore(SessionStore):
                     " last_seq)::text) FROM sessions WHERE id = %s",
                     (self._channel, SignalKind.BEGUN.value, session_id, run_id, session_id),
                 )
-                opens = [
-                    await conn.execute(sql, values)
-                    for sql, values in self._opening_statements(
-                        session_id, run_id, now, agent, opening
-                    )
-                ]
+                # A run this transaction inserted (if not, it raises below and rolls back).
+                opening_statements = self._opening_statements(
+                    session_id, run_id, now, agent, opening
+                )
+                if opening_statements:
+                    await conn.execute(_NAME_BEGUN, (run_id,))
+                opens = [await conn.execute(sql, values) for sql, values in opening_statements]
                 loaded = await conn.execute(
                     f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
                 )

@@ -133,3 +133,16 @@ async def test_an_opening_with_a_message_id_twice_begins_nothing(store: SessionS
         await store.get_session("s1")
     await _begin(store, "r1", _opening("u1", "u2"))  # nothing of the refused one was kept
     assert [m.id for m in await store.all_messages("s1")] == ["u1", "u2"]
+
+
+async def test_a_second_begin_of_an_active_run_stores_none_of_its_opening(
+    store: SessionStore,
+) -> None:
+    """A run id sent again while its run is active (a client's retry): refused, and its
+    opening is not stored into the active run, which has stored nothing yet."""
+    await store.begin_run("s1", "r1", T0, create=True, reserve=10)  # no opening of its own
+    with pytest.raises(SessionBusy):
+        await _begin(store, "r1", _opening("u1"), create=False)
+    session = await store.get_session("s1")
+    assert (session.active_run_id, session.last_seq, session.message_count) == ("r1", 0, 0)
+    assert await store.read_events("s1", 0, 0) == []

@@ -13,8 +13,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import psycopg.errors
 import pytest
 from psycopg.pq import TransactionStatus
 
@@ -245,6 +247,29 @@ async def test_a_run_begun_with_its_opening_tells_the_other_replicas_of_its_even
     stored = await b.read_events("s1", 0, 0)
     assert [(e.seq, type(e.body)) for e in stored] == [(1, ev.RunStarted), (2, ev.MessageStored)]
     assert (await b.get_session("s1")).title == "hi"
+
+
+async def test_an_opening_is_stored_the_long_way_too(
+    two: tuple[PostgresSessionStore, PostgresSessionStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batched begin hit a race its checks missed (an integrity error): the long way
+    begins the run and stores its opening in its own transaction."""
+    a, _ = two
+    first = a._batch.first
+
+    async def raced(statements: Any) -> Any:
+        if any("agentik.begun" in sql for sql, _ in statements):
+            raise psycopg.errors.UniqueViolation("a race")
+        return await first(statements)
+
+    monkeypatch.setattr(a._batch, "first", raced)
+    user = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r1")
+    opening = Opening([user], [ev.RunStarted(), ev.MessageStored(user)], "hi")
+    begun = await a.begin_run("s1", "r1", at(0), create=True, agent="", opening=opening)
+    assert [e.seq for e in begun.opened] == [1, 2]
+    assert (begun.session.last_seq, begun.session.message_count) == (2, 1)
+    assert [e.seq for e in await a.read_events("s1", 0, 0)] == [1, 2]
+    assert [m.id for m in await a.all_messages("s1")] == ["u1"]
 
 
 async def test_a_signal_arrives_only_once_its_write_is_committed(

@@ -130,8 +130,9 @@ class SessionHub:
                 raise RuntimeError(f"opened event {event.seq} does not follow {self.last_seq}")
             self._buffer.append(event)
             self._next_seq += 1
-        if opened:
+        if opened:  # stored: shown to the followers already waiting (a second client)
             self._taken_seq = self._flushed_seq = self.last_seq
+            self.notify()
 
     def writing(self) -> asyncio.Lock:
         """Held while events are being stored (``async with hub.writing():``), so they are

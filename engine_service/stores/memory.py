@@ -416,7 +416,9 @@ class MemorySessionStore(SessionStore):
                 entry.title = opening.title
             self._append(entry, session_id, opened, 0)
         entry.reserved_seq = max(before + reserve, entry.last_seq)
-        self._send(Signal(SignalKind.BEGUN, session_id, run_id, entry.last_seq))
+        self._send(Signal(SignalKind.BEGUN, session_id, run_id, before))
+        if opened:  # as PostgreSQL's: begun, then its first events stored
+            self._send(Signal(SignalKind.EVENTS, session_id, run_id, entry.last_seq))
         return RunBegun(entry.session(), created, opened)
 
     async def finish_run(

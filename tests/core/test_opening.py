@@ -138,3 +138,35 @@ async def test_a_run_refused_after_its_opening_ends_with_run_error(
         rest: Sequence[Event] = [e async for e in engine.run_events(handle)]
     await engine.shutdown(WAIT)
     assert rest[0].seq == 4 and isinstance(rest[-1].body, ev.RunFinished)
+
+
+async def test_a_second_client_watching_a_new_conversation_sees_the_opening_at_once() -> None:
+    """Subscribed before the first run: RUN_STARTED and the input's MESSAGE_STORED reach
+    it while the LLM has not answered (here, never does until the run is stopped)."""
+    store = SlowBegins()
+    engine = _engine(store, Silent())
+    await engine.start()
+    session = await engine.create_session(ANONYMOUS, session_id="watched")
+    watched: list[Event] = []
+    two = asyncio.Event()
+
+    async def watch() -> None:
+        async for event in engine.subscribe(ANONYMOUS, session.id, 0):
+            watched.append(event)
+            if len(watched) == 2:
+                two.set()
+
+    watcher = asyncio.ensure_future(watch())
+    await asyncio.sleep(0.05)  # it waits on the conversation's hub
+    message = Message(id="u", role=Role.USER, content=[TextPart("hi")])
+    handle = await engine.start_run(ANONYMOUS, RunInput(session_id=session.id, messages=[message]))
+    assert store.writes[0][0] == "begin" and store.writes[0][1], store.writes  # opened
+    async with asyncio.timeout(WAIT):
+        await two.wait()
+    assert _kinds(watched) == ["RunStarted", "MessageStored"]
+    engine.stop_all()
+    async with asyncio.timeout(WAIT):
+        caller = [e async for e in engine.run_events(handle)]
+    await engine.shutdown(WAIT)
+    watcher.cancel()
+    assert [e.seq for e in caller[:2]] == [e.seq for e in watched[:2]]

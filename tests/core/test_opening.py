@@ -23,6 +23,7 @@ from engine_service.core.models import Message, Role, RunInput, RunStatus, TextP
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import RunBegun
 from tests.core.test_message_stored_writes import SlowWrites, Words, _kinds
+from tests.polling import until
 
 WAIT = 10.0
 
@@ -157,7 +158,8 @@ async def test_a_second_client_watching_a_new_conversation_sees_the_opening_at_o
                 two.set()
 
     watcher = asyncio.ensure_future(watch())
-    await asyncio.sleep(0.05)  # it waits on the conversation's hub
+    hub = engine._hubs.hub(session)  # the conversation's hub, which the watcher joins
+    await until(lambda: hub.waiting, WAIT)  # it waits there for the next stored write
     message = Message(id="u", role=Role.USER, content=[TextPart("hi")])
     handle = await engine.start_run(ANONYMOUS, RunInput(session_id=session.id, messages=[message]))
     assert store.writes[0][0] == "begin" and store.writes[0][1], store.writes  # opened

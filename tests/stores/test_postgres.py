@@ -23,7 +23,7 @@ from psycopg.pq import TransactionStatus
 from engine_service.core import events as ev
 from engine_service.core.errors import InvalidInput, SessionBusy, StorageUnavailable
 from engine_service.core.models import Message, Role, RunStatus, TextPart
-from engine_service.core.store import Lease, Opening, Signal, SignalKind
+from engine_service.core.store import Lease, Opening, RunBegun, Signal, SignalKind
 from engine_service.stores import open_store, postgres_calls
 from engine_service.stores.postgres import (
     SCHEMA_VERSION,
@@ -231,15 +231,20 @@ async def test_a_watcher_on_one_store_hears_every_write_on_another_within_a_seco
         await heard.next(0.2)
 
 
+async def _begin_opened(store: PostgresSessionStore) -> RunBegun:
+    """Run ``r1`` begun in a new conversation ``s1`` with an opening of one message."""
+    user = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r1")
+    opening = Opening([user], [ev.RunStarted(), ev.MessageStored(user)], "hi")
+    return await store.begin_run("s1", "r1", at(0), create=True, agent="", opening=opening)
+
+
 async def test_a_run_begun_with_its_opening_tells_the_other_replicas_of_its_events(
     two: tuple[PostgresSessionStore, PostgresSessionStore],
 ) -> None:
     a, b = two
     heard = Heard()
     await b.watch(heard)
-    user = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r1")
-    opening = Opening([user], [ev.RunStarted(), ev.MessageStored(user)], "hi")
-    begun = await a.begin_run("s1", "r1", at(0), create=True, agent="", opening=opening)
+    begun = await _begin_opened(a)
     assert [e.seq for e in begun.opened] == [1, 2]
     # Begun at seq 0, then its two events: a follower on b reads them from the store.
     assert (await heard.next(1.0))[1] == Signal(SignalKind.BEGUN, "s1", "r1", 0)
@@ -263,9 +268,7 @@ async def test_an_opening_is_stored_the_long_way_too(
         return await first(statements)
 
     monkeypatch.setattr(a._batch, "first", raced)
-    user = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r1")
-    opening = Opening([user], [ev.RunStarted(), ev.MessageStored(user)], "hi")
-    begun = await a.begin_run("s1", "r1", at(0), create=True, agent="", opening=opening)
+    begun = await _begin_opened(a)
     assert [e.seq for e in begun.opened] == [1, 2]
     assert (begun.session.last_seq, begun.session.message_count) == (2, 1)
     assert [e.seq for e in await a.read_events("s1", 0, 0)] == [1, 2]

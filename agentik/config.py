@@ -586,6 +586,9 @@ class EngineSettings:
     store_retry_seconds: float = setting(5.0, lo=0)
     store_batch_max: int = setting(256, doc="PostgreSQL writes in one transaction, at most")
     metrics_addr: str = setting("", check=check_address, doc="where /metrics is served; empty: not")
+    accept_ahead: int = setting(16, lo=0, hi=1024, doc="calls each method takes ahead; 0: one")
+    """Outstanding requests for each gRPC method's next calls beside grpc.aio's one
+    (engine_service/accept.py): a burst of calls is taken together, not one per loop turn."""
     gc_threshold: int = setting(10_000, lo=0, hi=1_000_000, doc="0: Python's own collector")
     """New objects between two collections of the youngest generation (agentik/collector.py)."""
 

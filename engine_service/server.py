@@ -44,6 +44,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.a2a.servicer import SERVICE_NAME as A2A_SERVICE_NAME
 from engine_service.a2a.servicer import A2aServicer
+from engine_service.accept import CallsAhead, Recording
 from engine_service.auth import Gate
 from engine_service.build import build_a2a_agents, build_delivery_worker, build_mcp_sources
 from engine_service.core.deliveries import Delivery, DeliveryStatus, SendResult
@@ -218,13 +219,14 @@ class EngineServer:
             self.metrics.watch_a2a(self.a2a)
             # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
+        # MalformedRequests last: the others wrap its handler and see its refusals.
+        interceptors = [
+            *_interceptors(),
+            *interceptors,
+            MalformedRequests({f"/{RUN_METHOD}", f"/{SUBSCRIBE_METHOD}"}, limit),
+        ]
         self.server = grpc.aio.server(
-            # MalformedRequests last: the others wrap its handler and see its refusals.
-            interceptors=[
-                *_interceptors(),
-                *interceptors,
-                MalformedRequests({f"/{RUN_METHOD}", f"/{SUBSCRIBE_METHOD}"}, limit),
-            ],
+            interceptors=interceptors,
             options=[
                 # Twice the limit: a request over it but under this is refused by
                 # MalformedRequests in our words, naming the limit, unparsed.
@@ -235,15 +237,19 @@ class EngineServer:
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )
+        methods = Recording(self.server)  # for the calls taken ahead
         pb_grpc.add_AgentEngineServicer_to_server(
             AgentEngineServicer(
                 engine, self.gate, self.metrics.stream_opened if self.metrics else None
             ),
-            self.server,
+            methods,  # type: ignore[arg-type]
         )
         # A2A's gRPC binding, on the same port and behind the same gate (docs/a2a.md).
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            A2aServicer(engine, self.gate, settings), self.server
+            A2aServicer(engine, self.gate, settings), methods
+        )
+        self.calls_ahead = CallsAhead(
+            self.server, methods.handlers, interceptors, settings.engine.accept_ahead
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         _enable_reflection(
@@ -286,6 +292,7 @@ class EngineServer:
         self.a2a.start()
         await self.engine.start()
         await self.server.start()
+        self.calls_ahead.start()
         if self.metrics is not None:
             from engine_service.metrics import serve_metrics
 
@@ -334,6 +341,7 @@ class EngineServer:
             self.mcp.stop(), self.a2a.stop(), self.llm.stop(), self.deliveries.stop()
         )
         await self.server.stop(grace=1.0)
+        await self.calls_ahead.stop()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

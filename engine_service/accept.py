@@ -116,7 +116,15 @@ class CallsAhead:
             )
             return
         core = self._server._server  # type: ignore[attr-defined]  # cygrpc.AioServer
-        resolver = cygrpc._MethodResolver([], self._handlers)
+        try:
+            resolver = cygrpc._MethodResolver([], self._handlers)
+        except TypeError as exc:
+            _log.warning(
+                "grpcio %s: %s: the engine takes each method's calls one at a time",
+                grpc.__version__,
+                exc,
+            )
+            return
         loop = asyncio.get_running_loop()
         for method in self._handlers:
             for _ in range(self.ahead):

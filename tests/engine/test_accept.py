@@ -151,3 +151,14 @@ def test_accept_ahead_out_of_bounds_is_refused_naming_it() -> None:
 
     with pytest.raises(ConfigError, match="accept_ahead"):
         engine_settings(AGENTIK_ACCEPT_AHEAD="5000")
+
+
+async def test_a_grpcio_without_the_private_api_is_served_its_own_way(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("engine_service.accept.supported", lambda: "cygrpc._handle_rpc")
+    async with running_engine(engine_settings()) as harness:
+        assert harness.server.calls_ahead.waiting == 0
+        session = await harness.stub.CreateSession(pb.CreateSessionRequest())
+        assert session.id
+    assert "lacks cygrpc._handle_rpc" in caplog.text

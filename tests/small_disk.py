@@ -28,8 +28,9 @@ class SmallDisk:
         self.path = path
         self._filler = path / "filler"
 
-    def fill(self) -> None:
-        """Write until the filesystem says ENOSPC (the file stays until ``free``)."""
+    def fill(self, leave: int = 0) -> None:
+        """Write until the filesystem says ENOSPC (the file stays until ``free``), then
+        give ``leave`` bytes back."""
         fd = os.open(self._filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             chunk = _CHUNK
@@ -39,6 +40,8 @@ class SmallDisk:
                 except OSError as exc:
                     assert exc.errno == errno.ENOSPC, exc
                     chunk = chunk[: len(chunk) // 2]  # take the last few bytes as well
+            if leave:
+                os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
         finally:
             os.close(fd)
 

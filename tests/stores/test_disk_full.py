@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine_service.core.errors import StorageUnavailable
+from engine_service.core.events import Event, TextMessageContent
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import SqliteSessionStore
 from tests.small_disk import SmallDisk, small_disk
@@ -80,3 +82,52 @@ async def test_the_store_opens_on_a_full_disk_and_serves_reads(disk: SmallDisk) 
     await reopened.finish_run("s", "r", RunStatus.INTERRUPTED, NOW)
     assert await reopened.running_runs() == []
     await reopened.close()
+
+
+async def test_a_disk_filling_under_group_commits_stores_exactly_what_was_acknowledged(
+    disk: SmallDisk,
+) -> None:
+    """Many sessions appending at once, so that the writes go in the writer thread's group
+    commits (whose operations have no savepoints of their own), while the disk fills (here
+    at a group commit's COMMIT, which refuses every write in it): every append either was
+    acknowledged and is stored, or was refused and left nothing — no event lost, none
+    stored twice, no last seq ahead of its events — and once there is room again every
+    session takes its next event."""
+    store = SqliteSessionStore(disk.path / "agentik.db")
+    sessions = [f"s{i}" for i in range(24)]
+    for sid in sessions:
+        await store.create_session(sid, "", NOW)
+    acknowledged: dict[str, list[int]] = {sid: [] for sid in sessions}
+    refused = 0
+    disk.fill(leave=400_000)  # room for about a hundred events
+
+    async def append(sid: str) -> None:
+        nonlocal refused
+        seq = (acknowledged[sid] or [0])[-1] + 1
+        event = Event(seq, 0.0, sid, "r", TextMessageContent("m", "x" * 3000))
+        try:
+            await store.append_events(sid, [event])
+        except StorageUnavailable:
+            refused += 1
+        else:
+            acknowledged[sid].append(seq)
+
+    for _ in range(MAX_WRITES // len(sessions)):
+        before = refused
+        await asyncio.gather(*(append(sid) for sid in sessions))
+        if refused - before == len(sessions):
+            break
+    else:
+        raise AssertionError("the disk never filled")
+    assert sum(map(len, acknowledged.values())) > len(sessions)  # some went in before
+    for sid in sessions:
+        stored = [e.seq for e in await store.read_events(sid, 0, 0)]
+        assert stored == acknowledged[sid], sid
+        assert (await store.get_session(sid)).last_seq == (stored or [0])[-1], sid
+
+    disk.free()
+    await asyncio.gather(*(append(sid) for sid in sessions))
+    for sid in sessions:
+        assert [e.seq for e in await store.read_events(sid, 0, 0)] == acknowledged[sid]
+        assert acknowledged[sid] == list(range(1, len(acknowledged[sid]) + 1))
+    await store.close()

@@ -17,7 +17,7 @@ import pytest
 
 from engine_service.core.clock import utc_now
 from engine_service.core.deliveries import PushConfig
-from engine_service.core.errors import SessionBusy, SessionNotFound
+from engine_service.core.errors import SessionBusy, SessionNotFound, StorageUnavailable
 from engine_service.core.events import Event, TextMessageContent, Usage
 from engine_service.core.models import Interrupt, Message, Role, RunStatus, TextPart
 from engine_service.core.store import RunBegun
@@ -425,6 +425,41 @@ async def test_an_operation_that_fails_after_writing_has_its_batch_run_again_wit
             store, [functools.partial(store.append_events, "a", _events(3, 4, "a"))]
         )
         assert "SAVEPOINT" not in _kinds_of(statements)
+    finally:
+        await store.close()
+
+
+async def test_a_transaction_sqlite_rolled_back_mid_batch_is_reported_to_every_write_in_it(
+    tmp_path: Path,
+) -> None:
+    """When SQLite rolls the whole transaction back under an operation (a full disk can),
+    the writes before it in the batch are gone too: each is answered with the error, none
+    is stored; the operations after it run each in a transaction of its own."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        for sid in ("a", "c"):
+            await store.create_session(sid, "", utc_now())
+
+        def rolled_back() -> None:
+            store._conn.execute("ROLLBACK")  # as SQLite does on SQLITE_FULL
+            raise StorageUnavailable("storage unavailable: the disk is full")
+
+        outcomes, statements = await _one_batch(
+            store,
+            [
+                functools.partial(store.append_events, "a", _events(1, 2, "a")),
+                functools.partial(store._writer.submit, rolled_back),
+                functools.partial(store.append_events, "c", _events(1, 2, "c")),
+            ],
+        )
+        assert isinstance(outcomes[0], StorageUnavailable)
+        assert outcomes[0].message == "storage unavailable: the disk is full"  # its cause
+        assert isinstance(outcomes[1], StorageUnavailable)
+        assert outcomes[2] is None
+        assert await store.read_events("a", 0, 0) == []
+        assert (await store.get_session("a")).last_seq == 0
+        assert [e.seq for e in await store.read_events("c", 0, 0)] == [1, 2]
+        assert _kinds_of(statements).count("BEGIN") == 2  # the batch's, then c's own
     finally:
         await store.close()
 

@@ -153,7 +153,6 @@ async def read_history(
     a ``REPLACE``, reads nothing: one store round trip less before the run starts."""
     if mode is not ReconcileMode.APPEND or not session.message_count:
         return None, [], incoming
-    checkpoint, history = await store.context_messages(session.id)
-    known = await store.known_message_ids(session.id, [m.id for m in incoming])
+    checkpoint, history, known = await store.run_context(session.id, [m.id for m in incoming])
     # Rows stored before the bound (or under a larger one) are clipped on read.
     return checkpoint, [bound_message(m, limit) for m in history], reconcile(known, incoming)

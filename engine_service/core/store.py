@@ -213,6 +213,16 @@ class SessionStore(abc.ABC):
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` that are messages of the session (found by index)."""
 
+    async def run_context(
+        self, session_id: str, ids: Sequence[str]
+    ) -> tuple[Checkpoint | None, list[Message], set[str]]:
+        """What a new run of a conversation with messages reads before it starts:
+        :meth:`context_messages` and which of ``ids`` :meth:`known_message_ids` knows. A
+        store that can read both in one round trip (one snapshot) says so by overriding
+        this; here, the two calls."""
+        checkpoint, history = await self.context_messages(session_id)
+        return checkpoint, history, await self.known_message_ids(session_id, ids)
+
     @abc.abstractmethod
     async def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int

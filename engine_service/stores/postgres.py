@@ -518,6 +518,15 @@ def _current_version_sync(conn: psycopg.Connection[TupleRow]) -> int:
 # -- the store ------------------------------------------------------------------------
 
 _Conn = psycopg.AsyncConnection[TupleRow]
+_ContextRows = tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]
+"""A session's checkpoint row (None without one) and the bodies of the messages after it."""
+
+
+def _context(
+    row: tuple[Any, ...] | None, rows: list[tuple[Any, ...]]
+) -> tuple[Checkpoint | None, list[Message]]:
+    checkpoint = None if row is None else Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
+    return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
 
 def channel_for(dsn: str) -> str:
@@ -1070,29 +1079,46 @@ class PostgresSessionStore(SessionStore):
         return replace(checkpoint, covered=position + 1)
 
     async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
-        async def work(
-            conn: _Conn,
-        ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+        async def work(conn: _Conn) -> _ContextRows:
             await self._require(conn, session_id)
-            row = await self._one(
-                conn,
-                "SELECT position, through_id, summary, tokens FROM checkpoints"
-                " WHERE session_id = %s",
-                (session_id,),
-            )
-            rows = await self._all(
-                conn,
-                "SELECT body FROM messages WHERE session_id = %s AND position > %s"
-                " ORDER BY position",
-                (session_id, row[0] if row is not None else -1),
-            )
-            return row, rows
+            return await self._context_rows(conn, session_id)
 
-        row, rows = await self._snapshot(work)
-        checkpoint = None
-        if row is not None:
-            checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
-        return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
+        return _context(*await self._snapshot(work))
+
+    async def run_context(
+        self, session_id: str, ids: Sequence[str]
+    ) -> tuple[Checkpoint | None, list[Message], set[str]]:
+        # One snapshot, not two: a round trip fewer before a run starts.
+        async def work(conn: _Conn) -> tuple[_ContextRows, list[tuple[Any, ...]]]:
+            await self._require(conn, session_id)
+            rows = await self._context_rows(conn, session_id)
+            known = await self._known_rows(conn, session_id, ids) if ids else []
+            return rows, known
+
+        rows, known = await self._snapshot(work)
+        return *_context(*rows), {r[0] for r in known}
+
+    async def _context_rows(self, conn: _Conn, session_id: str) -> _ContextRows:
+        row = await self._one(
+            conn,
+            "SELECT position, through_id, summary, tokens FROM checkpoints WHERE session_id = %s",
+            (session_id,),
+        )
+        rows = await self._all(
+            conn,
+            "SELECT body FROM messages WHERE session_id = %s AND position > %s ORDER BY position",
+            (session_id, row[0] if row is not None else -1),
+        )
+        return row, rows
+
+    async def _known_rows(
+        self, conn: _Conn, session_id: str, ids: Sequence[str]
+    ) -> list[tuple[Any, ...]]:
+        return await self._all(
+            conn,
+            "SELECT id FROM messages WHERE session_id = %s AND id = ANY(%s)",
+            (session_id, list(ids)),
+        )
 
     async def list_run_messages(
         self, session_id: str, run_id: str, after_id: str, limit: int
@@ -1139,11 +1165,7 @@ class PostgresSessionStore(SessionStore):
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
-            return await self._all(
-                conn,
-                "SELECT id FROM messages WHERE session_id = %s AND id = ANY(%s)",
-                (session_id, list(ids)),
-            )
+            return await self._known_rows(conn, session_id, ids)
 
         if not ids:
             return set()

@@ -1094,18 +1094,31 @@ class SqliteSessionStore(SessionStore):
     def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
         with self._read() as conn:
             self._require(conn, session_id)
-            row = conn.execute(
-                "SELECT position, through_id, summary, tokens FROM checkpoints"
-                " WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
-            checkpoint = None
-            if row is not None:
-                checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
-            rows = conn.execute(
-                "SELECT body FROM messages WHERE session_id = ? AND position > ? ORDER BY position",
-                (session_id, row[0] if row is not None else -1),
-            ).fetchall()
+            return self._context(conn, session_id)
+
+    @_off_loop
+    def run_context(
+        self, session_id: str, ids: Sequence[str]
+    ) -> tuple[Checkpoint | None, list[Message], set[str]]:
+        # One operation, not two: under load each waits for the writer's next batch.
+        with self._read() as conn:
+            self._require(conn, session_id)
+            return *self._context(conn, session_id), self._known(conn, session_id, ids)
+
+    def _context(
+        self, conn: sqlite3.Connection, session_id: str
+    ) -> tuple[Checkpoint | None, list[Message]]:
+        row = conn.execute(
+            "SELECT position, through_id, summary, tokens FROM checkpoints WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+        checkpoint = None
+        if row is not None:
+            checkpoint = Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
+        rows = conn.execute(
+            "SELECT body FROM messages WHERE session_id = ? AND position > ? ORDER BY position",
+            (session_id, row[0] if row is not None else -1),
+        ).fetchall()
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
     @_off_loop
@@ -1147,17 +1160,21 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
-        found: set[str] = set()
         with self._read() as conn:
             self._require(conn, session_id)
-            for start in range(0, len(ids), 500):  # under SQLite's limit of variables
-                batch = ids[start : start + 500]
-                rows = conn.execute(
-                    "SELECT id FROM messages WHERE session_id = ?"
-                    f" AND id IN ({', '.join('?' * len(batch))})",
-                    (session_id, *batch),
-                ).fetchall()
-                found.update(r[0] for r in rows)
+            return self._known(conn, session_id, ids)
+
+    @staticmethod
+    def _known(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):  # under SQLite's limit of variables
+            batch = ids[start : start + 500]
+            rows = conn.execute(
+                "SELECT id FROM messages WHERE session_id = ?"
+                f" AND id IN ({', '.join('?' * len(batch))})",
+                (session_id, *batch),
+            ).fetchall()
+            found.update(r[0] for r in rows)
         return found
 
     @_off_loop

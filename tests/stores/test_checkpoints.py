@@ -105,6 +105,29 @@ async def test_known_message_ids_are_those_of_the_session(store: SessionStore) -
     assert await store.known_message_ids("s1", []) == set()
 
 
+async def test_a_runs_context_is_the_checkpoint_the_messages_after_it_and_the_known_ids(
+    store: SessionStore,
+) -> None:
+    """``run_context``: what a new run reads before it starts, in one call (one operation
+    of SQLite's writer, one PostgreSQL snapshot): the same as the two reads it replaces."""
+    await seeded(store, 4)
+    await store.save_checkpoint("s1", Checkpoint("m1", "summary", 5))
+    await store.create_session("s2", "", T0)
+    await store.append_messages("s2", [message("x9")])
+    asked = [f"q{i}" for i in range(700)] + ["m3", "x9", "m0"]
+
+    checkpoint, history, known = await store.run_context("s1", asked)
+
+    assert (checkpoint, history) == await store.context_messages("s1")
+    assert checkpoint is not None and checkpoint.through_id == "m1"
+    assert [m.id for m in history] == ["m2", "m3"]
+    assert known == await store.known_message_ids("s1", asked) == {"m0", "m3"}
+    none, others, unknown = await store.run_context("s2", [])
+    assert none is None and [m.id for m in others] == ["x9"] and unknown == set()
+    with pytest.raises(SessionNotFound):
+        await store.run_context("other", ["m0"])
+
+
 async def test_recent_messages_are_the_last_ones_oldest_first(store: SessionStore) -> None:
     ids = await seeded(store, 7)
 

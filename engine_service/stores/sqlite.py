@@ -1664,19 +1664,18 @@ class SqliteSessionStore(SessionStore):
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
                 return
             raise SessionNotFound(session_id)
-        # The row count, not RETURNING, tells whether the update matched: a step fewer.
         if rows:
             first, last = rows[0][1], rows[-1][1]
             moved = conn.execute(
                 "UPDATE sessions SET last_seq = ?, reserved_seq = max(reserved_seq, ?)"
-                " WHERE id = ? AND last_seq < ?",
+                " WHERE id = ? AND last_seq < ? RETURNING 1",
                 (last, reserve_through, session_id, first),
-            ).rowcount
+            ).fetchall()
         else:
             moved = conn.execute(
-                "UPDATE sessions SET reserved_seq = max(reserved_seq, ?) WHERE id = ?",
+                "UPDATE sessions SET reserved_seq = max(reserved_seq, ?) WHERE id = ? RETURNING 1",
                 (reserve_through, session_id),
-            ).rowcount
+            ).fetchall()
         if not moved:  # which: no such session, or rows that do not follow its last seq
             found = conn.execute(
                 "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)

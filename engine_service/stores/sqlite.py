@@ -423,34 +423,6 @@ def migrate(path: str | Path) -> tuple[int, int]:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-INSERT_ROWS = 16
-"""Rows one INSERT statement carries (:func:`_insert`)."""
-
-CACHED_STATEMENTS = 512
-"""Prepared statements the connection keeps (Python's default, 128, is near what the store
-asks, each row count of :func:`_insert` a statement of its own; preparing one lets the GIL
-go too)."""
-
-
-@functools.lru_cache(maxsize=64)
-def _values(head: str, width: int, count: int) -> str:
-    row = f"({', '.join('?' * width)})"
-    return f"{head} VALUES {', '.join([row] * count)}"
-
-
-def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """``head`` (``INSERT INTO t (a, b)``) with ``rows``, :data:`INSERT_ROWS` a statement.
-    ``executemany`` resets and steps its statement once per row, and each of those lets
-    the GIL go: under load the writer thread then waits to get it back (:class:`_Writer`).
-    A statement of many rows is one reset and one step."""
-    for start in range(0, len(rows), INSERT_ROWS):
-        chunk = rows[start : start + INSERT_ROWS]
-        conn.execute(_values(head, len(chunk[0]), len(chunk)), [v for row in chunk for v in row])
-
-
-_EVENTS_INSERT = "INSERT INTO events (session_id, seq, time, run_id, body)"
-_MESSAGES_INSERT = "INSERT INTO messages (session_id, position, id, body)"
-
 MAX_BATCH = 256
 """Operations one transaction may carry (group commit)."""
 
@@ -876,13 +848,7 @@ class SqliteSessionStore(SessionStore):
     @staticmethod
     def _open(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
         # Made here, used by the store's writer thread alone (see _Writer).
-        conn = sqlite3.connect(
-            path,
-            timeout=timeout,
-            isolation_level=None,
-            check_same_thread=False,
-            cached_statements=CACHED_STATEMENTS,
-        )
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             if exclusive:
                 conn.execute("PRAGMA locking_mode = EXCLUSIVE")
@@ -1283,9 +1249,8 @@ class SqliteSessionStore(SessionStore):
             if opening is not None and bare:  # ``Opening.fits``, asked in the first SELECT
                 opened = opening.numbered(session_id, run_id, before, now)
                 try:
-                    _insert(
-                        conn,
-                        _MESSAGES_INSERT,
+                    conn.executemany(
+                        "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
                         [
                             (session_id, i, mid, body)
                             for i, (mid, body) in enumerate(_encode_messages(opening.messages))
@@ -1293,7 +1258,11 @@ class SqliteSessionStore(SessionStore):
                     )
                 except sqlite3.IntegrityError as exc:
                     raise AlreadyExists("a message id already exists in the session") from exc
-                _insert(conn, _EVENTS_INSERT, _event_rows(session_id, opened))
+                conn.executemany(
+                    "INSERT INTO events (session_id, seq, time, run_id, body)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    _event_rows(session_id, opened),
+                )
             last = before + len(opened)
             conn.execute(
                 "UPDATE sessions SET active_run_id = ?, updated_at = ?, last_seq = ?,"
@@ -1603,9 +1572,8 @@ class SqliteSessionStore(SessionStore):
             raise SessionNotFound(session_id)
         last = found[0]
         try:
-            _insert(
-                conn,
-                _MESSAGES_INSERT,
+            conn.executemany(
+                "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
                 [(session_id, last + 1 + i, mid, body) for i, (mid, body) in enumerate(encoded)],
             )
         except sqlite3.IntegrityError as exc:
@@ -1625,9 +1593,8 @@ class SqliteSessionStore(SessionStore):
             self._require(conn, session_id)
             conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM checkpoints WHERE session_id = ?", (session_id,))
-            _insert(
-                conn,
-                _MESSAGES_INSERT,
+            conn.executemany(
+                "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
                 [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
             )
 
@@ -1684,7 +1651,10 @@ class SqliteSessionStore(SessionStore):
                 raise SessionNotFound(session_id)
             raise InvalidInput(f"event seq {rows[0][1]} does not follow {found[0]}")
         if rows:
-            _insert(conn, _EVENTS_INSERT, rows)
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
 
     @_off_loop
     def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:

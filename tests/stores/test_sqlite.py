@@ -307,34 +307,11 @@ async def test_a_batch_runs_its_operations_without_savepoints(tmp_path: Path) ->
             ],
         )
         assert outcomes == [None, None, None]
-        # BEGIN, per operation the update of the last seq and one insert of its events, COMMIT.
-        assert _kinds_of(statements) == ["BEGIN", *["UPDATE", "INSERT"] * 3, "COMMIT"]
+        # BEGIN, per operation the update of the last seq and one insert per event, COMMIT.
+        assert _kinds_of(statements) == ["BEGIN", *["UPDATE", "INSERT", "INSERT"] * 3, "COMMIT"]
         for sid in ("a", "b", "c"):
             assert [e.seq for e in await store.read_events(sid, 0, 0)] == [1, 2]
     finally:
-        await store.close()
-
-
-async def test_events_and_messages_are_inserted_sixteen_rows_a_statement(tmp_path: Path) -> None:
-    """Each statement's step lets the GIL go (executemany's every row, too): 40 events are
-    three inserts (16, 16, 8 rows), stored in order; messages the same."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    statements: list[str] = []
-    try:
-        await store.create_session("s", "", utc_now())
-        store._conn.set_trace_callback(statements.append)
-        await store.append_events("s", _events(1, 40))
-        inserts = [s for s in statements if s.startswith("INSERT")]
-        assert [s.count("TEXT_MESSAGE_CONTENT") for s in inserts] == [16, 16, 8]
-        statements.clear()
-        messages = [Message(f"id{i}", Role.USER, [TextPart(f"m{i}")]) for i in range(17)]
-        await store.append_messages("s", messages)
-        assert sum(s.startswith("INSERT") for s in statements) == 2
-        store._conn.set_trace_callback(None)
-        assert [e.seq for e in await store.read_events("s", 0, 0)] == list(range(1, 41))
-        assert [m.id for m in await store.all_messages("s")] == [f"id{i}" for i in range(17)]
-    finally:
-        store._conn.set_trace_callback(None)
         await store.close()
 
 
@@ -637,9 +614,8 @@ async def test_a_short_turns_writes_take_few_statements(tmp_path: Path) -> None:
     assert begin <= 2 + 2 + 6, statements
     # the read (session and position), the insert, the title
     assert messages <= 2 + 2 + 3, statements
-    # one update (that they follow the last seq, the seq and the reservation), one insert
-    # of the three events
-    assert events <= 2 + 2 + 2, statements
+    # one update (that they follow the last seq, the seq and the reservation), three inserts
+    assert events <= 2 + 2 + 4, statements
     # the update of last seq, the insert; the run's status; the run; the session
     assert finish <= 2 + 2 + 5, statements
-    assert len(work) == 6 + 3 + 2 + 5, work
+    assert len(work) == 6 + 3 + 4 + 5, work

@@ -544,11 +544,8 @@ class _Writer:
     one per turn of the loop, so that runs writing together still share a commit. The
     others queue for the thread that owns the connection the rest of the time: it runs
     every batch that queued meanwhile in one transaction — one commit for many runs'
-    writes (group commit). An operation in a batch has no savepoint of its own (two
-    statements fewer each); one that fails having written nothing is answered with its
-    error, and one that fails after it wrote has the batch rolled back and run again, each
-    operation then in a savepoint (:meth:`_attempt`). A caller gets its result only once
-    the batch is committed. Every
+    writes (group commit) — each operation keeping its own atomicity through a savepoint;
+    a caller gets its result only once the batch is committed. Every
     :data:`CHECKPOINT_EVERY` operations the WAL is checkpointed: by ``checkpointer``,
     beside the writes, or (without one) by the writer thread between two batches.
     """
@@ -710,76 +707,47 @@ class _Writer:
 
     def _together(self, batch: list[_Op]) -> None:
         store = self._store
-        store._batched = True
-        try:
-            if self._attempt(batch, savepoints=False):
-                return
-            # An operation failed after it wrote: without a savepoint its writes cannot be
-            # undone alone. The batch was rolled back, nobody answered; run it again, each
-            # operation in a savepoint of its own.
-            self._attempt(batch, savepoints=True)
-        finally:
-            store._batched = False
-            store._savepoints = True
-
-    def _attempt(self, batch: list[_Op], *, savepoints: bool) -> bool:
-        """Run ``batch`` in one transaction and answer each operation. Without
-        ``savepoints`` an operation has no statements of its own around it (two fewer per
-        operation, and under load each statement waits for the GIL again); one that fails
-        having written nothing is answered with its error as it would be with one. One that
-        fails after it wrote ends the attempt: everything is rolled back, nobody is
-        answered, and False is returned."""
-        store = self._store
         conn = store._conn
-        store._savepoints = savepoints
         try:
             with _mapped_errors():
                 conn.execute("BEGIN IMMEDIATE")
         except StorageUnavailable:
-            store._batched = False
             for op in batch:  # each on its own: each gets its own answer
                 self._alone(op)
-            return True
+            return
+        store._batched = True
         done: list[tuple[_Op, Any]] = []
-        failed: list[tuple[_Op, BaseException]] = []
-        for index, op in enumerate(batch):
-            changes = conn.total_changes
+        try:
+            for index, op in enumerate(batch):
+                try:
+                    done.append((op, op.run()))
+                except BaseException as exc:
+                    self._reply(op, None, exc)  # its savepoint was rolled back
+                    if not conn.in_transaction:
+                        # SQLite rolled the whole transaction back (a full disk does that):
+                        # what the batch did so far is gone too.
+                        lost = exc if isinstance(exc, StorageUnavailable) else _lost()
+                        for earlier, _ in done:
+                            self._reply(earlier, None, lost)
+                        done = []
+                        store._batched = False
+                        for rest in batch[index + 1 :]:
+                            self._alone(rest)
+                        return
             try:
-                done.append((op, op.run()))
-            except BaseException as exc:
-                if not conn.in_transaction:
-                    # SQLite rolled the whole transaction back (a full disk does that):
-                    # what the batch did so far is gone too.
-                    lost = exc if isinstance(exc, StorageUnavailable) else _lost()
-                    for earlier, error in failed:
-                        self._reply(earlier, None, error)
-                    self._reply(op, None, exc)
-                    for earlier, _ in done:
-                        self._reply(earlier, None, lost)
-                    store._batched = False
-                    for rest in batch[index + 1 :]:
-                        self._alone(rest)
-                    return True
-                if not savepoints and conn.total_changes != changes:
+                with _mapped_errors():
+                    conn.execute("COMMIT")
+            except StorageUnavailable as exc:
+                if conn.in_transaction:
                     with suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
-                    return False
-                failed.append((op, exc))  # with a savepoint, it was rolled back
-        for op, error in failed:
-            self._reply(op, None, error)
-        try:
-            with _mapped_errors():
-                conn.execute("COMMIT")
-        except StorageUnavailable as exc:
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            for op, _ in done:
-                self._reply(op, None, exc)
-            return True
-        for op, result in done:
-            self._reply(op, result, None)
-        return True
+                for op, _ in done:
+                    self._reply(op, None, exc)
+                return
+            for op, result in done:
+                self._reply(op, result, None)
+        finally:
+            store._batched = False
 
 
 def _lost() -> StorageUnavailable:
@@ -837,9 +805,6 @@ class SqliteSessionStore(SessionStore):
             raise
         self._batched = False
         """True while the writer runs a batch: ``_tx`` and ``_read`` then nest in it."""
-        self._savepoints = True
-        """In a batch, ``_tx`` is a savepoint of its transaction; when False, it is the
-        transaction itself (``_Writer._attempt`` undoes a failed operation)."""
         # Another connection cannot open a file held in exclusive mode, nor a private
         # in-memory database: there the writer thread checkpoints.
         checkpointer = None if in_memory or exclusive else _Checkpointer(str(path))
@@ -867,13 +832,8 @@ class SqliteSessionStore(SessionStore):
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: commit on success, roll back on any exception. Inside a
-        batch (group commit) it is the batch's transaction, or a savepoint of it when the
-        batch is run again after an operation failed having written (``_Writer._attempt``)."""
+        batch (group commit) it is a savepoint of the batch's transaction."""
         undo: tuple[str, ...]
-        if self._batched and not self._savepoints:
-            with _mapped_errors():
-                yield self._conn
-            return
         if self._batched:
             begin, end, undo = "SAVEPOINT op", "RELEASE op", ("ROLLBACK TO op", "RELEASE op")
         else:

@@ -88,7 +88,7 @@ async def test_a_disk_filling_under_group_commits_stores_exactly_what_was_acknow
     disk: SmallDisk,
 ) -> None:
     """Many sessions appending at once, so that the writes go in the writer thread's group
-    commits (whose operations have no savepoints of their own), while the disk fills (here
+    commits (each operation a savepoint of the batch's transaction), while the disk fills (here
     at a group commit's COMMIT, which refuses every write in it): every append either was
     acknowledged and is stored, or was refused and left nothing — no event lost, none
     stored twice, no last seq ahead of its events — and once there is room again every

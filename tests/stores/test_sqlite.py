@@ -17,10 +17,9 @@ import pytest
 
 from engine_service.core.clock import utc_now
 from engine_service.core.deliveries import PushConfig
-from engine_service.core.errors import SessionBusy, SessionNotFound, StorageUnavailable
+from engine_service.core.errors import StorageUnavailable
 from engine_service.core.events import Event, TextMessageContent, Usage
-from engine_service.core.models import Interrupt, Message, Role, RunStatus, TextPart
-from engine_service.core.store import RunBegun
+from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import sqlite as sqlite_store
 from engine_service.stores.sqlite import SqliteSessionStore
 from tests.polling import until
@@ -292,74 +291,12 @@ def _kinds_of(statements: list[str]) -> list[str]:
     return [s.split()[0].upper() for s in statements]
 
 
-async def test_a_batch_runs_its_operations_without_savepoints(tmp_path: Path) -> None:
-    """Under load each statement waits for the GIL again: an operation of a group commit
-    runs its own statements only, in the batch's one transaction."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    try:
-        for sid in ("a", "b", "c"):
-            await store.create_session(sid, "", utc_now())
-        outcomes, statements = await _one_batch(
-            store,
-            [
-                functools.partial(store.append_events, sid, _events(1, 2, sid))
-                for sid in ("a", "b", "c")
-            ],
-        )
-        assert outcomes == [None, None, None]
-        # BEGIN, per operation the update of the last seq and one insert per event, COMMIT.
-        assert _kinds_of(statements) == ["BEGIN", *["UPDATE", "INSERT", "INSERT"] * 3, "COMMIT"]
-        for sid in ("a", "b", "c"):
-            assert [e.seq for e in await store.read_events(sid, 0, 0)] == [1, 2]
-    finally:
-        await store.close()
-
-
-async def test_an_operation_that_fails_having_written_nothing_is_answered_alone(
+async def test_an_operation_that_fails_after_changing_rows_undoes_only_itself(
     tmp_path: Path,
 ) -> None:
-    """An operation refused before it writes (no such session, a busy one) gets its own
-    error; the batch's other writes are committed in the one transaction, nothing undone
-    and nothing run twice."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    try:
-        for sid in ("a", "c"):
-            await store.create_session(sid, "", utc_now())
-        await store.begin_run("busy", "r0", utc_now(), create=True)
-        admitted: list[list[Interrupt]] = []
-        outcomes, statements = await _one_batch(
-            store,
-            [
-                functools.partial(store.append_events, "a", _events(1, 2, "a")),
-                functools.partial(store.append_events, "nope", _events(1, 2, "nope")),
-                functools.partial(
-                    store.begin_run, "busy", "r1", utc_now(), create=False, admit=admitted.append
-                ),
-                functools.partial(store.append_events, "c", _events(1, 2, "c")),
-            ],
-        )
-        assert outcomes[0] is None and outcomes[3] is None
-        assert isinstance(outcomes[1], SessionNotFound)
-        assert isinstance(outcomes[2], SessionBusy)
-        kinds = _kinds_of(statements)
-        assert kinds.count("BEGIN") == 1 and kinds.count("COMMIT") == 1, statements
-        assert "ROLLBACK" not in kinds and "SAVEPOINT" not in kinds, statements
-        assert admitted == []  # refused before its admission
-        for sid in ("a", "c"):
-            assert [e.seq for e in await store.read_events(sid, 0, 0)] == [1, 2]
-        assert (await store.get_session("busy")).active_run_id == "r0"
-        assert [r.id for r in await store.list_runs("busy")] == ["r0"]
-    finally:
-        await store.close()
-
-
-async def test_an_operation_that_fails_after_writing_has_its_batch_run_again_with_savepoints(
-    tmp_path: Path,
-) -> None:
-    """An insert that fails after the last seq moved, between other writes of one group
-    commit (a run begun among them): the batch is rolled back and run again once, each
-    operation in a savepoint, which takes the failed one's changes back. The writes before
-    and after it are stored once, the run begun once, the failed one leaves nothing."""
+    """An insert that fails after the last seq moved, between two other writes of one group
+    commit: its savepoint takes its changes back, the writes before and after it are
+    stored once, and the failed one leaves nothing."""
     path = tmp_path / "s.db"
     store = SqliteSessionStore(path)
     try:
@@ -370,38 +307,22 @@ async def test_an_operation_that_fails_after_writing_has_its_batch_run_again_wit
             "INSERT INTO events (session_id, seq, time, run_id, body) VALUES ('s', 3, 0, 'r', '{}')"
         )
         other.close()
-        admitted: list[list[Interrupt]] = []
         outcomes, statements = await _one_batch(
             store,
             [
                 functools.partial(store.append_events, "a", _events(1, 2, "a")),
-                functools.partial(
-                    store.begin_run, "new", "r1", utc_now(), create=True, admit=admitted.append
-                ),
                 functools.partial(store.append_events, "s", _events(1, 3, "s")),
                 functools.partial(store.append_events, "c", _events(1, 2, "c")),
             ],
         )
-        assert outcomes[0] is None and outcomes[3] is None
-        assert isinstance(outcomes[1], RunBegun) and outcomes[1].created
-        assert isinstance(outcomes[2], sqlite3.IntegrityError)
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], sqlite3.IntegrityError)
         kinds = _kinds_of(statements)
-        assert kinds.count("BEGIN") == 2 and kinds.count("COMMIT") == 1, statements
-        rolled = kinds.index("ROLLBACK")
-        assert "SAVEPOINT" not in kinds[:rolled]  # the first attempt had none
-        assert kinds[rolled + 1 :].count("SAVEPOINT") == 4  # the second, one per operation
-        assert admitted == [[], []]  # the admission ran with each attempt, and decided alike
+        assert kinds.count("BEGIN") == 1 and kinds.count("COMMIT") == 1, statements
         assert (await store.get_session("s")).last_seq == 0
         for sid in ("a", "c"):
             assert (await store.get_session(sid)).last_seq == 2
             assert [e.seq for e in await store.read_events(sid, 0, 0)] == [1, 2]
-        assert [r.id for r in await store.list_runs("new")] == ["r1"]
-        assert (await store.get_session("new")).active_run_id == "r1"
-        # The next batch goes without savepoints again.
-        outcomes, statements = await _one_batch(
-            store, [functools.partial(store.append_events, "a", _events(3, 4, "a"))]
-        )
-        assert "SAVEPOINT" not in _kinds_of(statements)
     finally:
         await store.close()
 

@@ -168,18 +168,26 @@ Driver = Callable[[httpx.AsyncClient, str], Awaitable[Run]]
 """One run: (client, prompt text) → its timings."""
 
 
-def driver(facade: str, llm_url: str, base_url: str) -> Driver:
+def driver(facade: str, llm_url: str, base_url: str, conversations: bool = False) -> Driver:
+    """``conversations``: an AG-UI client's runs are the turns of one thread, each sending
+    the thread's user messages so far again with its new one (as AG-UI clients send the
+    history), so that every run after a client's first is a later run of a conversation."""
     markers = MARKERS[facade]
+    threads: dict[int, tuple[str, list[dict[str, str]]]] = {}
 
     async def floor(client: httpx.AsyncClient, text: str) -> Run:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": text}]}
         return await timed_stream(client, f"{llm_url}/chat/completions", body, markers)
 
     async def agui(client: httpx.AsyncClient, text: str) -> Run:
+        thread_id, sent = str(uuid.uuid4()), list[dict[str, str]]()
+        if conversations:
+            thread_id, sent = threads.setdefault(id(client), (thread_id, sent))
+        sent.append({"id": str(uuid.uuid4()), "role": "user", "content": text})
         body = {
-            "threadId": str(uuid.uuid4()),
+            "threadId": thread_id,
             "runId": str(uuid.uuid4()),
-            "messages": [{"id": str(uuid.uuid4()), "role": "user", "content": text}],
+            "messages": list(sent),
             "tools": [],
             "context": [],
             "state": {},
@@ -473,7 +481,7 @@ async def drive(
     out: dict[str, Any] = {"runs_per_client": runs_per_client}
     floor: Scenario | None = None
     for facade in ("floor", *options.facades):
-        one = driver(facade, processes.llm_url, processes.base_url)
+        one = driver(facade, processes.llm_url, processes.base_url, options.conversations)
         async with client_pools(clients, options.shared_pool) as pools:
             if failed := await warm_up(one, pools, options.cold, limit):
                 print(f"  {facade}: {failed} warm-up runs failed", file=sys.stderr)
@@ -731,10 +739,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--engine-workers", type=int, default=1, help="engine processes (needs --store postgres)")
     add("--cold", action="store_true", help="no warm-up: clients connect during the runs")
     add("--shared-pool", action="store_true", help="one httpx client for all (slow at 256)")
+    add(
+        "--conversations",
+        action="store_true",
+        help="AG-UI: each client's runs are the turns of one thread (not with --shared-pool)",
+    )
     add("--interrupts", type=int, default=20, help="interrupt tries per repetition (0: skip)")
     add("--interrupt-load", type=int, default=32, help="streams running during the interrupts")
     add("--out", type=Path, default=Path("load_bench.json"), help="JSON results")
     options = parser.parse_args(argv)  # fmt: skip
+    if options.conversations and options.shared_pool:
+        parser.error("--conversations needs a client per conversation: not with --shared-pool")
     if options.engine_workers > 1 and options.store != "postgres":
         parser.error("--engine-workers > 1 needs --store postgres (SQLite serves one engine)")
     check_run_options(parser, options)

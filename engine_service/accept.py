@@ -140,8 +140,6 @@ class CallsAhead:
         while core.is_running():
             try:
                 state = await core._request_registered_call(name)
-            except asyncio.CancelledError:
-                raise
             except Exception:  # the server is stopping: its outstanding requests fail
                 if core.is_running():
                     _log.exception("taking a call of %s failed", method)

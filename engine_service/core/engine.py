@@ -58,6 +58,7 @@ from engine_service.core.intake import (
     first_title,
     opening,
     read_history,
+    started_from,
 )
 from engine_service.core.kept_input import keep
 from engine_service.core.leases import LeaseKeeper, new_replica_id
@@ -330,9 +331,10 @@ class Engine(Stopping):
             # Refused either way; but to anyone else it is not found, never "not stored yet".
             await self._session(caller, session_id, "session_id")
         self._unsettled.refuse(session_id)
-        # A conversation's first run stores RUN_STARTED and the input as it begins: one
-        # commit before the LLM's answer, not two. Not for an agent with ``max_runs`` nor
-        # with push configs, whose checks and writes come after ``begin_run``.
+        # A run stores RUN_STARTED and its new input as it begins (a later one reads what
+        # it starts from there too): one commit before the LLM's answer, not two or three.
+        # Not for an agent with ``max_runs`` nor with push configs, whose checks and
+        # writes come after ``begin_run``.
         first = None if named.max_runs or run_input.push_configs else opening(run_input, incoming)
         begun = await self._writing(
             self.store.begin_run(
@@ -358,7 +360,11 @@ class Engine(Stopping):
                 check_media(incoming, profile.limits, profile.about)
             checkpoint: Checkpoint | None = None
             history: list[Message] = []
-            if not begun.opened:  # else the conversation had no messages: nothing to read
+            if begun.context is not None:  # read as it began, its new messages stored
+                checkpoint, history, incoming = started_from(
+                    begun.context, incoming, self._message_limit
+                )
+            elif not begun.opened:  # else the conversation had no messages: nothing to read
                 checkpoint, history, incoming = await read_history(
                     self.store, begun.session, run_input.reconcile, incoming, self._message_limit
                 )

@@ -29,12 +29,19 @@ from engine_service.core.models import (
     TextPart,
 )
 from engine_service.core.state import check_state
-from engine_service.core.store import Checkpoint, Opening, SessionStore
+from engine_service.core.store import Checkpoint, Opening, RunContext, SessionStore
 from engine_service.core.text import title_from
 from engine_service.core.tool import Tool
 from engine_service.core.window import refuse_too_long
 
-__all__ = ["check_input", "check_media", "first_title", "opening", "read_history"]
+__all__ = [
+    "check_input",
+    "check_media",
+    "first_title",
+    "opening",
+    "read_history",
+    "started_from",
+]
 
 
 def check_input(
@@ -112,7 +119,8 @@ def opening(run_input: RunInput, incoming: list[Message]) -> Opening | None:
     """What a run can store as it begins (``SessionStore.begin_run``), when it starts from
     the client's messages alone (appended; no state, no answers to interrupts): its
     RUN_STARTED, the messages (stamped now, as the run's) and their MESSAGE_STORED, and
-    the title they give an untitled conversation. None when it cannot."""
+    the title they give an untitled conversation (the store keeps those of them the
+    conversation does not hold: ``Opening.after``). None when it cannot."""
     if (
         not incoming
         or run_input.resume
@@ -153,6 +161,15 @@ async def read_history(
     a ``REPLACE``, reads nothing: one store round trip less before the run starts."""
     if mode is not ReconcileMode.APPEND or not session.message_count:
         return None, [], incoming
-    checkpoint, history, known = await store.run_context(session.id, [m.id for m in incoming])
+    context = await store.run_context(session.id, [m.id for m in incoming])
+    return started_from(context, incoming, limit)
+
+
+def started_from(
+    context: RunContext, incoming: list[Message], limit: int
+) -> tuple[Checkpoint | None, list[Message], list[Message]]:
+    """``read_history``'s answer from the ``context`` a store read (``run_context``, or
+    ``begin_run`` with an opening: ``RunBegun.context``)."""
+    checkpoint, history, known = context
     # Rows stored before the bound (or under a larger one) are clipped on read.
     return checkpoint, [bound_message(m, limit) for m in history], reconcile(known, incoming)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
-from engine_service.core.events import Event, EventBody, Usage
+from engine_service.core.events import Event, EventBody, MessageStored, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 
 if TYPE_CHECKING:
@@ -29,58 +29,11 @@ __all__ = [
     "Lease",
     "Opening",
     "RunBegun",
+    "RunContext",
     "SessionStore",
     "Signal",
     "SignalKind",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Opening:
-    """A conversation's first write, which ``begin_run`` may store in its own transaction:
-    the client's first messages, the title they give the conversation and the run's first
-    events (RUN_STARTED, then each message's MESSAGE_STORED). A run that brings them
-    to a conversation with no messages yet then waits for one commit before its LLM
-    answer instead of two."""
-
-    messages: Sequence[Message]
-    """Stamped already (``created_at``, ``run_id``): stored as they are."""
-    events: Sequence[EventBody]
-    title: str = ""
-    """Names the conversation when it has no title."""
-
-    @staticmethod
-    def fits(*, has_messages: bool, has_state: bool, session_agent: str, agent: str) -> bool:
-        """Whether a store stores an opening with the run that takes a session (as it is
-        before the run): only a conversation of the run's ``agent`` with no messages and
-        no state, so that nothing the engine checks after ``begin_run`` depends on what
-        the conversation held, and the run's first events are exactly the opening's."""
-        return not has_messages and not has_state and session_agent == agent
-
-    def numbered(self, session_id: str, run_id: str, after_seq: int, now: datetime) -> list[Event]:
-        """The opening's events as stored: seqs from ``after_seq + 1``, stamped ``now``."""
-        stamp = now.timestamp()
-        return [
-            Event(after_seq + 1 + index, stamp, session_id, run_id, body)
-            for index, body in enumerate(self.events)
-        ]
-
-
-@dataclass(slots=True)
-class RunBegun:
-    """What ``begin_run`` hands back: the session as it was when the run took it."""
-
-    session: Session
-    created: bool
-    """True when the session was created by this call."""
-    opened: list[Event] = field(default_factory=list)
-    """The run's first events, stored with it from its ``Opening`` (the session then
-    holds them and the opening's messages); empty when the store did not take one."""
-
-    @property
-    def start_after(self) -> int:
-        """The seq after which the run's events come (its first is ``start_after + 1``)."""
-        return self.opened[0].seq - 1 if self.opened else self.session.last_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +49,80 @@ class Checkpoint:
     """The summary's size in tokens (estimated)."""
     covered: int = 0
     """How many messages, from the first, it covers (set by the store)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """A run's first write, which ``begin_run`` may store in its own transaction: the
+    client's new messages, the title they give the conversation and the run's first events
+    (RUN_STARTED, then each message's MESSAGE_STORED). A run that brings them then waits
+    for one commit before its LLM answer instead of two (three for a later run, which
+    reads what it starts from as well: ``RunBegun.context``)."""
+
+    messages: Sequence[Message]
+    """Stamped already (``created_at``, ``run_id``): stored as they are."""
+    events: Sequence[EventBody]
+    title: str = ""
+    """Names the conversation when it has no title."""
+
+    @staticmethod
+    def fits(*, has_state: bool, has_interrupts: bool, session_agent: str, agent: str) -> bool:
+        """Whether a store stores an opening with the run that takes a session (as it is
+        before the run): only a conversation of the run's ``agent`` with no state and no
+        pending interrupts (whose answers, even expired ones, the run stores before the
+        client's new messages), so that nothing the engine checks after ``begin_run``
+        depends on what the conversation held, and the run's first events are exactly
+        the opening's. One with messages takes ``after`` the ids it holds, and the store
+        hands back what it read (``RunBegun.context``); a store that does not read it
+        there declines those."""
+        return not has_state and not has_interrupts and session_agent == agent
+
+    def after(self, known: set[str]) -> Opening:
+        """The opening of a run of a conversation that holds the messages ``known`` (an
+        AG-UI client sends the whole history every run): its new messages and their
+        MESSAGE_STORED, no title (a conversation is named by its first run)."""
+        return Opening(
+            [m for m in self.messages if m.id not in known],
+            [
+                body
+                for body in self.events
+                if not (isinstance(body, MessageStored) and body.message.id in known)
+            ],
+        )
+
+    def numbered(self, session_id: str, run_id: str, after_seq: int, now: datetime) -> list[Event]:
+        """The opening's events as stored: seqs from ``after_seq + 1``, stamped ``now``."""
+        stamp = now.timestamp()
+        return [
+            Event(after_seq + 1 + index, stamp, session_id, run_id, body)
+            for index, body in enumerate(self.events)
+        ]
+
+
+RunContext = tuple[Checkpoint | None, list[Message], set[str]]
+"""What a new run of a conversation with messages starts from (``SessionStore.run_context``):
+its checkpoint, the messages after it, and which of the client's message ids it holds."""
+
+
+@dataclass(slots=True)
+class RunBegun:
+    """What ``begin_run`` hands back: the session as it was when the run took it."""
+
+    session: Session
+    created: bool
+    """True when the session was created by this call."""
+    opened: list[Event] = field(default_factory=list)
+    """The run's first events, stored with it from its ``Opening`` (the session then
+    holds them and the opening's messages); empty when the store did not take one."""
+    context: RunContext | None = None
+    """What the run starts from, read in the begin's transaction before the opening's
+    messages were stored (``run_context``, the ids the opening's), when the store took an
+    opening to a conversation with messages; None otherwise."""
+
+    @property
+    def start_after(self) -> int:
+        """The seq after which the run's events come (its first is ``start_after + 1``)."""
+        return self.opened[0].seq - 1 if self.opened else self.session.last_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +240,7 @@ class SessionStore(abc.ABC):
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` that are messages of the session (found by index)."""
 
-    async def run_context(
-        self, session_id: str, ids: Sequence[str]
-    ) -> tuple[Checkpoint | None, list[Message], set[str]]:
+    async def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         """What a new run of a conversation with messages reads before it starts:
         :meth:`context_messages` and which of ``ids`` :meth:`known_message_ids` knows. A
         store that can read both in one round trip (one snapshot) says so by overriding
@@ -257,8 +282,11 @@ class SessionStore(abc.ABC):
         ``opening``: stored in the same transaction when it ``Opening.fits`` the session
         as it was: its messages appended, the session named by its title when untitled,
         its events numbered from the run's ``start_seq`` (``RunBegun.opened``), the seqs
-        reserved covering them; the session returned holds them. A store may decline any
-        opening (``opened`` empty): the run then stores them itself, in a later write.
+        reserved covering them; the session returned holds them. To a conversation with
+        messages, what the run starts from is read first (``RunBegun.context``, as
+        ``run_context`` with the opening's ids) and ``Opening.after`` the ids it holds is
+        stored. A store may decline any opening (``opened`` empty, ``context`` None): the
+        run then reads its context and stores its input itself, in later calls.
 
         ``admit`` is called, inside the transaction, with the session's pending
         interrupts; what it raises refuses the run and writes nothing. A store may call it

@@ -34,6 +34,7 @@ from engine_service.core.store import (
     Lease,
     Opening,
     RunBegun,
+    RunContext,
     SessionStore,
     Signal,
     SignalKind,
@@ -303,7 +304,10 @@ class MemorySessionStore(SessionStore):
         return entry.checkpoint
 
     async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
-        entry = self._entry(session_id)
+        return self._context(self._entry(session_id))
+
+    @staticmethod
+    def _context(entry: _Entry) -> tuple[Checkpoint | None, list[Message]]:
         start = entry.checkpoint.covered if entry.checkpoint else 0
         rest = entry.messages[start:]
         return entry.checkpoint, [message_from_dict(json.loads(body)) for _, body in rest]
@@ -328,7 +332,10 @@ class MemorySessionStore(SessionStore):
         return [message_from_dict(json.loads(body)) for _, body in rest]
 
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
-        entry = self._entry(session_id)
+        return self._known(self._entry(session_id), ids)
+
+    @staticmethod
+    def _known(entry: _Entry, ids: Sequence[str]) -> set[str]:
         return {message_id for message_id in ids if message_id in entry.positions}
 
     async def run_messages(
@@ -377,17 +384,23 @@ class MemorySessionStore(SessionStore):
             raise SessionBusy(session_id, entry.active_run_id)
         if run_id in self._run_ids:
             raise AlreadyExists(run_taken(run_id))
+        pending = decode_interrupts(entry.interrupts)
         if admit is not None:
-            admit(decode_interrupts(entry.interrupts))
+            admit(pending)
         before = entry.last_seq
         opened: list[Event] = []
         encoded: list[tuple[str, str]] = []
+        context: RunContext | None = None
         if opening is not None and Opening.fits(
-            has_messages=bool(entry.messages),
             has_state=entry.state != "null",
+            has_interrupts=bool(pending),
             session_agent=entry.agent,
             agent=agent,
         ):
+            if entry.messages:  # a later run: what it starts from, then its new messages
+                ids = [m.id for m in opening.messages]
+                context = (*self._context(entry), self._known(entry, ids))
+                opening = opening.after(context[2])
             encoded = _encode_messages(opening.messages)  # what it refuses writes nothing
             if len({message_id for message_id, _ in encoded}) != len(encoded):
                 raise AlreadyExists("a message id already exists in the session")
@@ -409,8 +422,11 @@ class MemorySessionStore(SessionStore):
         entry.active_run_id = run_id
         entry.updated_at = now
         if opening is not None and opened:
-            _index_runs(entry, opening.messages, 0)
-            entry.positions.update((message_id, i) for i, (message_id, _) in enumerate(encoded))
+            first = len(entry.messages)
+            _index_runs(entry, opening.messages, first)
+            entry.positions.update(
+                (message_id, first + i) for i, (message_id, _) in enumerate(encoded)
+            )
             entry.messages.extend(encoded)
             if opening.title and not entry.title:
                 entry.title = opening.title
@@ -419,7 +435,7 @@ class MemorySessionStore(SessionStore):
         self._send(Signal(SignalKind.BEGUN, session_id, run_id, before))
         if opened:  # as PostgreSQL's: begun, then its first events stored
             self._send(Signal(SignalKind.EVENTS, session_id, run_id, entry.last_seq))
-        return RunBegun(entry.session(), created, opened)
+        return RunBegun(entry.session(), created, opened, context)
 
     async def finish_run(
         self,

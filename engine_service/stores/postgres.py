@@ -71,6 +71,7 @@ from engine_service.core.store import (
     Lease,
     Opening,
     RunBegun,
+    RunContext,
     SessionStore,
     Signal,
     SignalKind,
@@ -703,11 +704,12 @@ FROM ok
 """A run's opening (``Opening``), stored right after the run began, in its transaction:
 only when the statement before began it (``agentik.begun``, which a write with an opening
 clears first: never the opening of a call that found its run id active already), and the
-session it took is bare (``Opening.fits``: no messages, no state, the run's
-agent) the messages from position 0, the events numbered after the session's last seq
-and the seqs moved past them, the title given to an untitled session, and the other
-replicas told (``EVENTS``). Returns the last seq before them, or no row (not bare: it
-wrote nothing)."""
+session it took is bare (no messages, no state, the run's agent: this store does not
+read a later run's context in its begin, so it declines the openings of conversations
+with messages, as ``Opening.fits`` allows) the messages from position 0, the events
+numbered after the session's last seq and the seqs moved past them, the title given to an
+untitled session, and the other replicas told (``EVENTS``). Returns the last seq before
+them, or no row (not bare: it wrote nothing)."""
 
 WRITER_NAME = "agentik-writer"
 """The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
@@ -1085,9 +1087,7 @@ class PostgresSessionStore(SessionStore):
 
         return _context(*await self._snapshot(work))
 
-    async def run_context(
-        self, session_id: str, ids: Sequence[str]
-    ) -> tuple[Checkpoint | None, list[Message], set[str]]:
+    async def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         # One snapshot, not two: a round trip fewer before a run starts.
         async def work(conn: _Conn) -> tuple[_ContextRows, list[tuple[Any, ...]]]:
             await self._require(conn, session_id)

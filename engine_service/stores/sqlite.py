@@ -54,7 +54,14 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import Checkpoint, Lease, Opening, RunBegun, SessionStore
+from engine_service.core.store import (
+    Checkpoint,
+    Lease,
+    Opening,
+    RunBegun,
+    RunContext,
+    SessionStore,
+)
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
@@ -1023,9 +1030,7 @@ class SqliteSessionStore(SessionStore):
             return self._context(conn, session_id)
 
     @_off_loop
-    def run_context(
-        self, session_id: str, ids: Sequence[str]
-    ) -> tuple[Checkpoint | None, list[Message], set[str]]:
+    def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         # One operation, not two: under load each waits for the writer's next batch.
         with self._read() as conn:
             self._require(conn, session_id)
@@ -1150,9 +1155,9 @@ class SqliteSessionStore(SessionStore):
             # statement (under load each statement waits for the GIL again: _Writer).
             found = conn.execute(
                 "SELECT active_run_id, owner, interrupts,"
-                " EXISTS (SELECT 1 FROM runs WHERE id = ?), last_seq,"
-                " state = 'null' AND agent = ?"
-                " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)"
+                " EXISTS (SELECT 1 FROM runs WHERE id = ?), last_seq, state = 'null' AND agent = ?,"
+                " (SELECT coalesce(max(position), -1) FROM messages m"
+                " WHERE m.session_id = sessions.id)"
                 " FROM sessions WHERE id = ?",
                 (run_id, agent, session_id),
             ).fetchone()
@@ -1167,17 +1172,18 @@ class SqliteSessionStore(SessionStore):
                     (session_id, stamp, stamp, owner, agent),
                 )
                 taken = conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
-                created, active, pending, before, bare = True, None, None, 0, True
+                created, active, pending, before, fits, last_position = True, None, None, 0, 1, -1
             else:
-                active, session_owner, pending, taken, before, bare = found
+                active, session_owner, pending, taken, before, fits, last_position = found
                 if require_owner and session_owner != owner:
                     raise SessionNotFound(session_id)
             if active:
                 raise SessionBusy(session_id, active)
             if taken:
                 raise AlreadyExists(run_taken(run_id))
+            interrupts = decode_interrupts(pending)
             if admit is not None:
-                admit(decode_interrupts(pending))
+                admit(interrupts)
             try:
                 conn.execute(
                     "INSERT INTO runs (session_id, id, status, started_at, start_seq, replica,"
@@ -1206,13 +1212,19 @@ class SqliteSessionStore(SessionStore):
                     f"run {run_id!r} already exists in session {session_id!r}"
                 ) from exc
             opened: list[Event] = []
-            if opening is not None and bare:  # ``Opening.fits``, asked in the first SELECT
+            context: RunContext | None = None
+            # ``Opening.fits``: the state and the agent asked in the first SELECT.
+            if opening is not None and fits and not interrupts:
+                if last_position >= 0:  # a later run: what it starts from, its new messages
+                    ids = [m.id for m in opening.messages]
+                    context = (*self._context(conn, session_id), self._known(conn, session_id, ids))
+                    opening = opening.after(context[2])
                 opened = opening.numbered(session_id, run_id, before, now)
                 try:
                     conn.executemany(
                         "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
                         [
-                            (session_id, i, mid, body)
+                            (session_id, last_position + 1 + i, mid, body)
                             for i, (mid, body) in enumerate(_encode_messages(opening.messages))
                         ],
                     )
@@ -1237,7 +1249,7 @@ class SqliteSessionStore(SessionStore):
                     session_id,
                 ),
             )
-            return RunBegun(self._load(conn, session_id), created, opened)
+            return RunBegun(self._load(conn, session_id), created, opened, context)
 
     @_off_loop
     def finish_run(

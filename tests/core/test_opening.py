@@ -42,22 +42,40 @@ class SlowBegins(SlowWrites):
 
 
 async def _run(
-    engine: Engine, store: SlowBegins, session_id: str, text: str
-) -> tuple[list[Event], int]:
-    """The run's events as its caller saw them, and how many writes were noted when it
-    saw the first token."""
-    message = Message(id=f"{session_id}-{text}", role=Role.USER, content=[TextPart(text)])
+    engine: Engine, store: SlowBegins, session_id: str, *texts: str
+) -> tuple[list[Event], list[tuple[str, list[str], int]]]:
+    """The run's events as its caller saw them, and the writes noted from its start until
+    it saw the first token. ``texts``: the client's messages (a history sent again, then
+    the new one, as an AG-UI client does)."""
+    messages = [
+        Message(id=f"{session_id}-{text}", role=Role.USER, content=[TextPart(text)])
+        for text in texts
+    ]
+    start = len(store.writes)
     handle = await engine.start_run(
-        ANONYMOUS, RunInput(session_id=session_id, create_session=True, messages=[message])
+        ANONYMOUS, RunInput(session_id=session_id, create_session=True, messages=messages)
     )
     seen: list[Event] = []
-    writes = 0
+    writes: list[tuple[str, list[str], int]] = []
     async with asyncio.timeout(WAIT):
         async for event in engine.run_events(handle):
             if isinstance(event.body, ev.TextMessageContent) and not writes:
-                writes = len(store.writes)
+                writes = store.writes[start:]
             seen.append(event)
     return seen, writes
+
+
+class NotedWords(Words):
+    """``Words`` that notes the ids of the messages of every request."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.sent: list[list[Message]] = []
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        self.sent.append(list(request.messages))
+        async for delta in super().stream(request):
+            yield delta
 
 
 def _engine(store: SlowBegins, model: ChatModel) -> Engine:
@@ -65,32 +83,42 @@ def _engine(store: SlowBegins, model: ChatModel) -> Engine:
 
 
 @pytest.mark.parametrize("openings", [True, False])
-async def test_a_first_run_waits_for_two_writes_before_its_first_token(openings: bool) -> None:
+async def test_a_run_waits_for_two_writes_before_its_first_token(openings: bool) -> None:
     store = SlowBegins(openings=openings)
-    engine = _engine(store, Words(3))
+    model = NotedWords(3)
+    engine = _engine(store, model)
     await engine.start()
-    seen, count = await _run(engine, store, "s", "first")
-    second, _ = await _run(engine, store, "s", "second")
+    seen, writes = await _run(engine, store, "s", "first")
+    # A later run: the client sends the history again, with its new message.
+    second, later = await _run(engine, store, "s", "first", "second")
     await engine.shutdown(WAIT)
-    writes = store.writes[:count]
     if openings:
         # The begin holds RUN_STARTED and the input's MESSAGE_STORED; the next write is
         # the answer's start. (On the code before: begin, input, answer: three.)
         assert writes[0] == ("begin", ["RunStarted", "MessageStored"], 1), writes
         assert len(writes) == 2 and "TextMessageStart" in writes[1][1], writes
+        # The later run too, with only its new message (on the code before: begin, a
+        # read of what it starts from, input, answer).
+        assert later[0] == ("begin", ["RunStarted", "MessageStored"], 1), later
+        assert len(later) == 2 and "TextMessageStart" in later[1][1], later
     else:  # declined: the run stores its input itself, one write more
         assert writes[0] == ("begin", [], 0), writes
         assert writes[1] == ("both", ["RunStarted"], 1), writes
         assert len(writes) == 3 and "TextMessageStart" in writes[2][1], writes
+        assert later[0] == ("begin", [], 0) and later[1] == ("both", ["RunStarted"], 1), later
     # Either way the caller saw what the store holds, in order, nothing twice.
     stored = await store.read_events("s", 0, 0)
     assert [e.seq for e in seen + second] == [e.seq for e in stored]
     assert _kinds([*seen[:2], *second[:2]]) == ["RunStarted", "MessageStored"] * 2
+    assert _kinds(second).count("MessageStored") == 2  # the new message, the answer
     assert [m.id for m in await store.all_messages("s")][::2] == ["s-first", "s-second"]
     session = await store.get_session("s")
     assert session.title == "first" and session.message_count == 4
-    # The second run, on a conversation with messages, stored its input itself.
-    assert ("begin", [], 0) in store.writes[count:]
+    # The LLM was sent the whole conversation, each message once.
+    assert [m.id for m in model.sent[-1] if m.role is Role.USER] == [
+        "s-first",
+        "s-second",
+    ]
 
 
 class Silent(ChatModel):

@@ -1,7 +1,8 @@
-"""A run's start waits for as few writes as can be: a conversation's first run stores
-RUN_STARTED and the client's messages in its begin's transaction (``begin_run``'s
-opening); a later run stores them in one write of its own (``Outbox.store_messages``),
-one transaction on SQLite. A follower sees them only once that write committed."""
+"""A run's start waits for as few writes as can be: a run stores RUN_STARTED and the
+client's new messages in its begin's transaction (``begin_run``'s opening); when its
+begin cannot take them (a store that declines), it stores them in one write of its own
+(``Outbox.store_messages``), one transaction on SQLite. A follower sees them only once
+that write committed."""
 
 from __future__ import annotations
 
@@ -28,13 +29,17 @@ Write = tuple[str, list[str], list[str]]
 
 
 class Recording(SqliteSessionStore):
-    """Notes every write of events or messages, in order."""
+    """Notes every write of events or messages, in order; declines the openings while
+    ``openings`` is false."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.writes: list[Write] = []
+        self.openings = True
 
     async def begin_run(self, *args: Any, **kw: Any) -> RunBegun:
+        if not self.openings:
+            kw["opening"] = None
         begun = await super().begin_run(*args, **kw)
         ids = [e.body.message.id for e in begun.opened if isinstance(e.body, ev.MessageStored)]
         self.writes.append(("begin", _kinds(begun.opened), ids))
@@ -102,25 +107,33 @@ async def test_run_started_and_the_input_are_stored_in_one_write(tmp_path: Path)
             first = f"{session_id}-first"
             assert store.writes[0] == ("begin", ["RunStarted", "MessageStored"], [first])
             assert len([w for w in store.writes if first in w[2]]) == 1, store.writes
-            # A later run: its first write holds both.
+            # A later run: its begin holds both too.
             store.writes.clear()
             seen += await _run(store, session_id, "second", follow=follow)
             second = f"{session_id}-second"
-            assert store.writes[0] == ("begin", [], []), store.writes
-            assert store.writes[1] == ("both", ["RunStarted"], [second]), store.writes
+            assert store.writes[0] == ("begin", ["RunStarted", "MessageStored"], [second])
             assert len([w for w in store.writes if second in w[2]]) == 1, store.writes
+            # Declined by the store: the run's first write of its own holds both.
+            store.writes.clear()
+            store.openings = False
+            seen += await _run(store, session_id, "third", follow=follow)
+            store.openings = True
+            third = f"{session_id}-third"
+            assert store.writes[0] == ("begin", [], []), store.writes
+            assert store.writes[1] == ("both", ["RunStarted"], [third]), store.writes
+            assert len([w for w in store.writes if third in w[2]]) == 1, store.writes
 
             stored = await store.read_events(session_id, 0, 0)
             if follow:
                 assert [e.seq for e in seen] == [e.seq for e in stored]
             starts = [i for i, e in enumerate(stored) if isinstance(e.body, ev.RunStarted)]
-            assert len(starts) == 2
+            assert len(starts) == 3
             for start in starts:
                 assert _kinds(stored[start : start + 2]) == ["RunStarted", "MessageStored"]
             assert isinstance(stored[-1].body, ev.RunFinished)
             assert [m.role for m in await store.all_messages(session_id)] == [
                 Role.USER,
                 Role.ASSISTANT,
-            ] * 2
+            ] * 3
     finally:
         await store.close()

@@ -135,24 +135,34 @@ def test_without_resume_runs_a_restart_closes_the_run_as_interrupted(
 
 
 @pytest.mark.parametrize("resume", ["true", "false"])
-def test_kill_9_right_after_a_first_run_began_keeps_its_input_once(
-    llm: FakeOpenAI, tmp_path: Path, resume: str
+@pytest.mark.parametrize("turn", ["first", "later"])
+def test_kill_9_right_after_a_run_began_keeps_its_input_once(
+    llm: FakeOpenAI, tmp_path: Path, resume: str, turn: str
 ) -> None:
-    """The conversation's first run stored RUN_STARTED and its input as it began (its
-    opening); the LLM has not answered yet when the engine dies."""
+    """The run stored RUN_STARTED and its input as it began (its opening: a conversation's
+    first run, or a later one whose client sent the whole history again with a new
+    message); the LLM has not answered yet when the engine dies."""
+    slow = user("[[slow:1.5]] [[chunks:2]]", "u-slow")
     engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS=resume)
     try:
-        call = engine.stub.Run(
-            pb.RunRequest(
-                session_id="t", create_session=True, messages=[user("[[slow:1.5]] [[chunks:2]]")]
+        earlier: list[pb.Event] = []
+        sent = [slow]
+        if turn == "later":
+            hello = user("hello", "u-hello")
+            earlier = list(
+                engine.stub.Run(
+                    pb.RunRequest(session_id="t", create_session=True, messages=[hello])
+                )
             )
-        )
+            sent = [hello, engine.messages("t")[-1], slow]  # the history, sent again
+        call = engine.stub.Run(pb.RunRequest(session_id="t", create_session=True, messages=sent))
         seen = _read_until(call, "message_stored", 1)
         engine.kill()
         call.cancel()
     finally:
         engine.stop()
     assert [kind(e) for e in seen] == ["run_started", "message_stored"]
+    assert seen[-1].message_stored.message.id == "u-slow"
 
     engine = EngineProcess(llm, tmp_path, AGENTIK_RESUME_RUNS=resume)
     try:
@@ -161,16 +171,18 @@ def test_kill_9_right_after_a_first_run_began_keeps_its_input_once(
         messages = engine.messages("t")
     finally:
         engine.stop()
-    assert _lost_and_duplicated(seen, resumed, stored) == (0, 0)
+    assert _lost_and_duplicated(earlier + seen, resumed, stored) == (0, 0)
     assert all(e.seq > seen[-1].seq and e.run_id == seen[0].run_id for e in resumed)
-    assert [kind(e) for e in stored].count("run_started") == 1
+    assert [kind(e) for e in stored].count("run_started") == (2 if turn == "later" else 1)
+    before = [pb.ROLE_USER, pb.ROLE_ASSISTANT] if turn == "later" else []
+    assert [m.id for m in messages].count("u-slow") == 1
     if resume == "true":  # the run goes on from its stored input, and answers it
         assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
-        assert [m.role for m in messages] == [pb.ROLE_USER, pb.ROLE_ASSISTANT]
+        assert [m.role for m in messages] == [*before, pb.ROLE_USER, pb.ROLE_ASSISTANT]
         assert messages[-1].content[0].text.text == "w0 w1 "
     else:  # closed, the input kept once
         assert resumed[-1].run_finished.outcome == pb.OUTCOME_TYPE_CANCELLED
-        assert [m.role for m in messages] == [pb.ROLE_USER]
+        assert [m.role for m in messages] == [*before, pb.ROLE_USER]
 
 
 def test_a_run_that_keeps_killing_its_engine_stops_after_max_resumes(

@@ -1,7 +1,8 @@
-"""``begin_run``'s opening: a conversation's first run stores its RUN_STARTED, the client's
-messages and their MESSAGE_STORED in the run's own transaction, or, when the conversation
-is not bare (messages, state, another agent), stores none of it. A refused run stores
-nothing."""
+"""``begin_run``'s opening: a run stores its RUN_STARTED, the client's new messages and their
+MESSAGE_STORED in the run's own transaction (a later run of a conversation reads what it
+starts from there too, and stores only the messages the conversation does not hold), or,
+when the conversation has state or is another agent's, stores none of it. A refused run
+stores nothing. PostgreSQL takes the openings of bare conversations only."""
 
 from __future__ import annotations
 
@@ -16,8 +17,17 @@ from engine_service.core.errors import (
     SessionBusy,
     SessionNotFound,
 )
-from engine_service.core.models import Interrupt, Message, Role, RunStatus, TextPart
-from engine_service.core.store import Opening, RunBegun, SessionStore
+from engine_service.core.models import (
+    Interrupt,
+    InterruptKind,
+    Message,
+    Role,
+    RunStatus,
+    TextPart,
+    ToolCall,
+)
+from engine_service.core.store import Checkpoint, Opening, RunBegun, SessionStore
+from engine_service.stores.postgres import PostgresSessionStore
 
 T0 = datetime(2026, 12, 6, 12, 0, 0, 250000, tzinfo=UTC)
 
@@ -86,15 +96,28 @@ async def test_an_existing_bare_conversation_of_the_agent_takes_it(store: Sessio
     assert (session.title, session.message_count) == ("kept title", 1)  # never renamed
 
 
-@pytest.mark.parametrize("why", ["messages", "state", "agent"])
-async def test_a_conversation_that_is_not_bare_stores_none_of_it(
+@pytest.mark.parametrize("why", ["state", "interrupts", "agent"])
+async def test_a_conversation_with_state_or_pending_interrupts_or_of_another_agent_stores_none(
     store: SessionStore, why: str
 ) -> None:
+    """With pending interrupts, the answers to them (an expired one counts as declined)
+    are stored by the run before the client's new messages."""
     await store.create_session("s1", "", T0, agent="helper")
-    if why == "messages":
-        await store.append_messages("s1", [_opening("old", run_id="r0").messages[0]])
-    elif why == "state":
+    await store.append_messages("s1", [_opening("old", run_id="r0").messages[0]])
+    if why == "state":
         await store.set_state("s1", {"count": 1})
+    elif why == "interrupts":
+        await store.begin_run("s1", "r0", T0, create=False, agent="helper")
+        asked = Interrupt(
+            "i1",
+            InterruptKind.APPROVAL,
+            "r0",
+            ToolCall("c1", "calculate", "{}"),
+            "Approve calling calculate?",
+            {},
+            T0 - timedelta(seconds=1),  # expired: the run may go on, declining it
+        )
+        await store.finish_run("s1", "r0", RunStatus.INPUT_REQUIRED, T0, interrupts=[asked])
     agent = "other" if why == "agent" else "helper"
     before = await store.get_session("s1")
 
@@ -105,7 +128,65 @@ async def test_a_conversation_that_is_not_bare_stores_none_of_it(
     assert session.active_run_id == "r1"
     assert await store.read_events("s1", 0, 0) == []
     assert (session.message_count, session.title) == (before.message_count, "")
-    assert [m.id for m in await store.all_messages("s1")] == (["old"] if why == "messages" else [])
+    assert begun.context is None
+    assert [m.id for m in await store.all_messages("s1")] == ["old"]
+
+
+async def test_a_later_run_stores_its_new_messages_and_hands_back_what_it_starts_from(
+    store: SessionStore,
+) -> None:
+    """A conversation with messages, no title and a checkpoint; the client sends the whole
+    history again with one new message (as an AG-UI client does)."""
+    await store.create_session("s1", "", T0, agent="helper")
+    await store.append_messages("s1", _opening("u0", "a0", "u1", run_id="r0").messages)
+    await store.save_checkpoint("s1", Checkpoint("a0", "they said hello", 4))
+    await store.append_events("s1", [ev.Event(1, 1.0, "s1", "r0", ev.RunFinished())])
+    expected = await store.run_context("s1", ["u0", "a0", "u1", "u2"])
+
+    begun = await _begin(
+        store, "r1", _opening("u0", "a0", "u1", "u2"), create=False, agent="helper"
+    )
+
+    session = await store.get_session("s1")
+    if isinstance(store, PostgresSessionStore):  # declined: the run reads and writes itself
+        assert (begun.opened, begun.context, session.last_seq) == ([], None, 1)
+        assert session.message_count == 3
+        return
+    assert begun.context == expected
+    checkpoint, history, known = expected
+    assert checkpoint is not None and checkpoint.through_id == "a0"
+    assert [m.id for m in history] == ["u1"] and known == {"u0", "a0", "u1"}
+    # Only the new message is stored, after the others, with RUN_STARTED before it.
+    assert [e.seq for e in begun.opened] == [2, 3] and begun.start_after == 1
+    assert [type(e.body) for e in begun.opened] == [ev.RunStarted, ev.MessageStored]
+    stored_body = begun.opened[1].body
+    assert isinstance(stored_body, ev.MessageStored) and stored_body.message.id == "u2"
+    assert [(e.seq, e.body) for e in await store.read_events("s1", 1, 0)] == [
+        (e.seq, e.body) for e in begun.opened
+    ]
+    assert [m.id for m in await store.all_messages("s1")] == ["u0", "a0", "u1", "u2"]
+    assert [m.id for m in (await store.context_messages("s1"))[1]] == ["u1", "u2"]
+    # A conversation is named by its first run only.
+    assert (session.message_count, session.last_seq, session.title) == (4, 3, "")
+    assert begun.session.message_count == 4 and begun.session.last_seq == 3
+    await store.append_messages("s1", _opening("a2", run_id="r1").messages)  # goes on after
+    assert [m.id for m in await store.all_messages("s1")][-2:] == ["u2", "a2"]
+
+
+async def test_a_later_run_that_brings_nothing_new_stores_its_run_started(
+    store: SessionStore,
+) -> None:
+    await _begin(store, "r0", _opening("u0", run_id="r0"))
+    await store.finish_run("s1", "r0", RunStatus.SUCCEEDED, T0)
+
+    begun = await _begin(store, "r1", _opening("u0"))
+
+    if isinstance(store, PostgresSessionStore):
+        assert begun.opened == [] and begun.context is None
+        return
+    assert [type(e.body) for e in begun.opened] == [ev.RunStarted]
+    assert begun.context is not None and begun.context[2] == {"u0"}
+    assert (await store.get_session("s1")).message_count == 1
 
 
 async def test_a_refused_run_stores_none_of_its_opening(store: SessionStore) -> None:

@@ -64,7 +64,7 @@ from engine_service.core.errors import (
     SessionNotFound,
     StorageUnavailable,
 )
-from engine_service.core.events import Event, Usage
+from engine_service.core.events import Event, MessageStored, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import (
     Checkpoint,
@@ -678,38 +678,64 @@ _NAME_BEGUN = "SELECT set_config('agentik.begun', %s, true)"
 
 _OPEN_RUN = """
 WITH ok AS (
-    SELECT s.id, s.last_seq FROM sessions s
+    SELECT s.id, s.last_seq, (SELECT coalesce(max(m.position), -1) FROM messages m
+        WHERE m.session_id = s.id) AS last_position
+    FROM sessions s
     WHERE s.id = %(session)s AND s.active_run_id = %(run)s AND s.state = 'null'
-        AND s.agent = %(agent)s AND current_setting('agentik.begun', true) = %(run)s
-        AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)
+        AND s.interrupts IS NULL AND s.agent = %(agent)s
+        AND current_setting('agentik.begun', true) = %(run)s
+), known AS (
+    SELECT m.id FROM ok JOIN messages m ON m.session_id = ok.id AND m.id = ANY(%(ids)s::text[])
+), fresh AS (
+    SELECT u.id, u.body, u.run_id, row_number() OVER (ORDER BY u.n) AS k
+    FROM unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
+        AS u (id, body, run_id, n)
+    WHERE NOT EXISTS (SELECT 1 FROM known WHERE known.id = u.id)
 ), messages_in AS (
     INSERT INTO messages (session_id, position, id, body, run_id)
-    SELECT ok.id, (u.n - 1)::integer, u.id, u.body, u.run_id
-    FROM ok, unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
-        AS u (id, body, run_id, n)
+    SELECT ok.id, (ok.last_position + fresh.k)::integer, fresh.id, fresh.body, fresh.run_id
+    FROM ok, fresh
+), opened AS (
+    SELECT e.body, row_number() OVER (ORDER BY e.n) AS k
+    FROM unnest(%(events)s::text[], %(of)s::text[]) WITH ORDINALITY AS e (body, message_id, n)
+    WHERE NOT EXISTS (SELECT 1 FROM known WHERE known.id = e.message_id)
 ), events_in AS (
     INSERT INTO events (session_id, seq, time, run_id, body)
-    SELECT ok.id, ok.last_seq + e.n, %(time)s::double precision, %(run)s, e.body
-    FROM ok, unnest(%(events)s::text[]) WITH ORDINALITY AS e (body, n)
+    SELECT ok.id, ok.last_seq + opened.k, %(time)s::double precision, %(run)s, opened.body
+    FROM ok, opened
+), counted AS (
+    SELECT ok.id, ok.last_seq + (SELECT count(*) FROM opened) AS last FROM ok
 ), moved AS (
-    UPDATE sessions s SET last_seq = ok.last_seq + %(count)s::bigint,
-        reserved_seq = greatest(s.reserved_seq, ok.last_seq + %(count)s::bigint),
-        title = CASE WHEN s.title = '' THEN %(title)s ELSE s.title END
-    FROM ok WHERE s.id = ok.id
+    UPDATE sessions s SET last_seq = counted.last,
+        reserved_seq = greatest(s.reserved_seq, counted.last),
+        title = CASE WHEN s.title = '' AND ok.last_position < 0 THEN %(title)s ELSE s.title END
+    FROM ok, counted WHERE s.id = ok.id
+), cp AS (
+    SELECT c.position, c.through_id, c.summary, c.tokens
+    FROM ok JOIN checkpoints c ON c.session_id = ok.id
 )
-SELECT ok.last_seq, pg_notify(%(channel)s, json_build_array(%(kind)s::text,
-    %(session)s::text, %(run)s::text, ok.last_seq + %(count)s::bigint)::text)
-FROM ok
+SELECT ok.last_seq, ok.last_position, ARRAY(SELECT id FROM known),
+    (SELECT position FROM cp), (SELECT through_id FROM cp), (SELECT summary FROM cp),
+    (SELECT tokens FROM cp),
+    CASE WHEN ok.last_position >= 0 THEN ARRAY(SELECT m.body FROM messages m
+        WHERE m.session_id = ok.id AND m.position > coalesce((SELECT position FROM cp), -1)
+        ORDER BY m.position) END,
+    pg_notify(%(channel)s, json_build_array(%(kind)s::text, %(session)s::text,
+        %(run)s::text, counted.last)::text)
+FROM ok, counted
 """
 """A run's opening (``Opening``), stored right after the run began, in its transaction:
 only when the statement before began it (``agentik.begun``, which a write with an opening
 clears first: never the opening of a call that found its run id active already), and the
-session it took is bare (no messages, no state, the run's agent: this store does not
-read a later run's context in its begin, so it declines the openings of conversations
-with messages, as ``Opening.fits`` allows) the messages from position 0, the events
-numbered after the session's last seq and the seqs moved past them, the title given to an
-untitled session, and the other replicas told (``EVENTS``). Returns the last seq before
-them, or no row (not bare: it wrote nothing)."""
+session it took fits (``Opening.fits``: no state, no pending interrupts, the run's agent).
+The messages the session does not hold yet are appended after its last, their events
+(with RUN_STARTED) numbered after its last seq and the seqs moved past them, the title
+given to a session with no messages and no title, and the other replicas told
+(``EVENTS``). Its one row: the last seq and the last message position before them, which
+of the opening's message ids the session held, and, for a session that had messages, what
+the run starts from as it was before (the checkpoint's position, id, summary and tokens,
+the bodies of the messages after it: one snapshot, the statement's). No row: it did not
+fit, and nothing was written."""
 
 WRITER_NAME = "agentik-writer"
 """The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
@@ -732,19 +758,42 @@ def _begun(
     opening: Opening | None,
 ) -> RunBegun:
     """``RunBegun`` from the batched begin's session row (as the begin left it) and
-    ``_OPEN_RUN``'s row (the last seq before the opening; none: not stored)."""
+    ``_OPEN_RUN``'s row (none: not stored)."""
+    begun = RunBegun(session, created)
     if not opened or opened[0] is None or opening is None:
-        return RunBegun(session, created)
-    events = opening.numbered(session_id, run_id, opened[0][0], now)
-    last = events[-1].seq
-    session = replace(
+        return begun
+    stored = _opened(begun, opened[0], session_id, run_id, now, opening)
+    last = begun.opened[-1].seq
+    begun.session = replace(
         session,
         last_seq=last,
         reserved_seq=max(session.reserved_seq, last),
-        message_count=len(opening.messages),
-        title=session.title or opening.title,
+        message_count=session.message_count + len(stored.messages),
+        title=session.title or stored.title,
     )
-    return RunBegun(session, created, events)
+    return begun
+
+
+def _opened(
+    begun: RunBegun,
+    row: tuple[Any, ...],
+    session_id: str,
+    run_id: str,
+    now: datetime,
+    opening: Opening,
+) -> Opening:
+    """Set ``begun``'s events and context from ``_OPEN_RUN``'s ``row``; the opening as
+    stored (without the messages the session held)."""
+    before, last_position, known = row[0], row[1], set(row[2])
+    if last_position >= 0:  # a later run: what it starts from, read before its messages
+        checkpoint = None
+        if row[3] is not None:
+            checkpoint = Checkpoint(row[4], row[5], row[6], covered=row[3] + 1)
+        history = [message_from_dict(json.loads(body)) for body in row[7]]
+        begun.context = (checkpoint, history, known)
+        opening = opening.after(known)
+    begun.opened = opening.numbered(session_id, run_id, before, now)
+    return opening
 
 
 class PostgresSessionStore(SessionStore):
@@ -1461,9 +1510,9 @@ class PostgresSessionStore(SessionStore):
                 opened = [await cursor.fetchone() for cursor in opens]
                 session = await loaded.fetchone()
             assert session is not None
-            begun = RunBegun(_session(session), created)
+            begun = RunBegun(_session(session), created)  # read after the opening
             if opened and opened[0] is not None and opening is not None:
-                begun.opened = opening.numbered(session_id, run_id, opened[0][0], now)
+                _opened(begun, opened[0], session_id, run_id, now, opening)
             return begun
 
         try:
@@ -1495,7 +1544,10 @@ class PostgresSessionStore(SessionStore):
             "runs": [message.run_id for message in opening.messages],
             "time": now.timestamp(),
             "events": bodies,
-            "count": len(bodies),
+            "of": [
+                body.message.id if isinstance(body, MessageStored) else ""
+                for body in opening.events
+            ],
             "title": opening.title,
             "channel": self._channel,
             "kind": SignalKind.EVENTS.value,

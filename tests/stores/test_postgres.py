@@ -275,6 +275,51 @@ async def test_an_opening_is_stored_the_long_way_too(
     assert [m.id for m in await a.all_messages("s1")] == ["u1"]
 
 
+@pytest.mark.parametrize("way", ["batched", "long"])
+async def test_a_later_runs_opening_is_stored_and_told_either_way(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    monkeypatch: pytest.MonkeyPatch,
+    way: str,
+) -> None:
+    """A later run whose client sent the history again with a new message: its begin reads
+    what it starts from and stores only the new message, in the batch or the long way."""
+    a, b = two
+    await _begin_opened(a)
+    await a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1))
+    if way == "long":
+        first = a._batch.first
+
+        async def raced(statements: Any) -> Any:
+            if any("agentik.begun" in sql for sql, _ in statements):
+                raise psycopg.errors.UniqueViolation("a race")
+            return await first(statements)
+
+        monkeypatch.setattr(a._batch, "first", raced)
+    heard = Heard()
+    await b.watch(heard)
+    old = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r2")
+    new = Message(id="u2", role=Role.USER, content=[TextPart("again")], run_id="r2")
+    bodies = [ev.RunStarted(), ev.MessageStored(old), ev.MessageStored(new)]
+    begun = await a.begin_run(
+        "s1", "r2", at(2), create=False, opening=Opening([old, new], bodies, "again")
+    )
+    assert begun.context is not None
+    checkpoint, history, known = begun.context
+    assert (checkpoint, [m.id for m in history], known) == (None, ["u1"], {"u1"})
+    assert [(e.seq, type(e.body)) for e in begun.opened] == [
+        (3, ev.RunStarted),
+        (4, ev.MessageStored),
+    ]
+    session = begun.session
+    assert (session.last_seq, session.message_count, session.title) == (4, 2, "hi")
+    assert (await heard.next(1.0))[1] == Signal(SignalKind.BEGUN, "s1", "r2", 2)
+    assert (await heard.next(1.0))[1] == Signal(SignalKind.EVENTS, "s1", "r2", 4)
+    stored = await b.read_events("s1", 2, 0)
+    assert [(e.seq, e.body) for e in stored] == [(e.seq, e.body) for e in begun.opened]
+    assert [m.id for m in await b.all_messages("s1")] == ["u1", "u2"]
+    assert (await b.get_session("s1")).title == "hi"
+
+
 async def test_a_signal_arrives_only_once_its_write_is_committed(
     two: tuple[PostgresSessionStore, PostgresSessionStore],
     monkeypatch: pytest.MonkeyPatch,

@@ -299,7 +299,7 @@ async def test_a_later_runs_opening_is_stored_and_told_either_way(
     await b.watch(heard)
     old = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r2")
     new = Message(id="u2", role=Role.USER, content=[TextPart("again")], run_id="r2")
-    bodies = [ev.RunStarted(), ev.MessageStored(old), ev.MessageStored(new)]
+    bodies: list[ev.EventBody] = [ev.RunStarted(), ev.MessageStored(old), ev.MessageStored(new)]
     begun = await a.begin_run(
         "s1", "r2", at(2), create=False, opening=Opening([old, new], bodies, "again")
     )

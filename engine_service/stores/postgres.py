@@ -737,6 +737,14 @@ the run starts from as it was before (the checkpoint's position, id, summary and
 the bodies of the messages after it: one snapshot, the statement's). No row: it did not
 fit, and nothing was written."""
 
+OPENING_BYTES = 64 * 1024
+"""The most an opening's messages may hold (encoded) for this store to take it. Which of
+them a conversation holds already is known only inside ``_OPEN_RUN``, so every one is
+sent with it, twice (as a message and in its MESSAGE_STORED): an AG-UI client sends the
+whole history every run, and a long one would cost every later run its size in
+parameters. Beyond this the run reads which it holds (ids only) and stores the new ones
+itself, as a store that declines openings does."""
+
 WRITER_NAME = "agentik-writer"
 """The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
 
@@ -1528,10 +1536,13 @@ class PostgresSessionStore(SessionStore):
         agent: str,
         opening: Opening | None,
     ) -> list[Statement]:
-        """``_OPEN_RUN`` with ``opening``'s values (none without one)."""
+        """``_OPEN_RUN`` with ``opening``'s values (none without one, or for one whose
+        messages are more than ``OPENING_BYTES``: the store declines it)."""
         if opening is None:
             return []
         encoded = _encode_messages(opening.messages)
+        if sum(len(body) for _, body in encoded) > OPENING_BYTES:
+            return []
         bodies = [
             row[4] for row in _event_rows(session_id, opening.numbered(session_id, run_id, 0, now))
         ]

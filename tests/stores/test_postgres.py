@@ -26,6 +26,7 @@ from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.core.store import Lease, Opening, RunBegun, Signal, SignalKind
 from engine_service.stores import open_store, postgres_calls
 from engine_service.stores.postgres import (
+    OPENING_BYTES,
     SCHEMA_VERSION,
     PostgresSessionStore,
     channel_for,
@@ -318,6 +319,27 @@ async def test_a_later_runs_opening_is_stored_and_told_either_way(
     assert [(e.seq, e.body) for e in stored] == [(e.seq, e.body) for e in begun.opened]
     assert [m.id for m in await b.all_messages("s1")] == ["u1", "u2"]
     assert (await b.get_session("s1")).title == "hi"
+
+
+async def test_an_opening_with_more_than_opening_bytes_of_messages_is_declined(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    """A long history sent again by an AG-UI client is not sent to the database with every
+    run: beyond ``OPENING_BYTES`` the store declines the opening, and stores nothing of it."""
+    a, _ = two
+    await _begin_opened(a)
+    await a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1))
+    long = Message(
+        id="u-long", role=Role.USER, content=[TextPart("x" * OPENING_BYTES)], run_id="r2"
+    )
+    new = Message(id="u2", role=Role.USER, content=[TextPart("again")], run_id="r2")
+    bodies: list[ev.EventBody] = [ev.RunStarted(), ev.MessageStored(long), ev.MessageStored(new)]
+    begun = await a.begin_run(
+        "s1", "r2", at(2), create=False, opening=Opening([long, new], bodies, "")
+    )
+    assert (begun.opened, begun.context, begun.session.last_seq) == ([], None, 2)
+    assert [m.id for m in await a.all_messages("s1")] == ["u1"]
+    assert (await a.get_session("s1")).active_run_id == "r2"
 
 
 async def test_a_signal_arrives_only_once_its_write_is_committed(

@@ -116,8 +116,8 @@ class RunBegun:
     holds them and the opening's messages); empty when the store did not take one."""
     context: RunContext | None = None
     """What the run starts from, read in the begin's transaction before the opening's
-    messages were stored (``run_context``, the ids the opening's), when the store took an
-    opening to a conversation with messages; None otherwise."""
+    messages were stored (as ``run_context`` reads it, for the opening's message ids),
+    when the store took an opening to a conversation with messages; None otherwise."""
 
     @property
     def start_after(self) -> int:

@@ -66,7 +66,7 @@ async def _run(
 
 
 class NotedWords(Words):
-    """``Words`` that notes the ids of the messages of every request."""
+    """``Words`` that notes the messages of every request it is sent."""
 
     def __init__(self, count: int) -> None:
         super().__init__(count)

@@ -255,20 +255,26 @@ async def test_a_run_begun_with_its_opening_tells_the_other_replicas_of_its_even
     assert (await b.get_session("s1")).title == "hi"
 
 
-async def test_an_opening_is_stored_the_long_way_too(
-    two: tuple[PostgresSessionStore, PostgresSessionStore], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The batched begin hit a race its checks missed (an integrity error): the long way
-    begins the run and stores its opening in its own transaction."""
-    a, _ = two
-    first = a._batch.first
+def _only_the_long_way(store: PostgresSessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batched begin with an opening hits a race its checks missed (an integrity
+    error), so ``begin_run`` takes the long way."""
+    first = store._batch.first
 
     async def raced(statements: Any) -> Any:
         if any("agentik.begun" in sql for sql, _ in statements):
             raise psycopg.errors.UniqueViolation("a race")
         return await first(statements)
 
-    monkeypatch.setattr(a._batch, "first", raced)
+    monkeypatch.setattr(store._batch, "first", raced)
+
+
+async def test_an_opening_is_stored_the_long_way_too(
+    two: tuple[PostgresSessionStore, PostgresSessionStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batched begin hit a race its checks missed (an integrity error): the long way
+    begins the run and stores its opening in its own transaction."""
+    a, _ = two
+    _only_the_long_way(a, monkeypatch)
     begun = await _begin_opened(a)
     assert [e.seq for e in begun.opened] == [1, 2]
     assert (begun.session.last_seq, begun.session.message_count) == (2, 1)
@@ -288,14 +294,7 @@ async def test_a_later_runs_opening_is_stored_and_told_either_way(
     await _begin_opened(a)
     await a.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1))
     if way == "long":
-        first = a._batch.first
-
-        async def raced(statements: Any) -> Any:
-            if any("agentik.begun" in sql for sql, _ in statements):
-                raise psycopg.errors.UniqueViolation("a race")
-            return await first(statements)
-
-        monkeypatch.setattr(a._batch, "first", raced)
+        _only_the_long_way(a, monkeypatch)
     heard = Heard()
     await b.watch(heard)
     old = Message(id="u1", role=Role.USER, content=[TextPart("hi")], run_id="r2")

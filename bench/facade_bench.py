@@ -256,6 +256,29 @@ async def _run_phase(
     return phase
 
 
+def start_fake_llm(backlog: int, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """The benchmarks' fake LLM (:mod:`tests.fakes.aio_openai`: the fake OpenAI API's answers
+    from one asyncio loop, for half the CPU of the threaded fake the tests use) on a free
+    port, listening with ``backlog`` (0: 128); the process and its base URL."""
+    fake = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fakes.aio_openai",
+            "--port",
+            "0",
+            "--backlog",
+            str(backlog or 128),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert fake.stdout is not None
+    return fake, fake.stdout.readline().strip()
+
+
 class Processes:
     """The fake LLM, the engine and gunicorn, each its own process."""
 
@@ -270,7 +293,7 @@ class Processes:
         fake_backlog: int = 0,
         engine_workers: int = 1,
     ) -> None:
-        """``fake_backlog``: the fake LLM's listen backlog (0: socketserver's 5, which drops
+        """``fake_backlog``: the fake LLM's listen backlog (0: 128; too short a backlog drops
         SYNs when hundreds of runs connect at once). ``engine_workers``: processes behind each
         engine address (``AGENTIK_ENGINE_WORKERS``; more than one needs PostgreSQL)."""
         self.http_port = _free_port()
@@ -280,20 +303,7 @@ class Processes:
             # One principal is the whole load here: no share of the run slots of its own.
             env["AGENTIK_CALLER_RUN_SHARE"] = "1"
         env.pop("AGENTIK_CONFIG", None)
-        boot = (
-            "import sys; from tests.fakes import fake_openai as f; "
-            f"f._Server.request_queue_size = {fake_backlog} or f._Server.request_queue_size; "
-            "f.main(sys.argv[1:])"
-        )
-        self.fake = subprocess.Popen(
-            [sys.executable, "-c", boot, "--port", "0"],
-            cwd=ROOT,
-            env=env_for_child(env),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.fake.stdout is not None
-        self.llm_url = self.fake.stdout.readline().strip()
+        self.fake, self.llm_url = start_fake_llm(fake_backlog, env_for_child(env))
         addresses = [f"127.0.0.1:{_free_port()}" for _ in range(engines)]
         self.grpc_target = addresses[0]
         env.update(

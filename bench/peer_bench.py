@@ -1,7 +1,7 @@
 """Issue 25's table: agentik against its peers, measured side by side in one run.
 
-The targets (each on the same fake OpenAI server, ``tests/fakes/fake_openai.py``, a fresh
-one per stack, listen backlog 1024):
+The targets (each on the same fake OpenAI server, ``tests/fakes/aio_openai.py``: the
+tests' fake's answers from one asyncio loop; a fresh one per stack, listen backlog 1024):
 
 - **agentik**: the engine and gunicorn (:class:`bench.facade_bench.Processes`, SQLite,
   ``--web-workers`` x ``max(64, clients)`` threads), measured on each of its facades;
@@ -60,7 +60,15 @@ from typing import Any
 import httpx
 
 from bench import load_bench
-from bench.facade_bench import ROOT, Processes, _children, _cpu_seconds, _free_port, _proc_kib
+from bench.facade_bench import (
+    ROOT,
+    Processes,
+    _children,
+    _cpu_seconds,
+    _free_port,
+    _proc_kib,
+    start_fake_llm,
+)
 from bench.load_bench import Driver, Markers, Run, Scenario, StreamError
 from engine_service.stores import redacted_url
 from tests.postgres_server import with_database
@@ -377,21 +385,8 @@ def database_backends(server: str, name: str) -> list[int]:
 
 
 def start_fake(backlog: int = 1024) -> tuple[subprocess.Popen[str], str]:
-    """The fake OpenAI server on a free port, as :class:`Processes` starts it; its base URL."""
-    boot = (
-        "import sys; from tests.fakes import fake_openai as f; "
-        f"f._Server.request_queue_size = {backlog}; f.main(sys.argv[1:])"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    fake = subprocess.Popen(
-        [sys.executable, "-c", boot, "--port", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert fake.stdout is not None
-    return fake, fake.stdout.readline().strip()
+    """The fake LLM on a free port, as :class:`Processes` starts it; its base URL."""
+    return start_fake_llm(backlog, {**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 # -- one target at one level ----------------------------------------------------------------

@@ -3,11 +3,11 @@
 For each ``--clients`` level and each ``--repeat`` repetition a fresh stack (the fake LLM,
 the engine and gunicorn, from :class:`bench.facade_bench.Processes`) is started on free
 ports; before any traffic every process's idle VmRSS and PSS is read. Then all clients
-start at once, each with its own ``httpx.AsyncClient`` (one keep-alive connection, opened by
-a warm-up run; ``--shared-pool`` puts them all on one, see :func:`client_pools`), each doing
-``--runs-per-client`` runs one after another:
+start at once, each with its own :class:`bench.lean_http.Client` (one keep-alive
+connection, opened by a warm-up run; ``--shared-pool`` puts them all on one, see
+:func:`client_pools`), each doing ``--runs-per-client`` runs one after another:
 
-1. **floor**: the same streams read straight from the fake LLM by a bare httpx client;
+1. **floor**: the same streams read straight from the fake LLM by the same client;
 2. **agui**: ``POST /agui`` (first frame: RUN_STARTED; first token: TEXT_MESSAGE_CONTENT);
 3. **agentik**: ``POST /agentik/conversations`` (timed apart: the create figure) then
    ``POST .../send`` (first frame: the first ``event:``; first token: ``append_text``);
@@ -50,11 +50,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from bench.facade_bench import Processes
+from bench.lean_http import Client
 
 FACADES = ("agui", "agentik", "a2a")
 WAIT = 60.0
@@ -98,6 +99,18 @@ MARKERS: dict[str, Markers] = {
 }  # fmt: skip
 
 
+class Streamed(Protocol):
+    """What :func:`read_stream` reads: a :class:`bench.lean_http.Response` (or an
+    ``httpx.Response``)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+
 @dataclass
 class Run:
     """One stream's timings in seconds from its request (``create``: the conversation's)."""
@@ -110,9 +123,7 @@ class Run:
     create: float = 0.0
 
 
-async def read_stream(
-    response: httpx.Response, markers: Markers, start: float, first_byte: float
-) -> Run:
+async def read_stream(response: Streamed, markers: Markers, start: float, first_byte: float) -> Run:
     """Scan the raw body for the markers (no per-line parsing: the client shares the cores)."""
     if response.status_code != 200:
         body = (await response.aread())[:300]
@@ -152,7 +163,7 @@ def prompt(tokens: int, delay: float, extra: str = "") -> str:
 
 
 async def timed_stream(
-    client: httpx.AsyncClient,
+    client: Client,
     url: str,
     body: dict[str, Any],
     markers: Markers,
@@ -164,7 +175,7 @@ async def timed_stream(
         return await read_stream(response, markers, start, first_byte)
 
 
-Driver = Callable[[httpx.AsyncClient, str], Awaitable[Run]]
+Driver = Callable[[Client, str], Awaitable[Run]]
 """One run: (client, prompt text) → its timings."""
 
 
@@ -175,11 +186,11 @@ def driver(facade: str, llm_url: str, base_url: str, conversations: bool = False
     markers = MARKERS[facade]
     threads: dict[int, tuple[str, list[dict[str, str]]]] = {}
 
-    async def floor(client: httpx.AsyncClient, text: str) -> Run:
+    async def floor(client: Client, text: str) -> Run:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": text}]}
         return await timed_stream(client, f"{llm_url}/chat/completions", body, markers)
 
-    async def agui(client: httpx.AsyncClient, text: str) -> Run:
+    async def agui(client: Client, text: str) -> Run:
         thread_id, sent = str(uuid.uuid4()), list[dict[str, str]]()
         if conversations:
             thread_id, sent = threads.setdefault(id(client), (thread_id, sent))
@@ -195,7 +206,7 @@ def driver(facade: str, llm_url: str, base_url: str, conversations: bool = False
         }
         return await timed_stream(client, f"{base_url}/agui", body, markers)
 
-    async def agentik(client: httpx.AsyncClient, text: str) -> Run:
+    async def agentik(client: Client, text: str) -> Run:
         start = time.perf_counter()
         created = await client.post(f"{base_url}/agentik/conversations", json={})
         create = time.perf_counter() - start
@@ -206,7 +217,7 @@ def driver(facade: str, llm_url: str, base_url: str, conversations: bool = False
         run.create = create
         return run
 
-    async def a2a(client: httpx.AsyncClient, text: str) -> Run:
+    async def a2a(client: Client, text: str) -> Run:
         message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
         body = {
             "jsonrpc": "2.0",
@@ -297,7 +308,7 @@ def short_error(exc: BaseException) -> str:
 async def run_scenario(
     one: Driver,
     scenario: Scenario,
-    pools: Sequence[httpx.AsyncClient],
+    pools: Sequence[Client],
     text: str,
     runs_per_client: int,
     limit: float,
@@ -305,7 +316,7 @@ async def run_scenario(
     """One client per entry of ``pools``, all started at once, each doing ``runs_per_client``
     runs one after another."""
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: Client) -> None:
         for _ in range(runs_per_client):
             try:
                 scenario.runs.append(await asyncio.wait_for(one(client, text), limit))
@@ -343,7 +354,7 @@ async def sample_cpu(processes: Processes, peak: dict[str, float], every: float 
 
 
 async def interrupt_phase(
-    pools: Sequence[httpx.AsyncClient], base_url: str, tries: int, load_text: str
+    pools: Sequence[Client], base_url: str, tries: int, load_text: str
 ) -> dict[str, Any]:
     """Interrupt a ``[[hang]]`` run once its first token arrived (on ``pools[0]``) while every
     other client of ``pools`` keeps a stream running: from the interrupt request to its
@@ -354,7 +365,7 @@ async def interrupt_phase(
     stop = asyncio.Event()
     errors: Counter[str] = Counter()
 
-    async def background(other: httpx.AsyncClient) -> None:
+    async def background(other: Client) -> None:
         while not stop.is_set():
             try:
                 await asyncio.wait_for(send(other, load_text), WAIT * 2)
@@ -422,10 +433,8 @@ def store_url(options: argparse.Namespace, tmp: str) -> str:
     return f"sqlite:///{tmp}/load.db"
 
 
-def client_for(connections: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    timeout = httpx.Timeout(WAIT, connect=WAIT, pool=WAIT * 5)
-    return httpx.AsyncClient(timeout=timeout, limits=limits)
+def client_for(connections: int) -> Client:
+    return Client(WAIT, connections)
 
 
 def idle_memory(processes: Processes, workers: int) -> dict[str, Any]:
@@ -443,7 +452,7 @@ def idle_memory(processes: Processes, workers: int) -> dict[str, Any]:
     return memory
 
 
-async def warm_up(one: Driver, pools: Sequence[httpx.AsyncClient], cold: bool, limit: float) -> int:
+async def warm_up(one: Driver, pools: Sequence[Client], cold: bool, limit: float) -> int:
     """One short run per client, all at once, so the measured runs find their keep-alive
     connections open (as steady clients do; with ``cold`` a single run, for the imports);
     the number that failed."""
@@ -455,14 +464,14 @@ async def warm_up(one: Driver, pools: Sequence[httpx.AsyncClient], cold: bool, l
 
 
 @contextlib.asynccontextmanager
-async def client_pools(clients: int, shared: bool) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """The httpx clients of ``clients`` simulated clients: by default one AsyncClient (one
-    keep-alive connection) each; with ``shared``, one AsyncClient for all of them.
+async def client_pools(clients: int, shared: bool) -> AsyncIterator[list[Client]]:
+    """The clients of ``clients`` simulated clients: by default one :class:`Client` (one
+    keep-alive connection, two when an interrupt is sent beside a stream) each; with
+    ``shared``, one for all of them (at most ``clients + 8`` connections).
 
-    One pool for all is what a single client process would do, but httpcore's pool scans
-    its connections for each request it assigns, which at 256 connections costs the bench
-    process more CPU than the servers it measures (256 slow floor streams: 5.4 s of client
-    CPU warm, 2.2 s cold, against 0.9 s with a client each), on the same cores."""
+    (With ``httpx``, one pool for all cost the bench process more CPU than the servers it
+    measured, its pool scanning its connections for each request: 256 slow floor streams,
+    5.4 s of client CPU warm, 2.2 s cold, against 0.9 s with a client each.)"""
     async with contextlib.AsyncExitStack() as stack:
         if shared:
             client = await stack.enter_async_context(client_for(clients + 8))
@@ -738,7 +747,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--dsn", default="postgresql://127.0.0.1:5432/test", help="PostgreSQL for --store postgres")
     add("--engine-workers", type=int, default=1, help="engine processes (needs --store postgres)")
     add("--cold", action="store_true", help="no warm-up: clients connect during the runs")
-    add("--shared-pool", action="store_true", help="one httpx client for all (slow at 256)")
+    add("--shared-pool", action="store_true", help="one client (connection pool) for all")
     add(
         "--conversations",
         action="store_true",

@@ -21,8 +21,8 @@ tests' fake's answers from one asyncio loop; a fresh one per stack, listen backl
 
 Each peer runs in its own venv under ``--venvs`` (``.bench-venvs/``), made on first use from
 the pinned ``bench/peers/requirements-<peer>.txt`` (``--setup`` only makes them). The
-streams are read by :mod:`bench.load_bench`'s client (one ``httpx.AsyncClient`` per
-simulated client, warmed up, all started at once); the prompt is the same
+streams are read by :mod:`bench.load_bench`'s client (one :class:`bench.lean_http.Client`
+per simulated client, warmed up, all started at once); the prompt is the same
 ``[[chunks:N]]``/``[[slow:S]]`` answer for everyone.
 
 Per ``--clients`` level, repetition and target: a fresh stack, the idle RSS of its whole
@@ -69,6 +69,7 @@ from bench.facade_bench import (
     _proc_kib,
     start_fake_llm,
 )
+from bench.lean_http import Client
 from bench.load_bench import Driver, Markers, Run, Scenario, StreamError
 from engine_service.stores import redacted_url
 from tests.postgres_server import with_database
@@ -132,7 +133,7 @@ LANGGRAPH = Markers(
 def langgraph_driver(base_url: str) -> Driver:
     """A thread (timed apart, as agentik's conversation is), then its run's stream."""
 
-    async def one(client: httpx.AsyncClient, text: str) -> Run:
+    async def one(client: Client, text: str) -> Run:
         start = time.perf_counter()
         created = await client.post(f"{base_url}/threads", json={})
         create = time.perf_counter() - start

@@ -8,6 +8,7 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,3 +198,46 @@ def test_it_lists_its_models(aio_url: str) -> None:
         listed = http.get(f"{aio_url}/models").json()
 
     assert [m["id"] for m in listed["data"]] == ["gpt-4o-mini", "fake-model"]
+
+
+def test_a_full_speed_answer_does_not_hold_back_another_connections_answer(aio_url: str) -> None:
+    """A long answer written at full speed gives the other connections turns: a short
+    request sent meanwhile is answered before the long answer ends."""
+    long_body = json.dumps(
+        {
+            "model": "m",
+            "stream": True,
+            "messages": [{"role": "user", "content": "[[chunks:20000]]"}],
+        }
+    )
+    short_body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "short"}]})
+    ended = threading.Event()
+    started = threading.Event()
+
+    def read_long() -> None:
+        with socket.create_connection(_address(aio_url), timeout=WAIT) as sock:
+            sock.sendall(_request(long_body))
+            tail = b""
+            while not tail.endswith(b"0\r\n\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                started.set()
+                tail = (tail + chunk)[-16:]
+        ended.set()
+
+    reader = threading.Thread(target=read_long)
+    reader.start()
+    try:
+        assert started.wait(WAIT)
+        with socket.create_connection(_address(aio_url), timeout=WAIT) as sock:
+            sock.sendall(_request(short_body))
+            received = b""
+            while not received.endswith(b"}"):
+                received += sock.recv(65536)
+        answered_first = not ended.is_set()
+    finally:
+        reader.join(WAIT * 4)
+    assert b"Echo: short" in received
+    assert answered_first, "the short request waited for the long answer's end"
+    assert ended.is_set()

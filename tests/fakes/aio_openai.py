@@ -92,7 +92,10 @@ class _Connection:
             length = int(headers.get("content-length") or 0)
         except ValueError:
             length = -1
-        if not 0 <= length <= BODY_BYTES:
+        if length < 0:
+            await self._json(400, _error(400, "the Content-Length is not a number"), close=True)
+            return False
+        if length > BODY_BYTES:
             await self._json(413, _error(413, "the request body is too large"), close=True)
             return False
         raw = await self.reader.readexactly(length)

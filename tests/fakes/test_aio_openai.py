@@ -174,8 +174,9 @@ def test_the_drop_directive_cuts_the_stream_after_the_first_text_chunk(
             + f"Content-Length: {BODY_BYTES + 1}\r\n\r\n".encode(),
             413,
         ),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", 400),
     ],
-    ids=["bad JSON", "unknown path", "head too long", "body too large"],
+    ids=["bad JSON", "unknown path", "head too long", "body too large", "bad length"],
 )
 def test_a_bad_request_gets_an_openai_error_body(
     aio_url: str, request_bytes: bytes, status: int

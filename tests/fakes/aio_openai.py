@@ -114,7 +114,9 @@ class _Connection:
         try:
             body = json.loads(raw)
         except ValueError:
-            refusal = _error(400, "the request body is not valid JSON")
+            body = None
+        if not isinstance(body, dict):
+            refusal = _error(400, "the request body is not a JSON object")
             return await self._json(400, refusal, not keep)
         if not authorized:
             return await self._json(401, _error(401, "Incorrect API key provided."), not keep)

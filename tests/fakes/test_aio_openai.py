@@ -167,6 +167,7 @@ def test_the_drop_directive_cuts_the_stream_after_the_first_text_chunk(
     "request_bytes, status",
     [
         (_request("{not json"), 400),
+        (_request("[1, 2]"), 400),
         (_request("{}", path="/v1/nowhere"), 404),
         (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
         (
@@ -176,7 +177,14 @@ def test_the_drop_directive_cuts_the_stream_after_the_first_text_chunk(
         ),
         (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", 400),
     ],
-    ids=["bad JSON", "unknown path", "head too long", "body too large", "bad length"],
+    ids=[
+        "bad JSON",
+        "not an object",
+        "unknown path",
+        "head too long",
+        "body too large",
+        "bad length",
+    ],
 )
 def test_a_bad_request_gets_an_openai_error_body(
     aio_url: str, request_bytes: bytes, status: int

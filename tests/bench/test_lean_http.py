@@ -114,16 +114,20 @@ def test_content_length_and_read_to_close_bodies_are_read() -> None:
 def test_an_idle_connection_the_server_closed_is_replaced_once() -> None:
     sized = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
+    closed = asyncio.Event()
+
     async def answer_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(sized)  # keep-alive promised, then closed while idle
         await writer.drain()
         writer.close()
+        await writer.wait_closed()
+        closed.set()
 
     async def main() -> None:
         server, url, accepted = await _serve(answer_then_close)
         async with server, Client(5.0) as client:
             assert (await client.post(f"{url}/a")).text == "ok"
-            await asyncio.sleep(0.05)
+            await asyncio.wait_for(closed.wait(), 5.0)
             assert (await client.post(f"{url}/a")).text == "ok"
             assert accepted[0] == 2
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-import select
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +16,7 @@ import pytest
 
 from tests.fakes.aio_openai import BODY_BYTES
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.fakes.test_fake_openai import stream, streamed_text
+from tests.fakes.test_fake_openai import standalone, stream, streamed_text
 
 WAIT = 5.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,24 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def aio_url() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.aio_openai", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], WAIT)
-        assert ready, "no base URL printed"
-        url = process.stdout.readline().strip()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", url), url
+    with standalone("tests.fakes.aio_openai") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(WAIT)
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 @pytest.fixture

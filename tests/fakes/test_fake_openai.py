@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import select
 import socket
 import subprocess
@@ -239,9 +241,11 @@ def test_the_drop_directive_cuts_the_stream_after_the_first_text_chunk(
     assert streamed_text(received) == "Echo: "
 
 
-def test_it_runs_standalone_and_prints_its_base_url() -> None:
+@contextlib.contextmanager
+def standalone(module: str) -> Iterator[str]:
+    """``python -m <module> --port 0`` running: the base URL it printed (checked)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.fake_openai", "--port", "0"],
+        [sys.executable, "-m", module, "--port", "0"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -251,15 +255,21 @@ def test_it_runs_standalone_and_prints_its_base_url() -> None:
         ready, _, _ = select.select([process.stdout], [], [], WAIT)
         assert ready, "no base URL printed"
         base_url = process.stdout.readline().strip()
-        assert base_url.startswith("http://127.0.0.1:")
-        assert base_url.endswith("/v1")
-        with openai.OpenAI(base_url=base_url, api_key="k", max_retries=0, timeout=WAIT) as c:
-            assert streamed_text(stream(c, "standalone")) == "Echo: standalone"
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", base_url), base_url
+        yield base_url
     finally:
         process.terminate()
         process.wait(WAIT)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_it_runs_standalone_and_prints_its_base_url() -> None:
+    with (
+        standalone("tests.fakes.fake_openai") as base_url,
+        openai.OpenAI(base_url=base_url, api_key="k", max_retries=0, timeout=WAIT) as c,
+    ):
+        assert streamed_text(stream(c, "standalone")) == "Echo: standalone"
 
 
 def test_stopping_the_fake_ends_a_hanging_stream(fake: FakeOpenAI) -> None:

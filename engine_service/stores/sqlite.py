@@ -12,8 +12,9 @@ GIL, and this is what keeps the first token of a lone run fast. When operations 
 already queued, or one already ran so in this turn of the loop, the call joins the queue of
 the writer thread, which runs every batch that queued meanwhile in one transaction (group
 commit). Either way operations run one at a
-time in the order they were asked, so a run's events are appended in the order they were
-produced. The loop never waits for another process holding the file's write lock: an
+time, those on one session in the order they were asked (what a client waits on to start
+may pass the streaming writes of other sessions), so a run's events are appended in the
+order they were produced. The loop never waits for another process holding the file's write lock: an
 operation that would wait goes to the writer thread instead, which waits up to the
 connection timeout. WAL checkpoints (which may fsync) run on the writer thread only.
 
@@ -52,7 +53,14 @@ from engine_service.core.errors import (
     SessionNotFound,
     StorageUnavailable,
 )
-from engine_service.core.events import Event, Usage
+from engine_service.core.events import (
+    Event,
+    ReasoningStart,
+    RunStarted,
+    TextMessageStart,
+    ToolCallStart,
+    Usage,
+)
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import (
     Checkpoint,
@@ -429,6 +437,7 @@ def migrate(path: str | Path) -> tuple[int, int]:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 MAX_BATCH = 256
 """Operations one transaction may carry (group commit)."""
@@ -440,11 +449,38 @@ checkpoint runs on a connection and thread of its own (:class:`_Checkpointer`), 
 writes; with the file in exclusive locking mode, on the writer thread."""
 
 
+JOIN_ROWS = 32
+"""Rows (or sessions) one statement of a batch's joined appends takes (``_join_appends``):
+few distinct statements, each prepared once and kept in the connection's cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    """What an ``append_events`` appends: a batch's appends to different sessions go in a
+    few statements together (``SqliteSessionStore._join_appends``)."""
+
+    session_id: str
+    events: Sequence[Event]
+    reserve_through: int
+
+
 @dataclass(slots=True)
 class _Op:
     run: Callable[[], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    session: str | None = None
+    """The session the operation names (its ``session_id``); None: none named."""
+    append: _Append | None = None
+
+
+class _NotJoined(Exception):
+    """A batch's appends cannot go together (one does not follow its session's last seq,
+    names no session ...): each runs on its own and gets its own answer."""
+
+
+_WAKE = object()
+"""Queued for an operation that went to the first lane: wakes the writer thread."""
 
 
 _CHECKPOINT = object()
@@ -543,7 +579,8 @@ def _busy(exc: StorageUnavailable) -> bool:
 
 
 class _Writer:
-    """Runs the store's operations one at a time, in the order they were asked.
+    """Runs the store's operations one at a time; those on one session in the order they
+    were asked.
 
     An operation asked while none is queued or running runs at once on the caller's
     thread (the event loop's), in a transaction of its own, without waiting for another
@@ -555,6 +592,20 @@ class _Writer:
     a caller gets its result only once the batch is committed. Every
     :data:`CHECKPOINT_EVERY` operations the WAL is checkpointed: by ``checkpointer``,
     beside the writes, or (without one) by the writer thread between two batches.
+
+    **Starts go first.** Under load the thread is busy all the time with the runs' streaming
+    writes, and a run's begin, a later run's read of its history and the write of an
+    answer's first token (what a client waits for: ``first``) waited behind a batch of
+    them each. Those operations queue in a lane of their own: the thread runs what waits
+    there as a batch of its own, committed and answered before the streaming writes that
+    queued meanwhile. An operation never passes one asked before it about the same session
+    or about no session named: while one of those waits in the queue, it queues behind it.
+
+    **A batch's appends go together.** Each statement the thread runs gives up the GIL and
+    waits for it again, which under load is most of a write's time (docs/performance.md).
+    The appends of a batch to different sessions run as a few statements for all of them
+    (``SqliteSessionStore._join_appends``); when one of them cannot go so, each runs on its
+    own as before.
     """
 
     def __init__(
@@ -580,10 +631,23 @@ class _Writer:
         so until the thread needs its own: two statements fewer per operation)."""
         self._replies: list[_Reply] = []
         """The writer thread's answers to the batch it runs."""
+        self._first: list[_Op] = []
+        """The first lane: operations the thread runs before the others queued."""
+        self._queued: dict[str | None, int] = {}
+        """Operations waiting in the queue (not the first lane), by session."""
         self._thread = threading.Thread(target=self._serve, name="agentik-sqlite", daemon=True)
         self._thread.start()
 
-    async def submit(self, run: Callable[[], R]) -> R:
+    async def submit(
+        self,
+        run: Callable[[], R],
+        *,
+        session: str | None = None,
+        first: bool = False,
+        append: _Append | None = None,
+    ) -> R:
+        """Run ``run`` (an operation on ``session``; ``first``: one a client waits on to
+        start, see the class doc) and give its result."""
         with self._count:
             at_once = self._outstanding == 0 and not self._turn_taken
             self._outstanding += 1
@@ -606,7 +670,7 @@ class _Writer:
                 with suppress(_Busy):
                     return self._at_once(run)
             future: asyncio.Future[R] = loop.create_future()
-            self._queue.put(_Op(run, loop, future))
+            self._enqueue(_Op(run, loop, future, session, append), first)
             at_once = False  # the thread counts it done
             return await future
         finally:
@@ -614,6 +678,56 @@ class _Writer:
                 self._finished(1)
             if checkpoint:
                 self._queue.put(_CHECKPOINT)
+
+    def _enqueue(self, op: _Op, first: bool) -> None:
+        """Queue ``op``: in the first lane when it is ``first`` and nothing asked before it
+        about its session (or about none named) waits in the queue (see the class doc).
+        The first lane runs before the queue, so nothing asked later passes it."""
+        queued = self._queued
+        with self._count:
+            if (
+                first
+                and op.session is not None
+                and not (queued.get(op.session) or queued.get(None))
+            ):
+                self._first.append(op)
+                self._queue.put(_WAKE)
+            else:
+                queued[op.session] = queued.get(op.session, 0) + 1
+                self._queue.put(op)
+
+    def _take(self, item: object) -> tuple[list[_Op], list[_Op], int, bool]:
+        """Everything queued now, ``item`` (the queue's first) included: the first lane,
+        the other lane's operations (at most :data:`MAX_BATCH`), the checkpoints asked, and
+        whether the writer stops after them. Taken under the lock submitters hold to queue,
+        so that what one batch holds and what waits for the next are never reordered."""
+        batch: list[_Op] = []
+        checkpoints = 0
+        stopping = False
+        with self._count:
+            first, self._first = self._first, []
+            while True:
+                if isinstance(item, _Op):
+                    batch.append(item)
+                elif item is _CHECKPOINT:
+                    checkpoints += 1
+                if len(batch) >= MAX_BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+            queued = self._queued
+            for op in batch:
+                left = queued[op.session] - 1
+                if left:
+                    queued[op.session] = left
+                else:
+                    del queued[op.session]
+        return first, batch, checkpoints, stopping
 
     def _next_turn(self) -> None:
         self._turn_taken = False
@@ -655,47 +769,38 @@ class _Writer:
 
     def _serve(self) -> None:
         while True:
-            op = self._queue.get()
-            if op is None:
+            item = self._queue.get()
+            if item is None:
                 return
-            batch: list[_Op] = []
-            checkpoints = 0
-            stopping = False
-            while True:
-                if isinstance(op, _Op):
-                    batch.append(op)
-                else:
-                    checkpoints += 1
-                if len(batch) >= MAX_BATCH:
-                    break
-                try:
-                    op = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if op is None:
-                    stopping = True
-                    break
-            with self._connection:
-                self._patient()
-                if len(batch) == 1:
-                    self._alone(batch[0])
-                elif batch:
-                    self._together(batch)
-                if checkpoints:
-                    self._checkpoint()
-            # Counted done before the callers hear of it: the next operation they ask
-            # then finds the store idle and runs at once.
-            self._finished(len(batch) + checkpoints)
-            replies, self._replies = self._replies, []
-            # One wake-up of each waiting loop per batch, not one per operation.
-            loops: dict[asyncio.AbstractEventLoop, list[_Reply]] = {}
-            for reply in replies:
-                loops.setdefault(reply[0].loop, []).append(reply)
-            for loop, answers in loops.items():
-                with suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                    loop.call_soon_threadsafe(_settle_all, answers)
+            first, batch, checkpoints, stopping = self._take(item)
+            if first:
+                self._run_batch(first, 0)
+            if batch or checkpoints:
+                self._run_batch(batch, checkpoints)
             if stopping:
                 return
+
+    def _run_batch(self, batch: list[_Op], checkpoints: int) -> None:
+        """Run ``batch`` (one transaction), then the checkpoints, and answer."""
+        with self._connection:
+            self._patient()
+            if len(batch) == 1:
+                self._alone(batch[0])
+            elif batch:
+                self._together(batch)
+            if checkpoints:
+                self._checkpoint()
+        # Counted done before the callers hear of it: the next operation they ask
+        # then finds the store idle and runs at once.
+        self._finished(len(batch) + checkpoints)
+        replies, self._replies = self._replies, []
+        # One wake-up of each waiting loop per batch, not one per operation.
+        loops: dict[asyncio.AbstractEventLoop, list[_Reply]] = {}
+        for reply in replies:
+            loops.setdefault(reply[0].loop, []).append(reply)
+        for loop, answers in loops.items():
+            with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle_all, answers)
 
     def _checkpoint(self) -> None:
         _checkpoint_wal(self._store._conn)
@@ -725,6 +830,19 @@ class _Writer:
         store._batched = True
         done: list[tuple[_Op, Any]] = []
         try:
+            joined = _joinable(batch)
+            if len(joined) > 1:
+                together = self._join(joined)
+                if together is None:
+                    # SQLite rolled the whole transaction back (a full disk does that).
+                    store._batched = False
+                    for op in batch:
+                        self._alone(op)
+                    return
+                if together:
+                    done = [(op, None) for op in joined]
+                    taken = set(map(id, joined))
+                    batch = [op for op in batch if id(op) not in taken]
             for index, op in enumerate(batch):
                 try:
                     done.append((op, op.run()))
@@ -756,18 +874,88 @@ class _Writer:
         finally:
             store._batched = False
 
+    def _join(self, joined: list[_Op]) -> bool | None:
+        """Run ``joined``'s appends together, in a savepoint of the batch. True: done;
+        False: they cannot all go so (the savepoint rolled back: each runs on its own and
+        gets its own answer); None: SQLite rolled the batch's whole transaction back."""
+        conn = self._store._conn
+        try:
+            conn.execute("SAVEPOINT joined")
+            self._store._join_appends(conn, [op.append for op in joined if op.append])
+            conn.execute("RELEASE joined")
+        except (_NotJoined, InvalidInput, StorageUnavailable, sqlite3.Error):
+            if not conn.in_transaction:
+                return None
+            try:
+                conn.execute("ROLLBACK TO joined")
+                conn.execute("RELEASE joined")
+            except sqlite3.Error:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                return None
+            return False
+        return True
+
+
+def _joinable(batch: list[_Op]) -> list[_Op]:
+    """The appends of ``batch`` that may go together: each to a session no other
+    operation of the batch names (nor one naming none)."""
+    named: dict[str | None, int] = {}
+    for op in batch:
+        named[op.session] = named.get(op.session, 0) + 1
+    if None in named:
+        return []
+    return [op for op in batch if op.append is not None and named[op.session] == 1]
+
+
+_STARTS = (RunStarted, TextMessageStart, ToolCallStart, ReasoningStart)
+"""Events that start what a client waits for: an append holding one goes first."""
+
+
+def _parts(items: list[T]) -> Iterator[list[T]]:
+    for start in range(0, len(items), JOIN_ROWS):
+        yield items[start : start + JOIN_ROWS]
+
+
+@functools.cache
+def _places(rows: int, columns: int) -> str:
+    """``(?, ?), (?, ?)`` for 2 rows of 2 columns."""
+    return ", ".join(["(" + ", ".join("?" * columns) + ")"] * rows)
+
 
 def _lost() -> StorageUnavailable:
     return StorageUnavailable("storage unavailable: the database rolled the write back")
 
 
+_GOES_FIRST: set[Callable[..., Any]] = set()
+
+
+def _first(method: Callable[P, R]) -> Callable[P, R]:
+    """Mark a store operation a client waits on to start (below ``_off_loop``): it goes
+    in the writer's first lane (see :class:`_Writer`)."""
+    _GOES_FIRST.add(method)
+    return method
+
+
 def _off_loop(
     method: Callable[Concatenate[SqliteSessionStore, P], R],
 ) -> Callable[Concatenate[SqliteSessionStore, P], Coroutine[Any, Any, R]]:
-    """Make a store operation run on the store's writer thread (see :class:`_Writer`)."""
+    """Make a store operation run on the store's writer thread (see :class:`_Writer`). An
+    operation whose first parameter is ``session_id`` names that session to the writer,
+    which keeps the operations on one session in the order they were asked."""
+    code = method.__code__
+    named = code.co_argcount > 1 and code.co_varnames[1] == "session_id"
+    first = method in _GOES_FIRST
 
     async def call(self: SqliteSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._writer.submit(functools.partial(method, self, *args, **kwargs))
+        session = None
+        if named:
+            session = args[0] if args else kwargs.get("session_id")
+        return await self._writer.submit(
+            functools.partial(method, self, *args, **kwargs),
+            session=session if isinstance(session, str) else None,
+            first=first,
+        )
 
     call.__name__ = call.__qualname__ = method.__name__
     call.__doc__ = method.__doc__
@@ -1030,6 +1218,7 @@ class SqliteSessionStore(SessionStore):
             return self._context(conn, session_id)
 
     @_off_loop
+    @_first
     def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         # One operation, not two: under load each waits for the writer's next batch.
         with self._read() as conn:
@@ -1126,6 +1315,7 @@ class SqliteSessionStore(SessionStore):
         return kept[::-1], len(rows) > last
 
     @_off_loop
+    @_first
     def begin_run(
         self,
         session_id: str,
@@ -1577,13 +1767,55 @@ class SqliteSessionStore(SessionStore):
             self._require(conn, session_id)
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
 
-    @_off_loop
-    def append_events(
+    async def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
+    ) -> None:
+        # The start of an answer (its first token) goes in the writer's first lane; a
+        # batch's appends to different sessions go together (see _Writer).
+        await self._writer.submit(
+            functools.partial(self._append_events, session_id, events, reserve_through),
+            session=session_id,
+            first=any(isinstance(event.body, _STARTS) for event in events),
+            append=_Append(session_id, events, reserve_through) if events else None,
+        )
+
+    def _append_events(
+        self, session_id: str, events: Sequence[Event], reserve_through: int
     ) -> None:
         rows = _event_rows(session_id, events)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows, reserve_through)
+
+    def _join_appends(self, conn: sqlite3.Connection, appends: list[_Append]) -> None:
+        """Store ``appends`` (each to a session of its own, each with events) in a few
+        statements: the sessions' last seqs moved :data:`JOIN_ROWS` sessions a statement,
+        the events inserted :data:`JOIN_ROWS` rows a statement. ``_NotJoined`` (nothing
+        kept: the caller rolls back) when one of them would not be stored as
+        ``append_events`` alone stores it."""
+        moves: list[tuple[str, int, int, int]] = []
+        rows: list[tuple[Any, ...]] = []
+        for append in appends:
+            mine = _event_rows(append.session_id, append.events)
+            if not mine or any(b[1] <= a[1] for a, b in itertools.pairwise(mine)):
+                raise _NotJoined
+            moves.append((append.session_id, mine[0][1], mine[-1][1], append.reserve_through))
+            rows += mine
+        for part in _parts(moves):
+            moved = conn.execute(
+                "UPDATE sessions SET last_seq = v.column3,"
+                " reserved_seq = max(reserved_seq, v.column4)"
+                f" FROM (VALUES {_places(len(part), 4)}) AS v"
+                " WHERE sessions.id = v.column1 AND sessions.last_seq < v.column2",
+                [value for move in part for value in move],
+            ).rowcount
+            if moved != len(part):  # a session gone, or events that do not follow
+                raise _NotJoined
+        for part in _parts(rows):
+            conn.execute(
+                "INSERT INTO events (session_id, seq, time, run_id, body)"
+                f" VALUES {_places(len(part), 5)}",
+                [value for row in part for value in row],
+            )
 
     def _insert_events(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -64,9 +64,9 @@ async def test_a_later_run_reads_its_history_in_one_store_operation(
     operations: list[str] = []
     submit = store._writer.submit
 
-    async def noted(run: Callable[[], R]) -> R:
+    async def noted(run: Callable[[], R], **lane: Any) -> R:
         operations.append(getattr(getattr(run, "func", run), "__name__", "?"))
-        return await submit(run)
+        return await submit(run, **lane)
 
     store._writer.submit = noted  # type: ignore[method-assign]
     model = Counted(operations)

@@ -6,10 +6,11 @@ the WAL is checkpointed beside the writes, on a thread and connection of its own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ import pytest
 
 from engine_service.core.clock import utc_now
 from engine_service.core.deliveries import PushConfig
-from engine_service.core.errors import StorageUnavailable
-from engine_service.core.events import Event, TextMessageContent, Usage
+from engine_service.core.errors import InvalidInput, SessionNotFound, StorageUnavailable
+from engine_service.core.events import Event, TextMessageContent, TextMessageStart, Usage
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import sqlite as sqlite_store
 from engine_service.stores.sqlite import SqliteSessionStore
@@ -481,10 +482,13 @@ async def test_a_session_without_push_configs_is_answered_without_the_writer(
         plain = store._writer.submit
 
         async def counted(
-            run: Callable[[], Any], submitted: list[object] = submitted, plain: Any = plain
+            run: Callable[[], Any],
+            submitted: list[object] = submitted,
+            plain: Any = plain,
+            **lane: Any,
         ) -> Any:
             submitted.append(run)
-            return await plain(run)
+            return await plain(run, **lane)
 
         store._writer.submit = counted  # type: ignore[method-assign]
         try:
@@ -540,3 +544,191 @@ async def test_a_short_turns_writes_take_few_statements(tmp_path: Path) -> None:
     # the update of last seq, the insert; the run's status; the run; the session
     assert finish <= 2 + 2 + 5, statements
     assert len(work) == 6 + 3 + 4 + 5, work
+
+
+@contextlib.asynccontextmanager
+async def _held(store: SqliteSessionStore) -> AsyncIterator[None]:
+    """The writer thread held in an operation while the block runs: what the block asks
+    queues, and the thread takes it all at once when let go."""
+    writer = store._writer
+    entered, gate = threading.Event(), threading.Event()
+
+    def block() -> None:
+        entered.set()
+        gate.wait(5)
+
+    at_once = asyncio.ensure_future(writer.submit(lambda: None))
+    blocker = asyncio.ensure_future(writer.submit(block))  # the same turn: queued
+    assert await asyncio.to_thread(entered.wait, 5)
+    await at_once
+    try:
+        yield
+        await asyncio.sleep(0)  # each submit's first step queues its operation
+    finally:
+        gate.set()
+        async with asyncio.timeout(5):
+            await blocker
+
+
+async def test_a_batchs_appends_to_different_sessions_go_in_a_few_statements(
+    tmp_path: Path,
+) -> None:
+    """Every statement of the writer thread waits for the GIL again under load: forty
+    appends of a batch move the sessions' seqs in two statements and insert their 120
+    events in four, instead of statements for each."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    sessions = [f"s{index}" for index in range(40)]
+    try:
+        for session_id in sessions:
+            await store.create_session(session_id, "", utc_now())
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        async with _held(store):
+            appends = [
+                asyncio.ensure_future(
+                    store.append_events(session_id, _events(1, 3, session_id), reserve_through=9)
+                )
+                for session_id in sessions
+            ]
+        async with asyncio.timeout(5):
+            await asyncio.gather(*appends)
+        store._conn.set_trace_callback(None)
+        assert len([s for s in statements if s.startswith("INSERT INTO events")]) == 4
+        assert len([s for s in statements if s.startswith("UPDATE sessions")]) == 2
+        for session_id in sessions:
+            stored = await store.read_events(session_id, 0, 10)
+            assert [(e.seq, e.body) for e in stored] == [
+                (e.seq, e.body) for e in _events(1, 3, session_id)
+            ]
+            session = await store.get_session(session_id)
+            assert (session.last_seq, session.reserved_seq) == (3, 9)
+    finally:
+        await store.close()
+
+
+async def test_appends_that_cannot_go_together_each_get_their_own_answer(
+    tmp_path: Path,
+) -> None:
+    """An append whose events do not follow its session's last seq, or whose session is
+    gone, is refused as it would be alone; the batch's other appends are stored."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        for session_id in ("a", "b", "c"):
+            await store.create_session(session_id, "", utc_now())
+        await store.append_events("b", _events(1, 5, "b"))
+        async with _held(store):
+            good_a = asyncio.ensure_future(store.append_events("a", _events(1, 2, "a")))
+            stale = asyncio.ensure_future(store.append_events("b", _events(3, 1, "b")))
+            gone = asyncio.ensure_future(store.append_events("x", _events(1, 1, "x")))
+            good_c = asyncio.ensure_future(store.append_events("c", _events(1, 2, "c")))
+        async with asyncio.timeout(5):
+            await asyncio.gather(good_a, good_c)
+            with pytest.raises(InvalidInput):
+                await stale
+            with pytest.raises(SessionNotFound):
+                await gone
+        for session_id, seqs in (("a", [1, 2]), ("b", [1, 2, 3, 4, 5]), ("c", [1, 2])):
+            assert [e.seq for e in await store.read_events(session_id, 0, 10)] == seqs
+            assert (await store.get_session(session_id)).last_seq == seqs[-1]
+    finally:
+        await store.close()
+
+
+def _note(answered: list[str], name: str, _: object) -> None:
+    answered.append(name)
+
+
+async def test_what_a_client_waits_on_to_start_goes_before_the_streaming_writes(
+    tmp_path: Path,
+) -> None:
+    """A run's begin and an answer's first token, asked after ten streaming appends, are
+    committed and answered before them."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    sessions = [f"s{index}" for index in range(10)]
+    try:
+        for session_id in [*sessions, "t"]:
+            await store.create_session(session_id, "", utc_now())
+        answered: list[str] = []
+        async with _held(store):
+            asked: list[tuple[str, Coroutine[Any, Any, object]]] = [
+                (session_id, store.append_events(session_id, _events(1, 2, session_id)))
+                for session_id in sessions
+            ]
+            answer = [Event(1, 0.0, "t", "r", TextMessageStart("m")), *_events(2, 1, "t")]
+            asked.append(("begin", store.begin_run("new", "r1", utc_now(), create=True)))
+            asked.append(("first token", store.append_events("t", answer)))
+            futures = []
+            for name, call in asked:
+                future = asyncio.ensure_future(call)
+                future.add_done_callback(functools.partial(_note, answered, name))
+                futures.append(future)
+        async with asyncio.timeout(5):
+            await asyncio.gather(*futures)
+        assert sorted(answered[:2]) == ["begin", "first token"], answered
+        assert sorted(answered[2:]) == sessions
+    finally:
+        await store.close()
+
+
+async def test_an_operation_never_passes_one_asked_before_it_about_its_session(
+    tmp_path: Path,
+) -> None:
+    """An answer's start asked while an append to its session waits in the queue goes
+    after it (passing it, its seqs would be stored first and the earlier ones refused); so
+    does one asked while an operation naming no session waits."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        await store.create_session("a", "", utc_now())
+        await store.create_session("b", "", utc_now())
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        async with _held(store):
+            plain = asyncio.ensure_future(store.append_events("a", _events(1, 2, "a")))
+            start = [Event(3, 0.0, "a", "r", TextMessageStart("m")), *_events(4, 1, "a")]
+            first = asyncio.ensure_future(store.append_events("a", start))
+            unnamed = asyncio.ensure_future(
+                store._writer.submit(lambda: store._conn.execute("SELECT 'unnamed'"))
+            )
+            begin = asyncio.ensure_future(store.begin_run("b", "r2", utc_now(), create=False))
+        async with asyncio.timeout(5):
+            await asyncio.gather(plain, first, unnamed, begin)
+        store._conn.set_trace_callback(None)
+        assert [e.seq for e in await store.read_events("a", 0, 10)] == [1, 2, 3, 4]
+        ran = [s for s in statements if "'unnamed'" in s or s.startswith("INSERT INTO runs")]
+        assert ran[0] == "SELECT 'unnamed'", ran
+    finally:
+        await store.close()
+
+
+async def test_appends_whose_transaction_sqlite_rolled_back_under_them_run_each_alone(
+    tmp_path: Path,
+) -> None:
+    """SQLite rolls a batch's whole transaction back on some errors (a full disk): when
+    that happens while a batch's appends go together, each operation of the batch runs
+    again on its own, and each is stored once."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    sessions = [f"s{index}" for index in range(6)]
+    try:
+        for session_id in sessions:
+            await store.create_session(session_id, "", utc_now())
+        joined = store._join_appends
+
+        def rolled_back(conn: sqlite3.Connection, appends: list[Any]) -> None:
+            joined(conn, appends)
+            conn.execute("ROLLBACK")
+            raise sqlite3.OperationalError("database or disk is full")
+
+        store._join_appends = rolled_back  # type: ignore[method-assign]
+        async with _held(store):
+            appends = [
+                asyncio.ensure_future(store.append_events(s, _events(1, 2, s))) for s in sessions
+            ]
+            renamed = asyncio.ensure_future(store.rename_session("s0", "kept", utc_now()))
+        async with asyncio.timeout(5):
+            await asyncio.gather(*appends)
+            assert (await renamed).title == "kept"
+        for session_id in sessions:
+            assert [e.seq for e in await store.read_events(session_id, 0, 10)] == [1, 2]
+            assert (await store.get_session(session_id)).last_seq == 2
+    finally:
+        await store.close()

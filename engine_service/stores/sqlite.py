@@ -11,12 +11,11 @@ local file is far cheaper than handing it to a thread, which on a busy loop wait
 GIL, and this is what keeps the first token of a lone run fast. When operations are
 already queued, or one already ran so in this turn of the loop, the call joins the queue of
 the writer thread, which runs every batch that queued meanwhile in one transaction (group
-commit). Either way operations run one at a
-time, those on one session in the order they were asked (what a client waits on to start
-may pass the streaming writes of other sessions), so a run's events are appended in the
-order they were produced. The loop never waits for another process holding the file's write lock: an
-operation that would wait goes to the writer thread instead, which waits up to the
-connection timeout. WAL checkpoints (which may fsync) run on the writer thread only.
+commit). Either way operations run one at a time, those on one session in the order they
+were asked (what a client waits on to start may pass the streaming writes of other
+sessions), so a run's events are appended in the order they were produced. The loop never
+waits for another process holding the file's write lock: an operation that would wait goes
+to the writer thread instead, which waits up to the connection timeout. WAL checkpoints (which may fsync) run on the writer thread only.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, committed when its block ends and
 rolled back when it raises, so an error never leaves half a change behind. The "one
@@ -437,7 +436,6 @@ def migrate(path: str | Path) -> tuple[int, int]:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
 
 MAX_BATCH = 256
 """Operations one transaction may carry (group commit)."""
@@ -449,21 +447,6 @@ checkpoint runs on a connection and thread of its own (:class:`_Checkpointer`), 
 writes; with the file in exclusive locking mode, on the writer thread."""
 
 
-JOIN_ROWS = 32
-"""Rows (or sessions) one statement of a batch's joined appends takes (``_join_appends``):
-few distinct statements, each prepared once and kept in the connection's cache."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Append:
-    """What an ``append_events`` appends: a batch's appends to different sessions go in a
-    few statements together (``SqliteSessionStore._join_appends``)."""
-
-    session_id: str
-    events: Sequence[Event]
-    reserve_through: int
-
-
 @dataclass(slots=True)
 class _Op:
     run: Callable[[], Any]
@@ -471,12 +454,6 @@ class _Op:
     future: asyncio.Future[Any]
     session: str | None = None
     """The session the operation names (its ``session_id``); None: none named."""
-    append: _Append | None = None
-
-
-class _NotJoined(Exception):
-    """A batch's appends cannot go together (one does not follow its session's last seq,
-    names no session ...): each runs on its own and gets its own answer."""
 
 
 _WAKE = object()
@@ -600,12 +577,6 @@ class _Writer:
     there as a batch of its own, committed and answered before the streaming writes that
     queued meanwhile. An operation never passes one asked before it about the same session
     or about no session named: while one of those waits in the queue, it queues behind it.
-
-    **A batch's appends go together.** Each statement the thread runs gives up the GIL and
-    waits for it again, which under load is most of a write's time (docs/performance.md).
-    The appends of a batch to different sessions run as a few statements for all of them
-    (``SqliteSessionStore._join_appends``); when one of them cannot go so, each runs on its
-    own as before.
     """
 
     def __init__(
@@ -644,7 +615,6 @@ class _Writer:
         *,
         session: str | None = None,
         first: bool = False,
-        append: _Append | None = None,
     ) -> R:
         """Run ``run`` (an operation on ``session``; ``first``: one a client waits on to
         start, see the class doc) and give its result."""
@@ -670,7 +640,7 @@ class _Writer:
                 with suppress(_Busy):
                     return self._at_once(run)
             future: asyncio.Future[R] = loop.create_future()
-            self._enqueue(_Op(run, loop, future, session, append), first)
+            self._enqueue(_Op(run, loop, future, session), first)
             at_once = False  # the thread counts it done
             return await future
         finally:
@@ -830,19 +800,6 @@ class _Writer:
         store._batched = True
         done: list[tuple[_Op, Any]] = []
         try:
-            joined = _joinable(batch)
-            if len(joined) > 1:
-                together = self._join(joined)
-                if together is None:
-                    # SQLite rolled the whole transaction back (a full disk does that).
-                    store._batched = False
-                    for op in batch:
-                        self._alone(op)
-                    return
-                if together:
-                    done = [(op, None) for op in joined]
-                    taken = set(map(id, joined))
-                    batch = [op for op in batch if id(op) not in taken]
             for index, op in enumerate(batch):
                 try:
                     done.append((op, op.run()))
@@ -874,53 +831,9 @@ class _Writer:
         finally:
             store._batched = False
 
-    def _join(self, joined: list[_Op]) -> bool | None:
-        """Run ``joined``'s appends together, in a savepoint of the batch. True: done;
-        False: they cannot all go so (the savepoint rolled back: each runs on its own and
-        gets its own answer); None: SQLite rolled the batch's whole transaction back."""
-        conn = self._store._conn
-        try:
-            conn.execute("SAVEPOINT joined")
-            self._store._join_appends(conn, [op.append for op in joined if op.append])
-            conn.execute("RELEASE joined")
-        except (_NotJoined, InvalidInput, StorageUnavailable, sqlite3.Error):
-            if not conn.in_transaction:
-                return None
-            try:
-                conn.execute("ROLLBACK TO joined")
-                conn.execute("RELEASE joined")
-            except sqlite3.Error:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                return None
-            return False
-        return True
-
-
-def _joinable(batch: list[_Op]) -> list[_Op]:
-    """The appends of ``batch`` that may go together: each to a session no other
-    operation of the batch names (nor one naming none)."""
-    named: dict[str | None, int] = {}
-    for op in batch:
-        named[op.session] = named.get(op.session, 0) + 1
-    if None in named:
-        return []
-    return [op for op in batch if op.append is not None and named[op.session] == 1]
-
 
 _STARTS = (RunStarted, TextMessageStart, ToolCallStart, ReasoningStart)
 """Events that start what a client waits for: an append holding one goes first."""
-
-
-def _parts(items: list[T]) -> Iterator[list[T]]:
-    for start in range(0, len(items), JOIN_ROWS):
-        yield items[start : start + JOIN_ROWS]
-
-
-@functools.cache
-def _places(rows: int, columns: int) -> str:
-    """``(?, ?), (?, ?)`` for 2 rows of 2 columns."""
-    return ", ".join(["(" + ", ".join("?" * columns) + ")"] * rows)
 
 
 def _lost() -> StorageUnavailable:
@@ -1770,13 +1683,11 @@ class SqliteSessionStore(SessionStore):
     async def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
-        # The start of an answer (its first token) goes in the writer's first lane; a
-        # batch's appends to different sessions go together (see _Writer).
+        # The start of an answer (its first token) goes in the writer's first lane.
         await self._writer.submit(
             functools.partial(self._append_events, session_id, events, reserve_through),
             session=session_id,
             first=any(isinstance(event.body, _STARTS) for event in events),
-            append=_Append(session_id, events, reserve_through) if events else None,
         )
 
     def _append_events(
@@ -1785,37 +1696,6 @@ class SqliteSessionStore(SessionStore):
         rows = _event_rows(session_id, events)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows, reserve_through)
-
-    def _join_appends(self, conn: sqlite3.Connection, appends: list[_Append]) -> None:
-        """Store ``appends`` (each to a session of its own, each with events) in a few
-        statements: the sessions' last seqs moved :data:`JOIN_ROWS` sessions a statement,
-        the events inserted :data:`JOIN_ROWS` rows a statement. ``_NotJoined`` (nothing
-        kept: the caller rolls back) when one of them would not be stored as
-        ``append_events`` alone stores it."""
-        moves: list[tuple[str, int, int, int]] = []
-        rows: list[tuple[Any, ...]] = []
-        for append in appends:
-            mine = _event_rows(append.session_id, append.events)
-            if not mine or any(b[1] <= a[1] for a, b in itertools.pairwise(mine)):
-                raise _NotJoined
-            moves.append((append.session_id, mine[0][1], mine[-1][1], append.reserve_through))
-            rows += mine
-        for part in _parts(moves):
-            moved = conn.execute(
-                "UPDATE sessions SET last_seq = v.column3,"
-                " reserved_seq = max(reserved_seq, v.column4)"
-                f" FROM (VALUES {_places(len(part), 4)}) AS v"
-                " WHERE sessions.id = v.column1 AND sessions.last_seq < v.column2",
-                [value for move in part for value in move],
-            ).rowcount
-            if moved != len(part):  # a session gone, or events that do not follow
-                raise _NotJoined
-        for part in _parts(rows):
-            conn.execute(
-                "INSERT INTO events (session_id, seq, time, run_id, body)"
-                f" VALUES {_places(len(part), 5)}",
-                [value for row in part for value in row],
-            )
 
     def _insert_events(
         self,

@@ -18,7 +18,7 @@ import pytest
 
 from engine_service.core.clock import utc_now
 from engine_service.core.deliveries import PushConfig
-from engine_service.core.errors import InvalidInput, SessionNotFound, StorageUnavailable
+from engine_service.core.errors import StorageUnavailable
 from engine_service.core.events import Event, TextMessageContent, TextMessageStart, Usage
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import sqlite as sqlite_store
@@ -570,70 +570,6 @@ async def _held(store: SqliteSessionStore) -> AsyncIterator[None]:
             await blocker
 
 
-async def test_a_batchs_appends_to_different_sessions_go_in_a_few_statements(
-    tmp_path: Path,
-) -> None:
-    """Every statement of the writer thread waits for the GIL again under load: forty
-    appends of a batch move the sessions' seqs in two statements and insert their 120
-    events in four, instead of statements for each."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    sessions = [f"s{index}" for index in range(40)]
-    try:
-        for session_id in sessions:
-            await store.create_session(session_id, "", utc_now())
-        statements: list[str] = []
-        store._conn.set_trace_callback(statements.append)
-        async with _held(store):
-            appends = [
-                asyncio.ensure_future(
-                    store.append_events(session_id, _events(1, 3, session_id), reserve_through=9)
-                )
-                for session_id in sessions
-            ]
-        async with asyncio.timeout(5):
-            await asyncio.gather(*appends)
-        store._conn.set_trace_callback(None)
-        assert len([s for s in statements if s.startswith("INSERT INTO events")]) == 4
-        assert len([s for s in statements if s.startswith("UPDATE sessions")]) == 2
-        for session_id in sessions:
-            stored = await store.read_events(session_id, 0, 10)
-            assert [(e.seq, e.body) for e in stored] == [
-                (e.seq, e.body) for e in _events(1, 3, session_id)
-            ]
-            session = await store.get_session(session_id)
-            assert (session.last_seq, session.reserved_seq) == (3, 9)
-    finally:
-        await store.close()
-
-
-async def test_appends_that_cannot_go_together_each_get_their_own_answer(
-    tmp_path: Path,
-) -> None:
-    """An append whose events do not follow its session's last seq, or whose session is
-    gone, is refused as it would be alone; the batch's other appends are stored."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    try:
-        for session_id in ("a", "b", "c"):
-            await store.create_session(session_id, "", utc_now())
-        await store.append_events("b", _events(1, 5, "b"))
-        async with _held(store):
-            good_a = asyncio.ensure_future(store.append_events("a", _events(1, 2, "a")))
-            stale = asyncio.ensure_future(store.append_events("b", _events(3, 1, "b")))
-            gone = asyncio.ensure_future(store.append_events("x", _events(1, 1, "x")))
-            good_c = asyncio.ensure_future(store.append_events("c", _events(1, 2, "c")))
-        async with asyncio.timeout(5):
-            await asyncio.gather(good_a, good_c)
-            with pytest.raises(InvalidInput):
-                await stale
-            with pytest.raises(SessionNotFound):
-                await gone
-        for session_id, seqs in (("a", [1, 2]), ("b", [1, 2, 3, 4, 5]), ("c", [1, 2])):
-            assert [e.seq for e in await store.read_events(session_id, 0, 10)] == seqs
-            assert (await store.get_session(session_id)).last_seq == seqs[-1]
-    finally:
-        await store.close()
-
-
 def _note(answered: list[str], name: str, _: object) -> None:
     answered.append(name)
 
@@ -696,39 +632,5 @@ async def test_an_operation_never_passes_one_asked_before_it_about_its_session(
         assert [e.seq for e in await store.read_events("a", 0, 10)] == [1, 2, 3, 4]
         ran = [s for s in statements if "'unnamed'" in s or s.startswith("INSERT INTO runs")]
         assert ran[0] == "SELECT 'unnamed'", ran
-    finally:
-        await store.close()
-
-
-async def test_appends_whose_transaction_sqlite_rolled_back_under_them_run_each_alone(
-    tmp_path: Path,
-) -> None:
-    """SQLite rolls a batch's whole transaction back on some errors (a full disk): when
-    that happens while a batch's appends go together, each operation of the batch runs
-    again on its own, and each is stored once."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    sessions = [f"s{index}" for index in range(6)]
-    try:
-        for session_id in sessions:
-            await store.create_session(session_id, "", utc_now())
-        joined = store._join_appends
-
-        def rolled_back(conn: sqlite3.Connection, appends: list[Any]) -> None:
-            joined(conn, appends)
-            conn.execute("ROLLBACK")
-            raise sqlite3.OperationalError("database or disk is full")
-
-        store._join_appends = rolled_back  # type: ignore[method-assign]
-        async with _held(store):
-            appends = [
-                asyncio.ensure_future(store.append_events(s, _events(1, 2, s))) for s in sessions
-            ]
-            renamed = asyncio.ensure_future(store.rename_session("s0", "kept", utc_now()))
-        async with asyncio.timeout(5):
-            await asyncio.gather(*appends)
-            assert (await renamed).title == "kept"
-        for session_id in sessions:
-            assert [e.seq for e in await store.read_events(session_id, 0, 10)] == [1, 2]
-            assert (await store.get_session(session_id)).last_seq == 2
     finally:
         await store.close()

@@ -15,7 +15,8 @@ commit). Either way operations run one at a time, those on one session in the or
 were asked (what a client waits on to start may pass the streaming writes of other
 sessions), so a run's events are appended in the order they were produced. The loop never
 waits for another process holding the file's write lock: an operation that would wait goes
-to the writer thread instead, which waits up to the connection timeout. WAL checkpoints (which may fsync) run on the writer thread only.
+to the writer thread instead, which waits up to the connection timeout. WAL checkpoints
+(which may fsync) run on the writer thread only.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, committed when its block ends and
 rolled back when it raises, so an error never leaves half a change behind. The "one

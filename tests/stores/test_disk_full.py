@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine_service.core.errors import StorageUnavailable
-from engine_service.core.events import Event, TextMessageContent
+from engine_service.core.events import Event, TextMessageContent, TextMessageStart
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores import SqliteSessionStore
 from tests.small_disk import SmallDisk, small_disk
@@ -84,15 +84,17 @@ async def test_the_store_opens_on_a_full_disk_and_serves_reads(disk: SmallDisk) 
     await reopened.close()
 
 
+@pytest.mark.parametrize("lanes", ["one lane", "both lanes"])
 async def test_a_disk_filling_under_group_commits_stores_exactly_what_was_acknowledged(
-    disk: SmallDisk,
+    disk: SmallDisk, lanes: str
 ) -> None:
     """Many sessions appending at once, so that the writes go in the writer thread's group
     commits (each operation a savepoint of the batch's transaction), while the disk fills (here
     at a group commit's COMMIT, which refuses every write in it): every append either was
     acknowledged and is stored, or was refused and left nothing — no event lost, none
     stored twice, no last seq ahead of its events — and once there is room again every
-    session takes its next event."""
+    session takes its next event. With ``both lanes`` half the sessions append answers'
+    starts, which the writer runs in its first lane, ahead of the others' appends."""
     store = SqliteSessionStore(disk.path / "agentik.db")
     sessions = [f"s{i}" for i in range(24)]
     for sid in sessions:
@@ -104,7 +106,10 @@ async def test_a_disk_filling_under_group_commits_stores_exactly_what_was_acknow
     async def append(sid: str) -> None:
         nonlocal refused
         seq = (acknowledged[sid] or [0])[-1] + 1
-        event = Event(seq, 0.0, sid, "r", TextMessageContent("m", "x" * 3000))
+        body: TextMessageContent | TextMessageStart = TextMessageContent("m", "x" * 3000)
+        if lanes == "both lanes" and int(sid[1:]) % 2:
+            body = TextMessageStart("m" + "x" * 3000)
+        event = Event(seq, 0.0, sid, "r", body)
         try:
             await store.append_events(sid, [event])
         except StorageUnavailable:

@@ -15,6 +15,7 @@ from typing import TypeAlias
 from engine_service.core.models import JSON, ContentPart, Interrupt, Message
 
 __all__ = [
+    "ANSWER_STARTS",
     "Custom",
     "Event",
     "EventBody",
@@ -234,6 +235,8 @@ EventBody: TypeAlias = (
 
 TERMINAL = (RunFinished, RunError)
 """The bodies that end a run."""
+ANSWER_STARTS = (TextMessageStart, ToolCallStart, ReasoningStart)
+"""The bodies that start an answer: its first token, which a caller waits for."""
 
 
 @dataclass(slots=True)

@@ -38,7 +38,7 @@ _DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
 _Delta = ev.TextMessageContent | ev.ReasoningMessageContent | ev.ToolCallArgs
 JOIN_CHARS = 4096
 """Deltas are joined up to this many characters (a bound on the copying)."""
-_URGENT = (ev.TextMessageStart, ev.ToolCallStart, ev.ReasoningStart)
+_URGENT = ev.ANSWER_STARTS
 """The start of an answer: its first token, which a caller waits for, is stored at once."""
 _PATIENT = ev.MessageStored
 """Published just after its message's write: it waits up to ``confirm_gap`` for the run's

@@ -53,14 +53,7 @@ from engine_service.core.errors import (
     SessionNotFound,
     StorageUnavailable,
 )
-from engine_service.core.events import (
-    Event,
-    ReasoningStart,
-    RunStarted,
-    TextMessageStart,
-    ToolCallStart,
-    Usage,
-)
+from engine_service.core.events import ANSWER_STARTS, Event, RunStarted, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import (
     Checkpoint,
@@ -833,7 +826,7 @@ class _Writer:
             store._batched = False
 
 
-_STARTS = (RunStarted, TextMessageStart, ToolCallStart, ReasoningStart)
+_STARTS = (RunStarted, *ANSWER_STARTS)
 """Events that start what a client waits for: an append holding one goes first."""
 
 

@@ -3,6 +3,12 @@ clipping, the window of a model name."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import pytest
+
+from engine_service.core import window
 from engine_service.core.chat import ToolSpec
 from engine_service.core.context import (
     Anchors,
@@ -13,7 +19,7 @@ from engine_service.core.context import (
     estimate_text,
     plan_cut,
 )
-from engine_service.core.models import ImagePart, Message, Role, TextPart, ToolCall
+from engine_service.core.models import JSON, ImagePart, Message, Role, TextPart, ToolCall
 
 
 def msg(message_id: str, role: Role, text: str = "", calls: tuple[str, ...] = ()) -> Message:
@@ -116,3 +122,36 @@ def test_the_llms_count_of_the_last_request_anchors_the_next_one() -> None:
     anchors.note("t", first, 10)
     anchors.note("u", first, 10)
     assert anchors.count("s", grown, tools) < 900  # forgotten: the LRU holds two sessions
+
+
+def test_a_tools_estimate_is_made_once_while_its_schema_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+    real = json.dumps
+
+    def counted(value: object, **kwargs: Any) -> str:
+        made.append(value)
+        return real(value, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", counted)
+    schema: dict[str, JSON] = {"type": "object", "properties": {"q": {"type": "string"}}}
+    tool = ToolSpec("search", "Search the web.", schema)
+    first = window.estimate_tools([tool])
+    assert first > estimate_text("searchSearch the web.")
+    assert window.estimate_tools([tool, ToolSpec("search", "Search the web.", schema)]) == 2 * first
+    assert made == [schema]  # the schema's JSON was made once for three estimates
+    # Another schema (equal or not), name or description is estimated again.
+    longer = ToolSpec("search", "Search the web, and say where each result is from.", schema)
+    assert window.estimate_tools([longer]) > first
+    other: dict[str, JSON] = {"type": "object", "properties": {"q": {"type": "string"}}}
+    assert window.estimate_tools([ToolSpec("search", "Search the web.", other)]) == first
+    assert made == [schema, schema, other]
+
+
+def test_the_kept_estimates_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window, "MAX_CACHED_TOOLS", 8)
+    monkeypatch.setattr(window, "_tool_tokens", {})
+    tools = [ToolSpec(f"t{i}", "", {"type": "object"}) for i in range(20)]
+    assert window.estimate_tools(tools) == sum(window.estimate_tools([t]) for t in tools)
+    assert 0 < len(window._tool_tokens) <= 8

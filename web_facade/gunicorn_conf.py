@@ -41,6 +41,7 @@ wsgi_app = "web_facade:create_app()"
 bind = [_settings.web.http_addr]
 # gthread with an edge slow and idle clients cannot starve, and JSON refusals.
 worker_class = "web_facade.gunicorn_worker.EdgeThreadWorker"
+logger_class = "web_facade.gunicorn_worker.QuietAccessLogger"
 workers = _settings.web.workers
 threads = _settings.web.threads
 # gthread workers report to the master from their main loop, whatever their threads do, so

@@ -33,9 +33,13 @@ from web_facade.stream.relay import (
     Resume,
 )
 
-__all__ = ["AioRelay"]
+__all__ = ["FINISH_GRACE", "AioRelay"]
 
 log = logging.getLogger(__name__)
+
+FINISH_GRACE = 5.0
+"""Seconds a call whose reader saw its last event has to end by itself before it is
+cancelled (``AioRelay.cancel``)."""
 
 _background: set[asyncio.Task[None]] = set()
 """Interrupts sent after a reader left, kept until they are done."""
@@ -180,13 +184,20 @@ class AioRelay(Relay):
         if waiter is not None:
             self._loop.call_soon_threadsafe(_wake, waiter)
 
-    def cancel(self) -> None:
-        """Cancel the gRPC call; the task ends soon after. Safe to repeat."""
+    def cancel(self, finished: bool = False) -> None:
+        """Cancel the gRPC call; the task ends soon after. Safe to repeat. ``finished``: the
+        reader saw the stream's last event (its protocol's end), after which the engine ends
+        the call itself: it is left to end, and cancelled only if it has not within
+        :data:`FINISH_GRACE` seconds (cancelling each call as its stream ended was 2.7 % of
+        a web worker's GIL time at 64 AG-UI clients)."""
         self._cancelled.set()
         if self._stopping or self._ended.is_set():
             return
         self._stopping = True
-        self._loop.call_soon_threadsafe(self._stop)
+        self._loop.call_soon_threadsafe(self._stop_later if finished else self._stop)
+
+    def _stop_later(self) -> None:
+        self._loop.call_later(FINISH_GRACE, self._stop)
 
     def join(self, timeout: float) -> bool:
         """Wait for the task to end; True when it has."""

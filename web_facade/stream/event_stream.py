@@ -180,7 +180,7 @@ class EventStream(ABC):
                 if last:
                     yield last
         finally:
-            self.relay.cancel()
+            self.relay.cancel(finished=self.done)
 
     def __iter__(self) -> Iterator[bytes]:
         if self._body is None:

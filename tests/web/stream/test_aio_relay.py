@@ -65,6 +65,17 @@ class ScriptedCall:
         return True
 
 
+class EndsLater(ScriptedCall):
+    """Yields its events, then ends a moment later (as the engine's stream ends just after
+    the run's last event)."""
+
+    async def read(self) -> Any:
+        if self._next < len(self.events):
+            return await super().read()
+        await asyncio.sleep(0.2)
+        return grpc.aio.EOF
+
+
 class ScriptedEngine:
     """A ``grpc.aio`` stub's stream methods, answering with scripted calls."""
 
@@ -202,3 +213,28 @@ def test_cancelling_a_plain_asyncio_relay_cancels_the_call_and_interrupts_nothin
     assert relayed.join(WAIT)
     assert not engine.interrupted
     assert not aio_relay._background
+
+
+def test_a_relay_whose_reader_saw_the_last_event_lets_the_call_end_by_itself() -> None:
+    call = EndsLater([_started(), _finished(2)])
+    engine = ScriptedEngine([call], [])
+    request = pb.RunRequest(session_id="s", run_id="r")
+    relayed = AioRelay(engine, "Run", request, Resume.of_run(engine, request))
+    assert [relayed.get(WAIT).seq, relayed.get(WAIT).seq] == [1, 2]  # type: ignore[union-attr]
+    relayed.cancel(finished=True)
+    assert relayed.join(WAIT)
+    assert not call.cancelled.is_set()  # it ended: nothing was cancelled
+
+
+def test_a_finished_relay_whose_call_does_not_end_is_cancelled_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(aio_relay, "FINISH_GRACE", 0.05)
+    call = ScriptedCall([_started(), _finished(2)], hang=True)
+    engine = ScriptedEngine([call], [])
+    request = pb.RunRequest(session_id="s", run_id="r")
+    relayed = AioRelay(engine, "Run", request, Resume.of_run(engine, request))
+    assert [relayed.get(WAIT).seq, relayed.get(WAIT).seq] == [1, 2]  # type: ignore[union-attr]
+    relayed.cancel(finished=True)
+    assert call.cancelled.wait(WAIT)
+    assert relayed.join(WAIT)

@@ -85,6 +85,7 @@ __all__ = [
     "EVENT_TABLE",
     "INTERRUPT_KINDS",
     "INTERRUPT_REASONS",
+    "TEXT_ROLES",
     "TOOL_PROGRESS",
     "interrupt_to_agui",
     "message_to_agui",
@@ -94,7 +95,8 @@ __all__ = [
 
 Mapper = Callable[[pb.Event], BaseEvent]
 
-_TEXT_ROLES: dict[int, TextMessageRole] = {
+TEXT_ROLES: dict[int, TextMessageRole] = {
+    # A text message's role by the engine's; any other is the assistant's.
     pb.ROLE_USER: "user",
     pb.ROLE_SYSTEM: "system",
     pb.ROLE_DEVELOPER: "developer",
@@ -283,7 +285,7 @@ def _tool_call_result(event: pb.Event) -> BaseEvent:
 def _text_message_start(event: pb.Event) -> BaseEvent:
     body = event.text_message_start
     return TextMessageStartEvent(
-        message_id=body.message_id, role=_TEXT_ROLES.get(body.role, "assistant")
+        message_id=body.message_id, role=TEXT_ROLES.get(body.role, "assistant")
     )
 
 

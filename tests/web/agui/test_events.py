@@ -13,7 +13,7 @@ from google.protobuf import json_format, struct_pb2
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.web.agui.agui_reader import AguiReader, parse_event, types
 from tests.web.conftest import WAIT
-from web_facade.agui.events import EVENT_TABLE, message_to_agui, to_agui
+from web_facade.agui.events import EVENT_TABLE, TEXT_ROLES, message_to_agui, to_agui
 from web_facade.agui.stream import AguiStream, _encoded, _patch
 from web_facade.stream import DRAINING, EventRelay
 
@@ -389,5 +389,26 @@ def test_a_text_content_frame_is_written_without_the_sdks_model(
     stream = AguiStream(EventRelay(iter(())), heartbeat=0)
     frame = stream.encode_event(_content("hello"))
     assert frame.startswith(b'data: {"type":"TEXT_MESSAGE_CONTENT"')
+    stream.encode_event(_event(text_message_start=pb.TextMessageStart(message_id="m1")))
     stream.encode_event(_event(text_message_end=pb.TextMessageEnd(message_id="m1")))
-    assert made == ["text_message_end"]
+    stream.encode_event(_event(run_finished=pb.RunFinished()))
+    assert made == ["run_finished"]
+
+
+@pytest.mark.parametrize("role", [pb.ROLE_UNSPECIFIED, pb.ROLE_ASSISTANT, *TEXT_ROLES])
+@pytest.mark.parametrize(
+    ("message_id", "millis"),
+    [("m1", 0), ('msg-ü "q" \\ \u2028 🎉', 1_780_000_000_999), ("", 253_402_300_799_999)],
+)
+def test_a_text_start_and_end_frame_are_byte_for_byte_the_sdks(
+    role: pb.Role.ValueType, message_id: str, millis: int
+) -> None:
+    """TEXT_MESSAGE_START and _END, an answer's other frames, are written without the
+    SDK's model too."""
+    stream = AguiStream(EventRelay(iter(())), heartbeat=0)
+    start = _event(text_message_start=pb.TextMessageStart(message_id=message_id, role=role))
+    end = _event(text_message_end=pb.TextMessageEnd(message_id=message_id))
+    for event in (start, end):
+        event.time.FromMilliseconds(millis)
+        event.time.nanos += 999_999 if millis else 0
+        assert stream.encode_event(event) == _sdk_frame(event)

@@ -3,7 +3,6 @@ clipping, the window of a model name."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -125,16 +124,9 @@ def test_the_llms_count_of_the_last_request_anchors_the_next_one() -> None:
 
 
 def test_a_tools_estimate_is_made_once_while_its_schema_is_the_same(
-    monkeypatch: pytest.MonkeyPatch,
+    json_dumps_calls: list[Any],
 ) -> None:
-    made: list[object] = []
-    real = json.dumps
-
-    def counted(value: object, **kwargs: Any) -> str:
-        made.append(value)
-        return real(value, **kwargs)
-
-    monkeypatch.setattr(json, "dumps", counted)
+    made = json_dumps_calls
     schema: dict[str, JSON] = {"type": "object", "properties": {"q": {"type": "string"}}}
     tool = ToolSpec("search", "Search the web.", schema)
     first = window.estimate_tools([tool])

@@ -52,15 +52,8 @@ def test_a_lone_surrogate_is_written_as_before() -> None:
     assert _row(body) == _json(body)
 
 
-def test_plain_bodies_skip_the_json_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    used: list[Any] = []
-    real = json.dumps
-
-    def counted(value: Any, **kwargs: Any) -> str:
-        used.append(value)
-        return real(value, **kwargs)
-
-    monkeypatch.setattr(json, "dumps", counted)
+def test_plain_bodies_skip_the_json_module(json_dumps_calls: list[Any]) -> None:
+    used = json_dumps_calls
     _row(ev.TextMessageContent("m", "hello"))
     _row(ev.TextMessageEnd("m"))
     assert used == []

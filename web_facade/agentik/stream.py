@@ -33,7 +33,6 @@ class AgentikStream(EventStream):
     """``/agentik``'s hooks on the shared stream loop."""
 
     name = "/agentik"
-    direct_writes = True
 
     def opening(self) -> bytes:
         return f"retry: {RETRY_MS}\n\n".encode()

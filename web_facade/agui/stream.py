@@ -111,7 +111,6 @@ class AguiStream(EventStream):
     """
 
     name = "AG-UI"
-    direct_writes = True
 
     def __init__(self, relay: Relay, heartbeat: float) -> None:
         super().__init__(relay, heartbeat)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -34,17 +33,13 @@ from web_facade.stream.relay import (
     Resume,
 )
 
-__all__ = ["FINISH_GRACE", "AioRelay", "Sink"]
+__all__ = ["FINISH_GRACE", "AioRelay"]
 
 log = logging.getLogger(__name__)
 
 FINISH_GRACE = 5.0
 """Seconds a call whose reader saw its last event has to end by itself before it is
 cancelled (``AioRelay.cancel``)."""
-
-Sink = Callable[[list[Item]], "asyncio.Future[None] | None"]
-"""Takes one message's items on the loop; a future to wait on before reading on, or None
-(:class:`~web_facade.stream.direct.DirectWriter`)."""
 
 _background: set[asyncio.Task[None]] = set()
 """Interrupts sent after a reader left, kept until they are done."""
@@ -58,8 +53,6 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 class AioRelay(Relay):
     """Reads ``engine.<method>(request)`` (a ``grpc.aio`` stub's stream) on the worker's
     loop into a bounded queue."""
-
-    attachable = True
 
     def __init__(
         self,
@@ -80,62 +73,36 @@ class AioRelay(Relay):
         self._waiter: asyncio.Future[None] | None = None
         self._ended = threading.Event()
         self._stopping = False
-        self.loop = aio_loop.event_loop()
+        self._loop = aio_loop.event_loop()
         self._task: asyncio.Task[None] | None = None
-        self._sink: Sink | None = None
-        """Takes each message instead of the queue once a writer took the stream over."""
-        self.loop.call_soon_threadsafe(self._start)
+        self._loop.call_soon_threadsafe(self._start)
 
     def _start(self) -> None:
         if self._cancelled.is_set():
             self._ended.set()
             return
-        self._task = self.loop.create_task(self._pump())
+        self._task = self._loop.create_task(self._pump())
 
     # -- on the loop ------------------------------------------------------------------
 
-    def attach(self, sink: Sink) -> list[Item]:
-        """From now on hand each message's items to ``sink`` (on the loop) instead of the
-        queue, and wait while it returns a future; what the queue held is returned, to be
-        written first (the reader's thread no longer takes from it). On the loop."""
-        waiting = self.take_waiting()
-        self._sink = sink
-        with self._room:
-            self._queued_bytes = 0
-            waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            _wake(waiter)  # a message waiting for room goes to the sink, after ``waiting``
-        return waiting
-
     async def _put(self, items: list[Item]) -> None:
         """Queue one message's items once there is room (at least one message always
-        goes), or hand them to the sink."""
-        size = -1
+        goes)."""
+        size = sum(item.ByteSize() for item in items if isinstance(item, pb.Event))
         while True:
-            sink = self._sink
-            if sink is not None:
-                room = sink(items)
-                if room is not None:
-                    await room
-                return
-            if size < 0:
-                size = sum(item.ByteSize() for item in items if isinstance(item, pb.Event))
             with self._room:
                 if (
                     not self._queued_bytes or self._queued_bytes + size <= QUEUE_BYTES
                 ) and self._queue.qsize() < QUEUE_SIZE:
                     self._queued_bytes += size
                     break
-                waiter = self._waiter = self.loop.create_future()
+                waiter = self._waiter = self._loop.create_future()
             await waiter
         self._queue.put_nowait((size, items))
 
     def _push(self, item: Item) -> None:
-        """Queue the stream's last item (or hand it to the sink)."""
-        if self._sink is not None:
-            self._sink([item])
-        else:
-            self._queue.put_nowait((0, [item]))
+        """Queue the stream's last item."""
+        self._queue.put_nowait((0, [item]))
 
     async def _pump(self) -> None:
         try:
@@ -191,7 +158,7 @@ class AioRelay(Relay):
         """The reader cancelled: stop a resumed run if its client asked for that."""
         resume = self._resume
         if resume is not None and resume.should_interrupt():
-            task = self.loop.create_task(self._interrupt(resume))
+            task = self._loop.create_task(self._interrupt(resume))
             _background.add(task)
             task.add_done_callback(_background.discard)
 
@@ -215,7 +182,7 @@ class AioRelay(Relay):
             self._queued_bytes -= size
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
-            self.loop.call_soon_threadsafe(_wake, waiter)
+            self._loop.call_soon_threadsafe(_wake, waiter)
 
     def cancel(self, finished: bool = False) -> None:
         """Cancel the gRPC call; the task ends soon after. Safe to repeat. ``finished``: the
@@ -227,10 +194,10 @@ class AioRelay(Relay):
         if self._stopping or self._ended.is_set():
             return
         self._stopping = True
-        self.loop.call_soon_threadsafe(self._stop_later if finished else self._stop)
+        self._loop.call_soon_threadsafe(self._stop_later if finished else self._stop)
 
     def _stop_later(self) -> None:
-        self.loop.call_later(FINISH_GRACE, self._stop)
+        self._loop.call_later(FINISH_GRACE, self._stop)
 
     def join(self, timeout: float) -> bool:
         """Wait for the task to end; True when it has."""

@@ -21,13 +21,12 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any, Final
+from typing import Final
 
 import grpc
-from flask import Response, has_request_context, request
+from flask import Response
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.stream.direct import DirectWriter, direct_socket, failure
 from web_facade.stream.relay import POLL, Item, Relay
 
 __all__ = ["BATCH", "DRAINING", "HEARTBEAT", "SSE_HEADERS", "EventStream", "sse_response"]
@@ -98,17 +97,11 @@ class EventStream(ABC):
     name = "event"
     """Names the protocol in the log when the stream fails."""
 
-    direct_writes = False
-    """Whether the hooks never block, so the worker's asyncio loop may encode and write
-    the stream itself (:mod:`web_facade.stream.direct`)."""
-
     def __init__(self, relay: Relay, heartbeat: float) -> None:
         self.relay = relay
         self.heartbeat = heartbeat
         self.done = False
         self._body: Generator[bytes, None, None] | None = None
-        self._environ: dict[str, Any] | None = None
-        """The WSGI environ of the request answered (set by :meth:`response`)."""
 
     # -- the hooks ------------------------------------------------------------------
 
@@ -139,51 +132,29 @@ class EventStream(ABC):
 
     # -- the loop -------------------------------------------------------------------
 
-    def encode_item(self, item: Item) -> bytes:
-        """The frames of one relayed item: an event, the error that broke the stream, or
-        its end (both of which end it)."""
-        if isinstance(item, pb.Event):
-            return self.encode_event(item)
-        self.done = True
-        if isinstance(item, grpc.RpcError):
-            return self.encode_error(item)
-        return self.on_end()
-
     def _chunk(self, item: Item | None) -> bytes:
         """Frames for ``item`` and for the items already waiting behind it."""
         parts: list[bytes] = []
         taken = 0
         while item is not None:
-            parts.append(self.encode_item(item))
+            if isinstance(item, pb.Event):
+                parts.append(self.encode_event(item))
+            elif isinstance(item, grpc.RpcError):
+                self.done = True
+                parts.append(self.encode_error(item))
+            else:
+                self.done = True
+                parts.append(self.on_end())
             taken += 1
             if self.done or taken >= BATCH:
                 break  # take nothing more: an item taken now would not be written
             item = self.relay.get_nowait()
         return b"".join(parts)
 
-    def _direct_writer(self) -> DirectWriter | None:
-        """A writer for the worker's loop to write the rest of this stream with, when it
-        may (:mod:`web_facade.stream.direct`)."""
-        if not self.direct_writes or self.done or not self.relay.attachable:
-            return None
-        sock = direct_socket(self._environ)
-        if sock is None:
-            return None
-        from web_facade.stream.aio_relay import AioRelay
-
-        assert isinstance(self.relay, AioRelay)
-        return DirectWriter(self, self.relay, sock, self.heartbeat, HEARTBEAT, DRAINING.is_set)
-
     def _loop(self) -> Generator[bytes, None, None]:
-        failed: OSError | None = None
         try:
             # Write at once, even if only a heartbeat, so the client gets the headers.
             yield self.opening() + self._chunk(self.relay.get_nowait()) or HEARTBEAT
-            # gunicorn wrote it before asking for more: the loop may write the rest.
-            writer = self._direct_writer()
-            if writer is not None:
-                failed = failure(writer.run())
-                return
             quiet_since = time.monotonic()
             while not self.done:
                 if DRAINING.is_set():
@@ -210,8 +181,6 @@ class EventStream(ABC):
                     yield last
         finally:
             self.relay.cancel(finished=self.done)
-            if failed is not None:
-                raise failed  # for gunicorn: the connection is closed (see ``direct``)
 
     def __iter__(self) -> Iterator[bytes]:
         if self._body is None:
@@ -227,6 +196,4 @@ class EventStream(ABC):
 
     def response(self) -> Response:
         """This stream as a ``text/event-stream`` response."""
-        if has_request_context():
-            self._environ = request.environ
         return sse_response(self)

@@ -206,9 +206,6 @@ class Relay(ABC):
     message; the reader then takes its events one by one without locking.
     """
 
-    attachable = False
-    """Whether a writer on the relay's loop may take the stream over (``AioRelay``)."""
-
     def __init__(self, resume: Resume | None, queue_size: int) -> None:
         """``queue_size``: messages the queue holds, at most; 0: it is unbounded (its
         filler bounds it), a ``SimpleQueue``, which hands an item to a waiting reader in
@@ -296,22 +293,6 @@ class Relay(ABC):
             return self._taken(self._queue.get_nowait())
         except queue.Empty:
             return None
-
-    def take_waiting(self) -> list[Item]:
-        """Everything the queue holds, in order (for a writer that takes the stream over
-        from the reader's thread: :meth:`AioRelay.attach`)."""
-        items: list[Item] = []
-        item, self._held = self._held, None
-        if item is not None:
-            items.append(item)
-        items.extend(self._ready)
-        self._ready.clear()
-        while True:
-            try:
-                _size, entry = self._queue.get_nowait()
-            except queue.Empty:
-                return items
-            items.extend(entry)
 
     def _taken(self, entry: tuple[int, list[Item]]) -> Item:
         """The first item of one queued message; the others wait in ``_ready``."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+import pytest
+
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.engine.harness import WAIT, Harness, collect, kind, kinds, next_event, user
 from tests.fakes.fake_openai import FakeOpenAI
@@ -68,6 +71,28 @@ async def test_subscribe_after_a_seq_returns_exactly_the_events_after_it(harness
         harness.stub.Subscribe(pb.SubscribeRequest(session_id="x", after_seq=cut, until_idle=True))
     )
     assert [e.seq for e in resumed] == [e.seq for e in events[4:]]
+
+
+async def test_subscribe_after_a_seq_past_the_last_stored_is_invalid_argument(
+    harness: Harness,
+) -> None:
+    events = await collect(
+        harness.stub.Run(pb.RunRequest(session_id="p", create_session=True, messages=[user("a")]))
+    )
+    last = events[-1].seq
+    at_end = harness.stub.Subscribe(
+        pb.SubscribeRequest(session_id="p", after_seq=last, until_idle=True)
+    )
+    assert await collect(at_end) == []
+    past = harness.stub.Subscribe(
+        pb.SubscribeRequest(session_id="p", after_seq=last + 1, until_idle=True)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await collect(past)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == (
+        f"after_seq {last + 1} is past the session's last event ({last})"
+    )
 
 
 async def test_a_run_whose_caller_went_away_completes_and_can_be_picked_up(

@@ -166,11 +166,13 @@ def test_an_event_id_past_18_digits_is_in_range_up_to_int64_and_named_out_of_ran
     largest = _COMPONENTS["parameters"]["AfterEvent"]["schema"]["maximum"]
     assert largest == MAX_SEQ == _COMPONENTS["parameters"]["LastEventId"]["schema"]["maximum"]
     path = f"/agentik/conversations/{api.new_conversation()}/events?until_idle=true"
-    # 19 digits, within int64: a valid resume point (past the end: nothing to replay).
+    # 19 digits, within int64: read as a number, and refused as past the conversation's
+    # last event (0 here), not as "not an integer".
     for resume in ({"query": f"&after={largest}"}, {"header": str(largest)}):
         headers = {"Last-Event-ID": resume["header"]} if "header" in resume else {}
-        response = api.call("GET", path + resume.get("query", ""), headers=headers, buffered=False)
-        assert StreamReader(response).read_to_end() == []
+        response = api.call("GET", path + resume.get("query", ""), headers=headers)
+        message = _error(response, 400, "invalid_argument")
+        assert message.startswith(f"the resume point {largest} is past the conversation's last")
     for name, raw in (("after", str(largest + 1)), ("Last-Event-ID", "1066233575744789888123")):
         headers = {"Last-Event-ID": raw} if name == "Last-Event-ID" else {}
         query = f"&after={raw}" if name == "after" else ""

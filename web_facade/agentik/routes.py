@@ -323,6 +323,11 @@ def events(conversation_id: str) -> Response:
     after = _resume_point()
     until_idle = _bool_arg("until_idle")
     session = _get_session(conversation_id)  # 404 before the stream opens
+    if after is not None and after > session.last_seq:
+        invalid(
+            f"the resume point {after} is past the conversation's last event "
+            f"({session.last_seq}): resume from an event this conversation sent"
+        )
     engine = current_engine().engine
     subscription = pb.SubscribeRequest(
         session_id=conversation_id,

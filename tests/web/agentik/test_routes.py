@@ -272,6 +272,27 @@ def test_events_resumes_after_last_event_id_with_exactly_the_missing_events(
     assert [e.id for e in everything] == [e.id for e in sent]
 
 
+def test_a_resume_point_past_the_conversations_last_event_is_400_not_a_silent_stream(
+    api: ApiClient,
+) -> None:
+    # As after a conversation deleted and made again under its id: its ids start again at 1,
+    # and a client's old Last-Event-ID would have hidden every event up to it.
+    conversation_id = api.new_conversation()
+    sent = _send(api, conversation_id, "a b").read_to_end()
+    last = sent[-1].id
+    assert last is not None
+    path = f"/agentik/conversations/{conversation_id}/events"
+    for headers, query in (({"Last-Event-ID": str(last + 1)}, ""), ({}, f"?after={last + 500}")):
+        reply = api.call("GET", path + query, headers=headers)
+        assert reply.status_code == 400, reply.get_data()
+        error = reply.get_json()["error"]
+        assert error["code"] == "invalid_argument"
+        assert f"past the conversation's last event ({last})" in error["message"]
+    # The last event itself is a resume point: nothing to replay.
+    at_end = api.call("GET", f"{path}?until_idle=1&after={last}", buffered=False)
+    assert StreamReader(at_end).read_to_end() == []
+
+
 def test_events_without_a_resume_point_starts_at_the_current_point(api: ApiClient) -> None:
     conversation_id = api.new_conversation()
     _send(api, conversation_id, "before").read_to_end()

@@ -198,14 +198,27 @@ def discard_body() -> bool:
     return whole
 
 
+def _python_limit(exc: ValueError) -> str:
+    """A JSON parse refused by a limit of Python's, in the client's words (its own text
+    names a remedy of the server's: ``sys.set_int_max_str_digits()``)."""
+    if "digits" in str(exc):
+        return "the request body holds a number with more digits than the server accepts"
+    return "the request body is not valid JSON"
+
+
 def parse_json(raw: bytes, unacceptable: int = 400) -> Any:
     """``raw`` as JSON; 400 ``invalid_json`` (with the parser's reason) when it is not, and
     ``unacceptable`` (400 or 422) ``invalid_argument`` naming the field when :func:`check_json`
     refuses it."""
     try:
         value = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        reason = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
+        raise ApiError(400, "invalid_json", f"the request body is {reason}") from None
+    except json.JSONDecodeError as exc:
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
+    except ValueError as exc:  # Python's own limits, e.g. a number of over 4,300 digits
+        raise ApiError(400, "invalid_json", _python_limit(exc)) from None
     try:
         check_json(value)
     except UnacceptableJson as exc:

@@ -58,3 +58,25 @@ def test_a_body_that_is_not_json_is_invalid_json_with_the_parsers_reason(app: Fl
         read_json()
     assert (caught.value.status, caught.value.code) == (400, "invalid_json")
     assert "line 1 column 2" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 32 levels"),
+        (b'{"n": ' + b"9" * 5_000 + b"}", "a number with more digits than the server accepts"),
+    ],
+    ids=["too deep", "too many digits"],
+)
+def test_a_body_past_pythons_own_limits_is_invalid_json_in_the_clients_words(
+    body: bytes, named: str
+) -> None:
+    app = Flask(__name__)
+    request = app.test_request_context(
+        "/", method="POST", data=body, content_type="application/json"
+    )
+    with request, pytest.raises(ApiError) as caught:
+        read_json()
+    assert (caught.value.status, caught.value.code) == (400, "invalid_json")
+    assert named in caught.value.message
+    assert "sys." not in caught.value.message and "recursion" not in caught.value.message

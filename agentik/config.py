@@ -661,6 +661,9 @@ class WebSettings:
     queue_timeout: float = setting(2.0, flat="web_queue_timeout", lo=0)
     write_timeout: float = setting(60.0, flat="web_write_timeout")
     heartbeat_interval: float = setting(15.0, "AGENTIK_HEARTBEAT")
+    engine_keepalive: float = setting(20.0, flat="web_engine_keepalive", lo=0)
+    """Seconds between the pings on a connection to the engine that carries calls; an engine
+    that answers none within ``min(10, this)`` more is gone and its streams end (0: none)."""
     max_body_bytes: int = setting(_MiB)
     discard_body_bytes: int = setting(0, flat="web_discard_body_bytes", lo=0)
     """A body over max_body_bytes up to this is read and dropped before the 413."""

@@ -129,6 +129,13 @@ def _enable_reflection(server: grpc.aio.Server, names: tuple[str, ...]) -> None:
     server.add_generic_rpc_handlers((handler,))
 
 
+PING_OPTIONS: list[tuple[str, int]] = [
+    # Clients may ping a connection that carries calls once a second, also while nothing
+    # else is sent (the facade's keepalive, [web] engine_keepalive, finds a stopped engine
+    # so); faster pings are gRPC's "too many pings" and close the connection.
+    ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+]
+
 LLM_METADATA = "agentik-llm"
 """The health answer's metadata key for the LLM endpoint's state."""
 METRICS_METADATA = "agentik-metrics"
@@ -235,6 +242,7 @@ class EngineServer:
                 # bounded under it by [engine] max_event_bytes (core.bounds).
                 ("grpc.max_send_message_length", GRPC_MESSAGE_LIMIT),
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
+                *PING_OPTIONS,
             ],
         )
         methods = Recording(self.server)  # for the calls taken ahead

@@ -51,7 +51,9 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     channels = 1 if settings.engine.workers == 1 else 2 * settings.engine.workers
     target = settings.web.engine_target
     limit = settings.request_message_bytes
-    install(app, settings, engine or EngineClient(target, channels, limit, discover=True))
+    keepalive = settings.web.engine_keepalive
+    client = engine or EngineClient(target, channels, limit, discover=True, keepalive=keepalive)
+    install(app, settings, client)
     install_observability(app)
     install_error_handlers(app)
     install_host_guard(app, settings)

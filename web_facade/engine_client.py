@@ -50,7 +50,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, Final, NamedTuple, NoReturn
 
 import grpc
 import grpc.aio
@@ -181,6 +181,32 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+KEEPALIVE_TIMEOUT: Final = 10.0
+"""The longest wait for a ping's answer, in seconds."""
+
+
+def keepalive_options(interval: float) -> list[tuple[str, Any]]:
+    """Pings on a connection with calls open, every ``interval`` seconds: an engine that
+    answers none within ``min(KEEPALIVE_TIMEOUT, interval)`` (stopped, a frozen VM, a silent
+    partition, while its socket is still open) fails its calls with UNAVAILABLE, so a stream
+    ends or is resumed instead of sending heartbeats for ever. The engine takes a ping every
+    second (``engine_service.server.PING_OPTIONS``)."""
+    if interval <= 0:
+        return []
+    timeout = max(1000, round(min(KEEPALIVE_TIMEOUT, interval) * 1000))
+    return [
+        ("grpc.keepalive_time_ms", max(1000, round(interval * 1000))),
+        ("grpc.keepalive_timeout_ms", timeout),
+        # grpcio 1.85 times a keepalive ping's answer by this one (default 1 minute); the
+        # option above is what older versions read.
+        ("grpc.http2.ping_timeout_ms", timeout),
+        # A subscription waiting for a conversation's next turn receives nothing for long:
+        # ping all the same (gRPC stops after 2 pings without data otherwise).
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 0),
+    ]
+
+
 class _CallDetails(NamedTuple):
     method: str
     timeout: float | None
@@ -293,15 +319,22 @@ class EngineClient:
     """
 
     def __init__(
-        self, target: str, channels: int = 1, max_send_bytes: int = 0, *, discover: bool = False
+        self,
+        target: str,
+        channels: int = 1,
+        max_send_bytes: int = 0,
+        *,
+        discover: bool = False,
+        keepalive: float = 0.0,
     ) -> None:
         """``max_send_bytes``: the largest request sent (the engine's limit, the settings'
         ``request_message_bytes``); a larger one fails here, not on the wire (0: gRPC's
-        default, no limit)."""
+        default, no limit). ``keepalive``: seconds between pings while calls are open
+        (``[web] engine_keepalive``; 0: none)."""
         self.target = target
         self.channels = max(1, channels)
         self.discover = discover and _host_port(target) is not None
-        self._options = list(_CHANNEL_OPTIONS)
+        self._options = list(_CHANNEL_OPTIONS) + keepalive_options(keepalive)
         if max_send_bytes > 0:
             self._options.append(("grpc.max_send_message_length", max_send_bytes))
         self._lock = threading.Lock()

@@ -652,7 +652,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["web_gc_threshold"] == ("AGENTIK_WEB_GC_THRESHOLD", "10000")
     assert by_name["llm_max_idle_connections"] == ("AGENTIK_LLM_MAX_IDLE_CONNECTIONS", "256")
     assert by_name["llm_idle_timeout"] == ("AGENTIK_LLM_IDLE_TIMEOUT", "30.0")
-    assert len(rows) == 86
+    assert len(rows) == 87
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

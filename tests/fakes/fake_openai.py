@@ -129,6 +129,10 @@ class FakeReply:
     finish_reason: str = ""
     """Empty means ``tool_calls`` when there are tool calls, else ``stop``."""
     delay: float = 0.0
+    comments_after: int | None = None
+    """After this many chunks, only SSE comments (``: keep-alive``, as proxies send while
+    they wait), one every ``comment_every`` seconds, until the client goes away."""
+    comment_every: float = 0.05
     hang_after: int | None = None
     drop_after: int | None = None
     malformed_after: int | None = None
@@ -286,6 +290,11 @@ class _Handler(StreamingHandler):
                 return
             if index == reply.hang_after:
                 self._wait(float("inf"))
+                self.close_connection = True
+                return
+            if index == reply.comments_after:
+                while self._chunk(b": keep-alive\n\n") and self._wait(reply.comment_every):
+                    pass
                 self.close_connection = True
                 return
             if index == reply.drop_after:

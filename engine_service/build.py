@@ -259,6 +259,9 @@ def build_engine(settings: Settings) -> Engine:
         run=RunLimits(
             system_prompt=settings.llm.system_prompt,
             max_tool_rounds=settings.llm.max_tool_rounds,
+            max_answer_bytes=settings.llm.max_answer_bytes,
+            max_tool_calls_per_round=settings.llm.max_tool_calls_per_round,
+            round_timeout=settings.llm.round_timeout,
             tool_timeout=settings.tools.timeout,
             approval=settings.tools.approval,
             idempotent=settings.tools.idempotent,

@@ -151,6 +151,7 @@ def context_limits(settings: Settings, agent: AgentConfig | None = None) -> Cont
         reserve_output=min(llm.reserve_output_tokens, window - 1),
         compaction=llm.compaction,
         max_result_chars=settings.tools.max_result_chars,
+        summary_timeout=llm.round_timeout,
     )
 
 

@@ -604,6 +604,12 @@ class LlmSettings:
     max_tool_rounds: int = setting(8)
     timeout: float = setting(120.0, flat="llm_timeout")
     first_token_timeout: float = setting(60.0, flat="llm_first_token_timeout")
+    round_timeout: float = setting(600.0, flat="llm_round_timeout")
+    """Seconds one LLM round may take from its request to its last token."""
+    max_answer_bytes: int = setting(4 * _MiB, flat="llm_max_answer_bytes", lo=1024)
+    """Bytes of one LLM round's text, reasoning and tool calls; the engine stops reading past it."""
+    max_tool_calls_per_round: int = setting(128)
+    """Tool calls one LLM round may make."""
     max_retries: int = setting(2, flat="llm_max_retries", lo=0)
     check_interval: float = setting(60.0, flat="llm_check_interval", lo=0, doc="0: at start")
     context_tokens: int = setting(0, lo=0, doc="the model's window; 0: from its name")

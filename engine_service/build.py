@@ -151,6 +151,7 @@ def context_limits(settings: Settings, agent: AgentConfig | None = None) -> Cont
         reserve_output=min(llm.reserve_output_tokens, window - 1),
         compaction=llm.compaction,
         max_result_chars=settings.tools.max_result_chars,
+        summary_timeout=llm.round_timeout,
     )
 
 
@@ -259,6 +260,9 @@ def build_engine(settings: Settings) -> Engine:
         run=RunLimits(
             system_prompt=settings.llm.system_prompt,
             max_tool_rounds=settings.llm.max_tool_rounds,
+            max_answer_bytes=settings.llm.max_answer_bytes,
+            max_tool_calls_per_round=settings.llm.max_tool_calls_per_round,
+            round_timeout=settings.llm.round_timeout,
             tool_timeout=settings.tools.timeout,
             approval=settings.tools.approval,
             idempotent=settings.tools.idempotent,

@@ -27,6 +27,7 @@ context is too long: nothing here loops.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -372,17 +373,40 @@ class RunContext:
                     Message(id="summary-input", role=Role.USER, content=[TextPart(text)]),
                 ]
             )
-            summary = _clip_tokens(await self._complete(request), room)
+            summary = _clip_tokens(await self._complete(request, room), room)
         return summary
 
-    async def _complete(self, request: ChatRequest) -> str:
+    async def _complete(self, request: ChatRequest, room: int) -> str:
+        """The summariser's answer, read up to twice what ``room`` keeps of it and for
+        at most ``summary_timeout``: a model that never ends its answer ends the read."""
         parts: list[str] = []
-        async for delta in self.model.stream(request):
-            if isinstance(delta, TextDelta):
-                parts.append(delta.text)
-            elif isinstance(delta, UsageDelta):
-                self.usage[0] += delta.input_tokens
-                self.usage[1] += delta.output_tokens
+        enough = 8 * room  # characters: _clip_tokens keeps about 4 a token
+        read = 0
+        stream = self.model.stream(request)
+        deadline = asyncio.timeout(self.limits.summary_timeout)
+        try:
+            async with deadline:
+                async for delta in stream:
+                    if isinstance(delta, TextDelta):
+                        parts.append(delta.text)
+                        read += len(delta.text)
+                        if read > enough:
+                            break
+                    elif isinstance(delta, UsageDelta):
+                        self.usage[0] += delta.input_tokens
+                        self.usage[1] += delta.output_tokens
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise LLMError(
+                "llm_timeout",
+                f"the summariser took longer than {self.limits.summary_timeout:g}s"
+                " ([llm] round_timeout)",
+            ) from None
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
         text = "".join(parts).strip()
         if not text:
             raise LLMError("llm_bad_stream", "the summariser's answer was empty")

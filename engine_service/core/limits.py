@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine_service.core.context import ContextLimits
+from engine_service.core.rounds import MAX_ANSWER_BYTES, MAX_TOOL_CALLS, ROUND_TIMEOUT
 from engine_service.core.state import DEFAULT_MAX_STATE_BYTES
 
 __all__ = ["EngineLimits", "RunLimits"]
@@ -14,6 +15,13 @@ __all__ = ["EngineLimits", "RunLimits"]
 class RunLimits:
     system_prompt: str = ""
     max_tool_rounds: int = 8
+    max_answer_bytes: int = MAX_ANSWER_BYTES
+    """Bytes of one LLM round's text, reasoning and tool calls; past it the round ends
+    with ``llm_answer_too_long`` (``core.rounds``)."""
+    max_tool_calls_per_round: int = MAX_TOOL_CALLS
+    """Tool calls one LLM round may make; one more ends it with ``llm_too_many_tool_calls``."""
+    round_timeout: float = ROUND_TIMEOUT
+    """Seconds one LLM round may take from its request; past it, ``llm_timeout``."""
     tool_timeout: float = 30.0
     flush_interval: float = 0.0
     """Seconds a flush waits, after an event is published, to gather more events into

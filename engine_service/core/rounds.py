@@ -10,6 +10,12 @@ One job, callbacks instead of imports (as ``core.leases``): events go out throug
 first text, reasoning or tool call) the reader awaits ``send_now`` before it reads on, so
 that what a caller waits for is stored and sent before the rest of the LLM's burst is
 parsed; between other deltas it only yields to the loop.
+
+Whatever the model does, a round is bounded (``RunLimits``): its text, reasoning and
+tool-call bytes by ``max_answer_bytes`` (``llm_answer_too_long``), its tool calls by
+``max_tool_calls`` (``llm_too_many_tool_calls``), its time from the request by
+``round_timeout`` (``llm_timeout``). Past a bound the reader stops reading and closes the
+model's stream (its HTTP response), and the round fails like any other LLM failure.
 """
 
 from __future__ import annotations
@@ -34,10 +40,16 @@ from engine_service.core.ids import is_valid_id
 from engine_service.core.models import Message, MessageStatus, Role, TextPart, ToolCall
 from engine_service.core.trace import Span, Tracer
 
-__all__ = ["DELTAS_PER_TURN", "RoundReader"]
+__all__ = ["DELTAS_PER_TURN", "MAX_ANSWER_BYTES", "MAX_TOOL_CALLS", "ROUND_TIMEOUT", "RoundReader"]
 
 DELTAS_PER_TURN = 4
 """Deltas a round reads, at most, before it lets the loop run others."""
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+"""Bytes (UTF-8) of one round's text, reasoning and tool calls, by default."""
+MAX_TOOL_CALLS = 128
+"""Tool calls in one round, by default (OpenAI's limit of tools a request may offer)."""
+ROUND_TIMEOUT = 600.0
+"""Seconds one round may take from its request to its last delta, by default."""
 
 
 @dataclass(slots=True)
@@ -46,6 +58,8 @@ class _Early:
     stream: AsyncIterator[ChatDelta]
     first: asyncio.Future[ChatDelta]
     """The stream's first delta, read as soon as it comes."""
+    sent: float
+    """When the request was sent (the loop's clock): the round's time starts there."""
 
 
 async def _resumed(early: _Early) -> AsyncGenerator[ChatDelta, None]:
@@ -82,7 +96,12 @@ class RoundReader:
         emit: Callable[[ev.EventBody], object],
         on_first_token: Callable[[], None],
         send_now: Callable[[], Awaitable[None]] | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        max_tool_calls: int = MAX_TOOL_CALLS,
+        round_timeout: float = ROUND_TIMEOUT,
     ) -> None:
+        """``max_answer_bytes``, ``max_tool_calls``, ``round_timeout``: the bounds of each
+        round (``[llm] max_answer_bytes``, ``max_tool_calls_per_round``, ``round_timeout``)."""
         self.model = model
         self.tracer = tracer
         self.usage = ev.Usage()
@@ -96,6 +115,11 @@ class RoundReader:
         self._text: list[str] = []
         self._reasoning_id = ""
         self._calls: dict[int, _OpenCall] = {}
+        self._max_answer_bytes = max_answer_bytes
+        self._max_tool_calls = max_tool_calls
+        self._round_timeout = round_timeout
+        self._answer_bytes = 0
+        """Bytes of the round's answer so far (text, reasoning, tool names and arguments)."""
         self._early: _Early | None = None
         """The first round's request, sent before the run's input was stored."""
 
@@ -104,7 +128,8 @@ class RoundReader:
         until :meth:`read` is asked this very request: the LLM starts answering while
         the run's input is being stored, and nothing of its answer is published before."""
         stream = aiter(self.model.stream(request))
-        self._early = _Early(request, stream, asyncio.ensure_future(anext(stream)))
+        sent = asyncio.get_running_loop().time()
+        self._early = _Early(request, stream, asyncio.ensure_future(anext(stream)), sent)
 
     def cancel_early(self) -> None:
         """Stop reading an early request that was never read (``drop_early`` closes it)."""
@@ -122,13 +147,14 @@ class RoundReader:
             early.first.exception()  # retrieved: an error of an answer never read is not logged
         await early.stream.aclose()  # type: ignore[attr-defined]
 
-    def _stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+    def _stream(self, request: ChatRequest) -> tuple[AsyncIterator[ChatDelta], float]:
+        """The round's stream, and when its request was sent (the loop's clock)."""
         early, self._early = self._early, None
         if early is None or early.request is not request:
             if early is not None:
                 early.first.cancel()
-            return self.model.stream(request)
-        return _resumed(early)
+            return self.model.stream(request), asyncio.get_running_loop().time()
+        return _resumed(early), early.sent
 
     async def read(self, request: ChatRequest) -> Message:
         """One LLM round in its span: model, endpoint, first token, tokens, error code."""
@@ -152,12 +178,36 @@ class RoundReader:
         self._message_id = new_id()
         self._text = []
         self._calls = {}
+        self._answer_bytes = 0
+        stream, sent = self._stream(request)
+        deadline = asyncio.timeout_at(sent + self._round_timeout)
+        try:
+            async with deadline:
+                await self._deltas(stream, span)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise LLMError(
+                "llm_timeout",
+                f"the LLM's answer took longer than {self._round_timeout:g}s"
+                " ([llm] round_timeout); the engine stopped reading it",
+            ) from None
+        finally:
+            # A bound that ends the round here leaves the stream open: close it (and its
+            # HTTP response) now, not when the collector finds it.
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return self._answer()
+
+    async def _deltas(self, stream: AsyncIterator[ChatDelta], span: Span) -> None:
+        """Read the round's deltas into events, to the stream's end."""
         message_id = self._message_id
         emit = self._emit
         usage = self.usage
         waiting = True  # for the first token
         unyielded = 0
-        async for delta in self._stream(request):
+        async for delta in stream:
             kind = type(delta)
             if waiting and kind is not UsageDelta:
                 span.event("first_token")
@@ -166,6 +216,7 @@ class RoundReader:
                 text = delta.text  # type: ignore[union-attr]
                 if not text:
                     continue
+                self._took(text)
                 if self._reasoning_id:
                     self._end_reasoning()
                 if not self._text_open:
@@ -200,6 +251,11 @@ class RoundReader:
                 if unyielded == DELTAS_PER_TURN:
                     unyielded = 0
                     await asyncio.sleep(0)
+
+    def _answer(self) -> Message:
+        """Close what is open; the round's assistant message."""
+        message_id = self._message_id
+        emit = self._emit
         self._end_reasoning()
         self._end_text()
         calls = []
@@ -216,10 +272,18 @@ class RoundReader:
     def _tool_call_delta(self, delta: ToolCallDelta) -> None:
         call = self._calls.get(delta.index)
         if call is None:
+            if len(self._calls) >= self._max_tool_calls:
+                raise LLMError(
+                    "llm_too_many_tool_calls",
+                    f"the LLM asked for more than {self._max_tool_calls} tool calls in one"
+                    " round ([llm] max_tool_calls_per_round)",
+                )
+            self._took(delta.name)
             # The client sends this id back with the result: it must keep the id rule.
             call_id = delta.id if is_valid_id(delta.id) else new_id()
             call = self._calls[delta.index] = _OpenCall(id=call_id, name=delta.name)
         elif delta.name and not call.name:
+            self._took(delta.name)
             call.name = delta.name
         if not call.started and call.name:
             self._start()
@@ -229,6 +293,7 @@ class RoundReader:
             if call.arguments:
                 self._emit(ev.ToolCallArgs(call.id, "".join(call.arguments)))
         if delta.arguments:
+            self._took(delta.arguments)
             call.arguments.append(delta.arguments)
             if call.started:
                 self._emit(ev.ToolCallArgs(call.id, delta.arguments))
@@ -236,6 +301,7 @@ class RoundReader:
     def _reasoning_delta(self, text: str) -> None:
         if not text:
             return
+        self._took(text)
         if not self._reasoning_id:
             self._start()
             self._end_text()
@@ -243,6 +309,17 @@ class RoundReader:
             self._emit(ev.ReasoningStart(self._reasoning_id))
             self._emit(ev.ReasoningMessageStart(self._reasoning_id))
         self._emit(ev.ReasoningMessageContent(self._reasoning_id, text))
+
+    def _took(self, text: str) -> None:
+        """Count ``text`` into the round's answer; ``llm_answer_too_long`` past the bound
+        (before it is kept or shown: what the round holds stays within it)."""
+        self._answer_bytes += len(text) if text.isascii() else len(text.encode())
+        if self._answer_bytes > self._max_answer_bytes:
+            raise LLMError(
+                "llm_answer_too_long",
+                f"the LLM's answer passed {self._max_answer_bytes:,} bytes in one round"
+                " ([llm] max_answer_bytes); the engine stopped reading it",
+            )
 
     def _start(self) -> None:
         """An answer (a text, a reasoning or a tool call) starts with this delta."""

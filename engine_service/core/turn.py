@@ -161,6 +161,9 @@ class Run:
             emit=self.emit,
             on_first_token=self.report.first_token_now,
             send_now=self.out.send_now,
+            max_answer_bytes=limits.max_answer_bytes,
+            max_tool_calls=limits.max_tool_calls_per_round,
+            round_timeout=limits.round_timeout,
         )
         """Reads each LLM round; what is open stays there, so a stop can close it."""
         self._usage = self.rounds.usage

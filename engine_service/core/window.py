@@ -82,6 +82,8 @@ class ContextLimits:
     """``[llm] compaction``: summarize | trim | off."""
     max_result_chars: int = 50_000
     """``[tools] max_result_chars``: a longer tool result is clipped for the LLM."""
+    summary_timeout: float = 600.0
+    """``[llm] round_timeout``: seconds one call of the summariser may take."""
 
     @property
     def reserve(self) -> int:

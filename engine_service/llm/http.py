@@ -145,8 +145,15 @@ class Response:
     _done: bool = False
     _closed: bool = False
     _reusable: bool = field(default=False)
-    _reading: float = 0.0
-    """When the read now waiting started (``time.monotonic``); 0: none waits."""
+    _waiting: bool = False
+    """A read waits for the connection."""
+    _quiet_since: float = 0.0
+    """When the silence the read timeout measures began (``time.monotonic``): the start of
+    each read, or, once :meth:`count_progress_only`, of the first read after the last
+    :meth:`progressed`."""
+    _restart: bool = True
+    """The next read starts a new silence (every read does, unless ``_by_progress``)."""
+    _by_progress: bool = False
     _watch: asyncio.TimerHandle | None = None
     """One timer for the body's reads (``_check``), not a timeout per read: a token's read
     with an ``asyncio.timeout`` of its own cost 4-5 % of the engine's GIL time at 256
@@ -215,33 +222,51 @@ class Response:
             raise BrokenStream("the connection closed inside a chunked body")
         return piece
 
+    def count_progress_only(self) -> None:
+        """From now on only :meth:`progressed` ends a silence, not any byte: an event
+        stream's comments (``: keep-alive``) are bytes, but no progress of the answer."""
+        self._by_progress = True
+
+    def progressed(self) -> None:
+        """What was read is progress: the silence starts again with the next read."""
+        self._restart = True
+
     async def _read(self, awaitable: Awaitable[bytes]) -> bytes:
         """``awaitable`` (a read of the connection), failed with ``ReadTimedOut`` once
-        nothing came for the read timeout while it waited (``_check``)."""
-        self._reading = time.monotonic()
+        the silence it ends lasted the read timeout (``_check``)."""
+        started = 0.0
+        if self._restart:
+            self._quiet_since = started = time.monotonic()
+            self._restart = not self._by_progress
+        self._waiting = True
         if self._watch is None:
-            self._watch = asyncio.get_running_loop().call_later(self._read_timeout, self._check)
+            left = self._read_timeout
+            if not started:  # a silence that began at an earlier read goes on
+                left += self._quiet_since - time.monotonic()
+            self._watch = asyncio.get_running_loop().call_later(left, self._check)
         try:
             data = await awaitable
         except _Stalled:
-            raise ReadTimedOut(f"nothing for {self._read_timeout:g}s") from None
+            what = "no progress" if self._by_progress else "nothing"
+            raise ReadTimedOut(f"{what} for {self._read_timeout:g}s") from None
         except asyncio.IncompleteReadError:
             raise
         except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
             raise BrokenStream(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            self._reading = 0.0
+            self._waiting = False
         return data
 
     def _check(self) -> None:
-        """The body's watch: when the read waiting has waited the read timeout, fail it
-        (its reader raises ``_Stalled``; a read returns as soon as any byte comes, so it
-        waited that long for nothing); else look again when it could have. Without a read
-        waiting it stops (the next read starts it)."""
+        """The body's watch: when the silence of the read waiting has lasted the read
+        timeout, fail it (its reader raises ``_Stalled``; a read returns as soon as any
+        byte comes, so it waited that long for nothing, or for no progress); else look
+        again when it could have. Without a read waiting it stops (the next read starts
+        it)."""
         self._watch = None
-        if not self._reading or self._closed:
+        if not self._waiting or self._closed:
             return
-        left = self._reading + self._read_timeout - time.monotonic()
+        left = self._quiet_since + self._read_timeout - time.monotonic()
         if left > 0:
             self._watch = asyncio.get_running_loop().call_later(left, self._check)
             return

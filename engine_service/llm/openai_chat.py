@@ -72,8 +72,10 @@ _RETRYABLE = RETRYABLE
 class OpenAIChatModel(ChatModel):
     """Streams Chat Completions with tools from an OpenAI-compatible endpoint.
 
-    ``timeout`` bounds connecting and each read; ``first_token_timeout`` bounds the wait
-    for the first delta of an attempt. Failures before the first delta that may pass
+    ``timeout`` bounds connecting and each read, and after the first delta the time
+    between two data events (an SSE comment such as ``: keep-alive`` does not count);
+    ``first_token_timeout`` bounds the wait for the first delta of an attempt, whatever
+    comes before it. Failures before the first delta that may pass
     (unreachable, 429, 5xx, timeout) are retried up to ``max_retries`` times with
     exponential backoff starting at ``retry_backoff`` seconds; once a delta was yielded,
     every failure is final.
@@ -179,12 +181,18 @@ class OpenAIChatModel(ChatModel):
                     else:
                         chunk = await self._bounded(anext(chunks), deadline)
                     payloads = decoder.feed(chunk)
+                    if decoder.saw_data:
+                        response.progressed()
                 except StopAsyncIteration:
                     payloads, ended = decoder.end(), True
                 if deadline is not None:  # nothing said yet
                     first, payloads = parser.feed_first(payloads)
                     if first:
-                        deadline = None  # the first delta is in: only read timeouts from now
+                        # The first delta is in: only read timeouts from now, and only data
+                        # ends a silence (a comment no longer does: before the first delta
+                        # the first-token deadline bounds the wait, comments or not).
+                        deadline = None
+                        response.count_progress_only()
                         for delta in first:
                             yield delta
                 if parser.error is None and (deltas := parser.feed(payloads)):
@@ -216,8 +224,8 @@ class OpenAIChatModel(ChatModel):
         except ReadTimedOut as exc:
             raise _error(
                 "llm_timeout",
-                f"the stream from the LLM stalled: nothing for {self.timeout:g}s",
-                f"the stream from {self._endpoint} stalled: nothing for {self.timeout:g}s",
+                f"the stream from the LLM stalled: no data for {self.timeout:g}s ([llm] timeout)",
+                f"the stream from {self._endpoint} stalled: {exc}",
             ) from exc
         except (BrokenStream, HttpError) as exc:
             raise _error(
@@ -294,7 +302,8 @@ class _SSEDecoder:
     """Splits a byte stream into the ``data`` payloads of its server-sent events.
 
     An event may take at most ``limit`` bytes: past it, ``over`` is set and nothing more is
-    decoded (the events before it are returned first)."""
+    decoded (the events before it are returned first). ``saw_data`` says whether the last
+    chunk fed carried any of a data line (comments and blank lines do not)."""
 
     def __init__(self, limit: int) -> None:
         self._buffer = b""
@@ -303,6 +312,7 @@ class _SSEDecoder:
         """Bytes of the event being read: its data lines so far and the unfinished line."""
         self._limit = limit
         self.over = False
+        self.saw_data = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The payloads of the events this chunk completes."""
@@ -312,7 +322,9 @@ class _SSEDecoder:
         if b"\n" not in chunk:
             self._buffer = buffer
             self.over = self._held + len(buffer) > self._limit
+            self.saw_data = not buffer.startswith(b":")  # a line growing, not a comment
             return []
+        self.saw_data = False
         *lines, self._buffer = buffer.split(b"\n")
         payloads: list[bytes] = []
         for line in lines:
@@ -321,6 +333,8 @@ class _SSEDecoder:
                 self.over = True
                 return payloads
         self.over = self._held + len(self._buffer) > self._limit
+        if self._buffer and not self._buffer.startswith(b":"):
+            self.saw_data = True
         return payloads
 
     def end(self) -> list[bytes]:
@@ -341,6 +355,7 @@ class _SSEDecoder:
                 self._data = []
             self._held = 0
         elif line.startswith(b"data:"):
+            self.saw_data = True
             value = line[5:]
             self._data.append(value[1:] if value.startswith(b" ") else value)
             self._held += len(line)

@@ -652,8 +652,24 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["web_gc_threshold"] == ("AGENTIK_WEB_GC_THRESHOLD", "10000")
     assert by_name["llm_max_idle_connections"] == ("AGENTIK_LLM_MAX_IDLE_CONNECTIONS", "256")
     assert by_name["llm_idle_timeout"] == ("AGENTIK_LLM_IDLE_TIMEOUT", "30.0")
-    assert len(rows) == 87
+    assert by_name["llm_round_timeout"] == ("AGENTIK_LLM_ROUND_TIMEOUT", "600.0")
+    assert by_name["llm_max_answer_bytes"] == ("AGENTIK_LLM_MAX_ANSWER_BYTES", "4194304")
+    assert by_name["max_tool_calls_per_round"] == ("AGENTIK_MAX_TOOL_CALLS_PER_ROUND", "128")
+    assert len(rows) == 90
     assert all("sk-very-secret" not in value for _, _, value in rows)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("AGENTIK_LLM_MAX_ANSWER_BYTES", "1000", "must be at least 1024"),
+        ("AGENTIK_LLM_ROUND_TIMEOUT", "0", "must be positive"),
+        ("AGENTIK_MAX_TOOL_CALLS_PER_ROUND", "0", "must be positive"),
+    ],
+)
+def test_a_bad_bound_of_an_llm_round_is_refused_naming_it(name: str, value: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=f"{name}.*{said}"):
+        load_settings(None, {name: value})
 
 
 @pytest.mark.parametrize("name", ["AGENTIK_GC_THRESHOLD", "AGENTIK_WEB_GC_THRESHOLD"])

@@ -4,6 +4,7 @@ checkpoint and the messages after it."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -190,6 +191,50 @@ async def test_when_the_summariser_fails_the_run_trims_instead(fake: FakeOpenAI)
 
     assert fake.summaries >= 1
     assert events and {e.value["mode"] for e in events} == {"trim"}
+
+
+async def test_a_summariser_that_never_ends_its_answer_is_read_only_as_far_as_it_is_kept(
+    fake: FakeOpenAI,
+) -> None:
+    fake.answer_words = 150
+    fake.summary_reply = FakeReply(text="the gist ", endless=True)
+    chat = await open_chat(fake, MemorySessionStore(), ContextLimits(window=WINDOW))
+    events = []
+    try:
+        for index in range(30):
+            async with asyncio.timeout(10):
+                bodies = await chat.turn("s", user(f"question {index}"))
+            assert isinstance(ended(bodies), ev.RunFinished)
+            events += compacted(bodies)
+    finally:
+        await chat.engine.shutdown(1.0)
+
+    assert fake.summaries >= 1
+    assert events and {e.value["mode"] for e in events} == {"summarize"}
+    assert fake.closed_mid_stream >= fake.summaries  # each endless answer was cut
+    checkpoint, _ = await chat.store.context_messages("s")
+    assert checkpoint is not None and checkpoint.summary.startswith("the gist the gist ")
+
+
+async def test_a_summariser_past_round_timeout_gives_way_to_trimming(fake: FakeOpenAI) -> None:
+    fake.answer_words = 150
+    fake.summary_reply = FakeReply(text=["the ", "gist "], hang_after=2)
+    limits = ContextLimits(window=WINDOW, summary_timeout=0.2)
+    chat = await open_chat(fake, MemorySessionStore(), limits)
+    events = []
+    try:
+        for index in range(30):
+            async with asyncio.timeout(10):
+                bodies = await chat.turn("s", user(f"question {index}"))
+            assert isinstance(ended(bodies), ev.RunFinished)
+            events += compacted(bodies)
+            if events:
+                break
+    finally:
+        await chat.engine.shutdown(1.0)
+
+    assert fake.summaries == 1
+    assert [e.value["mode"] for e in events] == ["trim"]
 
 
 async def test_a_history_larger_than_the_window_is_summarised_in_pieces_within_it(

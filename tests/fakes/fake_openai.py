@@ -129,6 +129,13 @@ class FakeReply:
     finish_reason: str = ""
     """Empty means ``tool_calls`` when there are tool calls, else ``stop``."""
     delay: float = 0.0
+    endless: bool = False
+    """After the text, the same text again and again, for as long as the client reads (a
+    model stuck in a loop, with no ``max_tokens``)."""
+    comments_after: int | None = None
+    """After this many chunks, only SSE comments (``: keep-alive``, as proxies send while
+    they wait), one every ``comment_every`` seconds, until the client goes away."""
+    comment_every: float = 0.05
     hang_after: int | None = None
     drop_after: int | None = None
     malformed_after: int | None = None
@@ -288,6 +295,11 @@ class _Handler(StreamingHandler):
                 self._wait(float("inf"))
                 self.close_connection = True
                 return
+            if index == reply.comments_after:
+                while self._chunk(b": keep-alive\n\n") and self._wait(reply.comment_every):
+                    pass
+                self.close_connection = True
+                return
             if index == reply.drop_after:
                 self._drop()
                 return
@@ -393,6 +405,9 @@ def _events(body: dict[str, Any], reply: FakeReply, with_usage: bool) -> Iterato
     for piece in _words(reply.text):
         produced += 1
         yield head + json.dumps(piece).encode() + tail
+    while reply.endless and reply.text:
+        for piece in _words(reply.text):
+            yield head + json.dumps(piece).encode() + tail
     for fragment in _tool_call_fragments(reply):
         produced += 1
         yield chunk({"tool_calls": [fragment]})

@@ -291,3 +291,40 @@ def test_stopping_the_fake_ends_a_hanging_stream(fake: FakeOpenAI) -> None:
         while chunk := sock.recv(65536):
             rest += chunk
     assert b"0\r\n\r\n" not in rest  # cut, not finished
+
+
+def test_an_endless_reply_repeats_its_text_until_the_client_leaves(
+    fake: FakeOpenAI, client: openai.OpenAI
+) -> None:
+    fake.enqueue(FakeReply(text="loop ", endless=True))
+    chunks = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}], stream=True
+    )
+    text = ""
+    for chunk in chunks:
+        text += chunk.choices[0].delta.content or "" if chunk.choices else ""
+        if len(text) >= 5000:
+            break
+    chunks.close()
+
+    assert text.startswith("loop loop loop ")
+    assert fake.wait_connection_closed(WAIT)
+
+
+def test_comments_after_n_chunks_are_all_a_client_gets_from_then_on(fake: FakeOpenAI) -> None:
+    fake.enqueue(FakeReply(text=["a", "b"], comments_after=2, comment_every=0.01))
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", fake.port), timeout=WAIT) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        received = b""
+        while received.count(b": keep-alive") < 5:
+            piece = sock.recv(65536)
+            assert piece, "the fake closed the stream"
+            received += piece
+
+    assert b'"content": "a"' in received
+    assert b'"content": "b"' not in received
+    assert fake.wait_connection_closed(WAIT)

@@ -1401,6 +1401,41 @@ async def test_a_read_after_a_long_pause_waits_the_whole_read_timeout_before_fai
             await client.aclose()
 
 
+async def test_once_counting_progress_only_bytes_that_are_not_progress_end_no_silence() -> None:
+    """An event stream's comments are bytes: they keep a body's reads alive, until the
+    reader says only what it marks ``progressed`` counts (``openai_chat``: data lines)."""
+
+    async def handler(exchange: Exchange) -> None:
+        await exchange.request()
+        await exchange.send(first_event_only())
+        with contextlib.suppress(OSError):
+            while True:
+                await exchange.send(one_chunk(b": keep-alive\n\n"))
+                await asyncio.sleep(0.05)
+
+    async with TinyServer(handler) as server:
+        client = HttpClient(connect_timeout=WAIT, read_timeout=0.3)
+        try:
+            response = await client.post(server.url + "/chat/completions", HEADERS, b"{}")
+            chunks = response.chunks()
+            assert (await anext(chunks)).startswith(b"data: ")
+            started = time.monotonic()
+            async with asyncio.timeout(WAIT):
+                while time.monotonic() - started < 0.6:  # twice the read timeout
+                    assert await anext(chunks) == b": keep-alive\n\n"
+            response.count_progress_only()
+            response.progressed()  # what was read so far was
+            started = time.monotonic()
+            with pytest.raises(ReadTimedOut, match=r"no progress for 0\.3s"):
+                async with asyncio.timeout(WAIT):
+                    while True:
+                        assert await anext(chunks) == b": keep-alive\n\n"
+            assert time.monotonic() - started >= 0.25
+            await response.aclose()
+        finally:
+            await client.aclose()
+
+
 async def test_a_bodys_reads_share_one_timer_which_goes_with_the_body(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -434,6 +434,49 @@ async def test_a_stall_after_the_first_token_is_llm_timeout_and_never_retried(
     assert len(fake.requests) == 1
 
 
+async def test_keep_alive_comments_after_the_first_token_are_no_data_and_the_stream_stalls(
+    fake: FakeOpenAI,
+) -> None:
+    # One token, then ": keep-alive" every 50 ms (as OpenRouter and LiteLLM send): bytes,
+    # but no data for the read timeout.
+    chat = make_model(fake, timeout=0.3, max_retries=2)
+    fake.enqueue(FakeReply(text=["a", "never"], comments_after=2))
+    started = asyncio.get_running_loop().time()
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == [TextDelta("a")]
+    assert error is not None
+    assert error.code == "llm_timeout"
+    assert error.message == "the stream from the LLM stalled: no data for 0.3s ([llm] timeout)"
+    assert asyncio.get_running_loop().time() - started >= 0.25
+    assert len(fake.requests) == 1
+    assert await fake.wait_connection_closed_async(WAIT)
+
+
+async def test_keep_alive_comments_before_the_first_token_leave_it_to_first_token_timeout(
+    fake: FakeOpenAI,
+) -> None:
+    # Before the first token the wait is first_token_timeout's: comments neither cut it
+    # short (a read timeout of 0.1 s) nor make it longer.
+    chat = make_model(fake, timeout=0.1, first_token_timeout=0.5)
+    fake.enqueue(FakeReply(text=["never"], comments_after=1))
+    started = asyncio.get_running_loop().time()
+    try:
+        deltas, error = await run(chat, ask("hi"))
+    finally:
+        await chat.aclose()
+
+    assert deltas == []
+    assert error is not None
+    assert error.code == "llm_timeout"
+    assert error.message == "the LLM endpoint sent nothing for 0.5s"
+    assert asyncio.get_running_loop().time() - started >= 0.45
+    assert await fake.wait_connection_closed_async(WAIT)
+
+
 async def test_a_connection_dropped_mid_stream_is_llm_bad_stream_after_the_deltas_so_far(
     fake: FakeOpenAI,
 ) -> None:

@@ -388,6 +388,9 @@ class McpServerConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = setting(None, doc=_PER_CALL)
     tools: tuple[str, ...] | None = setting(None, doc="only these of its tools offered; None: all")
+    max_message_bytes: int = setting(16 * _MiB, lo=64 * 1024, hi=1 << 30)
+    """One message from the server (a stdio line, an HTTP body, an SSE event), at most;
+    past it a stdio connection is dropped (and reconnected), an HTTP answer refused."""
 
     @property
     def target(self) -> str:

@@ -17,6 +17,8 @@ A call is bounded by the server's ``call_timeout``: past it the server is sent
 ``notifications/cancelled`` and the LLM gets an error result. Cancelling the calling
 task (an interrupted run) sends ``notifications/cancelled`` too. Progress notifications
 become ``CUSTOM`` events named ``tool_progress``.
+
+One message from a server is bounded by its ``max_message_bytes`` (in the transport).
 """
 
 from __future__ import annotations
@@ -209,10 +211,12 @@ class McpToolSource:
                     f"{self.call_timeout:g} s; the server was asked to cancel it"
                 )
             if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._connection_lost("the connection closed during a call")
+                self._connection_lost(self._closed_reason(exc.error.message))
                 return self._failed(
-                    f"MCP server {name!r} disconnected during the call; reconnecting"
+                    f"MCP server {name!r} disconnected during the call ({self._lost}); reconnecting"
                 )
+            if exc.code == mcp_types.PARSE_ERROR:
+                return self._failed(self._unreadable(exc.error.message))
             # The server answered: a tool error like any other, not a server failure.
             return _error(f"MCP server {name!r} refused the call: {exc.error.message}")
         except ValidationError as exc:
@@ -227,6 +231,23 @@ class McpToolSource:
                 raise
             return self._failed(f"MCP server {name!r} disconnected during the call; reconnecting")
         return tool_result(result)
+
+    def _closed_reason(self, message: str) -> str:
+        """Why a call's connection closed: an event over the limit is said as such (the SDK
+        ends the call with ``CONNECTION_CLOSED`` and httpx2's wording)."""
+        if "byte limit" in message:
+            limit = self.config.max_message_bytes
+            return f"the server sent an event over {limit} bytes (max_message_bytes)"
+        return "the connection closed during a call"
+
+    def _unreadable(self, message: str) -> str:
+        """The error of an answer the SDK could not read (its own wording stays in the log)."""
+        name = self.config.name
+        if "max_message_bytes" in message:
+            limit = self.config.max_message_bytes
+            return f"MCP server {name!r} sent an answer over {limit} bytes (max_message_bytes)"
+        self.log.warning("MCP server %r sent an unreadable answer: %s", name, message)
+        return f"MCP server {name!r} sent an answer that is not valid JSON-RPC"
 
     def _failed(self, message: str) -> ToolResult:
         """A call the server failed (not answered, timed out, cut): logged, and the result."""
@@ -356,8 +377,8 @@ class McpToolSource:
         elif isinstance(message, mcp_types.ToolListChangedNotification):
             self._want_refresh()
 
-    def _on_stream_end(self) -> None:
-        self._connection_lost("the server closed the connection")
+    def _on_stream_end(self, reason: str) -> None:
+        self._connection_lost(reason)
 
     def _on_stderr(self, line: str) -> None:
         self._last_stderr = line

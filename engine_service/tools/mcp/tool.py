@@ -16,7 +16,8 @@ All calls of all runs share the one connection; the SDK matches answers to reque
 A call is bounded by the server's ``call_timeout``: past it the server is sent
 ``notifications/cancelled`` and the LLM gets an error result. Cancelling the calling
 task (an interrupted run) sends ``notifications/cancelled`` too. Progress notifications
-become ``CUSTOM`` events named ``tool_progress``.
+become ``CUSTOM`` events named ``tool_progress``, throttled and capped
+(:mod:`engine_service.tools.mcp.progress`).
 
 One message from a server is bounded by its ``max_message_bytes`` (in the transport).
 """
@@ -42,10 +43,10 @@ from pydantic import ValidationError
 
 from agentik.config import McpServerConfig
 from engine_service import __version__
-from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
+from engine_service.tools.mcp.progress import CallProgress, log_dropped
 from engine_service.tools.mcp.results import disambiguate, tool_name, tool_result
 from engine_service.tools.mcp.transport import STREAM_READ_TIMEOUT, open_transport
 
@@ -183,17 +184,28 @@ class McpToolSource:
         self, remote: str, arguments: dict[str, JSON], context: ToolContext
     ) -> ToolResult:
         """Call the server's tool ``remote``; failures become error results."""
+        progress = CallProgress(context, self.config.max_progress_events)
+        try:
+            result = await self._call(remote, arguments, context, progress)
+            progress.finish()
+            return result
+        finally:
+            progress.cancel()
+            log_dropped(self.log, self.config.name, remote, progress)
+
+    async def _call(
+        self,
+        remote: str,
+        arguments: dict[str, JSON],
+        context: ToolContext,
+        progress: CallProgress,
+    ) -> ToolResult:
         client = self._client
         name = self.config.name
         if client is None:
             # The status may name the server's address or command: for the log, not clients.
             self.log.warning("MCP server %r called while not connected: %s", name, self.describe())
             return _error(f"MCP server {name!r} is not connected")
-
-        async def report(progress: float, total: float | None, message: str | None) -> None:
-            value = {"tool_call_id": context.tool_call_id, "progress": progress}
-            context.emit(Custom(PROGRESS_EVENT, {**value, "total": total, "message": message}))
-
         try:
             meta = mcp_types.RequestParamsMeta()
             meta[IDEMPOTENCY_META_KEY] = context.idempotency_key  # type: ignore[literal-required]
@@ -201,7 +213,7 @@ class McpToolSource:
                 remote,
                 arguments,
                 read_timeout_seconds=self.call_timeout,
-                progress_callback=report,
+                progress_callback=progress,
                 meta=meta,
             )
         except MCPError as exc:

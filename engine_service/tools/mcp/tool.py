@@ -19,7 +19,8 @@ task (an interrupted run) sends ``notifications/cancelled`` too. Progress notifi
 become ``CUSTOM`` events named ``tool_progress``, throttled and capped
 (:mod:`engine_service.tools.mcp.progress`).
 
-One message from a server is bounded by its ``max_message_bytes`` (in the transport).
+What a server sends is bounded by its entry: one message by ``max_message_bytes`` (in the
+transport), the tools offered by ``max_tools`` and ``max_tool_bytes`` (here).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import random
 import time
@@ -419,25 +421,59 @@ class McpToolSource:
     # -- tools ----------------------------------------------------------------------
 
     async def _refresh_tools(self, client: Client) -> None:
+        allowed = self.config.tools
+        limit = self.config.max_tools
         listed: list[mcp_types.Tool] = []
+        seen: set[str] = set()
+        over = False
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             page = await client.list_tools(cursor=cursor)
-            listed.extend(page.tools)
+            for tool in page.tools:
+                if allowed is not None and tool.name not in allowed:
+                    continue
+                seen.add(tool.name)
+                if len(listed) == limit:
+                    over = True
+                    break
+                if self._fits(tool):
+                    listed.append(tool)
             cursor = page.next_cursor
-            if cursor is None:
+            if cursor is None or over:
                 break
-        allowed = self.config.tools
-        if allowed is not None:
-            missing = set(allowed) - {tool.name for tool in listed}
+        if over:
+            self.log.error(
+                "MCP server %r offers more than %d tools (max_tools): only its first %d are "
+                "offered; raise max_tools or name the tools wanted in 'tools'",
+                self.config.name,
+                limit,
+                limit,
+            )
+        if allowed is not None and not over:
+            missing = set(allowed) - seen
             if missing:
                 self.log.warning(
                     "MCP server %r does not offer the allowed tools %s",
                     self.config.name,
                     ", ".join(sorted(missing)),
                 )
-            listed = [tool for tool in listed if tool.name in allowed]
         self._install(listed)
+
+    def _fits(self, tool: mcp_types.Tool) -> bool:
+        """Whether a tool's description and schema fit ``max_tool_bytes`` (else: logged)."""
+        size = len((tool.description or "").encode()) + len((tool.title or "").encode())
+        size += len(json.dumps(tool.input_schema, separators=(",", ":")))
+        if size <= self.config.max_tool_bytes:
+            return True
+        self.log.error(
+            "MCP tool %r of server %r is not offered: its description and input schema "
+            "take %d bytes, over max_tool_bytes (%d)",
+            tool.name,
+            self.config.name,
+            size,
+            self.config.max_tool_bytes,
+        )
+        return False
 
     def _install(self, listed: Sequence[mcp_types.Tool]) -> None:
         fresh: dict[str, McpTool] = {}

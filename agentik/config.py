@@ -388,6 +388,14 @@ class McpServerConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = setting(None, doc=_PER_CALL)
     tools: tuple[str, ...] | None = setting(None, doc="only these of its tools offered; None: all")
+    max_message_bytes: int = setting(16 * _MiB, lo=64 * 1024, hi=1 << 30)
+    """One message from the server (a stdio line, an HTTP body, an SSE event), at most;
+    past it a stdio connection is dropped (and reconnected), an HTTP answer refused."""
+    max_tools: int = setting(512, hi=100_000, doc="tools offered; past it the rest are left out")
+    max_tool_bytes: int = setting(64 * 1024, lo=1024, hi=16 * _MiB)
+    """One tool's description and input schema as JSON, at most; a larger tool is left out."""
+    max_progress_events: int = setting(1_000, lo=0, doc="per call; 0: none")
+    """Progress events one call streams, at most (one per PROGRESS_EVERY); past it, dropped."""
 
     @property
     def target(self) -> str:

@@ -16,7 +16,11 @@ All calls of all runs share the one connection; the SDK matches answers to reque
 A call is bounded by the server's ``call_timeout``: past it the server is sent
 ``notifications/cancelled`` and the LLM gets an error result. Cancelling the calling
 task (an interrupted run) sends ``notifications/cancelled`` too. Progress notifications
-become ``CUSTOM`` events named ``tool_progress``.
+become ``CUSTOM`` events named ``tool_progress``, throttled and capped
+(:mod:`engine_service.tools.mcp.progress`).
+
+What a server sends is bounded by its entry: one message by ``max_message_bytes`` (in the
+transport), the tools offered by ``max_tools`` and ``max_tool_bytes`` (here).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import random
 import time
@@ -40,10 +45,10 @@ from pydantic import ValidationError
 
 from agentik.config import McpServerConfig
 from engine_service import __version__
-from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
+from engine_service.tools.mcp.progress import CallProgress, log_dropped
 from engine_service.tools.mcp.results import disambiguate, tool_name, tool_result
 from engine_service.tools.mcp.transport import STREAM_READ_TIMEOUT, open_transport
 
@@ -181,17 +186,28 @@ class McpToolSource:
         self, remote: str, arguments: dict[str, JSON], context: ToolContext
     ) -> ToolResult:
         """Call the server's tool ``remote``; failures become error results."""
+        progress = CallProgress(context, self.config.max_progress_events)
+        try:
+            result = await self._call(remote, arguments, context, progress)
+            progress.finish()
+            return result
+        finally:
+            progress.cancel()
+            log_dropped(self.log, self.config.name, remote, progress)
+
+    async def _call(
+        self,
+        remote: str,
+        arguments: dict[str, JSON],
+        context: ToolContext,
+        progress: CallProgress,
+    ) -> ToolResult:
         client = self._client
         name = self.config.name
         if client is None:
             # The status may name the server's address or command: for the log, not clients.
             self.log.warning("MCP server %r called while not connected: %s", name, self.describe())
             return _error(f"MCP server {name!r} is not connected")
-
-        async def report(progress: float, total: float | None, message: str | None) -> None:
-            value = {"tool_call_id": context.tool_call_id, "progress": progress}
-            context.emit(Custom(PROGRESS_EVENT, {**value, "total": total, "message": message}))
-
         try:
             meta = mcp_types.RequestParamsMeta()
             meta[IDEMPOTENCY_META_KEY] = context.idempotency_key  # type: ignore[literal-required]
@@ -199,7 +215,7 @@ class McpToolSource:
                 remote,
                 arguments,
                 read_timeout_seconds=self.call_timeout,
-                progress_callback=report,
+                progress_callback=progress,
                 meta=meta,
             )
         except MCPError as exc:
@@ -209,10 +225,12 @@ class McpToolSource:
                     f"{self.call_timeout:g} s; the server was asked to cancel it"
                 )
             if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._connection_lost("the connection closed during a call")
+                self._connection_lost(self._closed_reason(exc.error.message))
                 return self._failed(
-                    f"MCP server {name!r} disconnected during the call; reconnecting"
+                    f"MCP server {name!r} disconnected during the call ({self._lost}); reconnecting"
                 )
+            if exc.code == mcp_types.PARSE_ERROR:
+                return self._failed(self._unreadable(exc.error.message))
             # The server answered: a tool error like any other, not a server failure.
             return _error(f"MCP server {name!r} refused the call: {exc.error.message}")
         except ValidationError as exc:
@@ -227,6 +245,23 @@ class McpToolSource:
                 raise
             return self._failed(f"MCP server {name!r} disconnected during the call; reconnecting")
         return tool_result(result)
+
+    def _closed_reason(self, message: str) -> str:
+        """Why a call's connection closed: an event over the limit is said as such (the SDK
+        ends the call with ``CONNECTION_CLOSED`` and httpx2's wording)."""
+        if "byte limit" in message:
+            limit = self.config.max_message_bytes
+            return f"the server sent an event over {limit} bytes (max_message_bytes)"
+        return "the connection closed during a call"
+
+    def _unreadable(self, message: str) -> str:
+        """The error of an answer the SDK could not read (its own wording stays in the log)."""
+        name = self.config.name
+        if "max_message_bytes" in message:
+            limit = self.config.max_message_bytes
+            return f"MCP server {name!r} sent an answer over {limit} bytes (max_message_bytes)"
+        self.log.warning("MCP server %r sent an unreadable answer: %s", name, message)
+        return f"MCP server {name!r} sent an answer that is not valid JSON-RPC"
 
     def _failed(self, message: str) -> ToolResult:
         """A call the server failed (not answered, timed out, cut): logged, and the result."""
@@ -356,8 +391,8 @@ class McpToolSource:
         elif isinstance(message, mcp_types.ToolListChangedNotification):
             self._want_refresh()
 
-    def _on_stream_end(self) -> None:
-        self._connection_lost("the server closed the connection")
+    def _on_stream_end(self, reason: str) -> None:
+        self._connection_lost(reason)
 
     def _on_stderr(self, line: str) -> None:
         self._last_stderr = line
@@ -386,25 +421,59 @@ class McpToolSource:
     # -- tools ----------------------------------------------------------------------
 
     async def _refresh_tools(self, client: Client) -> None:
+        allowed = self.config.tools
+        limit = self.config.max_tools
         listed: list[mcp_types.Tool] = []
+        seen: set[str] = set()
+        over = False
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             page = await client.list_tools(cursor=cursor)
-            listed.extend(page.tools)
+            for tool in page.tools:
+                if allowed is not None and tool.name not in allowed:
+                    continue
+                seen.add(tool.name)
+                if len(listed) == limit:
+                    over = True
+                    break
+                if self._fits(tool):
+                    listed.append(tool)
             cursor = page.next_cursor
-            if cursor is None:
+            if cursor is None or over:
                 break
-        allowed = self.config.tools
-        if allowed is not None:
-            missing = set(allowed) - {tool.name for tool in listed}
+        if over:
+            self.log.error(
+                "MCP server %r offers more than %d tools (max_tools): only its first %d are "
+                "offered; raise max_tools or name the tools wanted in 'tools'",
+                self.config.name,
+                limit,
+                limit,
+            )
+        if allowed is not None and not over:
+            missing = set(allowed) - seen
             if missing:
                 self.log.warning(
                     "MCP server %r does not offer the allowed tools %s",
                     self.config.name,
                     ", ".join(sorted(missing)),
                 )
-            listed = [tool for tool in listed if tool.name in allowed]
         self._install(listed)
+
+    def _fits(self, tool: mcp_types.Tool) -> bool:
+        """Whether a tool's description and schema fit ``max_tool_bytes`` (else: logged)."""
+        size = len((tool.description or "").encode()) + len((tool.title or "").encode())
+        size += len(json.dumps(tool.input_schema, separators=(",", ":")))
+        if size <= self.config.max_tool_bytes:
+            return True
+        self.log.error(
+            "MCP tool %r of server %r is not offered: its description and input schema "
+            "take %d bytes, over max_tool_bytes (%d)",
+            tool.name,
+            self.config.name,
+            size,
+            self.config.max_tool_bytes,
+        )
+        return False
 
     def _install(self, listed: Sequence[mcp_types.Tool]) -> None:
         fresh: dict[str, McpTool] = {}

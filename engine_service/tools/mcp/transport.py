@@ -1,20 +1,21 @@
 """How agentik reaches one configured MCP server: stdio, streamable HTTP or SSE.
 
 ``open_transport`` gives the MCP ``Client`` the streams of a transport built only from
-the server's config entry. Two additions to the SDK's transports:
+the server's config entry. Additions to the SDK's transports:
 
-- a stdio server's stderr is read through a pipe and handed over line by line (the
-  source logs it on the server's own logger; it never reaches the engine's terminal);
-- the read stream tells its owner when it ends, so a dead server is noticed at once
-  even when no call is in flight.
+- stdio is our own (:mod:`engine_service.tools.mcp.stdio`): stdout lines are bounded by
+  ``max_message_bytes``, and stderr is handed over line by line (the source logs it on the
+  server's own logger; it never reaches the engine's terminal);
+- over HTTP, an answer that is not an event stream (a JSON body, an error body) is read
+  only up to ``max_message_bytes``, and so is each event of a stream;
+- the read stream tells its owner when it ends, and why, so a dead server is noticed at
+  once even when no call is in flight.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import sys
+import logging
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -22,23 +23,32 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx2
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from agentik.config import McpServerConfig
+from engine_service.tools.mcp.stdio import stdio_transport
 
 if TYPE_CHECKING:
     # The SDK re-exports ``Transport`` but not the stream types it is made of.
     from mcp.client._transport import ReadStream, TransportStreams
 
-__all__ = ["STREAM_READ_TIMEOUT", "open_transport"]
+__all__ = ["STREAM_READ_TIMEOUT", "AnswerTooLarge", "open_transport"]
 
 STREAM_READ_TIMEOUT = 300.0
 """The least silence allowed on an HTTP event stream, in seconds (servers send
 keep-alives sooner)."""
-_MAX_LINE = 16 * 1024
-"""A stderr line longer than this is logged in pieces."""
+SERVER_CLOSED = "the server closed the connection"
+
+log = logging.getLogger(__name__)
+
+
+class AnswerTooLarge(httpx2.StreamError):
+    """An HTTP answer over the server's ``max_message_bytes``.
+
+    A ``StreamError`` because that is what the SDK turns into an error answer to the one
+    request (``PARSE_ERROR``) instead of breaking the connection.
+    """
 
 
 @contextlib.asynccontextmanager
@@ -46,141 +56,131 @@ async def open_transport(
     config: McpServerConfig,
     read_timeout: float,
     on_stderr: Callable[[str], None],
-    on_end: Callable[[], None],
+    on_end: Callable[[str], None],
 ) -> AsyncIterator[TransportStreams]:
     """The transport streams for ``config``.
 
     ``read_timeout`` bounds the silence on an HTTP stream; ``on_stderr`` gets each line a
-    stdio server writes to its stderr; ``on_end`` is called when the read side ends.
+    stdio server writes to its stderr; ``on_end`` is told why when the read side ends.
     """
     streams: contextlib.AbstractAsyncContextManager[TransportStreams]
     async with contextlib.AsyncExitStack() as stack:
         if config.transport == "stdio":
-            streams = _stdio(config, on_stderr)
+            streams = stdio_transport(config, on_stderr, on_end)
         elif config.transport == "http":
-            # Redirects stay off: the SDK follows only those within the configured origin.
-            client = httpx2.AsyncClient(
-                headers=config.headers,
-                timeout=httpx2.Timeout(config.connect_timeout, read=read_timeout),
+            client = _http_client(
+                config, config.headers, httpx2.Timeout(config.connect_timeout, read=read_timeout)
             )
             await stack.enter_async_context(client)
-            streams = streamable_http_client(config.url, http_client=client)
+            streams = streamable_http_client(
+                config.url, http_client=client, max_sse_event_size=config.max_message_bytes
+            )
         else:
+            # The SDK's SSE transport bounds each event at 1 MiB (not configurable).
             streams = sse_client(
                 config.url,
                 headers=config.headers or None,
                 timeout=config.connect_timeout,
                 sse_read_timeout=read_timeout,
+                httpx_client_factory=lambda headers=None, timeout=None, auth=None: _http_client(
+                    config, headers, timeout, auth
+                ),
             )
         read, write = await stack.enter_async_context(streams)
         yield _WatchedReadStream(read, on_end), write
 
 
-@contextlib.asynccontextmanager
-async def _stdio(
-    config: McpServerConfig, on_stderr: Callable[[str], None]
-) -> AsyncIterator[TransportStreams]:
-    parameters = StdioServerParameters(
-        command=config.command, args=list(config.args), env=_child_env(config), cwd=config.cwd
+def _http_client(
+    config: McpServerConfig,
+    headers: dict[str, str] | None,
+    timeout: httpx2.Timeout | None,
+    auth: httpx2.Auth | None = None,
+) -> httpx2.AsyncClient:
+    """An HTTP client whose answers are bounded by the server's ``max_message_bytes``.
+
+    Redirects stay off: the SDK follows only those within the configured origin. Hooks,
+    not a transport, so that a proxy from the environment is bounded too.
+    """
+    bound = _BodyBound(config.name, config.max_message_bytes)
+    return httpx2.AsyncClient(
+        headers=headers,
+        timeout=timeout if timeout is not None else httpx2.Timeout(config.connect_timeout),
+        auth=auth,
+        event_hooks={"request": [bound.on_request], "response": [bound.on_response]},
     )
-    stderr = _StderrLines(on_stderr)
-    try:
-        async with stdio_client(parameters, errlog=stderr.child_end) as streams:
-            stderr.release_child_end()
-            yield streams
-    finally:
-        stderr.close()
 
 
-def _child_env(config: McpServerConfig) -> dict[str, str]:
-    """The server's environment: its configured variables, and — unless it sets PATH — a
-    PATH that ends with this Python's own ``bin`` directory, so servers installed beside
-    agentik (``pip install mcp-server-time`` into its virtualenv) are found when agentik runs
-    without the virtualenv activated (``make run``)."""
-    env = dict(config.env)
-    if "PATH" not in env:
-        here = os.path.dirname(sys.executable)
-        path = os.environ.get("PATH", os.defpath)
-        if here not in path.split(os.pathsep):
-            env["PATH"] = f"{path}{os.pathsep}{here}" if path else here
-    return env
+class _BodyBound:
+    """Bounds each HTTP answer of one server that is not an event stream.
 
-
-class _StderrLines:
-    """A pipe whose write end becomes a child's stderr; each line read back is handed on.
-
-    Read with the event loop's reader callbacks, so it needs no thread (POSIX).
+    Answers are asked for unencoded, and an encoded one is refused: counting compressed
+    bytes would let a small gzip body grow past the limit once decoded. Event streams are
+    left to the SDK's per-event limit (``max_sse_event_size``): they are long-lived.
     """
 
-    def __init__(self, on_line: Callable[[str], None]) -> None:
-        self._on_line = on_line
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        self._fd: int | None = read_fd
-        self.child_end = os.fdopen(write_fd, "w", encoding="utf-8")
-        self._buffer = b""
-        self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(read_fd, self._read)
+    def __init__(self, server: str, limit: int) -> None:
+        self.server = server
+        self.limit = limit
 
-    def release_child_end(self) -> None:
-        """Close our copy of the write end: the child holds its own, so EOF means it exited."""
-        if not self.child_end.closed:
-            self.child_end.close()
+    async def on_request(self, request: httpx2.Request) -> None:
+        request.headers["Accept-Encoding"] = "identity"
 
-    def close(self) -> None:
-        """Log what is left in the pipe and stop reading."""
-        self.release_child_end()
-        if self._fd is None:
+    async def on_response(self, response: httpx2.Response) -> None:
+        headers = response.headers
+        if headers.get("content-type", "").lower().startswith("text/event-stream"):
             return
-        while self._fd is not None and self._read():
-            pass
-        self._stop()
+        why = ""
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            why = f"the server sent an answer encoded as {encoding!r}, though asked for none"
+        elif (
+            headers.get("content-length", "0").isdigit()
+            and int(headers["content-length"]) > self.limit
+        ):
+            why = self.reason
+        inner = response.stream
+        assert isinstance(inner, httpx2.AsyncByteStream)
+        response.stream = _BoundedStream(inner, self, why)
 
-    def _read(self) -> bool:
-        """Read one chunk; False when nothing more is ready now."""
-        assert self._fd is not None
-        try:
-            chunk = os.read(self._fd, 65536)
-        except BlockingIOError:
-            return False
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._stop()
-            return False
-        lines = (self._buffer + chunk).split(b"\n")
-        self._buffer = lines.pop()
-        if len(self._buffer) > _MAX_LINE:
-            lines.append(self._buffer)
-            self._buffer = b""
-        for line in lines:
-            self._emit(line)
-        return True
+    @property
+    def reason(self) -> str:
+        return f"the server sent an answer over {self.limit} bytes (max_message_bytes)"
 
-    def _emit(self, line: bytes) -> None:
-        text = line.decode("utf-8", "replace").rstrip()
-        if text:
-            self._on_line(text)
+    def refuse(self, why: str) -> AnswerTooLarge:
+        log.warning("MCP server %r: %s; the answer is refused", self.server, why)
+        return AnswerTooLarge(why)
 
-    def _stop(self) -> None:
-        if self._fd is None:
-            return
-        self._loop.remove_reader(self._fd)
-        os.close(self._fd)
-        self._fd = None
-        if self._buffer:
-            self._emit(self._buffer)
-            self._buffer = b""
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    """A response body that raises AnswerTooLarge past the limit (or at once, with ``why``)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, bound: _BodyBound, why: str) -> None:
+        self._inner = inner
+        self._bound = bound
+        self._why = why
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._why:
+            raise self._bound.refuse(self._why)
+        count = 0
+        async for chunk in self._inner:
+            count += len(chunk)
+            if count > self._bound.limit:
+                raise self._bound.refuse(self._bound.reason)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class _WatchedReadStream:
     """A transport's read stream that reports its end (EOF or closed) once."""
 
     def __init__(
-        self, inner: ReadStream[SessionMessage | Exception], on_end: Callable[[], None]
+        self, inner: ReadStream[SessionMessage | Exception], on_end: Callable[[str], None]
     ) -> None:
         self._inner = inner
-        self._on_end: Callable[[], None] | None = on_end
+        self._on_end: Callable[[str], None] | None = on_end
 
     @property
     def last_context(self) -> Any:
@@ -190,7 +190,7 @@ class _WatchedReadStream:
     def _ended(self) -> None:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
-            on_end()
+            on_end(SERVER_CLOSED)
 
     async def receive(self) -> SessionMessage | Exception:
         try:

@@ -1,12 +1,16 @@
 """A real MCP server for the tests, built with the SDK's ``MCPServer``.
 
-Run as ``python demo_server.py stdio|http|sse [--port N]``. Over HTTP and SSE it binds
-127.0.0.1 on port N (default: a free one) and prints the port on its first stdout line.
+Run as ``python demo_server.py stdio|http|sse [--port N] [--json] [--extra-tools N]
+[--wordy BYTES]``. Over HTTP and SSE it binds 127.0.0.1 on port N (default: a free one) and
+prints the port on its first stdout line; ``--json`` answers streamable HTTP requests with
+JSON bodies instead of event streams. ``--extra-tools N`` adds the tools ``extra_0`` …,
+``--wordy BYTES`` a tool ``wordy`` with a description of that many bytes.
 
 Tools: ``slow`` (reports progress; writes the line ``cancelled`` to stderr when the
 client cancels it), ``fail`` (an error result), ``image`` (a PNG), ``grow`` / ``shrink``
 (change the tool list and announce it), ``pid``, ``env``, ``header``, ``shout`` (writes
-to stderr) and ``structured`` (structured content only).
+to stderr), ``structured`` (structured content only), ``big`` (a text of N bytes) and
+``flood`` (N progress notifications as fast as it can).
 """
 
 from __future__ import annotations
@@ -133,13 +137,48 @@ def structured() -> CallToolResult:
     return CallToolResult(content=[], structured_content={"answer": 42, "unit": "none"})
 
 
-def _serve_http(transport: str, port: int) -> None:
+@server.tool()
+async def big(size: int, ctx: Context) -> str:
+    """A text of ``size`` bytes (after a progress notification, so that a streamable HTTP
+    server not in ``--json`` mode answers with an event stream)."""
+    await ctx.report_progress(0, 1, "making it")
+    return "y" * size
+
+
+@server.tool()
+async def flood(n: int, ctx: Context) -> str:
+    """Report progress ``n`` times, as fast as it can."""
+    for step in range(n):
+        await ctx.report_progress(step, n, f"step {step}")
+    return f"sent {n}"
+
+
+def _add_tools(extra: int, wordy: int) -> None:
+    for number in range(extra):
+
+        def tool() -> str:
+            return "extra"
+
+        server.add_tool(tool, name=f"extra_{number}", description="an extra tool")
+    if wordy:
+
+        def wordy_tool() -> str:
+            return "wordy"
+
+        server.add_tool(wordy_tool, name="wordy", description="w" * wordy)
+
+
+def _serve_http(transport: str, port: int, json_response: bool) -> None:
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(128)
     print(listener.getsockname()[1], flush=True)
-    app: Any = server.streamable_http_app() if transport == "http" else server.sse_app()
+    app: Any = (
+        server.streamable_http_app(json_response=json_response)
+        if transport == "http"
+        else server.sse_app()
+    )
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     asyncio.run(uvicorn.Server(config).serve(sockets=[listener]))
 
@@ -148,11 +187,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("transport", choices=["stdio", "http", "sse"])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--extra-tools", type=int, default=0)
+    parser.add_argument("--wordy", type=int, default=0)
     options = parser.parse_args()
+    _add_tools(options.extra_tools, options.wordy)
     if options.transport == "stdio":
         server.run("stdio")
     else:
-        _serve_http(options.transport, options.port)
+        _serve_http(options.transport, options.port, options.json)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from engine_service.core.tool import ToolContext
 from engine_service.tools.mcp.tool import McpToolSource
 
 DEMO = str(Path(__file__).with_name("demo_server.py"))
+RAW = str(Path(__file__).with_name("raw_stdio_server.py"))
 WAIT = 20.0
 """Upper bound for every wait here: a Python MCP server takes a second or two to start."""
 
@@ -43,6 +44,14 @@ def demo_stdio_config(**changes: Any) -> McpServerConfig:
         command=sys.executable,
         args=(DEMO, "stdio"),
         connect_timeout=WAIT,
+    )
+    return dataclasses.replace(config, **changes)
+
+
+def raw_stdio_config(**changes: Any) -> McpServerConfig:
+    """The bare JSON-RPC server over stdio (``raw_stdio_server.py``)."""
+    config = McpServerConfig(
+        name="raw", transport="stdio", command=sys.executable, args=(RAW,), connect_timeout=WAIT
     )
     return dataclasses.replace(config, **changes)
 
@@ -98,6 +107,7 @@ class DemoHttpServer:
     port: int
     stderr: Lines
     process: asyncio.subprocess.Process
+    options: tuple[str, ...] = ()
 
     async def kill(self) -> None:
         """SIGKILL the server and wait for it to be gone."""
@@ -121,14 +131,18 @@ class DemoHttpServer:
 
 
 @contextlib.asynccontextmanager
-async def demo_http_server(transport: str, port: int = 0) -> AsyncIterator[DemoHttpServer]:
-    """Run the demo server over ``http`` (streamable HTTP) or ``sse`` until the block ends."""
+async def demo_http_server(
+    transport: str, port: int = 0, *options: str
+) -> AsyncIterator[DemoHttpServer]:
+    """Run the demo server over ``http`` (streamable HTTP) or ``sse`` until the block ends;
+    ``options``: more of its command-line options (``--json``)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         DEMO,
         transport,
         "--port",
         str(port),
+        *options,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -144,7 +158,7 @@ async def demo_http_server(transport: str, port: int = 0) -> AsyncIterator[DemoH
         assert process.stdout is not None
         async with asyncio.timeout(WAIT):
             port = int(await process.stdout.readline())
-        yield DemoHttpServer(transport, port, stderr, process)
+        yield DemoHttpServer(transport, port, stderr, process, options)
     finally:
         if process.returncode is None:
             process.kill()

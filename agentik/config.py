@@ -36,6 +36,7 @@ CONFIG_ENV = "AGENTIK_CONFIG"
 A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
 CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_MAX_STRANDED_CALLS = 8
 MAX_AGENTS = 256
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
 DEFAULT_SYSTEM_PROMPT = (
@@ -539,6 +540,9 @@ class PythonToolConfig:
     name: str | None = setting(None, name=64, strip=False, must="1 to 64 of A-Z a-z 0-9 _ -")
     description: str | None = setting(None, must="a non-empty string")
     timeout: float | None = setting(None, must="a positive number of seconds", doc=_PER_CALL)
+    max_stranded_calls: int = setting(DEFAULT_MAX_STRANDED_CALLS, must="a positive integer")
+    """A plain ``def``'s calls still running after their timeout or interrupt (Python cannot
+    stop a thread) at most; with that many, a new call is refused, not started."""
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:

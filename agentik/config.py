@@ -37,6 +37,7 @@ A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
 CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_STRANDED_CALLS = 8
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 MAX_AGENTS = 256
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
 DEFAULT_SYSTEM_PROMPT = (
@@ -436,6 +437,9 @@ class A2aAgentConfig:
     description: str = setting("", doc="the tool's description; empty: from the card")
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = setting(None, doc=_PER_CALL)
+    max_response_bytes: int = setting(DEFAULT_MAX_RESPONSE_BYTES, lo=1024, hi=1 << 40)
+    """The largest answer the engine reads from the agent: a JSON body, or one event of a
+    stream; past it the call fails and the remote task is cancelled."""
 
     @property
     def card_url(self) -> str:

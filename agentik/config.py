@@ -36,6 +36,8 @@ CONFIG_ENV = "AGENTIK_CONFIG"
 A2A_AGENTS_ENV = "AGENTIK_A2A_AGENTS"
 CARD_PATH = "/.well-known/agent-card.json"
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_MAX_STRANDED_CALLS = 8
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 MAX_AGENTS = 256
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
 DEFAULT_SYSTEM_PROMPT = (
@@ -443,6 +445,9 @@ class A2aAgentConfig:
     description: str = setting("", doc="the tool's description; empty: from the card")
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     call_timeout: float | None = setting(None, doc=_PER_CALL)
+    max_response_bytes: int = setting(DEFAULT_MAX_RESPONSE_BYTES, lo=1024, hi=1 << 40)
+    """The largest answer the engine reads from the agent: a JSON body, or one event of a
+    stream; past it the call fails and the remote task is cancelled."""
 
     @property
     def card_url(self) -> str:
@@ -547,6 +552,9 @@ class PythonToolConfig:
     name: str | None = setting(None, name=64, strip=False, must="1 to 64 of A-Z a-z 0-9 _ -")
     description: str | None = setting(None, must="a non-empty string")
     timeout: float | None = setting(None, must="a positive number of seconds", doc=_PER_CALL)
+    max_stranded_calls: int = setting(DEFAULT_MAX_STRANDED_CALLS, must="a positive integer")
+    """A plain ``def``'s calls still running after their timeout or interrupt (Python cannot
+    stop a thread) at most; with that many, a new call is refused, not started."""
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:

@@ -3,8 +3,8 @@
 Imported only when metrics are on: ``prometheus_client`` is not loaded otherwise, and
 nothing here runs per streamed event. Runs are counted once at their start and once at
 their end (tokens from the LLM's usage, tool calls from the run's list); gRPC calls once
-each (``GrpcMetrics``); MCP servers are read when Prometheus scrapes. docs/operations.md
-lists every metric.
+each (``GrpcMetrics``); MCP servers, A2A agents and Python tools' stranded calls are read
+when Prometheus scrapes. docs/operations.md lists every metric.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from engine_service.tools.a2a.tool import A2aAgentSource
     from engine_service.tools.mcp.sources import McpToolSources
     from engine_service.tools.mcp.tool import McpToolSource
+    from engine_service.tools.python.tool import PythonTool
 
 __all__ = ["EngineMetrics", "GrpcMetrics", "serve_metrics"]
 
@@ -60,6 +61,24 @@ class _SourceStatus(Collector):
         for source in self.sources:
             up = 1.0 if source.state.value == "ready" else 0.0
             family.add_metric([source.config.name, source.state.value], up)
+        yield family
+
+
+class _StrandedCalls(Collector):
+    """A gauge per ``[[tools.python]]`` tool: its calls still running after a timeout or an
+    interrupt (``ToolThreads``), read at scrape time."""
+
+    def __init__(self, tools: Iterable[PythonTool]) -> None:
+        self.tools = tools
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "agentik_python_tool_stranded_calls",
+            "Calls of a Python tool still running after their timeout or interrupt.",
+            labels=["tool"],
+        )
+        for tool in self.tools:
+            family.add_metric([tool.name], float(tool.threads.stranded))
         yield family
 
 
@@ -159,6 +178,11 @@ class EngineMetrics:
             self.registry.register(
                 _SourceStatus("agentik_a2a_agent_up", help_text, "agent", agents)
             )
+
+    def watch_python(self, tools: Iterable[PythonTool]) -> None:
+        tools = list(tools)
+        if tools:
+            self.registry.register(_StrandedCalls(tools))
 
     def webhook_attempt(self, kind: str, outcome: str) -> None:
         """Count one delivery attempt (``outcome``: delivered, retry or failed)."""

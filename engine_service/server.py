@@ -224,6 +224,10 @@ class EngineServer:
             engine.observe(self.metrics)
             self.metrics.watch_mcp(self.mcp)
             self.metrics.watch_a2a(self.a2a)
+            if settings.tools.python:  # pydantic loads only when Python tools are configured
+                from engine_service.tools.python.tool import PythonTool
+
+                self.metrics.watch_python(t for t in engine.tools if isinstance(t, PythonTool))
             # Unary calls; the streams (Run, Subscribe) are timed by the servicer's hook.
             interceptors.append(GrpcMetrics(self.metrics))
         # MalformedRequests last: the others wrap its handler and see its refusals.

@@ -87,6 +87,9 @@ class _Entry:
     """The compaction the runs start from (``core.context``); ``covered`` is its position + 1."""
     runs: dict[str, RunRecord] = field(default_factory=dict)
     """By id, in the order they began."""
+    kept: dict[str, str] = field(default_factory=dict)
+    """Run id → what the run kept of its request (``begin_run``'s ``kept``); it goes with
+    the session, as the SQL stores' column goes with the run's row."""
     events: list[tuple[int, float, str, str]] = field(default_factory=list)
     """(seq, time, run id, stored JSON body) ascending by seq."""
     input_tokens: int = 0
@@ -148,8 +151,6 @@ class MemorySessionStore(SessionStore):
         """The outbox: each delivery with the replica holding it and its lease's end."""
         self._push: dict[tuple[str, str], PushConfig] = {}
         """Push configs by (task id, config id), in the order they were added."""
-        self._kept: dict[tuple[str, str], str] = {}
-        """What each run kept of its request (``begin_run``'s ``kept``)."""
         self._alive: dict[str, datetime] = {}
         """Each replica and until when it is alive (``note_alive``)."""
 
@@ -418,7 +419,7 @@ class MemorySessionStore(SessionStore):
         )
         self._run_ids.add(run_id)
         if kept:
-            self._kept[(session_id, run_id)] = kept
+            entry.kept[run_id] = kept
         entry.active_run_id = run_id
         entry.updated_at = now
         if opening is not None and opened:
@@ -547,8 +548,7 @@ class MemorySessionStore(SessionStore):
         return asked_by
 
     async def kept_input(self, session_id: str, run_id: str) -> str:
-        self._entry(session_id)
-        return self._kept.get((session_id, run_id), "")
+        return self._entry(session_id).kept.get(run_id, "")
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
         run = self._entry(session_id).runs.get(run_id)

@@ -9,6 +9,7 @@ import pytest
 
 from agentik.config import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_RESPONSE_BYTES,
     A2aAgentConfig,
     A2aSettings,
     ConfigError,
@@ -52,6 +53,7 @@ endpoint = "https://internal.example.com:8000/rpc"
 description = "Finds papers."
 connect_timeout = 5
 call_timeout = 90.5
+max_response_bytes = 65536
 
 [[a2a.agents]]
 name = "plain-2"
@@ -70,6 +72,7 @@ def test_every_key_of_an_entry_is_read(tmp_path: Path) -> None:
         description="Finds papers.",
         connect_timeout=5.0,
         call_timeout=90.5,
+        max_response_bytes=65536,
     )
     assert plain == A2aAgentConfig(
         name="plain-2", url="https://user:pw@cards.example.com:8443/agents/plain.json?x=1"
@@ -77,6 +80,7 @@ def test_every_key_of_an_entry_is_read(tmp_path: Path) -> None:
     assert plain.headers == {} and plain.endpoint == "" and plain.description == ""
     assert plain.connect_timeout == DEFAULT_CONNECT_TIMEOUT
     assert plain.call_timeout is None
+    assert plain.max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES == 4 * 1024 * 1024
     assert settings.mcp.servers == ()
 
 
@@ -171,6 +175,23 @@ def test_the_web_facade_skips_the_agents_and_needs_none_of_their_variables(
     assert "RESEARCH_TOKEN" in _refused(tmp_path, _RESEARCH)
     # A broken AGENTIK_A2A_AGENTS is not the facade's business either.
     assert load_settings(None, {"AGENTIK_A2A_AGENTS": "bad item"}, mcp=False).a2a.agents == ()
+
+
+@pytest.mark.parametrize("size", [0, 1023, "1MB"])
+def test_a_max_response_bytes_under_1024_or_not_a_number_is_refused(
+    tmp_path: Path, size: object
+) -> None:
+    value = f'"{size}"' if isinstance(size, str) else size
+    message = _refused(
+        tmp_path,
+        '[[a2a.agents]]\nname = "a"\nurl = "https://a.example.com/"\n'
+        f"max_response_bytes = {value}\n",
+    )
+    path = str(tmp_path / "agentik.toml")
+    why = "must be an integer, not str" if isinstance(size, str) else "must be between 1024 and"
+    assert message.startswith(
+        f"invalid max_response_bytes of [[a2a.agents]] entry 1 in {path!r} ('a'): {why}"
+    )
 
 
 def test_an_unknown_key_gets_a_did_you_mean_hint(tmp_path: Path) -> None:

@@ -198,6 +198,21 @@ async def test_deleting_a_session_removes_everything_it_holds(store: SessionStor
     assert await store.read_events("s1", 0, 0) == []
 
 
+async def test_deleting_a_session_drops_what_its_runs_kept_of_their_requests(
+    store: SessionStore,
+) -> None:
+    kept = '{"tools": [{"name": "client_tool"}]}'
+    await store.begin_run("s1", "r1", at(0), create=True, kept=kept)
+    assert await store.kept_input("s1", "r1") == kept
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1))
+
+    await store.delete_session("s1")
+
+    # The ids are free again; a run that keeps nothing finds nothing of the deleted one.
+    await store.begin_run("s1", "r1", at(2), create=True)
+    assert await store.kept_input("s1", "r1") == ""
+
+
 async def test_deleting_a_busy_session_raises_session_busy_and_deletes_nothing(
     store: SessionStore,
 ) -> None:

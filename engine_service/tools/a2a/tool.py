@@ -20,6 +20,10 @@ learn it). Remote failures, refusals and unreachable agents are error results th
 reads; they name the agent, never its address (tool results reach clients), and the log
 has the details.
 
+Every answer is read through :class:`BoundedTransport`: a JSON body, or one event of a
+stream, over the agent's ``max_response_bytes`` ends the call like a timeout (the remote
+task cancelled) before the engine holds more of it.
+
 The configured ``headers`` go with every request; a card naming an endpoint on another
 origin than the card's is not called with them (``endpoint`` in the config says where to
 call instead).
@@ -66,6 +70,7 @@ from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
+from engine_service.tools.a2a.bounded import IDENTITY, BoundedTransport, ResponseTooLarge
 
 __all__ = ["A2aAgentSource", "A2aAgentTool", "AgentState", "context_id_for"]
 
@@ -327,11 +332,14 @@ class A2aAgentSource:
 
     async def _run(self) -> None:
         self.log.info("A2A agent %r: card at %s", self.config.name, self.config.target)
+        headers = httpx.Headers(self.config.headers)
+        headers.update(IDENTITY)  # uncompressed: the bytes counted are the bytes held
         self._http = httpx.AsyncClient(
-            headers=self.config.headers,
+            headers=headers,
             timeout=httpx.Timeout(self.call_timeout, connect=self.config.connect_timeout),
             follow_redirects=False,
             event_hooks=_trace_hooks(),
+            transport=BoundedTransport(self.config.max_response_bytes),
         )
         failures = 0
         while True:
@@ -514,6 +522,12 @@ class A2aAgentSource:
             return self._failed(
                 f"the agent {name!r} did not finish within {self.call_timeout:g} s; {what}"
             )
+        except ResponseTooLarge as exc:
+            # What was read is dropped; the task goes on there unless cancelled, as on a timeout.
+            call.abandoned = True
+            cancelled = await self._cancel_remote(client, call, reader)
+            what = "its task was cancelled" if cancelled else "its task could not be cancelled"
+            return self._failed(f"{_too_large(name, exc)}; {what}")
         except asyncio.CancelledError:
             # Our run was interrupted: the stream ends now, the remote task is cancelled
             # in the background.
@@ -749,9 +763,21 @@ def _describe(card: AgentCard) -> str:
     return text if len(text) <= MAX_DESCRIPTION_CHARS else text[: MAX_DESCRIPTION_CHARS - 1] + "…"
 
 
+def _too_large(name: str, exc: ResponseTooLarge) -> str:
+    return (
+        f"the agent {name!r} sent an answer over {exc.limit:,} bytes "
+        "([[a2a.agents]] max_response_bytes)"
+    )
+
+
 def _why_card_failed(exc: Exception, config: A2aAgentConfig) -> str:
     if isinstance(exc, _CardError):
         return str(exc)
+    if isinstance(exc, ResponseTooLarge):
+        return (
+            f"the card at {config.target} is larger than {exc.limit:,} bytes "
+            "([[a2a.agents]] max_response_bytes)"
+        )
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
         return f"no card within the connect timeout of {config.connect_timeout:g} s"
     if isinstance(exc, httpx.HTTPError):
@@ -765,6 +791,8 @@ def _why_call_failed(exc: BaseException, name: str) -> str:
     """Words for the LLM (and the client that sees tool results): no address, no trace."""
     if isinstance(exc, A2AClientTimeoutError | httpx.TimeoutException | TimeoutError):
         return f"the agent {name!r} did not answer in time"
+    if isinstance(exc, ResponseTooLarge):  # while cancelling or listing tasks
+        return _too_large(name, exc)
     cause = exc.__cause__
     if isinstance(cause, httpx.HTTPStatusError) or isinstance(exc, httpx.HTTPStatusError):
         status_error = cause if isinstance(cause, httpx.HTTPStatusError) else exc

@@ -11,6 +11,9 @@ a thread, so after a timeout or an interrupt the run moves on while the thread f
 its own and its result is dropped. That thread is a daemon, not one of
 ``asyncio.to_thread``'s pool: a function that never returns would otherwise hold a pool
 worker (the pool is shared and small) and delay the engine's exit, which joins the pool.
+Such *stranded* threads are counted per tool (:class:`ToolThreads`): with
+``max_stranded_calls`` of them still running, a new call is refused instead of adding one
+more thread that may never end.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import importlib
 import inspect
+import logging
 import re
 import threading
 import typing
@@ -29,12 +34,20 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from agentik.config import PythonToolConfig
+from agentik.config import DEFAULT_MAX_STRANDED_CALLS, PythonToolConfig
 from engine_service.core.models import JSON
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.tool import Tool, ToolContext, ToolError, ToolResult
 
-__all__ = ["PythonTool", "PythonToolLoadError", "load_python_tool", "register_python_tools"]
+__all__ = [
+    "PythonTool",
+    "PythonToolLoadError",
+    "ToolThreads",
+    "load_python_tool",
+    "register_python_tools",
+]
+
+log = logging.getLogger(__name__)
 
 SOURCE = "python"
 
@@ -59,6 +72,7 @@ class PythonTool(Tool):
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        max_stranded_calls: int = DEFAULT_MAX_STRANDED_CALLS,
     ) -> None:
         self.function = function
         self.name = name or function.__name__
@@ -68,6 +82,7 @@ class PythonTool(Tool):
         self._model = _arguments_model(function, arg_docs)
         self._is_async = inspect.iscoroutinefunction(function)
         self.parameters = _schema(self._model)
+        self.threads = ToolThreads(self.name, max_stranded_calls)
 
     async def call(self, arguments: dict[str, JSON], context: ToolContext) -> ToolResult:
         try:
@@ -82,7 +97,7 @@ class PythonTool(Tool):
             if self._is_async:
                 value = await self.function(**kwargs)
             else:
-                value = await _in_thread(self.function, kwargs)
+                value = await self.threads.run(self.function, kwargs)
         except ToolError:
             raise
         except Exception as exc:
@@ -90,33 +105,113 @@ class PythonTool(Tool):
         return ToolResult(_text(value))
 
 
-async def _in_thread(function: Callable[..., Any], kwargs: dict[str, Any]) -> object:
-    """``function(**kwargs)`` in a daemon thread, with the caller's context variables."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[object] = loop.create_future()
-    context = contextvars.copy_context()
+@dataclasses.dataclass(slots=True)
+class _Thread:
+    """One call's thread, as its tool counts it."""
 
-    def settle(value: object, error: BaseException | None) -> None:
-        if future.done():  # cancelled: a timeout or an interrupt came first
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
+    returned: bool = False
+    stranded: bool = False
+    """Its caller stopped waiting (a timeout or an interrupt) before it returned."""
 
-    def work() -> None:
-        value: object = None
-        error: BaseException | None = None
+
+class ToolThreads:
+    """The threads of one plain-``def`` tool's calls, and how many are stranded.
+
+    A call runs ``function(**kwargs)`` in a daemon thread of its own. When the caller stops
+    waiting first (a timeout or an interrupt), the thread runs on, since Python cannot stop
+    it, and counts as stranded until the function returns. While ``limit`` threads are
+    stranded, a new call is refused with a ``ToolError`` and starts nothing: a function that
+    hangs (a socket read without a timeout, a lock) cannot pile up threads call after call.
+    The count is kept under a lock: the threads end on their own, off the event loop.
+    """
+
+    def __init__(self, tool: str, limit: int) -> None:
+        self.tool = tool
+        self.limit = limit
+        self._stranded = 0
+        self._lock = threading.Lock()
+
+    @property
+    def stranded(self) -> int:
+        """Threads still running whose caller stopped waiting."""
+        return self._stranded
+
+    async def run(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> object:
+        """``function(**kwargs)`` in a daemon thread, with the caller's context variables."""
+        with self._lock:
+            stranded = self._stranded
+        if stranded >= self.limit:
+            raise ToolError(self._refusal(stranded))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        context = contextvars.copy_context()
+        thread = _Thread()
+
+        def settle(value: object, error: BaseException | None) -> None:
+            if future.done():  # cancelled: a timeout or an interrupt came first
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        def work() -> None:
+            value: object = None
+            error: BaseException | None = None
+            try:
+                value = context.run(function, **kwargs)
+            except BaseException as exc:  # handed to the awaiting task
+                error = exc
+            self._returned(thread)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, value, error)
+
+        threading.Thread(target=work, name=f"python-tool-{self.tool}", daemon=True).start()
         try:
-            value = context.run(function, **kwargs)
-        except BaseException as exc:  # handed to the awaiting task
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, value, error)
+            return await future
+        except asyncio.CancelledError:
+            self._strand(thread)
+            raise
 
-    name = f"python-tool-{getattr(function, '__name__', 'function')}"
-    threading.Thread(target=work, name=name, daemon=True).start()
-    return await future
+    def _strand(self, thread: _Thread) -> None:
+        with self._lock:
+            if thread.returned:
+                return
+            thread.stranded = True
+            self._stranded += 1
+            stranded = self._stranded
+        if stranded == self.limit:  # once each time the count reaches the limit
+            log.warning(
+                "python tool %r: %s still running after a timeout or an interrupt "
+                "([[tools.python]] max_stranded_calls = %d); new calls are refused until one "
+                "returns",
+                self.tool,
+                _calls_are(stranded),
+                self.limit,
+            )
+
+    def _returned(self, thread: _Thread) -> None:
+        with self._lock:
+            thread.returned = True
+            if not thread.stranded:
+                return
+            self._stranded -= 1
+            stranded = self._stranded
+        if stranded == self.limit - 1:
+            log.info(
+                "python tool %r: a stranded call returned; calls are accepted again", self.tool
+            )
+
+    def _refusal(self, stranded: int) -> str:
+        return (
+            f"tool {self.tool!r} not started: {_calls_are(stranded, 'earlier ')} still running "
+            f"after a timeout or an interrupt ([[tools.python]] max_stranded_calls = "
+            f"{self.limit}); try again later"
+        )
+
+
+def _calls_are(count: int, which: str = "") -> str:
+    return f"1 {which}call is" if count == 1 else f"{count} {which}calls are"
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -253,7 +348,11 @@ def load_python_tool(config: PythonToolConfig) -> PythonTool:
             kind = type(function).__name__
             raise PythonToolLoadError(f"{config.function!r} is not a function (it is a {kind})")
         tool = PythonTool(
-            function, name=config.name, description=config.description, timeout=config.timeout
+            function,
+            name=config.name,
+            description=config.description,
+            timeout=config.timeout,
+            max_stranded_calls=config.max_stranded_calls,
         )
         if not _TOOL_NAME.match(tool.name):
             raise PythonToolLoadError(

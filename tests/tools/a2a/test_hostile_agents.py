@@ -300,6 +300,46 @@ async def test_a_gigantic_artifact_is_clipped_with_a_note(
     )
 
 
+async def test_an_answer_over_max_response_bytes_stops_the_read_and_cancels_the_task(
+    llm: FakeOpenAI, hostile: HostileAgent
+) -> None:
+    # One event of 10 MB against a 64 KiB limit: the read stops at the limit (the agent sees
+    # the engine leave mid-answer), the LLM reads why, and the remote task is cancelled.
+    llm.enqueue(_call("big 10000000", "b1"))
+    agent = _agent(hostile, max_response_bytes=64 * 1024)
+    async with running_engine(_settings(llm, agent)) as harness:
+        await _ready(harness)
+        events = await collect(harness.stub.Run(_run("rev-too-big")))
+        assert await _until(lambda: hostile.gone >= 1), "the answer was read to its end"
+        await _still_works(harness, llm, hostile, "rev-too-big")
+
+    _finished(events)
+    result = _result(events)
+    assert result.is_error
+    assert result.content == (
+        "error: the agent 'hostile' sent an answer over 65,536 bytes "
+        "([[a2a.agents]] max_response_bytes); its task was cancelled"
+    )
+    assert hostile.cancelled() == ["hostile-task-1"]
+    _assert_hidden(events, hostile)
+
+
+async def test_max_response_bytes_bounds_each_event_of_a_stream_not_the_whole_stream(
+    llm: FakeOpenAI, hostile: HostileAgent
+) -> None:
+    # Twenty events of 50,000 characters: 1 MB in all, each under the 64 KiB limit.
+    llm.enqueue(_call("big-chunks 20 50000", "bc1"))
+    agent = _agent(hostile, max_response_bytes=64 * 1024)
+    async with running_engine(_settings(llm, agent)) as harness:
+        await _ready(harness)
+        events = await collect(harness.stub.Run(_run("rev-many-events")))
+
+    _finished(events)
+    result = _result(events)
+    assert not result.is_error
+    assert result.content.endswith("(truncated: the answer had 1,000,000 characters)")
+
+
 async def test_a_gigantic_artifact_streamed_in_chunks_is_clipped_with_a_true_note(
     llm: FakeOpenAI, hostile: HostileAgent
 ) -> None:
@@ -415,6 +455,21 @@ async def test_a_card_larger_than_1_mb_leaves_the_agent_unavailable(
     assert text_of(events) == "Echo: hi"
     offered = [tool["function"]["name"] for tool in llm.requests[0]["tools"]]
     assert NAME not in offered
+    assert server.calls() == []
+
+
+async def test_a_card_over_max_response_bytes_leaves_the_agent_unavailable_naming_it(
+    llm: FakeOpenAI,
+) -> None:
+    with HostileAgent(card="huge") as server:
+        agent = _agent(server, max_response_bytes=64 * 1024)
+        async with running_engine(_settings(llm, agent)) as harness:
+            source = await _settled(harness)
+            assert source.state is AgentState.UNAVAILABLE
+            assert source.reason == (
+                f"the card at {agent.target} is larger than 65,536 bytes "
+                "([[a2a.agents]] max_response_bytes)"
+            )
     assert server.calls() == []
 
 

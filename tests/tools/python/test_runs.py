@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,18 +23,11 @@ from tests.engine.harness import (
     text_of,
     user,
 )
+from tests.engine.test_metrics import scrape
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.tools import sample_tools
 
 SAMPLES = "tests.tools.sample_tools"
-
-
-@pytest.fixture(autouse=True)
-def fresh_events() -> Iterator[None]:
-    for event in (sample_tools.started, sample_tools.release, sample_tools.cancelled):
-        event.clear()
-    yield
-    sample_tools.release.set()  # a thread still blocked in wait_sync ends now
 
 
 def config(tmp_path: Path, *tables: str) -> str:
@@ -137,6 +130,46 @@ async def test_a_python_tool_past_its_timeout_is_a_tool_error(
     assert events[-1].run_finished.outcome == pb.OUTCOME_TYPE_SUCCESS
     if function == "wait_async":
         assert sample_tools.cancelled.is_set()
+
+
+async def test_a_python_tool_with_max_stranded_calls_running_is_refused_and_counted(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    table = f'function = "{SAMPLES}:wait_sync"\ntimeout = 0.2\nmax_stranded_calls = 1'
+    settings = engine_settings(
+        AGENTIK_CONFIG=config(tmp_path, table),
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="k",
+        AGENTIK_METRICS_ADDR="127.0.0.1:0",
+    )
+    stranded = ("agentik_python_tool_stranded_calls", frozenset({("tool", "wait_sync")}))
+
+    async def turn(session_id: str) -> pb.ToolCallResult:
+        request = pb.RunRequest(
+            session_id=session_id, create_session=True, messages=[user("[[tool:wait_sync {}]]")]
+        )
+        return result_of(await collect(harness.stub.Run(request)))
+
+    async with running_engine(settings) as harness:
+        assert (await scrape(harness))[stranded] == 0
+        timed_out = await turn("first")
+        assert (await scrape(harness))[stranded] == 1
+        refused = await turn("second")
+
+        sample_tools.release.set()  # the stranded thread returns: its slot is free again
+        for thread in threading.enumerate():
+            if thread.name == "python-tool-wait_sync":
+                thread.join(WAIT)
+        assert (await scrape(harness))[stranded] == 0
+        again = await turn("third")
+
+    assert timed_out.content == "error: tool 'wait_sync' timed out after 0.2 s"
+    assert refused.is_error
+    assert refused.content == (
+        "error: tool 'wait_sync' not started: 1 earlier call is still running after a timeout "
+        "or an interrupt ([[tools.python]] max_stranded_calls = 1); try again later"
+    )
+    assert (again.is_error, again.content) == (False, "released")
 
 
 async def test_an_interrupt_cancels_a_running_async_python_tool(

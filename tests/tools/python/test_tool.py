@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from engine_service.tools.python.tool import (
     parse_docstring,
     register_python_tools,
 )
+from tests.engine.harness import WAIT
 from tests.tools import sample_tools
 
 SAMPLES = "tests.tools.sample_tools"
@@ -132,6 +136,79 @@ async def test_a_sync_function_runs_and_its_pydantic_model_is_dumped_as_json() -
 async def test_a_sync_function_runs_in_a_daemon_thread_off_the_event_loop() -> None:
     result = await PythonTool(sample_tools.which_thread).call({}, context())
     assert json.loads(result.content) == {"main": False, "daemon": True}
+
+
+def threads_named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"python-tool-{name}"]
+
+
+async def test_a_tool_with_max_stranded_calls_still_running_refuses_new_calls_until_one_returns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="engine_service.tools.python.tool")
+    tool = PythonTool(sample_tools.wait_sync, name="stuck", max_stranded_calls=2)
+    # A timeout strands one call: its thread blocks on ``release``, which only the test sets.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0):
+            await tool.call({}, context())
+    # An interrupt strands another.
+    interrupted = asyncio.ensure_future(tool.call({}, context()))
+    async with asyncio.timeout(WAIT):
+        await asyncio.to_thread(sample_tools.started.wait, WAIT)
+    interrupted.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await interrupted
+    assert tool.threads.stranded == 2
+    assert len(threads_named("stuck")) == 2
+
+    for _ in range(2):
+        with pytest.raises(ToolError) as refused:
+            await tool.call({}, context())
+        assert str(refused.value) == (
+            "tool 'stuck' not started: 2 earlier calls are still running after a timeout or an "
+            "interrupt ([[tools.python]] max_stranded_calls = 2); try again later"
+        )
+    assert len(threads_named("stuck")) == 2  # the refused calls started nothing
+    # One warning, when the count reached the limit; none per refusal.
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "python tool 'stuck': 2 calls are still running after a timeout or an interrupt "
+            "([[tools.python]] max_stranded_calls = 2); new calls are refused until one returns",
+        )
+    ]
+    caplog.clear()
+
+    sample_tools.release.set()
+    for thread in threads_named("stuck"):
+        thread.join(WAIT)
+    assert threads_named("stuck") == []
+    assert tool.threads.stranded == 0
+    assert (await tool.call({}, context())).content == "released"
+    assert [r.getMessage() for r in caplog.records] == [
+        "python tool 'stuck': a stranded call returned; calls are accepted again"
+    ]
+
+
+async def test_one_stranded_call_of_a_tool_limited_to_one_refuses_the_next(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tool = PythonTool(sample_tools.wait_sync, name="stuck", max_stranded_calls=1)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0):
+            await tool.call({}, context())
+
+    with pytest.raises(ToolError) as refused:
+        await tool.call({}, context())
+    assert "not started: 1 earlier call is still running" in str(refused.value)
+    assert "python tool 'stuck': 1 call is still running" in caplog.text
+
+
+async def test_a_call_that_returned_before_its_timeout_fired_is_not_stranded() -> None:
+    tool = PythonTool(sample_tools.which_thread, name="quick", max_stranded_calls=1)
+    for _ in range(3):
+        await tool.call({}, context())
+    assert tool.threads.stranded == 0
 
 
 async def test_an_async_function_is_awaited_and_a_string_is_returned_as_is() -> None:
@@ -261,7 +338,8 @@ def test_tools_python_tables_are_read_from_the_config_beside_the_tools_settings(
     path = write(
         tmp_path,
         "[tools]\ntimeout = 5.0\n\n"
-        f'[[tools.python]]\nfunction = "{SAMPLES}:forecast"\nname = "weather"\ntimeout = 2\n\n'
+        f'[[tools.python]]\nfunction = "{SAMPLES}:forecast"\nname = "weather"\ntimeout = 2\n'
+        "max_stranded_calls = 3\n\n"
         f'[[tools.python]]\nfunction = "{SAMPLES}:shout"\n',
     )
     settings = load_settings(path, {})
@@ -269,6 +347,7 @@ def test_tools_python_tables_are_read_from_the_config_beside_the_tools_settings(
     assert settings.tools.timeout == 5.0
     first, second = settings.tools.python
     assert (first.function, first.name, first.timeout) == (f"{SAMPLES}:forecast", "weather", 2.0)
+    assert (first.max_stranded_calls, second.max_stranded_calls) == (3, 8)
     assert (second.label, second.name, second.timeout) == ("[[tools.python]] entry 2", None, None)
     registry = build_tools(settings)
     assert registry.source_of("weather") == "python"
@@ -283,6 +362,10 @@ def test_tools_python_tables_are_read_from_the_config_beside_the_tools_settings(
         (f'function = "{SAMPLES}:shout"\nfunc = 1', "entry 1: unknown key 'func'"),
         (f'function = "{SAMPLES}:shout"\ntimeout = 0', "entry 1: 'timeout' must be a positive"),
         (f'function = "{SAMPLES}:shout"\nname = "a b"', "entry 1: 'name' must be"),
+        (
+            f'function = "{SAMPLES}:shout"\nmax_stranded_calls = 0',
+            "entry 1: 'max_stranded_calls' must be a positive integer; got 0",
+        ),
     ],
 )
 def test_a_bad_tools_python_table_is_a_config_error_naming_the_entry(

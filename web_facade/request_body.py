@@ -165,6 +165,15 @@ def read_body() -> bytes:
 
 
 def _read_body() -> bytes:
+    if request.content_length:
+        # A body announced by its length is refused by its length, then by its type, before
+        # it is read: a client that waits for the answer before it sends the body gets it.
+        limit = request.max_content_length
+        if limit is not None and request.content_length > limit:
+            raise RequestEntityTooLarge()
+        problem = media_type_problem(b"announced")
+        if problem is not None:
+            raise UnsupportedMediaType(problem)
     if request.content_length is not None or not request.environ.get("wsgi.input_terminated"):
         data: bytes = request.get_data(cache=False)  # werkzeug checks Content-Length up front
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 # gunicorn ships no type information.
+from gunicorn.http.body import LengthReader  # type: ignore[import-untyped]
 from gunicorn.http.message import (  # type: ignore[import-untyped]
     DEFAULT_MAX_HEADERFIELD_SIZE,
     MAX_HEADERS,
@@ -137,6 +138,15 @@ class BodyTimeout(TimeoutError):
 DROP_CHUNK = 65536
 
 
+def unread_length(stream: Any) -> int | None:
+    """Bytes of a body with a ``Content-Length`` that are still to come from the socket
+    (gunicorn's ``Body`` over its ``LengthReader``); None when that is not known."""
+    reader = getattr(stream, "reader", None)
+    if isinstance(reader, LengthReader):
+        return int(reader.length)
+    return None
+
+
 def drop_rest(stream: Any, length: int | None, bound: int) -> bool:
     """Read and drop what is left of a request body (``stream``: its ``wsgi.input``, of
     ``length`` bytes if known), when that is at most ``bound`` bytes; whether the body was
@@ -145,6 +155,10 @@ def drop_rest(stream: Any, length: int | None, bound: int) -> bool:
     a broken chunked encoding or is reset counts as not read."""
     try:
         if length is not None and length > bound:
+            left = unread_length(stream)
+            if left is not None:
+                # Known without a read: a client that holds its body back is not waited for.
+                return left == 0
             return not stream.read(1)
         dropped = 0
         while dropped <= bound:

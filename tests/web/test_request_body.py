@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from flask import Flask
 from flask.ctx import RequestContext
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.test import EnvironBuilder
 
 from web_facade.errors import ApiError
@@ -80,3 +81,35 @@ def test_a_body_past_pythons_own_limits_is_invalid_json_in_the_clients_words(
     assert (caught.value.status, caught.value.code) == (400, "invalid_json")
     assert named in caught.value.message
     assert "sys." not in caught.value.message and "recursion" not in caught.value.message
+
+
+class _Unreadable(io.BytesIO):
+    """A body that must not be read: the client holds it back."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        raise AssertionError("the body was read")
+
+    def readline(self, size: int | None = -1) -> bytes:
+        raise AssertionError("the body was read")
+
+    def readinto(self, buffer: Any) -> int:
+        raise AssertionError("the body was read")
+
+
+def test_a_body_announced_as_not_json_is_refused_before_it_is_read(app: Flask) -> None:
+    environ = EnvironBuilder(
+        method="POST", input_stream=_Unreadable(), content_type="text/plain"
+    ).get_environ()
+    environ["CONTENT_LENGTH"] = "10"
+    with app.request_context(environ), pytest.raises(UnsupportedMediaType) as caught:
+        read_body()
+    assert "the request sent Content-Type 'text/plain'" in str(caught.value.description)
+
+
+def test_a_body_announced_past_the_limit_is_refused_by_its_length_first(app: Flask) -> None:
+    environ = EnvironBuilder(
+        method="POST", input_stream=_Unreadable(), content_type="text/plain"
+    ).get_environ()
+    environ["CONTENT_LENGTH"] = str(LIMIT + 1)
+    with app.request_context(environ), pytest.raises(RequestEntityTooLarge):
+        read_body()

@@ -122,3 +122,33 @@ def test_an_answer_before_the_body_keeps_the_connection_usable(
         sock.sendall(second)
         health, _, text = _answer(sock)
     assert health == 200, text
+
+
+@pytest.mark.parametrize(
+    ("request_line", "content_type", "status"),
+    [
+        ("POST /agentik/conversations", "application/json", 413),
+        ("POST /no/such/endpoint", "application/json", 404),
+        ("PUT /health", "application/json", 405),
+        ("POST /agentik/conversations", "text/plain", 413),
+    ],
+)
+def test_a_client_that_holds_its_body_back_gets_the_refusal_at_once(
+    stack: Stack, request_line: str, content_type: str, status: int
+) -> None:
+    """A client that sends the head of a body past the discard bound and waits for the
+    answer before it sends more: the refusal comes at once, not after the body's deadline
+    (``[web] body_timeout``, 15 s: the socket's timeout here is shorter), with the
+    connection closed."""
+    head = (
+        f"{request_line} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: 6000000\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", stack.http_port), timeout=8) as sock:
+        sock.sendall(head + b"{}")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    answered, headers, _ = _status_and_body(data)
+    assert answered == status
+    assert headers.get("connection", "").lower() == "close"

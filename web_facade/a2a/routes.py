@@ -75,7 +75,13 @@ from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.agents import check_agent
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, challenge
-from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
+from web_facade.request_body import (
+    UnacceptableJson,
+    check_json,
+    discard_body,
+    read_body,
+    scalar_problem,
+)
 from web_facade.stream import sse_response
 
 __all__ = [
@@ -465,14 +471,40 @@ def _check(body: object) -> None:
         raise InvalidRequestError(str(exc)) from None
 
 
+_MAX_INTEGER_ID: Final = 2**63 - 1
+"""The largest integer id: a signed 64-bit integer, as JSON-RPC clients hold ids."""
+
+
+def _id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a request's id, or None when it can: a string of valid
+    Unicode of at most ``[a2a] max_request_id_chars`` characters (the id is echoed in
+    every answer, in each frame of a stream), or a 64-bit integer."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return "must be a string or an integer"
+    if isinstance(value, int):
+        if abs(value) > _MAX_INTEGER_ID:
+            return "must be an integer between -(2^63 - 1) and 2^63 - 1"
+        return None
+    limit = current_settings().a2a.max_request_id_chars
+    if len(value) > limit:
+        return (
+            f"is longer than {limit} characters, the limit for a request id "
+            "([a2a] max_request_id_chars)"
+        )
+    return scalar_problem(value)
+
+
 def _request_id(body: object) -> RequestId:
-    """The request's id when it is a usable one (a string or an integer), else None."""
+    """The request's id when it is a usable one (see :func:`_id_problem`), else None: an
+    error then answers with ``"id": null``, as JSON-RPC 2.0 says for an id that cannot be
+    read."""
     if not isinstance(body, dict):
         return None
     value = body.get("id")
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    return None
+    if _id_problem(value) is not None:
+        return None
+    assert isinstance(value, str | int)
+    return value
 
 
 def _call_of(body: object) -> tuple[str, dict[str, Any]]:
@@ -485,8 +517,9 @@ def _call_of(body: object) -> tuple[str, dict[str, Any]]:
         raise InvalidRequestError('jsonrpc must be exactly "2.0"')
     if "id" not in body:
         raise InvalidRequestError("id is required: notifications are not supported")
-    if _request_id(body) is None:
-        raise InvalidRequestError("id must be a string or an integer")
+    id_problem = _id_problem(body["id"])
+    if id_problem is not None:
+        raise InvalidRequestError(f"id {id_problem}", data={"field": "id"})
     method = body.get("method")
     if not isinstance(method, str) or not method:
         raise InvalidRequestError("method must be a non-empty string")

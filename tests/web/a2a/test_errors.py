@@ -80,6 +80,68 @@ def test_an_invalid_request_echoes_a_usable_id(client: FlaskClient) -> None:
     assert reply["id"] == "abc" and reply["error"]["code"] == -32600
 
 
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [
+        ("GetTask", V10),
+        ("ListTasks", V10),
+        ("NoSuchMethod", V10),
+        ("tasks/get", {}),
+        ("GetTask", {}),
+    ],
+)
+def test_a_lone_surrogate_in_the_id_is_an_invalid_request_answered_with_a_null_id(
+    client: FlaskClient, method: str, headers: dict[str, str]
+) -> None:
+    # json.dumps writes the surrogate as the escape \ud800, as a client would send it.
+    body = {"jsonrpc": "2.0", "id": "\ud800", "method": method, "params": {"id": "x"}}
+    reply = _post(client, json.dumps(body), headers)
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert reply["error"]["message"].startswith("id: contains a lone UTF-16 surrogate")
+    assert _reason(reply["error"]) == "INVALID_REQUEST"
+
+
+def test_an_id_longer_than_the_limit_is_an_invalid_request_never_echoed(
+    client: FlaskClient,
+) -> None:
+    body = {"jsonrpc": "2.0", "id": "i" * 900_000, "method": "GetTask", "params": {"id": "x"}}
+    raw = client.post("/", data=json.dumps(body), content_type="application/json", headers=V10)
+    assert raw.status_code == 200 and len(raw.get_data()) < 1000
+    reply = raw.get_json()
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert "longer than 256 characters" in reply["error"]["message"]
+    assert "[a2a] max_request_id_chars" in reply["error"]["message"]
+    assert reply["error"]["data"][0]["metadata"]["field"] == "id"
+
+
+def test_the_id_limit_is_a_setting_and_an_id_at_it_is_echoed(
+    make_app: Callable[..., Flask],
+) -> None:
+    client = make_app(AGENTIK_A2A_MAX_REQUEST_ID_CHARS="8").test_client()
+    at = {"jsonrpc": "2.0", "id": "i" * 8, "method": "GetTask", "params": {"id": "x"}}
+    reply = _post(client, json.dumps(at))
+    assert reply["id"] == "i" * 8 and reply["error"]["code"] == -32001
+    over = {**at, "id": "i" * 9}
+    reply = _post(client, json.dumps(over))
+    assert reply["id"] is None and "longer than 8 characters" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("request_id", [2**63, -(2**63), 10**300])
+def test_an_integer_id_beyond_64_bits_is_an_invalid_request(
+    client: FlaskClient, request_id: int
+) -> None:
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "GetTask", "params": {"id": "x"}}
+    reply = _post(client, json.dumps(body))
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert reply["error"]["message"].startswith("id must be an integer between")
+
+
+def test_a_64_bit_integer_id_is_echoed(client: FlaskClient) -> None:
+    body = {"jsonrpc": "2.0", "id": 2**63 - 1, "method": "GetTask", "params": {"id": "x"}}
+    reply = _post(client, json.dumps(body))
+    assert reply["id"] == 2**63 - 1 and reply["error"]["code"] == -32001
+
+
 def test_a_body_over_the_size_limit_is_an_invalid_request(
     make_app: Callable[..., Flask],
 ) -> None:

@@ -320,11 +320,27 @@ def test_push_notification_methods_on_an_unknown_task_are_task_not_found(
     assert error["code"] == -32001 and _reason(error) == "TASK_NOT_FOUND"
 
 
-def test_a_message_asking_for_pushes_to_a_refused_url_is_invalid_params(rpc: Rpc) -> None:
-    config = {"taskPushNotificationConfig": {"url": "https://169.254.169.254/hook"}}
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://169.254.169.254/hook", "cloud metadata address"),
+        ("https://[64:ff9b::a9fe:a9fe]/latest/meta-data/", "cloud metadata address inside"),
+        ("https://[::7f00:1]:39399/", "loopback address inside"),
+        ("https://[2002:a9fe:a9fe::]/", "cloud metadata address inside"),
+        ("https://[fec0::1]/", "deprecated site-local address"),
+        ("https://0x7f000001/", "loopback address"),
+        ("https://2130706433/", "loopback address"),
+        ("https://127.1/", "loopback address"),
+        ("https://foo.localhost/", "loopback address"),
+    ],
+)
+def test_a_message_asking_for_pushes_to_a_refused_url_is_invalid_params(
+    rpc: Rpc, url: str, why: str
+) -> None:
+    config = {"taskPushNotificationConfig": {"url": url}}
     error = rpc.error("SendMessage", {"message": user_message("hi"), "configuration": config})
     assert error["code"] == -32602
-    assert "cloud metadata address" in error["message"]
+    assert why in error["message"], error["message"]
 
 
 @pytest.mark.parametrize(

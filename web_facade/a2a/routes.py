@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import grpc
 from a2a.types import (
@@ -69,6 +69,7 @@ from web_facade.a2a.errors import (
     invalid_params,
 )
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
+from web_facade.a2a.params import parse_params
 from web_facade.a2a.push import PushConfigService
 from web_facade.a2a.stream import A2aStream, Shape, stream_json
 from web_facade.a2a.tasks import TaskFollow, TaskService
@@ -102,8 +103,6 @@ bp = Blueprint("a2a", __name__)
 VERSION_HEADER: Final = "A2A-Version"
 _CARD_KEY: Final = "agentik.a2a.card"
 _VERSION = re.compile(r"^(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?$")
-
-P = TypeVar("P", bound=ProtoMessage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,39 +279,30 @@ def jwks() -> Response:
 # -- the methods -------------------------------------------------------------------
 
 
-def _proto(params: dict[str, Any], message: P) -> P:
-    """ProtoJSON params as ``message``; unknown fields are ignored, as the SDK does."""
-    try:
-        return json_format.ParseDict(params, message, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        text = str(exc)
-        fields = re.findall(r"Failed to parse (\w+) field", text)
-        reason = text.rsplit("field: ", 1)[-1].rstrip(".") or text
-        raise invalid_params(".".join(fields) or "params", reason) from None
-
-
 def _json(message: ProtoMessage) -> dict[str, Any]:
     out: dict[str, Any] = json_format.MessageToDict(message)
     return out
 
 
 def _send_message(tasks: TaskService, params: dict[str, Any]) -> Result:
-    task = tasks.send_message(_proto(params, SendMessageRequest()))
+    task = tasks.send_message(parse_params(params, SendMessageRequest()))
     return _json(SendMessageResponse(task=task))
 
 
 def _send_streaming_message(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), stream_json)
+    return _Stream(
+        tasks.send_streaming_message(parse_params(params, SendMessageRequest())), stream_json
+    )
 
 
 def _get_task(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, GetTaskRequest())
+    query = parse_params(params, GetTaskRequest())
     length = query.history_length if query.HasField("history_length") else None
     return _json(tasks.get_task(query.id, length))
 
 
 def _list_tasks(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, ListTasksRequest())
+    query = parse_params(params, ListTasksRequest())
     page = tasks.list_tasks(query)
     out: dict[str, Any] = json_format.MessageToDict(page, always_print_fields_with_no_presence=True)
     if not query.include_artifacts:
@@ -322,12 +312,12 @@ def _list_tasks(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _cancel_task(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(tasks.cancel_task(_proto(params, CancelTaskRequest()).id))
+    return _json(tasks.cancel_task(parse_params(params, CancelTaskRequest()).id))
 
 
 def _subscribe_to_task(tasks: TaskService, params: dict[str, Any]) -> Result:
     return _Stream(
-        tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), stream_json
+        tasks.subscribe_to_task(parse_params(params, SubscribeToTaskRequest()).id), stream_json
     )
 
 
@@ -343,25 +333,25 @@ def _push() -> PushConfigService:
 
 
 def _create_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    config = _proto(params, TaskPushNotificationConfig())
+    config = parse_params(params, TaskPushNotificationConfig())
     tasks.check_task(config.task_id)
     return _json(_push().create(config))
 
 
 def _get_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, GetTaskPushNotificationConfigRequest())
+    query = parse_params(params, GetTaskPushNotificationConfigRequest())
     tasks.check_task(query.task_id)
     return _json(_push().get(query))
 
 
 def _list_push_configs(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, ListTaskPushNotificationConfigsRequest())
+    query = parse_params(params, ListTaskPushNotificationConfigsRequest())
     tasks.check_task(query.task_id)
     return _json(_push().list(query))
 
 
 def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, DeleteTaskPushNotificationConfigRequest())
+    query = parse_params(params, DeleteTaskPushNotificationConfigRequest())
     tasks.check_task(query.task_id)
     _push().delete(query)
     return {}

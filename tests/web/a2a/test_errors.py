@@ -360,6 +360,46 @@ def test_a_file_that_is_not_an_image_is_content_type_not_supported(
     assert error["code"] == -32005 and error["data"][0]["metadata"]["field"] == "message.parts[1]"
 
 
+@pytest.mark.parametrize(
+    ("part", "field", "says"),
+    [
+        ({"raw": "", "mediaType": "image/png"}, "message.parts[1].raw", "is empty"),
+        (
+            {"url": "file:///etc/passwd", "mediaType": "image/png"},
+            "message.parts[1].url",
+            "must be",
+        ),
+        (
+            {"url": "javascript:alert(1)", "mediaType": "image/png"},
+            "message.parts[1].url",
+            "must be",
+        ),
+        (
+            {"url": "data:text/html,x", "mediaType": "image/png"},
+            "message.parts[1].url",
+            "is a data",
+        ),
+    ],
+)
+def test_an_image_the_llm_may_not_be_sent_is_refused_naming_the_a2a_field(
+    rpc: Rpc, part: dict[str, Any], field: str, says: str
+) -> None:
+    message = user_message("see attached")
+    message["parts"].append(part)
+    error = rpc.error("SendMessage", {"message": message})
+    assert error["code"] == -32602, error
+    assert error["message"].startswith(f"{field}: {says}"), error["message"]
+    assert error["data"][0]["metadata"]["field"] == field
+    assert "content[" not in error["message"]
+
+
+def test_a_malformed_context_id_to_list_by_is_invalid_params_naming_context_id(rpc: Rpc) -> None:
+    error = rpc.error("ListTasks", {"contextId": "bad id!"})
+    assert error["code"] == -32602 and error["data"][0]["metadata"]["field"] == "contextId"
+    assert error["message"].startswith("contextId: is not a valid context id")
+    assert "session" not in error["message"] and "bad id!" not in error["message"]
+
+
 def test_a_peer_that_accepts_no_text_is_content_type_not_supported(rpc: Rpc) -> None:
     config = {"acceptedOutputModes": ["application/json"]}
     error = rpc.error("SendMessage", {"message": user_message("hi"), "configuration": config})

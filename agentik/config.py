@@ -711,6 +711,9 @@ class A2aSettings:
     version: str = setting("", flat="agent_version", strip=False)
     skills: tuple[dict[str, Any], ...] | None = setting(None, flat="agent_skills", check=_skills)
     card_signing_key: str = setting("", flat="a2a_card_signing_key", secret=True)
+    max_request_id_chars: int = setting(256, flat="a2a_max_request_id_chars")
+    """The longest JSON-RPC request ``id`` taken: every answer, each frame of a stream
+    too, echoes it."""
     agents: tuple[A2aAgentConfig, ...] = table(_a2a_agents, "a2a_agents")
 
 

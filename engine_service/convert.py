@@ -351,6 +351,8 @@ def part_from_pb(part: pb.ContentPart, where: str) -> ContentPart:
                 raise InvalidInput(f"{where}.image.url is empty")
             return ImagePart(url=image.url, mime_type=image.mime_type)
         if source == "data":
+            if not image.data:  # an empty image is refused by the LLM on every later turn
+                raise InvalidInput(f"{where}.image.data is empty")
             if not image.mime_type:
                 raise InvalidInput(f"{where}.image.mime_type is required with data")
             return ImagePart(data=image.data, mime_type=image.mime_type)

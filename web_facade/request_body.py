@@ -47,6 +47,7 @@ __all__ = [
     "media_type_problem",
     "parse_json",
     "read_body",
+    "scalar_problem",
     "read_json",
 ]
 
@@ -87,8 +88,9 @@ def field_path(path: Path, shown: int | None = None) -> str:
     return out
 
 
-def _scalar_problem(text: str) -> str | None:
-    """Why ``text`` is not a string of Unicode scalar values, or None when it is."""
+def scalar_problem(text: str) -> str | None:
+    """Why ``text`` is not a string of Unicode scalar values (it could not be encoded as
+    UTF-8), or None when it is."""
     if text.isascii():
         return None
     try:
@@ -107,7 +109,7 @@ def check_json(value: Any, path: Path = ()) -> None:
         too_deep = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
         raise UnacceptableJson(path, too_deep, shown=_PATH_SHOWN)
     if isinstance(value, str):
-        problem = _scalar_problem(value)
+        problem = scalar_problem(value)
         if problem is not None:
             raise UnacceptableJson(path, problem)
     elif isinstance(value, float):
@@ -120,7 +122,7 @@ def check_json(value: Any, path: Path = ()) -> None:
             )
     elif isinstance(value, dict):
         for key, item in value.items():
-            bad_key = _scalar_problem(key)
+            bad_key = scalar_problem(key)
             if bad_key is not None:
                 raise UnacceptableJson(path, f"an object key {bad_key}")
             check_json(item, (*path, key))

@@ -32,6 +32,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from agentik.a2a.errors import invalid_params
 from agentik.a2a.interrupts import input_required_message
 from agentik.ids import ID_RULE, is_valid_id
+from agentik.images import image_url_problem
 from agentik.proto_json import json_value
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 
@@ -88,8 +89,13 @@ def _content_part(part: Part, where: str) -> pb.ContentPart:
                 data={"field": where},
             )
         if kind == "raw":
+            if not part.raw:  # the LLM would refuse it on this turn and every later one
+                raise invalid_params(f"{where}.raw", "is empty: an image part needs its bytes")
             image = pb.ImagePart(data=part.raw, mime_type=part.media_type)
         else:
+            problem = image_url_problem(part.url)
+            if problem is not None:
+                raise invalid_params(f"{where}.url", problem)
             image = pb.ImagePart(url=part.url, mime_type=part.media_type)
         return pb.ContentPart(image=image)
     raise invalid_params(where, "needs one of text, data, raw or url")

@@ -42,6 +42,7 @@ from agentik.a2a.rules import (
     state_of,
     task_of_chain,
 )
+from agentik.ids import ID_RULE, is_valid_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 __all__ = [
@@ -99,6 +100,8 @@ def list_page(request: ListTasksRequest) -> ListPage:
             "ListTasks cannot filter by status or statusTimestampAfter yet; "
             "list by contextId and filter on the client"
         )
+    if request.context_id and not is_valid_id(request.context_id):
+        raise invalid_params("contextId", f"is not a valid context id: ids are {ID_RULE}")
     size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
     if not 1 <= size <= MAX_PAGE_SIZE:
         raise invalid_params("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")

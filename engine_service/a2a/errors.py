@@ -22,7 +22,7 @@ from a2a.utils.errors import A2A_ERROR_MAPPING, A2AError, InternalError
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
-from agentik.a2a.errors import DOMAIN, GRPC_ERRORS
+from agentik.a2a.errors import DOMAIN, GRPC_ERRORS, engine_refusal
 from engine_service.core.errors import AgentikError
 from engine_service.errors import abort, status_for
 
@@ -37,7 +37,7 @@ DETAILS_KEY = "grpc-status-details-bin"
 def a2a_error(exc: AgentikError) -> A2AError | AgentikError:
     """The engine's refusal as the A2A error it is; itself when it is none."""
     error_class = GRPC_ERRORS.get(status_for(exc))
-    return exc if error_class is None else error_class(exc.message)
+    return exc if error_class is None else engine_refusal(error_class, exc.message)
 
 
 def status_of(error: A2AError) -> tuple[grpc.StatusCode, status_pb2.Status]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable, Sequence
-from urllib.parse import urlsplit
 
+from agentik.images import image_url_problem
 from engine_service.core.errors import InvalidInput
 from engine_service.core.ids import check_id
 from engine_service.core.models import (
@@ -33,7 +33,6 @@ __all__ = [
 
 UNANSWERED = "error: no result was provided for this tool call"
 _IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*", re.IGNORECASE)
-_DATA_URL = re.compile(r"data:(image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)[;,]", re.IGNORECASE)
 
 
 def new_id() -> str:
@@ -109,17 +108,9 @@ def check_image(part: ImagePart, where: str) -> None:
         raise InvalidInput(f"{where}.mime_type {part.mime_type[:80]!r} is not an image/* type")
     if not part.url:
         return
-    if part.url[:5].lower() == "data:":
-        if not _DATA_URL.match(part.url):
-            raise InvalidInput(f"{where}.url is a data: URL of a type other than image/*")
-        return
-    try:
-        url = urlsplit(part.url)
-        scheme, host = url.scheme.lower(), url.hostname
-    except ValueError:
-        scheme, host = "", None
-    if scheme not in ("http", "https") or not host:
-        raise InvalidInput(f"{where}.url must be an http(s) URL or a data:image/* URL")
+    problem = image_url_problem(part.url)
+    if problem is not None:
+        raise InvalidInput(f"{where}.url {problem}")
 
 
 def reconcile(stored_ids: Iterable[str], incoming: Sequence[Message]) -> list[Message]:

@@ -663,6 +663,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["default_agent"] == ("AGENTIK_DEFAULT_AGENT", "agentik")
     assert by_name["agent_max_depth"] == ("AGENTIK_AGENT_MAX_DEPTH", "3")
     assert by_name["a2a_grpc_url"] == ("AGENTIK_A2A_GRPC_URL", "")
+    assert by_name["a2a_max_request_id_chars"] == ("AGENTIK_A2A_MAX_REQUEST_ID_CHARS", "256")
     assert by_name["input_modalities"] == ("AGENTIK_INPUT_MODALITIES", "text, image")
     assert by_name["max_media_parts"] == ("AGENTIK_MAX_MEDIA_PARTS", "16")
     assert by_name["web_stream_reader"][0] == "AGENTIK_WEB_STREAM_READER"
@@ -673,7 +674,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["llm_round_timeout"] == ("AGENTIK_LLM_ROUND_TIMEOUT", "600.0")
     assert by_name["llm_max_answer_bytes"] == ("AGENTIK_LLM_MAX_ANSWER_BYTES", "4194304")
     assert by_name["max_tool_calls_per_round"] == ("AGENTIK_MAX_TOOL_CALLS_PER_ROUND", "128")
-    assert len(rows) == 90
+    assert len(rows) == 91
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 
@@ -888,3 +889,11 @@ def test_an_entry_shows_a_wrong_value_unless_it_is_secret(tmp_path: Path) -> Non
     path = _write(tmp_path, '[[agents]]\nname = "a"\napi_key = 5\n')
     with pytest.raises(ConfigError, match=r"invalid api_key of .*: must be a string, not int$"):
         load_settings(path, {})
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_request_id_limit_that_is_not_a_positive_integer_is_refused_naming_it(
+    value: str,
+) -> None:
+    with pytest.raises(ConfigError, match="AGENTIK_A2A_MAX_REQUEST_ID_CHARS"):
+        load_settings(None, {"AGENTIK_A2A_MAX_REQUEST_ID_CHARS": value})

@@ -511,7 +511,40 @@ async def _raw_error(
             "UNSUPPORTED_OPERATION",
             "filter",
         ),
+        (
+            "ListTasks",
+            ListTasksRequest(context_id="bad id!"),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "contextId: is not a valid context id",
+        ),
         ("SendMessage", SendMessageRequest(), "INVALID_ARGUMENT", "INVALID_PARAMS", "message"),
+        (
+            "SendMessage",
+            SendMessageRequest(
+                message=Message(
+                    message_id="m1",
+                    role=Role.ROLE_USER,
+                    parts=[Part(url="file:///etc/passwd", media_type="image/png")],
+                )
+            ),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "message.parts[0].url: must be an http(s) URL",
+        ),
+        (
+            "SendMessage",
+            SendMessageRequest(
+                message=Message(
+                    message_id="m1",
+                    role=Role.ROLE_USER,
+                    parts=[Part(text="see"), Part(raw=b"", media_type="image/png")],
+                )
+            ),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "message.parts[1].raw: is empty",
+        ),
         (
             "SendMessage",
             SendMessageRequest(message=Message(message_id="m1", role=Role.ROLE_USER)),

@@ -42,6 +42,7 @@ def _image_run(image: pb.ImagePart) -> pb.RunRequest:
         pb.ImagePart(url="https://example.com/cat.png", mime_type="text/html"),
         pb.ImagePart(data=b"<script>", mime_type="text/html"),
         pb.ImagePart(data=b"\x89PNG", mime_type="image"),
+        pb.ImagePart(data=b"", mime_type="image/png"),  # the LLM refuses it every turn
     ],
 )
 async def test_an_image_part_that_is_not_an_http_image_is_invalid_argument_naming_the_part(

@@ -118,6 +118,35 @@ def test_a_lone_surrogate_in_an_a2a_text_part_is_invalid_params(client: FlaskCli
     assert "surrogate" in error["message"]
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/agentik/conversations/%ED%A0%80",
+        "/agentik/conversations?agent=%ED%A0%80",
+        "/agentik/conversations/x/messages?after=%ED%A0%80",
+        "/agentik/agents/%ED%A0%80",
+        "/agui/%ED%A0%80/capabilities",
+        "/a2a/tasks/%ED%A0%80",
+        "/a2a/tasks?contextId=%ED%A0%80",
+        "/a2a/%ED%A0%80/.well-known/agent-card.json",
+    ],
+)
+def test_a_surrogate_s_bytes_in_a_path_or_query_are_a_4xx_on_every_surface(
+    client: FlaskClient, path: str
+) -> None:
+    # URLs are decoded with replacement characters, so no lone surrogate reaches an answer.
+    response = client.get(path, headers=V10)
+    assert 400 <= response.status_code < 500, response.get_data()
+    assert response.get_json()["error"]["message"]
+
+
+def test_a_lone_surrogate_in_an_agui_thread_id_is_refused_before_it_is_echoed(
+    client: FlaskClient,
+) -> None:
+    message = _agentik_error(_post(client, "/agui", _agui(threadId=SURROGATE)), status=422)
+    assert message.startswith("threadId:") and "surrogate" in message
+
+
 # -- nesting ---------------------------------------------------------------------------
 
 

@@ -57,7 +57,7 @@ from a2a.utils.errors import (
     VersionNotSupportedError,
 )
 
-from agentik.a2a.errors import DOMAIN, GRPC_ERRORS, invalid_params
+from agentik.a2a.errors import DOMAIN, GRPC_ERRORS, engine_refusal, invalid_params
 from web_facade.errors import from_rpc_error
 
 __all__ = [
@@ -157,7 +157,8 @@ def from_rpc(exc: grpc.RpcError) -> A2AError:
         return BudgetExceededError(message, mapped.retry_after)
     if mapped.status == 429:
         return RateLimitedError(message, mapped.retry_after)
-    return error_class(message, data={"grpcStatus": code.name if code is not None else "UNKNOWN"})
+    status = code.name if code is not None else "UNKNOWN"
+    return engine_refusal(error_class, message, grpcStatus=status)
 
 
 def _details(error: A2AError) -> list[dict[str, Any]]:

@@ -18,8 +18,12 @@ RequestId = str | int | None
 
 
 def encode(value: dict[str, Any]) -> bytes:
-    """Compact UTF-8 JSON."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON; never raises for text: a lone UTF-16 surrogate (no UTF-8 has
+    one) that got past the checks on what a client sends is written as a ``\\u`` escape."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def reply(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:

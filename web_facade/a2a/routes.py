@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import grpc
 from a2a.types import (
@@ -69,13 +69,20 @@ from web_facade.a2a.errors import (
     invalid_params,
 )
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
+from web_facade.a2a.params import parse_params
 from web_facade.a2a.push import PushConfigService
 from web_facade.a2a.stream import A2aStream, Shape, stream_json
 from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.agents import check_agent
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, challenge
-from web_facade.request_body import UnacceptableJson, check_json, discard_body, read_body
+from web_facade.request_body import (
+    UnacceptableJson,
+    check_json,
+    discard_body,
+    read_body,
+    scalar_problem,
+)
 from web_facade.stream import sse_response
 
 __all__ = [
@@ -96,8 +103,6 @@ bp = Blueprint("a2a", __name__)
 VERSION_HEADER: Final = "A2A-Version"
 _CARD_KEY: Final = "agentik.a2a.card"
 _VERSION = re.compile(r"^(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?$")
-
-P = TypeVar("P", bound=ProtoMessage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,39 +279,30 @@ def jwks() -> Response:
 # -- the methods -------------------------------------------------------------------
 
 
-def _proto(params: dict[str, Any], message: P) -> P:
-    """ProtoJSON params as ``message``; unknown fields are ignored, as the SDK does."""
-    try:
-        return json_format.ParseDict(params, message, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        text = str(exc)
-        fields = re.findall(r"Failed to parse (\w+) field", text)
-        reason = text.rsplit("field: ", 1)[-1].rstrip(".") or text
-        raise invalid_params(".".join(fields) or "params", reason) from None
-
-
 def _json(message: ProtoMessage) -> dict[str, Any]:
     out: dict[str, Any] = json_format.MessageToDict(message)
     return out
 
 
 def _send_message(tasks: TaskService, params: dict[str, Any]) -> Result:
-    task = tasks.send_message(_proto(params, SendMessageRequest()))
+    task = tasks.send_message(parse_params(params, SendMessageRequest()))
     return _json(SendMessageResponse(task=task))
 
 
 def _send_streaming_message(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _Stream(tasks.send_streaming_message(_proto(params, SendMessageRequest())), stream_json)
+    return _Stream(
+        tasks.send_streaming_message(parse_params(params, SendMessageRequest())), stream_json
+    )
 
 
 def _get_task(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, GetTaskRequest())
+    query = parse_params(params, GetTaskRequest())
     length = query.history_length if query.HasField("history_length") else None
     return _json(tasks.get_task(query.id, length))
 
 
 def _list_tasks(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, ListTasksRequest())
+    query = parse_params(params, ListTasksRequest())
     page = tasks.list_tasks(query)
     out: dict[str, Any] = json_format.MessageToDict(page, always_print_fields_with_no_presence=True)
     if not query.include_artifacts:
@@ -316,12 +312,12 @@ def _list_tasks(tasks: TaskService, params: dict[str, Any]) -> Result:
 
 
 def _cancel_task(tasks: TaskService, params: dict[str, Any]) -> Result:
-    return _json(tasks.cancel_task(_proto(params, CancelTaskRequest()).id))
+    return _json(tasks.cancel_task(parse_params(params, CancelTaskRequest()).id))
 
 
 def _subscribe_to_task(tasks: TaskService, params: dict[str, Any]) -> Result:
     return _Stream(
-        tasks.subscribe_to_task(_proto(params, SubscribeToTaskRequest()).id), stream_json
+        tasks.subscribe_to_task(parse_params(params, SubscribeToTaskRequest()).id), stream_json
     )
 
 
@@ -337,25 +333,25 @@ def _push() -> PushConfigService:
 
 
 def _create_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    config = _proto(params, TaskPushNotificationConfig())
+    config = parse_params(params, TaskPushNotificationConfig())
     tasks.check_task(config.task_id)
     return _json(_push().create(config))
 
 
 def _get_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, GetTaskPushNotificationConfigRequest())
+    query = parse_params(params, GetTaskPushNotificationConfigRequest())
     tasks.check_task(query.task_id)
     return _json(_push().get(query))
 
 
 def _list_push_configs(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, ListTaskPushNotificationConfigsRequest())
+    query = parse_params(params, ListTaskPushNotificationConfigsRequest())
     tasks.check_task(query.task_id)
     return _json(_push().list(query))
 
 
 def _delete_push_config(tasks: TaskService, params: dict[str, Any]) -> Result:
-    query = _proto(params, DeleteTaskPushNotificationConfigRequest())
+    query = parse_params(params, DeleteTaskPushNotificationConfigRequest())
     tasks.check_task(query.task_id)
     _push().delete(query)
     return {}
@@ -465,14 +461,40 @@ def _check(body: object) -> None:
         raise InvalidRequestError(str(exc)) from None
 
 
+_MAX_INTEGER_ID: Final = 2**63 - 1
+"""The largest integer id: a signed 64-bit integer, as JSON-RPC clients hold ids."""
+
+
+def _id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a request's id, or None when it can: a string of valid
+    Unicode of at most ``[a2a] max_request_id_chars`` characters (the id is echoed in
+    every answer, in each frame of a stream), or a 64-bit integer."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return "must be a string or an integer"
+    if isinstance(value, int):
+        if abs(value) > _MAX_INTEGER_ID:
+            return "must be an integer between -(2^63 - 1) and 2^63 - 1"
+        return None
+    limit = current_settings().a2a.max_request_id_chars
+    if len(value) > limit:
+        return (
+            f"is longer than {limit} characters, the limit for a request id "
+            "([a2a] max_request_id_chars)"
+        )
+    return scalar_problem(value)
+
+
 def _request_id(body: object) -> RequestId:
-    """The request's id when it is a usable one (a string or an integer), else None."""
+    """The request's id when it is a usable one (see :func:`_id_problem`), else None: an
+    error then answers with ``"id": null``, as JSON-RPC 2.0 says for an id that cannot be
+    read."""
     if not isinstance(body, dict):
         return None
     value = body.get("id")
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    return None
+    if _id_problem(value) is not None:
+        return None
+    assert isinstance(value, str | int)
+    return value
 
 
 def _call_of(body: object) -> tuple[str, dict[str, Any]]:
@@ -485,8 +507,9 @@ def _call_of(body: object) -> tuple[str, dict[str, Any]]:
         raise InvalidRequestError('jsonrpc must be exactly "2.0"')
     if "id" not in body:
         raise InvalidRequestError("id is required: notifications are not supported")
-    if _request_id(body) is None:
-        raise InvalidRequestError("id must be a string or an integer")
+    id_problem = _id_problem(body["id"])
+    if id_problem is not None:
+        raise InvalidRequestError(f"id {id_problem}", data={"field": "id"})
     method = body.get("method")
     if not isinstance(method, str) or not method:
         raise InvalidRequestError("method must be a non-empty string")

@@ -80,6 +80,68 @@ def test_an_invalid_request_echoes_a_usable_id(client: FlaskClient) -> None:
     assert reply["id"] == "abc" and reply["error"]["code"] == -32600
 
 
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [
+        ("GetTask", V10),
+        ("ListTasks", V10),
+        ("NoSuchMethod", V10),
+        ("tasks/get", {}),
+        ("GetTask", {}),
+    ],
+)
+def test_a_lone_surrogate_in_the_id_is_an_invalid_request_answered_with_a_null_id(
+    client: FlaskClient, method: str, headers: dict[str, str]
+) -> None:
+    # json.dumps writes the surrogate as the escape \ud800, as a client would send it.
+    body = {"jsonrpc": "2.0", "id": "\ud800", "method": method, "params": {"id": "x"}}
+    reply = _post(client, json.dumps(body), headers)
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert reply["error"]["message"].startswith("id: contains a lone UTF-16 surrogate")
+    assert _reason(reply["error"]) == "INVALID_REQUEST"
+
+
+def test_an_id_longer_than_the_limit_is_an_invalid_request_never_echoed(
+    client: FlaskClient,
+) -> None:
+    body = {"jsonrpc": "2.0", "id": "i" * 900_000, "method": "GetTask", "params": {"id": "x"}}
+    raw = client.post("/", data=json.dumps(body), content_type="application/json", headers=V10)
+    assert raw.status_code == 200 and len(raw.get_data()) < 1000
+    reply = raw.get_json()
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert "longer than 256 characters" in reply["error"]["message"]
+    assert "[a2a] max_request_id_chars" in reply["error"]["message"]
+    assert reply["error"]["data"][0]["metadata"]["field"] == "id"
+
+
+def test_the_id_limit_is_a_setting_and_an_id_at_it_is_echoed(
+    make_app: Callable[..., Flask],
+) -> None:
+    client = make_app(AGENTIK_A2A_MAX_REQUEST_ID_CHARS="8").test_client()
+    at = {"jsonrpc": "2.0", "id": "i" * 8, "method": "GetTask", "params": {"id": "x"}}
+    reply = _post(client, json.dumps(at))
+    assert reply["id"] == "i" * 8 and reply["error"]["code"] == -32001
+    over = {**at, "id": "i" * 9}
+    reply = _post(client, json.dumps(over))
+    assert reply["id"] is None and "longer than 8 characters" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("request_id", [2**63, -(2**63), 10**300])
+def test_an_integer_id_beyond_64_bits_is_an_invalid_request(
+    client: FlaskClient, request_id: int
+) -> None:
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "GetTask", "params": {"id": "x"}}
+    reply = _post(client, json.dumps(body))
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert reply["error"]["message"].startswith("id must be an integer between")
+
+
+def test_a_64_bit_integer_id_is_echoed(client: FlaskClient) -> None:
+    body = {"jsonrpc": "2.0", "id": 2**63 - 1, "method": "GetTask", "params": {"id": "x"}}
+    reply = _post(client, json.dumps(body))
+    assert reply["id"] == 2**63 - 1 and reply["error"]["code"] == -32001
+
+
 def test_a_body_over_the_size_limit_is_an_invalid_request(
     make_app: Callable[..., Flask],
 ) -> None:
@@ -258,11 +320,27 @@ def test_push_notification_methods_on_an_unknown_task_are_task_not_found(
     assert error["code"] == -32001 and _reason(error) == "TASK_NOT_FOUND"
 
 
-def test_a_message_asking_for_pushes_to_a_refused_url_is_invalid_params(rpc: Rpc) -> None:
-    config = {"taskPushNotificationConfig": {"url": "https://169.254.169.254/hook"}}
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://169.254.169.254/hook", "cloud metadata address"),
+        ("https://[64:ff9b::a9fe:a9fe]/latest/meta-data/", "cloud metadata address inside"),
+        ("https://[::7f00:1]:39399/", "loopback address inside"),
+        ("https://[2002:a9fe:a9fe::]/", "cloud metadata address inside"),
+        ("https://[fec0::1]/", "deprecated site-local address"),
+        ("https://0x7f000001/", "loopback address"),
+        ("https://2130706433/", "loopback address"),
+        ("https://127.1/", "loopback address"),
+        ("https://foo.localhost/", "loopback address"),
+    ],
+)
+def test_a_message_asking_for_pushes_to_a_refused_url_is_invalid_params(
+    rpc: Rpc, url: str, why: str
+) -> None:
+    config = {"taskPushNotificationConfig": {"url": url}}
     error = rpc.error("SendMessage", {"message": user_message("hi"), "configuration": config})
     assert error["code"] == -32602
-    assert "cloud metadata address" in error["message"]
+    assert why in error["message"], error["message"]
 
 
 @pytest.mark.parametrize(
@@ -280,6 +358,46 @@ def test_a_file_that_is_not_an_image_is_content_type_not_supported(
     message["parts"].append(part)
     error = rpc.error("SendMessage", {"message": message})
     assert error["code"] == -32005 and error["data"][0]["metadata"]["field"] == "message.parts[1]"
+
+
+@pytest.mark.parametrize(
+    ("part", "field", "says"),
+    [
+        ({"raw": "", "mediaType": "image/png"}, "message.parts[1].raw", "is empty"),
+        (
+            {"url": "file:///etc/passwd", "mediaType": "image/png"},
+            "message.parts[1].url",
+            "must be",
+        ),
+        (
+            {"url": "javascript:alert(1)", "mediaType": "image/png"},
+            "message.parts[1].url",
+            "must be",
+        ),
+        (
+            {"url": "data:text/html,x", "mediaType": "image/png"},
+            "message.parts[1].url",
+            "is a data",
+        ),
+    ],
+)
+def test_an_image_the_llm_may_not_be_sent_is_refused_naming_the_a2a_field(
+    rpc: Rpc, part: dict[str, Any], field: str, says: str
+) -> None:
+    message = user_message("see attached")
+    message["parts"].append(part)
+    error = rpc.error("SendMessage", {"message": message})
+    assert error["code"] == -32602, error
+    assert error["message"].startswith(f"{field}: {says}"), error["message"]
+    assert error["data"][0]["metadata"]["field"] == field
+    assert "content[" not in error["message"]
+
+
+def test_a_malformed_context_id_to_list_by_is_invalid_params_naming_context_id(rpc: Rpc) -> None:
+    error = rpc.error("ListTasks", {"contextId": "bad id!"})
+    assert error["code"] == -32602 and error["data"][0]["metadata"]["field"] == "contextId"
+    assert error["message"].startswith("contextId: is not a valid context id")
+    assert "session" not in error["message"] and "bad id!" not in error["message"]
 
 
 def test_a_peer_that_accepts_no_text_is_content_type_not_supported(rpc: Rpc) -> None:

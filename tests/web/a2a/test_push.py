@@ -140,6 +140,17 @@ async def test_a_url_the_guard_refuses_is_invalid_params_naming_why(push_stack: 
             await alice.create_task_push_notification_config(
                 config(task.id, "http://169.254.169.254/latest")
             )
+        # Even with [webhooks] allow_private (this stack): metadata in an IPv6 form, and
+        # the deprecated IPv6 forms.
+        for url, why in [
+            ("https://[64:ff9b::a9fe:a9fe]/latest/", "cloud metadata address inside"),
+            ("https://[2002:a9fe:a9fe::]/", "cloud metadata address inside"),
+            ("http://[::7f00:1]/", "deprecated IPv4-compatible"),
+            ("https://[fec0::1]/", "deprecated site-local"),
+            ("https://0xa9fea9fe/", "cloud metadata address"),
+        ]:
+            with pytest.raises(InvalidParamsError, match=why):
+                await alice.create_task_push_notification_config(config(task.id, url))
 
 
 async def test_every_update_of_a_task_is_pushed_with_token_and_authentication(

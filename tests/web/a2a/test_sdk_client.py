@@ -139,6 +139,20 @@ async def test_a_task_id_outside_the_id_rule_is_invalid_params_for_the_sdk(
     assert "not a valid task id" in str(caught.value) and len(str(caught.value)) < 1000
 
 
+async def test_the_sdk_gets_refusals_that_name_the_a2a_field_it_sent(connect: Connect) -> None:
+    empty_image = _request("see")
+    empty_image.message.parts.append(Part(raw=b"", media_type="image/png"))
+    local_file = _request("see")
+    local_file.message.parts.append(Part(url="file:///etc/passwd", media_type="image/png"))
+    async with connect(streaming=False) as client:
+        with pytest.raises(InvalidParamsError, match=r"message\.parts\[1\]\.raw: is empty"):
+            await _collect(client.send_message(empty_image))
+        with pytest.raises(InvalidParamsError, match=r"message\.parts\[1\]\.url: must be"):
+            await _collect(client.send_message(local_file))
+        with pytest.raises(InvalidParamsError, match="contextId: is not a valid context id"):
+            await client.list_tasks(ListTasksRequest(context_id="bad id!"))
+
+
 async def test_get_task_works_after_a_facade_restart(stack: Stack, connect: Connect) -> None:
     async with connect(streaming=False) as client:
         sent = (await _collect(client.send_message(_request("survive a restart"))))[0].task

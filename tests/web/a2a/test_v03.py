@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from tests.web.a2a.conftest import Rpc
@@ -84,3 +85,74 @@ def test_0_3_params_errors_name_the_field(rpc: Rpc) -> None:
 
 def test_tasks_get_of_an_unknown_task_is_task_not_found(rpc: Rpc) -> None:
     assert rpc.error("tasks/get", {"id": "nope"}, headers=NO_VERSION)["code"] == -32001
+
+
+def _file_message(file: dict[str, Any]) -> dict[str, Any]:
+    part = {"kind": "file", "file": {"mimeType": "image/png", **file}}
+    return {"kind": "message", "messageId": uuid.uuid4().hex, "role": "user", "parts": [part]}
+
+
+def _tasks_stored(rpc: Rpc) -> int:
+    total: int = rpc.result("ListTasks", {"pageSize": 1})["totalSize"]
+    return total
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ("aGVsbG8", "is not valid base64"),  # unpadded: the SDK's decoding raised (-32603)
+        ("a", "is not valid base64"),
+        ("!!!", "is not valid base64"),  # not base64: the SDK's decoding made it b""
+        ("@@@@", "is not valid base64"),
+        ("aGVs\nbG8=", "is not valid base64"),
+        ("", "is empty"),
+    ],
+)
+def test_file_bytes_that_are_not_strict_base64_are_invalid_params_and_nothing_is_stored(
+    rpc: Rpc, data: str, says: str
+) -> None:
+    before = _tasks_stored(rpc)
+    error = rpc.error("message/send", {"message": _file_message({"bytes": data})}, headers={})
+    assert error["code"] == -32602, error
+    field = "message.parts[0].file.bytes"
+    assert error["data"][0]["metadata"]["field"] == field
+    assert error["message"].startswith(f"{field}: {says}")
+    assert _tasks_stored(rpc) == before
+
+
+def test_file_bytes_in_strict_base64_are_taken(rpc: Rpc) -> None:
+    reply = rpc.result(
+        "message/send", {"message": _file_message({"bytes": "iVBORw0KGgo="})}, headers={}
+    )
+    assert reply["kind"] == "message" and reply["role"] == "agent"
+
+
+@pytest.mark.parametrize(
+    "uri", ["file:///etc/passwd", "javascript:alert(1)", "//example.com/a.png"]
+)
+def test_a_file_uri_the_llm_may_not_be_sent_is_refused_naming_the_0_3_field(
+    rpc: Rpc, uri: str
+) -> None:
+    error = rpc.error("message/send", {"message": _file_message({"uri": uri})}, headers={})
+    assert error["code"] == -32602, error
+    assert error["message"].startswith("message.parts[0].file.uri: must be an http(s) URL")
+
+
+@pytest.mark.parametrize(
+    ("part", "field", "says"),
+    [
+        ({"kind": "data", "data": [1, 2]}, "message.parts[0].data", "must be an object"),
+        ({"kind": "text"}, "message.parts[0].text", "is required"),
+        ({"kind": "text", "text": 5}, "message.parts[0].text", "must be a string"),
+        ({"kind": "bogus"}, "message.parts[0].kind", "must be one of 'text', 'file', 'data'"),
+        ({"kind": "file", "file": {"bytes": 5}}, "message.parts[0].file.bytes", "must be a string"),
+        (5, "message.parts[0]", "must be an object"),
+    ],
+)
+def test_a_0_3_part_error_names_the_member_its_kind_says_it_is(
+    rpc: Rpc, part: Any, field: str, says: str
+) -> None:
+    message = {"kind": "message", "messageId": uuid.uuid4().hex, "role": "user", "parts": [part]}
+    error = rpc.error("message/send", {"message": message}, headers={})
+    assert error["code"] == -32602, error
+    assert error["message"] == f"{field}: {says}"

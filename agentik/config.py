@@ -622,7 +622,7 @@ class LlmSettings:
     first_token_timeout: float = setting(60.0, flat="llm_first_token_timeout")
     round_timeout: float = setting(600.0, flat="llm_round_timeout")
     """Seconds one LLM round may take from its request to its last token."""
-    max_answer_bytes: int = setting(4 * _MiB, flat="llm_max_answer_bytes", lo=1024)
+    max_answer_bytes: int = setting(8 * _MiB, flat="llm_max_answer_bytes", lo=1024)
     """Bytes of one LLM round's text, reasoning and tool calls; the engine stops reading past it."""
     max_tool_calls_per_round: int = setting(128)
     """Tool calls one LLM round may make."""

@@ -44,7 +44,7 @@ __all__ = ["DELTAS_PER_TURN", "MAX_ANSWER_BYTES", "MAX_TOOL_CALLS", "ROUND_TIMEO
 
 DELTAS_PER_TURN = 4
 """Deltas a round reads, at most, before it lets the loop run others."""
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """Bytes (UTF-8) of one round's text, reasoning and tool calls, by default."""
 MAX_TOOL_CALLS = 128
 """Tool calls in one round, by default (OpenAI's limit of tools a request may offer)."""

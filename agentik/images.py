@@ -7,19 +7,37 @@ bindings check it first, so a peer's refusal names the A2A field it sent
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["image_url_problem"]
+__all__ = ["image_type_problem", "image_url_problem"]
 
+_IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*", re.IGNORECASE)
 _DATA_URL = re.compile(r"data:(image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)[;,]", re.IGNORECASE)
+_BASE64_MARK = re.compile(r";base64,", re.IGNORECASE)
+
+
+def image_type_problem(mime_type: str) -> str | None:
+    """Why ``mime_type`` is not an image's (``... is not an image/* type``), or None."""
+    if _IMAGE_TYPE.fullmatch(mime_type):
+        return None
+    return f"{mime_type[:80]!r} is not an image/* type"
 
 
 def image_url_problem(url: str) -> str | None:
     """Why ``url`` may not be sent to the LLM as an image (``must be ...``), or None: only
-    an http(s) URL with a host or a ``data:image/*`` URL (never ``file:``, ``javascript:``)."""
+    an http(s) URL with a host or a ``data:image/*`` URL (never ``file:``, ``javascript:``)
+    whose base64 payload, when it says it has one, decodes (a provider refuses the whole
+    request over an image it cannot read, so it would fail every later turn)."""
     if url[:5].lower() == "data:":
-        return None if _DATA_URL.match(url) else "is a data: URL of a type other than image/*"
+        if not _DATA_URL.match(url):
+            return "is a data: URL of a type other than image/*"
+        head, mark, payload = url.partition(",")
+        if _BASE64_MARK.search(head + mark) and not _decodes(payload):
+            return "is a data: URL whose base64 payload is not valid base64"
+        return None
     try:
         parts = urlsplit(url)
         scheme, host = parts.scheme.lower(), parts.hostname
@@ -28,3 +46,12 @@ def image_url_problem(url: str) -> str | None:
     if scheme not in ("http", "https") or not host:
         return "must be an http(s) URL or a data:image/* URL"
     return None
+
+
+def _decodes(payload: str) -> bool:
+    """Whether ``payload`` is base64 (padding optional, as some encoders leave it out)."""
+    try:
+        base64.b64decode(payload + "=" * (-len(payload) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return bool(payload)

@@ -8,7 +8,7 @@ import re
 import uuid
 from collections.abc import Iterable, Sequence
 
-from agentik.images import image_url_problem
+from agentik.images import image_type_problem, image_url_problem
 from engine_service.core.errors import InvalidInput
 from engine_service.core.ids import check_id
 from engine_service.core.models import (
@@ -32,7 +32,6 @@ __all__ = [
 ]
 
 UNANSWERED = "error: no result was provided for this tool call"
-_IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*", re.IGNORECASE)
 
 
 def new_id() -> str:
@@ -104,8 +103,8 @@ def check_document(part: DocumentPart, where: str) -> None:
 def check_image(part: ImagePart, where: str) -> None:
     """Refuse an image the LLM must not be sent: a URL that is not http(s) or an image
     ``data:`` URL (``javascript:``, ``file:``, ...), or a type that is not ``image/*``."""
-    if part.mime_type and not _IMAGE_TYPE.fullmatch(part.mime_type):
-        raise InvalidInput(f"{where}.mime_type {part.mime_type[:80]!r} is not an image/* type")
+    if part.mime_type and (problem := image_type_problem(part.mime_type)) is not None:
+        raise InvalidInput(f"{where}.mime_type {problem}")
     if not part.url:
         return
     problem = image_url_problem(part.url)

@@ -43,6 +43,8 @@ def _image_run(image: pb.ImagePart) -> pb.RunRequest:
         pb.ImagePart(data=b"<script>", mime_type="text/html"),
         pb.ImagePart(data=b"\x89PNG", mime_type="image"),
         pb.ImagePart(data=b"", mime_type="image/png"),  # the LLM refuses it every turn
+        pb.ImagePart(url="data:image/png;base64,!!!"),  # stored, it would fail every turn
+        pb.ImagePart(url="data:image/png;base64,"),
     ],
 )
 async def test_an_image_part_that_is_not_an_http_image_is_invalid_argument_naming_the_part(
@@ -60,6 +62,8 @@ async def test_an_image_part_that_is_not_an_http_image_is_invalid_argument_namin
         pb.ImagePart(url="https://example.com/cat.png"),
         pb.ImagePart(url="HTTP://example.com/cat.png", mime_type="image/png"),
         pb.ImagePart(url="data:image/png;base64,iVBORw0KGgo="),
+        pb.ImagePart(url="data:image/png;base64,iVBORw0KGgo"),  # padding left out
+        pb.ImagePart(url="data:image/svg+xml,%3Csvg%3E%3C/svg%3E"),  # not base64: not decoded
         pb.ImagePart(data=b"\x89PNG", mime_type="image/png"),
         pb.ImagePart(data=b"GIF8", mime_type="IMAGE/GIF"),
     ],

@@ -15,6 +15,7 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
+from agentik.images import image_type_problem, image_url_problem
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import invalid
 from web_facade.proto_json import json_value
@@ -228,7 +229,12 @@ def _part_from_json(raw: object, where: str) -> pb.ContentPart:
     mime_type = _string(raw, "mime_type", where, required=False)
     if bool(url) == bool(data):
         invalid(f"{where} must have exactly one of url and data")
+    if mime_type and (problem := image_type_problem(mime_type)) is not None:
+        invalid(f"{where}.mime_type {problem}")
     if url:
+        # The engine's rule, checked here so that the refusal names this body's field.
+        if (problem := image_url_problem(url)) is not None:
+            invalid(f"{where}.url {problem}")
         return pb.ContentPart(image=pb.ImagePart(url=url, mime_type=mime_type))
     if not mime_type:
         invalid(f"{where}.mime_type is required with data")

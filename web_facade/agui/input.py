@@ -50,6 +50,7 @@ from ag_ui.core import (
 from google.protobuf import json_format, struct_pb2
 from pydantic import ValidationError
 
+from agentik.images import image_type_problem, image_url_problem
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.errors import ApiError
 
@@ -195,7 +196,12 @@ def _text(text: str) -> pb.ContentPart:
 
 def _image(part: ImagePart, where: str) -> pb.ContentPart:
     source = part.source
+    # The engine's rules, checked here so that a refusal names the field the client sent.
+    if source.mime_type and (problem := image_type_problem(source.mime_type)) is not None:
+        unprocessable(f"{where}.source.mimeType {problem}")
     if isinstance(source, UrlSource):
+        if (problem := image_url_problem(source.value)) is not None:
+            unprocessable(f"{where}.source.value {problem}")
         return pb.ContentPart(
             image=pb.ImagePart(url=source.value, mime_type=source.mime_type or "")
         )

@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Callable
 
+import pytest
 from flask import Flask
 
 from tests.web.agentik.streams import StreamReader, has, types
@@ -159,6 +160,38 @@ def test_images_are_stored_and_returned_as_parts(api: ApiClient) -> None:
     StreamReader(response).read_to_end()
     history = api.call("GET", f"/agentik/conversations/{conversation_id}/messages").get_json()
     assert history["items"][0]["content"] == parts
+
+
+@pytest.mark.parametrize(
+    ("part", "said"),
+    [
+        (
+            {"type": "image", "url": "file:///etc/passwd"},
+            "content[1].url must be an http(s) URL or a data:image/* URL",
+        ),
+        (
+            {"type": "image", "url": "data:image/png;base64,!!!"},
+            "content[1].url is a data: URL whose base64 payload is not valid base64",
+        ),
+        (
+            {"type": "image", "data": "aGVsbG8=", "mime_type": "text/html"},
+            "content[1].mime_type 'text/html' is not an image/* type",
+        ),
+    ],
+)
+def test_an_image_the_model_may_not_be_sent_is_400_naming_the_field_of_the_body(
+    api: ApiClient, part: dict[str, str], said: str
+) -> None:
+    conversation_id = api.new_conversation()
+    reply = api.call(
+        "POST",
+        f"/agentik/conversations/{conversation_id}/send",
+        json={"content": [{"type": "text", "text": "look"}, part]},
+    )
+    assert reply.status_code == 400, reply.get_data()
+    assert reply.get_json()["error"]["message"] == said
+    history = api.call("GET", f"/agentik/conversations/{conversation_id}/messages").get_json()
+    assert history["items"] == []
 
 
 def test_reasoning_streams_start_reasoning_before_the_response(api: ApiClient) -> None:

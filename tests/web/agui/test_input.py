@@ -123,6 +123,32 @@ def test_an_image_by_provider_file_or_bad_base64_is_refused_naming_the_source(
 
 
 @pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            {"type": "url", "value": "file:///etc/passwd"},
+            "messages[0].content[0].source.value must be an http(s) URL or a data:image/* URL",
+        ),
+        (
+            {"type": "url", "value": "data:image/png;base64,!!!"},
+            "messages[0].content[0].source.value is a data: URL whose base64 payload is not",
+        ),
+        (
+            {"type": "data", "value": "iVBORw0KGgo=", "mimeType": "text/html"},
+            "messages[0].content[0].source.mimeType 'text/html' is not an image/* type",
+        ),
+    ],
+)
+def test_an_image_the_model_may_not_be_sent_is_refused_naming_the_agui_field(
+    client: FlaskClient, source: dict[str, Any], said: str
+) -> None:
+    content = [{"type": "image", "source": source}]
+    message = _refusal(client, _body(messages=[{"id": "u", "role": "user", "content": content}]))
+
+    assert message.startswith(said)
+
+
+@pytest.mark.parametrize(
     ("props", "named"),
     [
         ("a string", "forwardedProps must be a JSON object"),
@@ -186,7 +212,10 @@ def test_every_role_and_part_reaches_the_engine_as_its_message() -> None:
             "role": "user",
             "content": [
                 {"type": "text", "text": "look"},
-                {"type": "image", "source": {"type": "data", "value": "AQID", "mimeType": "a/b"}},
+                {
+                    "type": "image",
+                    "source": {"type": "data", "value": "AQID", "mimeType": "image/webp"},
+                },
                 {"type": "image", "source": {"type": "url", "value": "https://x/y.png"}},
             ],
         },
@@ -220,7 +249,7 @@ def test_every_role_and_part_reaches_the_engine_as_its_message() -> None:
             role=pb.ROLE_USER,
             content=[
                 pb.ContentPart(text=pb.TextPart(text="look")),
-                pb.ContentPart(image=pb.ImagePart(data=b"\x01\x02\x03", mime_type="a/b")),
+                pb.ContentPart(image=pb.ImagePart(data=b"\x01\x02\x03", mime_type="image/webp")),
                 pb.ContentPart(image=pb.ImagePart(url="https://x/y.png")),
             ],
         ),

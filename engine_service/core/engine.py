@@ -496,12 +496,14 @@ class Engine(Stopping):
         if after_seq < 0:
             raise InvalidInput("after_seq must not be negative")
         session = await self._session(caller, session_id, "session_id")
-        if after_seq > session.last_seq:
-            # Only stored events are ever shown, so no client saw a seq past the stored last:
-            # such a point (a conversation deleted and made again under its id) would wait
-            # for ever for events it has skipped.
+        shown = self._hubs.shown_seq(session)
+        if after_seq > shown:
+            # No client was shown a seq past it (events are shown once stored, or by this
+            # engine when their store failed): such a point, e.g. of a conversation deleted
+            # and made again under its id, would wait for ever for events it skipped.
             raise InvalidInput(
-                f"after_seq {after_seq} is past the session's last event ({session.last_seq})"
+                f"after_seq {after_seq} is past the session's last event ({shown}): resume"
+                " after an event this session sent"
             )
         lists = self._hubs.follow_lists(
             session_id, after_seq, until_idle=until_idle, session=session

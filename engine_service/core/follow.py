@@ -71,6 +71,15 @@ class Hubs:
             self._hubs[session.id] = hub
         return hub
 
+    def shown_seq(self, session: Session) -> int:
+        """The last seq of ``session`` any follower may have been shown: the stored last,
+        or past it, the end of a run this engine showed before it could store it
+        (``SessionHub.show_unstored``)."""
+        hub = self._hubs.get(session.id)
+        if hub is None or hub.incarnation != incarnation(session):
+            return session.last_seq
+        return max(session.last_seq, hub.visible_seq)
+
     def running(self, session_id: str, run_id: str) -> bool:
         """Whether ``run_id`` is the active run of the session's hub here (which then holds
         every event of it)."""

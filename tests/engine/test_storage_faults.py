@@ -108,12 +108,19 @@ async def test_a_full_disk_fails_the_run_clearly_and_the_conversation_recovers(
     assert not_deleted.value.code() == grpc.StatusCode.UNAVAILABLE
     reads = await stub.ListMessages(pb.ListMessagesRequest(session_id="s"))
     assert reads.messages[0].content[0].text.text == "hello"
+    # A client shown the run's end from memory resumes after it, though the store does not
+    # hold it yet: not refused as a point past the session's last event.
+    shown_end = seen[-1].seq
+    resumed = stub.Subscribe(pb.SubscribeRequest(session_id="s", after_seq=shown_end))
 
     disk.free()
     await _wait_health(harness, health_pb2.HealthCheckResponse.SERVING)
     after = await collect(stub.Run(pb.RunRequest(session_id="s", messages=[user("back")])))
     assert kind(after[-1]) == "run_finished"
     seen += after
+    followed = [await next_event(resumed) for _ in after]
+    resumed.cancel()
+    assert [e.seq for e in followed] == [e.seq for e in after]
 
     stored = await collect(stub.Subscribe(pb.SubscribeRequest(session_id="s", until_idle=True)))
     assert _lost_and_duplicated(seen, stored) == (0, 0)

@@ -91,7 +91,8 @@ async def test_subscribe_after_a_seq_past_the_last_stored_is_invalid_argument(
         await collect(past)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details() == (
-        f"after_seq {last + 1} is past the session's last event ({last})"
+        f"after_seq {last + 1} is past the session's last event ({last}): resume after an"
+        " event this session sent"
     )
 
 

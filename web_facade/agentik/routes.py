@@ -26,7 +26,7 @@ from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, from_rpc_error, invalid
 from web_facade.request_body import parse_json, read_body
-from web_facade.stream import follow, open_run
+from web_facade.stream import follow, open_run, opened
 
 __all__ = ["MAX_PAGE", "MAX_SEQ", "bp"]
 
@@ -323,11 +323,6 @@ def events(conversation_id: str) -> Response:
     after = _resume_point()
     until_idle = _bool_arg("until_idle")
     session = _get_session(conversation_id)  # 404 before the stream opens
-    if after is not None and after > session.last_seq:
-        invalid(
-            f"the resume point {after} is past the conversation's last event "
-            f"({session.last_seq}): resume from an event this conversation sent"
-        )
     engine = current_engine().engine
     subscription = pb.SubscribeRequest(
         session_id=conversation_id,
@@ -336,6 +331,10 @@ def events(conversation_id: str) -> Response:
         batch_events=True,
     )
     relay = follow(engine, subscription)
+    if after is not None and after > session.last_seq:
+        # Past what the store holds: the engine refuses it unless it showed that much before
+        # it could store it. Its answer first, so that a refusal is a 400, not a stream.
+        opened(relay)
     return AgentikStream(relay, current_settings().web.heartbeat_interval).response()
 
 

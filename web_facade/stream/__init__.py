@@ -29,6 +29,7 @@ from web_facade.stream.relay import (
     Relay,
     Resume,
     open_relay,
+    opened,
 )
 
 __all__ = [
@@ -48,5 +49,6 @@ __all__ = [
     "follow",
     "open_relay",
     "open_run",
+    "opened",
     "sse_response",
 ]

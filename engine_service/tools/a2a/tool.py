@@ -20,7 +20,7 @@ learn it). Remote failures, refusals and unreachable agents are error results th
 reads; they name the agent, never its address (tool results reach clients), and the log
 has the details.
 
-Every answer is read through :class:`BoundedTransport`: a JSON body, or one event of a
+Every answer is read through ``bounded.bounded_client``: a JSON body, or one event of a
 stream, over the agent's ``max_response_bytes`` ends the call like a timeout (the remote
 task cancelled) before the engine holds more of it.
 
@@ -70,7 +70,7 @@ from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
 from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
-from engine_service.tools.a2a.bounded import IDENTITY, BoundedTransport, ResponseTooLarge
+from engine_service.tools.a2a.bounded import ResponseTooLarge, bounded_client
 
 __all__ = ["A2aAgentSource", "A2aAgentTool", "AgentState", "context_id_for"]
 
@@ -332,14 +332,12 @@ class A2aAgentSource:
 
     async def _run(self) -> None:
         self.log.info("A2A agent %r: card at %s", self.config.name, self.config.target)
-        headers = httpx.Headers(self.config.headers)
-        headers.update(IDENTITY)  # uncompressed: the bytes counted are the bytes held
-        self._http = httpx.AsyncClient(
-            headers=headers,
+        self._http = bounded_client(
+            self.config.max_response_bytes,
+            headers=self.config.headers,
             timeout=httpx.Timeout(self.call_timeout, connect=self.config.connect_timeout),
             follow_redirects=False,
             event_hooks=_trace_hooks(),
-            transport=BoundedTransport(self.config.max_response_bytes),
         )
         failures = 0
         while True:

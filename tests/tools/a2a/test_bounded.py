@@ -1,5 +1,6 @@
-"""``BoundedTransport``: a remote agent's answer is read up to a byte limit, counted as it
-arrives (per event of a stream), against the hostile agent over real sockets."""
+"""``bounded_client``: a remote agent's answer is read up to a byte limit, counted as it
+arrives (per event of a stream), against the hostile agent over real sockets; a proxy from
+the environment is still used."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from engine_service.tools.a2a.bounded import IDENTITY, BoundedTransport, ResponseTooLarge
+from engine_service.tools.a2a.bounded import ResponseTooLarge, bounded_client
 from tests.fakes.hostile_a2a import HostileAgent
 
 WAIT = 15.0
@@ -81,7 +82,7 @@ async def test_an_event_over_the_limit_stops_the_read_near_the_limit(
     hostile: HostileAgent,
 ) -> None:
     counting = Counting()
-    async with httpx.AsyncClient(transport=BoundedTransport(LIMIT, counting)) as client:
+    async with bounded_client(LIMIT, transport=counting) as client:
         with pytest.raises(ResponseTooLarge) as caught:
             async with asyncio.timeout(WAIT):
                 await _read_stream(client, f"{hostile.url}/", "big 10000000")
@@ -93,7 +94,7 @@ async def test_an_event_over_the_limit_stops_the_read_near_the_limit(
 
 
 async def test_each_event_is_counted_alone_however_long_the_stream(hostile: HostileAgent) -> None:
-    async with httpx.AsyncClient(transport=BoundedTransport(LIMIT)) as client:
+    async with bounded_client(LIMIT) as client:
         async with asyncio.timeout(WAIT):
             total = await _read_stream(client, f"{hostile.url}/", "big-chunks 20 50000")
 
@@ -104,7 +105,7 @@ async def test_a_json_body_declared_over_the_limit_is_refused_before_it_is_read(
     hostile: HostileAgent,
 ) -> None:
     counting = Counting()
-    async with httpx.AsyncClient(transport=BoundedTransport(LIMIT, counting)) as client:
+    async with bounded_client(LIMIT, transport=counting) as client:
         with pytest.raises(ResponseTooLarge):
             async with asyncio.timeout(WAIT):
                 await client.post(f"{hostile.url}/", json=_send("rpc-error 200000"))
@@ -129,8 +130,7 @@ async def test_a_compressed_answer_the_client_did_not_ask_for_is_refused() -> No
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        transport = BoundedTransport(LIMIT)
-        async with httpx.AsyncClient(transport=transport, headers=IDENTITY) as client:
+        async with bounded_client(LIMIT) as client:
             with pytest.raises(httpx.DecodingError, match="a compressed answer"):
                 async with asyncio.timeout(WAIT):
                     await client.get(f"http://127.0.0.1:{port}/")
@@ -138,4 +138,58 @@ async def test_a_compressed_answer_the_client_did_not_ask_for_is_refused() -> No
         server.close()
         await server.wait_closed()
 
+    assert b"accept-encoding: identity" in asked[0].lower()
+
+
+async def test_a_proxy_from_the_environment_is_used_and_its_answers_bounded(
+    hostile: HostileAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy forwards to the hostile agent whatever host the request names."""
+    asked: list[bytes] = []
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        asked.append(head)
+        length = int(
+            next(
+                (
+                    line.split(b":", 1)[1]
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                b"0",
+            )
+        )
+        body = await reader.readexactly(length)
+        line, _, rest = head.partition(b"\r\n")
+        method, target, version = line.split(b" ")
+        path = b"/" + target.split(b"/", 3)[3] if target.startswith(b"http") else target
+        upstream_reader, upstream = await asyncio.open_connection("127.0.0.1", hostile.port)
+        upstream.write(b" ".join((method, path, version)) + b"\r\n" + rest + body)
+        await upstream.drain()
+        try:
+            while chunk := await upstream_reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            upstream.close()
+            writer.close()
+
+    proxy = await asyncio.start_server(forward, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        async with bounded_client(LIMIT) as client:
+            with pytest.raises(ResponseTooLarge):
+                async with asyncio.timeout(WAIT):
+                    await _read_stream(client, "http://agent.invalid/", "big 10000000")
+    finally:
+        proxy.close()
+        await proxy.wait_closed()
+
+    assert asked and asked[0].startswith(b"POST http://agent.invalid/ HTTP/1.1")
     assert b"accept-encoding: identity" in asked[0].lower()

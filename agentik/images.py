@@ -7,8 +7,6 @@ bindings check it first, so a peer's refusal names the A2A field it sent
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from urllib.parse import urlsplit
 
@@ -17,6 +15,7 @@ __all__ = ["image_type_problem", "image_url_problem"]
 _IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*", re.IGNORECASE)
 _DATA_URL = re.compile(r"data:(image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)[;,]", re.IGNORECASE)
 _BASE64_MARK = re.compile(r";base64,", re.IGNORECASE)
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
 def image_type_problem(mime_type: str) -> str | None:
@@ -49,9 +48,15 @@ def image_url_problem(url: str) -> str | None:
 
 
 def _decodes(payload: str) -> bool:
-    """Whether ``payload`` is base64 (padding optional, as some encoders leave it out)."""
-    try:
-        base64.b64decode(payload + "=" * (-len(payload) % 4), validate=True)
-    except (binascii.Error, ValueError):
+    """Whether ``payload`` is base64 (padding optional, as some encoders leave it out),
+    judged without decoding it: its alphabet and length (a few ms for megabytes, where a
+    decode took 40 ms of the loop for a 6 MB image, and images come again every turn)."""
+    if not payload or not payload.isascii():
         return False
-    return bool(payload)
+    body = payload.rstrip("=")
+    padding = len(payload) - len(body)
+    if padding > 2 or (padding and len(payload) % 4):
+        return False
+    if body.encode().translate(None, _BASE64_ALPHABET):
+        return False  # a character outside the alphabet (deleted ones leave nothing)
+    return len(body) % 4 != 1

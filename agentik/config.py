@@ -554,7 +554,8 @@ class PythonToolConfig:
     timeout: float | None = setting(None, must="a positive number of seconds", doc=_PER_CALL)
     max_stranded_calls: int = setting(DEFAULT_MAX_STRANDED_CALLS, must="a positive integer")
     """A plain ``def``'s calls still running after their timeout or interrupt (Python cannot
-    stop a thread) at most; with that many, a new call is refused, not started."""
+    stop a thread): with that many, a new call is refused, not started (calls in flight when
+    a timeout hits them may strand more: the bound is this plus the calls in flight)."""
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
@@ -620,7 +621,7 @@ class LlmSettings:
     max_tool_rounds: int = setting(8)
     timeout: float = setting(120.0, flat="llm_timeout")
     first_token_timeout: float = setting(60.0, flat="llm_first_token_timeout")
-    round_timeout: float = setting(600.0, flat="llm_round_timeout")
+    round_timeout: float = setting(1800.0, flat="llm_round_timeout")
     """Seconds one LLM round may take from its request to its last token."""
     max_answer_bytes: int = setting(8 * _MiB, flat="llm_max_answer_bytes", lo=1024)
     """Bytes of one LLM round's text, reasoning and tool calls; the engine stops reading past it."""

@@ -48,7 +48,7 @@ MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """Bytes (UTF-8) of one round's text, reasoning and tool calls, by default."""
 MAX_TOOL_CALLS = 128
 """Tool calls in one round, by default (OpenAI's limit of tools a request may offer)."""
-ROUND_TIMEOUT = 600.0
+ROUND_TIMEOUT = 1800.0
 """Seconds one round may take from its request to its last delta, by default."""
 
 

@@ -671,7 +671,7 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["web_gc_threshold"] == ("AGENTIK_WEB_GC_THRESHOLD", "10000")
     assert by_name["llm_max_idle_connections"] == ("AGENTIK_LLM_MAX_IDLE_CONNECTIONS", "256")
     assert by_name["llm_idle_timeout"] == ("AGENTIK_LLM_IDLE_TIMEOUT", "30.0")
-    assert by_name["llm_round_timeout"] == ("AGENTIK_LLM_ROUND_TIMEOUT", "600.0")
+    assert by_name["llm_round_timeout"] == ("AGENTIK_LLM_ROUND_TIMEOUT", "1800.0")
     assert by_name["llm_max_answer_bytes"] == ("AGENTIK_LLM_MAX_ANSWER_BYTES", "8388608")
     assert by_name["max_tool_calls_per_round"] == ("AGENTIK_MAX_TOOL_CALLS_PER_ROUND", "128")
     assert len(rows) == 91

@@ -89,6 +89,7 @@ async def test_streams_of_a_stopped_engine_end_with_an_error_and_resume_without_
     finally:
         for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     assert all(finished)
     assert took >= KEEPALIVE, f"the streams ended {took:.1f} s after the stop, before a ping"
     for name, ledger in ledgers.items():

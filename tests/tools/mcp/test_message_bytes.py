@@ -119,7 +119,8 @@ async def test_reading_a_long_stdio_line_keeps_the_engine_responsive() -> None:
             cpu = time.process_time() - cpu
     assert result.is_error and "over 16777216 bytes (max_message_bytes)" in result.content
     assert cpu < 1.0, f"{cpu:.2f} s of CPU to read {size} bytes"
-    assert lag.longest < 0.5, f"the loop stalled {lag.longest:.2f} s"
+    # A loose bound on a shared box: the quadratic reader stalled it 7.6 s for 32 MiB.
+    assert lag.longest < 2.0, f"the loop stalled {lag.longest:.2f} s"
 
 
 @pytest.fixture(params=["json", "events"])

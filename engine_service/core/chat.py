@@ -7,10 +7,13 @@ tool calls by index and decides what to store.
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from engine_service.core.errors import LLMError
 from engine_service.core.models import JSON, Message
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageDelta",
+    "read_until",
 ]
 
 
@@ -98,3 +102,25 @@ class ChatModel(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+@contextlib.asynccontextmanager
+async def read_until(
+    stream: AsyncIterator[ChatDelta], deadline: float, timed_out: str
+) -> AsyncIterator[AsyncIterator[ChatDelta]]:
+    """``stream``, to be read until the loop's clock reaches ``deadline``: past it the read
+    ends with ``llm_timeout`` and the message ``timed_out``. The stream is closed at the end
+    either way: a bound that ends the read early leaves it open, and its HTTP response is
+    then closed at once, not when the collector finds it."""
+    timer = asyncio.timeout_at(deadline)
+    try:
+        async with timer:
+            yield stream
+    except TimeoutError:
+        if not timer.expired():
+            raise
+        raise LLMError("llm_timeout", timed_out) from None
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 
 from agentik.limits import COMPACTION_MODES, MIN_CONTEXT_TOKENS
 from engine_service.core import events as ev
-from engine_service.core.chat import ChatModel, ChatRequest, TextDelta, ToolSpec, UsageDelta
+from engine_service.core.chat import (
+    ChatModel,
+    ChatRequest,
+    TextDelta,
+    ToolSpec,
+    UsageDelta,
+    read_until,
+)
 from engine_service.core.errors import ContextTooLong, LLMError, StorageUnavailable
 from engine_service.core.history import chat_messages
 from engine_service.core.models import ContextItem, Message, Role, TextPart
@@ -382,31 +389,19 @@ class RunContext:
         parts: list[str] = []
         enough = 8 * room  # characters: _clip_tokens keeps about 4 a token
         read = 0
-        stream = self.model.stream(request)
-        deadline = asyncio.timeout(self.limits.summary_timeout)
-        try:
-            async with deadline:
-                async for delta in stream:
-                    if isinstance(delta, TextDelta):
-                        parts.append(delta.text)
-                        read += len(delta.text)
-                        if read > enough:
-                            break
-                    elif isinstance(delta, UsageDelta):
-                        self.usage[0] += delta.input_tokens
-                        self.usage[1] += delta.output_tokens
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            raise LLMError(
-                "llm_timeout",
-                f"the summariser took longer than {self.limits.summary_timeout:g}s"
-                " ([llm] round_timeout)",
-            ) from None
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        seconds = self.limits.summary_timeout
+        timed_out = f"the summariser took longer than {seconds:g}s ([llm] round_timeout)"
+        deadline = asyncio.get_running_loop().time() + seconds
+        async with read_until(self.model.stream(request), deadline, timed_out) as deltas:
+            async for delta in deltas:
+                if isinstance(delta, TextDelta):
+                    parts.append(delta.text)
+                    read += len(delta.text)
+                    if read > enough:
+                        break
+                elif isinstance(delta, UsageDelta):
+                    self.usage[0] += delta.input_tokens
+                    self.usage[1] += delta.output_tokens
         text = "".join(parts).strip()
         if not text:
             raise LLMError("llm_bad_stream", "the summariser's answer was empty")

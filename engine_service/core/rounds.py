@@ -33,6 +33,7 @@ from engine_service.core.chat import (
     TextDelta,
     ToolCallDelta,
     UsageDelta,
+    read_until,
 )
 from engine_service.core.errors import LLMError
 from engine_service.core.history import new_id
@@ -180,24 +181,12 @@ class RoundReader:
         self._calls = {}
         self._answer_bytes = 0
         stream, sent = self._stream(request)
-        deadline = asyncio.timeout_at(sent + self._round_timeout)
-        try:
-            async with deadline:
-                await self._deltas(stream, span)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            raise LLMError(
-                "llm_timeout",
-                f"the LLM's answer took longer than {self._round_timeout:g}s"
-                " ([llm] round_timeout); the engine stopped reading it",
-            ) from None
-        finally:
-            # A bound that ends the round here leaves the stream open: close it (and its
-            # HTTP response) now, not when the collector finds it.
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        timed_out = (
+            f"the LLM's answer took longer than {self._round_timeout:g}s"
+            " ([llm] round_timeout); the engine stopped reading it"
+        )
+        async with read_until(stream, sent + self._round_timeout, timed_out) as deltas:
+            await self._deltas(deltas, span)
         return self._answer()
 
     async def _deltas(self, stream: AsyncIterator[ChatDelta], span: Span) -> None:

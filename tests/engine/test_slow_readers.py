@@ -77,6 +77,8 @@ async def test_readers_that_stop_reading_a_20_mb_answer_pin_a_bounded_amount_and
         OPENAI_API_KEY="k",
         AGENTIK_STORE=f"sqlite:///{tmp_path / 'agentik.db'}",
         AGENTIK_STREAM_BUFFER_BYTES=str(BUFFER),
+        # Past the default bound of an answer (8 MiB): what is measured is the readers.
+        AGENTIK_LLM_MAX_ANSWER_BYTES=str(32 * 1024 * 1024),
     )
     async with running_engine(settings) as harness:
         gc.collect()

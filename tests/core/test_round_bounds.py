@@ -55,7 +55,10 @@ async def _messages(harness: Harness, session_id: str) -> list[pb.Message]:
     return list(reply.messages)
 
 
-async def _next_turn_works(harness: Harness, session_id: str) -> None:
+async def _left_usable(harness: Harness, session_id: str) -> None:
+    """The cut round left no half-written answer in the history (only the user's message),
+    and the next turn runs."""
+    assert [m.role for m in await _messages(harness, session_id)] == [pb.ROLE_USER]
     events = await run(harness, pb.RunRequest(session_id=session_id, messages=[user("again")]))
     assert kinds(events)[-1] == "run_finished"
     assert text_of(events) == "Echo: again"
@@ -84,8 +87,7 @@ async def test_an_endless_answer_ends_the_run_at_max_answer_bytes_and_the_next_t
     assert kinds(events).count("text_message_start") == kinds(events).count("text_message_end")
     assert await llm.wait_connection_closed_async(WAIT)  # the engine stopped reading
     assert await _stored_text(bounded, "s") == shown  # what the client saw is stored
-    assert [m.role for m in await _messages(bounded, "s")] == [pb.ROLE_USER]
-    await _next_turn_works(bounded, "s")
+    await _left_usable(bounded, "s")
 
 
 async def test_too_many_tool_calls_in_one_round_end_the_run_before_any_tool_runs(
@@ -106,8 +108,7 @@ async def test_too_many_tool_calls_in_one_round_end_the_run_before_any_tool_runs
     assert kinds(events).count("tool_call_end") == 3
     assert "tool_call_result" not in kinds(events)
     assert len(llm.requests) == 1
-    assert [m.role for m in await _messages(bounded, "t")] == [pb.ROLE_USER]
-    await _next_turn_works(bounded, "t")
+    await _left_usable(bounded, "t")
 
 
 async def test_an_answer_that_keeps_coming_past_round_timeout_ends_with_llm_timeout(
@@ -128,8 +129,7 @@ async def test_an_answer_that_keeps_coming_past_round_timeout_ends_with_llm_time
     assert 0.9 < elapsed < WAIT
     assert text_of(events).startswith("tick tick ")
     assert await llm.wait_connection_closed_async(WAIT)
-    assert [m.role for m in await _messages(bounded, "r")] == [pb.ROLE_USER]
-    await _next_turn_works(bounded, "r")
+    await _left_usable(bounded, "r")
 
 
 async def test_a_stream_of_keep_alive_comments_after_the_first_token_fails_after_the_timeout(
@@ -151,5 +151,4 @@ async def test_a_stream_of_keep_alive_comments_after_the_first_token_fails_after
     assert text_of(events) == "one "
     assert [kind(e) for e in events].count("text_message_end") == 1
     assert await llm.wait_connection_closed_async(WAIT)
-    assert [m.role for m in await _messages(bounded, "k")] == [pb.ROLE_USER]
-    await _next_turn_works(bounded, "k")
+    await _left_usable(bounded, "k")

@@ -27,6 +27,9 @@ task cancelled) before the engine holds more of it.
 The configured ``headers`` go with every request; a card naming an endpoint on another
 origin than the card's is not called with them (``endpoint`` in the config says where to
 call instead).
+
+The card is read and made into a client by :mod:`.card`; a call's answer is gathered by
+:mod:`.answer`'s ``RemoteCall``.
 """
 
 from __future__ import annotations
@@ -35,21 +38,15 @@ import asyncio
 import contextlib
 import enum
 import hashlib
-import json
 import logging
 import random
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
-from a2a.client import A2AClientError, A2AClientTimeoutError, Client, ClientConfig, ClientFactory
-from a2a.client.card_resolver import parse_agent_card
+from a2a.client import A2AClientError, Client
 from a2a.types import (
     AgentCard,
-    AgentInterface,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -58,21 +55,37 @@ from a2a.types import (
     Role,
     SendMessageRequest,
     StreamResponse,
-    Task,
     TaskState,
 )
 from a2a.utils.errors import A2AError
-from google.protobuf import json_format
-from google.protobuf.message import Error as ProtobufError
 
 from agentik.config import A2aAgentConfig
-from engine_service.core.events import Custom
 from engine_service.core.models import JSON
 from engine_service.core.registry import READY, ToolRegistry
-from engine_service.core.tool import TOOL_PROGRESS, Tool, ToolContext, ToolResult
+from engine_service.core.tool import Tool, ToolContext, ToolResult
+from engine_service.tools.a2a.answer import (
+    DONE,
+    MAX_PROGRESS_CHARS,
+    MAX_RESULT_CHARS,
+    PAUSED,
+    PROGRESS_EVERY,
+    RemoteCall,
+    clip,
+    too_large,
+    why_call_failed,
+)
 from engine_service.tools.a2a.bounded import ResponseTooLarge, bounded_client
+from engine_service.tools.a2a.card import describe, make_client, read_card, why_card_failed
 
-__all__ = ["A2aAgentSource", "A2aAgentTool", "AgentState", "context_id_for"]
+__all__ = [
+    "MAX_PROGRESS_CHARS",
+    "MAX_RESULT_CHARS",
+    "PROGRESS_EVERY",
+    "A2aAgentSource",
+    "A2aAgentTool",
+    "AgentState",
+    "context_id_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,27 +102,10 @@ FIRST_POLL = 0.05
 MAX_POLL = 1.0
 """Seconds between GetTask calls for a task the remote left running without streaming:
 from the first to the longest wait, doubling."""
-MAX_RESULT_CHARS = 100_000
-MAX_DESCRIPTION_CHARS = 4_000
-MAX_CARD_BYTES = 1024 * 1024
-MAX_PROGRESS_CHARS = 2_000
 MAX_REMEMBERED = 10_000
 """Contexts whose waiting (or cut) remote task the engine keeps in memory."""
-MAX_ERROR_CHARS = 2_000
-"""A remote's error message longer than this is cut (in the result and in the log)."""
 A2A_SOURCE = "a2a:"
 """The registry source of a remote A2A agent's tool: ``a2a:NAME``."""
-PROGRESS_EVERY = 0.1
-"""Seconds between two progress events of one call: a chatty (or hostile) agent's status
-messages in between are not streamed (the answer is not affected)."""
-_BINDINGS = ["JSONRPC", "HTTP+JSON"]
-_DONE = {
-    TaskState.TASK_STATE_COMPLETED,
-    TaskState.TASK_STATE_FAILED,
-    TaskState.TASK_STATE_CANCELED,
-    TaskState.TASK_STATE_REJECTED,
-}
-_PAUSED = {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
 _PARAMETERS: dict[str, JSON] = {
     "type": "object",
     "properties": {
@@ -155,96 +151,6 @@ class A2aAgentTool(Tool):
         if not isinstance(message, str) or not message.strip():
             return _error("the argument 'message' must be a non-empty string")
         return await self._source.call(message, context)
-
-
-@dataclass(slots=True)
-class _Call:
-    """One message to the remote agent and what came back so far."""
-
-    agent: str
-    context: ToolContext
-    task_id: str = ""
-    state: TaskState = TaskState.TASK_STATE_UNSPECIFIED
-    status_text: str = ""
-    reply: str = ""
-    """The text of a direct reply (a Message instead of a task)."""
-    artifacts: dict[str, list[str]] = field(default_factory=dict)
-    abandoned: bool = False
-    """Our run stopped waiting: no more progress events."""
-    known: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once the task id (or a direct reply) has arrived."""
-    progress: int = 0
-    last_report: float = 0.0
-    kept: int = 0
-    """Characters of artifact text kept so far."""
-    dropped: int = 0
-    """Characters of artifact text past the answer's limit, not kept (but counted)."""
-
-    def take(self, event: StreamResponse) -> None:
-        if event.HasField("message"):
-            self.reply = _text(event.message.parts)
-            self.known.set()
-        elif event.HasField("task"):
-            self.take_task(event.task)
-        elif event.HasField("status_update"):
-            update = event.status_update
-            self.task_id = update.task_id or self.task_id
-            self.known.set()
-            self.state = update.status.state
-            if update.status.HasField("message"):
-                self.status_text = _text(update.status.message.parts)
-                self.report(self.status_text)
-        elif event.HasField("artifact_update"):
-            update_a = event.artifact_update
-            self.task_id = update_a.task_id or self.task_id
-            self.known.set()
-            artifact = update_a.artifact
-            chunks = self.artifacts.setdefault(artifact.artifact_id, [])
-            if not update_a.append:
-                self.kept -= sum(len(chunk) for chunk in chunks)
-                chunks.clear()
-            chunk = _text(artifact.parts)
-            if self.kept <= MAX_RESULT_CHARS:  # past that it would be clipped anyway
-                self.kept += len(chunk)
-                chunks.append(chunk)
-            else:
-                self.dropped += len(chunk)
-
-    def take_task(self, task: Task) -> None:
-        self.task_id = task.id or self.task_id
-        self.known.set()
-        self.state = task.status.state
-        if task.status.HasField("message"):
-            self.status_text = _text(task.status.message.parts)
-        if task.artifacts:
-            self.artifacts = {a.artifact_id: [_text(a.parts)] for a in task.artifacts}
-        if not self.status_text and not task.artifacts:
-            agent_says = [m for m in task.history if m.role == Role.ROLE_AGENT]
-            if agent_says:
-                self.status_text = _text(agent_says[-1].parts)
-
-    def report(self, text: str) -> None:
-        now = time.monotonic()
-        if self.abandoned or not text or now - self.last_report < PROGRESS_EVERY:
-            return
-        self.last_report = now
-        if len(text) > MAX_PROGRESS_CHARS:
-            text = text[: MAX_PROGRESS_CHARS - 1] + "…"
-        self.progress += 1
-        value: JSON = {
-            "tool_call_id": self.context.tool_call_id,
-            "progress": self.progress,
-            "total": None,
-            "message": text,
-            "agent": self.agent,
-            "state": _state_name(self.state),
-        }
-        self.context.emit(Custom(TOOL_PROGRESS, value))
-
-    @property
-    def answer(self) -> str:
-        texts = ["".join(chunks) for chunks in self.artifacts.values()]
-        return "\n".join(t for t in texts if t) or self.reply or self.status_text
 
 
 class A2aAgentSource:
@@ -344,13 +250,13 @@ class A2aAgentSource:
             self._set_state(AgentState.CONNECTING, self.reason)
             try:
                 async with asyncio.timeout(self.config.connect_timeout):
-                    card = await self._read_card(self._http)
-                self._client = self._make_client(card, self._http)
+                    card = await read_card(self._http, self.config)
+                self._client = make_client(card, self._http, self.config)
             except Exception as exc:
-                reason = _why_card_failed(exc, self.config)
+                reason = why_card_failed(exc, self.config)
             else:
                 self.card = card
-                self.tool.description = self.config.description or _describe(card)
+                self.tool.description = self.config.description or describe(card)
                 self.attempts += 1
                 self.log.info(
                     "A2A agent %r ready: %r, %d skills, %s",
@@ -384,84 +290,26 @@ class A2aAgentSource:
             await asyncio.sleep(CARD_REFRESH)
             try:
                 async with asyncio.timeout(self.config.connect_timeout):
-                    card = await self._read_card(http)
+                    card = await read_card(http, self.config)
                 if card == self.card:
                     continue
-                client = self._make_client(card, http)
+                client = make_client(card, http, self.config)
             except Exception as exc:
                 self.log.info(
                     "A2A agent %r: its card could not be read again (%s); keeping the last one",
                     self.config.name,
-                    _why_card_failed(exc, self.config),
+                    why_card_failed(exc, self.config),
                 )
                 continue
             # Calls in flight keep the client they started with (they share ``http``).
             self.card, self._client = card, client
-            self.tool.description = self.config.description or _describe(card)
+            self.tool.description = self.config.description or describe(card)
             self.log.info(
                 "A2A agent %r changed its card: %r, %d skills",
                 self.config.name,
                 card.name,
                 len(card.skills),
             )
-
-    async def _read_card(self, http: httpx.AsyncClient) -> AgentCard:
-        headers = {"Accept": "application/json"}
-        async with http.stream("GET", self.config.card_url, headers=headers) as response:
-            if response.status_code != 200:
-                raise _CardError(f"HTTP {response.status_code} from {self.config.target}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_CARD_BYTES:
-                    raise _CardError(
-                        f"the card at {self.config.target} is larger than {MAX_CARD_BYTES:,} bytes"
-                    )
-        try:
-            raw = json.loads(body)
-        except ValueError:
-            raise _CardError(f"{self.config.target} did not answer JSON") from None
-        try:
-            return parse_agent_card(raw)
-        except (json_format.ParseError, ProtobufError, TypeError, ValueError) as exc:
-            raise _CardError(f"{self.config.target} is not a valid agent card: {exc}") from None
-
-    def _make_client(self, card: AgentCard, http: httpx.AsyncClient) -> Client:
-        interfaces = [i for i in card.supported_interfaces if i.protocol_binding in _BINDINGS]
-        if self.config.endpoint:
-            version = next((i.protocol_version for i in interfaces), "1.0") or "1.0"
-            interfaces = [
-                AgentInterface(
-                    url=self.config.endpoint, protocol_binding="JSONRPC", protocol_version=version
-                )
-            ]
-        elif self.config.headers:
-            # Credentials meant for the card's host go nowhere else.
-            ours = _origin(self.config.card_url)
-            foreign = [i.url for i in interfaces if _origin(i.url) != ours]
-            interfaces = [i for i in interfaces if _origin(i.url) == ours]
-            if not interfaces and foreign:
-                raise _CardError(
-                    f"the card names only endpoints on another origin than its own "
-                    f"({', '.join(_origin(url) for url in foreign)}); the configured headers are "
-                    "not sent there: set 'endpoint' to call one of them"
-                )
-        if not interfaces:
-            raise _CardError("the card names no JSON-RPC or HTTP+JSON interface")
-        chosen = AgentCard()
-        chosen.CopyFrom(card)  # the card as read stays as it was (compared when re-read)
-        del chosen.supported_interfaces[:]
-        chosen.supported_interfaces.extend(interfaces)
-        # An agent that does not stream is asked to answer at once with its task, which is
-        # then polled: its id is known from the start, so a timeout or an interrupt can
-        # cancel it (a blocking send would name the task only with its final answer).
-        config = ClientConfig(
-            streaming=True,
-            polling=not card.capabilities.streaming,
-            httpx_client=http,
-            supported_protocol_bindings=list(_BINDINGS),
-        )
-        return ClientFactory(config).create(chosen)
 
     # -- calls ----------------------------------------------------------------------
 
@@ -505,7 +353,7 @@ class A2aAgentSource:
         """Send ``message`` and wait for the answer until ``deadline`` (the loop's clock:
         the call's whole budget, a retry included); cancellable."""
         name, context_id = self.config.name, message.context_id
-        call = _Call(name, context)
+        call = RemoteCall(name, context)
         reader = asyncio.get_running_loop().create_task(
             self._read(client, SendMessageRequest(message=message), call),
             name=f"a2a call {name} {context.tool_call_id}",
@@ -525,7 +373,7 @@ class A2aAgentSource:
             call.abandoned = True
             cancelled = await self._cancel_remote(client, call, reader)
             what = "its task was cancelled" if cancelled else "its task could not be cancelled"
-            return self._failed(f"{_too_large(name, exc)}; {what}")
+            return self._failed(f"{too_large(name, exc)}; {what}")
         except asyncio.CancelledError:
             # Our run was interrupted: the stream ends now, the remote task is cancelled
             # in the background.
@@ -548,11 +396,11 @@ class A2aAgentSource:
                     return await self._exchange(
                         client, message, context, deadline, look_for_waiting=False
                     )
-            if call.task_id and call.state not in _DONE | _PAUSED:
+            if call.running:
                 # Cut mid-task (the agent or the network went away): the task may still run
                 # there, and would keep this context busy; the next call cancels it first.
                 _remember(self._cut, context_id, call.task_id)
-            return self._failed(_why_call_failed(exc, name), detail=exc)
+            return self._failed(why_call_failed(exc, name), detail=exc)
         except Exception as exc:  # an answer the SDK could not read
             return self._failed(f"the agent {name!r} sent an answer that could not be read", exc)
         return self._result(call, context_id)
@@ -578,18 +426,20 @@ class A2aAgentSource:
                 return task.id
         return ""
 
-    async def _read(self, client: Client, request: SendMessageRequest, call: _Call) -> None:
+    async def _read(self, client: Client, request: SendMessageRequest, call: RemoteCall) -> None:
         events: AsyncIterator[StreamResponse] = client.send_message(request)
         async for event in events:
             call.take(event)
         wait = FIRST_POLL
-        while call.task_id and call.state not in _DONE | _PAUSED:
+        while call.running:
             # A remote that answered without streaming and left the task running.
             await asyncio.sleep(wait)
             wait = min(wait * 2, MAX_POLL)
             call.take_task(await client.get_task(GetTaskRequest(id=call.task_id)))
 
-    async def _cancel_remote(self, client: Client, call: _Call, reader: asyncio.Task[None]) -> bool:
+    async def _cancel_remote(
+        self, client: Client, call: RemoteCall, reader: asyncio.Task[None]
+    ) -> bool:
         """Cancel the remote task of ``call`` (learning its id first if need be), then
         stop reading its stream; whether the task is cancelled (or had ended)."""
         cancelled = False
@@ -601,7 +451,7 @@ class A2aAgentSource:
                         await asyncio.wait([reader, known], return_when=asyncio.FIRST_COMPLETED)
                     finally:
                         known.cancel()
-                if call.task_id and call.state not in _DONE:
+                if call.task_id and call.state not in DONE:
                     await client.cancel_task(CancelTaskRequest(id=call.task_id))
                     cancelled = True
                     self.log.info(
@@ -620,7 +470,7 @@ class A2aAgentSource:
                 "A2A agent %r: cancelling its task %s failed: %s",
                 self.config.name,
                 call.task_id or "(unknown)",
-                _why_call_failed(exc, self.config.name),
+                why_call_failed(exc, self.config.name),
             )
         finally:
             reader.cancel()
@@ -641,14 +491,14 @@ class A2aAgentSource:
                 "A2A agent %r: the task %s left by a cut call was not cancelled: %s",
                 self.config.name,
                 task_id,
-                _why_call_failed(exc, self.config.name),
+                why_call_failed(exc, self.config.name),
             )
 
-    def _result(self, call: _Call, context_id: str) -> ToolResult:
+    def _result(self, call: RemoteCall, context_id: str) -> ToolResult:
         name = self.config.name
         state = call.state
-        said = _clip(call.answer, call.dropped)
-        if state in _PAUSED and call.task_id:
+        said = clip(call.answer, call.dropped)
+        if state in PAUSED and call.task_id:
             _remember(self._waiting, context_id, call.task_id)
         if state == TaskState.TASK_STATE_INPUT_REQUIRED:
             asks = said or "(no question given)"
@@ -692,10 +542,6 @@ def _trace_hooks() -> dict[str, list[Callable[[httpx.Request], Awaitable[None]]]
     return {"request": [inject]}
 
 
-class _CardError(Exception):
-    """Why a card is unusable, in words for ``agentik tools``."""
-
-
 def _remember(tasks: dict[str, str], context_id: str, task_id: str) -> None:
     """Keep ``task_id`` for ``context_id``; past ``MAX_REMEMBERED`` contexts the oldest is
     forgotten (its next call then goes as a new message: see ``_find_waiting``)."""
@@ -707,101 +553,3 @@ def _remember(tasks: dict[str, str], context_id: str, task_id: str) -> None:
 
 def _error(text: str) -> ToolResult:
     return ToolResult(f"error: {text}", is_error=True)
-
-
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
-
-
-def _clip(text: str, dropped: int = 0, limit: int = MAX_RESULT_CHARS) -> str:
-    """``text`` cut at ``limit`` characters, with a note of how long it was (``dropped``:
-    characters that were never kept)."""
-    if len(text) <= limit and not dropped:
-        return text
-    whole = len(text) + dropped
-    return text[:limit] + f"\n(truncated: the answer had {whole:,} characters)"
-
-
-def _state_name(state: TaskState) -> str:
-    return TaskState.Name(state).removeprefix("TASK_STATE_").lower()
-
-
-def _text(parts: Iterable[Part]) -> str:
-    """The parts as text: text as is, data as JSON, files by name and URL."""
-    texts: list[str] = []
-    for part in parts:
-        if part.HasField("text"):
-            texts.append(part.text)
-        elif part.HasField("data"):
-            value = json_format.MessageToDict(part.data)
-            texts.append(json.dumps(value, ensure_ascii=False))
-        elif part.HasField("url") or part.HasField("raw"):
-            label = part.filename or part.media_type or "file"
-            texts.append(f"[{label}: {part.url}]" if part.url else f"[{label}]")
-    return "\n".join(texts)
-
-
-def _describe(card: AgentCard) -> str:
-    """The tool description the LLM reads: who the agent is and its skills."""
-    lines = [f"Ask the remote agent {card.name!r} and get its answer."]
-    if card.description:
-        lines.append(card.description.strip())
-    if card.skills:
-        lines.append("Its skills:")
-        for skill in card.skills:
-            line = f"- {skill.name or skill.id}"
-            if skill.description:
-                line += f": {skill.description.strip()}"
-            if skill.examples:
-                line += " (for example: " + "; ".join(repr(e) for e in skill.examples[:3]) + ")"
-            lines.append(line)
-    text = "\n".join(lines)
-    return text if len(text) <= MAX_DESCRIPTION_CHARS else text[: MAX_DESCRIPTION_CHARS - 1] + "…"
-
-
-def _too_large(name: str, exc: ResponseTooLarge) -> str:
-    return (
-        f"the agent {name!r} sent an answer over {exc.limit:,} bytes "
-        "([[a2a.agents]] max_response_bytes)"
-    )
-
-
-def _why_card_failed(exc: Exception, config: A2aAgentConfig) -> str:
-    if isinstance(exc, _CardError):
-        return str(exc)
-    if isinstance(exc, ResponseTooLarge):
-        return (
-            f"the card at {config.target} is larger than {exc.limit:,} bytes "
-            "([[a2a.agents]] max_response_bytes)"
-        )
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
-        return f"no card within the connect timeout of {config.connect_timeout:g} s"
-    if isinstance(exc, httpx.HTTPError):
-        return f"cannot reach {config.target}: {exc or type(exc).__name__}"
-    if isinstance(exc, ValueError):  # the SDK's client factory: no usable transport
-        return f"cannot call the agent: {exc}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _why_call_failed(exc: BaseException, name: str) -> str:
-    """Words for the LLM (and the client that sees tool results): no address, no trace."""
-    if isinstance(exc, A2AClientTimeoutError | httpx.TimeoutException | TimeoutError):
-        return f"the agent {name!r} did not answer in time"
-    if isinstance(exc, ResponseTooLarge):  # while cancelling or listing tasks
-        return _too_large(name, exc)
-    cause = exc.__cause__
-    if isinstance(cause, httpx.HTTPStatusError) or isinstance(exc, httpx.HTTPStatusError):
-        status_error = cause if isinstance(cause, httpx.HTTPStatusError) else exc
-        assert isinstance(status_error, httpx.HTTPStatusError)
-        return f"the agent {name!r} answered HTTP {status_error.response.status_code}"
-    if isinstance(exc, httpx.TransportError) or isinstance(cause, httpx.TransportError):
-        return f"the agent {name!r} is unreachable"
-    if isinstance(exc, A2AClientError | httpx.HTTPError):
-        # It answered, but not in A2A (not JSON, not an event stream, ...).
-        return f"the agent {name!r} sent an answer that could not be read"
-    message = getattr(exc, "message", "") or str(exc) or type(exc).__name__
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[: MAX_ERROR_CHARS - 1] + "…"
-    return f"the agent {name!r} refused the call: {message}"

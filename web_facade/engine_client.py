@@ -6,11 +6,9 @@ sockets do not survive a fork). A sync channel is thread-safe, so the worker's t
 share it. If the process forked after the channel was made, the child makes its own.
 
 Every engine call made while a request is handled carries that request's
-``Authorization`` header as the ``authorization`` metadata: the facade checks no
-credentials itself, the engine does (a header gRPC cannot carry goes as an empty bearer,
-which the engine refuses like any malformed one). While tracing is on
-(``agentik.tracing``) it also carries the current span as W3C ``traceparent``
-metadata, so the engine's spans join the request's trace.
+``Authorization`` header and, while tracing is on, its span
+(:mod:`web_facade.engine_credentials`): the facade checks no credentials itself, the
+engine does.
 
 The target may name several engines (``ipv4:A:P,B:P``, a DNS name with several
 addresses, ...; see :mod:`agentik.addresses`). The channel balances calls over all of
@@ -40,30 +38,35 @@ those calls carry the forwarded metadata explicitly, taken while the request is 
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import itertools
 import json
 import logging
 import os
-import socket
 import threading
-import time
-from collections.abc import Callable
-from typing import Any, Final, NamedTuple, NoReturn
+from typing import Any, Final
 
 import grpc
 import grpc.aio
 import grpc.experimental
-from flask import current_app, has_request_context, request
+from flask import current_app
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentik import tracing
-from agentik.collector import release
 from agentik.config import Settings
 from agentik.limits import GRPC_MESSAGE_LIMIT
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from web_facade import aio_loop
+from web_facade.engine_credentials import ForwardCredentials
+from web_facade.engine_workers import (
+    CHECK_TIMEOUT,
+    WORKERS_METADATA,
+    Unbalanceable,
+    aio_warm,
+    balanced_target,
+    host_port,
+    reachable,
+    resolve,
+    warm,
+)
 
 __all__ = [
     "DISCOVERY_INTERVAL",
@@ -71,15 +74,9 @@ __all__ = [
     "RETRIED_METHODS",
     "SERVICE_CONFIG",
     "UNARY_TIMEOUT",
-    "WORKERS_METADATA",
-    "WORKER_METADATA",
     "EngineClient",
-    "balanced_target",
     "current_engine",
     "current_settings",
-    "forwarded_authorization",
-    "forwarded_metadata",
-    "forwardable",
     "install",
 ]
 
@@ -95,18 +92,6 @@ the calls are balanced over them or the engine does not answer."""
 QUIET_INTERVAL = 30.0
 """Seconds between two asks while the engine lists no workers (a single engine) or lists
 workers that do not answer from here."""
-
-WORKERS_METADATA = "agentik-workers"
-"""The engine's health answer's metadata key listing its workers' own addresses
-(``engine_service.server.WORKERS_METADATA``)."""
-
-WORKER_METADATA = "agentik-worker"
-"""The key naming the worker that answered (``engine_service.server.WORKER_METADATA``)."""
-
-_CHECK_TIMEOUT = 2.0
-"""Deadline of a discovery's health checks, in seconds."""
-
-_WILDCARDS = ("", "0.0.0.0", "::")
 
 _EXTENSION = "agentik"
 _SERVICE = "agentik.engine.v1.AgentEngine"
@@ -207,107 +192,6 @@ def keepalive_options(interval: float) -> list[tuple[str, Any]]:
     ]
 
 
-class _CallDetails(NamedTuple):
-    method: str
-    timeout: float | None
-    metadata: Any
-    credentials: Any
-    wait_for_ready: bool | None
-    compression: Any
-
-
-def forwarded_authorization() -> str | None:
-    """The ``authorization`` metadata value for the request being handled, or None.
-
-    A relay thread has no request context: a stream that may reopen its engine call
-    takes this value when it opens and passes it as metadata itself.
-    """
-    if not has_request_context():
-        return None
-    value = request.headers.get("Authorization")
-    return None if value is None else forwardable(value)
-
-
-def forwardable(value: str) -> str:
-    """``value`` if gRPC metadata can carry it (printable ASCII), else an empty bearer."""
-    if len(value) <= 8192 and value.isascii() and value.isprintable():
-        return value
-    return "Bearer"
-
-
-def forwarded_metadata() -> tuple[tuple[str, str], ...] | None:
-    """The metadata :class:`_ForwardCredentials` would add now (authorization, trace
-    context), for a call made later on a thread without the request (a relay's reopening)."""
-    authorization = forwarded_authorization()
-    metadata = [] if authorization is None else [("authorization", authorization)]
-    if tracing.enabled():
-        metadata += tracing.trace_metadata()
-    return tuple(metadata) or None
-
-
-class _ForwardCredentials(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the current request's ``Authorization`` header to each engine call, and the
-    current span's trace context while tracing is on."""
-
-    @staticmethod
-    def _details(details: Any) -> Any:
-        value = forwarded_authorization()
-        traced = tracing.enabled()
-        if value is None and not traced:
-            return details
-        metadata = list(details.metadata or ())
-        if value is not None:
-            metadata.append(("authorization", value))
-        if traced and not any(key == "traceparent" for key, _ in metadata):
-            metadata += tracing.trace_metadata()
-        return _CallDetails(
-            details.method,
-            details.timeout,
-            metadata,
-            details.credentials,
-            details.wait_for_ready,
-            details.compression,
-        )
-
-    def intercept_unary_unary(
-        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
-    ) -> Any:
-        outcome = continuation(self._details(details), request)
-        if isinstance(outcome, grpc.RpcError):
-            return _Refused(outcome)
-        return outcome
-
-    def intercept_unary_stream(
-        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
-    ) -> Any:
-        return continuation(self._details(details), request)
-
-
-class _Refused:
-    """A refused unary call as the interceptor hands it back to gRPC, which raises it from
-    ``result()``. gRPC raises the error itself from a frame that holds it (its ``call``):
-    a cycle of the error, its traceback and every frame up to where it is caught, the
-    route's with the request's body among them, until the collector runs (85 MiB more in a
-    web worker after 240 refused 900 KB requests). This raises it once and lets go of it."""
-
-    __slots__ = ("_error",)
-
-    def __init__(self, error: grpc.RpcError) -> None:
-        release(error)  # the frames it was raised through first (they have ended)
-        self._error: grpc.RpcError | None = error
-
-    def result(self, timeout: float | None = None) -> NoReturn:
-        if self._error is None:
-            raise RuntimeError("a refused call's error is raised once")
-        try:
-            raise self._error  # no local of this frame holds it
-        finally:
-            self._error = None
-
-    def __getattr__(self, name: str) -> Any:  # code(), details(), ... before result()
-        return getattr(self._error, name)
-
-
 class EngineClient:
     """Stubs for the engine's services over lazily made, per-process channels.
 
@@ -333,7 +217,7 @@ class EngineClient:
         (``[web] engine_keepalive``; 0: none)."""
         self.target = target
         self.channels = max(1, channels)
-        self.discover = discover and _host_port(target) is not None
+        self.discover = discover and host_port(target) is not None
         self._options = list(_CHANNEL_OPTIONS) + keepalive_options(keepalive)
         if max_send_bytes > 0:
             self._options.append(("grpc.max_send_message_length", max_send_bytes))
@@ -373,7 +257,7 @@ class EngineClient:
             ]
             self._channel = self._channels[0]
             self._stubs = [
-                pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, _ForwardCredentials()))
+                pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, ForwardCredentials()))
                 for channel in self._channels
             ]
             self._health = health_pb2_grpc.HealthStub(self._channel)
@@ -431,22 +315,20 @@ class EngineClient:
         if health is None:  # closed meanwhile
             return None
         try:
-            _, call = health.Check.with_call(
-                health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT
-            )
+            _, call = health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=CHECK_TIMEOUT)
         except grpc.RpcError:
             return DISCOVERY_INTERVAL  # the engine is down or starting: keep what we have
         listed = dict(call.initial_metadata() or ()).get(WORKERS_METADATA, "")
-        host_port = _host_port(self.target)
-        assert host_port is not None  # discover is only set for such targets
+        target = host_port(self.target)
+        assert target is not None  # discover is only set for such targets
         try:
-            workers = _resolve(listed, host_port[0]) if listed else ()
-        except _Unbalanceable as exc:
+            workers = resolve(listed, target[0]) if listed else ()
+        except Unbalanceable as exc:
             log.warning("engine calls stay on %s, not balanced per worker: %s", self.target, exc)
             return None
         if workers == self._workers:
             return DISCOVERY_INTERVAL if workers else QUIET_INTERVAL
-        if workers and not _reachable(workers):
+        if workers and not reachable(workers):
             if workers != self._unreachable:
                 log.warning(
                     "the engine workers' own addresses (%s) do not answer from here: engine "
@@ -459,8 +341,8 @@ class EngineClient:
         channel = stub = None
         if workers:
             channel = grpc.insecure_channel(balanced_target(workers), options=self._options)
-            stub = pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, _ForwardCredentials()))
-            _warm(channel, len(workers))
+            stub = pb_grpc.AgentEngineStub(grpc.intercept_channel(channel, ForwardCredentials()))
+            warm(channel, len(workers))
         with self._lock:
             if stop.is_set():  # closed meanwhile
                 old = channel
@@ -526,7 +408,7 @@ class EngineClient:
         options = self._aio_options()
         channels = [grpc.aio.insecure_channel(target, options=options) for _ in range(count)]
         if workers:
-            await _aio_warm(channels[0], workers)
+            await aio_warm(channels[0], workers)
         return channels
 
     def close(self) -> None:
@@ -551,114 +433,6 @@ class EngineClient:
             self._aio_balanced = self._aio_balanced_stub = None
             self._aio_workers = ()
             self._aio_pid = 0
-
-
-class _Unbalanceable(Exception):
-    """The workers' addresses cannot make one round-robin target from here."""
-
-
-def _host_port(target: str) -> tuple[str, int] | None:
-    """``(host, port)`` of a ``HOST:PORT`` or ``[IPv6]:PORT`` target; None for the other
-    forms (a list, ``dns:``, ``unix:``), which name their engines themselves."""
-    host, sep, port = target.rpartition(":")
-    if not sep or not port.isdigit() or "," in target or "/" in target:
-        return None
-    if host.startswith("["):
-        return (host[1:-1], int(port)) if host.endswith("]") else None
-    if ":" in host:
-        return None  # a scheme: ipv4:..., unix:..., dns:...
-    return host, int(port)
-
-
-def _resolve(listed: str, target_host: str) -> tuple[str, ...]:
-    """The workers' ``HOST:PORT`` addresses as IP addresses (a wildcard host, the engine
-    listening on every interface, is the host the target names)."""
-    resolved = []
-    for addr in listed.split(","):
-        host, _, port = addr.strip().rpartition(":")
-        host = host.strip("[]")
-        if not port.isdigit():
-            raise _Unbalanceable(f"the engine names a worker address {addr!r} without a port")
-        if host in _WILDCARDS:
-            host = target_host
-        resolved.append((_ip_of(host), int(port)))
-    if len({ip.version for ip, _ in resolved}) > 1:
-        raise _Unbalanceable("the workers' addresses mix IPv4 and IPv6")
-    return tuple(f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}" for ip, port in resolved)
-
-
-def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise _Unbalanceable(f"the workers' host {host!r} does not resolve: {exc}") from None
-    ips = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
-    if len(ips) > 1 and not all(ip.is_loopback for ip in ips):
-        raise _Unbalanceable(f"the workers' host {host!r} names several machines")
-    # localhost: IPv4 first, where a loopback engine listens by default.
-    return sorted(ips, key=lambda ip: ip.version)[0]
-
-
-def balanced_target(workers: tuple[str, ...]) -> str:
-    """The gRPC target listing ``workers`` (resolved ``IP:PORT`` addresses, one family)."""
-    return ("ipv6:" if workers[0].startswith("[") else "ipv4:") + ",".join(workers)
-
-
-def _warm(channel: Any, workers: int) -> None:
-    """Health checks over the new round-robin ``channel`` until ``workers`` different workers
-    have answered (so each is connected: round robin picks only among the connected ones,
-    and the first calls would all go to the first worker up), for at most a few seconds."""
-    health: Any = health_pb2_grpc.HealthStub(channel)
-    answered: set[str] = set()
-    deadline = time.monotonic() + _CHECK_TIMEOUT
-    while len(answered) < workers and time.monotonic() < deadline:
-        try:
-            _, call = health.Check.with_call(
-                health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT, wait_for_ready=True
-            )
-        except grpc.RpcError:
-            return
-        worker = dict(call.initial_metadata() or ()).get(WORKER_METADATA, "")
-        if worker in answered:
-            time.sleep(0.01)  # the others are still connecting
-        answered.add(worker)
-
-
-async def _aio_warm(channel: Any, workers: int) -> None:
-    """:func:`_warm` for a ``grpc.aio`` channel."""
-    health: Any = health_pb2_grpc.HealthStub(channel)
-    answered: set[str] = set()
-    deadline = time.monotonic() + _CHECK_TIMEOUT
-    while len(answered) < workers and time.monotonic() < deadline:
-        call = health.Check(
-            health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT, wait_for_ready=True
-        )
-        try:
-            await call
-        except grpc.RpcError:
-            return
-        worker = dict(await call.initial_metadata() or ()).get(WORKER_METADATA, "")
-        if worker in answered:
-            await asyncio.sleep(0.01)
-        answered.add(worker)
-
-
-def _reachable(workers: tuple[str, ...]) -> bool:
-    """Whether each worker answers a health check on its own address."""
-    for addr in workers:
-        channel = grpc.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)])
-        health: Any = health_pb2_grpc.HealthStub(channel)
-        try:
-            health.Check(health_pb2.HealthCheckRequest(), timeout=_CHECK_TIMEOUT)
-        except grpc.RpcError:
-            return False
-        finally:
-            channel.close()
-    return True
 
 
 async def _close_all(channels: list[Any]) -> None:

@@ -32,12 +32,8 @@ from tests.agentik.test_cli import ROOT, engine_env, read_until
 from tests.postgres_server import pg_database, pg_url
 from tests.web.conftest import WAIT
 from web_facade import aio_loop, engine_client
-from web_facade.engine_client import (
-    WORKER_METADATA,
-    WORKERS_METADATA,
-    EngineClient,
-    balanced_target,
-)
+from web_facade.engine_client import EngineClient
+from web_facade.engine_workers import WORKER_METADATA, WORKERS_METADATA
 
 __all__ = ["pg_database", "pg_url"]  # fixtures
 
@@ -410,11 +406,6 @@ def test_only_a_single_host_port_target_asks_for_workers(target: str, discovers:
     assert EngineClient(target).discover is False
 
 
-def test_the_balanced_target_lists_the_workers_in_one_family() -> None:
-    assert balanced_target(("10.0.0.5:1", "10.0.0.5:2")) == "ipv4:10.0.0.5:1,10.0.0.5:2"
-    assert balanced_target(("[::1]:1", "[::1]:2")) == "ipv6:[::1]:1,[::1]:2"
-
-
 def test_asyncio_streams_go_to_the_workers_too_and_follow_a_new_list() -> None:
     first, second, target_peers = _Peers(), _Peers(), _Peers()  # type: ignore[abstract]
     one, one_port = _stand_in("127.0.0.1:0", first)
@@ -444,31 +435,3 @@ def test_asyncio_streams_go_to_the_workers_too_and_follow_a_new_list() -> None:
         client.close()
         for grpc_server in (one, two, shared):
             grpc_server.stop(None)
-
-
-@pytest.mark.parametrize(
-    ("listed", "target_host", "resolved"),
-    [
-        ("127.0.0.1:1,127.0.0.1:2", "engine.internal", ("127.0.0.1:1", "127.0.0.1:2")),
-        ("0.0.0.0:1,[::]:2", "10.0.0.5", ("10.0.0.5:1", "10.0.0.5:2")),  # wildcards
-        (":1", "::1", ("[::1]:1",)),  # an IPv6 target
-        ("localhost:7", "x", ("127.0.0.1:7",)),  # loopback v4 first
-    ],
-)
-def test_worker_addresses_resolve_to_ip_addresses_at_the_target_s_host(
-    listed: str, target_host: str, resolved: tuple[str, ...]
-) -> None:
-    assert engine_client._resolve(listed, target_host) == resolved
-
-
-@pytest.mark.parametrize(
-    ("listed", "why"),
-    [
-        ("127.0.0.1:1,[::1]:2", "mix IPv4 and IPv6"),
-        ("127.0.0.1", "without a port"),
-        ("no-such-host.invalid:1", "does not resolve"),
-    ],
-)
-def test_worker_addresses_that_make_no_one_target_are_refused(listed: str, why: str) -> None:
-    with pytest.raises(engine_client._Unbalanceable, match=why):
-        engine_client._resolve(listed, "127.0.0.1")

@@ -42,7 +42,8 @@ from typing_extensions import TypedDict
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import agent_json, interrupt_json
-from web_facade.engine_client import UNARY_TIMEOUT, EngineClient, forwardable
+from web_facade.engine_client import UNARY_TIMEOUT, EngineClient
+from web_facade.engine_credentials import forwardable
 from web_facade.errors import ApiError, from_rpc_error
 
 __all__ = [

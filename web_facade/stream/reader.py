@@ -14,7 +14,8 @@ from typing import Any
 from flask import has_app_context
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.engine_client import current_engine, current_settings, forwarded_metadata
+from web_facade.engine_client import current_engine, current_settings
+from web_facade.engine_credentials import forwarded_metadata
 from web_facade.stream.relay import OPEN_WAIT, EventRelay, Relay, Resume, opened
 
 __all__ = ["follow", "open_run"]

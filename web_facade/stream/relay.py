@@ -29,7 +29,7 @@ from typing import Any, Final
 import grpc
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from web_facade.engine_client import forwarded_metadata
+from web_facade.engine_credentials import forwarded_metadata
 
 __all__ = [
     "END",

@@ -29,7 +29,8 @@ from tests.web.conftest import web_settings
 from web_facade import create_app
 from web_facade.a2a.jsonrpc import encode
 from web_facade.a2a.stream import stream_json
-from web_facade.engine_client import EngineClient, _ForwardCredentials
+from web_facade.engine_client import EngineClient
+from web_facade.engine_credentials import ForwardCredentials
 
 
 class _Recorder(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
@@ -70,7 +71,7 @@ class _RecordedClient(EngineClient):
         super()._connect()
         self._stubs = [
             pb_grpc.AgentEngineStub(
-                grpc.intercept_channel(channel, self._recorder, _ForwardCredentials())
+                grpc.intercept_channel(channel, self._recorder, ForwardCredentials())
             )
             for channel in self._channels
         ]

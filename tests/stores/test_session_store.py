@@ -36,7 +36,8 @@ from engine_service.stores import (
     SqliteSessionStore,
     open_store,
 )
-from engine_service.stores.sqlite import _SCHEMA_V1, SCHEMA_VERSION
+from engine_service.stores.sqlite import SCHEMA_VERSION
+from engine_service.stores.sqlite.store import _SCHEMA_V1
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 

@@ -21,8 +21,8 @@ from engine_service.core.deliveries import PushConfig
 from engine_service.core.errors import StorageUnavailable
 from engine_service.core.events import Event, TextMessageContent, TextMessageStart, Usage
 from engine_service.core.models import Message, Role, RunStatus, TextPart
-from engine_service.stores import sqlite as sqlite_store
 from engine_service.stores.sqlite import SqliteSessionStore
+from engine_service.stores.sqlite import store as sqlite_store
 from tests.polling import until
 
 

@@ -1,0 +1,13 @@
+"""A ``SessionStore`` in one SQLite file (stdlib ``sqlite3``): :class:`SqliteSessionStore`."""
+
+from __future__ import annotations
+
+from engine_service.stores.sqlite.store import (
+    SCHEMA_VERSION,
+    SqliteSessionStore,
+    migrate,
+    migrate_connection,
+    storage_error,
+)
+
+__all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "migrate", "migrate_connection", "storage_error"]

@@ -37,7 +37,6 @@ from engine_service.stores import (
     open_store,
 )
 from engine_service.stores.sqlite import SCHEMA_VERSION
-from engine_service.stores.sqlite.store import _SCHEMA_V1
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 
@@ -707,7 +706,7 @@ async def test_prune_events_deletes_older_events_everywhere_and_keeps_last_seq(
     assert await store.prune_events(cutoff) == 0
 
 
-# SQLite specifics and open_store
+# SQLite specifics and open_store (the schema: tests/stores/sqlite/test_schema.py)
 
 
 async def test_sqlite_data_survives_closing_and_reopening(tmp_path: Path) -> None:
@@ -751,45 +750,6 @@ async def test_two_sqlite_stores_on_one_file_share_the_one_active_run_rule(
     finally:
         await one.close()
         await two.close()
-
-
-async def test_a_version_1_database_is_migrated_and_keeps_its_numbering(tmp_path: Path) -> None:
-    path = tmp_path / "v1.db"
-    with sqlite3.connect(path) as conn:
-        conn.executescript(_SCHEMA_V1)
-        conn.execute(
-            "INSERT INTO sessions (id, title, created_at, updated_at, last_seq)"
-            " VALUES ('s1', 'old', ?, ?, 7)",
-            (T0.isoformat(), T0.isoformat()),
-        )
-        conn.execute("PRAGMA user_version = 1")
-    conn.close()
-
-    store = SqliteSessionStore(path)
-    session = await store.get_session("s1")
-    await store.check_writable()
-    begun = await store.begin_run("s1", "r1", at(1), create=False, reserve=5)
-    await store.close()
-
-    assert (session.title, session.last_seq, session.reserved_seq) == ("old", 7, 7)
-    assert (begun.session.reserved_seq, (await _start_seq(path))) == (12, 8)
-
-
-async def _start_seq(path: Path) -> int:
-    store = SqliteSessionStore(path)
-    try:
-        return (await store.get_run("s1", "r1")).start_seq
-    finally:
-        await store.close()
-
-
-async def test_a_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "future.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    conn.close()
-    with pytest.raises(RuntimeError, match="newer"):
-        SqliteSessionStore(path)
 
 
 async def test_open_store_understands_memory_and_sqlite_urls(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from engine_service.stores.sqlite.errors import storage_error
 from engine_service.stores.sqlite.schema import SCHEMA_VERSION, migrate_connection
-from engine_service.stores.sqlite.store import SqliteSessionStore, migrate, storage_error
+from engine_service.stores.sqlite.store import SqliteSessionStore, migrate
 
 __all__ = ["SCHEMA_VERSION", "SqliteSessionStore", "migrate", "migrate_connection", "storage_error"]

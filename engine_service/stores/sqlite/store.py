@@ -77,9 +77,10 @@ from engine_service.stores.encoding import (
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
+from engine_service.stores.sqlite.errors import mapped_errors, storage_error
 from engine_service.stores.sqlite.schema import migrate_connection
 
-__all__ = ["SqliteSessionStore", "migrate", "storage_error"]
+__all__ = ["SqliteSessionStore", "migrate"]
 
 log = logging.getLogger(__name__)
 
@@ -94,46 +95,6 @@ _RUN_COLUMNS = (
     " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
     " input_tokens, output_tokens, cached_tokens"
 )
-
-
-_CAUSES: dict[str, str] = {
-    "SQLITE_FULL": "the disk is full",
-    "SQLITE_BUSY": "the database is locked by another process",
-    "SQLITE_LOCKED": "the database is locked",
-    "SQLITE_READONLY": "the database is read-only",
-    "SQLITE_IOERR": "the disk failed to read or write",
-    "SQLITE_CANTOPEN": "the database file cannot be opened",
-    "SQLITE_CORRUPT": "the database file is corrupt",
-    "SQLITE_NOTADB": "the file is not a database",
-    "SQLITE_PERM": "permission to the database file was denied",
-}
-"""SQLite's primary result code → the cause a client and an operator can act on."""
-
-
-def storage_error(exc: sqlite3.Error) -> StorageUnavailable:
-    """``exc`` as the core's ``StorageUnavailable``, naming the cause in plain words."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    primary = name.split("_")[:2]
-    cause = _CAUSES.get("_".join(primary)) or _CAUSES.get(name)
-    if cause is None:
-        text = str(exc).strip() or "unknown failure"
-        cause = f"the database failed ({text})"
-    return StorageUnavailable(f"storage unavailable: {cause}")
-
-
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    """Turn SQLite's operational failures into ``StorageUnavailable``.
-
-    Integrity errors are the callers' to interpret (a taken id, a second running run)
-    and pass through untouched.
-    """
-    try:
-        yield
-    except sqlite3.IntegrityError:
-        raise
-    except sqlite3.Error as exc:
-        raise storage_error(exc) from exc
 
 
 def _iso(value: datetime, what: str) -> str:
@@ -558,7 +519,7 @@ class _Writer:
         store = self._store
         conn = store._conn
         try:
-            with _mapped_errors():
+            with mapped_errors():
                 conn.execute("BEGIN IMMEDIATE")
         except StorageUnavailable:
             for op in batch:  # each on its own: each gets its own answer
@@ -584,7 +545,7 @@ class _Writer:
                             self._alone(rest)
                         return
             try:
-                with _mapped_errors():
+                with mapped_errors():
                     conn.execute("COMMIT")
             except StorageUnavailable as exc:
                 if conn.in_transaction:
@@ -663,11 +624,11 @@ class SqliteSessionStore(SessionStore):
             # locking mode WAL keeps that index in memory: the engine starts and serves
             # reads; other processes cannot open the file until it restarts.
             log.warning("opening %s in exclusive mode: %s", path, storage_error(exc).message)
-            with _mapped_errors():
+            with mapped_errors():
                 self._conn = self._open(path, timeout, exclusive=True)
             exclusive = True
         try:
-            with _mapped_errors():
+            with mapped_errors():
                 self._migrate()
                 self._push_sessions = {
                     row[0] for row in self._conn.execute("SELECT session_id FROM push_configs")
@@ -713,7 +674,7 @@ class SqliteSessionStore(SessionStore):
             begin, end, undo = "SAVEPOINT op", "RELEASE op", ("ROLLBACK TO op", "RELEASE op")
         else:
             begin, end, undo = "BEGIN IMMEDIATE", "COMMIT", ("ROLLBACK",)
-        with _mapped_errors():
+        with mapped_errors():
             self._conn.execute(begin)
             try:
                 yield self._conn
@@ -730,10 +691,10 @@ class SqliteSessionStore(SessionStore):
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction, so several statements see one snapshot."""
         if self._batched:
-            with _mapped_errors():
+            with mapped_errors():
                 yield self._conn  # the batch's transaction is the snapshot
             return
-        with _mapped_errors():
+        with mapped_errors():
             self._conn.execute("BEGIN")
             try:
                 yield self._conn
@@ -782,7 +743,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def get_session(self, session_id: str) -> Session:
-        with _mapped_errors():
+        with mapped_errors():
             return self._load(self._conn, session_id)
 
     @_off_loop
@@ -1253,7 +1214,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def tokens_used(self, principal: str, day: date) -> int:
-        with _mapped_errors():
+        with mapped_errors():
             row = self._conn.execute(
                 "SELECT tokens FROM token_usage WHERE principal = ? AND day = ?",
                 (principal, day.isoformat()),

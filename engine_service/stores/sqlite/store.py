@@ -40,11 +40,11 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
+from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -65,91 +65,35 @@ from engine_service.core.store import (
 )
 from engine_service.stores.encoding import (
     decode_interrupts,
+    dumps,
     encode_interrupts,
+    encode_messages,
     event_from_dict,
+    event_rows,
     message_from_dict,
-    run_from_row,
     run_taken,
     runs_filter,
     session_filter,
-    session_from_row,
 )
-from engine_service.stores.encoding import dumps as _dumps
-from engine_service.stores.encoding import encode_messages as _encode_messages
-from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.sqlite.errors import mapped_errors, storage_error
+from engine_service.stores.sqlite.rows import (
+    DELIVERY_COLUMNS,
+    PUSH_COLUMNS,
+    RUN_COLUMNS,
+    SESSION_COLUMNS,
+    from_iso,
+    iso,
+    sql_limit,
+    to_delivery,
+    to_push_config,
+    to_run,
+    to_session,
+)
 from engine_service.stores.sqlite.schema import migrate_connection
 
 __all__ = ["SqliteSessionStore", "migrate"]
 
 log = logging.getLogger(__name__)
-
-_SESSION_COLUMNS = """
-    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
-    s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
-"""
-_RUN_COLUMNS = (
-    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
-    " input_tokens, output_tokens, cached_tokens"
-)
-
-
-def _iso(value: datetime, what: str) -> str:
-    """Fixed-width UTC text; naive datetimes are refused rather than guessed at."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(f"{what} must be a timezone-aware datetime")
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _time(text: str) -> datetime:
-    return datetime.fromisoformat(text).astimezone(UTC)
-
-
-def _session(row: Any) -> Session:
-    return session_from_row(row, _time)
-
-
-def _run(row: Any) -> RunRecord:
-    return run_from_row(row, _time)
-
-
-_DELIVERY_COLUMNS = (
-    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
-    " last_error, updated_at"
-)
-
-
-def _delivery(row: Any) -> Delivery:
-    return Delivery(
-        id=row[0],
-        url=row[1],
-        payload=row[2],
-        created_at=_time(row[3]),
-        next_attempt_at=_time(row[4]),
-        headers=json.loads(row[5]),
-        kind=row[6],
-        attempts=row[7],
-        status=DeliveryStatus(row[8]),
-        last_error=row[9],
-        updated_at=_time(row[10]) if row[10] else None,
-    )
-
-
-_PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
-
-
-def _push(row: Any) -> PushConfig:
-    return PushConfig(row[0], row[1], row[2], row[3], _time(row[4]), row[5], row[6], row[7])
-
-
-def _sql_limit(limit: int) -> int:
-    """A page size for SQL ``LIMIT``: zero means no limit (-1 to SQLite)."""
-    if limit < 0:
-        raise InvalidInput("limit must not be negative")
-    return limit or -1
 
 
 def migrate(path: str | Path) -> tuple[int, int]:
@@ -717,17 +661,17 @@ class SqliteSessionStore(SessionStore):
 
     def _load(self, conn: sqlite3.Connection, session_id: str) -> Session:
         row = conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)
+            f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)
         ).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
-        return _session(row)
+        return to_session(row)
 
     @_off_loop
     def create_session(
         self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
-        stamp = _iso(now, "now")
+        stamp = iso(now, "now")
         if not session_id:
             raise InvalidInput("session id must not be empty")
         with self._tx() as conn:
@@ -757,20 +701,20 @@ class SqliteSessionStore(SessionStore):
     ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
         where, args = session_filter("?", "s.", owner, agents)
         with self._read() as conn:
             (total,) = conn.execute(f"SELECT count(*) FROM sessions s {where}", args).fetchone()
             rows = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions s {where}"
+                f"SELECT {SESSION_COLUMNS} FROM sessions s {where}"
                 " ORDER BY s.updated_at DESC, s.id LIMIT ? OFFSET ?",
                 (*args, size, offset),
             ).fetchall()
-        return [_session(row) for row in rows], total
+        return [to_session(row) for row in rows], total
 
     @_off_loop
     def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
-        stamp = _iso(now, "now")
+        stamp = iso(now, "now")
         with self._tx() as conn:
             conn.execute(
                 "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
@@ -780,7 +724,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
-        stamp = _iso(now, "now")
+        stamp = iso(now, "now")
         with self._tx() as conn:
             self._require(conn, session_id)
             conn.execute(
@@ -806,7 +750,7 @@ class SqliteSessionStore(SessionStore):
     def _list_messages(
         self, session_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
         with self._read() as conn:
             self._require(conn, session_id)
             after = -1
@@ -886,7 +830,7 @@ class SqliteSessionStore(SessionStore):
     def list_run_messages(
         self, session_id: str, run_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
         # The expression is messages_by_run's, so the index finds the rows.
         with self._read() as conn:
             self._require(conn, session_id)
@@ -974,8 +918,8 @@ class SqliteSessionStore(SessionStore):
         kept: str = "",
         opening: Opening | None = None,
     ) -> RunBegun:
-        stamp = _iso(now, "now")
-        lease_until = _iso(lease.until, "lease") if lease else None
+        stamp = iso(now, "now")
+        lease_until = iso(lease.until, "lease") if lease else None
         if reserve < 0:
             raise InvalidInput("reserve must not be negative")
         if not run_id:
@@ -1056,7 +1000,7 @@ class SqliteSessionStore(SessionStore):
                         "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
                         [
                             (session_id, last_position + 1 + i, mid, body)
-                            for i, (mid, body) in enumerate(_encode_messages(opening.messages))
+                            for i, (mid, body) in enumerate(encode_messages(opening.messages))
                         ],
                     )
                 except sqlite3.IntegrityError as exc:
@@ -1064,7 +1008,7 @@ class SqliteSessionStore(SessionStore):
                 conn.executemany(
                     "INSERT INTO events (session_id, seq, time, run_id, body)"
                     " VALUES (?, ?, ?, ?, ?)",
-                    _event_rows(session_id, opened),
+                    event_rows(session_id, opened),
                 )
             last = before + len(opened)
             conn.execute(
@@ -1096,10 +1040,10 @@ class SqliteSessionStore(SessionStore):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
     ) -> None:
-        stamp = _iso(now, "now")
+        stamp = iso(now, "now")
         if status is RunStatus.RUNNING:
             raise InvalidInput("a run cannot finish with status RUNNING")
-        rows = _event_rows(session_id, events)
+        rows = event_rows(session_id, events)
         asked = encode_interrupts(interrupts)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows)
@@ -1163,7 +1107,7 @@ class SqliteSessionStore(SessionStore):
         source_owner: str | None = None,
         title: str = "",
     ) -> Session:
-        stamp = _iso(now, "now")
+        stamp = iso(now, "now")
         if not new_id:
             raise InvalidInput("session id must not be empty")
         with self._tx() as conn:
@@ -1266,22 +1210,22 @@ class SqliteSessionStore(SessionStore):
         with self._read() as conn:
             self._require(conn, session_id)
             row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ? AND id = ?",
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? AND id = ?",
                 (session_id, run_id),
             ).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        return _run(row)
+        return to_run(row)
 
     @_off_loop
     def list_runs(self, session_id: str) -> list[RunRecord]:
         with self._read() as conn:
             self._require(conn, session_id)
             rows = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ? ORDER BY started_at, rowid",
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? ORDER BY started_at, rowid",
                 (session_id,),
             ).fetchall()
-        return [_run(row) for row in rows]
+        return [to_run(row) for row in rows]
 
     @_off_loop
     def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
@@ -1291,13 +1235,13 @@ class SqliteSessionStore(SessionStore):
         args = (run_id,) if owner is None else (run_id, owner)
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?{mine}"
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?{mine}"
                 " ORDER BY started_at DESC LIMIT 1",
                 args,
             ).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        return _run(row)
+        return to_run(row)
 
     @_off_loop
     def page_runs(
@@ -1317,11 +1261,11 @@ class SqliteSessionStore(SessionStore):
                 self._require(conn, session_id)
             total = conn.execute(f"SELECT count(*) FROM runs {where}", args).fetchone()[0]
             rows = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs {where}"
+                f"SELECT {RUN_COLUMNS} FROM runs {where}"
                 " ORDER BY started_at DESC, rowid DESC LIMIT ? OFFSET ?",
-                (*args, _sql_limit(limit), offset),
+                (*args, sql_limit(limit), offset),
             ).fetchall()
-        return [_run(row) for row in rows], int(total)
+        return [to_run(row) for row in rows], int(total)
 
     @_off_loop
     def append_messages(
@@ -1332,8 +1276,8 @@ class SqliteSessionStore(SessionStore):
         title: str = "",
         now: datetime | None = None,
     ) -> None:
-        encoded = _encode_messages(messages)
-        stamp = _iso(now, "now") if title and now is not None else None
+        encoded = encode_messages(messages)
+        stamp = iso(now, "now") if title and now is not None else None
         with self._tx() as conn:
             self._insert_messages(conn, session_id, encoded, title, stamp)
 
@@ -1348,9 +1292,9 @@ class SqliteSessionStore(SessionStore):
         title: str = "",
         now: datetime | None = None,
     ) -> None:
-        encoded = _encode_messages(messages)
-        stamp = _iso(now, "now") if title and now is not None else None
-        rows = _event_rows(session_id, events)
+        encoded = encode_messages(messages)
+        stamp = iso(now, "now") if title and now is not None else None
+        rows = event_rows(session_id, events)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows, reserve_through)
             if encoded or title:
@@ -1389,7 +1333,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
-        encoded = _encode_messages(messages)
+        encoded = encode_messages(messages)
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
         with self._tx() as conn:
@@ -1403,7 +1347,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def set_state(self, session_id: str, state: JSON) -> None:
-        text = _dumps(state, "state")
+        text = dumps(state, "state")
         with self._tx() as conn:
             self._require(conn, session_id)
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
@@ -1421,7 +1365,7 @@ class SqliteSessionStore(SessionStore):
     def _append_events(
         self, session_id: str, events: Sequence[Event], reserve_through: int
     ) -> None:
-        rows = _event_rows(session_id, events)
+        rows = event_rows(session_id, events)
         with self._tx() as conn:
             self._insert_events(conn, session_id, rows, reserve_through)
 
@@ -1470,7 +1414,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
         with self._read() as conn:
             self._require(conn, session_id)
             rows = conn.execute(
@@ -1482,13 +1426,13 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def prune_events(self, before: datetime) -> int:
-        _iso(before, "before")
+        iso(before, "before")
         with self._tx() as conn:
             cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
             gone = cursor.rowcount
             conn.execute(
                 "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < ?",
-                (_iso(before, "before"),),
+                (iso(before, "before"),),
             )
             return gone
 
@@ -1496,10 +1440,10 @@ class SqliteSessionStore(SessionStore):
     def running_runs(self) -> list[RunRecord]:
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
                 " ORDER BY session_id, started_at, rowid"
             ).fetchall()
-        return [_run(row) for row in rows]
+        return [to_run(row) for row in rows]
 
     @_off_loop
     def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
@@ -1512,7 +1456,7 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def renew_leases(self, replica: str, until: datetime) -> int:
-        stamp = _iso(until, "until")
+        stamp = iso(until, "until")
         with self._tx() as conn:
             cursor = conn.execute(
                 "UPDATE runs SET lease_until = ? WHERE status = 'running' AND replica = ?",
@@ -1522,10 +1466,10 @@ class SqliteSessionStore(SessionStore):
 
     @_off_loop
     def claim_expired_runs(self, replica: str, now: datetime, until: datetime) -> list[RunRecord]:
-        now_stamp, until_stamp = _iso(now, "now"), _iso(until, "until")
+        now_stamp, until_stamp = iso(now, "now"), iso(until, "until")
         with self._tx() as conn:
             rows = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
                 " AND (lease_until IS NULL OR lease_until < ?) ORDER BY session_id, started_at",
                 (now_stamp,),
             ).fetchall()
@@ -1534,7 +1478,9 @@ class SqliteSessionStore(SessionStore):
                     "UPDATE runs SET replica = ?, lease_until = ? WHERE session_id = ? AND id = ?",
                     (replica, until_stamp, row[1], row[0]),
                 )
-        return [replace(_run(row), replica=replica, lease_until=_time(until_stamp)) for row in rows]
+        return [
+            replace(to_run(row), replica=replica, lease_until=from_iso(until_stamp)) for row in rows
+        ]
 
     # -- the delivery outbox -------------------------------------------------------
 
@@ -1549,11 +1495,11 @@ class SqliteSessionStore(SessionStore):
                     delivery.id,
                     delivery.kind,
                     delivery.url,
-                    _dumps(delivery.headers, "headers"),
+                    dumps(delivery.headers, "headers"),
                     delivery.payload,
-                    _iso(delivery.created_at, "created_at"),
+                    iso(delivery.created_at, "created_at"),
                     delivery.attempts,
-                    _iso(delivery.next_attempt_at, "next_attempt_at"),
+                    iso(delivery.next_attempt_at, "next_attempt_at"),
                     delivery.status.value,
                     delivery.last_error,
                 ),
@@ -1563,19 +1509,19 @@ class SqliteSessionStore(SessionStore):
     def claim_deliveries(
         self, replica: str, now: datetime, until: datetime, limit: int
     ) -> list[Delivery]:
-        now_stamp, until_stamp = _iso(now, "now"), _iso(until, "until")
+        now_stamp, until_stamp = iso(now, "now"), iso(until, "until")
         with self._tx() as conn:  # BEGIN IMMEDIATE: one claimer at a time
             rows = conn.execute(
-                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'pending'"
+                f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE status = 'pending'"
                 " AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)"
                 " ORDER BY next_attempt_at, created_at, id LIMIT ?",
-                (now_stamp, now_stamp, _sql_limit(limit)),
+                (now_stamp, now_stamp, sql_limit(limit)),
             ).fetchall()
             conn.executemany(
                 "UPDATE deliveries SET replica = ?, lease_until = ? WHERE id = ?",
                 [(replica, until_stamp, row[0]) for row in rows],
             )
-        return [_delivery(row) for row in rows]
+        return [to_delivery(row) for row in rows]
 
     @_off_loop
     def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
@@ -1586,9 +1532,9 @@ class SqliteSessionStore(SessionStore):
                 (
                     delivery.attempts,
                     delivery.status.value,
-                    _iso(delivery.next_attempt_at, "next_attempt_at"),
+                    iso(delivery.next_attempt_at, "next_attempt_at"),
                     delivery.last_error,
-                    _iso(now, "now"),
+                    iso(now, "now"),
                     delivery.id,
                 ),
             )
@@ -1597,9 +1543,9 @@ class SqliteSessionStore(SessionStore):
     def get_delivery(self, delivery_id: str) -> Delivery | None:
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,)
+                f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,)
             ).fetchone()
-        return _delivery(row) if row else None
+        return to_delivery(row) if row else None
 
     @_off_loop
     def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
@@ -1607,14 +1553,14 @@ class SqliteSessionStore(SessionStore):
             raise InvalidInput("offset must not be negative")
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
+                f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
                 " ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
-                (_sql_limit(limit), offset),
+                (sql_limit(limit), offset),
             ).fetchall()
             (total,) = conn.execute(
                 "SELECT count(*) FROM deliveries WHERE status = 'failed'"
             ).fetchone()
-        return [_delivery(row) for row in rows], int(total)
+        return [to_delivery(row) for row in rows], int(total)
 
     async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
         # Noted before the write: a session noted may have none, never the other way round.
@@ -1645,7 +1591,7 @@ class SqliteSessionStore(SessionStore):
                     config.task_id,
                     config.session_id,
                     config.url,
-                    _iso(config.created_at, "created_at"),
+                    iso(config.created_at, "created_at"),
                     config.token,
                     config.auth_scheme,
                     config.auth_credentials,
@@ -1657,10 +1603,10 @@ class SqliteSessionStore(SessionStore):
     def push_configs(self, task_id: str) -> list[PushConfig]:
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE task_id = ? ORDER BY n",
+                f"SELECT {PUSH_COLUMNS} FROM push_configs WHERE task_id = ? ORDER BY n",
                 (task_id,),
             ).fetchall()
-        return [_push(row) for row in rows]
+        return [to_push_config(row) for row in rows]
 
     async def session_push_configs(self, session_id: str) -> list[PushConfig]:
         if session_id not in self._push_sessions:
@@ -1671,10 +1617,10 @@ class SqliteSessionStore(SessionStore):
     def _session_push_configs(self, session_id: str) -> list[PushConfig]:
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = ? ORDER BY n",
+                f"SELECT {PUSH_COLUMNS} FROM push_configs WHERE session_id = ? ORDER BY n",
                 (session_id,),
             ).fetchall()
-        return [_push(row) for row in rows]
+        return [to_push_config(row) for row in rows]
 
     @_off_loop
     def delete_push_config(self, task_id: str, config_id: str) -> bool:

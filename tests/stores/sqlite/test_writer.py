@@ -1,4 +1,4 @@
-"""The SQLite store's writer (``engine_service.stores.sqlite._Writer``): an operation asked
+"""The SQLite store's writer (``engine_service.stores.sqlite.writer``): an operation asked
 while the store is idle runs at once on the loop's thread; one asked while others wait
 queues for the writer thread; the loop never waits for another connection's write lock;
 the WAL is checkpointed beside the writes, on a thread and connection of its own."""
@@ -22,7 +22,7 @@ from engine_service.core.errors import StorageUnavailable
 from engine_service.core.events import Event, TextMessageContent, TextMessageStart, Usage
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores.sqlite import SqliteSessionStore
-from engine_service.stores.sqlite import store as sqlite_store
+from engine_service.stores.sqlite import writer as sqlite_writer
 from tests.polling import until
 
 
@@ -369,7 +369,7 @@ async def test_the_wal_is_checkpointed_every_checkpoint_every_operations(
     """SQLite's own checkpoint (which may fsync, inside a commit on the loop) is off; the
     store checkpoints every ``CHECKPOINT_EVERY`` operations, so the WAL's pages reach the
     database file."""
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", 20)
     path = tmp_path / "s.db"
     store = SqliteSessionStore(path)
     try:
@@ -395,17 +395,17 @@ async def test_a_checkpoint_under_way_holds_up_no_write(
     streams): it runs on a thread and connection of its own while the writes go on. Here
     one is held until forty writes after it are done; done by the writer thread, as it
     was, it held up every one of them."""
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", 5)
     release = threading.Event()
     checkpoints: list[str] = []
-    real = sqlite_store._checkpoint_wal
+    real = sqlite_writer._checkpoint_wal
 
     def held(conn: sqlite3.Connection) -> None:
         checkpoints.append(threading.current_thread().name)
         release.wait(10)
         real(conn)
 
-    monkeypatch.setattr(sqlite_store, "_checkpoint_wal", held)
+    monkeypatch.setattr(sqlite_writer, "_checkpoint_wal", held)
     path = tmp_path / "s.db"
     store = SqliteSessionStore(path)
     try:
@@ -436,7 +436,7 @@ async def test_a_file_in_exclusive_mode_is_checkpointed_by_the_writer_thread(
     """When WAL's shared memory cannot be made (a full disk) the file is opened in
     exclusive locking mode, which no second connection can open: the writer thread
     checkpoints between its batches, as before."""
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", 5)
     real_open = SqliteSessionStore._open
 
     def refusing_shared(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
@@ -448,13 +448,13 @@ async def test_a_file_in_exclusive_mode_is_checkpointed_by_the_writer_thread(
 
     monkeypatch.setattr(SqliteSessionStore, "_open", staticmethod(refusing_shared))
     checkpoints: list[str] = []
-    real = sqlite_store._checkpoint_wal
+    real = sqlite_writer._checkpoint_wal
 
     def noted(conn: sqlite3.Connection) -> None:
         checkpoints.append(threading.current_thread().name)
         real(conn)
 
-    monkeypatch.setattr(sqlite_store, "_checkpoint_wal", noted)
+    monkeypatch.setattr(sqlite_writer, "_checkpoint_wal", noted)
     store = SqliteSessionStore(tmp_path / "s.db")
     try:
         assert store._conn.execute("PRAGMA locking_mode").fetchone()[0] == "exclusive"

@@ -706,7 +706,7 @@ async def test_prune_events_deletes_older_events_everywhere_and_keeps_last_seq(
     assert await store.prune_events(cutoff) == 0
 
 
-# SQLite specifics and open_store (the schema: tests/stores/sqlite/test_schema.py)
+# SQLite specifics and open_store (more in tests/stores/sqlite/)
 
 
 async def test_sqlite_data_survives_closing_and_reopening(tmp_path: Path) -> None:
@@ -734,22 +734,6 @@ async def test_sqlite_data_survives_closing_and_reopening(tmp_path: Path) -> Non
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     conn.close()
-
-
-async def test_two_sqlite_stores_on_one_file_share_the_one_active_run_rule(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "shared.db"
-    one, two = SqliteSessionStore(path), SqliteSessionStore(path)
-    try:
-        await one.begin_run("s1", "r1", at(0), create=True)
-        with pytest.raises(SessionBusy):
-            await two.begin_run("s1", "r2", at(1), create=True)
-        await one.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(2))
-        assert (await two.begin_run("s1", "r2", at(3), create=False)).session.last_seq == 0
-    finally:
-        await one.close()
-        await two.close()
 
 
 async def test_open_store_understands_memory_and_sqlite_urls(

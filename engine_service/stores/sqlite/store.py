@@ -34,12 +34,11 @@ import itertools
 import json
 import logging
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import (
@@ -71,7 +70,8 @@ from engine_service.stores.encoding import (
     runs_filter,
     session_filter,
 )
-from engine_service.stores.sqlite.errors import mapped_errors, storage_error
+from engine_service.stores.sqlite.errors import mapped_errors
+from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
 from engine_service.stores.sqlite.rows import (
     DELIVERY_COLUMNS,
     PUSH_COLUMNS,
@@ -85,8 +85,6 @@ from engine_service.stores.sqlite.rows import (
     to_run,
     to_session,
 )
-from engine_service.stores.sqlite.schema import migrate_connection
-from engine_service.stores.sqlite.writer import Checkpointer, Writer
 
 __all__ = ["SqliteSessionStore", "migrate"]
 
@@ -103,168 +101,14 @@ def migrate(path: str | Path) -> tuple[int, int]:
         store._conn.close()
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
 _STARTS = (RunStarted, *ANSWER_STARTS)
 """Events that start what a client waits for: an append holding one goes first."""
 
 
-_GOES_FIRST: set[Callable[..., Any]] = set()
-
-
-def _first(method: Callable[P, R]) -> Callable[P, R]:
-    """Mark a store operation a client waits on to start (below ``_off_loop``): it goes
-    in the writer's first lane (see :class:`Writer`)."""
-    _GOES_FIRST.add(method)
-    return method
-
-
-def _off_loop(
-    method: Callable[Concatenate[SqliteSessionStore, P], R],
-) -> Callable[Concatenate[SqliteSessionStore, P], Coroutine[Any, Any, R]]:
-    """Make a store operation run on the store's writer thread (see :class:`Writer`). An
-    operation whose first parameter is ``session_id`` names that session to the writer,
-    which keeps the operations on one session in the order they were asked."""
-    code = method.__code__
-    named = code.co_argcount > 1 and code.co_varnames[1] == "session_id"
-    first = method in _GOES_FIRST
-
-    async def call(self: SqliteSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        session = None
-        if named:
-            session = args[0] if args else kwargs.get("session_id")
-        return await self._writer.submit(
-            functools.partial(method, self, *args, **kwargs),
-            session=session if isinstance(session, str) else None,
-            first=first,
-        )
-
-    call.__name__ = call.__qualname__ = method.__name__
-    call.__doc__ = method.__doc__
-    return call
-
-
-class SqliteSessionStore(SessionStore):
+class SqliteSessionStore(SqliteFile, SessionStore):
     """Sessions in one SQLite file. A limit of zero means no limit."""
 
-    def __init__(self, path: str | Path, *, timeout: float = 5.0) -> None:
-        """Open (creating it and its parent directories if needed) and migrate the file.
-
-        ``":memory:"`` gives a private in-memory database.
-        """
-        in_memory = str(path) == ":memory:"
-        if not in_memory:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        exclusive = False
-        try:
-            self._conn = self._open(path, timeout, exclusive=False)
-        except sqlite3.OperationalError as exc:
-            if not (exc.sqlite_errorname or "").startswith(("SQLITE_IOERR", "SQLITE_FULL")):
-                raise storage_error(exc) from exc
-            # WAL's shared-memory file cannot be made (a full disk does that). In exclusive
-            # locking mode WAL keeps that index in memory: the engine starts and serves
-            # reads; other processes cannot open the file until it restarts.
-            log.warning("opening %s in exclusive mode: %s", path, storage_error(exc).message)
-            with mapped_errors():
-                self._conn = self._open(path, timeout, exclusive=True)
-            exclusive = True
-        try:
-            with mapped_errors():
-                self._migrate()
-                self._push_sessions = {
-                    row[0] for row in self._conn.execute("SELECT session_id FROM push_configs")
-                }
-                """Sessions that may have push configs. This engine alone writes the file
-                (``shared`` is False): a session not here has none, and the A2A pusher's
-                read at each run's start and end is not queued behind the writes."""
-        except BaseException:
-            self._conn.close()
-            raise
-        self._batched = False
-        """True while the writer runs a batch: ``_tx`` and ``_read`` then nest in it."""
-        # Another connection cannot open a file held in exclusive mode, nor a private
-        # in-memory database: there the writer thread checkpoints.
-        checkpointer = None if in_memory or exclusive else Checkpointer(str(path))
-        self._writer = Writer(self, int(timeout * 1000), checkpointer)
-
-    @staticmethod
-    def _open(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
-        # Made here, used by the store's writer thread alone (see Writer).
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        try:
-            if exclusive:
-                conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer thread's (Writer)
-            conn.execute("PRAGMA foreign_keys = ON")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _migrate(self) -> None:
-        self.migrated: tuple[int, int] = migrate_connection(self._conn)
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: commit on success, roll back on any exception. Inside a
-        batch (group commit) it is a savepoint of the batch's transaction."""
-        undo: tuple[str, ...]
-        if self._batched:
-            begin, end, undo = "SAVEPOINT op", "RELEASE op", ("ROLLBACK TO op", "RELEASE op")
-        else:
-            begin, end, undo = "BEGIN IMMEDIATE", "COMMIT", ("ROLLBACK",)
-        with mapped_errors():
-            self._conn.execute(begin)
-            try:
-                yield self._conn
-                self._conn.execute(end)
-            except BaseException:
-                if self._conn.in_transaction:
-                    # SQLite may have rolled back itself (a full disk does that).
-                    with suppress(sqlite3.Error):
-                        for statement in undo:
-                            self._conn.execute(statement)
-                raise
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction, so several statements see one snapshot."""
-        if self._batched:
-            with mapped_errors():
-                yield self._conn  # the batch's transaction is the snapshot
-            return
-        with mapped_errors():
-            self._conn.execute("BEGIN")
-            try:
-                yield self._conn
-            finally:
-                if self._conn.in_transaction:
-                    self._conn.execute("COMMIT")
-
-    def _require(
-        self, conn: sqlite3.Connection, session_id: str, owner: str | None = None
-    ) -> str | None:
-        """The session's active run id; ``SessionNotFound`` when it does not exist (or,
-        when ``owner`` is not None, belongs to another owner)."""
-        row = conn.execute(
-            "SELECT active_run_id, owner FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-        if row is None or (owner is not None and row[1] != owner):
-            raise SessionNotFound(session_id)
-        active: str | None = row[0]
-        return active
-
-    def _load(self, conn: sqlite3.Connection, session_id: str) -> Session:
-        row = conn.execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)
-        ).fetchone()
-        if row is None:
-            raise SessionNotFound(session_id)
-        return to_session(row)
-
-    @_off_loop
+    @off_loop
     def create_session(
         self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
     ) -> Session:
@@ -282,12 +126,12 @@ class SqliteSessionStore(SessionStore):
                 raise AlreadyExists(f"session {session_id!r} already exists") from exc
             return self._load(conn, session_id)
 
-    @_off_loop
+    @off_loop
     def get_session(self, session_id: str) -> Session:
         with mapped_errors():
             return self._load(self._conn, session_id)
 
-    @_off_loop
+    @off_loop
     def list_sessions(
         self,
         offset: int,
@@ -309,7 +153,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [to_session(row) for row in rows], total
 
-    @_off_loop
+    @off_loop
     def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = iso(now, "now")
         with self._tx() as conn:
@@ -319,7 +163,7 @@ class SqliteSessionStore(SessionStore):
             )
             return self._load(conn, session_id)
 
-    @_off_loop
+    @off_loop
     def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
         stamp = iso(now, "now")
         with self._tx() as conn:
@@ -330,7 +174,7 @@ class SqliteSessionStore(SessionStore):
             )
             return self._load(conn, session_id)
 
-    @_off_loop
+    @off_loop
     def delete_session(self, session_id: str) -> None:
         with self._tx() as conn:
             active = self._require(conn, session_id)
@@ -338,7 +182,7 @@ class SqliteSessionStore(SessionStore):
                 raise SessionBusy(session_id, active)
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
-    @_off_loop
+    @off_loop
     def list_messages(
         self, session_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
@@ -367,12 +211,12 @@ class SqliteSessionStore(SessionStore):
         more = 0 < size < len(rows)
         return [message_from_dict(json.loads(r[0])) for r in rows[: len(rows) - more]], more
 
-    @_off_loop
+    @off_loop
     def all_messages(self, session_id: str) -> list[Message]:
         messages, _ = self._list_messages(session_id, "", 0)
         return messages
 
-    @_off_loop
+    @off_loop
     def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
         with self._tx() as conn:
             self._require(conn, session_id)
@@ -393,14 +237,14 @@ class SqliteSessionStore(SessionStore):
             )
         return replace(checkpoint, covered=row[0] + 1)
 
-    @_off_loop
+    @off_loop
     def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
         with self._read() as conn:
             self._require(conn, session_id)
             return self._context(conn, session_id)
 
-    @_off_loop
-    @_first
+    @off_loop
+    @goes_first
     def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         # One operation, not two: under load each waits for the writer's next batch.
         with self._read() as conn:
@@ -423,7 +267,7 @@ class SqliteSessionStore(SessionStore):
         ).fetchall()
         return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
 
-    @_off_loop
+    @off_loop
     def list_run_messages(
         self, session_id: str, run_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
@@ -450,7 +294,7 @@ class SqliteSessionStore(SessionStore):
         more = 0 < size < len(rows)
         return [message_from_dict(json.loads(r[0])) for r in rows[: len(rows) - more]], more
 
-    @_off_loop
+    @off_loop
     def recent_messages(self, session_id: str, limit: int) -> list[Message]:
         with self._read() as conn:
             self._require(conn, session_id)
@@ -460,7 +304,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
 
-    @_off_loop
+    @off_loop
     def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
         with self._read() as conn:
             self._require(conn, session_id)
@@ -479,7 +323,7 @@ class SqliteSessionStore(SessionStore):
             found.update(r[0] for r in rows)
         return found
 
-    @_off_loop
+    @off_loop
     def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
     ) -> tuple[list[Message], bool]:
@@ -496,8 +340,8 @@ class SqliteSessionStore(SessionStore):
         kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
         return kept[::-1], len(rows) > last
 
-    @_off_loop
-    @_first
+    @off_loop
+    @goes_first
     def begin_run(
         self,
         session_id: str,
@@ -623,7 +467,7 @@ class SqliteSessionStore(SessionStore):
             )
             return RunBegun(self._load(conn, session_id), created, opened, context)
 
-    @_off_loop
+    @off_loop
     def finish_run(
         self,
         session_id: str,
@@ -692,7 +536,7 @@ class SqliteSessionStore(SessionStore):
                 (stamp, *counts, asked, run_id, session_id),
             )
 
-    @_off_loop
+    @off_loop
     def fork_session(
         self,
         source_id: str,
@@ -734,7 +578,7 @@ class SqliteSessionStore(SessionStore):
             )
             return self._load(conn, new_id)
 
-    @_off_loop
+    @off_loop
     def add_tokens(self, principal: str, day: date, tokens: int) -> int:
         if tokens < 0:
             raise InvalidInput("tokens must not be negative")
@@ -753,7 +597,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
         return int(total)
 
-    @_off_loop
+    @off_loop
     def tokens_used(self, principal: str, day: date) -> int:
         with mapped_errors():
             row = self._conn.execute(
@@ -762,7 +606,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
         return int(row[0]) if row else 0
 
-    @_off_loop
+    @off_loop
     def resolve_interrupts(self, session_id: str, run_id: str) -> None:
         with self._tx() as conn:
             self._require(conn, session_id)
@@ -776,7 +620,7 @@ class SqliteSessionStore(SessionStore):
             )
             conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
 
-    @_off_loop
+    @off_loop
     def cancel_interrupts(self, session_id: str) -> list[str]:
         with self._tx() as conn:
             if self._require(conn, session_id):
@@ -793,7 +637,7 @@ class SqliteSessionStore(SessionStore):
             conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = ?", (session_id,))
             return asked_by
 
-    @_off_loop
+    @off_loop
     def kept_input(self, session_id: str, run_id: str) -> str:
         with self._read() as conn:
             self._require(conn, session_id)
@@ -802,7 +646,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
         return str(row[0]) if row is not None else ""
 
-    @_off_loop
+    @off_loop
     def get_run(self, session_id: str, run_id: str) -> RunRecord:
         with self._read() as conn:
             self._require(conn, session_id)
@@ -814,7 +658,7 @@ class SqliteSessionStore(SessionStore):
             raise RunNotFound(run_id)
         return to_run(row)
 
-    @_off_loop
+    @off_loop
     def list_runs(self, session_id: str) -> list[RunRecord]:
         with self._read() as conn:
             self._require(conn, session_id)
@@ -824,7 +668,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [to_run(row) for row in rows]
 
-    @_off_loop
+    @off_loop
     def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
         mine = (
             "" if owner is None else " AND session_id IN (SELECT id FROM sessions WHERE owner = ?)"
@@ -840,7 +684,7 @@ class SqliteSessionStore(SessionStore):
             raise RunNotFound(run_id)
         return to_run(row)
 
-    @_off_loop
+    @off_loop
     def page_runs(
         self,
         session_id: str,
@@ -864,7 +708,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [to_run(row) for row in rows], int(total)
 
-    @_off_loop
+    @off_loop
     def append_messages(
         self,
         session_id: str,
@@ -878,7 +722,7 @@ class SqliteSessionStore(SessionStore):
         with self._tx() as conn:
             self._insert_messages(conn, session_id, encoded, title, stamp)
 
-    @_off_loop
+    @off_loop
     def append_messages_and_events(
         self,
         session_id: str,
@@ -928,7 +772,7 @@ class SqliteSessionStore(SessionStore):
                 (title, stamp, session_id),
             )
 
-    @_off_loop
+    @off_loop
     def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         encoded = encode_messages(messages)
         if len({message_id for message_id, _ in encoded}) != len(encoded):
@@ -942,7 +786,7 @@ class SqliteSessionStore(SessionStore):
                 [(session_id, i, mid, body) for i, (mid, body) in enumerate(encoded)],
             )
 
-    @_off_loop
+    @off_loop
     def set_state(self, session_id: str, state: JSON) -> None:
         text = dumps(state, "state")
         with self._tx() as conn:
@@ -1009,7 +853,7 @@ class SqliteSessionStore(SessionStore):
                 rows,
             )
 
-    @_off_loop
+    @off_loop
     def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = sql_limit(limit)
         with self._read() as conn:
@@ -1021,7 +865,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
 
-    @_off_loop
+    @off_loop
     def prune_events(self, before: datetime) -> int:
         iso(before, "before")
         with self._tx() as conn:
@@ -1033,7 +877,7 @@ class SqliteSessionStore(SessionStore):
             )
             return gone
 
-    @_off_loop
+    @off_loop
     def running_runs(self) -> list[RunRecord]:
         with self._read() as conn:
             rows = conn.execute(
@@ -1042,7 +886,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [to_run(row) for row in rows]
 
-    @_off_loop
+    @off_loop
     def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
         with self._tx() as conn:
             conn.execute(
@@ -1051,7 +895,7 @@ class SqliteSessionStore(SessionStore):
                 (usage.input_tokens, usage.output_tokens, usage.cached_tokens, session_id, run_id),
             )
 
-    @_off_loop
+    @off_loop
     def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = iso(until, "until")
         with self._tx() as conn:
@@ -1061,7 +905,7 @@ class SqliteSessionStore(SessionStore):
             )
             return cursor.rowcount
 
-    @_off_loop
+    @off_loop
     def claim_expired_runs(self, replica: str, now: datetime, until: datetime) -> list[RunRecord]:
         now_stamp, until_stamp = iso(now, "now"), iso(until, "until")
         with self._tx() as conn:
@@ -1079,9 +923,7 @@ class SqliteSessionStore(SessionStore):
             replace(to_run(row), replica=replica, lease_until=from_iso(until_stamp)) for row in rows
         ]
 
-    # -- the delivery outbox -------------------------------------------------------
-
-    @_off_loop
+    @off_loop
     def add_delivery(self, delivery: Delivery) -> None:
         with self._tx() as conn:
             conn.execute(
@@ -1102,7 +944,7 @@ class SqliteSessionStore(SessionStore):
                 ),
             )
 
-    @_off_loop
+    @off_loop
     def claim_deliveries(
         self, replica: str, now: datetime, until: datetime, limit: int
     ) -> list[Delivery]:
@@ -1120,7 +962,7 @@ class SqliteSessionStore(SessionStore):
             )
         return [to_delivery(row) for row in rows]
 
-    @_off_loop
+    @off_loop
     def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
         with self._tx() as conn:
             conn.execute(
@@ -1136,7 +978,7 @@ class SqliteSessionStore(SessionStore):
                 ),
             )
 
-    @_off_loop
+    @off_loop
     def get_delivery(self, delivery_id: str) -> Delivery | None:
         with self._read() as conn:
             row = conn.execute(
@@ -1144,7 +986,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
         return to_delivery(row) if row else None
 
-    @_off_loop
+    @off_loop
     def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
@@ -1164,7 +1006,7 @@ class SqliteSessionStore(SessionStore):
         self._push_sessions.add(config.session_id)
         return await self._add_push_config(config, limit)
 
-    @_off_loop
+    @off_loop
     def _add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
         with self._tx() as conn:
             self._require(conn, config.session_id)
@@ -1196,7 +1038,7 @@ class SqliteSessionStore(SessionStore):
             )
         return config
 
-    @_off_loop
+    @off_loop
     def push_configs(self, task_id: str) -> list[PushConfig]:
         with self._read() as conn:
             rows = conn.execute(
@@ -1210,7 +1052,7 @@ class SqliteSessionStore(SessionStore):
             return []  # most sessions: nothing read through the writer
         return await self._session_push_configs(session_id)
 
-    @_off_loop
+    @off_loop
     def _session_push_configs(self, session_id: str) -> list[PushConfig]:
         with self._read() as conn:
             rows = conn.execute(
@@ -1219,19 +1061,10 @@ class SqliteSessionStore(SessionStore):
             ).fetchall()
         return [to_push_config(row) for row in rows]
 
-    @_off_loop
+    @off_loop
     def delete_push_config(self, task_id: str, config_id: str) -> bool:
         with self._tx() as conn:
             cursor = conn.execute(
                 "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
             )
             return cursor.rowcount > 0
-
-    @_off_loop
-    def check_writable(self) -> None:
-        with self._tx() as conn:
-            conn.execute("UPDATE write_probe SET n = n + 1 WHERE id = 1")
-
-    async def close(self) -> None:
-        await self._writer.stop()
-        self._conn.close()

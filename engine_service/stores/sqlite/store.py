@@ -29,8 +29,6 @@ ordered as text); event times as REAL epoch seconds, as the events carry them.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import json
 import logging
 import sqlite3
@@ -38,7 +36,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
 
 from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import (
@@ -48,7 +45,7 @@ from engine_service.core.errors import (
     SessionBusy,
     SessionNotFound,
 )
-from engine_service.core.events import ANSWER_STARTS, Event, RunStarted, Usage
+from engine_service.core.events import Event, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
 from engine_service.core.store import (
     Checkpoint,
@@ -63,7 +60,6 @@ from engine_service.stores.encoding import (
     dumps,
     encode_interrupts,
     encode_messages,
-    event_from_dict,
     event_rows,
     message_from_dict,
     run_taken,
@@ -71,6 +67,7 @@ from engine_service.stores.encoding import (
     session_filter,
 )
 from engine_service.stores.sqlite.errors import mapped_errors
+from engine_service.stores.sqlite.events import SqliteEvents, insert_events
 from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
 from engine_service.stores.sqlite.rows import (
     DELIVERY_COLUMNS,
@@ -101,11 +98,7 @@ def migrate(path: str | Path) -> tuple[int, int]:
         store._conn.close()
 
 
-_STARTS = (RunStarted, *ANSWER_STARTS)
-"""Events that start what a client waits for: an append holding one goes first."""
-
-
-class SqliteSessionStore(SqliteFile, SessionStore):
+class SqliteSessionStore(SqliteEvents, SqliteFile, SessionStore):
     """Sessions in one SQLite file. A limit of zero means no limit."""
 
     @off_loop
@@ -487,7 +480,7 @@ class SqliteSessionStore(SqliteFile, SessionStore):
         rows = event_rows(session_id, events)
         asked = encode_interrupts(interrupts)
         with self._tx() as conn:
-            self._insert_events(conn, session_id, rows)
+            insert_events(conn, session_id, rows)
             row = conn.execute(
                 "SELECT status FROM runs WHERE session_id = ? AND id = ?", (session_id, run_id)
             ).fetchone()
@@ -737,7 +730,7 @@ class SqliteSessionStore(SqliteFile, SessionStore):
         stamp = iso(now, "now") if title and now is not None else None
         rows = event_rows(session_id, events)
         with self._tx() as conn:
-            self._insert_events(conn, session_id, rows, reserve_through)
+            insert_events(conn, session_id, rows, reserve_through)
             if encoded or title:
                 self._insert_messages(conn, session_id, encoded, title, stamp)
 
@@ -792,90 +785,6 @@ class SqliteSessionStore(SqliteFile, SessionStore):
         with self._tx() as conn:
             self._require(conn, session_id)
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
-
-    async def append_events(
-        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
-    ) -> None:
-        # The start of an answer (its first token) goes in the writer's first lane.
-        await self._writer.submit(
-            functools.partial(self._append_events, session_id, events, reserve_through),
-            session=session_id,
-            first=any(isinstance(event.body, _STARTS) for event in events),
-        )
-
-    def _append_events(
-        self, session_id: str, events: Sequence[Event], reserve_through: int
-    ) -> None:
-        rows = event_rows(session_id, events)
-        with self._tx() as conn:
-            self._insert_events(conn, session_id, rows, reserve_through)
-
-    def _insert_events(
-        self,
-        conn: sqlite3.Connection,
-        session_id: str,
-        rows: list[tuple[Any, ...]],
-        reserve_through: int = 0,
-    ) -> None:
-        """Append ``rows`` after the session's last seq, and reserve seqs through
-        ``reserve_through``; ``SessionNotFound`` when the session does not exist. Few
-        statements: under load each one waits for the GIL again (see :class:`Writer`), so
-        one update both checks that the rows follow the last seq and moves it."""
-        for earlier, row in itertools.pairwise(rows):
-            if row[1] <= earlier[1]:
-                raise InvalidInput(f"event seq {row[1]} does not follow {earlier[1]}")
-        if not rows and not reserve_through:
-            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
-                return
-            raise SessionNotFound(session_id)
-        if rows:
-            first, last = rows[0][1], rows[-1][1]
-            moved = conn.execute(
-                "UPDATE sessions SET last_seq = ?, reserved_seq = max(reserved_seq, ?)"
-                " WHERE id = ? AND last_seq < ? RETURNING 1",
-                (last, reserve_through, session_id, first),
-            ).fetchall()
-        else:
-            moved = conn.execute(
-                "UPDATE sessions SET reserved_seq = max(reserved_seq, ?) WHERE id = ? RETURNING 1",
-                (reserve_through, session_id),
-            ).fetchall()
-        if not moved:  # which: no such session, or rows that do not follow its last seq
-            found = conn.execute(
-                "SELECT last_seq FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            if found is None:
-                raise SessionNotFound(session_id)
-            raise InvalidInput(f"event seq {rows[0][1]} does not follow {found[0]}")
-        if rows:
-            conn.executemany(
-                "INSERT INTO events (session_id, seq, time, run_id, body) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
-
-    @off_loop
-    def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
-        size = sql_limit(limit)
-        with self._read() as conn:
-            self._require(conn, session_id)
-            rows = conn.execute(
-                "SELECT seq, time, run_id, body FROM events WHERE session_id = ? AND seq > ?"
-                " ORDER BY seq LIMIT ?",
-                (session_id, after_seq, size),
-            ).fetchall()
-        return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
-
-    @off_loop
-    def prune_events(self, before: datetime) -> int:
-        iso(before, "before")
-        with self._tx() as conn:
-            cursor = conn.execute("DELETE FROM events WHERE time < ?", (before.timestamp(),))
-            gone = cursor.rowcount
-            conn.execute(
-                "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < ?",
-                (iso(before, "before"),),
-            )
-            return gone
 
     @off_loop
     def running_runs(self) -> list[RunRecord]:

@@ -572,24 +572,6 @@ async def test_a_runs_input_and_the_events_before_it_are_stored_together(
         await store.append_messages_and_events("nope", [message("c")], [])
 
 
-async def test_sqlite_stores_a_runs_input_and_its_events_in_one_transaction(
-    tmp_path: Path,
-) -> None:
-    """Events refused (their seqs do not follow the last) roll the messages back too."""
-    store = SqliteSessionStore(tmp_path / "one.db")
-    try:
-        await store.create_session("s1", "", at(0))
-        await store.append_events("s1", [event(1, ev.RunStarted())])
-        with pytest.raises(InvalidInput):
-            await store.append_messages_and_events(
-                "s1", [message("a")], [event(1, ev.StepStarted("x"))]
-            )
-        assert await store.all_messages("s1") == []
-        assert (await store.get_session("s1")).last_seq == 1
-    finally:
-        await store.close()
-
-
 async def test_replace_messages_makes_them_the_whole_history(store: SessionStore) -> None:
     await store.create_session("s1", "", at(0))
     await store.append_messages("s1", [message("a"), message("b")])

@@ -45,7 +45,7 @@ from engine_service.core.errors import (
     SessionNotFound,
 )
 from engine_service.core.events import Event, Usage
-from engine_service.core.models import JSON, Interrupt, RunRecord, RunStatus, Session
+from engine_service.core.models import Interrupt, RunRecord, RunStatus
 from engine_service.core.store import (
     Lease,
     Opening,
@@ -55,13 +55,11 @@ from engine_service.core.store import (
 )
 from engine_service.stores.encoding import (
     decode_interrupts,
-    dumps,
     encode_interrupts,
     encode_messages,
     event_rows,
     run_taken,
     runs_filter,
-    session_filter,
 )
 from engine_service.stores.sqlite.deliveries import SqliteDeliveries
 from engine_service.stores.sqlite.errors import mapped_errors
@@ -70,13 +68,12 @@ from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
 from engine_service.stores.sqlite.messages import SqliteMessages, known_ids, read_context
 from engine_service.stores.sqlite.rows import (
     RUN_COLUMNS,
-    SESSION_COLUMNS,
     from_iso,
     iso,
     sql_limit,
     to_run,
-    to_session,
 )
+from engine_service.stores.sqlite.sessions import SqliteSessions
 
 __all__ = ["SqliteSessionStore", "migrate"]
 
@@ -93,82 +90,10 @@ def migrate(path: str | Path) -> tuple[int, int]:
         store._conn.close()
 
 
-class SqliteSessionStore(SqliteMessages, SqliteEvents, SqliteDeliveries, SqliteFile, SessionStore):
+class SqliteSessionStore(
+    SqliteSessions, SqliteMessages, SqliteEvents, SqliteDeliveries, SqliteFile, SessionStore
+):
     """Sessions in one SQLite file. A limit of zero means no limit."""
-
-    @off_loop
-    def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
-    ) -> Session:
-        stamp = iso(now, "now")
-        if not session_id:
-            raise InvalidInput("session id must not be empty")
-        with self._tx() as conn:
-            try:
-                conn.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (session_id, title, stamp, stamp, owner, agent),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise AlreadyExists(f"session {session_id!r} already exists") from exc
-            return self._load(conn, session_id)
-
-    @off_loop
-    def get_session(self, session_id: str) -> Session:
-        with mapped_errors():
-            return self._load(self._conn, session_id)
-
-    @off_loop
-    def list_sessions(
-        self,
-        offset: int,
-        limit: int,
-        *,
-        owner: str | None = None,
-        agents: Sequence[str] | None = None,
-    ) -> tuple[list[Session], int]:
-        if offset < 0:
-            raise InvalidInput("offset must not be negative")
-        size = sql_limit(limit)
-        where, args = session_filter("?", "s.", owner, agents)
-        with self._read() as conn:
-            (total,) = conn.execute(f"SELECT count(*) FROM sessions s {where}", args).fetchone()
-            rows = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions s {where}"
-                " ORDER BY s.updated_at DESC, s.id LIMIT ? OFFSET ?",
-                (*args, size, offset),
-            ).fetchall()
-        return [to_session(row) for row in rows], total
-
-    @off_loop
-    def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
-        stamp = iso(now, "now")
-        with self._tx() as conn:
-            conn.execute(
-                "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
-                (title, stamp, session_id),
-            )
-            return self._load(conn, session_id)
-
-    @off_loop
-    def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
-        stamp = iso(now, "now")
-        with self._tx() as conn:
-            self._require(conn, session_id)
-            conn.execute(
-                "UPDATE sessions SET webhook_url = ?, updated_at = ? WHERE id = ?",
-                (url, stamp, session_id),
-            )
-            return self._load(conn, session_id)
-
-    @off_loop
-    def delete_session(self, session_id: str) -> None:
-        with self._tx() as conn:
-            active = self._require(conn, session_id)
-            if active:
-                raise SessionBusy(session_id, active)
-            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     @off_loop
     @goes_first
@@ -367,48 +292,6 @@ class SqliteSessionStore(SqliteMessages, SqliteEvents, SqliteDeliveries, SqliteF
             )
 
     @off_loop
-    def fork_session(
-        self,
-        source_id: str,
-        up_to_message_id: str,
-        new_id: str,
-        now: datetime,
-        *,
-        owner: str = "",
-        source_owner: str | None = None,
-        title: str = "",
-    ) -> Session:
-        stamp = iso(now, "now")
-        if not new_id:
-            raise InvalidInput("session id must not be empty")
-        with self._tx() as conn:
-            self._require(conn, source_id, source_owner)
-            row = conn.execute(
-                "SELECT position FROM messages WHERE session_id = ? AND id = ?",
-                (source_id, up_to_message_id),
-            ).fetchone()
-            if row is None:
-                raise InvalidInput(
-                    f"up_to_message_id {up_to_message_id!r} is not a message of the session"
-                )
-            try:
-                conn.execute(
-                    "INSERT INTO sessions"
-                    " (id, title, created_at, updated_at, owner, state, agent)"
-                    " SELECT ?, ?, ?, ?, ?, state, agent FROM sessions WHERE id = ?",
-                    (new_id, title, stamp, stamp, owner, source_id),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise AlreadyExists(f"session {new_id!r} already exists") from exc
-            conn.execute(
-                "INSERT INTO messages (session_id, position, id, body)"
-                " SELECT ?, position, id, body FROM messages"
-                " WHERE session_id = ? AND position <= ?",
-                (new_id, source_id, row[0]),
-            )
-            return self._load(conn, new_id)
-
-    @off_loop
     def add_tokens(self, principal: str, day: date, tokens: int) -> int:
         if tokens < 0:
             raise InvalidInput("tokens must not be negative")
@@ -537,13 +420,6 @@ class SqliteSessionStore(SqliteMessages, SqliteEvents, SqliteDeliveries, SqliteF
                 (*args, sql_limit(limit), offset),
             ).fetchall()
         return [to_run(row) for row in rows], int(total)
-
-    @off_loop
-    def set_state(self, session_id: str, state: JSON) -> None:
-        text = dumps(state, "state")
-        with self._tx() as conn:
-            self._require(conn, session_id)
-            conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))
 
     @off_loop
     def running_runs(self) -> list[RunRecord]:

@@ -33,7 +33,6 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
 
@@ -65,10 +64,10 @@ from engine_service.stores.sqlite.deliveries import SqliteDeliveries
 from engine_service.stores.sqlite.errors import mapped_errors
 from engine_service.stores.sqlite.events import SqliteEvents, insert_events
 from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
+from engine_service.stores.sqlite.leases import SqliteLeases
 from engine_service.stores.sqlite.messages import SqliteMessages, known_ids, read_context
 from engine_service.stores.sqlite.rows import (
     RUN_COLUMNS,
-    from_iso,
     iso,
     sql_limit,
     to_run,
@@ -91,7 +90,13 @@ def migrate(path: str | Path) -> tuple[int, int]:
 
 
 class SqliteSessionStore(
-    SqliteSessions, SqliteMessages, SqliteEvents, SqliteDeliveries, SqliteFile, SessionStore
+    SqliteSessions,
+    SqliteMessages,
+    SqliteEvents,
+    SqliteLeases,
+    SqliteDeliveries,
+    SqliteFile,
+    SessionStore,
 ):
     """Sessions in one SQLite file. A limit of zero means no limit."""
 
@@ -422,15 +427,6 @@ class SqliteSessionStore(
         return [to_run(row) for row in rows], int(total)
 
     @off_loop
-    def running_runs(self) -> list[RunRecord]:
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
-                " ORDER BY session_id, started_at, rowid"
-            ).fetchall()
-        return [to_run(row) for row in rows]
-
-    @off_loop
     def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
         with self._tx() as conn:
             conn.execute(
@@ -438,31 +434,3 @@ class SqliteSessionStore(
                 " WHERE session_id = ? AND id = ? AND status = 'running'",
                 (usage.input_tokens, usage.output_tokens, usage.cached_tokens, session_id, run_id),
             )
-
-    @off_loop
-    def renew_leases(self, replica: str, until: datetime) -> int:
-        stamp = iso(until, "until")
-        with self._tx() as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET lease_until = ? WHERE status = 'running' AND replica = ?",
-                (stamp, replica),
-            )
-            return cursor.rowcount
-
-    @off_loop
-    def claim_expired_runs(self, replica: str, now: datetime, until: datetime) -> list[RunRecord]:
-        now_stamp, until_stamp = iso(now, "now"), iso(until, "until")
-        with self._tx() as conn:
-            rows = conn.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
-                " AND (lease_until IS NULL OR lease_until < ?) ORDER BY session_id, started_at",
-                (now_stamp,),
-            ).fetchall()
-            for row in rows:
-                conn.execute(
-                    "UPDATE runs SET replica = ?, lease_until = ? WHERE session_id = ? AND id = ?",
-                    (replica, until_stamp, row[1], row[0]),
-                )
-        return [
-            replace(to_run(row), replica=replica, lease_until=from_iso(until_stamp)) for row in rows
-        ]

@@ -1,4 +1,6 @@
-"""A ``SessionStore`` in one SQLite file (stdlib ``sqlite3``): :class:`SqliteSessionStore`."""
+"""A ``SessionStore`` in one SQLite file (stdlib ``sqlite3``): :class:`SqliteSessionStore`,
+made of parts, one module each (``store`` says which), on one ``file.SqliteFile`` whose
+operations a ``writer.Writer`` runs."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ import pytest
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.models import Message, Role, TextPart
 from engine_service.stores.encoding import message_to_dict
-from engine_service.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
+from engine_service.stores.sqlite import SCHEMA_VERSION
+from engine_service.stores.sqlite.schema import _MIGRATIONS
 from tests.core.test_recovery import EngineProcess
 from tests.engine.auth_helpers import TOKENS_ENV, Metadata, as_, rpc_error
 from tests.engine.harness import engine_settings, kind, running_engine, text_of, user

@@ -36,7 +36,7 @@ from engine_service.stores import (
     SqliteSessionStore,
     open_store,
 )
-from engine_service.stores.sqlite import _SCHEMA_V1, SCHEMA_VERSION
+from engine_service.stores.sqlite import SCHEMA_VERSION
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 
@@ -572,24 +572,6 @@ async def test_a_runs_input_and_the_events_before_it_are_stored_together(
         await store.append_messages_and_events("nope", [message("c")], [])
 
 
-async def test_sqlite_stores_a_runs_input_and_its_events_in_one_transaction(
-    tmp_path: Path,
-) -> None:
-    """Events refused (their seqs do not follow the last) roll the messages back too."""
-    store = SqliteSessionStore(tmp_path / "one.db")
-    try:
-        await store.create_session("s1", "", at(0))
-        await store.append_events("s1", [event(1, ev.RunStarted())])
-        with pytest.raises(InvalidInput):
-            await store.append_messages_and_events(
-                "s1", [message("a")], [event(1, ev.StepStarted("x"))]
-            )
-        assert await store.all_messages("s1") == []
-        assert (await store.get_session("s1")).last_seq == 1
-    finally:
-        await store.close()
-
-
 async def test_replace_messages_makes_them_the_whole_history(store: SessionStore) -> None:
     await store.create_session("s1", "", at(0))
     await store.append_messages("s1", [message("a"), message("b")])
@@ -706,7 +688,7 @@ async def test_prune_events_deletes_older_events_everywhere_and_keeps_last_seq(
     assert await store.prune_events(cutoff) == 0
 
 
-# SQLite specifics and open_store
+# SQLite specifics and open_store (more in tests/stores/sqlite/)
 
 
 async def test_sqlite_data_survives_closing_and_reopening(tmp_path: Path) -> None:
@@ -734,61 +716,6 @@ async def test_sqlite_data_survives_closing_and_reopening(tmp_path: Path) -> Non
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     conn.close()
-
-
-async def test_two_sqlite_stores_on_one_file_share_the_one_active_run_rule(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "shared.db"
-    one, two = SqliteSessionStore(path), SqliteSessionStore(path)
-    try:
-        await one.begin_run("s1", "r1", at(0), create=True)
-        with pytest.raises(SessionBusy):
-            await two.begin_run("s1", "r2", at(1), create=True)
-        await one.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(2))
-        assert (await two.begin_run("s1", "r2", at(3), create=False)).session.last_seq == 0
-    finally:
-        await one.close()
-        await two.close()
-
-
-async def test_a_version_1_database_is_migrated_and_keeps_its_numbering(tmp_path: Path) -> None:
-    path = tmp_path / "v1.db"
-    with sqlite3.connect(path) as conn:
-        conn.executescript(_SCHEMA_V1)
-        conn.execute(
-            "INSERT INTO sessions (id, title, created_at, updated_at, last_seq)"
-            " VALUES ('s1', 'old', ?, ?, 7)",
-            (T0.isoformat(), T0.isoformat()),
-        )
-        conn.execute("PRAGMA user_version = 1")
-    conn.close()
-
-    store = SqliteSessionStore(path)
-    session = await store.get_session("s1")
-    await store.check_writable()
-    begun = await store.begin_run("s1", "r1", at(1), create=False, reserve=5)
-    await store.close()
-
-    assert (session.title, session.last_seq, session.reserved_seq) == ("old", 7, 7)
-    assert (begun.session.reserved_seq, (await _start_seq(path))) == (12, 8)
-
-
-async def _start_seq(path: Path) -> int:
-    store = SqliteSessionStore(path)
-    try:
-        return (await store.get_run("s1", "r1")).start_seq
-    finally:
-        await store.close()
-
-
-async def test_a_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "future.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    conn.close()
-    with pytest.raises(RuntimeError, match="newer"):
-        SqliteSessionStore(path)
 
 
 async def test_open_store_understands_memory_and_sqlite_urls(

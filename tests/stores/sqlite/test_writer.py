@@ -1,4 +1,4 @@
-"""The SQLite store's writer (``engine_service.stores.sqlite._Writer``): an operation asked
+"""The SQLite store's writer (``engine_service.stores.sqlite.writer``): an operation asked
 while the store is idle runs at once on the loop's thread; one asked while others wait
 queues for the writer thread; the loop never waits for another connection's write lock;
 the WAL is checkpointed beside the writes, on a thread and connection of its own."""
@@ -17,12 +17,10 @@ from typing import Any
 import pytest
 
 from engine_service.core.clock import utc_now
-from engine_service.core.deliveries import PushConfig
 from engine_service.core.errors import StorageUnavailable
-from engine_service.core.events import Event, TextMessageContent, TextMessageStart, Usage
-from engine_service.core.models import Message, Role, RunStatus, TextPart
-from engine_service.stores import sqlite as sqlite_store
+from engine_service.core.events import Event, TextMessageContent, TextMessageStart
 from engine_service.stores.sqlite import SqliteSessionStore
+from engine_service.stores.sqlite import writer as sqlite_writer
 from tests.polling import until
 
 
@@ -203,59 +201,6 @@ async def test_operations_run_at_once_set_the_busy_timeout_once_not_each_time(
         await store.close()
 
 
-async def test_events_whose_insert_fails_in_a_batch_leave_the_last_seq_where_it_was(
-    tmp_path: Path,
-) -> None:
-    """The update that moves a session's last seq runs before the events' insert: when the
-    insert then fails inside a group commit, the operation's savepoint takes the update back
-    too, and the batch's other writes are stored. (A row at seq 3 that the session's last
-    seq does not count stands for any failure of the insert.)"""
-    path = tmp_path / "s.db"
-    store = SqliteSessionStore(path)
-    writer = store._writer
-    entered, gate = threading.Event(), threading.Event()
-    try:
-        await store.create_session("s", "", utc_now())
-        await store.create_session("t", "", utc_now())
-        other = sqlite3.connect(path, isolation_level=None)
-        other.execute(
-            "INSERT INTO events (session_id, seq, time, run_id, body) VALUES ('s', 3, 0, 'r', '{}')"
-        )
-        other.close()
-
-        def block() -> None:
-            entered.set()
-            gate.wait(5)
-
-        await asyncio.sleep(0)
-        first = asyncio.ensure_future(writer.submit(lambda: None))  # at once
-        blocker = asyncio.ensure_future(writer.submit(block))  # the thread, held
-        assert await asyncio.to_thread(entered.wait, 5)
-        failing = asyncio.ensure_future(store.append_events("s", _events(1, 3)))
-        fine = asyncio.ensure_future(
-            store.append_events("t", [Event(1, 0.0, "t", "r", TextMessageContent("m", "x"))])
-        )
-        await asyncio.sleep(0)
-        assert writer._queue.qsize() == 2  # the two go in one batch
-        gate.set()
-        async with asyncio.timeout(5):
-            await asyncio.gather(first, blocker)
-            with pytest.raises(sqlite3.IntegrityError):
-                await failing
-            await fine
-        assert (await store.get_session("s")).last_seq == 0
-        assert (await store.get_session("t")).last_seq == 1
-        assert [e.seq for e in await store.read_events("t", 0, 0)] == [1]
-        # Nothing of the failed write stayed: the seqs can be written again once free.
-        with sqlite3.connect(path) as fix:
-            fix.execute("DELETE FROM events WHERE session_id = 's'")
-        await store.append_events("s", _events(1, 3))
-        assert [e.seq for e in await store.read_events("s", 0, 0)] == [1, 2, 3]
-    finally:
-        gate.set()
-        await store.close()
-
-
 async def _one_batch(
     store: SqliteSessionStore, writes: list[Callable[[], Any]]
 ) -> tuple[list[Any], list[str]]:
@@ -369,7 +314,7 @@ async def test_the_wal_is_checkpointed_every_checkpoint_every_operations(
     """SQLite's own checkpoint (which may fsync, inside a commit on the loop) is off; the
     store checkpoints every ``CHECKPOINT_EVERY`` operations, so the WAL's pages reach the
     database file."""
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", 20)
     path = tmp_path / "s.db"
     store = SqliteSessionStore(path)
     try:
@@ -395,17 +340,17 @@ async def test_a_checkpoint_under_way_holds_up_no_write(
     streams): it runs on a thread and connection of its own while the writes go on. Here
     one is held until forty writes after it are done; done by the writer thread, as it
     was, it held up every one of them."""
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", 5)
     release = threading.Event()
     checkpoints: list[str] = []
-    real = sqlite_store._checkpoint_wal
+    real = sqlite_writer._checkpoint_wal
 
     def held(conn: sqlite3.Connection) -> None:
         checkpoints.append(threading.current_thread().name)
         release.wait(10)
         real(conn)
 
-    monkeypatch.setattr(sqlite_store, "_checkpoint_wal", held)
+    monkeypatch.setattr(sqlite_writer, "_checkpoint_wal", held)
     path = tmp_path / "s.db"
     store = SqliteSessionStore(path)
     try:
@@ -436,7 +381,7 @@ async def test_a_file_in_exclusive_mode_is_checkpointed_by_the_writer_thread(
     """When WAL's shared memory cannot be made (a full disk) the file is opened in
     exclusive locking mode, which no second connection can open: the writer thread
     checkpoints between its batches, as before."""
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", 5)
     real_open = SqliteSessionStore._open
 
     def refusing_shared(path: str | Path, timeout: float, *, exclusive: bool) -> sqlite3.Connection:
@@ -448,13 +393,13 @@ async def test_a_file_in_exclusive_mode_is_checkpointed_by_the_writer_thread(
 
     monkeypatch.setattr(SqliteSessionStore, "_open", staticmethod(refusing_shared))
     checkpoints: list[str] = []
-    real = sqlite_store._checkpoint_wal
+    real = sqlite_writer._checkpoint_wal
 
     def noted(conn: sqlite3.Connection) -> None:
         checkpoints.append(threading.current_thread().name)
         real(conn)
 
-    monkeypatch.setattr(sqlite_store, "_checkpoint_wal", noted)
+    monkeypatch.setattr(sqlite_writer, "_checkpoint_wal", noted)
     store = SqliteSessionStore(tmp_path / "s.db")
     try:
         assert store._conn.execute("PRAGMA locking_mode").fetchone()[0] == "exclusive"
@@ -467,83 +412,6 @@ async def test_a_file_in_exclusive_mode_is_checkpointed_by_the_writer_thread(
         assert (await store.get_session("s")).last_seq == 120
     finally:
         await store.close()
-
-
-async def test_a_session_without_push_configs_is_answered_without_the_writer(
-    tmp_path: Path,
-) -> None:
-    """The A2A pusher asks at each run's start and end; a session with no push config is
-    answered from memory (no read queued behind the writes), also after a restart."""
-    path = tmp_path / "s.db"
-    config = PushConfig("c1", "t1", "s1", "https://hooks.example.com/a", utc_now(), "", "", "")
-    for reopened in (False, True):
-        store = SqliteSessionStore(path)
-        submitted: list[object] = []
-        plain = store._writer.submit
-
-        async def counted(
-            run: Callable[[], Any],
-            submitted: list[object] = submitted,
-            plain: Any = plain,
-            **lane: Any,
-        ) -> Any:
-            submitted.append(run)
-            return await plain(run, **lane)
-
-        store._writer.submit = counted  # type: ignore[method-assign]
-        try:
-            if not reopened:
-                await store.create_session("s1", "", utc_now())
-                await store.create_session("s2", "", utc_now())
-                await store.add_push_config(config, 4)
-            submitted.clear()
-            assert await store.session_push_configs("s2") == []
-            assert submitted == []
-            assert [c.id for c in await store.session_push_configs("s1")] == ["c1"]
-            assert len(submitted) == 1
-        finally:
-            await store.close()
-
-
-async def test_a_short_turns_writes_take_few_statements(tmp_path: Path) -> None:
-    """Under load every statement the writer thread runs waits for the GIL again, so the
-    calls of a turn keep their statements few: the session's checks are one read each
-    (begin_run: the session, its interrupts and the run id; messages: the session and
-    their last position), events' check is the update that moves the last seq, a run's
-    end one update per table."""
-    store = SqliteSessionStore(tmp_path / "s.db")
-    now = utc_now()
-    statements: list[str] = []
-    try:
-        store._conn.set_trace_callback(statements.append)
-        await store.begin_run(
-            "s", "r", now, create=True, reserve=8, owner="o", require_owner=True,
-            admit=lambda pending: None,
-        )  # fmt: skip
-        begin = len(statements)
-        asked = Message("m1", Role.USER, [TextPart("hi")], created_at=now, run_id="r")
-        await store.append_messages("s", [asked], title="hi", now=now)
-        messages = len(statements) - begin
-        await store.append_events("s", _events(1, 3), reserve_through=20)
-        events = len(statements) - begin - messages
-        await store.finish_run(
-            "s", "r", RunStatus.SUCCEEDED, now, events=_events(4, 1), usage=Usage(3, 4, 7)
-        )
-        finish = len(statements) - begin - messages - events
-    finally:
-        store._conn.set_trace_callback(None)
-        await store.close()
-    statements = [s for s in statements if not s.startswith("PRAGMA busy_timeout")]
-    work = [s.split()[0] for s in statements if s.split()[0] not in ("BEGIN", "COMMIT")]
-    # begin_run: the read, the session, the taken run id, the run, the session's run, its load
-    assert begin <= 2 + 2 + 6, statements
-    # the read (session and position), the insert, the title
-    assert messages <= 2 + 2 + 3, statements
-    # one update (that they follow the last seq, the seq and the reservation), three inserts
-    assert events <= 2 + 2 + 4, statements
-    # the update of last seq, the insert; the run's status; the run; the session
-    assert finish <= 2 + 2 + 5, statements
-    assert len(work) == 6 + 3 + 4 + 5, work
 
 
 @contextlib.asynccontextmanager

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -27,19 +24,17 @@ from engine_service.core.store import Lease, Opening, RunBegun, Signal, SignalKi
 from engine_service.stores import open_store, postgres_calls
 from engine_service.stores.postgres import (
     OPENING_BYTES,
-    SCHEMA_VERSION,
     PostgresSessionStore,
-    channel_for,
     decode_signal,
     encode_signal,
     storage_error,
 )
 from engine_service.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.postgres_server import with_database, with_schema
+from tests.stores.migrate_cli import migrate_cli
 
 INTRANS = TransactionStatus.INTRANS
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
-REPO = Path(__file__).resolve().parents[2]
 
 
 def at(seconds: float) -> datetime:
@@ -66,25 +61,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def migrate_cli(store_url: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
-    env["AGENTIK_STORE"] = store_url
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentik.cli", "migrate"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def versions(url: str) -> list[int]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT version FROM agentik_schema_migrations ORDER BY 1").fetchall()
-    return [r[0] for r in rows]
 
 
 # Several engines on one database
@@ -414,75 +390,6 @@ def test_signal_payloads_stay_small_and_round_trip() -> None:
         assert decode_signal(junk) is None
 
 
-# Migrations
-
-
-async def test_two_stores_opening_a_fresh_database_at_once_make_one_schema(pg_url: str) -> None:
-    stores = [PostgresSessionStore(pg_url) for _ in range(4)]
-    try:
-        await asyncio.gather(*(s.open() for s in stores))
-        await stores[0].create_session("s1", "", at(0))
-        assert (await stores[3].get_session("s1")).id == "s1"
-    finally:
-        for s in stores:
-            await s.close()
-    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
-
-
-async def test_the_run_index_migration_reads_run_ids_of_messages_holding_nul(
-    pg_url: str,
-) -> None:
-    store = PostgresSessionStore(pg_url)
-    try:
-        await store.create_session("s1", "", at(0))
-        odd = Message(id="m1", role=Role.USER, content=[TextPart('a\x00 "run_id":"x"')])
-        odd.run_id = "r1"
-        plain = Message(id="m2", role=Role.USER, content=[TextPart("b")])
-        await store.append_messages("s1", [odd, plain])
-    finally:
-        await store.close()
-    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to schema version 2
-        conn.execute("DROP TABLE checkpoints")
-        conn.execute("DROP INDEX messages_by_run")
-        conn.execute("ALTER TABLE messages DROP COLUMN run_id")
-        conn.execute("DELETE FROM agentik_schema_migrations WHERE version >= 3")
-        conn.execute("DROP TABLE token_usage")  # and what version 4 added
-        conn.execute("DROP TABLE push_configs")  # and version 5 (the webhook outbox)
-        conn.execute("DROP TABLE deliveries")
-        conn.execute("ALTER TABLE sessions DROP COLUMN webhook_url")
-        for table in ("sessions", "runs"):
-            for column in ("input_tokens", "output_tokens", "cached_tokens"):
-                conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        conn.execute("ALTER TABLE sessions DROP COLUMN agent")  # and what version 6 added
-        conn.execute("DROP TABLE replicas")  # and what version 7 added
-        conn.execute("ALTER TABLE runs DROP COLUMN kept")
-    again = PostgresSessionStore(pg_url)
-    try:
-        found, _ = await again.run_messages("s1", ["r1"], 5)
-        assert [m.id for m in found] == ["m1"]
-        assert [m.id for m in (await again.run_messages("s1", [""], 5))[0]] == ["m2"]
-    finally:
-        await again.close()
-    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
-
-
-def test_two_migrate_processes_on_a_fresh_database_both_succeed(pg_url: str) -> None:
-    procs = [migrate_cli(pg_url) for _ in range(2)]
-    outputs = [p.communicate(timeout=30) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    said = sorted(out for out, _ in outputs)
-    assert said[0].endswith(f"schema version 0 -> {SCHEMA_VERSION}\n") or said[1].endswith(
-        f"schema version 0 -> {SCHEMA_VERSION}\n"
-    )
-    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
-    again = migrate_cli(pg_url)
-    out, _ = again.communicate(timeout=30)
-    assert (again.returncode, out.strip().endswith(f"version {SCHEMA_VERSION}, up to date")) == (
-        0,
-        True,
-    )
-
-
 def test_migrate_applies_the_sqlite_schema(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'db' / 'agentik.db'}"
     first = migrate_cli(url)
@@ -492,35 +399,6 @@ def test_migrate_applies_the_sqlite_schema(tmp_path: Path) -> None:
     second = migrate_cli(url)
     out, _ = second.communicate(timeout=30)
     assert out.endswith(f"schema version {SQLITE_SCHEMA_VERSION}, up to date\n")
-
-
-def test_migrate_exits_2_on_an_unreachable_database_without_the_password() -> None:
-    url = f"postgresql://agent:s3cretpw@127.0.0.1:{free_port()}/agentik"
-    proc = migrate_cli(url)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert "the database is unreachable" in err
-    assert "s3cretpw" not in out + err
-
-
-async def test_a_database_from_a_newer_schema_is_refused(pg_url: str) -> None:
-    first = PostgresSessionStore(pg_url)
-    await first.open()
-    await first.close()
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO agentik_schema_migrations (version) VALUES (%s)", (SCHEMA_VERSION + 1,)
-        )
-    later = PostgresSessionStore(pg_url)
-    try:
-        with pytest.raises(RuntimeError, match="newer"):
-            await later.get_session("s1")
-    finally:
-        await later.close()
-    proc = migrate_cli(pg_url)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert "newer" in err
 
 
 # Failures
@@ -586,21 +464,6 @@ async def test_a_value_the_database_refuses_is_invalid_input_and_the_store_goes_
 
 
 @pytest.mark.parametrize(
-    "url",
-    ["postgresql://agent:s3cret%zz@db.example/agentik", "postgresql://agent:s3cret@h/d?bogus=1"],
-)
-def test_an_unparseable_url_is_a_value_error_without_the_password(url: str) -> None:
-    with pytest.raises(ValueError, match="not a PostgreSQL URL") as caught:
-        open_store(url)
-    assert "s3cret" not in str(caught.value)
-    proc = migrate_cli(url)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert "configuration error" in err
-    assert "s3cret" not in out + err
-
-
-@pytest.mark.parametrize(
     ("error", "cause"),
     [
         (psycopg.errors.DiskFull("could not extend file"), "the disk is full"),
@@ -629,13 +492,6 @@ def test_a_connection_dropped_mid_call_is_named_lost_and_one_never_made_unreacha
         "storage unavailable: the connection to the database was lost"
     )
     assert storage_error(dropped).message == "storage unavailable: the database is unreachable"
-
-
-def test_the_channel_follows_the_schema_the_dsn_names() -> None:
-    assert channel_for("postgresql://db/agentik") == "agentik"
-    assert channel_for(with_schema("postgresql://db/agentik", "tenant_a")) == "agentik_tenant_a"
-    assert channel_for("host=db options='-c search_path=b,public'") == "agentik_b"
-    assert len(channel_for(with_schema("postgresql://db/x", "s" * 100))) == 63
 
 
 async def test_stores_in_two_schemas_of_one_database_do_not_hear_each_other(

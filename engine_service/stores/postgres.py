@@ -41,7 +41,6 @@ import itertools
 import json
 import logging
 import os
-import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
@@ -50,7 +49,6 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -102,6 +100,7 @@ from engine_service.stores.postgres_calls import (
 )
 from engine_service.stores.postgres_dsn import CHANNEL, channel_for, check_dsn
 from engine_service.stores.postgres_schema import SCHEMA_VERSION, migrate, migrate_async
+from engine_service.stores.postgres_signals import SignalListener, decode_signal, encode_signal
 
 __all__ = [
     "CHANNEL",
@@ -182,36 +181,6 @@ def _sql_limit(limit: int) -> int | None:
     if limit < 0:
         raise InvalidInput("limit must not be negative")
     return limit or None
-
-
-# -- signals --------------------------------------------------------------------------
-
-_KINDS = {kind.value: kind for kind in SignalKind}
-
-
-def encode_signal(signal: Signal) -> str:
-    """The NOTIFY payload for ``signal``: ``[kind, session_id, run_id, last_seq]``."""
-    return json.dumps(
-        [signal.kind.value, signal.session_id, signal.run_id, signal.last_seq],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-
-
-def decode_signal(payload: str) -> Signal | None:
-    """The signal a NOTIFY payload carries; None when it is not one of ours."""
-    try:
-        kind, session_id, run_id, last_seq = json.loads(payload)
-    except (ValueError, TypeError):
-        return None
-    if (
-        kind not in _KINDS
-        or not isinstance(session_id, str)
-        or not isinstance(run_id, str)
-        or not isinstance(last_seq, int)
-    ):
-        return None
-    return Signal(_KINDS[kind], session_id, run_id, last_seq)
 
 
 # -- the store ------------------------------------------------------------------------
@@ -516,7 +485,6 @@ class PostgresSessionStore(SessionStore):
         """
         check_dsn(dsn)
         self._dsn = dsn
-        self._timeout = timeout
         self._connect_timeout = max(1, round(timeout))
         self._channel = channel if channel != CHANNEL else channel_for(dsn)
         self._pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
@@ -535,11 +503,14 @@ class PostgresSessionStore(SessionStore):
         self._ready = False
         self._closed = False
         self._open_lock = asyncio.Lock()
-        self._watchers: list[Callable[[Signal], None]] = []
-        self._listener: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
-        self._reconnect_delay = reconnect_delay
-        self._max_reconnect_delay = max_reconnect_delay
+        self._signals = SignalListener(
+            dsn,
+            self._channel,
+            connect_timeout=self._connect_timeout,
+            timeout=timeout,
+            reconnect_delay=reconnect_delay,
+            max_reconnect_delay=max_reconnect_delay,
+        )
         self._calls = CallRunner(
             self._pool, self._open_once, retry_seconds=retry_seconds, timeout=timeout
         )
@@ -1721,74 +1692,7 @@ class PostgresSessionStore(SessionStore):
         Returns once listening (or, when the database is unreachable, once the first
         attempt failed: a background task keeps trying).
         """
-        self._watchers.append(on_signal)
-        if self._listener is None:
-            self._listener = asyncio.get_running_loop().create_task(
-                self._listen(), name="agentik-pg-listen"
-            )
-        first_try = asyncio.ensure_future(self._listening.wait())
-        done, _ = await asyncio.wait(
-            [first_try, self._listener],
-            timeout=self._timeout + 1.0,
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        if first_try not in done:
-            first_try.cancel()
-
-    async def _listen(self) -> None:
-        """Listen on a dedicated connection, reconnecting with backoff when it drops."""
-        delay = self._reconnect_delay
-        while not self._closed:
-            try:
-                # Keepalives: a connection that silently died (no RST) is noticed.
-                conn = await psycopg.AsyncConnection.connect(
-                    self._dsn,
-                    autocommit=True,
-                    connect_timeout=self._connect_timeout,
-                    keepalives=1,
-                    keepalives_idle=30,
-                    keepalives_interval=10,
-                    keepalives_count=3,
-                )
-            except (psycopg.Error, OSError) as exc:
-                log.warning(
-                    "cannot listen for other engines' signals (%s); retrying in %.1f s",
-                    storage_error(exc).message,
-                    delay,
-                )
-                self._listening.set()  # watch() returns; followers poll meanwhile
-            else:
-                try:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    self._listening.set()
-                    delay = self._reconnect_delay
-                    async for notify in conn.notifies():
-                        signal = decode_signal(notify.payload)
-                        if signal is not None:
-                            self._deliver(signal)
-                except (psycopg.Error, OSError) as exc:
-                    if self._closed:
-                        return
-                    log.warning(
-                        "lost the connection listening for other engines' signals (%s);"
-                        " reconnecting in %.1f s",
-                        storage_error(exc, connected=True).message,
-                        delay,
-                    )
-                finally:
-                    with suppress(psycopg.Error, OSError):
-                        await conn.close()
-            if self._closed:
-                return
-            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
-            delay = min(delay * 2, self._max_reconnect_delay)
-
-    def _deliver(self, signal: Signal) -> None:
-        for watcher in list(self._watchers):
-            try:
-                watcher(signal)
-            except Exception:
-                log.exception("a signal watcher failed")
+        await self._signals.watch(on_signal)
 
     # -- health and shutdown --------------------------------------------------------
 
@@ -1962,11 +1866,6 @@ class PostgresSessionStore(SessionStore):
         await self._batch.close()
         await self._reads.close()
         self._closed = True
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.cancel()
-            with suppress(asyncio.CancelledError):
-                await listener
-        self._watchers.clear()
+        await self._signals.close()
         if self._opened:
             await self._pool.close()

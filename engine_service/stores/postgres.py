@@ -44,7 +44,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -52,7 +52,7 @@ import psycopg.errors
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
+from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -78,11 +78,9 @@ from engine_service.stores.encoding import (
     encode_interrupts,
     event_from_dict,
     message_from_dict,
-    run_from_row,
     run_taken,
     runs_filter,
     session_filter,
-    session_from_row,
 )
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
@@ -99,6 +97,19 @@ from engine_service.stores.postgres_calls import (
     storage_error,
 )
 from engine_service.stores.postgres_dsn import CHANNEL, channel_for, check_dsn
+from engine_service.stores.postgres_rows import (
+    DELIVERY_COLUMNS,
+    PUSH_COLUMNS,
+    RUN_COLUMNS,
+    SESSION_COLUMNS,
+    ContextRows,
+    context_from,
+    delivery_from,
+    push_config_from,
+    run_from,
+    session_from,
+    sql_limit,
+)
 from engine_service.stores.postgres_schema import SCHEMA_VERSION, migrate, migrate_async
 from engine_service.stores.postgres_signals import SignalListener, decode_signal, encode_signal
 
@@ -120,83 +131,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_SESSION_COLUMNS = """
-    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
-    s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
-"""
-_RUN_COLUMNS = (
-    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
-    " input_tokens, output_tokens, cached_tokens"
-)
-
-# -- values ---------------------------------------------------------------------------
-
-
-def _time(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
-def _session(row: Sequence[Any]) -> Session:
-    return session_from_row(row, _time)
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return run_from_row(row, _time)
-
-
-_DELIVERY_COLUMNS = (
-    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
-    " last_error, updated_at"
-)
-
-
-def _delivery(row: Sequence[Any]) -> Delivery:
-    return Delivery(
-        id=row[0],
-        url=row[1],
-        payload=row[2],
-        created_at=_time(row[3]),
-        next_attempt_at=_time(row[4]),
-        headers=json.loads(row[5]),
-        kind=row[6],
-        attempts=row[7],
-        status=DeliveryStatus(row[8]),
-        last_error=row[9],
-        updated_at=_time(row[10]) if row[10] is not None else None,
-    )
-
-
-_PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
-
-
-def _push(row: Sequence[Any]) -> PushConfig:
-    return PushConfig(row[0], row[1], row[2], row[3], _time(row[4]), row[5], row[6], row[7])
-
-
-def _sql_limit(limit: int) -> int | None:
-    """A page size for SQL ``LIMIT``: zero means no limit (NULL to PostgreSQL)."""
-    if limit < 0:
-        raise InvalidInput("limit must not be negative")
-    return limit or None
-
-
 # -- the store ------------------------------------------------------------------------
 
 _Conn = psycopg.AsyncConnection[TupleRow]
-_ContextRows = tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]
-"""A session's checkpoint row (None without one) and the bodies of the messages after it."""
-
-
-def _context(
-    row: tuple[Any, ...] | None, rows: list[tuple[Any, ...]]
-) -> tuple[Checkpoint | None, list[Message]]:
-    checkpoint = None if row is None else Checkpoint(row[1], row[2], row[3], covered=row[0] + 1)
-    return checkpoint, [message_from_dict(json.loads(r[0])) for r in rows]
-
-
 _APPEND_EVENTS = """
 WITH moved AS (
     UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s)
@@ -324,7 +261,7 @@ the lock of the run id in the same transaction, so what it reads is current. It 
 nothing and returns no row when something stands in the way (a run active, the id taken,
 the session missing or someone else's, a session being made by another call at the same
 moment): ``begin_run`` then finds out which, and raises, the long way. The row: the
-session's columns (``_SESSION_COLUMNS``) as the run left it, and whether it was made. A
+session's columns (``SESSION_COLUMNS``) as the run left it, and whether it was made. A
 run it began is named in the transaction's ``agentik.begun`` setting (``_OPEN_RUN``)."""
 
 _NAME_BEGUN = "SELECT set_config('agentik.begun', %s, true)"
@@ -636,11 +573,11 @@ class PostgresSessionStore(SessionStore):
 
     async def _load(self, conn: _Conn, session_id: str) -> Session:
         row = await self._one(
-            conn, f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
+            conn, f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
         )
         if row is None:
             raise SessionNotFound(session_id)
-        return _session(row)
+        return session_from(row)
 
     # -- sessions -------------------------------------------------------------------
 
@@ -665,11 +602,11 @@ class PostgresSessionStore(SessionStore):
 
     async def get_session(self, session_id: str) -> Session:
         (rows,) = await self._reads.submit(
-            [(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,))]
+            [(f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,))]
         )
         if not rows:
             raise SessionNotFound(session_id)
-        return _session(rows[0])
+        return session_from(rows[0])
 
     async def list_sessions(
         self,
@@ -681,18 +618,18 @@ class PostgresSessionStore(SessionStore):
     ) -> tuple[list[Session], int]:
         if offset < 0:
             raise InvalidInput("offset must not be negative")
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
         where, args = session_filter("%s", "s.", owner, agents)
 
         async def work(conn: _Conn) -> tuple[list[Session], int]:
             total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
             rows = await self._all(
                 conn,
-                f"SELECT {_SESSION_COLUMNS} FROM sessions s {where}"
+                f"SELECT {SESSION_COLUMNS} FROM sessions s {where}"
                 " ORDER BY s.updated_at DESC, s.id LIMIT %s OFFSET %s",
                 (*args, size, offset),
             )
-            return [_session(row) for row in rows], int(total[0]) if total else 0
+            return [session_from(row) for row in rows], int(total[0]) if total else 0
 
         return await self._snapshot(work)
 
@@ -705,12 +642,12 @@ class PostgresSessionStore(SessionStore):
                     "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
                     (title, stamp, session_id),
                 ),
-                (f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)),
+                (f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)),
             ]
         )
         if row is None:
             raise SessionNotFound(session_id)
-        return _session(row)
+        return session_from(row)
 
     async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
@@ -739,7 +676,7 @@ class PostgresSessionStore(SessionStore):
     async def list_messages(
         self, session_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
 
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
@@ -794,24 +731,24 @@ class PostgresSessionStore(SessionStore):
         return replace(checkpoint, covered=position + 1)
 
     async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
-        async def work(conn: _Conn) -> _ContextRows:
+        async def work(conn: _Conn) -> ContextRows:
             await self._require(conn, session_id)
             return await self._context_rows(conn, session_id)
 
-        return _context(*await self._snapshot(work))
+        return context_from(*await self._snapshot(work))
 
     async def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         # One snapshot, not two: a round trip fewer before a run starts.
-        async def work(conn: _Conn) -> tuple[_ContextRows, list[tuple[Any, ...]]]:
+        async def work(conn: _Conn) -> tuple[ContextRows, list[tuple[Any, ...]]]:
             await self._require(conn, session_id)
             rows = await self._context_rows(conn, session_id)
             known = await self._known_rows(conn, session_id, ids) if ids else []
             return rows, known
 
         rows, known = await self._snapshot(work)
-        return *_context(*rows), {r[0] for r in known}
+        return *context_from(*rows), {r[0] for r in known}
 
-    async def _context_rows(self, conn: _Conn, session_id: str) -> _ContextRows:
+    async def _context_rows(self, conn: _Conn, session_id: str) -> ContextRows:
         row = await self._one(
             conn,
             "SELECT position, through_id, summary, tokens FROM checkpoints WHERE session_id = %s",
@@ -836,7 +773,7 @@ class PostgresSessionStore(SessionStore):
     async def list_run_messages(
         self, session_id: str, run_id: str, after_id: str, limit: int
     ) -> tuple[list[Message], bool]:
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
 
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
@@ -1081,7 +1018,7 @@ class PostgresSessionStore(SessionStore):
                 begun, *opened = rows[3:] if opens else rows[2:]
                 if begun is not None:
                     return _begun(
-                        _session(begun[:-2]),
+                        session_from(begun[:-2]),
                         bool(begun[-2]),
                         opened,
                         session_id,
@@ -1159,7 +1096,7 @@ class PostgresSessionStore(SessionStore):
                     await conn.execute(_NAME_BEGUN, (run_id,))
                 opens = [await conn.execute(sql, values) for sql, values in opening_statements]
                 loaded = await conn.execute(
-                    f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
+                    f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
                 )
                 if await inserted.fetchone() is None:
                     running = await self._one(
@@ -1174,7 +1111,7 @@ class PostgresSessionStore(SessionStore):
                 opened = [await cursor.fetchone() for cursor in opens]
                 session = await loaded.fetchone()
             assert session is not None
-            begun = RunBegun(_session(session), created)  # read after the opening
+            begun = RunBegun(session_from(session), created)  # read after the opening
             if opened and opened[0] is not None and opening is not None:
                 _opened(begun, opened[0], session_id, run_id, now, opening)
             return begun
@@ -1413,24 +1350,24 @@ class PostgresSessionStore(SessionStore):
             await self._require(conn, session_id)
             return await self._one(
                 conn,
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = %s AND id = %s",
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = %s AND id = %s",
                 (session_id, run_id),
             )
 
         row = await self._snapshot(work)
         if row is None:
             raise RunNotFound(run_id)
-        return _run(row)
+        return run_from(row)
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
         async def work(conn: _Conn) -> list[RunRecord]:
             await self._require(conn, session_id)
             rows = await self._all(
                 conn,
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = %s ORDER BY started_at, n",
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = %s ORDER BY started_at, n",
                 (session_id,),
             )
-            return [_run(row) for row in rows]
+            return [run_from(row) for row in rows]
 
         return await self._snapshot(work)
 
@@ -1443,7 +1380,7 @@ class PostgresSessionStore(SessionStore):
         async def work(conn: _Conn) -> tuple[Any, ...] | None:
             return await self._one(
                 conn,
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s{mine}"
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s{mine}"
                 " ORDER BY started_at DESC, n DESC LIMIT 1",
                 args,
             )
@@ -1451,7 +1388,7 @@ class PostgresSessionStore(SessionStore):
         row = await self._read(work)
         if row is None:
             raise RunNotFound(run_id)
-        return _run(row)
+        return run_from(row)
 
     async def page_runs(
         self,
@@ -1472,11 +1409,11 @@ class PostgresSessionStore(SessionStore):
             total = await self._one(conn, f"SELECT count(*) FROM runs {where}", args)
             rows = await self._all(
                 conn,
-                f"SELECT {_RUN_COLUMNS} FROM runs {where}"
+                f"SELECT {RUN_COLUMNS} FROM runs {where}"
                 " ORDER BY started_at DESC, n DESC LIMIT %s OFFSET %s",
-                (*args, _sql_limit(limit), offset),
+                (*args, sql_limit(limit), offset),
             )
-            return [_run(row) for row in rows], int(total[0]) if total else 0
+            return [run_from(row) for row in rows], int(total[0]) if total else 0
 
         return await self._snapshot(work)
 
@@ -1484,10 +1421,10 @@ class PostgresSessionStore(SessionStore):
         async def work(conn: _Conn) -> list[RunRecord]:
             rows = await self._all(
                 conn,
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running'"
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
                 " ORDER BY session_id, started_at, n",
             )
-            return [_run(row) for row in rows]
+            return [run_from(row) for row in rows]
 
         return await self._read(work)
 
@@ -1571,7 +1508,7 @@ class PostgresSessionStore(SessionStore):
         )
 
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
-        size = _sql_limit(limit)
+        size = sql_limit(limit)
 
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
@@ -1677,14 +1614,14 @@ class PostgresSessionStore(SessionStore):
                 "       AND (lease_until IS NULL OR lease_until < %s)"
                 "       FOR UPDATE SKIP LOCKED) AS expired"
                 " WHERE r.session_id = expired.session_id AND r.id = expired.id"
-                f" RETURNING {', '.join('r.' + c.strip() for c in _RUN_COLUMNS.split(','))},"
+                f" RETURNING {', '.join('r.' + c.strip() for c in RUN_COLUMNS.split(','))},"
                 " r.n",
                 (replica, until_stamp, now_stamp),
             )
 
         rows = await self._write(work)
         rows.sort(key=lambda row: (row[1], row[3], row[-1]))
-        return [_run(row) for row in rows]
+        return [run_from(row) for row in rows]
 
     async def watch(self, on_signal: Callable[[Signal], None]) -> None:
         """Call ``on_signal`` for every signal on the channel from now until ``close``.
@@ -1726,7 +1663,7 @@ class PostgresSessionStore(SessionStore):
         self, replica: str, now: datetime, until: datetime, limit: int
     ) -> list[Delivery]:
         now_stamp, until_stamp = _utc(now, "now"), _utc(until, "until")
-        columns = ", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))
+        columns = ", ".join("d." + c.strip() for c in DELIVERY_COLUMNS.split(","))
 
         # Rows another replica is claiming right now are skipped, not waited for; each is
         # re-checked under its lock, so no delivery is handed to two replicas.
@@ -1739,11 +1676,11 @@ class PostgresSessionStore(SessionStore):
                 "       ORDER BY next_attempt_at, created_at, id LIMIT %s"
                 "       FOR UPDATE SKIP LOCKED) AS due"
                 f" WHERE d.id = due.id RETURNING {columns}",
-                (replica, until_stamp, now_stamp, now_stamp, _sql_limit(limit)),
+                (replica, until_stamp, now_stamp, now_stamp, sql_limit(limit)),
             )
 
         rows = await self._write(work)
-        claimed = [_delivery(row) for row in rows]
+        claimed = [delivery_from(row) for row in rows]
         claimed.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
         return claimed
 
@@ -1770,11 +1707,11 @@ class PostgresSessionStore(SessionStore):
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         async def work(conn: _Conn) -> tuple[Any, ...] | None:
             return await self._one(
-                conn, f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE id = %s", (delivery_id,)
+                conn, f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id = %s", (delivery_id,)
             )
 
         row = await self._read(work)
-        return _delivery(row) if row else None
+        return delivery_from(row) if row else None
 
     async def failed_deliveries(self, offset: int, limit: int) -> tuple[list[Delivery], int]:
         if offset < 0 or limit < 0:
@@ -1784,11 +1721,11 @@ class PostgresSessionStore(SessionStore):
             total = await self._one(conn, "SELECT count(*) FROM deliveries WHERE status = 'failed'")
             rows = await self._all(
                 conn,
-                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
+                f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE status = 'failed'"
                 " ORDER BY updated_at DESC, id DESC LIMIT %s OFFSET %s",
-                (_sql_limit(limit), offset),
+                (sql_limit(limit), offset),
             )
-            return [_delivery(row) for row in rows], int(total[0]) if total else 0
+            return [delivery_from(row) for row in rows], int(total[0]) if total else 0
 
         return await self._snapshot(work)
 
@@ -1830,22 +1767,22 @@ class PostgresSessionStore(SessionStore):
         async def work(conn: _Conn) -> list[tuple[Any, ...]]:
             return await self._all(
                 conn,
-                f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE task_id = %s ORDER BY n",
+                f"SELECT {PUSH_COLUMNS} FROM push_configs WHERE task_id = %s ORDER BY n",
                 (task_id,),
             )
 
-        return [_push(row) for row in await self._read(work)]
+        return [push_config_from(row) for row in await self._read(work)]
 
     async def session_push_configs(self, session_id: str) -> list[PushConfig]:
         (rows,) = await self._reads.submit(
             [
                 (
-                    f"SELECT {_PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
+                    f"SELECT {PUSH_COLUMNS} FROM push_configs WHERE session_id = %s ORDER BY n",
                     (session_id,),
                 )
             ]
         )
-        return [_push(row) for row in rows]
+        return [push_config_from(row) for row in rows]
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
         async def work(conn: _Conn) -> bool:

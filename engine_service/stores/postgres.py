@@ -36,12 +36,10 @@ same eagerly.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from datetime import date, datetime, timedelta
@@ -49,8 +47,6 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool
 
 from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import (
@@ -59,7 +55,6 @@ from engine_service.core.errors import (
     RunNotFound,
     SessionBusy,
     SessionNotFound,
-    StorageUnavailable,
 )
 from engine_service.core.events import Event, MessageStored, Usage
 from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
@@ -69,7 +64,6 @@ from engine_service.core.store import (
     Opening,
     RunBegun,
     RunContext,
-    SessionStore,
     Signal,
     SignalKind,
 )
@@ -86,15 +80,16 @@ from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_batch import DEFAULT_MAX_BATCH, WriteBatcher
 from engine_service.stores.postgres_calls import (
-    Attempt,
-    CallKind,
-    CallRunner,
     Statement,
-    Work,
     data_error,
     storage_error,
+)
+from engine_service.stores.postgres_connections import (
+    IDLE_IN_TRANSACTION,
+    WRITER_NAME,
+    Conn,
+    PostgresConnections,
 )
 from engine_service.stores.postgres_dsn import CHANNEL, channel_for, check_dsn
 from engine_service.stores.postgres_rows import (
@@ -110,10 +105,12 @@ from engine_service.stores.postgres_rows import (
     session_from,
     sql_limit,
 )
-from engine_service.stores.postgres_schema import SCHEMA_VERSION, migrate, migrate_async
-from engine_service.stores.postgres_signals import SignalListener, decode_signal, encode_signal
+from engine_service.stores.postgres_schema import SCHEMA_VERSION, migrate
+from engine_service.stores.postgres_signals import decode_signal, encode_signal
 
 __all__ = [
+    "OPENING_BYTES",
+    "WRITER_NAME",
     "CHANNEL",
     "IDLE_IN_TRANSACTION",
     "channel_for",
@@ -133,7 +130,6 @@ T = TypeVar("T")
 
 # -- the store ------------------------------------------------------------------------
 
-_Conn = psycopg.AsyncConnection[TupleRow]
 _APPEND_EVENTS = """
 WITH moved AS (
     UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s)
@@ -336,16 +332,6 @@ whole history every run, and a long one would cost every later run its size in
 parameters. Beyond this the run reads which it holds (ids only) and stores the new ones
 itself, as a store that declines openings does."""
 
-WRITER_NAME = "agentik-writer"
-"""The ``application_name`` of a store's writer connection, followed by ``-<pid>``."""
-
-IDLE_IN_TRANSACTION = 2.0
-"""Seconds after which PostgreSQL ends a write transaction of ours that waits for its next
-statement. Ours run their statements back to back; one left waiting belongs to an engine
-that stalled mid-write (SIGSTOP, a frozen VM) and holds its sessions' row locks: the
-replica taking its runs over would wait for them as long as the stall lasts. Read-only
-transactions lock nothing and are exempt."""
-
 
 def _begun(
     session: Session,
@@ -395,189 +381,12 @@ def _opened(
     return opening
 
 
-class PostgresSessionStore(SessionStore):
+class PostgresSessionStore(PostgresConnections):
     """Sessions in PostgreSQL. A limit of zero means no limit."""
 
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        min_size: int = 1,
-        max_size: int = 10,
-        timeout: float = 10.0,
-        channel: str = CHANNEL,
-        reconnect_delay: float = 0.5,
-        max_reconnect_delay: float = 10.0,
-        retry_seconds: float = 5.0,
-        idle_in_transaction: float = IDLE_IN_TRANSACTION,
-        max_batch: int = DEFAULT_MAX_BATCH,
-    ) -> None:
-        """Nothing connects yet: the pool opens (and the schema migrates) on first use.
-
-        ``timeout`` bounds how long a call waits for a connection before it fails with
-        ``StorageUnavailable``. ``idle_in_transaction``: seconds after which the server
-        ends a transaction of ours that waits for its next statement (0: never); see
-        :data:`IDLE_IN_TRANSACTION`. ``max_batch``: writes per transaction at most (see
-        ``postgres_batch``). ``ValueError`` when ``dsn`` cannot be parsed.
-        """
-        check_dsn(dsn)
-        self._dsn = dsn
-        self._connect_timeout = max(1, round(timeout))
-        self._channel = channel if channel != CHANNEL else channel_for(dsn)
-        self._pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
-            dsn,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=timeout,
-            open=False,
-            name="agentik-store",
-            kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
-            check=AsyncConnectionPool.check_connection,
-            configure=self._configure,
-        )
-        self._idle_in_transaction_ms = round(idle_in_transaction * 1000)
-        self._opened = False
-        self._ready = False
-        self._closed = False
-        self._open_lock = asyncio.Lock()
-        self._signals = SignalListener(
-            dsn,
-            self._channel,
-            connect_timeout=self._connect_timeout,
-            timeout=timeout,
-            reconnect_delay=reconnect_delay,
-            max_reconnect_delay=max_reconnect_delay,
-        )
-        self._calls = CallRunner(
-            self._pool, self._open_once, retry_seconds=retry_seconds, timeout=timeout
-        )
-        self._batch = WriteBatcher(self._calls, self._writer_connection, max_batch=max_batch)
-        self._reads = WriteBatcher(
-            self._calls, self._reader_connection, max_batch=max_batch, atomic=False
-        )
-
-    # -- connections ----------------------------------------------------------------
-
-    async def open(self) -> None:
-        """Open the pool and migrate the schema now (otherwise the first call does).
-
-        ``StorageUnavailable`` when the database cannot be reached (within the retry
-        time); ``RuntimeError`` when its schema is newer than this engine's.
-        """
-
-        async def attempt(_: Attempt[None]) -> None:
-            await self._open_once()
-
-        await self._calls.retrying(attempt)
-
-    async def _configure(self, conn: _Conn) -> None:
-        """Set up each new pooled connection."""
-        await conn.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-            (str(self._idle_in_transaction_ms),),
-        )
-
-    async def _writer_connection(self, wait: float) -> _Conn:
-        """A connection of its own for the store's writer (``postgres_batch``), named
-        ``agentik-writer-<pid>`` in ``pg_stat_activity``."""
-        return await self._own_connection(wait, f"{WRITER_NAME}-{os.getpid()}")
-
-    async def _reader_connection(self, wait: float) -> _Conn:
-        """A connection of its own for the reads sent together (``agentik-reader-<pid>``)."""
-        return await self._own_connection(wait, f"agentik-reader-{os.getpid()}")
-
-    async def _own_connection(self, wait: float, name: str) -> _Conn:
-        conn = await psycopg.AsyncConnection.connect(
-            self._dsn,
-            autocommit=True,
-            application_name=name,
-            connect_timeout=max(1, round(min(wait, self._connect_timeout))),
-            keepalives=1,
-            keepalives_idle=30,
-            keepalives_interval=10,
-            keepalives_count=3,
-        )
-        try:
-            await self._configure(conn)
-        except BaseException:
-            await conn.close()
-            raise
-        return conn
-
-    async def _open_once(self) -> None:
-        """Open the pool and migrate, once; raises the database's own errors."""
-        if self._ready:
-            return
-        if self._closed:
-            raise StorageUnavailable("storage unavailable: the store is closed")
-        async with self._open_lock:
-            if self._ready:
-                return
-            # A connection of its own: a bad database name or login, or a server that is
-            # down, fails here at once with its cause rather than as a pool timeout.
-            conn = await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, connect_timeout=self._connect_timeout
-            )
-            async with conn:
-                before, after = await migrate_async(conn)
-            if not self._opened:
-                await self._pool.open(wait=False)
-                self._opened = True
-            if before != after:
-                log.info("PostgreSQL schema migrated from version %d to %d", before, after)
-            self._ready = True
-
-    async def _read(self, work: Work[T]) -> T:
-        """``work`` in autocommit (statements on their own), retried on a lost connection."""
-        return await self._calls.run(work, CallKind.READ)
-
-    async def _snapshot(self, work: Work[T]) -> T:
-        """``work`` in one read-only transaction, so its statements see one snapshot."""
-        return await self._calls.run(work, CallKind.SNAPSHOT)
-
-    async def _write(self, work: Work[T]) -> T:
-        """``work`` in one transaction, committed when it returns; run again on a new
-        connection when the old one is lost before the write is known to be committed."""
-        return await self._calls.run(work, CallKind.WRITE)
-
-    async def _notify(self, conn: _Conn, signal: Signal) -> None:
+    async def _notify(self, conn: Conn, signal: Signal) -> None:
         """Queue ``signal``; PostgreSQL delivers it when the transaction commits."""
         await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, encode_signal(signal)))
-
-    @staticmethod
-    async def _one(
-        conn: _Conn, query: str, args: Sequence[Any] | Mapping[str, Any] = ()
-    ) -> tuple[Any, ...] | None:
-        return await (await conn.execute(query, args)).fetchone()
-
-    @staticmethod
-    async def _all(conn: _Conn, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return await (await conn.execute(query, args)).fetchall()
-
-    async def _require(
-        self, conn: _Conn, session_id: str, owner: str | None = None, *, lock: bool = False
-    ) -> str | None:
-        """The session's active run id; ``SessionNotFound`` when it does not exist (or,
-        when ``owner`` is not None, belongs to another owner). ``lock`` holds the session
-        row until the transaction ends."""
-        row = await self._one(
-            conn,
-            "SELECT active_run_id, owner FROM sessions WHERE id = %s"
-            + (" FOR UPDATE" if lock else ""),
-            (session_id,),
-        )
-        if row is None or (owner is not None and row[1] != owner):
-            raise SessionNotFound(session_id)
-        active: str | None = row[0]
-        return active
-
-    async def _load(self, conn: _Conn, session_id: str) -> Session:
-        row = await self._one(
-            conn, f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
-        )
-        if row is None:
-            raise SessionNotFound(session_id)
-        return session_from(row)
 
     # -- sessions -------------------------------------------------------------------
 
@@ -588,7 +397,7 @@ class PostgresSessionStore(SessionStore):
         if not session_id:
             raise InvalidInput("session id must not be empty")
 
-        async def work(conn: _Conn) -> Session:
+        async def work(conn: Conn) -> Session:
             cursor = await conn.execute(
                 "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
                 " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
@@ -621,7 +430,7 @@ class PostgresSessionStore(SessionStore):
         size = sql_limit(limit)
         where, args = session_filter("%s", "s.", owner, agents)
 
-        async def work(conn: _Conn) -> tuple[list[Session], int]:
+        async def work(conn: Conn) -> tuple[list[Session], int]:
             total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
             rows = await self._all(
                 conn,
@@ -652,7 +461,7 @@ class PostgresSessionStore(SessionStore):
     async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
 
-        async def work(conn: _Conn) -> Session:
+        async def work(conn: Conn) -> Session:
             await self._require(conn, session_id)
             await conn.execute(
                 "UPDATE sessions SET webhook_url = %s, updated_at = %s WHERE id = %s",
@@ -663,7 +472,7 @@ class PostgresSessionStore(SessionStore):
         return await self._write(work)
 
     async def delete_session(self, session_id: str) -> None:
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             active = await self._require(conn, session_id, lock=True)
             if active:
                 raise SessionBusy(session_id, active)
@@ -678,7 +487,7 @@ class PostgresSessionStore(SessionStore):
     ) -> tuple[list[Message], bool]:
         size = sql_limit(limit)
 
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             after = -1
             if after_id:
@@ -707,7 +516,7 @@ class PostgresSessionStore(SessionStore):
         return messages
 
     async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             await self._require(conn, session_id, lock=True)
             row = await self._one(
                 conn,
@@ -731,7 +540,7 @@ class PostgresSessionStore(SessionStore):
         return replace(checkpoint, covered=position + 1)
 
     async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
-        async def work(conn: _Conn) -> ContextRows:
+        async def work(conn: Conn) -> ContextRows:
             await self._require(conn, session_id)
             return await self._context_rows(conn, session_id)
 
@@ -739,7 +548,7 @@ class PostgresSessionStore(SessionStore):
 
     async def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
         # One snapshot, not two: a round trip fewer before a run starts.
-        async def work(conn: _Conn) -> tuple[ContextRows, list[tuple[Any, ...]]]:
+        async def work(conn: Conn) -> tuple[ContextRows, list[tuple[Any, ...]]]:
             await self._require(conn, session_id)
             rows = await self._context_rows(conn, session_id)
             known = await self._known_rows(conn, session_id, ids) if ids else []
@@ -748,7 +557,7 @@ class PostgresSessionStore(SessionStore):
         rows, known = await self._snapshot(work)
         return *context_from(*rows), {r[0] for r in known}
 
-    async def _context_rows(self, conn: _Conn, session_id: str) -> ContextRows:
+    async def _context_rows(self, conn: Conn, session_id: str) -> ContextRows:
         row = await self._one(
             conn,
             "SELECT position, through_id, summary, tokens FROM checkpoints WHERE session_id = %s",
@@ -762,7 +571,7 @@ class PostgresSessionStore(SessionStore):
         return row, rows
 
     async def _known_rows(
-        self, conn: _Conn, session_id: str, ids: Sequence[str]
+        self, conn: Conn, session_id: str, ids: Sequence[str]
     ) -> list[tuple[Any, ...]]:
         return await self._all(
             conn,
@@ -775,7 +584,7 @@ class PostgresSessionStore(SessionStore):
     ) -> tuple[list[Message], bool]:
         size = sql_limit(limit)
 
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             after = -1
             if after_id:
@@ -801,7 +610,7 @@ class PostgresSessionStore(SessionStore):
         return [message_from_dict(json.loads(r[0])) for r in kept], more
 
     async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             return await self._all(
                 conn,
@@ -813,7 +622,7 @@ class PostgresSessionStore(SessionStore):
         return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
 
     async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             return await self._known_rows(conn, session_id, ids)
 
@@ -824,7 +633,7 @@ class PostgresSessionStore(SessionStore):
     async def run_messages(
         self, session_id: str, run_ids: Sequence[str], last: int
     ) -> tuple[list[Message], bool]:
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             return await self._all(
                 conn,
@@ -922,7 +731,7 @@ class PostgresSessionStore(SessionStore):
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
 
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             await self._require(conn, session_id, lock=True)
             await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
             await conn.execute("DELETE FROM checkpoints WHERE session_id = %s", (session_id,))
@@ -1030,7 +839,7 @@ class PostgresSessionStore(SessionStore):
         # The long way: two round trips before the commit (psycopg's pipeline mode): the
         # checks' reads first, then the writes with the session as it now is; what a check
         # refuses raises, and the transaction, with whatever was queued, rolls back.
-        async def work(conn: _Conn) -> RunBegun:
+        async def work(conn: Conn) -> RunBegun:
             async with conn.pipeline():
                 made = None
                 if create:
@@ -1232,7 +1041,7 @@ class PostgresSessionStore(SessionStore):
         if not new_id:
             raise InvalidInput("session id must not be empty")
 
-        async def work(conn: _Conn) -> Session:
+        async def work(conn: Conn) -> Session:
             await self._require(conn, source_id, source_owner)
             row = await self._one(
                 conn,
@@ -1265,7 +1074,7 @@ class PostgresSessionStore(SessionStore):
         if tokens < 0:
             raise InvalidInput("tokens must not be negative")
 
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             row = await self._one(
                 conn,
                 "INSERT INTO token_usage AS t (principal, day, tokens) VALUES (%s, %s, %s)"
@@ -1286,7 +1095,7 @@ class PostgresSessionStore(SessionStore):
         return await self._write(work)
 
     async def tokens_used(self, principal: str, day: date) -> int:
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             row = await self._one(
                 conn,
                 "SELECT tokens FROM token_usage WHERE principal = %s AND day = %s",
@@ -1297,7 +1106,7 @@ class PostgresSessionStore(SessionStore):
         return await self._read(work)
 
     async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             pending = await self._one(
                 conn, "SELECT interrupts FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
             )
@@ -1314,7 +1123,7 @@ class PostgresSessionStore(SessionStore):
         await self._write(work)
 
     async def cancel_interrupts(self, session_id: str) -> list[str]:
-        async def work(conn: _Conn) -> list[str]:
+        async def work(conn: Conn) -> list[str]:
             row = await self._one(
                 conn,
                 "SELECT interrupts, active_run_id FROM sessions WHERE id = %s FOR UPDATE",
@@ -1337,7 +1146,7 @@ class PostgresSessionStore(SessionStore):
         return await self._write(work)
 
     async def kept_input(self, session_id: str, run_id: str) -> str:
-        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+        async def work(conn: Conn) -> tuple[Any, ...] | None:
             await self._require(conn, session_id)
             query = "SELECT kept FROM runs WHERE session_id = %s AND id = %s"
             return await self._one(conn, query, (session_id, run_id))
@@ -1346,7 +1155,7 @@ class PostgresSessionStore(SessionStore):
         return str(row[0]) if row is not None else ""
 
     async def get_run(self, session_id: str, run_id: str) -> RunRecord:
-        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+        async def work(conn: Conn) -> tuple[Any, ...] | None:
             await self._require(conn, session_id)
             return await self._one(
                 conn,
@@ -1360,7 +1169,7 @@ class PostgresSessionStore(SessionStore):
         return run_from(row)
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
-        async def work(conn: _Conn) -> list[RunRecord]:
+        async def work(conn: Conn) -> list[RunRecord]:
             await self._require(conn, session_id)
             rows = await self._all(
                 conn,
@@ -1377,7 +1186,7 @@ class PostgresSessionStore(SessionStore):
         )
         args = (run_id,) if owner is None else (run_id, owner)
 
-        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+        async def work(conn: Conn) -> tuple[Any, ...] | None:
             return await self._one(
                 conn,
                 f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s{mine}"
@@ -1403,7 +1212,7 @@ class PostgresSessionStore(SessionStore):
             raise InvalidInput("offset and limit must not be negative")
         where, args = runs_filter("%s", session_id, owner, agents)
 
-        async def work(conn: _Conn) -> tuple[list[RunRecord], int]:
+        async def work(conn: Conn) -> tuple[list[RunRecord], int]:
             if session_id:
                 await self._require(conn, session_id)
             total = await self._one(conn, f"SELECT count(*) FROM runs {where}", args)
@@ -1418,7 +1227,7 @@ class PostgresSessionStore(SessionStore):
         return await self._snapshot(work)
 
     async def running_runs(self) -> list[RunRecord]:
-        async def work(conn: _Conn) -> list[RunRecord]:
+        async def work(conn: Conn) -> list[RunRecord]:
             rows = await self._all(
                 conn,
                 f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
@@ -1474,7 +1283,7 @@ class PostgresSessionStore(SessionStore):
         """An append of ``rows`` wrote nothing: fine when the store holds them already (a
         retried write that had committed), else ``InvalidInput`` (``SessionNotFound``)."""
 
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             found = await self._one(
                 conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
             )
@@ -1485,7 +1294,7 @@ class PostgresSessionStore(SessionStore):
 
         await self._read(work)
 
-    async def _holds(self, conn: _Conn, session_id: str, rows: list[tuple[Any, ...]]) -> bool:
+    async def _holds(self, conn: Conn, session_id: str, rows: list[tuple[Any, ...]]) -> bool:
         """Whether the store already holds exactly ``rows`` (the first and last of them)."""
         for row in (rows[0], rows[-1]):
             stored = await self._one(
@@ -1510,7 +1319,7 @@ class PostgresSessionStore(SessionStore):
     async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
         size = sql_limit(limit)
 
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             await self._require(conn, session_id)
             return await self._all(
                 conn,
@@ -1525,7 +1334,7 @@ class PostgresSessionStore(SessionStore):
     async def prune_events(self, before: datetime) -> int:
         _utc(before, "before")
 
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             cursor = await conn.execute("DELETE FROM events WHERE time < %s", (before.timestamp(),))
             gone = cursor.rowcount
             await conn.execute(
@@ -1543,7 +1352,7 @@ class PostgresSessionStore(SessionStore):
         return True
 
     async def signal(self, signal: Signal) -> None:
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             await self._notify(conn, signal)
 
         await self._read(work)
@@ -1564,7 +1373,7 @@ class PostgresSessionStore(SessionStore):
     async def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _utc(until, "until")
 
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             cursor = await conn.execute(
                 "UPDATE runs SET lease_until = %s WHERE status = 'running' AND replica = %s",
                 (stamp, replica),
@@ -1576,7 +1385,7 @@ class PostgresSessionStore(SessionStore):
     async def note_alive(self, replica: str, until: datetime) -> None:
         stamp = _utc(until, "until")
 
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             # The long gone are dropped as they are seen (a replica killed leaves its row).
             await conn.execute(
                 "DELETE FROM replicas WHERE alive_until < %s - interval '1 day'", (stamp,)
@@ -1592,7 +1401,7 @@ class PostgresSessionStore(SessionStore):
     async def replicas_alive(self, now: datetime) -> list[str]:
         stamp = _utc(now, "now")
 
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             return await self._all(
                 conn, "SELECT id FROM replicas WHERE alive_until > %s ORDER BY id", (stamp,)
             )
@@ -1606,7 +1415,7 @@ class PostgresSessionStore(SessionStore):
 
         # Rows another replica is claiming right now are skipped, not waited for; a row
         # is re-checked under its lock, so no run is ever claimed twice.
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             return await self._all(
                 conn,
                 "UPDATE runs AS r SET replica = %s, lease_until = %s"
@@ -1631,8 +1440,6 @@ class PostgresSessionStore(SessionStore):
         """
         await self._signals.watch(on_signal)
 
-    # -- health and shutdown --------------------------------------------------------
-
     # -- the delivery outbox -------------------------------------------------------
 
     async def add_delivery(self, delivery: Delivery) -> None:
@@ -1649,7 +1456,7 @@ class PostgresSessionStore(SessionStore):
             delivery.last_error,
         )
 
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             await conn.execute(
                 "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
                 " attempts, next_attempt_at, status, last_error)"
@@ -1667,7 +1474,7 @@ class PostgresSessionStore(SessionStore):
 
         # Rows another replica is claiming right now are skipped, not waited for; each is
         # re-checked under its lock, so no delivery is handed to two replicas.
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             return await self._all(
                 conn,
                 f"UPDATE deliveries AS d SET replica = %s, lease_until = %s"
@@ -1694,7 +1501,7 @@ class PostgresSessionStore(SessionStore):
             delivery.id,
         )
 
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             await conn.execute(
                 "UPDATE deliveries SET attempts = %s, status = %s, next_attempt_at = %s,"
                 " last_error = %s, updated_at = %s, replica = '', lease_until = NULL"
@@ -1705,7 +1512,7 @@ class PostgresSessionStore(SessionStore):
         await self._write(work)
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
-        async def work(conn: _Conn) -> tuple[Any, ...] | None:
+        async def work(conn: Conn) -> tuple[Any, ...] | None:
             return await self._one(
                 conn, f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id = %s", (delivery_id,)
             )
@@ -1717,7 +1524,7 @@ class PostgresSessionStore(SessionStore):
         if offset < 0 or limit < 0:
             raise InvalidInput("offset and limit must not be negative")
 
-        async def work(conn: _Conn) -> tuple[list[Delivery], int]:
+        async def work(conn: Conn) -> tuple[list[Delivery], int]:
             total = await self._one(conn, "SELECT count(*) FROM deliveries WHERE status = 'failed'")
             rows = await self._all(
                 conn,
@@ -1730,7 +1537,7 @@ class PostgresSessionStore(SessionStore):
         return await self._snapshot(work)
 
     async def add_push_config(self, config: PushConfig, limit: int) -> PushConfig:
-        async def work(conn: _Conn) -> PushConfig:
+        async def work(conn: Conn) -> PushConfig:
             await self._require(conn, config.session_id, lock=True)  # serialises the count
             held = await self._one(
                 conn,
@@ -1764,7 +1571,7 @@ class PostgresSessionStore(SessionStore):
         return await self._write(work)
 
     async def push_configs(self, task_id: str) -> list[PushConfig]:
-        async def work(conn: _Conn) -> list[tuple[Any, ...]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
             return await self._all(
                 conn,
                 f"SELECT {PUSH_COLUMNS} FROM push_configs WHERE task_id = %s ORDER BY n",
@@ -1785,24 +1592,10 @@ class PostgresSessionStore(SessionStore):
         return [push_config_from(row) for row in rows]
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
-        async def work(conn: _Conn) -> bool:
+        async def work(conn: Conn) -> bool:
             cursor = await conn.execute(
                 "DELETE FROM push_configs WHERE task_id = %s AND id = %s", (task_id, config_id)
             )
             return cursor.rowcount > 0
 
         return await self._write(work)
-
-    async def check_writable(self) -> None:
-        async def work(conn: _Conn) -> None:
-            await conn.execute("UPDATE write_probe SET n = n + 1 WHERE id = 1")
-
-        await self._write(work)
-
-    async def close(self) -> None:
-        await self._batch.close()
-        await self._reads.close()
-        self._closed = True
-        await self._signals.close()
-        if self._opened:
-            await self._pool.close()

@@ -56,20 +56,11 @@ from engine_service.core.errors import (
     SessionNotFound,
 )
 from engine_service.core.events import Event, MessageStored, Usage
-from engine_service.core.models import JSON, Interrupt, Message, RunRecord, RunStatus, Session
-from engine_service.core.store import (
-    Checkpoint,
-    Lease,
-    Opening,
-    RunBegun,
-    RunContext,
-    Signal,
-    SignalKind,
-)
+from engine_service.core.models import JSON, Interrupt, RunRecord, RunStatus, Session
+from engine_service.core.store import Checkpoint, Lease, Opening, RunBegun, SignalKind
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
-    event_from_dict,
     message_from_dict,
     run_taken,
     runs_filter,
@@ -83,12 +74,12 @@ from engine_service.stores.postgres_calls import Statement, data_error, storage_
 from engine_service.stores.postgres_connections import IDLE_IN_TRANSACTION, WRITER_NAME, Conn
 from engine_service.stores.postgres_deliveries import PostgresDeliveries
 from engine_service.stores.postgres_dsn import CHANNEL, channel_for, check_dsn
+from engine_service.stores.postgres_events import PostgresEvents
+from engine_service.stores.postgres_messages import PostgresMessages
 from engine_service.stores.postgres_replicas import PostgresReplicas
 from engine_service.stores.postgres_rows import (
     RUN_COLUMNS,
     SESSION_COLUMNS,
-    ContextRows,
-    context_from,
     run_from,
     session_from,
     sql_limit,
@@ -118,35 +109,6 @@ T = TypeVar("T")
 
 # -- the store ------------------------------------------------------------------------
 
-_APPEND_EVENTS = """
-WITH moved AS (
-    UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s)
-    WHERE id = %(session)s AND last_seq < %(first)s
-    RETURNING id
-), inserted AS (
-    INSERT INTO events (session_id, seq, time, run_id, body)
-    SELECT moved.id, u.seq, u.time, u.run_id, u.body FROM moved,
-        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
-        AS u (seq, time, run_id, body)
-)
-SELECT pg_notify(%(channel)s, %(signal)s) FROM moved
-"""
-"""Events appended after the session's last seq, its reservation topped up and the other
-replicas notified, in one statement (its own transaction, committed synchronously like every
-write): no row when the session is gone or the first seq does not follow its last one
-(another replica closed the run, or this very write committed before its connection was
-lost: see ``append_events``)."""
-
-_APPEND_MESSAGES = """
-INSERT INTO messages (session_id, position, id, body, run_id)
-SELECT %(session)s,
-    (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %(session)s) + u.n,
-    u.id, u.body, u.run_id
-FROM unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
-    AS u (id, body, run_id, n)
-WHERE EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s)
-"""
-"""Messages after the session's last position (its row locked by the statement before)."""
 
 _FINISH_RUN = """
 WITH s AS (
@@ -369,7 +331,7 @@ def _opened(
     return opening
 
 
-class PostgresSessionStore(PostgresReplicas, PostgresDeliveries):
+class PostgresSessionStore(PostgresMessages, PostgresEvents, PostgresReplicas, PostgresDeliveries):
     """Sessions in PostgreSQL. A limit of zero means no limit."""
 
     # -- sessions -------------------------------------------------------------------
@@ -461,276 +423,6 @@ class PostgresSessionStore(PostgresReplicas, PostgresDeliveries):
             if active:
                 raise SessionBusy(session_id, active)
             await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
-
-        await self._write(work)
-
-    # -- messages -------------------------------------------------------------------
-
-    async def list_messages(
-        self, session_id: str, after_id: str, limit: int
-    ) -> tuple[list[Message], bool]:
-        size = sql_limit(limit)
-
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            await self._require(conn, session_id)
-            after = -1
-            if after_id:
-                row = await self._one(
-                    conn,
-                    "SELECT position FROM messages WHERE session_id = %s AND id = %s",
-                    (session_id, after_id),
-                )
-                if row is None:
-                    raise InvalidInput(f"after_id {after_id!r} is not a message of the session")
-                after = row[0]
-            return await self._all(
-                conn,
-                "SELECT body FROM messages WHERE session_id = %s AND position > %s"
-                " ORDER BY position LIMIT %s",
-                (session_id, after, size + 1 if size else None),
-            )
-
-        rows = await self._snapshot(work)
-        more = size is not None and size < len(rows)
-        kept = rows[:size] if more else rows
-        return [message_from_dict(json.loads(r[0])) for r in kept], more
-
-    async def all_messages(self, session_id: str) -> list[Message]:
-        messages, _ = await self.list_messages(session_id, "", 0)
-        return messages
-
-    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
-        async def work(conn: Conn) -> int:
-            await self._require(conn, session_id, lock=True)
-            row = await self._one(
-                conn,
-                "SELECT position FROM messages WHERE session_id = %s AND id = %s",
-                (session_id, checkpoint.through_id),
-            )
-            if row is None:
-                raise InvalidInput(
-                    f"through_id {checkpoint.through_id[:80]!r} is not a message of the session"
-                )
-            await conn.execute(
-                "INSERT INTO checkpoints (session_id, position, through_id, summary, tokens)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET"
-                " position = excluded.position, through_id = excluded.through_id,"
-                " summary = excluded.summary, tokens = excluded.tokens",
-                (session_id, row[0], checkpoint.through_id, checkpoint.summary, checkpoint.tokens),
-            )
-            return int(row[0])
-
-        position = await self._write(work)
-        return replace(checkpoint, covered=position + 1)
-
-    async def context_messages(self, session_id: str) -> tuple[Checkpoint | None, list[Message]]:
-        async def work(conn: Conn) -> ContextRows:
-            await self._require(conn, session_id)
-            return await self._context_rows(conn, session_id)
-
-        return context_from(*await self._snapshot(work))
-
-    async def run_context(self, session_id: str, ids: Sequence[str]) -> RunContext:
-        # One snapshot, not two: a round trip fewer before a run starts.
-        async def work(conn: Conn) -> tuple[ContextRows, list[tuple[Any, ...]]]:
-            await self._require(conn, session_id)
-            rows = await self._context_rows(conn, session_id)
-            known = await self._known_rows(conn, session_id, ids) if ids else []
-            return rows, known
-
-        rows, known = await self._snapshot(work)
-        return *context_from(*rows), {r[0] for r in known}
-
-    async def _context_rows(self, conn: Conn, session_id: str) -> ContextRows:
-        row = await self._one(
-            conn,
-            "SELECT position, through_id, summary, tokens FROM checkpoints WHERE session_id = %s",
-            (session_id,),
-        )
-        rows = await self._all(
-            conn,
-            "SELECT body FROM messages WHERE session_id = %s AND position > %s ORDER BY position",
-            (session_id, row[0] if row is not None else -1),
-        )
-        return row, rows
-
-    async def _known_rows(
-        self, conn: Conn, session_id: str, ids: Sequence[str]
-    ) -> list[tuple[Any, ...]]:
-        return await self._all(
-            conn,
-            "SELECT id FROM messages WHERE session_id = %s AND id = ANY(%s)",
-            (session_id, list(ids)),
-        )
-
-    async def list_run_messages(
-        self, session_id: str, run_id: str, after_id: str, limit: int
-    ) -> tuple[list[Message], bool]:
-        size = sql_limit(limit)
-
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            await self._require(conn, session_id)
-            after = -1
-            if after_id:
-                row = await self._one(
-                    conn,
-                    "SELECT position FROM messages WHERE session_id = %s AND id = %s"
-                    " AND run_id = %s",
-                    (session_id, after_id, run_id),
-                )
-                if row is None:
-                    raise InvalidInput(f"after_message_id {after_id!r} is not a message of the run")
-                after = row[0]
-            return await self._all(
-                conn,
-                "SELECT body FROM messages WHERE session_id = %s AND run_id = %s"
-                " AND position > %s ORDER BY position LIMIT %s",
-                (session_id, run_id, after, size + 1 if size else None),
-            )
-
-        rows = await self._snapshot(work)
-        more = size is not None and size < len(rows)
-        kept = rows[:size] if more else rows
-        return [message_from_dict(json.loads(r[0])) for r in kept], more
-
-    async def recent_messages(self, session_id: str, limit: int) -> list[Message]:
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            await self._require(conn, session_id)
-            return await self._all(
-                conn,
-                "SELECT body FROM messages WHERE session_id = %s ORDER BY position DESC LIMIT %s",
-                (session_id, max(limit, 0)),
-            )
-
-        rows = await self._snapshot(work)
-        return [message_from_dict(json.loads(r[0])) for r in reversed(rows)]
-
-    async def known_message_ids(self, session_id: str, ids: Sequence[str]) -> set[str]:
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            await self._require(conn, session_id)
-            return await self._known_rows(conn, session_id, ids)
-
-        if not ids:
-            return set()
-        return {r[0] for r in await self._snapshot(work)}
-
-    async def run_messages(
-        self, session_id: str, run_ids: Sequence[str], last: int
-    ) -> tuple[list[Message], bool]:
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            await self._require(conn, session_id)
-            return await self._all(
-                conn,
-                "SELECT body FROM messages WHERE session_id = %s AND run_id = ANY(%s)"
-                " ORDER BY position DESC LIMIT %s",
-                (session_id, list(run_ids), last + 1),
-            )
-
-        rows = await self._snapshot(work)
-        kept = [message_from_dict(json.loads(r[0])) for r in rows[:last]]
-        return kept[::-1], len(rows) > last
-
-    async def append_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        title: str = "",
-        now: datetime | None = None,
-    ) -> None:
-        try:
-            found, *_ = await self._batch.first(
-                self._message_statements(session_id, messages, title, now)
-            )
-        except psycopg.errors.UniqueViolation as exc:
-            raise AlreadyExists("a message id already exists in the session") from exc
-        if found is None:
-            raise SessionNotFound(session_id)
-
-    async def append_messages_and_events(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        events: Sequence[Event],
-        *,
-        reserve_through: int = 0,
-        title: str = "",
-        now: datetime | None = None,
-    ) -> None:
-        if not events:
-            await super().append_messages_and_events(
-                session_id, messages, events, reserve_through=reserve_through, title=title, now=now
-            )
-            return
-        rows, params = self._event_params(session_id, events, reserve_through)
-        statements = self._message_statements(session_id, messages, title, now)
-        # One transaction, in the writer's next batch: the messages, then the events (what
-        # refuses the events, another replica having closed the run, keeps the messages,
-        # as the two writes in turn would).
-        try:
-            found, *_, moved = await self._batch.first([*statements, (_APPEND_EVENTS, params)])
-        except psycopg.errors.UniqueViolation as exc:
-            raise AlreadyExists("a message id already exists in the session") from exc
-        if found is None:
-            raise SessionNotFound(session_id)
-        if moved is None:
-            await self._refused_unless_held(session_id, rows)
-
-    def _message_statements(
-        self, session_id: str, messages: Sequence[Message], title: str, now: datetime | None
-    ) -> list[Statement]:
-        """``append_messages``' statements; the first returns a row when the session exists."""
-        encoded = _encode_messages(messages)
-        stamp = _utc(now, "now") if title and now is not None else None
-        # The session row locked first; the insert, a statement of its own, then reads the
-        # last position under that lock (each statement sees what committed before it).
-        statements: list[Statement] = [
-            ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
-        ]
-        if encoded:
-            statements.append(
-                (
-                    _APPEND_MESSAGES,
-                    {
-                        "session": session_id,
-                        "ids": [mid for mid, _ in encoded],
-                        "bodies": [body for _, body in encoded],
-                        "runs": [message.run_id for message in messages],
-                    },
-                )
-            )
-        if title:
-            statements.append(
-                (
-                    "UPDATE sessions SET title = %s, updated_at = coalesce(%s, updated_at)"
-                    " WHERE id = %s",
-                    (title, stamp, session_id),
-                )
-            )
-        return statements
-
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
-        encoded = _encode_messages(messages)
-        runs = [message.run_id for message in messages]
-        if len({message_id for message_id, _ in encoded}) != len(encoded):
-            raise InvalidInput("message ids must be unique")
-
-        async def work(conn: Conn) -> None:
-            await self._require(conn, session_id, lock=True)
-            await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
-            await conn.execute("DELETE FROM checkpoints WHERE session_id = %s", (session_id,))
-            if encoded:
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(
-                        "INSERT INTO messages (session_id, position, id, body, run_id)"
-                        " VALUES (%s, %s, %s, %s, %s)",
-                        [
-                            (session_id, i, mid, body, run_id)
-                            for i, ((mid, body), run_id) in enumerate(
-                                zip(encoded, runs, strict=True)
-                            )
-                        ],
-                    )
 
         await self._write(work)
 
@@ -1220,111 +912,3 @@ class PostgresSessionStore(PostgresReplicas, PostgresDeliveries):
             return [run_from(row) for row in rows]
 
         return await self._read(work)
-
-    # -- events ---------------------------------------------------------------------
-
-    async def append_events(
-        self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
-    ) -> None:
-        if not events:
-            if reserve_through:
-                await self._reserve(session_id, reserve_through)
-            return
-        rows, params = self._event_params(session_id, events, reserve_through)
-        # One statement, in the writer's next batch with every other run's: followers wait
-        # for this write (they see an event only once it is stored). A write its condition
-        # refused (another replica closed the run) returns no row and is told apart here,
-        # after the batch committed; so is a retried write that had committed before its
-        # connection was lost (it finds its own rows at its seqs).
-        (moved,) = await self._batch.first([(_APPEND_EVENTS, params)])
-        if moved is None:
-            await self._refused_unless_held(session_id, rows)
-
-    def _event_params(
-        self, session_id: str, events: Sequence[Event], reserve_through: int
-    ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
-        """The rows of ``events`` (not empty) and ``_APPEND_EVENTS``' parameters."""
-        rows = _event_rows(session_id, events)
-        seqs = [row[1] for row in rows]
-        for before, after in itertools.pairwise(seqs):
-            if after <= before:
-                raise InvalidInput(f"event seq {after} does not follow {before}")
-        signal = Signal(SignalKind.EVENTS, session_id, events[-1].run_id, seqs[-1])
-        return rows, {
-            "session": session_id,
-            "first": seqs[0],
-            "last": seqs[-1],
-            "reserve": reserve_through,
-            "seqs": seqs,
-            "times": [row[2] for row in rows],
-            "runs": [row[3] for row in rows],
-            "bodies": [row[4] for row in rows],
-            "channel": self._channel,
-            "signal": encode_signal(signal),
-        }
-
-    async def _refused_unless_held(self, session_id: str, rows: list[tuple[Any, ...]]) -> None:
-        """An append of ``rows`` wrote nothing: fine when the store holds them already (a
-        retried write that had committed), else ``InvalidInput`` (``SessionNotFound``)."""
-
-        async def work(conn: Conn) -> None:
-            found = await self._one(
-                conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
-            )
-            if found is None:
-                raise SessionNotFound(session_id)
-            if not await self._holds(conn, session_id, rows):
-                raise InvalidInput(f"event seq {rows[0][1]} does not follow {found[0]}")
-
-        await self._read(work)
-
-    async def _holds(self, conn: Conn, session_id: str, rows: list[tuple[Any, ...]]) -> bool:
-        """Whether the store already holds exactly ``rows`` (the first and last of them)."""
-        for row in (rows[0], rows[-1]):
-            stored = await self._one(
-                conn,
-                "SELECT run_id, body FROM events WHERE session_id = %s AND seq = %s",
-                (session_id, row[1]),
-            )
-            if stored is None or (stored[0], stored[1]) != (row[3], row[4]):
-                return False
-        return True
-
-    async def _reserve(self, session_id: str, reserve_through: int) -> None:
-        await self._batch.first(
-            [
-                (
-                    "UPDATE sessions SET reserved_seq = greatest(reserved_seq, %s) WHERE id = %s",
-                    (reserve_through, session_id),
-                )
-            ]
-        )
-
-    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[Event]:
-        size = sql_limit(limit)
-
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            await self._require(conn, session_id)
-            return await self._all(
-                conn,
-                "SELECT seq, time, run_id, body FROM events WHERE session_id = %s AND seq > %s"
-                " ORDER BY seq LIMIT %s",
-                (session_id, after_seq, size),
-            )
-
-        rows = await self._snapshot(work)
-        return [event_from_dict(s, t, session_id, r, json.loads(b)) for s, t, r, b in rows]
-
-    async def prune_events(self, before: datetime) -> int:
-        _utc(before, "before")
-
-        async def work(conn: Conn) -> int:
-            cursor = await conn.execute("DELETE FROM events WHERE time < %s", (before.timestamp(),))
-            gone = cursor.rowcount
-            await conn.execute(
-                "DELETE FROM deliveries WHERE status = 'delivered' AND updated_at < %s",
-                (_utc(before, "before"),),
-            )
-            return gone
-
-        return await self._write(work)

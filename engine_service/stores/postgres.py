@@ -16,512 +16,65 @@ locks the session row (``SELECT ... FOR UPDATE``) and a unique partial index all
 running run per session. Event appends lock the session row too, so ``last_seq`` and
 ``reserved_seq`` never go back whatever the number of writers.
 
-Signals travel by ``pg_notify`` on one channel, sent inside the writing transaction so a
-watcher hears of a change only once it is committed. The payload is a compact JSON array
-``[kind, session_id, run_id, last_seq]``: ids are at most 128 characters, so it stays far
-below PostgreSQL's 8000-byte limit. ``watch`` listens on a dedicated connection (outside
-the pool) and reconnects with backoff when it drops; followers poll as well, so a gap
-only delays them.
+:class:`PostgresSessionStore` is made of parts, a module each, all built on its
+connections (``postgres_connections``):
 
-JSON (state, messages, events) is stored as ``text``, exactly as the other stores write
-it (``jsonb`` would reorder keys and renormalise numbers); times as ``timestamptz``; event
-times as ``double precision`` epoch seconds, as the events carry them. Id columns use
-the "C" collation so that ordering by id matches the SQLite store (bytewise).
+- ``postgres_sessions``: the sessions themselves;
+- ``postgres_messages``: their messages and checkpoints;
+- ``postgres_events``: the event log;
+- ``postgres_begin``: how a run begins, with its opening;
+- ``postgres_runs``: runs after they began, their interrupts, tokens per principal;
+- ``postgres_replicas``: signals, leases, and the takeover of runs between replicas;
+- ``postgres_deliveries``: the webhook outbox and push notification configs.
 
-The pool opens lazily, on the first call, and the schema is migrated then (see
-:func:`migrate`): ``open_store`` stays synchronous and an engine started while the
-database is down serves ``StorageUnavailable`` until it comes back. ``open()`` does the
-same eagerly.
+Beside them: ``postgres_schema`` (the tables, their migrations, ``migrate``),
+``postgres_rows`` (rows to the core's values), ``postgres_dsn`` (what the URL says),
+``postgres_signals`` (NOTIFY payloads and the listener), ``postgres_calls`` (how one call
+runs and is retried), ``postgres_batch`` and ``postgres_literals`` (the writer's batches).
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import logging
-from collections.abc import Sequence
-from datetime import date, datetime, timedelta
-from typing import Any, TypeVar
-
-from engine_service.core.errors import (
-    AlreadyExists,
-    InvalidInput,
-    RunNotFound,
-    SessionBusy,
-    SessionNotFound,
-)
-from engine_service.core.events import Event, Usage
-from engine_service.core.models import JSON, Interrupt, RunRecord, RunStatus, Session
-from engine_service.core.store import SignalKind
-from engine_service.stores.encoding import (
-    decode_interrupts,
-    encode_interrupts,
-    runs_filter,
-    session_filter,
-)
-from engine_service.stores.encoding import dumps as _dumps
-from engine_service.stores.encoding import event_rows as _event_rows
-from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres_begin import OPENING_BYTES, PostgresBeginRun
 from engine_service.stores.postgres_calls import data_error, storage_error
-from engine_service.stores.postgres_connections import IDLE_IN_TRANSACTION, WRITER_NAME, Conn
+from engine_service.stores.postgres_connections import IDLE_IN_TRANSACTION, WRITER_NAME
 from engine_service.stores.postgres_deliveries import PostgresDeliveries
 from engine_service.stores.postgres_dsn import CHANNEL, channel_for, check_dsn
 from engine_service.stores.postgres_events import PostgresEvents
 from engine_service.stores.postgres_messages import PostgresMessages
 from engine_service.stores.postgres_replicas import PostgresReplicas
-from engine_service.stores.postgres_rows import (
-    RUN_COLUMNS,
-    SESSION_COLUMNS,
-    run_from,
-    session_from,
-    sql_limit,
-)
+from engine_service.stores.postgres_runs import PostgresRuns
 from engine_service.stores.postgres_schema import SCHEMA_VERSION, migrate
+from engine_service.stores.postgres_sessions import PostgresSessions
 from engine_service.stores.postgres_signals import decode_signal, encode_signal
 
 __all__ = [
-    "OPENING_BYTES",
-    "WRITER_NAME",
     "CHANNEL",
     "IDLE_IN_TRANSACTION",
-    "channel_for",
+    "OPENING_BYTES",
     "SCHEMA_VERSION",
+    "WRITER_NAME",
     "PostgresSessionStore",
+    "channel_for",
+    "check_dsn",
+    "data_error",
     "decode_signal",
     "encode_signal",
-    "check_dsn",
     "migrate",
-    "data_error",
     "storage_error",
 ]
 
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-# -- the store ------------------------------------------------------------------------
-
-
-_FINISH_RUN = """
-WITH s AS (
-    SELECT id, last_seq FROM sessions WHERE id = %(session)s FOR UPDATE
-), r AS (
-    SELECT status FROM runs WHERE session_id = %(session)s AND id = %(run)s FOR UPDATE
-), ok AS (
-    SELECT s.id, r.status = 'running' AS running,
-        coalesce(%(last)s::bigint, s.last_seq) AS last
-    FROM s, r WHERE %(first)s::bigint IS NULL OR s.last_seq < %(first)s::bigint
-), inserted AS (
-    INSERT INTO events (session_id, seq, time, run_id, body)
-    SELECT ok.id, u.seq, u.time, u.run_id, u.body FROM ok,
-        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
-        AS u (seq, time, run_id, body)
-), finished AS (
-    UPDATE runs SET status = %(status)s, finished_at = %(stamp)s, error_code = %(code)s,
-        error_message = %(message)s, pending = %(pending)s, interrupts = %(asked)s,
-        input_tokens = CASE WHEN %(usage)s THEN %(input)s ELSE input_tokens END,
-        output_tokens = CASE WHEN %(usage)s THEN %(output)s ELSE output_tokens END,
-        cached_tokens = CASE WHEN %(usage)s THEN %(cached)s ELSE cached_tokens END
-    FROM ok WHERE ok.running AND runs.session_id = %(session)s AND runs.id = %(run)s
-), ended AS (
-    UPDATE sessions SET last_seq = ok.last,
-        active_run_id = CASE WHEN active_run_id = %(run)s THEN NULL ELSE active_run_id END,
-        updated_at = CASE WHEN ok.running THEN %(stamp)s ELSE updated_at END,
-        interrupts = CASE WHEN ok.running THEN coalesce(%(asked)s, interrupts)
-            ELSE interrupts END,
-        input_tokens = input_tokens + CASE WHEN ok.running THEN %(input)s ELSE 0 END,
-        output_tokens = output_tokens + CASE WHEN ok.running THEN %(output)s ELSE 0 END,
-        cached_tokens = cached_tokens + CASE WHEN ok.running THEN %(cached)s ELSE 0 END
-    FROM ok WHERE sessions.id = ok.id
-    RETURNING ok.last
-)
-SELECT (SELECT last_seq FROM s), EXISTS (SELECT 1 FROM r),
-    (SELECT count(pg_notify(%(channel)s,
-        json_build_array(%(kind)s::text, %(session)s::text, %(run)s::text, ended.last)::text))
-     FROM ended)
-"""
-"""A run's end in one statement: its last events stored after the session's last seq, the
-run closed (when it still runs: with its status, error, usage and interrupts, added to the
-session's), the session let go and the other replicas told (``ENDED``). Nothing is written
-when the session or the run is gone or the first seq does not follow the last stored one;
-the first two columns tell which."""
-
 
 class PostgresSessionStore(
-    PostgresMessages, PostgresEvents, PostgresBeginRun, PostgresReplicas, PostgresDeliveries
+    PostgresSessions,
+    PostgresMessages,
+    PostgresEvents,
+    PostgresBeginRun,
+    PostgresRuns,
+    PostgresReplicas,
+    PostgresDeliveries,
 ):
-    """Sessions in PostgreSQL. A limit of zero means no limit."""
+    """Sessions in PostgreSQL. A limit of zero means no limit.
 
-    # -- sessions -------------------------------------------------------------------
-
-    async def create_session(
-        self, session_id: str, title: str, now: datetime, *, owner: str = "", agent: str = ""
-    ) -> Session:
-        stamp = _utc(now, "now")
-        if not session_id:
-            raise InvalidInput("session id must not be empty")
-
-        async def work(conn: Conn) -> Session:
-            cursor = await conn.execute(
-                "INSERT INTO sessions (id, title, created_at, updated_at, owner, agent)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                (session_id, title, stamp, stamp, owner, agent),
-            )
-            if cursor.rowcount != 1:
-                raise AlreadyExists(f"session {session_id!r} already exists")
-            return await self._load(conn, session_id)
-
-        return await self._write(work)
-
-    async def get_session(self, session_id: str) -> Session:
-        (rows,) = await self._reads.submit(
-            [(f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,))]
-        )
-        if not rows:
-            raise SessionNotFound(session_id)
-        return session_from(rows[0])
-
-    async def list_sessions(
-        self,
-        offset: int,
-        limit: int,
-        *,
-        owner: str | None = None,
-        agents: Sequence[str] | None = None,
-    ) -> tuple[list[Session], int]:
-        if offset < 0:
-            raise InvalidInput("offset must not be negative")
-        size = sql_limit(limit)
-        where, args = session_filter("%s", "s.", owner, agents)
-
-        async def work(conn: Conn) -> tuple[list[Session], int]:
-            total = await self._one(conn, f"SELECT count(*) FROM sessions s {where}", args)
-            rows = await self._all(
-                conn,
-                f"SELECT {SESSION_COLUMNS} FROM sessions s {where}"
-                " ORDER BY s.updated_at DESC, s.id LIMIT %s OFFSET %s",
-                (*args, size, offset),
-            )
-            return [session_from(row) for row in rows], int(total[0]) if total else 0
-
-        return await self._snapshot(work)
-
-    async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
-        stamp = _utc(now, "now")
-
-        _, row = await self._batch.first(
-            [
-                (
-                    "UPDATE sessions SET title = %s, updated_at = %s WHERE id = %s",
-                    (title, stamp, session_id),
-                ),
-                (f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)),
-            ]
-        )
-        if row is None:
-            raise SessionNotFound(session_id)
-        return session_from(row)
-
-    async def set_session_webhook(self, session_id: str, url: str, now: datetime) -> Session:
-        stamp = _utc(now, "now")
-
-        async def work(conn: Conn) -> Session:
-            await self._require(conn, session_id)
-            await conn.execute(
-                "UPDATE sessions SET webhook_url = %s, updated_at = %s WHERE id = %s",
-                (url, stamp, session_id),
-            )
-            return await self._load(conn, session_id)
-
-        return await self._write(work)
-
-    async def delete_session(self, session_id: str) -> None:
-        async def work(conn: Conn) -> None:
-            active = await self._require(conn, session_id, lock=True)
-            if active:
-                raise SessionBusy(session_id, active)
-            await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
-
-        await self._write(work)
-
-    async def set_state(self, session_id: str, state: JSON) -> None:
-        text = _dumps(state, "state")
-
-        (found,) = await self._batch.first(
-            [("UPDATE sessions SET state = %s WHERE id = %s RETURNING 1", (text, session_id))]
-        )
-        if found is None:
-            raise SessionNotFound(session_id)
-
-    # -- runs -----------------------------------------------------------------------
-
-    async def finish_run(
-        self,
-        session_id: str,
-        run_id: str,
-        status: RunStatus,
-        now: datetime,
-        error_code: str = "",
-        error_message: str = "",
-        pending_tool_call_ids: Sequence[str] = (),
-        events: Sequence[Event] = (),
-        interrupts: Sequence[Interrupt] = (),
-        usage: Usage | None = None,
-    ) -> None:
-        stamp = _utc(now, "now")
-        if status is RunStatus.RUNNING:
-            raise InvalidInput("a run cannot finish with status RUNNING")
-        rows = _event_rows(session_id, events)
-        seqs = [row[1] for row in rows]
-        for before, after in itertools.pairwise(seqs):
-            if after <= before:
-                raise InvalidInput(f"event seq {after} does not follow {before}")
-        counts = (
-            (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
-            if usage is not None
-            else (0, 0, 0)
-        )
-        params = {
-            "session": session_id,
-            "run": run_id,
-            "first": seqs[0] if seqs else None,
-            "last": seqs[-1] if seqs else None,
-            "seqs": seqs,
-            "times": [row[2] for row in rows],
-            "runs": [row[3] for row in rows],
-            "bodies": [row[4] for row in rows],
-            "status": status.value,
-            "stamp": stamp,
-            "code": error_code,
-            # The one raw text the engine writes that may quote a model or a tool;
-            # PostgreSQL text cannot hold NUL.
-            "message": error_message.replace("\x00", "\ufffd"),
-            "pending": json.dumps(list(pending_tool_call_ids)),
-            "asked": encode_interrupts(interrupts),
-            "usage": usage is not None,
-            "input": counts[0],
-            "output": counts[1],
-            "cached": counts[2],
-            "channel": self._channel,
-            "kind": SignalKind.ENDED.value,
-        }
-        (row,) = await self._batch.first([(_FINISH_RUN, params)])
-        stored_last, run_found = row[:2] if row is not None else (None, False)
-        if stored_last is None:
-            raise SessionNotFound(session_id)
-        if seqs and seqs[0] <= stored_last:
-            raise InvalidInput(f"event seq {seqs[0]} does not follow {stored_last}")
-        if not run_found:
-            raise RunNotFound(run_id)
-
-    async def fork_session(
-        self,
-        source_id: str,
-        up_to_message_id: str,
-        new_id: str,
-        now: datetime,
-        *,
-        owner: str = "",
-        source_owner: str | None = None,
-        title: str = "",
-    ) -> Session:
-        stamp = _utc(now, "now")
-        if not new_id:
-            raise InvalidInput("session id must not be empty")
-
-        async def work(conn: Conn) -> Session:
-            await self._require(conn, source_id, source_owner)
-            row = await self._one(
-                conn,
-                "SELECT position FROM messages WHERE session_id = %s AND id = %s",
-                (source_id, up_to_message_id),
-            )
-            if row is None:
-                raise InvalidInput(
-                    f"up_to_message_id {up_to_message_id!r} is not a message of the session"
-                )
-            cursor = await conn.execute(
-                "INSERT INTO sessions (id, title, created_at, updated_at, owner, state, agent)"
-                " SELECT %s, %s, %s, %s, %s, state, agent FROM sessions WHERE id = %s"
-                " ON CONFLICT (id) DO NOTHING",
-                (new_id, title, stamp, stamp, owner, source_id),
-            )
-            if cursor.rowcount != 1:
-                raise AlreadyExists(f"session {new_id!r} already exists")
-            await conn.execute(
-                "INSERT INTO messages (session_id, position, id, body, run_id)"
-                " SELECT %s, position, id, body, run_id FROM messages"
-                " WHERE session_id = %s AND position <= %s",
-                (new_id, source_id, row[0]),
-            )
-            return await self._load(conn, new_id)
-
-        return await self._write(work)
-
-    async def add_tokens(self, principal: str, day: date, tokens: int) -> int:
-        if tokens < 0:
-            raise InvalidInput("tokens must not be negative")
-
-        async def work(conn: Conn) -> int:
-            row = await self._one(
-                conn,
-                "INSERT INTO token_usage AS t (principal, day, tokens) VALUES (%s, %s, %s)"
-                " ON CONFLICT (principal, day) DO UPDATE SET tokens = t.tokens + excluded.tokens"
-                " RETURNING tokens, xmax = 0",
-                (principal, day, tokens),
-            )
-            assert row is not None
-            if row[1]:
-                # The principal's first count of the day: drop its older days (only today's
-                # and yesterday's matter), so the table holds a row or two a principal.
-                await conn.execute(
-                    "DELETE FROM token_usage WHERE principal = %s AND day < %s",
-                    (principal, day - timedelta(days=1)),
-                )
-            return int(row[0])
-
-        return await self._write(work)
-
-    async def tokens_used(self, principal: str, day: date) -> int:
-        async def work(conn: Conn) -> int:
-            row = await self._one(
-                conn,
-                "SELECT tokens FROM token_usage WHERE principal = %s AND day = %s",
-                (principal, day),
-            )
-            return int(row[0]) if row else 0
-
-        return await self._read(work)
-
-    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
-        async def work(conn: Conn) -> None:
-            pending = await self._one(
-                conn, "SELECT interrupts FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
-            )
-            if pending is None:
-                raise SessionNotFound(session_id)
-            asked_by = sorted({i.run_id for i in decode_interrupts(pending[0])})
-            if asked_by:
-                await conn.execute(
-                    "UPDATE runs SET resumed_by = %s WHERE session_id = %s AND id = ANY(%s)",
-                    (run_id, session_id, asked_by),
-                )
-            await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
-
-        await self._write(work)
-
-    async def cancel_interrupts(self, session_id: str) -> list[str]:
-        async def work(conn: Conn) -> list[str]:
-            row = await self._one(
-                conn,
-                "SELECT interrupts, active_run_id FROM sessions WHERE id = %s FOR UPDATE",
-                (session_id,),
-            )
-            if row is None:
-                raise SessionNotFound(session_id)
-            if row[1]:
-                return []  # a run in flight: it is the one to interrupt
-            asked_by = sorted({i.run_id for i in decode_interrupts(row[0])})
-            if asked_by:
-                await conn.execute(
-                    "UPDATE runs SET status = 'interrupted' WHERE session_id = %s"
-                    " AND id = ANY(%s) AND status = 'input_required'",
-                    (session_id, asked_by),
-                )
-            await conn.execute("UPDATE sessions SET interrupts = NULL WHERE id = %s", (session_id,))
-            return asked_by
-
-        return await self._write(work)
-
-    async def kept_input(self, session_id: str, run_id: str) -> str:
-        async def work(conn: Conn) -> tuple[Any, ...] | None:
-            await self._require(conn, session_id)
-            query = "SELECT kept FROM runs WHERE session_id = %s AND id = %s"
-            return await self._one(conn, query, (session_id, run_id))
-
-        row = await self._snapshot(work)
-        return str(row[0]) if row is not None else ""
-
-    async def get_run(self, session_id: str, run_id: str) -> RunRecord:
-        async def work(conn: Conn) -> tuple[Any, ...] | None:
-            await self._require(conn, session_id)
-            return await self._one(
-                conn,
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = %s AND id = %s",
-                (session_id, run_id),
-            )
-
-        row = await self._snapshot(work)
-        if row is None:
-            raise RunNotFound(run_id)
-        return run_from(row)
-
-    async def list_runs(self, session_id: str) -> list[RunRecord]:
-        async def work(conn: Conn) -> list[RunRecord]:
-            await self._require(conn, session_id)
-            rows = await self._all(
-                conn,
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = %s ORDER BY started_at, n",
-                (session_id,),
-            )
-            return [run_from(row) for row in rows]
-
-        return await self._snapshot(work)
-
-    async def find_run(self, run_id: str, *, owner: str | None = None) -> RunRecord:
-        mine = (
-            "" if owner is None else " AND session_id IN (SELECT id FROM sessions WHERE owner = %s)"
-        )
-        args = (run_id,) if owner is None else (run_id, owner)
-
-        async def work(conn: Conn) -> tuple[Any, ...] | None:
-            return await self._one(
-                conn,
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s{mine}"
-                " ORDER BY started_at DESC, n DESC LIMIT 1",
-                args,
-            )
-
-        row = await self._read(work)
-        if row is None:
-            raise RunNotFound(run_id)
-        return run_from(row)
-
-    async def page_runs(
-        self,
-        session_id: str,
-        offset: int,
-        limit: int,
-        *,
-        owner: str | None = None,
-        agents: Sequence[str] | None = None,
-    ) -> tuple[list[RunRecord], int]:
-        if offset < 0 or limit < 0:
-            raise InvalidInput("offset and limit must not be negative")
-        where, args = runs_filter("%s", session_id, owner, agents)
-
-        async def work(conn: Conn) -> tuple[list[RunRecord], int]:
-            if session_id:
-                await self._require(conn, session_id)
-            total = await self._one(conn, f"SELECT count(*) FROM runs {where}", args)
-            rows = await self._all(
-                conn,
-                f"SELECT {RUN_COLUMNS} FROM runs {where}"
-                " ORDER BY started_at DESC, n DESC LIMIT %s OFFSET %s",
-                (*args, sql_limit(limit), offset),
-            )
-            return [run_from(row) for row in rows], int(total[0]) if total else 0
-
-        return await self._snapshot(work)
-
-    async def running_runs(self) -> list[RunRecord]:
-        async def work(conn: Conn) -> list[RunRecord]:
-            rows = await self._all(
-                conn,
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running'"
-                " ORDER BY session_id, started_at, n",
-            )
-            return [run_from(row) for row in rows]
-
-        return await self._read(work)
+    Made with the arguments of ``PostgresConnections``: nothing connects until the first
+    call (or ``open``)."""

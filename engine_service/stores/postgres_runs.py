@@ -69,7 +69,7 @@ the first two columns tell which."""
 
 
 class PostgresRuns(PostgresConnections):
-    """The runs of ``PostgresSessionStore``, but their begin (``postgres_begin``)."""
+    """The runs of ``PostgresSessionStore`` once begun (the begin: ``postgres_begin``)."""
 
     async def finish_run(
         self,

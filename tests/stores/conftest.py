@@ -12,7 +12,7 @@ from engine_service.stores.postgres import PostgresSessionStore
 from tests.engine.conftest import llm
 from tests.postgres_server import pg_database, pg_url
 
-__all__ = ["llm", "pg_database", "pg_url", "store"]
+__all__ = ["llm", "pg_database", "pg_url", "store", "two"]
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -28,3 +28,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         made = PostgresSessionStore(request.getfixturevalue("pg_url"))
     yield made
     await made.close()
+
+
+@pytest.fixture
+async def two(pg_url: str) -> AsyncIterator[tuple[PostgresSessionStore, PostgresSessionStore]]:
+    """Two stores on one schema, each with its own pool: two engines."""
+    a, b = PostgresSessionStore(pg_url), PostgresSessionStore(pg_url)
+    await a.open()
+    await b.open()
+    yield a, b
+    await a.close()
+    await b.close()

@@ -1,4 +1,6 @@
-"""Dropped PostgreSQL connections under live runs: retried, never a failed run.
+"""The PostgreSQL store's connections: a server it cannot reach or a database that does not
+exist named in plain words, never with the URL; dropped connections under live runs retried,
+never a failed run.
 
 A real engine on the real PostgreSQL runs 16 conversations at once while another
 connection terminates every backend of the engine's pool, again and again
@@ -10,14 +12,18 @@ stays away longer than ``store_retry_seconds`` fails the run, saying so.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import grpc
 import psycopg
 import pytest
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.core.errors import StorageUnavailable
+from engine_service.stores.postgres import PostgresSessionStore
 from tests.engine.harness import (
     Harness,
     collect,
@@ -28,8 +34,12 @@ from tests.engine.harness import (
     user,
 )
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.postgres_server import with_database
+from tests.stack import free_port
+from tests.stores.heard import Heard
 from tests.stores.pg_proxy import postgres_proxy
 
+T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 RUNS = 16
 ROUNDS = 4
 """Times every backend is terminated, 0.3 s apart, while the runs stream (1.5 s each)."""
@@ -129,3 +139,44 @@ async def test_a_run_fails_naming_the_cause_once_the_database_stays_away_past_th
             assert ended.value.details() == "storage unavailable: the database is unreachable"
             assert 0.4 <= failed_after < 5.0, failed_after  # a flush may have begun just before
             assert not harness.engine.storage_ok
+
+
+async def test_an_unreachable_server_is_storage_unavailable_naming_no_host_or_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    port = free_port()
+    store = PostgresSessionStore(
+        f"postgresql://agent:s3cretpw@127.0.0.1:{port}/x", timeout=1, retry_seconds=0.2
+    )
+    heard = Heard()
+    try:
+        with pytest.raises(StorageUnavailable) as caught:
+            await store.get_session("s1")
+        await store.watch(heard)  # returns; keeps trying in the background
+    finally:
+        await store.close()
+    message = caught.value.message
+    assert message == "storage unavailable: the database is unreachable"
+    for secret in ("s3cretpw", "127.0.0.1", str(port), "postgresql://"):
+        assert secret not in message
+    assert "s3cretpw" not in caplog.text
+
+
+async def test_a_missing_database_is_named_in_plain_words(
+    pg_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = with_database(pg_database, "agentik_no_such_db").replace(
+        "postgresql://postgres@", "postgresql://postgres:s3cretpw@"
+    )
+    assert "s3cretpw" in url
+    store = PostgresSessionStore(url, timeout=2)
+    try:
+        with pytest.raises(StorageUnavailable) as caught:
+            await store.create_session("s1", "", T0)
+    finally:
+        await store.close()
+    assert caught.value.message == "storage unavailable: the database does not exist"
+    assert "s3cretpw" not in caplog.text
+    assert "s3cretpw" not in str(caught.value)

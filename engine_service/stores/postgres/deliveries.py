@@ -12,8 +12,8 @@ from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.errors import InvalidInput
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_connections import Conn, PostgresConnections
-from engine_service.stores.postgres_rows import (
+from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.rows import (
     DELIVERY_COLUMNS,
     PUSH_COLUMNS,
     delivery_from,

@@ -16,9 +16,9 @@ from psycopg.pq import TransactionStatus
 from engine_service.core import events as ev
 from engine_service.core.models import RunStatus
 from engine_service.core.store import Signal, SignalKind
-from engine_service.stores import postgres_calls
 from engine_service.stores.postgres import PostgresSessionStore
-from engine_service.stores.postgres_signals import decode_signal, encode_signal
+from engine_service.stores.postgres import calls as postgres_calls
+from engine_service.stores.postgres.signals import decode_signal, encode_signal
 from tests.postgres_server import with_schema
 from tests.stores.heard import Heard
 

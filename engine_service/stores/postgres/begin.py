@@ -30,9 +30,9 @@ from engine_service.stores.encoding import decode_interrupts, message_from_dict,
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_calls import Statement
-from engine_service.stores.postgres_connections import Conn, PostgresConnections
-from engine_service.stores.postgres_rows import SESSION_COLUMNS, session_from
+from engine_service.stores.postgres.calls import Statement
+from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.rows import SESSION_COLUMNS, session_from
 
 __all__ = ["OPENING_BYTES", "PostgresBeginRun"]
 

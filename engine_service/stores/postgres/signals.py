@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from engine_service.core.store import Signal, SignalKind
-from engine_service.stores.postgres_calls import storage_error
+from engine_service.stores.postgres.calls import storage_error
 
 __all__ = ["SignalListener", "decode_signal", "encode_signal"]
 

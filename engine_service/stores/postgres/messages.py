@@ -21,10 +21,10 @@ from engine_service.core.store import Checkpoint, RunContext
 from engine_service.stores.encoding import encode_messages as _encode_messages
 from engine_service.stores.encoding import message_from_dict
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_calls import Statement
-from engine_service.stores.postgres_connections import Conn
-from engine_service.stores.postgres_events import APPEND_EVENTS, PostgresEvents
-from engine_service.stores.postgres_rows import ContextRows, context_from, sql_limit
+from engine_service.stores.postgres.calls import Statement
+from engine_service.stores.postgres.connections import Conn
+from engine_service.stores.postgres.events import APPEND_EVENTS, PostgresEvents
+from engine_service.stores.postgres.rows import ContextRows, context_from, sql_limit
 
 __all__ = ["PostgresMessages"]
 

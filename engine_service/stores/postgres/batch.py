@@ -8,7 +8,7 @@ rest of a short run. Here a write is a few statements with no decision between t
 conditions are in the SQL: an append whose first seq no longer follows the session's last
 one writes nothing and says so). The writer takes every write queued meanwhile, up to
 ``max_batch``, and sends them in one transaction as one query string (``EXECUTE`` of
-statements prepared once on its connection, values written in: ``postgres_literals``): two
+statements prepared once on its connection, values written in: ``literals``): two
 round trips and one commit for the lot. Runs begin in these batches too (``begin_run``).
 A caller learns its result only once that transaction is committed, so a client still
 sees an event only once it is stored.
@@ -36,7 +36,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from engine_service.core.errors import StorageUnavailable
-from engine_service.stores.postgres_calls import CallRunner, Statement
+from engine_service.stores.postgres.calls import CallRunner, Statement
 
 __all__ = ["DEFAULT_MAX_BATCH", "WriteBatcher"]
 

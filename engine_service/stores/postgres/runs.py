@@ -18,8 +18,8 @@ from engine_service.core.store import SignalKind
 from engine_service.stores.encoding import decode_interrupts, encode_interrupts, runs_filter
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_connections import Conn, PostgresConnections
-from engine_service.stores.postgres_rows import RUN_COLUMNS, run_from, sql_limit
+from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.rows import RUN_COLUMNS, run_from, sql_limit
 
 __all__ = ["PostgresRuns"]
 
@@ -69,7 +69,7 @@ the first two columns tell which."""
 
 
 class PostgresRuns(PostgresConnections):
-    """The runs of ``PostgresSessionStore`` once begun (the begin: ``postgres_begin``)."""
+    """The runs of ``PostgresSessionStore`` once begun (the begin: ``begin``)."""
 
     async def finish_run(
         self,

@@ -1,5 +1,5 @@
 """What lets several engines (replicas) share the PostgreSQL store: their signals
-(``postgres_signals``), the leases on the runs each one runs, the tokens a run has used so
+(``signals``), the leases on the runs each one runs, the tokens a run has used so
 far (for the replica that resumes it), the replicas alive, and the claim of runs whose
 lease expired, each by one replica only.
 """
@@ -14,9 +14,9 @@ from engine_service.core.events import Usage
 from engine_service.core.models import RunRecord
 from engine_service.core.store import Signal
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_connections import Conn, PostgresConnections
-from engine_service.stores.postgres_rows import RUN_COLUMNS, run_from
-from engine_service.stores.postgres_signals import encode_signal
+from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.rows import RUN_COLUMNS, run_from
+from engine_service.stores.postgres.signals import encode_signal
 
 __all__ = ["PostgresReplicas"]
 

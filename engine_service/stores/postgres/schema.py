@@ -17,8 +17,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
-from engine_service.stores.postgres_calls import storage_error
-from engine_service.stores.postgres_dsn import check_dsn
+from engine_service.stores.postgres.calls import storage_error
+from engine_service.stores.postgres.dsn import check_dsn
 
 __all__ = ["SCHEMA_VERSION", "migrate", "migrate_async"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from engine_service.core.models import Message, Role, TextPart
 from engine_service.stores.postgres import PostgresSessionStore
-from engine_service.stores.postgres_schema import SCHEMA_VERSION
+from engine_service.stores.postgres.schema import SCHEMA_VERSION
 from tests.stack import free_port
 from tests.stores.migrate_cli import migrate_cli
 

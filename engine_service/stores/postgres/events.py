@@ -17,9 +17,9 @@ from engine_service.core.store import Signal, SignalKind
 from engine_service.stores.encoding import event_from_dict
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_connections import Conn, PostgresConnections
-from engine_service.stores.postgres_rows import sql_limit
-from engine_service.stores.postgres_signals import encode_signal
+from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.rows import sql_limit
+from engine_service.stores.postgres.signals import encode_signal
 
 __all__ = ["APPEND_EVENTS", "PostgresEvents"]
 

@@ -1,13 +1,13 @@
 """The PostgreSQL store's connections, and how each of its calls runs on them.
 
-:class:`PostgresConnections` is the base of the store's parts (``postgres_sessions``,
-``postgres_runs``, …): it holds the pool, the writer's and the reader's connections of
-their own (``postgres_batch``), the call runner (``postgres_calls``) and the listener
-(``postgres_signals``), and gives the parts their ways to run a call: ``_read``,
+:class:`PostgresConnections` is the base of the store's parts (``sessions``,
+``runs``, …): it holds the pool, the writer's and the reader's connections of
+their own (``batch``), the call runner (``calls``) and the listener
+(``signals``), and gives the parts their ways to run a call: ``_read``,
 ``_snapshot``, ``_write``, and the batches ``_batch`` and ``_reads``.
 
 The pool opens lazily, on the first call, and the schema is migrated then (see
-``postgres_schema``): ``open_store`` stays synchronous and an engine started while the
+``schema``): ``open_store`` stays synchronous and an engine started while the
 database is down serves ``StorageUnavailable`` until it comes back. ``open()`` does the
 same eagerly.
 """
@@ -27,12 +27,12 @@ from psycopg_pool import AsyncConnectionPool
 from engine_service.core.errors import SessionNotFound, StorageUnavailable
 from engine_service.core.models import Session
 from engine_service.core.store import SessionStore
-from engine_service.stores.postgres_batch import DEFAULT_MAX_BATCH, WriteBatcher
-from engine_service.stores.postgres_calls import Attempt, CallKind, CallRunner, Work
-from engine_service.stores.postgres_dsn import CHANNEL, channel_for, check_dsn
-from engine_service.stores.postgres_rows import SESSION_COLUMNS, session_from
-from engine_service.stores.postgres_schema import migrate_async
-from engine_service.stores.postgres_signals import SignalListener
+from engine_service.stores.postgres.batch import DEFAULT_MAX_BATCH, WriteBatcher
+from engine_service.stores.postgres.calls import Attempt, CallKind, CallRunner, Work
+from engine_service.stores.postgres.dsn import CHANNEL, channel_for, check_dsn
+from engine_service.stores.postgres.rows import SESSION_COLUMNS, session_from
+from engine_service.stores.postgres.schema import migrate_async
+from engine_service.stores.postgres.signals import SignalListener
 
 __all__ = ["IDLE_IN_TRANSACTION", "WRITER_NAME", "Conn", "PostgresConnections"]
 
@@ -77,7 +77,7 @@ class PostgresConnections(SessionStore):
         ``StorageUnavailable``. ``idle_in_transaction``: seconds after which the server
         ends a transaction of ours that waits for its next statement (0: never); see
         :data:`IDLE_IN_TRANSACTION`. ``max_batch``: writes per transaction at most (see
-        ``postgres_batch``). ``ValueError`` when ``dsn`` cannot be parsed.
+        ``batch``). ``ValueError`` when ``dsn`` cannot be parsed.
         """
         check_dsn(dsn)
         self._dsn = dsn
@@ -137,7 +137,7 @@ class PostgresConnections(SessionStore):
         )
 
     async def _writer_connection(self, wait: float) -> Conn:
-        """A connection of its own for the store's writer (``postgres_batch``), named
+        """A connection of its own for the store's writer (``batch``), named
         ``agentik-writer-<pid>`` in ``pg_stat_activity``."""
         return await self._own_connection(wait, f"{WRITER_NAME}-{os.getpid()}")
 

@@ -12,8 +12,8 @@ from engine_service.core.models import JSON, Session
 from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import session_filter
 from engine_service.stores.encoding import utc as _utc
-from engine_service.stores.postgres_connections import Conn, PostgresConnections
-from engine_service.stores.postgres_rows import SESSION_COLUMNS, session_from, sql_limit
+from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.rows import SESSION_COLUMNS, session_from, sql_limit
 
 __all__ = ["PostgresSessions"]
 

@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_service.stores import postgres_literals
-from engine_service.stores.postgres_literals import Renderer
+from engine_service.stores.postgres import literals as postgres_literals
+from engine_service.stores.postgres.literals import Renderer
 
 HOSTILE_TEXTS = [
     "",

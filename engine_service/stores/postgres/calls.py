@@ -38,7 +38,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from engine_service.core.errors import AgentikError, InvalidInput, StorageUnavailable
-from engine_service.stores.postgres_literals import Renderer
+from engine_service.stores.postgres.literals import Renderer
 
 __all__ = [
     "CallKind",
@@ -255,7 +255,7 @@ class CallRunner:
         write. Not ``atomic``: reads, with no transaction of their own.
 
         The statements go as one query string, their values written in
-        (``postgres_literals``): with the transaction's ``BEGIN`` before them and the read
+        (``literals``): with the transaction's ``BEGIN`` before them and the read
         of its id after them, then the ``COMMIT``: two round trips, two messages, whatever
         their number. A statement that fails fails the whole transaction (nothing of it is
         stored) and, for reads, the statements after it."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine_service.stores import open_store
-from engine_service.stores.postgres_dsn import channel_for
+from engine_service.stores.postgres.dsn import channel_for
 from tests.postgres_server import with_schema
 from tests.stores.migrate_cli import migrate_cli
 

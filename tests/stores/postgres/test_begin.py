@@ -17,7 +17,7 @@ from engine_service.core.errors import SessionBusy
 from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.core.store import Opening, RunBegun, Signal, SignalKind
 from engine_service.stores.postgres import PostgresSessionStore
-from engine_service.stores.postgres_begin import OPENING_BYTES
+from engine_service.stores.postgres.begin import OPENING_BYTES
 from tests.stores.heard import Heard
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)

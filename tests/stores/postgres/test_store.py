@@ -1,7 +1,7 @@
 """The PostgreSQL store as a whole: ``open_store`` makes it for both URL schemes, ``agentik
 migrate`` applies the SQLite schema as it does PostgreSQL's, and failures are named in plain
 words, never with the URL. What each part of the store does is tested beside it
-(``test_postgres_begin.py``, ``test_postgres_signals.py``, …)."""
+(``test_begin.py``, ``test_signals.py``, …)."""
 
 from __future__ import annotations
 

@@ -234,12 +234,13 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+_CONFIG_HELP = "TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentik", description="The agentik agent runtime.")
     parser.add_argument("--version", action=_Version)
-    parser.add_argument(
-        "--config", help="TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
-    )
+    parser.add_argument("--config", help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     engine = commands.add_parser("engine", help="run the gRPC engine")
     engine.set_defaults(handler=_engine)
@@ -290,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentik_mcp.cli import add_command as add_mcp
 
     add_mcp(commands)
+    for command in commands.choices.values():
+        # Before or after the command: SUPPRESS leaves the top-level value when not given here.
+        command.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     return parser
 
 

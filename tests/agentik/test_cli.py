@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentik.cli import build_parser
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.harness import WAIT
@@ -329,3 +331,34 @@ def test_the_engine_command_exits_1_when_its_companion_cannot_run() -> None:
     )
     assert done.stdout.split("\n")[:-1] == ["started", "stopped", "closed", "exit 1"], done.stderr
     assert "engine stopped" in done.stderr
+
+
+def test_config_is_taken_before_or_after_every_command() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = list(sub.choices)
+    needed = {"engine": [], "tools": [], "doctor": [], "grpc": ["Health"], "mcp": [], "chat": []}
+    assert set(needed) <= set(commands)
+    for command in commands:
+        given = needed.get(command, [])
+        assert parser.parse_args([command, *given]).config is None
+        assert parser.parse_args(["--config", "a.toml", command, *given]).config == "a.toml"
+        assert parser.parse_args([command, "--config", "b.toml", *given]).config == "b.toml"
+        after = parser.parse_args(["--config", "a.toml", command, "--config", "b.toml", *given])
+        assert after.config == "b.toml", command
+
+
+def test_doctor_reads_a_config_given_after_the_command(tmp_path: Path) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text('[web]\nhttp_addr = "127.0.0.1:8123"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "agentik.cli", "doctor", "--config", str(config)],
+        cwd=tmp_path,
+        env={**engine_env(tmp_path), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"ok    config  {config}; ")
+    assert "web 127.0.0.1:8123" in done.stdout

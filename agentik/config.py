@@ -556,14 +556,22 @@ class PythonToolConfig:
     """A plain ``def``'s calls still running after their timeout or interrupt (Python cannot
     stop a thread): with that many, a new call is refused, not started (calls in flight when
     a timeout hits them may strand more: the bound is this plus the calls in flight)."""
+    directory: str = setting("", doc="the config file's directory (not a key of the table)")
+    """Where a module not found on the engine's path is looked for next (appended to
+    ``sys.path`` then): a ``my_tools.py`` beside the config file loads as ``my_tools``."""
+
+
+_NOT_KEYS = ("label", "directory")
+"""Fields of :class:`PythonToolConfig` that the reader fills in, not the table."""
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
     """Each key of each table by the converter; a bad one is refused saying what it ``must`` be."""
     if not isinstance(raw, list):
         raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
-    keys, tools = fields(PythonToolConfig)[1:], []
+    keys, tools = [f for f in fields(PythonToolConfig) if f.name not in _NOT_KEYS], []
     known = [f.name for f in keys]
+    directory = os.path.abspath(os.path.dirname(where.strip("'\"")))
     for label, table in ((f"[[tools.python]] entry {n}", table) for n, table in enumerate(raw, 1)):
         if not isinstance(table, dict):
             raise ConfigError(f"{label}: must be a table with a 'function' key")
@@ -577,7 +585,7 @@ def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool)
                 except ValueError:
                     why = f"must be {f.metadata['must']}; got {value!r}"
                     raise ConfigError(f"{label}: {f.name!r} {why}") from None
-        tools.append(PythonToolConfig(label, **values))
+        tools.append(PythonToolConfig(label, **values, directory=directory))
     return tuple(tools)
 
 

@@ -9,6 +9,7 @@ setting ``llm_timeout`` in errors; ``[[agents]]`` is ``settings.agent.agents``. 
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import ipaddress
 import json
@@ -869,7 +870,7 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
     """The file's values, ``{table: {key: value}}``, each read and checked."""
     try:
         with open(path, "rb") as handle:
-            document = tomllib.load(handle)
+            document = tomllib.loads(_text(handle.read(), path))
     except FileNotFoundError:
         raise ConfigError(f"config file {path!r} (from {origin}) does not exist") from None
     except OSError as exc:
@@ -881,6 +882,9 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
         if name == "agents":  # the top-level [[agents]], kept as [agent] agents
             values.setdefault("agent", {})["agents"] = _agents(entries, repr(path), env, engine)
             continue
+        tables = isinstance(entries, list) and all(isinstance(t, dict) for t in entries)
+        if name not in _TABLES and not isinstance(entries, dict) and not tables:
+            raise _outside_tables(name, path)
         if name not in _TABLES:
             raise unknown_name("section", name, [*_TABLES, "agents"], repr(path))
         if not isinstance(entries, dict):
@@ -905,6 +909,31 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
                         t["token"] = expand(t["token"], env, where, empty=False)
             values.setdefault(name, {})[item] = key.parse(raw, False, origin)
     return values
+
+
+def _text(data: bytes, path: str) -> str:
+    """The file's bytes as text: UTF-8, a leading byte-order mark (Windows editors write
+    one) dropped; anything else is a ConfigError naming the encoding to save it in."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        why = 'it is UTF-16 (Windows Notepad\'s "Unicode")'
+        raise ConfigError(f"config file {path!r} is not UTF-8 text: {why}; save it as UTF-8")
+    try:
+        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = f"byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        why = f"is not UTF-8 text ({at}); save it as UTF-8"
+        raise ConfigError(f"config file {path!r} {why}") from None
+
+
+def _outside_tables(key: str, path: str) -> ConfigError:
+    """A ``key = value`` above every ``[table]`` line: the tables that have such a key."""
+    keys = [k for k in _KEYS if "table" not in k.meta]
+    owners = [f"[{k.table}] {k.key}" for k in keys if k.key == key]
+    if not owners:
+        close = difflib.get_close_matches(key, sorted({k.key for k in keys}), n=1)
+        owners = [f"[{k.table}] {k.key}" for k in keys if close and k.key == close[0]]
+    hint = f"did you mean {' or '.join(owners)}?" if owners else "put it under its table's line"
+    return ConfigError(f"{key!r} in {path!r} is outside any table: {hint}")
 
 
 def load_settings(

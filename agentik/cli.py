@@ -183,11 +183,11 @@ def _doctor(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     """Apply the configured store's schema migrations, printing the version before/after."""
     from engine_service.core.errors import StorageUnavailable
-    from engine_service.stores import migrate_store, redacted_url
+    from engine_service.stores import migrate_store, store_label
 
     settings = _settings(args)
     _logging(settings)
-    where = redacted_url(settings.engine.store)
+    where = store_label(settings.engine.store)
     try:
         versions = migrate_store(settings.engine.store)
     except ValueError as exc:

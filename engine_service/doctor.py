@@ -83,9 +83,10 @@ def _config(settings: Settings, path: str | None) -> Finding:
 
 def _store(settings: Settings) -> Finding:
     from engine_service.core.errors import StorageUnavailable
-    from engine_service.stores import open_store, redacted_url
+    from engine_service.stores import DriverMissing, open_store, redacted_url, sqlite_file
 
     where = redacted_url(settings.engine.store)
+    path = sqlite_file(settings.engine.store)
 
     async def check() -> None:
         store = open_store(settings.engine.store)
@@ -96,6 +97,9 @@ def _store(settings: Settings) -> Finding:
 
     try:
         asyncio.run(check())
+    except DriverMissing as exc:
+        fix = "install the driver: .venv/bin/pip install -e '.[postgres]'"
+        return Finding(FAIL_MARK, "store", str(exc), fix)
     except ValueError as exc:
         return Finding(FAIL_MARK, "store", str(exc), "set AGENTIK_STORE ([engine] store)")
     except StorageUnavailable as exc:
@@ -116,7 +120,9 @@ def _store(settings: Settings) -> Finding:
         return Finding(FAIL_MARK, "store", f"{where}: {exc}", "upgrade agentik")
     if settings.engine.store == "memory://":
         return Finding(WARN_MARK, "store", "memory:// keeps nothing across restarts")
-    return Finding(OK_MARK, "store", f"{where} (writable)")
+    return Finding(
+        OK_MARK, "store", f"{where} ({path}, writable)" if path else f"{where} (writable)"
+    )
 
 
 async def _remote(settings: Settings) -> list[Finding]:

@@ -55,8 +55,8 @@ from engine_service.core.run_webhooks import PushConfigs, RunWebhooks
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
+from engine_service.stores import store_label
 from engine_service.webhooks.a2a_push import A2aPush
-from engine_service.workers import redact_store
 
 __all__ = [
     "COMPANION_TICK",
@@ -473,7 +473,7 @@ async def _serve(
     companion: Companion | None,
 ) -> bool:
     host = settings.engine.grpc_addr.rsplit(":", 1)[0]
-    store = redact_store(settings.engine.store)
+    store = store_label(settings.engine.store)
     own = f" and on its own {own_addr}" if own_addr else ""
     log.info("agentik engine listening on %s:%d%s (store %s)", host, port, own, store)
     if server.metrics_port:

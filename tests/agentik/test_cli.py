@@ -362,3 +362,33 @@ def test_doctor_reads_a_config_given_after_the_command(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"ok    config  {config}; ")
     assert "web 127.0.0.1:8123" in done.stdout
+
+
+def started_engine(cwd: Path, *args: str, **env: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """``python -m engine_service ARGS`` in ``cwd``, its log read line by line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine_service", *args],
+        cwd=cwd,
+        env={**engine_env(cwd, **env), "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, []
+
+
+def stopped(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(WAIT)
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+def test_the_start_log_names_the_absolute_file_of_a_relative_sqlite_store(tmp_path: Path) -> None:
+    process, log = started_engine(tmp_path, AGENTIK_STORE="sqlite:///var/lib/agentik/agentik.db")
+    try:
+        found = read_until(process, r"listening on .*\(store (.*)\)$", log).group(1)
+    finally:
+        stopped(process)
+
+    assert found == f"sqlite:///var/lib/agentik/agentik.db ({tmp_path}/var/lib/agentik/agentik.db)"

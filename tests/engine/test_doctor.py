@@ -47,15 +47,59 @@ def line(lines: list[str], start: str) -> str:
     return next(text for text in lines if text.startswith(start))
 
 
-def test_the_defaults_pass_with_the_offline_model(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_defaults_pass_with_the_offline_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     status, lines = doctor(capsys)
 
     assert status == 0
     assert line(lines, "ok    llm").endswith(
         "the built-in offline model (no OPENAI_BASE_URL or OPENAI_API_KEY)"
     )
-    assert line(lines, "ok    store").startswith("ok    store   sqlite:///.agentik/agentik.db")
+    assert line(lines, "ok    store") == (
+        f"ok    store   sqlite:///.agentik/agentik.db ({tmp_path}/.agentik/agentik.db, writable)"
+    )
     assert lines[-1] == "all checks passed"
+
+
+def test_a_sqlite_store_names_the_absolute_file_three_or_four_slashes_open(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENTIK_STORE", "sqlite:///var/lib/agentik/agentik.db")
+    status, lines = doctor(capsys)
+    assert status == 0
+    assert f"({tmp_path}/var/lib/agentik/agentik.db, writable)" in line(lines, "ok    store")
+
+    monkeypatch.setenv("AGENTIK_STORE", f"sqlite:///{tmp_path}/abs.db")
+    status, lines = doctor(capsys)
+    assert line(lines, "ok    store").endswith(
+        f"sqlite:///{tmp_path}/abs.db ({tmp_path}/abs.db, writable)"
+    )
+
+
+def test_a_missing_postgresql_driver_is_fixed_by_installing_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg: ImportError
+    monkeypatch.setenv("AGENTIK_STORE", "postgresql://agentik@127.0.0.1/agentik")
+
+    status, lines = doctor(capsys)
+
+    assert status == 1
+    failed = line(lines, "FAIL  store")
+    assert "needs the PostgreSQL driver" in failed
+    assert lines[lines.index(failed) + 1].split() == [
+        "fix:",
+        "install",
+        "the",
+        "driver:",
+        ".venv/bin/pip",
+        "install",
+        "-e",
+        "'.[postgres]'",
+    ]
 
 
 def test_a_good_llm_that_lists_the_model_passes(

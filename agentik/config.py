@@ -866,6 +866,12 @@ _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
 _Values = dict[str, dict[str, object]]  # {table: {key: value}}
 
 
+def setting_env_names() -> list[str]:
+    """The environment variable of every setting, and ``AGENTIK_CONFIG``'s and
+    ``AGENTIK_A2A_AGENTS``' (the file, and the remote agents as ``NAME=URL,...``)."""
+    return [CONFIG_ENV, A2A_AGENTS_ENV, *(key.env for key in _SETTINGS)]
+
+
 def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> _Values:
     """The file's values, ``{table: {key: value}}``, each read and checked."""
     try:

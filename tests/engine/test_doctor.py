@@ -185,3 +185,83 @@ def test_an_mcp_server_and_an_a2a_agent_that_are_not_there_fail_with_their_fixes
     a2a = line(lines, "FAIL  a2a research")
     assert "AGENTIK_A2A_AGENTS" in lines[lines.index(a2a) + 1]
     assert lines[-1] == "2 problems found"
+
+
+def test_a_misspelt_approval_or_agent_tool_is_a_warning_as_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text(
+        '[tools]\napproval = ["calculat"]\n\n[[agents]]\nname = "helper"\ntools = ["curent_time"]\n'
+    )
+
+    status, lines = doctor(capsys, "--config", str(config))
+
+    assert status == 0
+    warned = [text for text in lines if text.startswith("warn  tools")]
+    assert [text.split(None, 2)[2] for text in warned] == [
+        "[tools] approval entry 'calculat' matches no tool: no call asks for it",
+        "agent 'helper': tools entry 'curent_time' matches no tool",
+    ]
+    assert "fix: correct the name" in lines[lines.index(warned[0]) + 1]
+    assert lines[-1] == "all checks passed, 2 warnings"
+
+
+def test_a_misspelt_environment_variable_is_a_warning_with_the_closest_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENTIK_MODLE", "llama")
+
+    status, lines = doctor(capsys)
+
+    assert status == 0
+    assert line(lines, "warn  env").split(None, 2)[2] == (
+        "AGENTIK_MODLE is not an agentik setting: it is ignored; did you mean AGENTIK_MODEL?"
+    )
+    assert lines[-1] == "all checks passed, 1 warning"
+
+
+def test_the_variables_of_the_clients_the_children_and_the_tests_are_not_warned_about(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in (
+        "AGENTIK_TOKEN",
+        "AGENTIK_A2A_AGENTS",
+        "AGENTIK_REQUIRE_NODE",
+        "AGENTIK_TEST_POSTGRES_URL",
+        "AGENTIK_SCREENSHOT_DIR",
+        "AGENTIK_PARENT_PID",
+    ):
+        monkeypatch.setenv(name, "")  # empty: set, and read by nothing here
+
+    status, lines = doctor(capsys)
+
+    assert (status, lines[-1]) == (0, "all checks passed"), lines
+
+
+def test_every_agentik_variable_the_code_reads_is_known_to_doctor() -> None:
+    """A variable named in quotes in the code, or set in the Makefile or CI, is read by
+    something: doctor must not call it unknown (a new one belongs in known_env)."""
+    import re
+
+    from engine_service.doctor import known_env
+
+    root = Path(__file__).resolve().parents[2]
+    named: dict[str, str] = {}
+    packages = ("agentik", "engine_service", "web_facade", "agentik_chat", "agentik_client")
+    for folder in (*packages, "agentik_mcp", "tests", "bench", "tools"):
+        for path in (root / folder).rglob("*"):
+            ours = "node_modules" not in path.parts and path != Path(__file__).resolve()
+            if path.suffix in (".py", ".mjs", ".ts") and ours:
+                for found in re.findall(r"['\"](AGENTIK_[A-Z0-9_]+)['\"=]", path.read_text()):
+                    named.setdefault(found, str(path.relative_to(root)))
+    for path in (root / "Makefile", root / ".ci" / "run"):
+        for found in re.findall(r"\b(AGENTIK_[A-Z0-9_]+)=", path.read_text()):
+            named.setdefault(found, str(path.relative_to(root)))
+    tests_own = ("AGENTIK_REQUIRE_", "AGENTIK_TEST_")
+    unknown = {
+        name: where
+        for name, where in named.items()
+        if name not in known_env() and not name.startswith(tests_own)
+    }
+    assert unknown == {}

@@ -162,6 +162,21 @@ def _url(value: str) -> str:
     return value
 
 
+def _llm_url(value: str) -> str:
+    """An OpenAI-compatible API's base: the engine adds ``/chat/completions`` (and the LLM
+    check ``/models``) itself, so a URL of the endpoint would be asked for ``.../chat/
+    completions/chat/completions``."""
+    _url(value)
+    parts = urlsplit(value)
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/completions"):
+        if path.endswith(tail):
+            base = parts._replace(path=path.removesuffix(tail), query="", fragment="").geturl()
+            why = f"must stop before {tail} (the engine adds /chat/completions itself)"
+            raise ValueError(f"{why}: use {base!r}")
+    return value
+
+
 def _store(value: str) -> str:
     scheme, sep, rest = value.partition("://")
     if not sep:
@@ -484,7 +499,7 @@ class AgentConfig:
     name: str = field(metadata={"name": 64})
     description: str = setting("", required=False)
     model: str | None = None
-    base_url: str | None = setting(None, check=_url)
+    base_url: str | None = setting(None, check=_llm_url)
     api_key: str | None = setting(None, secret=True, expand=True)
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     system_prompt: str | None = setting(None, doc="or system_prompt_file (relative to the config)")
@@ -623,7 +638,7 @@ class EngineSettings:
 class LlmSettings:
     """``[llm]``: the OpenAI-compatible endpoint and the turn's rounds."""
 
-    base_url: str | None = setting(None, "OPENAI_BASE_URL", flat="openai_base_url", check=_url)
+    base_url: str | None = setting(None, "OPENAI_BASE_URL", flat="openai_base_url", check=_llm_url)
     api_key: str | None = setting(None, "OPENAI_API_KEY", flat="openai_api_key", secret=True)
     model: str = setting("gpt-4o-mini", required=True)
     system_prompt: str = setting(DEFAULT_SYSTEM_PROMPT, strip=False)

@@ -185,23 +185,43 @@ def _store(settings: Settings) -> Finding:
 
 
 async def _remote(settings: Settings) -> list[Finding]:
-    """The LLM, the MCP servers and the A2A agents, checked at the same time."""
-    return [await _llm(settings), *await _sources(settings)]
+    """The LLM endpoints, the MCP servers and the A2A agents."""
+    return [*await _llms(settings), *await _sources(settings)]
 
 
-async def _llm(settings: Settings) -> Finding:
-    from engine_service.llm.probe import probe_llm
+async def _llms(settings: Settings) -> list[Finding]:
+    """A finding per distinct endpoint and model of the agents (``llm`` for the default
+    agent's, ``llm NAME`` for another's own), as the engine's LLM check probes them."""
+    from engine_service.build import build_agents, build_model
+    from engine_service.core.limits import RunLimits
+    from engine_service.core.registry import ToolRegistry
+    from engine_service.llm.probe import llm_targets, probe_target
 
-    if not (settings.llm.base_url or settings.llm.api_key):
-        return Finding(
-            OK_MARK,
-            "llm",
-            "the built-in offline model (no OPENAI_BASE_URL or OPENAI_API_KEY)",
-        )
-    base_url = settings.llm.base_url or "https://api.openai.com/v1"
-    status = await probe_llm(base_url, settings.llm.api_key, settings.llm.model)
-    mark = OK_MARK if status.ok else FAIL_MARK
-    return Finding(mark, "llm", f"{status.state}: {status.detail}", status.fix)
+    agents = build_agents(settings, ToolRegistry(), build_model(settings), RunLimits())
+    targets = llm_targets(agents)
+    try:
+        statuses = await asyncio.gather(*(probe_target(target) for target in targets))
+    finally:
+        await asyncio.gather(*(target.model.aclose() for target in targets))
+    findings = []
+    if agents.get("").model.name == "offline":
+        offline = "the built-in offline model (no OPENAI_BASE_URL or OPENAI_API_KEY)"
+        if not targets:
+            findings.append(Finding(OK_MARK, "llm", offline))
+        else:  # others have an endpoint: the default agent's may have been forgotten
+            findings.append(
+                Finding(
+                    WARN_MARK,
+                    "llm",
+                    f"the default agent {agents.default!r} uses {offline}",
+                    "set OPENAI_BASE_URL and/or OPENAI_API_KEY ([llm]) to give it a real LLM",
+                )
+            )
+    for target, status in zip(targets, statuses, strict=True):
+        mark = OK_MARK if status.ok else FAIL_MARK if status.failed else WARN_MARK
+        what = "llm" if target.default else f"llm {', '.join(target.agents)}"
+        findings.append(Finding(mark, what, f"{status.state}: {status.detail}", status.fix))
+    return findings
 
 
 async def _sources(settings: Settings) -> list[Finding]:

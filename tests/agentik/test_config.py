@@ -940,3 +940,19 @@ def test_a_request_id_limit_that_is_not_a_positive_integer_is_refused_naming_it(
 ) -> None:
     with pytest.raises(ConfigError, match="AGENTIK_A2A_MAX_REQUEST_ID_CHARS"):
         load_settings(None, {"AGENTIK_A2A_MAX_REQUEST_ID_CHARS": value})
+
+
+@pytest.mark.parametrize("tail", ["/chat/completions", "/chat/completions/", "/completions"])
+def test_an_llm_base_url_of_the_chat_endpoint_is_refused_naming_the_base(tail: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"OPENAI_BASE_URL": f"http://127.0.0.1:9/v1{tail}"})
+    assert f"must stop before {tail.rstrip('/')}" in str(caught.value)
+    assert "use 'http://127.0.0.1:9/v1'" in str(caught.value)
+
+
+def test_an_agents_base_url_of_the_chat_endpoint_is_refused_naming_the_agent(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, '[[agents]]\nname = "r"\nbase_url = "http://h/v1/chat/completions"\n')
+    with pytest.raises(ConfigError, match=r"invalid base_url of \[\[agents\]\] entry 1 .*'r'"):
+        load_settings(path, {})

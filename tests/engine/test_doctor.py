@@ -125,7 +125,7 @@ def test_a_wrong_model_is_named_with_the_models_there_are(
     assert status == 1
     failed = line(lines, "FAIL  llm")
     assert "unknown model" in failed and "'gtp-4o'" in failed and "fake-model" in failed
-    assert "fix: set AGENTIK_MODEL" in lines[lines.index(failed) + 1]
+    assert "fix: set [llm] model (AGENTIK_MODEL)" in lines[lines.index(failed) + 1]
     assert lines[-1] == "1 problem found"
 
 
@@ -265,3 +265,43 @@ def test_every_agentik_variable_the_code_reads_is_known_to_doctor() -> None:
         if name not in known_env() and not name.startswith(tests_own)
     }
     assert unknown == {}
+
+
+def test_an_agents_own_endpoint_is_checked_and_its_refusal_names_the_agents_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeOpenAI(api_key="sk-good") as fake:
+        config = tmp_path / "agentik.toml"
+        config.write_text(
+            '[[agents]]\nname = "researcher"\nmodel = "fake-model"\n'
+            f'base_url = "{fake.base_url}"\napi_key = "sk-bad"\n'
+        )
+        status, lines = doctor(capsys, "--config", str(config))
+
+    assert status == 1
+    offline = line(lines, "warn  llm ")
+    assert offline.split(None, 2)[2] == (
+        "the default agent 'agentik' uses the built-in offline model "
+        "(no OPENAI_BASE_URL or OPENAI_API_KEY)"
+    )
+    failed = line(lines, "FAIL  llm researcher")
+    assert "unauthorized: " in failed and "refused the API key (HTTP 401)" in failed
+    assert lines[lines.index(failed) + 1].split("fix: ")[1] == (
+        "set [[agents]] 'researcher' api_key to a key this endpoint accepts"
+    )
+    assert lines[-1] == "1 problem found, 1 warning"
+
+
+def test_an_endpoint_without_models_is_a_warning_not_ok(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.models = None
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+
+    status, lines = doctor(capsys)
+
+    assert status == 0
+    warned = line(lines, "warn  llm")
+    assert "model not checked: " in warned and "has no /models (HTTP 404)" in warned
+    assert "before /chat/completions" in lines[lines.index(warned) + 1]
+    assert lines[-1] == "all checks passed, 1 warning"

@@ -124,6 +124,7 @@ def _tools(args: argparse.Namespace) -> int:
     from engine_service.llm.offline import OfflineChatModel
 
     settings = _settings(args)
+    print(f"agentik tools: {_tools_source(args.config)}", file=sys.stderr)
     # The table says why a server is absent; its log lines would only repeat that.
     logging.basicConfig(level=settings.log.level if settings.log.level == "DEBUG" else "CRITICAL")
     try:
@@ -162,6 +163,21 @@ def _tools(args: argparse.Namespace) -> int:
         print()
         _table(("A2A AGENT", "CARD", "STATUS"), remote)
     return 0
+
+
+def _tools_source(config: str | None) -> str:
+    """Which settings ``agentik tools`` read: it builds the tools itself, and an engine
+    already running was started with its own."""
+    if config:
+        source = f"{config} (--config) and the environment"
+    elif file := os.environ.get("AGENTIK_CONFIG"):
+        source = f"{file} (AGENTIK_CONFIG) and the environment"
+    else:
+        source = "the defaults and the environment (no --config or AGENTIK_CONFIG)"
+    return (
+        f"the tools of {source}; a running engine offers what its own settings name: "
+        "give this command the same --config and environment"
+    )
 
 
 def _gate(name: str, approval: tuple[str, ...]) -> str:
@@ -260,7 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     engine.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
-    tools = commands.add_parser("tools", help="list the tools the LLM is offered")
+    tools = commands.add_parser(
+        "tools",
+        help="list the tools the LLM is offered with this configuration (--config and the "
+        "environment; a running engine offers what its own configuration names)",
+    )
     tools.add_argument(
         "--agent",
         metavar="NAME",

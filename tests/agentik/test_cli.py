@@ -146,6 +146,32 @@ def test_agentik_tools_lists_the_native_tools(tmp_path: Path) -> None:
             result.stdout
         )
     assert "ask_user" not in result.stdout
+    assert result.stderr == (
+        "agentik tools: the tools of the defaults and the environment (no --config or "
+        "AGENTIK_CONFIG); a running engine offers what its own settings name: give this "
+        "command the same --config and environment\n"
+    )
+
+
+def test_agentik_tools_names_the_config_file_it_read(tmp_path: Path) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text("")
+    for args, env in (
+        (["tools", "--config", str(config)], {}),
+        (["tools"], {"AGENTIK_CONFIG": str(config)}),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "agentik.cli", *args],
+            cwd=ROOT,
+            env=engine_env(tmp_path, **env),
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        source = "--config" if args[1:] else "AGENTIK_CONFIG"
+        assert result.returncode == 0, result.stderr
+        said = f"agentik tools: the tools of {config} ({source}) and the environment; "
+        assert result.stderr.startswith(said), result.stderr
 
 
 def test_agentik_tools_says_which_calls_wait_for_a_person(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
 
             build_tools(settings)
     except (ValueError, ConfigError) as exc:
-        print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        kind = exc.kind if isinstance(exc, ConfigError) else ConfigError.kind
+        print(f"agentik: {kind}: {exc}", file=sys.stderr)
         if companion is not None:
             companion.close()
         return 2
@@ -93,7 +94,7 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
             raise
         print(
             f"agentik: the engine cannot listen on {settings.engine.grpc_addr}: the address is in "
-            "use (another agentik?) or not this machine's; set AGENTIK_GRPC_ADDR",
+            "use (by another program) or not this machine's; set AGENTIK_GRPC_ADDR",
             file=sys.stderr,
         )
         return 2

@@ -64,6 +64,9 @@ T = TypeVar("T")
 class ConfigError(Exception):
     """The configuration is unusable; the message says which setting, from where, and why."""
 
+    kind = "configuration error"
+    """How a command's one line names it: ``agentik: KIND: MESSAGE``."""
+
 
 @dataclass(frozen=True, slots=True)
 class TokenEntry:

@@ -247,7 +247,11 @@ def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
             timeout=WAIT,
         )
     assert result.returncode == 2, result.stderr
-    assert f"{taken} is already in use, so the {what} cannot listen there" in result.stderr
+    assert result.stderr.startswith(
+        f"agentik: cannot listen: {taken} is already in use by another program, so the {what} "
+        "cannot listen there"
+    )
+    assert "is another agentik running" not in result.stderr
     assert variable in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert time.monotonic() - started < WAIT / 2

@@ -68,7 +68,8 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
 
             build_tools(settings)
     except (ValueError, ConfigError) as exc:
-        print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        kind = exc.kind if isinstance(exc, ConfigError) else ConfigError.kind
+        print(f"agentik: {kind}: {exc}", file=sys.stderr)
         if companion is not None:
             companion.close()
         return 2
@@ -93,7 +94,7 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
             raise
         print(
             f"agentik: the engine cannot listen on {settings.engine.grpc_addr}: the address is in "
-            "use (another agentik?) or not this machine's; set AGENTIK_GRPC_ADDR",
+            "use (by another program) or not this machine's; set AGENTIK_GRPC_ADDR",
             file=sys.stderr,
         )
         return 2
@@ -124,6 +125,7 @@ def _tools(args: argparse.Namespace) -> int:
     from engine_service.llm.offline import OfflineChatModel
 
     settings = _settings(args)
+    print(f"agentik tools: {_tools_source(args.config)}", file=sys.stderr)
     # The table says why a server is absent; its log lines would only repeat that.
     logging.basicConfig(level=settings.log.level if settings.log.level == "DEBUG" else "CRITICAL")
     try:
@@ -164,6 +166,21 @@ def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tools_source(config: str | None) -> str:
+    """Which settings ``agentik tools`` read: it builds the tools itself, and an engine
+    already running was started with its own."""
+    if config:
+        source = f"{config} (--config) and the environment"
+    elif file := os.environ.get("AGENTIK_CONFIG"):
+        source = f"{file} (AGENTIK_CONFIG) and the environment"
+    else:
+        source = "the defaults and the environment (no --config or AGENTIK_CONFIG)"
+    return (
+        f"the tools of {source}; a running engine offers what its own settings name: "
+        "give this command the same --config and environment"
+    )
+
+
 def _gate(name: str, approval: tuple[str, ...]) -> str:
     """Whether a call of the tool waits for a person, for the ``tools`` table."""
     from engine_service.core.hitl import ASK_USER, needs_approval
@@ -183,11 +200,11 @@ def _doctor(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     """Apply the configured store's schema migrations, printing the version before/after."""
     from engine_service.core.errors import StorageUnavailable
-    from engine_service.stores import migrate_store, redacted_url
+    from engine_service.stores import migrate_store, store_label
 
     settings = _settings(args)
     _logging(settings)
-    where = redacted_url(settings.engine.store)
+    where = store_label(settings.engine.store)
     try:
         versions = migrate_store(settings.engine.store)
     except ValueError as exc:
@@ -234,12 +251,13 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+_CONFIG_HELP = "TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentik", description="The agentik agent runtime.")
     parser.add_argument("--version", action=_Version)
-    parser.add_argument(
-        "--config", help="TOML config file (default: $AGENTIK_CONFIG, else built-in defaults)"
-    )
+    parser.add_argument("--config", help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     engine = commands.add_parser("engine", help="run the gRPC engine")
     engine.set_defaults(handler=_engine)
@@ -259,7 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     engine.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
-    tools = commands.add_parser("tools", help="list the tools the LLM is offered")
+    tools = commands.add_parser(
+        "tools",
+        help="list the tools the LLM is offered with this configuration (--config and the "
+        "environment; a running engine offers what its own configuration names)",
+    )
     tools.add_argument(
         "--agent",
         metavar="NAME",
@@ -290,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentik_mcp.cli import add_command as add_mcp
 
     add_mcp(commands)
+    for command in commands.choices.values():
+        # Before or after the command: SUPPRESS leaves the top-level value when not given here.
+        command.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     return parser
 
 

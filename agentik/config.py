@@ -9,6 +9,7 @@ setting ``llm_timeout`` in errors; ``[[agents]]`` is ``settings.agent.agents``. 
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import ipaddress
 import json
@@ -62,6 +63,9 @@ T = TypeVar("T")
 
 class ConfigError(Exception):
     """The configuration is unusable; the message says which setting, from where, and why."""
+
+    kind = "configuration error"
+    """How a command's one line names it: ``agentik: KIND: MESSAGE``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,21 @@ def _url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+def _llm_url(value: str) -> str:
+    """An OpenAI-compatible API's base: the engine adds ``/chat/completions`` (and the LLM
+    check ``/models``) itself, so a URL of the endpoint would be asked for ``.../chat/
+    completions/chat/completions``."""
+    _url(value)
+    parts = urlsplit(value)
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/completions"):
+        if path.endswith(tail):
+            base = parts._replace(path=path.removesuffix(tail), query="", fragment="").geturl()
+            why = f"must stop before {tail} (the engine adds /chat/completions itself)"
+            raise ValueError(f"{why}: use {base!r}")
     return value
 
 
@@ -483,7 +502,7 @@ class AgentConfig:
     name: str = field(metadata={"name": 64})
     description: str = setting("", required=False)
     model: str | None = None
-    base_url: str | None = setting(None, check=_url)
+    base_url: str | None = setting(None, check=_llm_url)
     api_key: str | None = setting(None, secret=True, expand=True)
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, metadata=_HEADER)
     system_prompt: str | None = setting(None, doc="or system_prompt_file (relative to the config)")
@@ -556,14 +575,22 @@ class PythonToolConfig:
     """A plain ``def``'s calls still running after their timeout or interrupt (Python cannot
     stop a thread): with that many, a new call is refused, not started (calls in flight when
     a timeout hits them may strand more: the bound is this plus the calls in flight)."""
+    directory: str = setting("", doc="the config file's directory (not a key of the table)")
+    """Where a module not found on the engine's path is looked for next (appended to
+    ``sys.path`` then): a ``my_tools.py`` beside the config file loads as ``my_tools``."""
+
+
+_NOT_KEYS = ("label", "directory")
+"""Fields of :class:`PythonToolConfig` that the reader fills in, not the table."""
 
 
 def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool) -> tuple[Any, ...]:
     """Each key of each table by the converter; a bad one is refused saying what it ``must`` be."""
     if not isinstance(raw, list):
         raise ConfigError(f"tools.python in {where} must be an array of tables ([[tools.python]])")
-    keys, tools = fields(PythonToolConfig)[1:], []
+    keys, tools = [f for f in fields(PythonToolConfig) if f.name not in _NOT_KEYS], []
     known = [f.name for f in keys]
+    directory = os.path.abspath(os.path.dirname(where.strip("'\"")))
     for label, table in ((f"[[tools.python]] entry {n}", table) for n, table in enumerate(raw, 1)):
         if not isinstance(table, dict):
             raise ConfigError(f"{label}: must be a table with a 'function' key")
@@ -577,7 +604,7 @@ def _python_tools(raw: object, where: str, env: Mapping[str, str], engine: bool)
                 except ValueError:
                     why = f"must be {f.metadata['must']}; got {value!r}"
                     raise ConfigError(f"{label}: {f.name!r} {why}") from None
-        tools.append(PythonToolConfig(label, **values))
+        tools.append(PythonToolConfig(label, **values, directory=directory))
     return tuple(tools)
 
 
@@ -614,7 +641,7 @@ class EngineSettings:
 class LlmSettings:
     """``[llm]``: the OpenAI-compatible endpoint and the turn's rounds."""
 
-    base_url: str | None = setting(None, "OPENAI_BASE_URL", flat="openai_base_url", check=_url)
+    base_url: str | None = setting(None, "OPENAI_BASE_URL", flat="openai_base_url", check=_llm_url)
     api_key: str | None = setting(None, "OPENAI_API_KEY", flat="openai_api_key", secret=True)
     model: str = setting("gpt-4o-mini", required=True)
     system_prompt: str = setting(DEFAULT_SYSTEM_PROMPT, strip=False)
@@ -857,11 +884,17 @@ _SETTINGS = [key for key in _KEYS if "table" not in key.meta]
 _Values = dict[str, dict[str, object]]  # {table: {key: value}}
 
 
+def setting_env_names() -> list[str]:
+    """The environment variable of every setting, and ``AGENTIK_CONFIG``'s and
+    ``AGENTIK_A2A_AGENTS``' (the file, and the remote agents as ``NAME=URL,...``)."""
+    return [CONFIG_ENV, A2A_AGENTS_ENV, *(key.env for key in _SETTINGS)]
+
+
 def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> _Values:
     """The file's values, ``{table: {key: value}}``, each read and checked."""
     try:
         with open(path, "rb") as handle:
-            document = tomllib.load(handle)
+            document = tomllib.loads(_text(handle.read(), path))
     except FileNotFoundError:
         raise ConfigError(f"config file {path!r} (from {origin}) does not exist") from None
     except OSError as exc:
@@ -873,6 +906,9 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
         if name == "agents":  # the top-level [[agents]], kept as [agent] agents
             values.setdefault("agent", {})["agents"] = _agents(entries, repr(path), env, engine)
             continue
+        tables = isinstance(entries, list) and all(isinstance(t, dict) for t in entries)
+        if name not in _TABLES and not isinstance(entries, dict) and not tables:
+            raise _outside_tables(name, path)
         if name not in _TABLES:
             raise unknown_name("section", name, [*_TABLES, "agents"], repr(path))
         if not isinstance(entries, dict):
@@ -897,6 +933,31 @@ def _from_toml(path: str, origin: str, env: Mapping[str, str], engine: bool) -> 
                         t["token"] = expand(t["token"], env, where, empty=False)
             values.setdefault(name, {})[item] = key.parse(raw, False, origin)
     return values
+
+
+def _text(data: bytes, path: str) -> str:
+    """The file's bytes as text: UTF-8, a leading byte-order mark (Windows editors write
+    one) dropped; anything else is a ConfigError naming the encoding to save it in."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        why = 'it is UTF-16 (Windows Notepad\'s "Unicode")'
+        raise ConfigError(f"config file {path!r} is not UTF-8 text: {why}; save it as UTF-8")
+    try:
+        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = f"byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        why = f"is not UTF-8 text ({at}); save it as UTF-8"
+        raise ConfigError(f"config file {path!r} {why}") from None
+
+
+def _outside_tables(key: str, path: str) -> ConfigError:
+    """A ``key = value`` above every ``[table]`` line: the tables that have such a key."""
+    keys = [k for k in _KEYS if "table" not in k.meta]
+    owners = [f"[{k.table}] {k.key}" for k in keys if k.key == key]
+    if not owners:
+        close = difflib.get_close_matches(key, sorted({k.key for k in keys}), n=1)
+        owners = [f"[{k.table}] {k.key}" for k in keys if close and k.key == close[0]]
+    hint = f"did you mean {' or '.join(owners)}?" if owners else "put it under its table's line"
+    return ConfigError(f"{key!r} in {path!r} is outside any table: {hint}")
 
 
 def load_settings(

@@ -11,12 +11,18 @@ import socket
 from agentik.addresses import is_loopback
 from agentik.config import ConfigError, Settings
 
-__all__ = ["refuse_open_exposure", "refuse_taken_address"]
+__all__ = ["AddressInUse", "refuse_open_exposure", "refuse_taken_address"]
+
+
+class AddressInUse(ConfigError):
+    """Another program (another agentik, or anything else) listens on the address."""
+
+    kind = "cannot listen"
 
 
 def refuse_taken_address(addr: str, what: str, env: str) -> None:
-    """``ConfigError`` naming the setting when ``HOST:PORT`` is already taken (another
-    agentik, most likely): found before any server starts, instead of a bind traceback."""
+    """``AddressInUse`` naming the setting when ``HOST:PORT`` is already taken: found
+    before any server starts, instead of a bind traceback."""
     host, _, port = addr.rpartition(":")
     if not port.isdigit() or int(port) == 0:
         return
@@ -27,9 +33,10 @@ def refuse_taken_address(addr: str, what: str, env: str) -> None:
         probe.bind((host, int(port)))
     except OSError as exc:  # others (a host that does not resolve here) are the server's
         if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise ConfigError(
-                f"{addr} is already in use, so the {what} cannot listen there: is another "
-                f"agentik running? Stop it, or set {env} to another address"
+            raise AddressInUse(
+                f"{addr} is already in use by another program, so the {what} cannot listen "
+                f"there (`ss -ltnp 'sport = :{port}'` names it: another agentik, or anything "
+                f"else); stop it, or set {env} to another address"
             ) from None
     finally:
         probe.close()

@@ -50,7 +50,8 @@ def add_command(subparsers: Any) -> None:
     )
     chat.add_argument(
         "--url",
-        help="the web facade (default: http:// + $AGENTIK_HTTP_ADDR, else http://127.0.0.1:8000)",
+        help="the web facade, http://HOST:PORT or HOST:PORT (default: http:// + the "
+        "[web] http_addr of --config, else $AGENTIK_HTTP_ADDR, else 127.0.0.1:8000)",
     )
     chat.add_argument("--token", help="bearer token (default: $AGENTIK_TOKEN)")
     chat.add_argument(
@@ -77,12 +78,15 @@ def add_command(subparsers: Any) -> None:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from agentik_chat.api import AgentikClient, ChatError, default_url
+    from agentik_chat.api import AgentikClient, ChatError
 
     token, source = (args.token, "--token") if args.token else (None, "")
     if token is None and os.environ.get("AGENTIK_TOKEN"):
         token, source = os.environ["AGENTIK_TOKEN"], "AGENTIK_TOKEN"
-    client = AgentikClient(args.url or default_url(os.environ), token, source)
+    url = _facade_url(args)
+    if url is None:
+        return EXIT_USAGE
+    client = AgentikClient(url, token, source)
     try:
         conversation_id = _chosen_conversation(client, args)
         if args.agent:
@@ -101,6 +105,32 @@ def _chat(args: argparse.Namespace) -> int:
         return 0
     finally:
         client.close()
+
+
+def _facade_url(args: argparse.Namespace) -> str | None:
+    """Where the facade is: ``--url`` (``HOST:PORT``, as ``AGENTIK_HTTP_ADDR`` is written,
+    gets ``http://``), else the ``[web] http_addr`` of ``--config``, else the environment's.
+    None (said on stderr) when ``--url`` is not HTTP or the config cannot be read."""
+    from agentik_chat.api import default_url
+
+    if args.url:
+        scheme, sep, _ = args.url.strip().partition("://")
+        if not sep:
+            return f"http://{args.url.strip()}"
+        if scheme.lower() in ("http", "https"):
+            return str(args.url.strip())
+        print(f"agentik: --url {args.url!r} is not an http:// or https:// URL", file=sys.stderr)
+        return None
+    if not args.config:  # the client needs no engine setting: only a named file is read
+        return default_url(os.environ)
+    from agentik.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(args.config, os.environ, mcp=False)
+    except ConfigError as exc:
+        print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        return None
+    return default_url({"AGENTIK_HTTP_ADDR": settings.web.http_addr})
 
 
 def _chosen_conversation(client: AgentikClient, args: argparse.Namespace) -> str | None:

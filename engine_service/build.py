@@ -22,6 +22,7 @@ from engine_service.core.registry import ToolRegistry
 from engine_service.core.trace import NO_TRACER
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.llm.openai_chat import OpenAIChatModel
+from engine_service.llm.refusals import LLM_SETTINGS, SettingNames
 from engine_service.stores import open_store
 from engine_service.tools.a2a.sources import A2aAgentSources
 from engine_service.tools.agents import AGENT_SOURCE, AgentTool
@@ -50,10 +51,14 @@ def build_model(settings: Settings, agent: AgentConfig | None = None) -> ChatMod
     llm = settings.llm
     base_url, api_key, model = llm.base_url, llm.api_key, llm.model
     headers: dict[str, str] = {}
+    names = LLM_SETTINGS
     if agent is not None:
         if agent.own_endpoint:
             base_url, api_key, headers = agent.base_url, agent.api_key, agent.headers
         model = agent.model or model
+        names = SettingNames.of_agent(
+            agent.name, own_endpoint=agent.own_endpoint, own_model=agent.model is not None
+        )
     if base_url or api_key:
         return OpenAIChatModel(
             base_url=base_url or "https://api.openai.com/v1",
@@ -65,6 +70,7 @@ def build_model(settings: Settings, agent: AgentConfig | None = None) -> ChatMod
             headers=headers,
             max_idle_connections=llm.max_idle_connections,
             idle_timeout=llm.idle_timeout,
+            settings=names,
         )
     return OfflineChatModel()
 

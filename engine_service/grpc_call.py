@@ -64,6 +64,7 @@ def _call(args: argparse.Namespace) -> int:
             print(f"agentik: configuration error: {exc}", file=sys.stderr)
             return 2
     token = args.token or os.environ.get("AGENTIK_TOKEN", "")
+    source = "--token" if args.token else "AGENTIK_TOKEN" if token else ""
     metadata = [("authorization", f"Bearer {token}")] if token else []
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.AgentEngineStub(channel)
@@ -75,13 +76,34 @@ def _call(args: argparse.Namespace) -> int:
             else:
                 print(_json(call(request, metadata=metadata, timeout=args.timeout)))
         except grpc.RpcError as exc:
-            code = exc.code() if callable(getattr(exc, "code", None)) else None
-            name = code.name if code is not None else "UNKNOWN"
-            print(f"agentik grpc: {name}: {exc.details()}", file=sys.stderr)
+            print(f"agentik grpc: {_refusal(exc, target, source)}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
             return 130
     return 0
+
+
+_NOT_CONNECTED = ("failed to connect", "connection refused", "dns resolution failed")
+"""How gRPC words a call that never reached an engine (its status is UNAVAILABLE, as an
+engine's own refusal can be)."""
+
+
+def _refusal(exc: Any, target: str, token_source: str) -> str:
+    """The line for a failed call: the status and the engine's words, or what to do when
+    no engine answered or the token is missing or refused."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    name = code.name if code is not None else "UNKNOWN"
+    details = str(exc.details() or "")
+    if name == "UNAVAILABLE" and any(words in details.lower() for words in _NOT_CONNECTED):
+        return (
+            f"cannot reach the engine at {target}: is `make run` (or `agentik engine`) "
+            "running? (--target or AGENTIK_ENGINE_TARGET names another)"
+        )
+    if name == "UNAUTHENTICATED" and not token_source:
+        return f"{name}: the engine needs a token: set AGENTIK_TOKEN or pass --token"
+    if name == "UNAUTHENTICATED":
+        return f"{name}: the token in {token_source} was refused: {details}"
+    return f"{name}: {details}"
 
 
 def _json(message: Any) -> str:

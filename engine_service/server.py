@@ -55,8 +55,8 @@ from engine_service.core.run_webhooks import PushConfigs, RunWebhooks
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
+from engine_service.stores import store_label
 from engine_service.webhooks.a2a_push import A2aPush
-from engine_service.workers import redact_store
 
 __all__ = [
     "COMPANION_TICK",
@@ -195,7 +195,7 @@ class EngineServer:
         self.gate = Gate.from_settings(settings)
         self.engine = engine
         self.settings = settings
-        self.llm = LlmWatch(engine.model, settings.llm.check_interval, settings.llm.api_key)
+        self.llm = LlmWatch.of(engine.agents, settings.llm.check_interval)
         self.health = _Health(self._health_metadata)
         self.mcp = build_mcp_sources(settings, engine.tools)
         self.a2a = build_a2a_agents(settings, engine.tools)
@@ -385,6 +385,51 @@ def _redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def llm_lines(engine: Engine) -> list[tuple[int, str]]:
+    """The start-up lines (level, text) on the models: the default agent's, then each
+    other agent's own; whether each endpoint answers follows from the first check."""
+    agents, default = engine.agents, engine.model
+    others = [p for p in agents if p.name != agents.default and p.model is not default]
+
+    def at(model: object) -> str:
+        endpoint = getattr(model, "base_url", "")
+        return f" at {_redacted(endpoint)}" if endpoint else ""
+
+    lines: list[tuple[int, str]] = []
+    if default.name != "offline":
+        lines.append((logging.INFO, f"LLM: {default.name}{at(default)}"))
+    elif own := [repr(p.name) for p in others if p.model.name != "offline"]:
+        others_have = (
+            f"agent {own[0]} has an LLM endpoint of its own"
+            if len(own) == 1
+            else f"agents {', '.join(own)} have LLM endpoints of their own"
+        )
+        lines.append(
+            (
+                logging.WARNING,
+                f"the default agent {agents.default!r} uses the built-in OFFLINE model: its "
+                f"answers are canned echoes ({others_have}). Set OPENAI_BASE_URL and/or "
+                "OPENAI_API_KEY ([llm]) to give it a real LLM.",
+            )
+        )
+    else:
+        lines.append(
+            (
+                logging.WARNING,
+                "using the built-in OFFLINE model: answers are canned echoes. "
+                "Set OPENAI_BASE_URL and/or OPENAI_API_KEY to use a real LLM.",
+            )
+        )
+    for profile in others:
+        lines.append(
+            (
+                logging.INFO,
+                f"LLM of agent {profile.name!r}: {profile.model.name}{at(profile.model)}",
+            )
+        )
+    return lines
+
+
 def startup_lines(settings: Settings, engine: Engine) -> list[str]:
     """What an operator checks first: auth, the tools loaded, which wait for a person."""
     if settings.auth_enabled:
@@ -395,8 +440,10 @@ def startup_lines(settings: Settings, engine: Engine) -> list[str]:
         auth = "auth: off (no tokens; serves loopback only unless AGENTIK_ALLOW_ANONYMOUS)"
     names = [name for name, _, _ in engine.tools.describe()]
     tools = f"tools: {len(names)} loaded ({', '.join(names) or 'none'})"
-    if settings.mcp.servers:
-        tools += f"; MCP tools join as their {len(settings.mcp.servers)} servers connect"
+    if (servers := len(settings.mcp.servers)) == 1:
+        tools += "; MCP tools join as their server connects"
+    elif servers:
+        tools += f"; MCP tools join as their {servers} servers connect"
     gated = [n for n in names if n != ASK_USER and needs_approval(n, settings.tools.approval)]
     if settings.tools.approval:
         patterns = ", ".join(settings.tools.approval)
@@ -473,20 +520,14 @@ async def _serve(
     companion: Companion | None,
 ) -> bool:
     host = settings.engine.grpc_addr.rsplit(":", 1)[0]
-    store = redact_store(settings.engine.store)
+    store = store_label(settings.engine.store)
     own = f" and on its own {own_addr}" if own_addr else ""
     log.info("agentik engine listening on %s:%d%s (store %s)", host, port, own, store)
     if server.metrics_port:
         metrics_host = settings.engine.metrics_addr.rsplit(":", 1)[0]
         log.info("engine metrics on http://%s:%d/metrics", metrics_host, server.metrics_port)
-    if engine.model.name == "offline":
-        log.warning(
-            "using the built-in OFFLINE model: answers are canned echoes. "
-            "Set OPENAI_BASE_URL and/or OPENAI_API_KEY to use a real LLM."
-        )
-    else:
-        endpoint = getattr(engine.model, "base_url", "")
-        log.info("LLM: %s%s", engine.model.name, f" at {_redacted(endpoint)}" if endpoint else "")
+    for level, line in llm_lines(engine):
+        log.log(level, "%s", line)
     for line in startup_lines(settings, engine):
         log.info("%s", line)
     # The LLM's line, "llm: ok (...)" or a warning with its fix, comes from its first probe.

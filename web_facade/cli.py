@@ -37,7 +37,7 @@ def _settings(args: argparse.Namespace, *, engine_too: bool = False) -> Settings
             refuse_taken_address(settings.engine.grpc_addr, "engine", "AGENTIK_GRPC_ADDR")
         return settings
     except ConfigError as exc:
-        print(f"agentik: configuration error: {exc}", file=sys.stderr)
+        print(f"agentik: {exc.kind}: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
 
 

@@ -2,9 +2,10 @@
 
 The engine is asked through the standard ``grpc.health.v1`` service. 200 when it is
 SERVING; 503 when it is not, or cannot be reached. ``llm`` is the engine's last check of
-its LLM endpoint (``ok``, ``unreachable``, ``unknown model``, ``unauthorized``, ``offline``
-or ``checking``), from the answer's ``agentik-llm`` metadata: it informs, it never turns
-the answer into a 503 (a run says what is wrong with the LLM when it fails).
+its agents' LLM endpoints (``ok``, ``model not checked``, ``unreachable``, ``unknown model``,
+``unauthorized``, ``offline`` or ``checking``), from the answer's ``agentik-llm`` metadata:
+it informs, it never turns the answer into a 503 (a run says what is wrong with the LLM when
+it fails).
 """
 
 from __future__ import annotations

@@ -51,7 +51,13 @@ from engine_service.llm.http import (
     ReadTimedOut,
     Response,
 )
-from engine_service.llm.refusals import RETRYABLE, is_context_words, provider_error
+from engine_service.llm.refusals import (
+    LLM_SETTINGS,
+    RETRYABLE,
+    SettingNames,
+    is_context_words,
+    provider_error,
+)
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
@@ -67,6 +73,7 @@ MAX_LLM_EVENT_BYTES = 16 * 1024 * 1024
 ``llm_bad_stream``, so an endpoint that never ends a line cannot grow the engine's memory."""
 
 _RETRYABLE = RETRYABLE
+_NOT_AUTH = frozenset({"Content-Type", "Accept", "User-Agent"})
 
 
 class OpenAIChatModel(ChatModel):
@@ -94,11 +101,14 @@ class OpenAIChatModel(ChatModel):
         headers: Mapping[str, str] | None = None,
         max_idle_connections: int = MAX_IDLE,
         idle_timeout: float = IDLE_TIMEOUT,
+        settings: SettingNames = LLM_SETTINGS,
     ) -> None:
         """``headers`` go with every request (an agent's own, ``[[agents]] headers``);
-        ``max_idle_connections`` and ``idle_timeout`` bound the kept-alive connections."""
+        ``max_idle_connections`` and ``idle_timeout`` bound the kept-alive connections;
+        ``settings``: the settings a refusal names (an agent's own, or ``[llm]``'s)."""
         self.name = f"openai:{model}"
         self.model = model
+        self.settings = settings
         self.base_url = base_url.rstrip("/")
         self.endpoint_host = urlsplit(self.base_url).hostname or ""
         self.timeout = timeout
@@ -114,6 +124,11 @@ class OpenAIChatModel(ChatModel):
             "User-Agent": f"agentik/{__version__}",
             **(headers or {}),
         }
+        self.auth_headers = {
+            key: value for key, value in self._headers.items() if key not in _NOT_AUTH
+        }
+        """What identifies this model's caller to the endpoint: the key, the agent's
+        headers (the LLM check, ``llm.probe``, sends the same)."""
         self._http = HttpClient(
             connect_timeout=timeout,
             read_timeout=timeout,
@@ -264,7 +279,7 @@ class OpenAIChatModel(ChatModel):
         else:
             text = text or raw[:300].decode("utf-8", "replace")
         logged = f"LLM endpoint {self._endpoint} answered HTTP {status}: {code} {text}".rstrip()
-        return provider_error(status, code, text, logged, param)
+        return provider_error(status, code, text, logged, param, self.settings)
 
 
 def _error(code: str, message: str, detail: str = "") -> LLMError:

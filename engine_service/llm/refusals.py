@@ -15,11 +15,35 @@ the run answers with one compaction and a retry (``core.context``).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from engine_service.core.context import LLM_CONTEXT_ERROR
 from engine_service.core.errors import LLMError
 
-__all__ = ["RETRYABLE", "is_context_words", "provider_error"]
+__all__ = ["LLM_SETTINGS", "RETRYABLE", "SettingNames", "is_context_words", "provider_error"]
+
+
+@dataclass(frozen=True, slots=True)
+class SettingNames:
+    """How a message names the settings behind one model: ``[llm]``'s, or those of the
+    ``[[agents]]`` entry that has its own endpoint or model."""
+
+    base_url: str = "[llm] base_url (OPENAI_BASE_URL)"
+    api_key: str = "[llm] api_key (OPENAI_API_KEY)"
+    model: str = "[llm] model (AGENTIK_MODEL)"
+
+    @classmethod
+    def of_agent(cls, name: str, *, own_endpoint: bool, own_model: bool) -> SettingNames:
+        """An agent's: its own keys where it has them, ``[llm]``'s where not."""
+        own, llm = f"[[agents]] {name!r}", LLM_SETTINGS
+        return cls(
+            base_url=f"{own} base_url" if own_endpoint else llm.base_url,
+            api_key=f"{own} api_key" if own_endpoint else llm.api_key,
+            model=f"{own} model" if own_model else llm.model,
+        )
+
+
+LLM_SETTINGS = SettingNames()
 
 RETRYABLE = frozenset({"llm_unavailable", "llm_rate_limited", "llm_server_error", "llm_timeout"})
 
@@ -38,9 +62,17 @@ def is_context_words(text: str) -> bool:
     return _CONTEXT_WORDS.search(text) is not None
 
 
-def provider_error(status: int, code: str, text: str, detail: str, param: str = "") -> LLMError:
+def provider_error(
+    status: int,
+    code: str,
+    text: str,
+    detail: str,
+    param: str = "",
+    names: SettingNames = LLM_SETTINGS,
+) -> LLMError:
     """The ``LLMError`` for an endpoint's HTTP ``status`` with its error ``code``, ``text``
-    and ``param`` (each may be empty); ``detail`` is what the log gets."""
+    and ``param`` (each may be empty); ``detail`` is what the log gets; ``names``: the
+    settings a fix names (the agent's that made the call)."""
     code = code if _CODE.fullmatch(code) else ""
     param = param if _CODE.fullmatch(param) else ""
     named = f" ({code})" if code else f" (HTTP {status})"
@@ -55,7 +87,7 @@ def provider_error(status: int, code: str, text: str, detail: str, param: str = 
         cause = "refused the API key" if status == 401 else "does not let this key do that"
         return _error(
             "llm_auth",
-            f"the LLM endpoint {cause}{named}{tail}; check [llm] api_key (OPENAI_API_KEY)",
+            f"the LLM endpoint {cause}{named}{tail}; check {names.api_key}",
             detail,
         )
     if status == 429:
@@ -67,7 +99,7 @@ def provider_error(status: int, code: str, text: str, detail: str, param: str = 
         return _error(
             "llm_bad_request",
             f"unknown model, or a base URL without the API's path{named}{tail}; check "
-            "[llm] model (AGENTIK_MODEL) and base_url (OPENAI_BASE_URL)",
+            f"{names.model} and {names.base_url}",
             detail,
         )
     if status == 413:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 from urllib.parse import urlsplit, urlunsplit
 
 from engine_service.core.store import RunBegun, SessionStore
@@ -22,6 +23,7 @@ from engine_service.stores.memory import MemorySessionStore
 from engine_service.stores.sqlite import SqliteSessionStore
 
 __all__ = [
+    "DriverMissing",
     "MemorySessionStore",
     "RunBegun",
     "SessionStore",
@@ -29,6 +31,8 @@ __all__ = [
     "migrate_store",
     "open_store",
     "redacted_url",
+    "sqlite_file",
+    "store_label",
 ]
 
 _SQLITE = "sqlite:///"
@@ -47,6 +51,23 @@ def redacted_url(url: str) -> str:
         return urlunsplit(parts._replace(netloc=netloc))
     except ValueError:
         return "<unparseable URL>"
+
+
+class DriverMissing(ValueError):
+    """The store URL needs a driver that is not installed (the ``postgres`` extra)."""
+
+
+def sqlite_file(url: str) -> str | None:
+    """The absolute path of the SQLite file ``url`` opens (three slashes are relative to the
+    working directory, four absolute), or None for another store."""
+    path = url[len(_SQLITE) :] if url.startswith(_SQLITE) else ""
+    return os.path.abspath(path) if path and path != ":memory:" else None
+
+
+def store_label(url: str) -> str:
+    """``url`` for a log line: its password replaced, a SQLite file's absolute path after it."""
+    path = sqlite_file(url)
+    return f"{redacted_url(url)} ({path})" if path else redacted_url(url)
 
 
 def open_store(url: str, *, retry_seconds: float = 5.0, batch_max: int = 256) -> SessionStore:
@@ -88,7 +109,7 @@ def _require_psycopg() -> None:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError:
-        raise ValueError(
+        raise DriverMissing(
             "a postgresql:// store needs the PostgreSQL driver: pip install 'agentik[postgres]'"
             " (in a clone: .venv/bin/pip install -e '.[postgres]')"
         ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentik.cli import build_parser
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from tests.engine.harness import WAIT
@@ -144,6 +146,32 @@ def test_agentik_tools_lists_the_native_tools(tmp_path: Path) -> None:
             result.stdout
         )
     assert "ask_user" not in result.stdout
+    assert result.stderr == (
+        "agentik tools: the tools of the defaults and the environment (no --config or "
+        "AGENTIK_CONFIG); a running engine offers what its own settings name: give this "
+        "command the same --config and environment\n"
+    )
+
+
+def test_agentik_tools_names_the_config_file_it_read(tmp_path: Path) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text("")
+    for args, env in (
+        (["tools", "--config", str(config)], {}),
+        (["tools"], {"AGENTIK_CONFIG": str(config)}),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "agentik.cli", *args],
+            cwd=ROOT,
+            env=engine_env(tmp_path, **env),
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        source = "--config" if args[1:] else "AGENTIK_CONFIG"
+        assert result.returncode == 0, result.stderr
+        said = f"agentik tools: the tools of {config} ({source}) and the environment; "
+        assert result.stderr.startswith(said), result.stderr
 
 
 def test_agentik_tools_says_which_calls_wait_for_a_person(tmp_path: Path) -> None:
@@ -219,7 +247,11 @@ def test_a_taken_address_stops_the_start_with_one_line_naming_the_setting(
             timeout=WAIT,
         )
     assert result.returncode == 2, result.stderr
-    assert f"{taken} is already in use, so the {what} cannot listen there" in result.stderr
+    assert result.stderr.startswith(
+        f"agentik: cannot listen: {taken} is already in use by another program, so the {what} "
+        "cannot listen there"
+    )
+    assert "is another agentik running" not in result.stderr
     assert variable in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert time.monotonic() - started < WAIT / 2
@@ -329,3 +361,64 @@ def test_the_engine_command_exits_1_when_its_companion_cannot_run() -> None:
     )
     assert done.stdout.split("\n")[:-1] == ["started", "stopped", "closed", "exit 1"], done.stderr
     assert "engine stopped" in done.stderr
+
+
+def test_config_is_taken_before_or_after_every_command() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = list(sub.choices)
+    needed = {"engine": [], "tools": [], "doctor": [], "grpc": ["Health"], "mcp": [], "chat": []}
+    assert set(needed) <= set(commands)
+    for command in commands:
+        given = needed.get(command, [])
+        assert parser.parse_args([command, *given]).config is None
+        assert parser.parse_args(["--config", "a.toml", command, *given]).config == "a.toml"
+        assert parser.parse_args([command, "--config", "b.toml", *given]).config == "b.toml"
+        after = parser.parse_args(["--config", "a.toml", command, "--config", "b.toml", *given])
+        assert after.config == "b.toml", command
+
+
+def test_doctor_reads_a_config_given_after_the_command(tmp_path: Path) -> None:
+    config = tmp_path / "agentik.toml"
+    config.write_text('[web]\nhttp_addr = "127.0.0.1:8123"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "agentik.cli", "doctor", "--config", str(config)],
+        cwd=tmp_path,
+        env={**engine_env(tmp_path), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"ok    config  {config}; ")
+    assert "web 127.0.0.1:8123" in done.stdout
+
+
+def started_engine(cwd: Path, *args: str, **env: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """``python -m engine_service ARGS`` in ``cwd``, its log read line by line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine_service", *args],
+        cwd=cwd,
+        env={**engine_env(cwd, **env), "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, []
+
+
+def stopped(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(WAIT)
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+def test_the_start_log_names_the_absolute_file_of_a_relative_sqlite_store(tmp_path: Path) -> None:
+    process, log = started_engine(tmp_path, AGENTIK_STORE="sqlite:///var/lib/agentik/agentik.db")
+    try:
+        found = read_until(process, r"listening on .*\(store (.*)\)$", log).group(1)
+    finally:
+        stopped(process)
+
+    assert found == f"sqlite:///var/lib/agentik/agentik.db ({tmp_path}/var/lib/agentik/agentik.db)"

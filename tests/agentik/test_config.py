@@ -217,9 +217,52 @@ def test_an_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
         load_settings(_write(tmp_path, "[llm]\nmodle = 'x'\n"), {})
 
 
-def test_a_top_level_key_is_an_unknown_section(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown section 'model'"):
-        load_settings(_write(tmp_path, "model = 'x'\n"), {})
+@pytest.mark.parametrize(
+    ("line", "hint"),
+    [
+        ("model = 'x'", "did you mean [llm] model?"),
+        ("modle = 'x'", "did you mean [llm] model?"),
+        ("approval = ['calculate']", "did you mean [tools] approval?"),
+        ("timeout = 3", "did you mean [llm] timeout or [tools] timeout or [webhooks] timeout?"),
+        ("zzzzqq = 1", "put it under its table's line"),
+    ],
+)
+def test_a_key_above_every_table_is_named_as_outside_any_table_with_its_table(
+    tmp_path: Path, line: str, hint: str
+) -> None:
+    path = _write(tmp_path, f"{line}\n[llm]\nmodel = 'y'\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, {})
+    key = line.split()[0]
+    assert str(caught.value) == f"{key!r} in {str(path)!r} is outside any table: {hint}"
+
+
+def test_a_config_file_saved_as_utf16_is_one_line_saying_to_save_it_as_utf8(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_bytes("[llm]\nmodel = 'x'\n".encode("utf-16"))
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, {})
+    assert str(caught.value) == (
+        f"config file {str(path)!r} is not UTF-8 text: it is UTF-16 (Windows Notepad's "
+        '"Unicode"); save it as UTF-8'
+    )
+
+
+def test_a_config_file_in_another_encoding_names_the_first_byte_that_is_not_utf8(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_bytes("[llm]\nmodel = 'caf\u00e9'\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"is not UTF-8 text \(byte 0xe9 at offset 18\)"):
+        load_settings(path, {})
+
+
+def test_a_utf8_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "agentik.toml"
+    path.write_bytes(b"\xef\xbb\xbf[llm]\nmodel = 'x'\n")
+    assert load_settings(path, {}).llm.model == "x"
 
 
 def test_a_section_that_is_not_a_table_is_an_error(tmp_path: Path) -> None:
@@ -897,3 +940,19 @@ def test_a_request_id_limit_that_is_not_a_positive_integer_is_refused_naming_it(
 ) -> None:
     with pytest.raises(ConfigError, match="AGENTIK_A2A_MAX_REQUEST_ID_CHARS"):
         load_settings(None, {"AGENTIK_A2A_MAX_REQUEST_ID_CHARS": value})
+
+
+@pytest.mark.parametrize("tail", ["/chat/completions", "/chat/completions/", "/completions"])
+def test_an_llm_base_url_of_the_chat_endpoint_is_refused_naming_the_base(tail: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"OPENAI_BASE_URL": f"http://127.0.0.1:9/v1{tail}"})
+    assert f"must stop before {tail.rstrip('/')}" in str(caught.value)
+    assert "use 'http://127.0.0.1:9/v1'" in str(caught.value)
+
+
+def test_an_agents_base_url_of_the_chat_endpoint_is_refused_naming_the_agent(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, '[[agents]]\nname = "r"\nbase_url = "http://h/v1/chat/completions"\n')
+    with pytest.raises(ConfigError, match=r"invalid base_url of \[\[agents\]\] entry 1 .*'r'"):
+        load_settings(path, {})

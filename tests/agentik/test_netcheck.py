@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from agentik.config import AuthSettings, ConfigError, Settings, TokenEntry, load_settings
-from agentik.netcheck import refuse_open_exposure, refuse_taken_address
+from agentik.netcheck import AddressInUse, refuse_open_exposure, refuse_taken_address
 
 SECRET_A = "tokA-5s9Lq"
 
@@ -53,6 +53,8 @@ def test_an_address_already_taken_is_refused_naming_the_setting() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         addr = f"127.0.0.1:{taken.getsockname()[1]}"
-        with pytest.raises(ConfigError, match="set AGENTIK_GRPC_ADDR to another address"):
+        with pytest.raises(AddressInUse, match="set AGENTIK_GRPC_ADDR to another address") as said:
             refuse_taken_address(addr, "engine", "AGENTIK_GRPC_ADDR")
+        assert said.value.kind == "cannot listen"  # not a mistake in the configuration
+        assert "by another program" in str(said.value)
     refuse_taken_address("127.0.0.1:0", "engine", "AGENTIK_GRPC_ADDR")  # port 0: any free one

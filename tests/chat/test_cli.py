@@ -246,3 +246,40 @@ def test_a_prefix_that_matches_nothing_is_named(stack: Stack) -> None:
 
     assert done.returncode == 1
     assert "no conversation matches 'zzzz-nothing'" in done.stderr
+
+
+def test_a_url_without_a_scheme_is_dialled_over_http() -> None:
+    url = f"127.0.0.1:{free_port()}"
+    done = run_chat("hi", "--url", url)
+    assert done.returncode == 1
+    assert done.stderr == f"agentik: cannot reach agentik at http://{url}: is `make run` running?\n"
+
+
+def test_a_url_of_another_scheme_is_refused_naming_it() -> None:
+    done = run_chat("hi", "--url", "ftp://127.0.0.1:8000")
+    assert done.returncode == EXIT_USAGE
+    said = "agentik: --url 'ftp://127.0.0.1:8000' is not an http:// or https:// URL\n"
+    assert done.stderr == said
+
+
+def test_config_names_the_facade_by_its_http_addr(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "agentik.toml"
+    config.write_text(f'[web]\nhttp_addr = "0.0.0.0:{port}"\n')
+    for args in (["--config", str(config)], []):
+        done = run_chat("hi", *args) if args else run_chat_before("hi", str(config))
+        assert done.returncode == 1
+        assert f"cannot reach agentik at http://127.0.0.1:{port}:" in done.stderr, done.stderr
+
+
+def run_chat_before(stdin: str, config: str) -> subprocess.CompletedProcess[str]:
+    """``agentik --config CONFIG chat``: the option before the command."""
+    return subprocess.run(
+        [*CHAT[:-1], "--config", config, "chat"],
+        input=stdin,
+        env=chat_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )

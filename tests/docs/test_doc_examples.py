@@ -22,6 +22,7 @@ facade under gunicorn, the offline model), as a reader would in one shell per do
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -354,11 +355,13 @@ def only_make_run(block: Block) -> bool:
 
 
 def check_make_run(block: Block, reader: Reader) -> None:
-    """A ``make run`` line's settings load (a wrong name or value fails here)."""
+    """A ``make run`` line's settings load (a wrong name or value fails here), in the
+    reader's directory: ``AGENTIK_CONFIG=agentik.toml`` is the document's last TOML block."""
     for command in commands(block.text):
         if (assignments := make_run(command)) is not None:
             env = {**reader.env, **evaluate_assignments(assignments, reader)}
-            load_settings(None, {k: v for k, v in env.items() if k.startswith("AGENTIK_")})
+            with contextlib.chdir(reader.workdir):
+                load_settings(None, {k: v for k, v in env.items() if k.startswith("AGENTIK_")})
 
 
 def run_python(block: Block, stacks: Stacks, reader: Reader) -> None:

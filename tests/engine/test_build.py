@@ -1,5 +1,6 @@
 """Building the engine from the settings (``engine_service.build``): the start-up warnings
-for tool globs and approvals that match no tool (issue 23)."""
+for tool globs and approvals that match no tool (issue 23); each agent's model names its own
+settings in a refusal."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 
 from agentik.config import ConfigError, load_settings
 from engine_service.build import build_engine, build_model, warn_unmatched
+from engine_service.core.chat import ChatRequest
+from engine_service.core.errors import LLMError
+from engine_service.core.models import Message, Role, TextPart
 from engine_service.llm.openai_chat import OpenAIChatModel
+from tests.fakes.fake_openai import FakeOpenAI
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -79,3 +84,28 @@ def test_the_llm_connection_pool_is_bounded_by_the_settings() -> None:
 def test_a_bad_pool_bound_is_refused_naming_it(name: str, value: str, said: str) -> None:
     with pytest.raises(ConfigError, match=said):
         load_settings(None, {name: value})
+
+
+@pytest.mark.parametrize(
+    ("agent", "named"),
+    [
+        ('base_url = "{url}"\napi_key = "wrong"\n', "check [[agents]] 'researcher' api_key"),
+        ('model = "fake-model"\n', "check [llm] api_key (OPENAI_API_KEY)"),
+    ],
+)
+async def test_a_refused_key_names_the_api_key_setting_of_the_agent_that_called(
+    tmp_path: Path, agent: str, named: str
+) -> None:
+    with FakeOpenAI(api_key="sk-good") as fake:
+        entry = '[[agents]]\nname = "researcher"\n' + agent.format(url=fake.base_url)
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "also-wrong"}
+        settings = load_settings(_write(tmp_path, entry), env)
+        model = build_model(settings, settings.agent.agents[0])
+        request = ChatRequest([Message("m1", Role.USER, [TextPart("hi")])], [])
+        with pytest.raises(LLMError) as refused:
+            async for _ in model.stream(request):
+                pass
+        await model.aclose()
+
+    assert refused.value.code == "llm_auth"
+    assert refused.value.message.endswith(named)

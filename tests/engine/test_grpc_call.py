@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 
@@ -63,8 +64,33 @@ async def test_the_token_comes_from_the_environment(
     async with running_engine(settings) as harness:
         target = harness.target
         code, _, err = await _agentik(capsys, "grpc", "ListSessions", "--target", target)
-        assert code == 1 and "UNAUTHENTICATED" in err
+        assert (code, err) == (
+            1,
+            "agentik grpc: UNAUTHENTICATED: the engine needs a token: set AGENTIK_TOKEN or "
+            "pass --token\n",
+        )
+        code, _, err = await _agentik(
+            capsys, "grpc", "ListSessions", "--target", target, "--token", "wrong"
+        )
+        assert code == 1
+        assert err.startswith("agentik grpc: UNAUTHENTICATED: the token in --token was refused")
         monkeypatch.setenv("AGENTIK_TOKEN", "secret-a")
         code, out, err = await _agentik(capsys, "grpc", "ListSessions", "--target", target)
         assert code == 0, err
         assert json.loads(out) == {} or "sessions" in json.loads(out)
+
+
+async def test_an_engine_that_is_not_there_is_said_in_plain_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{sock.getsockname()[1]}"
+
+    code, _, err = await _agentik(capsys, "grpc", "ListSessions", "--target", target)
+
+    assert (code, err) == (
+        1,
+        f"agentik grpc: cannot reach the engine at {target}: is `make run` (or `agentik "
+        "engine`) running? (--target or AGENTIK_ENGINE_TARGET names another)\n",
+    )

@@ -74,6 +74,17 @@ def test_health_reports_the_llm_check_without_failing(
     }
 
 
+def test_health_says_the_model_is_not_checked_when_the_endpoint_has_no_models(
+    checked_engine: Callable[..., str], make_app: Callable[..., Flask], llm: FakeOpenAI
+) -> None:
+    target = checked_engine(OPENAI_BASE_URL=f"{llm.base_url}/not-the-api")
+    api = ApiClient(make_app(target).test_client())
+
+    response = api.call("GET", "/health")
+
+    assert (response.status_code, response.get_json()["llm"]) == (200, "model not checked")
+
+
 def test_health_is_503_when_the_engine_is_unreachable(make_app: Callable[..., Flask]) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

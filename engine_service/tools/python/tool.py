@@ -25,7 +25,9 @@ import dataclasses
 import importlib
 import inspect
 import logging
+import os
 import re
+import sys
 import threading
 import typing
 from collections.abc import Callable, Iterable
@@ -320,12 +322,47 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0]
 
 
-def _resolve(reference: str) -> object:
+def _import(module_name: str, directory: str) -> object:
+    """The module; one not on the engine's path is looked for in ``directory`` (the config
+    file's), which is then appended to ``sys.path``: last, so it shadows no installed
+    module, and kept, so the module's own imports of its neighbours work too."""
+    top = module_name.partition(".")[0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        beside = directory and (
+            os.path.isfile(os.path.join(directory, f"{top}.py"))
+            or os.path.isdir(os.path.join(directory, top))
+        )
+        if exc.name != top or not beside or directory in sys.path:
+            raise
+    sys.path.append(directory)
+    importlib.invalidate_caches()
+    log.info("[[tools.python]]: %r imported from the config file's directory %s", top, directory)
+    return importlib.import_module(module_name)
+
+
+def _not_found(module_name: str, exc: ModuleNotFoundError, directory: str) -> str:
+    """Why ``module_name`` does not import, with where the engine looks when the module
+    itself (not one of its own imports) is missing."""
+    top = module_name.partition(".")[0]
+    said = f"cannot import {module_name!r}: {exc}"
+    if exc.name != top:
+        return said
+    beside = f" or beside the config file ({directory})" if directory else ""
+    return (
+        f"{said}; is {top!r} on the engine's PYTHONPATH{beside}? The working directory is "
+        "not searched: start the engine with PYTHONPATH=. (or the module's directory), "
+        "or install the module"
+    )
+
+
+def _resolve(reference: str, directory: str) -> object:
     module_name, _, attributes = reference.partition(":")
     try:
-        target: object = importlib.import_module(module_name)
+        target: object = _import(module_name, directory)
     except ModuleNotFoundError as exc:
-        raise PythonToolLoadError(f"cannot import {module_name!r}: {exc}") from None
+        raise PythonToolLoadError(_not_found(module_name, exc, directory)) from None
     except Exception as exc:
         raise PythonToolLoadError(
             f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
@@ -343,7 +380,7 @@ def _resolve(reference: str) -> object:
 def load_python_tool(config: PythonToolConfig) -> PythonTool:
     """Import and describe the function ``config`` names; ``PythonToolLoadError`` if unusable."""
     try:
-        function = _resolve(config.function)
+        function = _resolve(config.function, config.directory)
         if not (inspect.isfunction(function) or inspect.ismethod(function)):
             kind = type(function).__name__
             raise PythonToolLoadError(f"{config.function!r} is not a function (it is a {kind})")

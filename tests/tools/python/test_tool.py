@@ -394,3 +394,68 @@ def test_a_misspelt_tools_python_table_gets_a_did_you_mean(tmp_path: Path) -> No
     path = write(tmp_path, f'[[tools.pyton]]\nfunction = "{SAMPLES}:shout"\n')
     with pytest.raises(ConfigError, match="did you mean 'python'"):
         load_settings(path, {})
+
+
+@pytest.fixture
+def own_path(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``sys.path`` and ``sys.modules`` as they were, once the test is over."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    return sys.path
+
+
+def test_a_module_beside_the_config_file_loads_from_the_config_files_directory(
+    tmp_path: Path, own_path: list[str]
+) -> None:
+    (tmp_path / "beside_tools_1.py").write_text(
+        'def greet(name: str) -> str:\n    """Say hello."""\n    return f"hello {name}"\n'
+    )
+    path = write(tmp_path, '[[tools.python]]\nfunction = "beside_tools_1:greet"\n')
+
+    registry = build_tools(load_settings(path, {}))
+
+    assert registry.source_of("greet") == "python"
+    assert own_path[-1] == str(tmp_path)  # appended: it shadows no installed module
+
+
+def test_a_module_that_is_nowhere_is_named_with_where_the_engine_looks(
+    tmp_path: Path, own_path: list[str]
+) -> None:
+    path = write(tmp_path, '[[tools.python]]\nfunction = "nowhere_tools_xyz.sub:f"\n')
+
+    with pytest.raises(ConfigError) as raised:
+        build_tools(load_settings(path, {}))
+
+    message = str(raised.value)
+    assert message.startswith(
+        "[[tools.python]] entry 1 (nowhere_tools_xyz.sub:f): cannot import "
+        "'nowhere_tools_xyz.sub': No module named 'nowhere_tools_xyz'; is 'nowhere_tools_xyz' "
+        f"on the engine's PYTHONPATH or beside the config file ({tmp_path})? The working "
+        "directory is not searched: start the engine with PYTHONPATH=."
+    )
+    assert str(tmp_path) not in own_path
+
+
+def test_a_missing_module_without_a_config_file_names_pythonpath() -> None:
+    with pytest.raises(PythonToolLoadError) as raised:
+        load_python_tool(entry("nowhere_tools_xyz:f"))
+
+    message = str(raised.value)
+    assert "is 'nowhere_tools_xyz' on the engine's PYTHONPATH? The working directory" in message
+    assert "config file" not in message
+
+
+def test_a_dependency_the_module_lacks_is_named_without_the_path_hint(
+    tmp_path: Path, own_path: list[str]
+) -> None:
+    (tmp_path / "beside_tools_2.py").write_text("import no_such_dependency_xyz\n")
+    path = write(tmp_path, '[[tools.python]]\nfunction = "beside_tools_2:f"\n')
+
+    with pytest.raises(ConfigError) as raised:
+        build_tools(load_settings(path, {}))
+
+    assert str(raised.value).endswith(
+        "cannot import 'beside_tools_2': No module named 'no_such_dependency_xyz'"
+    )

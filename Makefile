@@ -9,7 +9,27 @@ PROTO    := proto/agentik/engine/v1/engine.proto
 
 .PHONY: install dev-install run engine web test lint typecheck pytest proto proto-lint node-deps browser bench clean
 
+# agentik needs Python 3.11 or newer (requires-python in pyproject.toml). $(PYTHON) is checked
+# before the venv is made from it, and the venv's own python before anything is installed into
+# it (a venv an older python3 left behind): one line naming the version and the fix, instead of
+# the resolver's text. The check runs on any Python, 2.7 included.
+PYTHON_MIN := 3.11
+GOAL       := $(or $(firstword $(MAKECMDGOALS)),install)
+OLD_PYTHON  = agentik needs Python $(PYTHON_MIN) or newer, and %s is Python %s: \
+	run make $(GOAL) PYTHON=python$(PYTHON_MIN) (or give the path of a newer python)
+OLD_VENV    = $(VENV) was made by an older Python (%s is Python %s), and agentik needs \
+	$(PYTHON_MIN) or newer: remove it (make clean, or rm -rf $(VENV)), then run make $(GOAL) \
+	again, with PYTHON=python$(PYTHON_MIN) if $(PYTHON) is older
+# $(call too_old,INTERPRETER,MESSAGE): exit 1 saying MESSAGE (its two %s: the interpreter, with
+# the path it runs from when that is not how it was named, and its version) when INTERPRETER is
+# older than $(PYTHON_MIN).
+too_old = $(1) -c 'import os, sys; need = tuple(int(n) for n in "$(PYTHON_MIN)".split(".")); \
+	got = "%d.%d.%d" % tuple(sys.version_info[:3]); named = "$(1)"; \
+	who = named if os.path.abspath(named) == sys.executable else "%s (%s)" % (named, sys.executable); \
+	sys.exit(0 if tuple(sys.version_info[:2]) >= need else "$(2)" % (who, got))'
+
 $(BIN)/python:
+	@$(call too_old,$(PYTHON),$(OLD_PYTHON))
 	$(PYTHON) -m venv $(VENV)
 
 # Two stamps: `make run` installs the runtime dependencies only ($(STAMP)); `make test` and
@@ -17,6 +37,7 @@ $(BIN)/python:
 # install goes through uv (installed with pip, from pip's configured indexes, for the time of
 # the install) to leave out what a2a-sdk declares and nothing imports: see the script.
 $(STAMP): pyproject.toml tools/install_runtime.py | $(BIN)/python
+	@$(call too_old,$(BIN)/python,$(OLD_VENV))
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python tools/install_runtime.py
 	touch $@

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "FIELDS",
+    "QUIET_BELOW_DEBUG",
     "TEXT_FORMAT",
     "JsonFormatter",
     "configure_logging",
@@ -59,12 +60,23 @@ def formatter_for(log_format: str) -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
 
 
+QUIET_BELOW_DEBUG = ("httpx",)
+"""Loggers of libraries whose INFO lines are one per request (httpx's ``HTTP Request: POST
+... "HTTP/1.1 200 OK"`` for every call to an LLM, an A2A agent, a webhook): WARNING and
+above only, unless the log level is DEBUG."""
+
+
 def configure_logging(level: str, log_format: str = "text") -> None:
     """Send every record at ``level`` and above to stderr in ``log_format``; like
-    ``logging.basicConfig``, a no-op where the root logger has handlers already."""
+    ``logging.basicConfig``, a no-op where the root logger has handlers already. The
+    libraries of :data:`QUIET_BELOW_DEBUG` say only their warnings unless ``level`` is
+    DEBUG."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter_for(log_format))
     logging.basicConfig(level=level, handlers=[handler])
+    debug = logging.getLevelName(level) == logging.DEBUG
+    for name in QUIET_BELOW_DEBUG:
+        logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)
 
 
 def gunicorn_logconfig(level: str, log_format: str) -> dict[str, Any]:

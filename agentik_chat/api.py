@@ -203,7 +203,9 @@ class AgentikClient:
                 f"{self.url} does not answer like agentik (HTTP {response.status_code})"
             )
         hint = _HINTS.get(code)
-        if code == "unauthenticated":
+        if code == "not_found" and message.startswith("no such endpoint"):
+            hint = self._address_hint()  # a route the facade does not have: not a conversation
+        elif code == "unauthenticated":
             hint = (
                 f"the token in {self._token_source} was refused"
                 if self._has_token
@@ -213,6 +215,13 @@ class AgentikClient:
             hint = f"try again in {response.headers['Retry-After']} s"
         error_type = WaitingForPerson if code == "input_required" else ChatError
         return error_type(f"agentik at {self.url}: {message}" + (f" ({hint})" if hint else ""))
+
+    def _address_hint(self) -> str:
+        """What to do about a URL whose routes are not the facade's: ``--url`` names the
+        server, and the client adds ``/agentik/...`` itself."""
+        if self.url.endswith("/agentik"):
+            return f"leave /agentik out of --url: --url {self.url.removesuffix('/agentik')}"
+        return "--url is the address `agentik serve` prints, e.g. http://127.0.0.1:8000"
 
 
 _HINTS = {

@@ -312,11 +312,22 @@ def _list(session: ChatSession) -> None:
     conversations = session.client.conversations()
     if not conversations:
         print("no conversations yet")
+    for line in conversation_lines(conversations, session.conversation_id):
+        print(line)
+
+
+def conversation_lines(conversations: list[dict[str, Any]], current: str | None) -> list[str]:
+    """``/list``: one line per conversation, ``*`` marking ``current``, in columns (ids are
+    padded to the longest: a client chooses its ids, ``py-1`` beside a 32-digit one)."""
+    width = max((len(str(item["id"])) for item in conversations), default=0)
+    lines = []
     for item in conversations:
-        mark = "*" if item["id"] == session.conversation_id else " "
+        mark = "*" if item["id"] == current else " "
         title = item.get("title") or "(untitled)"
         updated = str(item.get("updated_at", ""))[:16].replace("T", " ")
-        print(f"{mark} {item['id']}  {updated}  {item.get('count', 0):>4} msgs  {title}")
+        count = f"{item.get('count', 0):>4} msgs"
+        lines.append(f"{mark} {item['id']!s:<{width}}  {updated}  {count}  {title}")
+    return lines
 
 
 def _agents(session: ChatSession, wanted: str) -> None:
@@ -331,10 +342,13 @@ def _agents(session: ChatSession, wanted: str) -> None:
         return
     defaults = [name for agent, name in zip(agents, names, strict=True) if agent["default"]]
     current = session.agent or (defaults[0] if defaults else "")
+    width = max(map(len, names), default=0)
+    model_width = max((len(str(agent.get("model", ""))) for agent in agents), default=0)
     for agent, name in zip(agents, names, strict=True):
         mark = "*" if name == current else " "
         about = agent.get("description") or ""
-        print(f"{mark} {name}  {agent.get('model', '')}  {about}".rstrip())
+        model = str(agent.get("model", ""))
+        print(f"{mark} {name:<{width}}  {model:<{model_width}}  {about}".rstrip())
 
 
 def _switch(session: ChatSession, wanted: str) -> None:

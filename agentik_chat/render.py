@@ -3,12 +3,15 @@ call and result on a line of its own.
 
 The answer goes to ``text``; everything around it (reasoning, tool lines, notices) goes to
 ``aside``. Interactively both are the terminal; piped, ``aside`` is stderr, so stdout holds
-the answer alone.
+the answer alone. When both reach one place (a terminal, or one file or pipe: ``2>&1``), a
+line left open on one is ended before the other writes, so a notice never lands in the middle
+of the answer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, TextIO
 
 from agentik_chat.api import Event
@@ -29,7 +32,7 @@ class Renderer:
         self._color = color
         # One screen: a line left open on one stream is ended before the other writes.
         # Two destinations (stdout to a file): the answer gets no line breaks of the aside's.
-        self._one_screen = text is aside or (text.isatty() and aside.isatty())
+        self._one_screen = _one_place(text, aside)
         self._reasoning: set[str] = set()
         self._args: dict[str, list[str]] = {}
         self._names: dict[str, str] = {}
@@ -152,6 +155,17 @@ class Renderer:
         if self._open.pop(id(stream), None) is not None:
             stream.write("\n")
             stream.flush()
+
+
+def _one_place(text: TextIO, aside: TextIO) -> bool:
+    """Whether what is written to ``text`` and to ``aside`` ends up in one place: one stream,
+    two terminals (a person sees both), or one file or pipe (``2>&1``)."""
+    if text is aside or (text.isatty() and aside.isatty()):
+        return True
+    try:
+        return os.path.sameopenfile(text.fileno(), aside.fileno())
+    except (OSError, ValueError):  # no file descriptor (a StringIO), or a closed one
+        return False
 
 
 def arguments_text(arguments: object) -> str:

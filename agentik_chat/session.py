@@ -99,25 +99,29 @@ class ChatSession:
         progress = _Progress()
         try:
             try:
-                self._show(events, progress)
-            except Unreachable:
-                if progress.last_id is None:  # the turn never started, or cannot be found
+                try:
+                    self._show(events, progress)
+                except Unreachable:
+                    if progress.last_id is None:  # the turn never started, or cannot be found
+                        raise
+                if progress.result is None:
+                    self._pick_up(progress)
+            except KeyboardInterrupt:
+                # The stream is closed by now (the generator's finally). The interrupt goes
+                # out even if Ctrl-C comes again meanwhile: quitting must not leave the turn
+                # running.
+                assert self.conversation_id is not None
+                self.renderer.notice("^C interrupting the turn (Ctrl-C again quits)")
+                with _deferred_sigint() as again:
+                    self.client.interrupt(self.conversation_id, progress.run_id)
+                if again:
                     raise
-            if progress.result is None:
-                self._pick_up(progress)
-        except KeyboardInterrupt:
-            # The stream is closed by now (the generator's finally). The interrupt goes out
-            # even if Ctrl-C comes again meanwhile: quitting must not leave the turn running.
-            assert self.conversation_id is not None
-            self.renderer.notice("^C interrupting the turn (Ctrl-C again quits)")
-            with _deferred_sigint() as again:
-                self.client.interrupt(self.conversation_id, progress.run_id)
-            if again:
-                raise
-            self._show(self.client.follow(self.conversation_id, progress.last_id), progress)
-            if progress.result is None:  # it ended before the follow began
-                self.renderer.notice("[interrupted]")
-        self.renderer.finish()
+                self._show(self.client.follow(self.conversation_id, progress.last_id), progress)
+                if progress.result is None:  # it ended before the follow began
+                    self.renderer.notice("[interrupted]")
+        finally:
+            # Also when the turn fails: the error the caller prints starts on a line of its own.
+            self.renderer.finish()
         return progress.result or TurnResult("interrupted")
 
     def _pick_up(self, progress: _Progress) -> None:

@@ -48,6 +48,61 @@ def test_make_run_installs_the_runtime_dependencies_and_make_test_the_dev_ones()
         assert make_rule(target).split()[0] == "dev-install", target
 
 
+def _make_install(venv: Path, *variables: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "install", f"VENV={venv}", *variables],
+        env=_clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=STARTUP,
+        check=False,
+    )
+
+
+_RUNNING = ".".join(str(n) for n in sys.version_info[:3])
+# The interpreter running the tests stands in for an old one: the minimum is raised above it.
+_ABOVE = "PYTHON_MIN=3.99"
+
+
+def test_the_makefile_asks_for_the_python_pyproject_requires() -> None:
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    minimum = re.search(r"^PYTHON_MIN\s*:=\s*(\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert minimum is not None and requires == f">={minimum[1]}"
+
+
+def test_an_old_python_is_named_in_one_line_with_the_fix_before_any_venv_is_made(
+    tmp_path: Path,
+) -> None:
+    venv = tmp_path / "venv"
+    made = _make_install(venv, f"PYTHON={sys.executable}", _ABOVE)
+
+    assert made.returncode != 0
+    said = made.stderr.splitlines()[0]
+    assert said == (
+        f"agentik needs Python 3.99 or newer, and {sys.executable} is Python {_RUNNING}: "
+        "run make install PYTHON=python3.99 (or give the path of a newer python)"
+    ), made.stderr
+    assert not venv.exists()
+    assert "resolving dependencies" not in made.stdout + made.stderr
+
+
+def test_a_venv_an_old_python_made_is_named_with_how_to_remove_it(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=STARTUP
+    )
+
+    made = _make_install(venv, _ABOVE)
+
+    assert made.returncode != 0
+    said = made.stderr.splitlines()[0]
+    assert said.startswith(f"{venv} was made by an older Python ({venv}/bin/python is Python "), (
+        said
+    )
+    assert f"Python {_RUNNING})" in said and f"make clean, or rm -rf {venv}" in said, said
+    assert not (venv / ".installed").exists()
+
+
 def test_the_runtime_dependencies_leave_out_the_tools_and_the_optional_parts() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime = " ".join(project["dependencies"])
@@ -225,6 +280,11 @@ def test_make_run_installs_at_most_half_the_distributions_and_no_google_api_core
     names = {_normalized(row["name"]) for row in json.loads(listed.stdout)}
 
     assert len(names) <= RUNTIME_MOST, sorted(names)
+    # README.md says how many: on Python 3.11, and one fewer on 3.12+ (no setuptools).
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"only what runs: (\d+) distributions in `.venv` on Python 3\.11", readme)
+    assert said, "README.md's Packaging section no longer says how many distributions"
+    assert len(names) == int(said[1]) - (sys.version_info >= (3, 12)), sorted(names)
     assert names.isdisjoint(LEFT_OUT), sorted(names.intersection(LEFT_OUT))
     assert names.issuperset(KEPT), sorted(set(KEPT) - names)
     # What pip sees missing is what was left out on purpose, and nothing else (no line at all

@@ -85,9 +85,11 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args, engine_too=True)
     grace = settings.engine.shutdown_grace
     started = f"agentik: engine on {settings.engine.grpc_addr}, web on http://{{web}}"
+    # What a person watching sees: their streams end now; the runs go on, and are kept.
     stopping = (
-        f"agentik: stopping; runs in flight get up to {grace:g}s to "
-        "finish (press Ctrl-C again to stop them now)"
+        "agentik: stopping: the web first, so open streams end now (clients pick the turns "
+        f"up again from /events); runs in flight get up to {grace:g}s to finish and are stored, "
+        "interrupted if they do not (press Ctrl-C again to stop them now)"
     )
     if settings.engine.workers > 1:
         exec_supervisor(

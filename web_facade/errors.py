@@ -15,6 +15,12 @@ with a fitting HTTP status: never an HTML page, never a stack trace. Four source
 
 Anything else is a bug in the facade: it is logged and answered 500 ``internal``.
 
+The engine words its refusals in its own terms: a ``session``, a run's ``resume[i]`` entries.
+Each surface says them in its own (:class:`Wording`): ``/agentik`` and MCP speak of a
+``conversation`` and of ``decisions[i]`` (``web_facade/agentik/decisions.py`` makes the entries
+of them), AG-UI of a ``thread`` and of ``resume[i].interruptId``; gRPC and A2A pass the
+engine's words on.
+
 A 401 carries ``WWW-Authenticate: Bearer realm="agentik"`` (with ``error="invalid_token"``
 when the request had credentials), as RFC 6750 asks.
 """
@@ -25,6 +31,7 @@ import functools
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -36,15 +43,21 @@ from agentik.limits import GRPC_MESSAGE_LIMIT
 from web_facade.request_heads import BodyTimeout
 
 __all__ = [
+    "AGENTIK_WORDS",
+    "AGUI_WORDS",
+    "ENGINE_WORDS",
     "GRPC_TO_HTTP",
     "HTTP_CODES",
+    "MCP_WORDS",
     "ApiError",
+    "Wording",
     "challenge",
     "error_body",
     "error_response",
     "from_rpc_error",
     "install_error_handlers",
     "invalid",
+    "rpc_error_handler",
 ]
 
 log = logging.getLogger(__name__)
@@ -127,6 +140,76 @@ _WITHOUT_DETAILS: dict[grpc.StatusCode, str] = {
 }
 
 
+_QUOTED = re.compile(r"""(?<!\w)('[^']*'|"[^"]*")""")
+"""A quoted value in an engine message (an id, a key, a name: Python's ``repr``), which a
+surface's words never change; an apostrophe after a letter (``the session's``) opens none."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wording:
+    """How one surface says what the engine's messages name in the engine's terms: regular
+    expressions and their replacements, applied in order — ``messages`` to the whole message
+    (refusals a surface says its own way), then ``words`` outside quoted values."""
+
+    words: tuple[tuple[str, str], ...] = ()
+    messages: tuple[tuple[str, str], ...] = ()
+
+    def say(self, message: str) -> str:
+        for pattern, replacement in self.messages:
+            message = re.sub(pattern, replacement, message)
+        if not self.words:
+            return message
+        parts = _QUOTED.split(message)  # the odd ones are quoted
+        for index in range(0, len(parts), 2):
+            for pattern, replacement in self.words:
+                parts[index] = re.sub(pattern, replacement, parts[index])
+        return "".join(parts)
+
+
+def _session_is(word: str) -> tuple[tuple[str, str], ...]:
+    """``session 'x' not found`` → ``<word> 'x' not found`` (``session_id`` stays)."""
+    return ((r"\bsessions\b", f"{word}s"), (r"\bsession\b", word))
+
+
+# The refusals of a decision that the facade's checks leave to the engine: the entries are
+# made from the decisions (web_facade/agentik/decisions.py), so their payload's keys are the
+# decision's own (approved: approve).
+_DECISION_REFUSALS: tuple[tuple[str, str], ...] = (
+    (
+        r"^resume\[(\d+)\]\.payload: the answer to a question is .*",
+        r"decisions[\1] approves a question: give answer, or approve: false to decline it",
+    ),
+    (
+        r"^resume\[(\d+)\]\.payload has an unknown key 'answer'.*",
+        r"decisions[\1] answers an approval: give approve (true or false), not answer",
+    ),
+)
+_DECISIONS: tuple[tuple[str, str], ...] = (
+    (r"\bresume\[(\d+)\]\.payload\.approved\b", r"decisions[\1].approve"),
+    (r"\bresume\[(\d+)\]\.payload\b", r"decisions[\1]"),
+    (r"\bresume\[(\d+)\]", r"decisions[\1]"),
+    (r"\bresume must answer\b", "decisions must answer"),
+)
+
+ENGINE_WORDS = Wording()
+"""gRPC's and A2A's: the engine's own."""
+AGENTIK_WORDS = Wording((*_session_is("conversation"), *_DECISIONS), _DECISION_REFUSALS)
+"""``/agentik``'s: conversations, and the ``decisions`` of ``POST .../resume``."""
+MCP_WORDS = Wording(
+    (
+        *_session_is("conversation"),
+        *_DECISIONS,
+        (r"\bwith resume entries\b", "with the answer tool"),
+    ),
+    _DECISION_REFUSALS,
+)
+"""MCP's tools: ``conversation_id``, and the ``decisions`` of the ``answer`` tool."""
+AGUI_WORDS = Wording(
+    (*_session_is("thread"), (r"\b(resume\[\d+\])\.interrupt_id\b", r"\1.interruptId"))
+)
+"""AG-UI's: ``threadId``, and ``resume[i].interruptId`` (camelCase, as on the wire)."""
+
+
 class ApiError(Exception):
     """An error the facade answers itself: HTTP status, code and a message for humans."""
 
@@ -191,9 +274,10 @@ def _request_too_large(details: str) -> bool:
     return _TOO_LARGE in lowered and sizes is not None and int(sizes[2]) != GRPC_MESSAGE_LIMIT
 
 
-def from_rpc_error(exc: grpc.RpcError) -> ApiError:
+def from_rpc_error(exc: grpc.RpcError, words: Wording = ENGINE_WORDS) -> ApiError:
     """Map a failed engine call through :data:`GRPC_TO_HTTP`; details that name internals
-    (a URL, an address, a host, an exception class, a file path) stay in the log."""
+    (a URL, an address, a host, an exception class, a file path) stay in the log. The
+    engine's message is said in ``words``, the surface's own terms."""
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     status, name = GRPC_TO_HTTP.get(code, (502, "engine_error")) if code else (502, "engine_error")
     retry_after = 0
@@ -234,7 +318,7 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
         else:
             fallback = f"the engine refused the request: {code.name.lower().replace('_', ' ')}"
             message = _WITHOUT_DETAILS.get(code, fallback)
-    return ApiError(status, name, message, retry_after=retry_after)
+    return ApiError(status, name, words.say(message), retry_after=retry_after)
 
 
 def _discarded() -> bool:
@@ -263,6 +347,17 @@ def _releasing(handler: Callable[[_E], Response]) -> Callable[[_E], Response]:
     return answer
 
 
+def rpc_error_handler(words: Wording) -> Callable[[grpc.RpcError], Response]:
+    """A blueprint's handler of failed engine calls: the app's, said in ``words``."""
+
+    @_releasing
+    def answer(exc: grpc.RpcError) -> Response:
+        mapped = from_rpc_error(exc, words)
+        return error_response(mapped.status, mapped.code, mapped.message, mapped.retry_after)
+
+    return answer
+
+
 def install_error_handlers(app: Flask) -> None:
     """Make every error of ``app`` a JSON error body."""
 
@@ -271,11 +366,8 @@ def install_error_handlers(app: Flask) -> None:
     def _api_error(exc: ApiError) -> Response:
         return error_response(exc.status, exc.code, exc.message, exc.retry_after)
 
-    @app.errorhandler(grpc.RpcError)
-    @_releasing
-    def _rpc_error(exc: grpc.RpcError) -> Response:
-        mapped = from_rpc_error(exc)
-        return error_response(mapped.status, mapped.code, mapped.message, mapped.retry_after)
+    # A blueprint whose surface has words of its own registers its own (rpc_error_handler).
+    app.register_error_handler(grpc.RpcError, rpc_error_handler(ENGINE_WORDS))
 
     @app.errorhandler(BodyTimeout)
     @_releasing

@@ -10,7 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentik_chat.cli import EXIT_INPUT_REQUIRED, EXIT_INTERRUPTED, EXIT_USAGE
+from agentik_chat.cli import (
+    EXIT_INPUT_REQUIRED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    conversation_lines,
+)
 from tests.chat.conftest import CHAT, chat_env, run_chat
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import ROOT, WAIT, Stack, free_port, wait_for
@@ -120,6 +125,28 @@ def test_a_url_that_is_not_agentik_is_named(stack: Stack) -> None:
     done = run_chat("hi", "--url", f"{stack.base_url}/nothing-here")
     assert done.returncode == 1
     assert "not_found" not in done.stderr and stack.base_url in done.stderr, done.stderr
+    assert "/list" not in done.stderr, done.stderr  # no conversation is missing
+    assert "--url is the address `agentik serve` prints" in done.stderr, done.stderr
+
+
+def test_a_url_ending_in_agentik_is_named_with_the_url_to_give(stack: Stack) -> None:
+    done = run_chat("hi", "--url", f"{stack.base_url}/agentik")
+    assert done.returncode == 1
+    assert done.stderr.endswith(f"(leave /agentik out of --url: --url {stack.base_url})\n"), (
+        done.stderr
+    )
+    assert "/list" not in done.stderr, done.stderr
+
+
+def test_list_lines_up_its_columns_whatever_the_ids_lengths() -> None:
+    conversations = [
+        {"id": "py-1", "updated_at": "2026-12-07T10:00:00Z", "count": 2, "title": "first"},
+        {"id": "buf-1", "updated_at": "2026-12-07T10:01:30Z", "count": 12, "title": ""},
+    ]
+    assert conversation_lines(conversations, "buf-1") == [
+        "  py-1   2026-12-07 10:00     2 msgs  first",
+        "* buf-1  2026-12-07 10:01    12 msgs  (untitled)",
+    ]
 
 
 # --- with tokens ---------------------------------------------------------------------------

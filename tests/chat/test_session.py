@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pexpect
 import pytest
 
+from agentik_chat.api import AgentikClient, ChatError
 from agentik_chat.cli import EXIT_INTERRUPTED
+from agentik_chat.render import Renderer
+from agentik_chat.session import ChatSession
 from tests.chat.conftest import CHAT, chat_env
 from tests.web.e2e.conftest import ROOT, WAIT, Stack, wait_for
 
@@ -250,3 +256,41 @@ def test_a_conversation_that_waits_asks_its_question_when_opened(stack: Stack) -
         opened.prompt()
     finally:
         opened.close()
+
+
+class _BrokenStream(BaseHTTPRequestHandler):
+    """A facade whose turn breaks mid-answer: a frame that is not JSON after the first words."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = (
+            b'event: append_text\ndata: {"message_id": "m1", "text": "half an"}\n\n'
+            b"event: append_text\ndata: {not json\n\n"
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_turn_that_fails_mid_answer_ends_the_answers_line_before_the_error() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenStream)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    text, aside = io.StringIO(), io.StringIO()
+    client = AgentikClient(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        session = ChatSession(client, Renderer(text, aside, color=False), "c1")
+        with pytest.raises(ChatError, match="not JSON"):
+            session.send("hi")
+    finally:
+        client.close()
+        server.shutdown()
+        serving.join(WAIT)
+        server.server_close()
+    # The caller prints the error next: it starts on a line of its own.
+    assert text.getvalue() == "half an\n"

@@ -4,14 +4,16 @@ Each fenced ``sh``/``bash``, ``python``, ``toml``, ``ts``, ``js``, ``go`` and ``
 run — or listed below as excluded, with the reason — against live stacks (the engine and the
 facade under gunicorn, the offline model), as a reader would in one shell per document:
 
-- shell commands run one by one in bash; ``export``/``NAME=value`` carry on to the next
-  command and block of the same document; ``curl`` fails on any HTTP error status
-  (``--fail-with-body``), and an output with an error body (``/agentik``'s, JSON-RPC's) fails
-  too; ``buf`` is the venv's; ``localhost:8000``/``127.0.0.1:8000``/
-  ``HOST:8000`` and ``127.0.0.1:50051`` become the stack's ports;
-- ``<id>``, ``$ID`` and ``$LAST_ID`` are filled from the previous outputs (the conversation
-  or session last created, the last message listed); a conversation an example deletes is
-  replaced by a new one, as a reader would make;
+- shell commands run one by one in bash, as written; ``export``/``NAME=value`` carry on to the
+  next command and block of the same document, so an id an example keeps in a variable
+  (``ID=$(curl ... | python3 -c ...)``) is there for the next; ``curl`` fails on any HTTP
+  error status (``--fail-with-body``), and an output with an error body (``/agentik``'s,
+  JSON-RPC's) fails too; ``.venv/bin/`` is the venv's (no ``buf`` on ``PATH``: a reader
+  has none); ``localhost:8000``/``127.0.0.1:8000``/``HOST:8000`` and ``127.0.0.1:50051``
+  become the stack's ports;
+- a placeholder a reader would have to replace by hand, ``<id>``, fails the example (capture
+  the id in a variable instead); what is still filled in: a principal's token
+  (``<alice's token>``), the ids a document abbreviates (:data:`ABBREVIATED`, ``9f0c...``);
 - ``[ENV=...] make run`` picks the stack the block runs against (one per distinct setting,
   started once); alone in its block, its settings are loaded and must be valid;
 - commands that follow a stream forever (``/events`` without ``until_idle``, ``Subscribe``)
@@ -23,7 +25,6 @@ facade under gunicorn, the offline model), as a reader would in one shell per do
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shlex
@@ -48,6 +49,11 @@ from tests.web.e2e.conftest import Stack
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(240)]
 
 BIN = Path(sys.executable).parent
+READER_PATH = [
+    d for d in os.environ["PATH"].split(os.pathsep) if d and Path(d).resolve() != BIN.resolve()
+]
+"""A reader's ``PATH`` after ``make run``: the venv is not on it (``.venv/bin/buf``, not
+``buf``)."""
 _V = TypeVar("_V")
 COMMAND_WAIT = 30.0
 """Upper bound for one command, in seconds."""
@@ -87,9 +93,8 @@ SKIPPED_COMMANDS: dict[str, str] = {
 }
 SERVER_ENV = {env for _, env, _ in setting_keys()} | {"AGENTIK_A2A_AGENTS"}
 LISTEN_ENV = {"AGENTIK_HTTP_ADDR", "AGENTIK_GRPC_ADDR"}
-CREATES = re.compile(r"-X POST \S*/agentik/conversations['\"]?(\s|$)|\bCreateSession\b")
-DELETES = re.compile(r"-X DELETE \S*/agentik/conversations/\$ID\b")
-LISTS_MESSAGES = re.compile(r"/messages\?limit=")
+BY_HAND = re.compile(r"<id>")
+"""A placeholder a reader cannot paste: the shell reads ``<id>`` as a redirection."""
 ERROR_BODY = re.compile(r'"error":\s*\{\s*"code"')
 """An error body: /agentik's, or JSON-RPC's (A2A answers those with HTTP 200)."""
 FOLLOWS = re.compile(r"/events(?![^\s'\"]*until_idle)|/Subscribe\b")
@@ -99,7 +104,6 @@ APPROVAL = {"AGENTIK_TOOLS_APPROVAL": "calculate", "AGENTIK_TOOLS_ASK_USER": "tr
 TOKENS = {"AGENTIK_TOKENS": "alice:" + "a1" * 16}
 BLOCK_SERVER_ENV: dict[tuple[str, str], dict[str, str]] = {
     # (document, text in the block): the server settings its section describes
-    ("docs/mcp.md", "Bearer …"): TOKENS,
     ("docs/grpc.md", "Bearer {token}"): TOKENS,
     ("docs/a2a.md", '"taskId": "9f0c..."'): APPROVAL,
     ("docs/agui.md", '"runId": "run-1"'): APPROVAL,
@@ -208,12 +212,11 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stacks]:
 
 @pytest.fixture(scope="module")
 def tools_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``curl`` that fails on an HTTP error status, and the venv's ``buf``."""
+    """``curl`` that fails on an HTTP error status."""
     path = tmp_path_factory.mktemp("doc-bin")
     curl = path / "curl"
     curl.write_text('#!/bin/sh\nexec /usr/bin/curl --fail-with-body "$@"\n')
     curl.chmod(0o755)
-    (path / "buf").symlink_to(BIN / "buf")
     return path
 
 
@@ -249,8 +252,6 @@ def fill(text: str, stack: Stack, reader: Reader) -> str:
         text = text.replace(host, http)
     text = text.replace("127.0.0.1:50051", f"127.0.0.1:{stack.grpc_port}")
     text = text.replace(".venv/bin/", f"{BIN}/")
-    if "ID" in reader.env:
-        text = text.replace("<id>", reader.env["ID"])
     for placeholder, value in reader.replacements.items():
         text = text.replace(placeholder, value)
     tokens = dict(
@@ -258,8 +259,6 @@ def fill(text: str, stack: Stack, reader: Reader) -> str:
     )
     for principal, token in tokens.items():
         text = text.replace(f"<{principal}'s token>", token)
-    if tokens:
-        text = text.replace("Bearer …", f"Bearer {next(iter(tokens.values()))}")
     return text
 
 
@@ -268,7 +267,7 @@ def run_command(command: str, stack: Stack, reader: Reader, tools: Path) -> str:
     env_file = reader.workdir / ".env0"
     env = {
         **reader.env,
-        "PATH": f"{tools}:{BIN}:{os.environ['PATH']}",
+        "PATH": os.pathsep.join([str(tools), *READER_PATH]),
         "AGENTIK_ENGINE_TARGET": f"127.0.0.1:{stack.grpc_port}",
         "AGENTIK_HTTP_ADDR": f"127.0.0.1:{stack.http_port}",
     }
@@ -300,28 +299,17 @@ def run_command(command: str, stack: Stack, reader: Reader, tools: Path) -> str:
     assert not ERROR_BODY.search(text), f"{command!r} answered an error:\n{text}"
     values = dict(item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
     reader.env = {k: v for k, v in values.items() if k not in INJECTED}
-    named = re.search(r"^agentik: conversation (\S+)", text, re.M)  # piped agentik chat
-    if named and "ID" not in reader.env:
-        reader.env["ID"] = named.group(1)
     return text
 
 
 INJECTED = {"PATH", "AGENTIK_ENGINE_TARGET", "AGENTIK_HTTP_ADDR", "_", "SHLVL", "PWD", "__rc"}
 
 
-def remember(command: str, out: str, stack: Stack, reader: Reader) -> None:
-    """Keep the ids a later example names."""
-    if CREATES.search(command) and (found := re.search(r'"id":\s*"([^"]+)"', out)):
-        reader.env["ID"] = found.group(1)
-    if DELETES.search(command):
-        with stack.client() as http:
-            made = http.post("/agentik/conversations", json={}).raise_for_status().json()
-        reader.env["ID"] = made["id"]
+def remember(out: str, reader: Reader) -> None:
+    """Keep the ids a document abbreviates, for its later examples."""
     for placeholder, pattern in ABBREVIATED.items():
         if found := pattern.search(out):
             reader.replacements[placeholder] = found.group(1)
-    if LISTS_MESSAGES.search(command) and (items := json.loads(out).get("items")):
-        reader.env["LAST_ID"] = items[-1]["id"]
 
 
 def npm_packages_installed() -> bool:
@@ -344,9 +332,12 @@ def run_shell(block: Block, stacks: Stacks, reader: Reader, tools: Path) -> None
             continue
         if "node_modules/" in command and not npm_packages_installed():
             continue  # where node is required (CI), npm_packages_installed fails instead
-        filled = fill(command, stack, reader)
-        out = run_command(filled, stack, reader, tools)
-        remember(filled, out, stack, reader)
+        assert not BY_HAND.search(command), (
+            f"{block.where}: a reader cannot paste {command!r}: keep the id in a variable "
+            "(ID=$(curl ... | python3 -c ...)) and use $ID"
+        )
+        out = run_command(fill(command, stack, reader), stack, reader, tools)
+        remember(out, reader)
 
 
 def only_make_run(block: Block) -> bool:
@@ -375,20 +366,29 @@ def run_python(block: Block, stacks: Stacks, reader: Reader) -> None:
         for parent in path.relative_to(reader.workdir).parents[:-1]:
             (reader.workdir / parent / "__init__.py").touch()
     source = fill((block_value(PRELUDES, block) or "") + block.text, stack, reader)
+    result = python_script(source, stack, reader.workdir)
+    assert result.returncode == 0, f"{block.where}:\n{result.stdout}{result.stderr}"
+
+
+def python_script(
+    source: str, stack: Stack, workdir: Path, **exported: str
+) -> subprocess.CompletedProcess[str]:
+    """``source`` run as a reader's script against ``stack``, with the variables the reader
+    ``exported`` (none of this process's ``AGENTIK_*``)."""
     env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{reader.workdir}",
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTIK_", "OPENAI_"))},
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}",
         "AGENTIK_ENGINE_TARGET": f"127.0.0.1:{stack.grpc_port}",
+        **exported,
     }
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", source],
         env=env,
-        cwd=reader.workdir,
+        cwd=workdir,
         capture_output=True,
         text=True,
         timeout=COMMAND_WAIT * 2,
     )
-    assert result.returncode == 0, f"{block.where}:\n{result.stdout}{result.stderr}"
 
 
 def run_toml(block: Block, reader: Reader, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,3 +446,23 @@ def test_every_exclusion_still_names_an_example() -> None:
     every = blocks()
     for (path, text), reason in EXCLUDED.items():
         assert any(b.path == path and text in b.text for b in every), (path, text, reason)
+
+
+def test_the_mcp_http_client_sends_agentik_token_when_it_is_set_and_no_header_without(
+    stacks: Stacks, tmp_path: Path
+) -> None:
+    """docs/mcp.md's HTTP client, as a reader of a server with tokens runs it: with their
+    token exported (the test above runs it as pasted, against a server without tokens)."""
+    [block] = [b for b in blocks() if b.path == "docs/mcp.md" and "AGENTIK_TOKEN" in b.text]
+    assert block.text.isascii(), "a placeholder a reader pastes into a header must be ASCII"
+    stack = stacks.get(TOKENS)
+    source = fill(block.text, stack, Reader(tmp_path, {}))
+    token = TOKENS["AGENTIK_TOKENS"].split(":", 1)[1]
+
+    sent = python_script(source, stack, tmp_path, AGENTIK_TOKEN=token)
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert "hello" in sent.stdout, sent.stdout  # the answer, as the snippet prints it
+
+    # Without it, no header: the server's 401, which the MCP client raises.
+    refused = python_script(source, stack, tmp_path)
+    assert refused.returncode != 0 and "MCPError" in refused.stderr, refused.stderr

@@ -115,7 +115,8 @@ async def test_a_conversation_is_held_listed_and_read(llm: FakeOpenAI) -> None:
             ("assistant", "Echo: again"),
         ]
         missing = await client.call_tool("read_conversation", {"conversation_id": "nope"})
-        assert missing.is_error and "NOT_FOUND" in _text(missing)
+        assert missing.is_error
+        assert _text(missing).endswith("NOT_FOUND: conversation 'nope' not found"), _text(missing)
 
 
 async def test_a_client_that_declares_tasks_gets_its_turn_as_a_task_over_stdio(
@@ -278,6 +279,18 @@ async def test_an_approval_is_given_through_the_answer_tool(llm: FakeOpenAI) -> 
         )
         assert misspelled.is_error
         assert "decisions[0] has an unknown key 'aprove'" in _text(misspelled)
+        # The engine's refusal too names the tool's own field, not the engine's resume[0].
+        unknown = await client.call_tool(
+            "answer",
+            {
+                "conversation_id": conversation,
+                "decisions": [{"interrupt_id": "abc", "approve": True}],
+            },
+        )
+        assert unknown.is_error
+        assert _text(unknown).endswith(
+            "INVALID_ARGUMENT: decisions[0].interrupt_id 'abc' is not pending in this conversation"
+        ), _text(unknown)
 
         done = await client.call_tool(
             "answer",
@@ -304,6 +317,7 @@ async def test_an_approval_is_given_through_the_answer_tool(llm: FakeOpenAI) -> 
             },
         )
         assert nothing.is_error
+        assert "decisions[0].interrupt_id 'x' is not pending" in _text(nothing)
         assert "waits for no answer" in _text(nothing)
 
 

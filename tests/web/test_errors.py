@@ -13,7 +13,14 @@ import pytest
 from flask import Flask
 
 from tests.web.conftest import ApiClient
-from web_facade.errors import GRPC_TO_HTTP, from_rpc_error
+from web_facade.errors import (
+    AGENTIK_WORDS,
+    AGUI_WORDS,
+    ENGINE_WORDS,
+    GRPC_TO_HTTP,
+    MCP_WORDS,
+    from_rpc_error,
+)
 
 CONVERSATION_ENDPOINTS = [
     ("GET", "/agentik/conversations/{id}", None),
@@ -144,11 +151,12 @@ def test_a_bad_message_limit_or_resume_point_is_400(api: ApiClient) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "body"), CONVERSATION_ENDPOINTS)
-def test_an_unknown_conversation_is_404(
+def test_an_unknown_conversation_is_404_naming_a_conversation_not_an_engine_session(
     api: ApiClient, method: str, path: str, body: object
 ) -> None:
     response = api.call(method, path.format(id="no-such-conversation"), json=body)
-    assert "no-such-conversation" in _error(response, 404, "not_found")
+    message = _error(response, 404, "not_found")
+    assert message == "conversation 'no-such-conversation' not found"
 
 
 def test_an_unknown_after_message_id_is_a_client_error_naming_the_id(api: ApiClient) -> None:
@@ -253,6 +261,44 @@ def test_engine_details_with_urls_hosts_or_exception_classes_never_reach_the_cli
 )
 def test_engine_details_meant_for_clients_pass_through(code: grpc.StatusCode, details: str) -> None:
     assert from_rpc_error(_RpcError(code, details)).message == details
+
+
+@pytest.mark.parametrize(
+    ("details", "words", "said"),
+    [
+        ("session 's1' not found", ENGINE_WORDS, "session 's1' not found"),
+        ("session 's1' not found", AGENTIK_WORDS, "conversation 's1' not found"),
+        ("session 's1' not found", MCP_WORDS, "conversation 's1' not found"),
+        ("session 's1' not found", AGUI_WORDS, "thread 's1' not found"),
+        # A quoted value is the client's own: never reworded.
+        ("session 'session' not found", AGENTIK_WORDS, "conversation 'session' not found"),
+        (
+            "after_seq 9 is past the session's last event (2)",
+            AGENTIK_WORDS,
+            "after_seq 9 is past the conversation's last event (2)",
+        ),
+        (
+            "resume[1].interrupt_id 'nope' is not pending in this conversation",
+            AGENTIK_WORDS,
+            "decisions[1].interrupt_id 'nope' is not pending in this conversation",
+        ),
+        (
+            "resume[1].interrupt_id 'nope' is not pending in this conversation",
+            AGUI_WORDS,
+            "resume[1].interruptId 'nope' is not pending in this conversation",
+        ),
+        (
+            "resume must answer every pending interrupt; missing 'i1' (approve calculate)",
+            MCP_WORDS,
+            "decisions must answer every pending interrupt; missing 'i1' (approve calculate)",
+        ),
+    ],
+)
+def test_each_surface_says_the_engines_refusal_in_its_own_words(
+    details: str, words: Any, said: str
+) -> None:
+    mapped = from_rpc_error(_RpcError(grpc.StatusCode.NOT_FOUND, details), words)
+    assert mapped.message == said
 
 
 @pytest.mark.parametrize(

@@ -76,6 +76,7 @@ from web_facade.a2a.tasks import TaskFollow, TaskService
 from web_facade.agents import check_agent
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
 from web_facade.errors import ApiError, challenge
+from web_facade.proto_json import whole_numbers
 from web_facade.request_body import (
     UnacceptableJson,
     check_json,
@@ -280,7 +281,9 @@ def jwks() -> Response:
 
 
 def _json(message: ProtoMessage) -> dict[str, Any]:
-    out: dict[str, Any] = json_format.MessageToDict(message)
+    """ProtoJSON, whole numbers as integers: a task's ``metadata`` is a ``Struct`` whose
+    numbers (``usage``'s token counts) are doubles, ``26.0`` as ``MessageToDict`` gives them."""
+    out: dict[str, Any] = whole_numbers(json_format.MessageToDict(message))
     return out
 
 
@@ -304,7 +307,9 @@ def _get_task(tasks: TaskService, params: dict[str, Any]) -> Result:
 def _list_tasks(tasks: TaskService, params: dict[str, Any]) -> Result:
     query = parse_params(params, ListTasksRequest())
     page = tasks.list_tasks(query)
-    out: dict[str, Any] = json_format.MessageToDict(page, always_print_fields_with_no_presence=True)
+    out: dict[str, Any] = whole_numbers(
+        json_format.MessageToDict(page, always_print_fields_with_no_presence=True)
+    )
     if not query.include_artifacts:
         for task in out["tasks"]:
             task.pop("artifacts", None)

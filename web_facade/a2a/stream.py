@@ -22,6 +22,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.a2a.errors import from_rpc, rest_error
 from web_facade.a2a.jsonrpc import RequestId, encode, error, reply, unexpected
 from web_facade.a2a.tasks import TaskFollow
+from web_facade.proto_json import whole_numbers
 from web_facade.stream import EventStream
 
 __all__ = ["A2aStream", "RestStream", "Shape", "stream_json"]
@@ -31,7 +32,8 @@ Shape = Callable[[StreamResponse], dict[str, Any]]
 
 
 def stream_json(response: StreamResponse) -> dict[str, Any]:
-    """One stream response as ProtoJSON (A2A 1.0's shape), as ``MessageToDict`` gives it.
+    """One stream response as ProtoJSON (A2A 1.0's shape), as ``MessageToDict`` gives it,
+    whole numbers as integers (``agentik.proto_json``).
 
     Most of a stream is text chunks (artifact updates of one text part): those are built
     here directly, at a fifth of ``MessageToDict``'s cost per event; anything else (or a
@@ -68,7 +70,8 @@ def stream_json(response: StreamResponse) -> dict[str, Any]:
             if update.last_chunk:
                 out["lastChunk"] = True
             return {"artifactUpdate": out}
-    slow: dict[str, Any] = json_format.MessageToDict(response)
+    # A status update's and a task's metadata (usage) hold doubles: sent as integers.
+    slow: dict[str, Any] = whole_numbers(json_format.MessageToDict(response))
     return slow
 
 

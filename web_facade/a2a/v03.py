@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 from agentik.a2a.convert import answer_message
 from agentik.images import image_url_problem
 from web_facade.a2a.errors import invalid_params
+from web_facade.proto_json import whole_numbers
 
 __all__ = ["send_request", "send_result", "stream_json", "task_id", "task_json", "task_query"]
 
@@ -101,7 +102,11 @@ def _validated(model: type[M], params: dict[str, Any]) -> M:
 
 
 def _dump(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    """The model as 0.3 JSON, whole numbers as integers (metadata's usage, from a Struct)."""
+    out: dict[str, Any] = whole_numbers(
+        model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    )
+    return out
 
 
 def _check_files(message: v03.Message) -> None:

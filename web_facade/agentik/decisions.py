@@ -18,8 +18,9 @@ Unknown keys in a decision are refused, unlike elsewhere in the API: a misspelle
 ``arguments`` must not approve the call as the LLM wrote it. This is translation only: the
 engine alone checks the entries against what the conversation waits for (engine_service/
 core/hitl.py: pending, answered once, every one answered, the right kind, an explicit yes),
-and its refusal is a 400 through the facade's error table, naming ``resume[i]``, the entry
-made from ``decisions[i]``.
+and its refusal is a 400 through the facade's error table, said in this API's words
+(``web_facade.errors.AGENTIK_WORDS``): the engine names ``resume[i]``, the entry made from
+``decisions[i]``, and the client reads ``decisions[i]``.
 """
 
 from __future__ import annotations

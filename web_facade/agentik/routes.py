@@ -24,13 +24,21 @@ from web_facade.agentik.shapes import (
 )
 from web_facade.agentik.stream import AgentikStream
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
-from web_facade.errors import ApiError, from_rpc_error, invalid
+from web_facade.errors import (
+    AGENTIK_WORDS,
+    ApiError,
+    from_rpc_error,
+    invalid,
+    rpc_error_handler,
+)
 from web_facade.request_body import parse_json, read_body
 from web_facade.stream import follow, open_run, opened
 
 __all__ = ["MAX_PAGE", "MAX_SEQ", "bp"]
 
 bp = Blueprint("agentik", __name__, url_prefix="/agentik")
+# The engine's refusals in this API's words: conversation, decisions[i].
+bp.register_error_handler(grpc.RpcError, rpc_error_handler(AGENTIK_WORDS))
 
 MAX_PAGE = 1000
 """Largest ``limit`` of a page (the engine's limit)."""

@@ -16,7 +16,7 @@ import grpc
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agentik.events import event_frame, frame
-from web_facade.errors import from_rpc_error
+from web_facade.errors import AGENTIK_WORDS, from_rpc_error
 from web_facade.stream import EventStream
 
 __all__ = ["RETRY_MS", "AgentikStream"]
@@ -41,7 +41,7 @@ class AgentikStream(EventStream):
         return event_frame(event) or b""
 
     def encode_error(self, error: grpc.RpcError) -> bytes:
-        mapped = from_rpc_error(error)
+        mapped = from_rpc_error(error, AGENTIK_WORDS)
         return _error_frame(mapped.code, mapped.message)
 
     def on_failure(self, exc: Exception) -> bytes:

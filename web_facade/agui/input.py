@@ -19,7 +19,8 @@ the agent; ``[llm] input_modalities``).
 ``resume`` entries answer the thread's pending interrupts (see docs/agui.md, "Human in the
 loop"): ``status`` maps to the engine's ``ResumeStatus``, ``payload`` to a JSON ``Value``.
 Whether the entries answer what the thread waits for is the engine's to judge (400 naming
-``resume[i]``; 409 ``input_required`` for a run without them while the thread waits).
+``resume[i]``, ``interruptId`` as on the wire: ``web_facade.errors.AGUI_WORDS``; 409
+``input_required`` for a run without them while the thread waits).
 """
 
 from __future__ import annotations

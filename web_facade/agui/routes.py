@@ -20,16 +20,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 from flask import Blueprint, Response
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_client import UNARY_TIMEOUT, current_engine, current_settings
+from web_facade.errors import AGUI_WORDS, rpc_error_handler
 from web_facade.request_body import read_json
 from web_facade.stream import open_run
 
 __all__ = ["bp"]
 
 bp = Blueprint("agui", __name__)
+# The engine's refusals in AG-UI's words: thread, resume[i].interruptId.
+bp.register_error_handler(grpc.RpcError, rpc_error_handler(AGUI_WORDS))
 
 
 @bp.post("/agui")

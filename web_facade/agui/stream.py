@@ -16,7 +16,7 @@ from ag_ui.encoder import EventEncoder
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.agui.events import TEXT_ROLES, run_error, to_agui
-from web_facade.errors import from_rpc_error
+from web_facade.errors import AGUI_WORDS, from_rpc_error
 from web_facade.stream import EventStream, Relay
 
 __all__ = ["AguiStream"]
@@ -151,7 +151,7 @@ class AguiStream(EventStream):
         return _encoded(converted)
 
     def encode_error(self, error: grpc.RpcError) -> bytes:
-        mapped = from_rpc_error(error)
+        mapped = from_rpc_error(error, AGUI_WORDS)
         return _encoded(run_error(mapped.code, mapped.message))
 
     def on_end(self) -> bytes:

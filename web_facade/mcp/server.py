@@ -44,7 +44,7 @@ from web_facade.agentik.decisions import resume_entries
 from web_facade.agentik.shapes import agent_json, interrupt_json
 from web_facade.engine_client import UNARY_TIMEOUT, EngineClient
 from web_facade.engine_credentials import forwardable
-from web_facade.errors import ApiError, from_rpc_error
+from web_facade.errors import MCP_WORDS, ApiError, from_rpc_error
 
 __all__ = [
     "MAX_OFFSET",
@@ -218,7 +218,7 @@ class EngineAccess:
         """The MCP error for a failed engine call: worded by the facade's error table
         (web_facade/errors.py), so no internal address or gRPC text reaches the client."""
         code = exc.code() if callable(getattr(exc, "code", None)) else None
-        mapped = from_rpc_error(exc)
+        mapped = from_rpc_error(exc, MCP_WORDS)
         if mapped.status == 401:
             where = "the Authorization header" if self.from_request else "AGENTIK_TOKEN"
             hint = (

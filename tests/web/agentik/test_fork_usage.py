@@ -85,7 +85,7 @@ def test_a_stranger_cannot_fork_and_the_copy_is_the_callers(make_client: MakeCli
     assert stranger.status_code == 404
     assert stranger.get_json()["error"] == {
         "code": "not_found",
-        "message": f"session {alices!r} not found",
+        "message": f"conversation {alices!r} not found",
     }
     # Alice forks her own; the copy is hers, and Bob sees neither.
     mine = client.post(

@@ -250,12 +250,13 @@ def test_send_while_the_conversation_waits_is_409_input_required_naming_resume(
         ),
         (
             {"decisions": [{"interrupt_id": "{id}", "answer": "4"}]},
-            # The engine decides: an approval's entry holds no answer.
-            "resume[0].payload has an unknown key 'answer'",
+            # The engine decides: an approval's entry holds no answer (said in this API's
+            # words: the decision, not the engine's resume entry made of it).
+            "decisions[0] answers an approval: give approve (true or false), not answer",
         ),
         (
             {"decisions": [{"interrupt_id": "nope", "approve": True}]},
-            "resume[0].interrupt_id 'nope' is not pending in this conversation",
+            "decisions[0].interrupt_id 'nope' is not pending in this conversation",
         ),
         (
             {
@@ -264,7 +265,7 @@ def test_send_while_the_conversation_waits_is_409_input_required_naming_resume(
                     {"interrupt_id": "{id}", "approve": False},
                 ]
             },
-            "resume[1].interrupt_id",
+            "decisions[1].interrupt_id",
         ),
         (
             {"decisions": [{"interrupt_id": "{id}", "approve": True}], "message": 5},
@@ -297,7 +298,9 @@ def test_approving_a_question_is_400_naming_the_decision(api: ApiClient) -> None
     )
     assert response.status_code == 400
     message = response.get_json()["error"]["message"]
-    assert 'resume[0].payload: the answer to a question is {"answer": "..."}' in message
+    assert message == (
+        "decisions[0] approves a question: give answer, or approve: false to decline it"
+    )
 
 
 def test_resume_on_a_conversation_that_waits_for_nothing_is_400(api: ApiClient) -> None:
@@ -319,7 +322,10 @@ def test_resume_on_an_unknown_conversation_is_404(api: ApiClient) -> None:
         json={"decisions": [{"interrupt_id": "i1", "approve": True}]},
     )
     assert response.status_code == 404
-    assert response.get_json()["error"]["code"] == "not_found"
+    assert response.get_json()["error"] == {
+        "code": "not_found",
+        "message": "conversation 'no-such-conversation' not found",
+    }
 
 
 def test_input_required_is_replayed_on_reconnect(api: ApiClient) -> None:

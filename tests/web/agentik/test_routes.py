@@ -320,7 +320,7 @@ def test_a_resume_point_past_the_conversations_last_event_is_400_not_a_silent_st
         assert reply.status_code == 400, reply.get_data()
         error = reply.get_json()["error"]
         assert error["code"] == "invalid_argument"
-        assert f"is past the session's last event ({last})" in error["message"]
+        assert f"is past the conversation's last event ({last})" in error["message"]
     # The last event itself is a resume point: nothing to replay.
     at_end = api.call("GET", f"{path}?until_idle=1&after={last}", buffered=False)
     assert StreamReader(at_end).read_to_end() == []

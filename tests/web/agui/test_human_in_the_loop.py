@@ -287,7 +287,9 @@ def test_a_resume_the_thread_does_not_wait_for_is_refused_with_400_naming_the_en
     unknown = [_resume(interrupt["id"]), _resume("not-an-interrupt")]
     response = client.post("/agui", json=_body(thread_id, resume=unknown))
     assert response.status_code == 400
-    assert "resume[1]" in response.get_json()["error"]["message"]
+    assert response.get_json()["error"]["message"] == (
+        "resume[1].interruptId 'not-an-interrupt' is not pending in this conversation"
+    )
 
     twice = [_resume(interrupt["id"]), _resume(interrupt["id"], "cancelled")]
     response = client.post("/agui", json=_body(thread_id, resume=twice))

@@ -333,6 +333,8 @@ def test_a_thread_busy_with_another_run_is_refused_with_409_before_any_stream(
     response = client.post("/agui", json=_body(thread_id, [_user("me too")]))
 
     assert response.status_code == 409
-    assert response.get_json()["error"]["code"] == "busy"
+    error = response.get_json()["error"]
+    assert error["code"] == "busy"
+    assert error["message"].startswith(f"thread '{thread_id}' is busy with run "), error
     client.post(f"/agentik/conversations/{thread_id}/interrupt")
     assert_well_formed(reader.read_to_end())

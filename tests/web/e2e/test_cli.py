@@ -350,7 +350,13 @@ def test_a_second_ctrl_c_stops_a_run_in_flight_now_and_keeps_its_answer(tmp_path
                     if line == "event: append_text":
                         break  # the run is streaming
             serve.popen.send_signal(signal.SIGINT)
-            serve.wait_for_log(re.compile(r"(press Ctrl-C again to stop them now)"))
+            # Says that streams end at once, and what becomes of the runs.
+            said = (
+                "agentik: stopping: the web first, so open streams end now (clients pick the "
+                "turns up again from /events); runs in flight get up to 60s to finish and are "
+                "stored, interrupted if they do not (press Ctrl-C again to stop them now)"
+            )
+            serve.wait_for_log(re.compile(f"({re.escape(said)})"))
             serve.wait_for_log(re.compile(r"(waiting up to 60s for 1 runs in flight)"))
             asked = time.monotonic()
             serve.popen.send_signal(signal.SIGINT)

@@ -15,8 +15,10 @@ and ``GET /metrics`` sums them over the workers. docs/operations.md lists the me
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -35,6 +37,7 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from agentik.logs import FIELDS
 from web_facade.engine_metrics import engine_metrics
+from web_facade.errors import error_response
 
 __all__ = [
     "METHODS",
@@ -207,12 +210,63 @@ def _remember_route() -> None:
     request.environ[ROUTE_KEY] = rule.rule if rule is not None else UNMATCHED
 
 
-def metrics_response() -> Response:
-    """The metrics of every worker (multi-process mode) or of this process."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+MERGE_ATTEMPTS = 5
+"""Reads of the workers' metric files before ``GET /metrics`` gives up with a 503."""
+
+_UNREADABLE = (OSError, ValueError, RuntimeError, struct.error)
+"""What reading a metric file raises while a worker makes it (created, not yet sized: a new
+worker's) or removes it (a dead worker's, as it is replaced)."""
+
+
+class _MetricsBusy(Exception):
+    """The workers' metric files could not be read whole (see :data:`_UNREADABLE`)."""
+
+
+def _workers_metrics(directory: str) -> bytes:
+    """The metrics of every worker, summed from their files; a file that cannot be read
+    alone is left out for this scrape (its worker is being born or has just died)."""
+    merge = prometheus_multiprocess.MultiProcessCollector.merge
+    files = sorted(glob.glob(os.path.join(directory, "*.db")))
+    for attempt in range(MERGE_ATTEMPTS):
+        try:
+            metrics = merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+        except _UNREADABLE:
+            time.sleep(0.002 * (attempt + 1))
+            files = [name for name in files if _readable(name)]
+            continue
         registry = CollectorRegistry()
-        prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        payload = generate_latest(registry)
+        registry.register(_Merged(metrics))
+        return generate_latest(registry)
+    raise _MetricsBusy
+
+
+class _Merged:
+    """Metrics already collected, as a collector of a registry."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Any:
+        return self.metrics
+
+
+def _readable(name: str) -> bool:
+    try:
+        prometheus_multiprocess.MultiProcessCollector.merge([name])  # type: ignore[no-untyped-call]
+    except _UNREADABLE:
+        return False
+    return True
+
+
+def metrics_response() -> Response:
+    """The metrics of every worker (multi-process mode) or of this process; 503 with
+    ``Retry-After`` when the workers' files stay unreadable (never a 500)."""
+    if directory := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        try:
+            payload = _workers_metrics(directory)
+        except _MetricsBusy:
+            message = "the web workers' metrics could not be read now; try again"
+            return error_response(503, "metrics_busy", message)
     else:
         payload = generate_latest(REGISTRY)
     payload += engine_metrics()  # web_facade/engine_metrics.py: one scrape shows both

@@ -193,8 +193,13 @@ _DECISIONS: tuple[tuple[str, str], ...] = (
 
 ENGINE_WORDS = Wording()
 """gRPC's and A2A's: the engine's own."""
-AGENTIK_WORDS = Wording((*_session_is("conversation"), *_DECISIONS), _DECISION_REFUSALS)
-"""``/agentik``'s: conversations, and the ``decisions`` of ``POST .../resume``."""
+_RESUME_POINT = ((r"\bafter_seq (\d+)", r"the resume point \1 (after, or Last-Event-ID)"),)
+"""A subscription's ``after_seq`` as ``/agentik`` takes it: ``?after=`` or ``Last-Event-ID``."""
+AGENTIK_WORDS = Wording(
+    (*_session_is("conversation"), *_DECISIONS, *_RESUME_POINT), _DECISION_REFUSALS
+)
+"""``/agentik``'s: conversations, the ``decisions`` of ``POST .../resume``, and the resume
+point of ``GET .../events``."""
 MCP_WORDS = Wording(
     (
         *_session_is("conversation"),

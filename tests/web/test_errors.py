@@ -275,7 +275,8 @@ def test_engine_details_meant_for_clients_pass_through(code: grpc.StatusCode, de
         (
             "after_seq 9 is past the session's last event (2)",
             AGENTIK_WORDS,
-            "after_seq 9 is past the conversation's last event (2)",
+            "the resume point 9 (after, or Last-Event-ID) is past the conversation's last "
+            "event (2)",
         ),
         (
             "resume[1].interrupt_id 'nope' is not pending in this conversation",

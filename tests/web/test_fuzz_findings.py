@@ -172,7 +172,8 @@ def test_an_event_id_past_18_digits_is_in_range_up_to_int64_and_named_out_of_ran
         headers = {"Last-Event-ID": resume["header"]} if "header" in resume else {}
         response = api.call("GET", path + resume.get("query", ""), headers=headers)
         message = _error(response, 400, "invalid_argument")
-        assert message.startswith(f"after_seq {largest} is past the conversation's last event (0)")
+        said = f"the resume point {largest} (after, or Last-Event-ID) is past the conversation's"
+        assert message.startswith(f"{said} last event (0)")
     for name, raw in (("after", str(largest + 1)), ("Last-Event-ID", "1066233575744789888123")):
         headers = {"Last-Event-ID": raw} if name == "Last-Event-ID" else {}
         query = f"&after={raw}" if name == "after" else ""

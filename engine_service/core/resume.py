@@ -12,14 +12,17 @@ SQLite engine started again) knows where the run stood:
   the LLM should see next time: the partial is not stored.
 - each engine tool call of a stored round is *done* when its result is stored, and
   *started* when its ``STEP_STARTED`` is (stored before a tool not listed idempotent
-  runs: ``core.tool_calls``). One never started runs now. One started but not done was
+  runs: ``core.tool_calls``). One never started goes on as its round would have: it runs
+  now, or, when it waits for a person (``ask_user``, a tool listed for approval: the run
+  decides it, ``PersonInTheLoop.gated``), its approval or question is asked again; it
+  never runs, nor is answered, without them. One started but not done was
   cut while it ran: it is *in doubt*, and never runs silently twice. A tool listed as
   idempotent (``[tools] idempotent``) runs again; any other call asks a person whether
   to run it again (an approval); or, with ``[tools] in_doubt = "error"``, gets an error
   result the LLM sees. Every attempt of a call carries the same idempotency key
   (``ToolContext.idempotency_key``).
 - calls of tools the engine does not have are the client's: a run whose last round
-  asked only for them ends waiting for their results, as it would have.
+  asked for them ends waiting for their results, as it would have.
 
 What the dead engine left open is closed, a ``CUSTOM`` event ``resumed`` marks the
 resume (their count in the log is the run's resume count: ``max_resumes`` stops a run
@@ -72,6 +75,9 @@ class ResumePoint:
     """Calls run first: never started, or in doubt and idempotent."""
     ask_again: list[ToolCall] = field(default_factory=list)
     """Calls in doubt a person decides about (whether to run them again)."""
+    pending: list[str] = field(default_factory=list)
+    """The client's tool calls of the cut round, still without a result: the run ends
+    waiting for them, as that round would have."""
     usage_before: ev.Usage | None = None
     """What the run's earlier engines used."""
 
@@ -91,9 +97,13 @@ class Resumption:
     principal: str
     """Whose run it is (budget, report): the session's owner."""
     rerun: list[ToolCall]
-    """Calls never started, and in-doubt calls of idempotent tools: run first."""
+    """Calls never started, and in-doubt calls of idempotent tools: they go on as their
+    round would have (run, or, for those that wait for a person, asked again:
+    ``core.turn``)."""
     ask: list[ToolCall]
     """Other in-doubt calls: a person decides whether they run again."""
+    pending: list[str]
+    """The client's tool calls without a result (``ResumePoint.pending``)."""
     started: set[str]
     """Tool calls stored as started (done or not)."""
     answered: set[str]
@@ -216,6 +226,7 @@ async def resume_run(
         session.owner,
         rerun,
         ask,
+        client_calls,
         work.started,
         answered | {call_id for call_id, _ in results},
     )

@@ -130,6 +130,7 @@ class TakeOver:
             rounds_done=resumed.rounds,
             rerun=resumed.rerun,
             ask_again=[*resumed.ask, *ask],
+            pending=resumed.pending,
             usage_before=ev.Usage(
                 input_tokens=record.input_tokens,
                 output_tokens=record.output_tokens,

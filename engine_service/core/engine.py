@@ -444,13 +444,16 @@ class Engine(Stopping):
             self.agents.ended(run.session_id)
         self.notices.ended(run)
         hub = run.hub
-        if run.lost_at:
-            hub.drop_unstored(run.lost_at)
         if not run.settled:
             self._unsettled.hold(run)
-        # Followers may still be behind (the run's own caller usually is): they read the
-        # rest from memory. The buffer goes when they do, or when the next run starts.
-        hub.end(run.run_id)
+        if run.lost_at:
+            # Its end is the other replica's: the followers here (the run's own stream
+            # among them) read what that replica stored, and follow it there if it goes on.
+            self._hubs.lost(hub, run.run_id, run.lost_at, run.lost_to)
+        else:
+            # Followers may still be behind (the run's own caller usually is): they read the
+            # rest from memory. The buffer goes when they do, or when the next run starts.
+            hub.end(run.run_id)
         self._hubs.drop_if_unused(hub)
 
     def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:

@@ -34,7 +34,7 @@ from engine_service.core.errors import (
     LLMError,
     StorageUnavailable,
 )
-from engine_service.core.flush import Outbox
+from engine_service.core.flush import Elsewhere, Outbox
 from engine_service.core.hitl import Decision
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
@@ -140,6 +140,10 @@ class Run:
         self.lost_at = 0
         """Non-zero once another replica closed this run (the store's last seq then): the
         run stops without writing anything more."""
+        self.lost_to = ""
+        """Once lost: the run holding the session on the other replica then (this run's id
+        while the replica that resumed it answers), which the followers here go on
+        following from the store."""
         room = limits.max_event_bytes - MESSAGE_ROOM
         self.transcript = Transcript(
             store,
@@ -246,10 +250,16 @@ class Run:
         if not self.tool_runner.running and self._work is not None:
             self._work.cancel()
 
-    def lose(self, last_seq: int) -> None:
-        """Another replica closed this run (our lease lapsed): stop, and write nothing more."""
-        self.lost_at = max(last_seq, 1)
+    def lose(self, elsewhere: Elsewhere) -> None:
+        """Another replica closed this run or took it over (our lease lapsed): stop, and
+        write nothing more."""
+        self.note_lost(elsewhere)
         self.stop()
+
+    def note_lost(self, elsewhere: Elsewhere) -> None:
+        """Another replica closed this run or took it over: nothing more is written here."""
+        self.lost_at = max(elsewhere.last_seq, 1)
+        self.lost_to = elsewhere.active_run_id
 
     def fail(self, exc: StorageUnavailable) -> None:
         """Stop the run because the store failed; ``main`` ends it with RUN_ERROR."""
@@ -262,8 +272,9 @@ class Run:
             self._storage_failure = exc
             self._on_storage_error(exc)
 
-    async def closed_elsewhere(self) -> int | None:
-        """The store's last seq if another replica has closed this run, else None."""
+    async def closed_elsewhere(self) -> Elsewhere | None:
+        """The store's state if another replica has closed this run or taken it over,
+        else None."""
         return await self.out.closed_elsewhere()
 
     # -- the run ------------------------------------------------------------------
@@ -346,10 +357,10 @@ class Run:
                 except (AlreadyExists, InvalidInput):
                     # Stopped because our leases lapsed: another replica may have closed
                     # the run and kept the partial answer already.
-                    closed_at = await self.closed_elsewhere()
-                    if closed_at is None:
+                    elsewhere = await self.closed_elsewhere()
+                    if elsewhere is None:
                         raise
-                    self.lost_at = max(closed_at, 1)
+                    self.note_lost(elsewhere)
                     final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
@@ -417,12 +428,12 @@ class Run:
             self._note_storage_failure(exc)
             log.warning("run %s ended but could not be stored: %s", self.run_id, exc.message)
         except InvalidInput as exc:
-            closed_at = await self.closed_elsewhere()
-            if closed_at is None:
+            elsewhere = await self.closed_elsewhere()
+            if elsewhere is None:
                 raise
             # Closed by another replica while this one stalled: its end is the stored one.
             log.warning("run %s was closed by another replica: %s", self.run_id, exc.message)
-            self.lost_at = max(closed_at, 1)
+            self.note_lost(elsewhere)
             self.status = RunStatus.INTERRUPTED
         finally:
             self._on_done(self)

@@ -74,6 +74,7 @@ from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.run_table import RunTable
+from engine_service.core.run_webhooks import webhook_for
 from engine_service.core.stopping import Stopping
 from engine_service.core.store import Checkpoint, RunBegun, SessionStore, Signal
 from engine_service.core.takeover import Resumed, TakeOver, hand_over
@@ -149,6 +150,7 @@ class Engine(Stopping):
             self.limits,
             is_engine_tool=lambda name: self.tools.get(name) is not None,
             launch=self._launch_resumed,
+            closed=lambda webhook, record, how: self.notices.closed(webhook, record, how),
             tools_settled=lambda: self.tools_settled,
             event_limit=lambda: self._event_limit,
             replica=self.replica,
@@ -379,8 +381,7 @@ class Engine(Stopping):
                 )
             )
             raise
-        if not run_input.webhook_url:
-            run_input.webhook_url = begun.session.webhook_url  # the conversation's default
+        run_input.webhook_url = webhook_for(run_input.webhook_url, begun.session)
         run = self._launch(
             begun.session,
             run_input,

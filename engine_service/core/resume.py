@@ -50,7 +50,13 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
-from engine_service.core.recovery import RESUMED, SUPERSEDED, close_abandoned_run, read_run
+from engine_service.core.recovery import (
+    RESUMED,
+    SUPERSEDED,
+    RunClosed,
+    close_abandoned_run,
+    read_run,
+)
 from engine_service.core.store import SessionStore
 
 __all__ = ["IN_DOUBT", "RESUME_LIMIT_CODE", "ResumePoint", "Resumption", "resume_run"]
@@ -123,10 +129,10 @@ async def resume_run(
     in_doubt: str = "ask",
     carrying_out: bool = False,
     starts_stored: bool = True,
-) -> Resumption | None:
+) -> Resumption | RunClosed:
     """Store the events that close what ``run``'s dead engine left open and mark its
-    resume; the run to go on with, or None when it was closed instead (nothing of it
-    stored, its answer complete, or resumed ``max_resumes`` times already).
+    resume; the run to go on with, or how it ended when it was closed instead (nothing of
+    it stored, its answer complete, or resumed ``max_resumes`` times already).
     ``carrying_out``: the run carries out a person's answers (kept with it), so it goes
     on even when it stored nothing yet. ``starts_stored``: whether its engine stored each
     tool call's start (``core.kept_input``); if not, every unfinished call is in doubt."""
@@ -141,12 +147,12 @@ async def resume_run(
             ),
             code=RESUME_LIMIT_CODE,
         )
-        await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes, error=error)
-        return None
+        return await close_abandoned_run(
+            store, run, now, max_event_bytes=max_event_bytes, error=error
+        )
     if not own and not carrying_out:
         # Cut before it stored its input: there is nothing to go on from.
-        await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
-        return None
+        return await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
 
     bodies: list[ev.EventBody] = []
     for reasoning_id in work.reasoning:
@@ -209,7 +215,7 @@ async def resume_run(
         # Its last round was stored whole: the run had ended but for storing its end.
         end = ev.RunFinished(pending_tool_call_ids=client_calls)
         await _store(store, run, [*bodies, end], finish=RunStatus.SUCCEEDED, end=end, now=now)
-        return None
+        return RunClosed(end, history)
 
     resumes = work.resumes + 1
     reason = "the engine running this run stopped; it goes on from its last checkpoint"

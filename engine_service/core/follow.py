@@ -118,6 +118,7 @@ class Hubs:
         elif signal.kind is SignalKind.ENDED and active == signal.run_id:
             active = ""
         hub.catch_up(signal.last_seq, active)
+        self.drop_if_unused(hub)  # kept for a run that went on elsewhere (``lost``), which ended
 
     def lost(self, hub: SessionHub, run_id: str, last_seq: int, active_run_id: str) -> None:
         """Run ``run_id`` of this engine was closed or taken over by another replica, the

@@ -378,6 +378,35 @@ async def test_on_a_zombie_the_runs_stream_and_until_idle_followers_follow_the_r
             assert events == stored, "a stream on A did not follow the run to B's end"
 
 
+async def test_a_zombies_hub_kept_for_a_resumed_run_goes_once_that_run_ends_elsewhere(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """A's follower leaves while B still answers the run A lost: A's hub, pointed at the run
+    on B, goes when B's end is signalled (no hub left behind per lost run)."""
+    async with engines(llm, store_for, resume=True) as (a, b):
+        await a.create_session(ANONYMOUS, session_id="s")
+        await start(a, "s", "[[chunks:300]][[slow:0.01]]")
+
+        async def follow() -> None:
+            async for _ in a.subscribe(ANONYMOUS, "s", 0, until_idle=True):
+                pass
+
+        async with asyncio.timeout(3 * WAIT):
+            follower = asyncio.create_task(follow())
+            await asyncio.sleep(0.2)
+            assert a._leases is not None
+            await a._leases.stop()  # a zombie: its run goes on, its lease lapses
+            while a.runs_in_flight:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+            assert b.runs_in_flight == 1, "B ended the run before A noticed"
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            assert "s" in a._hubs._hubs  # it follows the run on B
+            while b.runs_in_flight or "s" in a._hubs._hubs:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+
+
 async def test_followers_on_b_finish_when_its_listener_connection_is_killed(
     llm: FakeOpenAI, pg_store_for: StoreFor
 ) -> None:

@@ -104,6 +104,7 @@ async def test_in_doubt_calls_are_run_again_asked_about_or_answered_with_an_erro
     assert isinstance(resumed, Resumption) and resumed.rounds == 1
     assert [c.id for c in resumed.rerun] == ["t1"]
     assert [c.id for c in resumed.ask] == ["c1"]
+    assert resumed.pending == ["f1"]  # the client's call: the run ends waiting for it
     # The cut call's step is closed, so a client's started steps all finish.
     closing = [e.body for e in await _run_events(store, before.last_seq)]
     assert ev.StepFinished("tool_call:c1") in closing

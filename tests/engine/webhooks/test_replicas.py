@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentik.config import Settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from engine_service.core import events as ev
 from tests.engine.harness import (
     WAIT,
     Harness,
@@ -145,6 +146,10 @@ async def test_a_run_another_replica_resumed_sends_one_webhook_with_the_end_it_s
                 assert a.engine._leases is not None
                 await a.engine._leases.stop()  # a zombie: its run goes on, its lease lapses
             await _ended(b, "r1")
+            stored = await b.engine.store.read_events("s", 0, 100_000)
+            assert [e.body.name for e in stored if isinstance(e.body, ev.Custom)][-1:] == [
+                "resumed"
+            ], "B did not resume the run"
             await asyncio.to_thread(hook.wait_for, 1, WAIT)
             await asyncio.sleep(0.5)  # a second delivery would have arrived by now
     assert [r.headers["webhook-id"] for r in hook.received] == ["run_r1"]

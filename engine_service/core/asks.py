@@ -12,6 +12,7 @@ from engine_service.core.hitl import (
     delegated_interrupt,
     in_doubt_interrupt,
     interrupt_for,
+    needs_person,
 )
 from engine_service.core.models import Interrupt, ResumeEntry, Role, ToolCall
 from engine_service.core.store import SessionStore
@@ -26,14 +27,30 @@ class PersonInTheLoop:
     resolved when a stop cut the carrying out short (every answered call has its result)."""
 
     def __init__(
-        self, store: SessionStore, session_id: str, run_id: str, tools: ToolRunner, expiry: float
+        self,
+        store: SessionStore,
+        session_id: str,
+        run_id: str,
+        tools: ToolRunner,
+        expiry: float,
+        approval: Sequence[str] = (),
     ) -> None:
+        """``approval``: the tools (names or globs) whose calls wait for a person's yes."""
         self.store = store
         self.session_id = session_id
         self.run_id = run_id
         self.tools = tools
         self.expiry = expiry
+        self.approval = tuple(approval)
         self._resolving = False
+
+    def gated(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+        """The calls that wait for a person (``hitl.needs_person``: ``ask_user``, or a tool
+        listed for approval). The one place a run decides it, for an LLM round's calls and
+        for those of a round its dead engine left unfinished (``core.resume``) alike: such a
+        call is never run, nor answered, without the person."""
+        registry = self.tools.tools
+        return [c for c in calls if needs_person(registry.get(c.name), c.name, self.approval)]
 
     async def ask(self, calls: Sequence[ToolCall], *, in_doubt: bool = False) -> list[Interrupt]:
         """The interrupts the gated calls raise (a malformed question is answered with an

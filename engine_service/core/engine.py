@@ -74,6 +74,7 @@ from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.run_table import RunTable
+from engine_service.core.run_webhooks import webhook_for
 from engine_service.core.stopping import Stopping
 from engine_service.core.store import Checkpoint, RunBegun, SessionStore, Signal
 from engine_service.core.takeover import Resumed, TakeOver, hand_over
@@ -149,6 +150,7 @@ class Engine(Stopping):
             self.limits,
             is_engine_tool=lambda name: self.tools.get(name) is not None,
             launch=self._launch_resumed,
+            closed=lambda webhook, record, how: self.notices.closed(webhook, record, how),
             tools_settled=lambda: self.tools_settled,
             event_limit=lambda: self._event_limit,
             replica=self.replica,
@@ -379,8 +381,7 @@ class Engine(Stopping):
                 )
             )
             raise
-        if not run_input.webhook_url:
-            run_input.webhook_url = begun.session.webhook_url  # the conversation's default
+        run_input.webhook_url = webhook_for(run_input.webhook_url, begun.session)
         run = self._launch(
             begun.session,
             run_input,
@@ -444,13 +445,16 @@ class Engine(Stopping):
             self.agents.ended(run.session_id)
         self.notices.ended(run)
         hub = run.hub
-        if run.lost_at:
-            hub.drop_unstored(run.lost_at)
         if not run.settled:
             self._unsettled.hold(run)
-        # Followers may still be behind (the run's own caller usually is): they read the
-        # rest from memory. The buffer goes when they do, or when the next run starts.
-        hub.end(run.run_id)
+        if run.lost_at:
+            # Its end is the other replica's: the followers here (the run's own stream
+            # among them) read what that replica stored, and follow it there if it goes on.
+            self._hubs.lost(hub, run.run_id, run.lost_at, run.lost_to)
+        else:
+            # Followers may still be behind (the run's own caller usually is): they read the
+            # rest from memory. The buffer goes when they do, or when the next run starts.
+            hub.end(run.run_id)
         self._hubs.drop_if_unused(hub)
 
     def run_events(self, handle: RunHandle) -> AsyncIterator[ev.Event]:

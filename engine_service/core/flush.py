@@ -29,7 +29,7 @@ from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, RunStatus
 from engine_service.core.store import SessionStore
 
-__all__ = ["Outbox"]
+__all__ = ["Elsewhere", "Outbox"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,18 @@ _PATIENT = ev.MessageStored
 next event, so that the two share a write (``flush_continually``)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """Where the store stood when another replica was found to have closed a run of this
+    engine, or taken it over."""
+
+    last_seq: int
+    """The session's last stored seq then."""
+    active_run_id: str = ""
+    """The run holding the session there: the run itself while the replica that resumed
+    it answers (``core.resume``); "" once it ended."""
+
+
 class Outbox:
     """Publishes one run's events and stores them behind it."""
 
@@ -56,7 +68,7 @@ class Outbox:
         limits: RunLimits,
         *,
         on_failure: Callable[[StorageUnavailable], None],
-        on_lost: Callable[[int], None],
+        on_lost: Callable[[Elsewhere], None],
         replica: str = "",
     ) -> None:
         self.store = store
@@ -313,8 +325,8 @@ class Outbox:
         because another replica closed the run (this engine stalled past its lease) and
         stored its closing events there. Stop without writing anything more: followers
         read that replica's end from the store, and never see the refused events."""
-        closed_at = await self.closed_elsewhere()
-        if closed_at is None:
+        elsewhere = await self.closed_elsewhere()
+        if elsewhere is None:
             log.error("run %s: the store refused its events: %s", self.run_id, exc.message)
             self._on_failure(
                 StorageUnavailable("storage unavailable: the store refused the events")
@@ -325,16 +337,17 @@ class Outbox:
             self.run_id,
             self.session_id,
         )
-        self._on_lost(closed_at)
+        self._on_lost(elsewhere)
 
-    async def closed_elsewhere(self) -> int | None:
-        """The store's last seq if another replica has closed this run or taken it over
+    async def closed_elsewhere(self) -> Elsewhere | None:
+        """The store's state if another replica has closed this run or taken it over
         (resumed it: ``core.resume``), else None."""
         try:
             run = await self.store.get_run(self.session_id, self.run_id)
             if run.status is RunStatus.RUNNING and run.replica in ("", self.replica):
                 return None
-            return (await self.store.get_session(self.session_id)).last_seq
+            session = await self.store.get_session(self.session_id)
+            return Elsewhere(session.last_seq, session.active_run_id)
         except StorageUnavailable as exc:
             self._on_failure(exc)
             return None

@@ -118,6 +118,18 @@ class Hubs:
         elif signal.kind is SignalKind.ENDED and active == signal.run_id:
             active = ""
         hub.catch_up(signal.last_seq, active)
+        self.drop_if_unused(hub)  # kept for a run that went on elsewhere (``lost``), which ended
+
+    def lost(self, hub: SessionHub, run_id: str, last_seq: int, active_run_id: str) -> None:
+        """Run ``run_id`` of this engine was closed or taken over by another replica, the
+        store then at ``last_seq`` with ``active_run_id`` holding the session (the run
+        itself while the replica that resumed it answers). What the run did not store here
+        never will be; the followers read the rest from the store, and follow a run still
+        active there as another replica's run, to its end (``until_idle`` ones too)."""
+        hub.drop_unstored(last_seq)
+        hub.end(run_id)
+        if not hub.unused:  # followers: point them at the store, as ``on_signal`` does
+            hub.catch_up(last_seq, active_run_id)
 
     async def _same_session(self, hub: SessionHub) -> bool:
         """Whether ``hub`` still stands for the session stored under its id.

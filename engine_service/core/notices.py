@@ -1,6 +1,11 @@
 """The engine's side of run webhooks and A2A push (``core.run_webhooks``): a run's webhook
 and push configs checked when it is asked for, and its start and end announced off the
-run's path, as outbox writes the engine's shutdown waits for."""
+run's path, as outbox writes the engine's shutdown waits for.
+
+A run's end is announced by the engine that stores it: a run this engine lost to another
+replica (handed over, taken over, closed there) is announced there, by the run that
+resumed it or the close (``closed``); never here, where its end would be a guess (the
+delivery id ``run_<id>`` is the same, and the first one added wins)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from typing import Any
 
 from engine_service.core.clock import utc_now
 from engine_service.core.errors import InvalidInput, StorageUnavailable
-from engine_service.core.models import RunInput
+from engine_service.core.models import RunInput, RunRecord
+from engine_service.core.recovery import RunClosed
 from engine_service.core.run_webhooks import PushConfigs, RunNotice, RunWebhooks
 from engine_service.core.turn import Run
 
@@ -60,7 +66,8 @@ class Notices:
 
     def ended(self, run: Run) -> None:
         webhooks = self.webhooks
-        if webhooks is None:
+        if webhooks is None or run.lost_at:  # its end is another replica's to announce
+            self._resumes.pop(run.run_id, None)
             return
         if run.input.webhook_url:
             write = webhooks.run_ended(
@@ -74,6 +81,22 @@ class Notices:
         if webhooks.pushers:
             self._later(webhooks.notice(self._notice(run, started=False)), run.run_id)
         self._resumes.pop(run.run_id, None)
+
+    def closed(self, webhook: str, record: RunRecord, closed: RunClosed) -> None:
+        """A run whose engine died, closed without running again (``core.takeover``): its
+        end goes to ``webhook`` ("": none) and the pushers, as any run's."""
+        webhooks = self.webhooks
+        if webhooks is None:
+            return
+        session_id, run_id = record.session_id, record.id
+        if webhook:
+            write = webhooks.run_ended(webhook, session_id, run_id, closed.final, closed.messages)
+            self._later(write, run_id)
+        if webhooks.pushers:
+            notice = RunNotice(
+                session_id, run_id, "", False, closed.final, closed.messages, utc_now()
+            )
+            self._later(webhooks.notice(notice), run_id)
 
     async def drain(self, seconds: float) -> None:
         """Wait (at most ``seconds``) for the outbox writes under way."""

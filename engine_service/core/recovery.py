@@ -36,7 +36,14 @@ from engine_service.core.models import (
 from engine_service.core.store import SessionStore
 from engine_service.core.tool_calls import step_call_id
 
-__all__ = ["ABANDONED_CODE", "RESUMED", "SUPERSEDED", "close_abandoned_run", "read_run"]
+__all__ = [
+    "ABANDONED_CODE",
+    "RESUMED",
+    "SUPERSEDED",
+    "RunClosed",
+    "close_abandoned_run",
+    "read_run",
+]
 
 ABANDONED_CODE = "abandoned"
 _ABANDONED_MESSAGE = "the engine stopped while this run was in flight"
@@ -47,6 +54,17 @@ RESUMED = "resumed"
 """The ``CUSTOM`` event that marks a run going on after its engine died (``core.resume``)."""
 SUPERSEDED = "superseded"
 """The ``CUSTOM`` event that says a partial answer clients saw is replaced by a new one."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunClosed:
+    """How a run its dead engine left was closed without running again (here, or as
+    ``core.resume`` found it answered already): what its webhook tells (``core.notices``)."""
+
+    final: ev.RunFinished | ev.RunError
+    """Its terminal event, as stored."""
+    messages: list[Message]
+    """The session's messages once it was closed (its last answer among them)."""
 
 
 @dataclass(slots=True)
@@ -116,8 +134,8 @@ async def close_abandoned_run(
     *,
     max_event_bytes: int = 1024 * 1024,
     error: ev.RunError | None = None,
-) -> int:
-    """Store the closing events and the end of ``run``; returns the seq of its last event.
+) -> RunClosed:
+    """Store the closing events and the end of ``run``; how it ended.
 
     The partial answer rebuilt from its deltas is clipped to one event (``core.bounds``).
     With ``error`` the run ends failed with it instead of interrupted (a run resumed too
@@ -170,7 +188,8 @@ async def close_abandoned_run(
         bodies.append(ev.ToolCallResult(result.id, call_id, _NO_RESULT, is_error=True))
         bodies.append(ev.MessageStored(result))
     bodies += [ev.StepFinished(name) for name in work.steps]  # after the cut calls' results
-    bodies.append(error if error is not None else ev.RunFinished(outcome=ev.Outcome.CANCELLED))
+    final = error if error is not None else ev.RunFinished(outcome=ev.Outcome.CANCELLED)
+    bodies.append(final)
 
     session = await store.get_session(run.session_id)
     first = max(session.last_seq, session.reserved_seq) + 1
@@ -187,4 +206,4 @@ async def close_abandoned_run(
         error.message if error is not None else _ABANDONED_MESSAGE,
         events=closing,
     )
-    return closing[-1].seq
+    return RunClosed(final, history + fresh)

@@ -12,14 +12,17 @@ SQLite engine started again) knows where the run stood:
   the LLM should see next time: the partial is not stored.
 - each engine tool call of a stored round is *done* when its result is stored, and
   *started* when its ``STEP_STARTED`` is (stored before a tool not listed idempotent
-  runs: ``core.tool_calls``). One never started runs now. One started but not done was
+  runs: ``core.tool_calls``). One never started goes on as its round would have: it runs
+  now, or, when it waits for a person (``ask_user``, a tool listed for approval: the run
+  decides it, ``PersonInTheLoop.gated``), its approval or question is asked again; it
+  never runs, nor is answered, without them. One started but not done was
   cut while it ran: it is *in doubt*, and never runs silently twice. A tool listed as
   idempotent (``[tools] idempotent``) runs again; any other call asks a person whether
   to run it again (an approval); or, with ``[tools] in_doubt = "error"``, gets an error
   result the LLM sees. Every attempt of a call carries the same idempotency key
   (``ToolContext.idempotency_key``).
 - calls of tools the engine does not have are the client's: a run whose last round
-  asked only for them ends waiting for their results, as it would have.
+  asked for them ends waiting for their results, as it would have.
 
 What the dead engine left open is closed, a ``CUSTOM`` event ``resumed`` marks the
 resume (their count in the log is the run's resume count: ``max_resumes`` stops a run
@@ -47,7 +50,13 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
-from engine_service.core.recovery import RESUMED, SUPERSEDED, close_abandoned_run, read_run
+from engine_service.core.recovery import (
+    RESUMED,
+    SUPERSEDED,
+    RunClosed,
+    close_abandoned_run,
+    read_run,
+)
 from engine_service.core.store import SessionStore
 
 __all__ = ["IN_DOUBT", "RESUME_LIMIT_CODE", "ResumePoint", "Resumption", "resume_run"]
@@ -72,6 +81,9 @@ class ResumePoint:
     """Calls run first: never started, or in doubt and idempotent."""
     ask_again: list[ToolCall] = field(default_factory=list)
     """Calls in doubt a person decides about (whether to run them again)."""
+    pending: list[str] = field(default_factory=list)
+    """The client's tool calls of the cut round, still without a result: the run ends
+    waiting for them, as that round would have."""
     usage_before: ev.Usage | None = None
     """What the run's earlier engines used."""
 
@@ -91,9 +103,13 @@ class Resumption:
     principal: str
     """Whose run it is (budget, report): the session's owner."""
     rerun: list[ToolCall]
-    """Calls never started, and in-doubt calls of idempotent tools: run first."""
+    """Calls never started, and in-doubt calls of idempotent tools: they go on as their
+    round would have (run, or, for those that wait for a person, asked again:
+    ``core.turn``)."""
     ask: list[ToolCall]
     """Other in-doubt calls: a person decides whether they run again."""
+    pending: list[str]
+    """The client's tool calls without a result (``ResumePoint.pending``)."""
     started: set[str]
     """Tool calls stored as started (done or not)."""
     answered: set[str]
@@ -113,10 +129,10 @@ async def resume_run(
     in_doubt: str = "ask",
     carrying_out: bool = False,
     starts_stored: bool = True,
-) -> Resumption | None:
+) -> Resumption | RunClosed:
     """Store the events that close what ``run``'s dead engine left open and mark its
-    resume; the run to go on with, or None when it was closed instead (nothing of it
-    stored, its answer complete, or resumed ``max_resumes`` times already).
+    resume; the run to go on with, or how it ended when it was closed instead (nothing of
+    it stored, its answer complete, or resumed ``max_resumes`` times already).
     ``carrying_out``: the run carries out a person's answers (kept with it), so it goes
     on even when it stored nothing yet. ``starts_stored``: whether its engine stored each
     tool call's start (``core.kept_input``); if not, every unfinished call is in doubt."""
@@ -131,12 +147,12 @@ async def resume_run(
             ),
             code=RESUME_LIMIT_CODE,
         )
-        await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes, error=error)
-        return None
+        return await close_abandoned_run(
+            store, run, now, max_event_bytes=max_event_bytes, error=error
+        )
     if not own and not carrying_out:
         # Cut before it stored its input: there is nothing to go on from.
-        await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
-        return None
+        return await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
 
     bodies: list[ev.EventBody] = []
     for reasoning_id in work.reasoning:
@@ -199,7 +215,7 @@ async def resume_run(
         # Its last round was stored whole: the run had ended but for storing its end.
         end = ev.RunFinished(pending_tool_call_ids=client_calls)
         await _store(store, run, [*bodies, end], finish=RunStatus.SUCCEEDED, end=end, now=now)
-        return None
+        return RunClosed(end, history)
 
     resumes = work.resumes + 1
     reason = "the engine running this run stopped; it goes on from its last checkpoint"
@@ -216,6 +232,7 @@ async def resume_run(
         session.owner,
         rerun,
         ask,
+        client_calls,
         work.started,
         answered | {call_id for call_id, _ in results},
     )

@@ -7,6 +7,7 @@ import logging
 from collections import Counter
 
 from engine_service.core.errors import Overloaded, RateLimited
+from engine_service.core.flush import Elsewhere
 from engine_service.core.limits import EngineLimits
 from engine_service.core.store import Signal, SignalKind
 from engine_service.core.turn import Run
@@ -99,7 +100,7 @@ class RunTable:
                 run.run_id,
                 run.session_id,
             )
-            run.lose(signal.last_seq)
+            run.lose(Elsewhere(signal.last_seq))  # ended there: nothing to follow
         return True
 
     def stop_all(self) -> int:

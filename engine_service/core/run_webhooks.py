@@ -31,10 +31,10 @@ from engine_service.core.deliveries import Delivery, DeliveryWorker, PushConfig
 from engine_service.core.errors import InvalidInput, PushConfigNotFound
 from engine_service.core.history import new_id
 from engine_service.core.ids import check_id
-from engine_service.core.models import JSON, Message, Role, message_text
+from engine_service.core.models import JSON, Message, Role, Session, message_text
 from engine_service.core.store import SessionStore
 
-__all__ = ["PushConfigs", "RunNotice", "RunWebhooks", "run_payload"]
+__all__ = ["PushConfigs", "RunNotice", "RunWebhooks", "run_payload", "webhook_for"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,13 @@ class RunNotice:
 
 
 Pusher = Callable[[RunNotice], Awaitable[None]]
+
+
+def webhook_for(named: str, session: Session) -> str:
+    """Where a run's end is posted: the webhook URL the run named, else its conversation's
+    default ("" for none). Decided here for a run as it starts and as another engine
+    resumes or closes it (``core.takeover``)."""
+    return named or session.webhook_url
 
 
 def _usage(usage: ev.Usage | None) -> dict[str, int]:

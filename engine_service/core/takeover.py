@@ -6,7 +6,9 @@ One job, out of ``Engine``, with a narrow interface (callbacks, as ``core.leases
   replica whose lease expired) and resumes it from its last checkpoint (``core.resume``),
   with what it kept of its request (``core.kept_input``: the client's tools and context, a
   person's answers it was carrying out), or closes it as interrupted when ``resume_runs``
-  is off. The engine starts the resumed run through ``launch``.
+  is off. The engine starts the resumed run through ``launch``, with the webhook the run
+  named (kept with it) or its conversation's default; a run closed instead is told to
+  ``closed``, which posts its end to that webhook too.
 - :func:`hand_over` stops a stopping replica's runs at their next step boundary and
   releases their leases, for another replica to resume.
 """
@@ -21,7 +23,12 @@ from typing import Protocol
 
 from engine_service.core import events as ev
 from engine_service.core.clock import utc_now
-from engine_service.core.errors import InputRequired, InvalidInput, StorageUnavailable
+from engine_service.core.errors import (
+    AgentikError,
+    InputRequired,
+    InvalidInput,
+    StorageUnavailable,
+)
 from engine_service.core.hitl import Decision, admit, needs_approval
 from engine_service.core.kept_input import restore
 from engine_service.core.leases import LeaseKeeper
@@ -34,8 +41,9 @@ from engine_service.core.models import (
     Session,
     ToolCall,
 )
-from engine_service.core.recovery import close_abandoned_run
+from engine_service.core.recovery import RunClosed, close_abandoned_run
 from engine_service.core.resume import IN_DOUBT, ResumePoint, Resumption, resume_run
+from engine_service.core.run_webhooks import webhook_for
 from engine_service.core.store import SessionStore
 
 __all__ = ["Resumed", "TakeOver", "hand_over"]
@@ -65,23 +73,27 @@ class TakeOver:
         *,
         is_engine_tool: Callable[[str], bool],
         launch: Callable[[Resumed], object],
+        closed: Callable[[str, RunRecord, RunClosed], None],
         tools_settled: Callable[[], Callable[[], Awaitable[None]] | None],
         event_limit: Callable[[], int],
         replica: str,
     ) -> None:
         """``tools_settled``: the awaitable to wait for before a resume (the tool sources
-        connected), if any; ``launch`` starts the resumed run."""
+        connected), if any; ``launch`` starts the resumed run; ``closed(webhook, run,
+        how)`` tells of a run closed instead (``webhook``: where its end is posted, "" for
+        nowhere)."""
         self.store = store
         self.limits = limits
         self._is_engine_tool = is_engine_tool
         self._launch = launch
+        self._closed = closed
         self._tools_settled = tools_settled
         self._event_limit = event_limit
         self.replica = replica
 
     async def __call__(self, record: RunRecord) -> None:
         if not self.limits.resume_runs:
-            await close_abandoned_run(
+            closed = await close_abandoned_run(
                 self.store, record, utc_now(), max_event_bytes=self._event_limit()
             )
             log.warning(
@@ -89,6 +101,7 @@ class TakeOver:
                 record.id,
                 record.session_id,
             )
+            await self._tell(record, closed)
             return
         settled = self._tools_settled()
         if settled is not None:
@@ -109,13 +122,14 @@ class TakeOver:
             carrying_out=bool(decisions),
             starts_stored=kept.starts,
         )
-        if resumed is None:
+        if isinstance(resumed, RunClosed):
             log.warning(
                 "run %s of session %s lost its engine and was closed (nothing to resume, "
                 "already answered, or resumed too often)",
                 record.id,
                 record.session_id,
             )
+            await self._tell(record, resumed, kept.webhook)
             return
         decisions, ask = self._sort_decisions(decisions, resumed)
         run_input = RunInput(
@@ -124,12 +138,14 @@ class TakeOver:
             parent_run_id=record.parent_run_id,
             tools=kept.tools,
             context=kept.context,
+            webhook_url=webhook_for(kept.webhook, resumed.session),
         )
         point = ResumePoint(
             resumes=resumed.resumes,
             rounds_done=resumed.rounds,
             rerun=resumed.rerun,
             ask_again=[*resumed.ask, *ask],
+            pending=resumed.pending,
             usage_before=ev.Usage(
                 input_tokens=record.input_tokens,
                 output_tokens=record.output_tokens,
@@ -151,6 +167,18 @@ class TakeOver:
             self.limits.max_resumes,
             resumed.rounds,
         )
+
+    async def _tell(self, record: RunRecord, closed: RunClosed, webhook: str | None = None) -> None:
+        """Tell ``closed`` of a run closed here, with the webhook it named (None: not read
+        yet) or its conversation's default. A failed read loses the webhook, not the close."""
+        try:
+            if webhook is None:
+                webhook = restore(await self.store.kept_input(record.session_id, record.id)).webhook
+            session = await self.store.get_session(record.session_id)
+        except AgentikError as exc:
+            log.error("the webhook of run %s is lost: %s", record.id, exc.message)
+            return
+        self._closed(webhook_for(webhook, session), record, closed)
 
     async def left_behind(self, is_local: Callable[[str], bool]) -> None:
         """Take over every RUNNING run in the store but this engine's own (``is_local``:

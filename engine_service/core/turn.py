@@ -34,12 +34,12 @@ from engine_service.core.errors import (
     LLMError,
     StorageUnavailable,
 )
-from engine_service.core.flush import Outbox
-from engine_service.core.hitl import Decision, needs_person
+from engine_service.core.flush import Elsewhere, Outbox
+from engine_service.core.hitl import Decision
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.llm_rounds import LlmRounds
-from engine_service.core.models import JSON, UNSET, Message, RunInput, RunStatus
+from engine_service.core.models import JSON, UNSET, Message, RunInput, RunStatus, ToolCall
 from engine_service.core.observe import RunLog, RunObserver, RunReport
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.resume import ResumePoint
@@ -140,6 +140,10 @@ class Run:
         self.lost_at = 0
         """Non-zero once another replica closed this run (the store's last seq then): the
         run stops without writing anything more."""
+        self.lost_to = ""
+        """Once lost: the run holding the session on the other replica then (this run's id
+        while the replica that resumed it answers), which the followers here go on
+        following from the store."""
         room = limits.max_event_bytes - MESSAGE_ROOM
         self.transcript = Transcript(
             store,
@@ -193,7 +197,12 @@ class Run:
         )
         """Runs the engine's tools, each result stored as it lands."""
         self.person = PersonInTheLoop(
-            store, self.session_id, self.run_id, self.tool_runner, limits.interrupt_expiry
+            store,
+            self.session_id,
+            self.run_id,
+            self.tool_runner,
+            limits.interrupt_expiry,
+            limits.approval,
         )
         """Asks a person about gated calls, and carries out their answers."""
         # Context budget (core/context.py): builds each request within the model's window,
@@ -241,10 +250,16 @@ class Run:
         if not self.tool_runner.running and self._work is not None:
             self._work.cancel()
 
-    def lose(self, last_seq: int) -> None:
-        """Another replica closed this run (our lease lapsed): stop, and write nothing more."""
-        self.lost_at = max(last_seq, 1)
+    def lose(self, elsewhere: Elsewhere) -> None:
+        """Another replica closed this run or took it over (our lease lapsed): stop, and
+        write nothing more."""
+        self.note_lost(elsewhere)
         self.stop()
+
+    def note_lost(self, elsewhere: Elsewhere) -> None:
+        """Another replica closed this run or took it over: nothing more is written here."""
+        self.lost_at = max(elsewhere.last_seq, 1)
+        self.lost_to = elsewhere.active_run_id
 
     def fail(self, exc: StorageUnavailable) -> None:
         """Stop the run because the store failed; ``main`` ends it with RUN_ERROR."""
@@ -257,8 +272,9 @@ class Run:
             self._storage_failure = exc
             self._on_storage_error(exc)
 
-    async def closed_elsewhere(self) -> int | None:
-        """The store's last seq if another replica has closed this run, else None."""
+    async def closed_elsewhere(self) -> Elsewhere | None:
+        """The store's state if another replica has closed this run or taken it over,
+        else None."""
         return await self.out.closed_elsewhere()
 
     # -- the run ------------------------------------------------------------------
@@ -341,10 +357,10 @@ class Run:
                 except (AlreadyExists, InvalidInput):
                     # Stopped because our leases lapsed: another replica may have closed
                     # the run and kept the partial answer already.
-                    closed_at = await self.closed_elsewhere()
-                    if closed_at is None:
+                    elsewhere = await self.closed_elsewhere()
+                    if elsewhere is None:
                         raise
-                    self.lost_at = max(closed_at, 1)
+                    self.note_lost(elsewhere)
                     final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
@@ -412,12 +428,12 @@ class Run:
             self._note_storage_failure(exc)
             log.warning("run %s ended but could not be stored: %s", self.run_id, exc.message)
         except InvalidInput as exc:
-            closed_at = await self.closed_elsewhere()
-            if closed_at is None:
+            elsewhere = await self.closed_elsewhere()
+            if elsewhere is None:
                 raise
             # Closed by another replica while this one stalled: its end is the stored one.
             log.warning("run %s was closed by another replica: %s", self.run_id, exc.message)
-            self.lost_at = max(closed_at, 1)
+            self.note_lost(elsewhere)
             self.status = RunStatus.INTERRUPTED
         finally:
             self._on_done(self)
@@ -450,19 +466,15 @@ class Run:
         if self.decisions:
             await self.person.carry_out(self.decisions)
             await self._take_input()
-        if self.point.rerun or self.point.ask_again:
-            # A resumed run's calls in doubt: never silently twice (``core.resume``).
-            await self.tool_runner.run(self.point.rerun)
-            asked = await self.person.ask(self.point.ask_again, in_doubt=True)
-        else:
-            asked = []
-        # A sub-agent a call started (again) may have stopped to ask: this run's person.
-        asked += self.person.ask_for(self.tool_runner.take_delegated())
-        if asked:
-            return ev.RunFinished(
-                outcome=ev.Outcome.INTERRUPT, usage=self._usage_or_none(), interrupts=asked
-            )
-        rounds = self.point.rounds_done
+        # A resumed run goes on with the calls its cut round left unfinished as that round
+        # would have (``core.resume``): those that wait for a person are asked again, the
+        # others run; the calls in doubt are asked about (never silently twice). A sub-agent
+        # a call started (again) may have stopped to ask: this run's person.
+        point = self.point
+        end = await self._calls(point.rerun, point.pending, in_doubt=point.ask_again)
+        if end is not None:
+            return end
+        rounds = point.rounds_done
         while True:
             if self.handing_over:
                 raise asyncio.CancelledError  # at a step boundary: another replica goes on
@@ -478,23 +490,35 @@ class Run:
                 await self.store.note_usage(self.session_id, self.run_id, self._usage)
             pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
             ours = [c for c in assistant.tool_calls if c.name not in client_tools]
-            approval = self.limits.approval
-            gated = [c for c in ours if needs_person(self.tools.get(c.name), c.name, approval)]
-            await self.tool_runner.run([c for c in ours if c not in gated])
-            interrupts = await self.person.ask(gated)
-            # A call that started another agent's run, which stopped to ask a person:
-            # this run asks its own person the same (``core.hitl.delegated_interrupt``).
-            interrupts += self.person.ask_for(self.tool_runner.take_delegated())
-            if interrupts:
-                return ev.RunFinished(
-                    outcome=ev.Outcome.INTERRUPT,
-                    pending_tool_call_ids=pending,
-                    usage=self._usage_or_none(),
-                    interrupts=interrupts,
-                )
-            if pending:
-                return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
+            end = await self._calls(ours, pending)
+            if end is not None:
+                return end
             rounds += 1
+
+    async def _calls(
+        self, calls: list[ToolCall], pending: list[str], *, in_doubt: Sequence[ToolCall] = ()
+    ) -> ev.RunFinished | None:
+        """Run a round's engine ``calls`` but those that wait for a person
+        (``PersonInTheLoop.gated``), whose interrupts are raised, as are those of the calls
+        ``in_doubt`` (a resumed run's) and of the runs a call started that stopped to ask
+        (``core.hitl.delegated_interrupt``). The run's end when it waits for a person or
+        for the client's tools (``pending``: their call ids), else None: the LLM goes on."""
+        gated = self.person.gated(calls)
+        if len(gated) < len(calls):
+            await self.tool_runner.run([c for c in calls if c not in gated])
+        interrupts = await self.person.ask(gated)
+        interrupts += await self.person.ask(in_doubt, in_doubt=True)
+        interrupts += self.person.ask_for(self.tool_runner.take_delegated())
+        if interrupts:
+            return ev.RunFinished(
+                outcome=ev.Outcome.INTERRUPT,
+                pending_tool_call_ids=pending,
+                usage=self._usage_or_none(),
+                interrupts=interrupts,
+            )
+        if pending:
+            return ev.RunFinished(pending_tool_call_ids=pending, usage=self._usage_or_none())
+        return None
 
     def _specs(self) -> list[ToolSpec]:
         """The tools offered to the LLM: the engine's, then the client's."""

@@ -54,12 +54,12 @@ class Unsettled:
         try:
             await run.settle()
         except InvalidInput:
-            closed_at = await run.closed_elsewhere()
-            if closed_at is None:
+            elsewhere = await run.closed_elsewhere()
+            if elsewhere is None:
                 raise
             log.warning("run %s was closed by another replica meanwhile", run.run_id)
-            run.lost_at = closed_at
-            run.hub.drop_unstored(closed_at)
+            run.note_lost(elsewhere)
+            run.hub.drop_unstored(run.lost_at)
 
     async def store_at_shutdown(self) -> None:
         """Store what can be stored; the rest is closed by the next start."""

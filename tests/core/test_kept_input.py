@@ -56,5 +56,5 @@ async def test_a_run_whose_client_tools_pass_the_bound_is_refused_before_it_star
             harness,
             pb.RunRequest(session_id="s", create_session=True, messages=[user("hi")], tools=[tool]),
         )
-    assert "client tools, context and resume entries take" in details
+    assert "client tools, context, resume entries and webhook URL take" in details
     assert "max_event_bytes" in details

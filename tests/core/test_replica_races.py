@@ -329,6 +329,84 @@ async def test_a_zombie_whose_run_was_resumed_elsewhere_stops_and_the_run_ends_w
         assert messages[-1].content == [TextPart("".join(f"w{i} " for i in range(300)))]
 
 
+async def test_on_a_zombie_the_runs_stream_and_until_idle_followers_follow_the_resume_to_its_end(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """A's lease lapses mid-answer and B resumes the run; A notices while B still answers.
+    On A, the run's own stream and ``until_idle`` followers do not end there: they follow
+    the run on B from the store to B's end, every seq once."""
+    async with engines(llm, store_for, resume=True) as (a, b):
+        await a.create_session(ANONYMOUS, session_id="s")
+        # 3 s of answer, asked again on B from the start: B still answers when A notices.
+        handle = await a.start_run(
+            ANONYMOUS, RunInput(session_id="s", messages=[said("[[chunks:300]][[slow:0.01]]")])
+        )
+
+        async def until_idle() -> list[ev.Event]:
+            return [e async for e in a.subscribe(ANONYMOUS, "s", 0, until_idle=True)]
+
+        async def own_stream() -> list[ev.Event]:
+            return [e async for e in a.run_events(handle)]
+
+        async def b_answering_when_a_let_go() -> bool:
+            while a.runs_in_flight:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+            return b.runs_in_flight == 1
+
+        async with asyncio.timeout(3 * WAIT):
+            streams = [asyncio.create_task(own_stream())]
+            streams += [asyncio.create_task(until_idle()) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            assert a.runs_in_flight == 1 and a._leases is not None
+            await a._leases.stop()  # a zombie: its run goes on, its lease lapses
+            assert await b_answering_when_a_let_go(), "B ended the run before A noticed"
+            followed = await asyncio.gather(*streams)
+            while b.runs_in_flight:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        stored = await a.store.read_events("s", 0, 100_000)
+        end = stored[-1]
+        assert isinstance(end.body, ev.RunFinished) and end.body.outcome is ev.Outcome.SUCCESS
+        assert [e.body.name for e in stored if isinstance(e.body, ev.Custom)] == [
+            "superseded",
+            "resumed",
+        ]
+        seqs = [e.seq for e in stored]
+        for events in followed:
+            got = [e.seq for e in events]
+            lost, repeated = sorted(set(seqs) - set(got)), len(got) - len(set(got))
+            assert (lost[:20], repeated) == ([], 0), f"{len(lost)} lost, {repeated} repeated"
+            assert events == stored, "a stream on A did not follow the run to B's end"
+
+
+async def test_a_zombies_hub_kept_for_a_resumed_run_goes_once_that_run_ends_elsewhere(
+    llm: FakeOpenAI, store_for: StoreFor
+) -> None:
+    """A's follower leaves while B still answers the run A lost: A's hub, pointed at the run
+    on B, goes when B's end is signalled (no hub left behind per lost run)."""
+    async with engines(llm, store_for, resume=True) as (a, b):
+        await a.create_session(ANONYMOUS, session_id="s")
+        await start(a, "s", "[[chunks:300]][[slow:0.01]]")
+
+        async def follow() -> None:
+            async for _ in a.subscribe(ANONYMOUS, "s", 0, until_idle=True):
+                pass
+
+        async with asyncio.timeout(3 * WAIT):
+            follower = asyncio.create_task(follow())
+            await asyncio.sleep(0.2)
+            assert a._leases is not None
+            await a._leases.stop()  # a zombie: its run goes on, its lease lapses
+            while a.runs_in_flight:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+            assert b.runs_in_flight == 1, "B ended the run before A noticed"
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            assert "s" in a._hubs._hubs  # it follows the run on B
+            while b.runs_in_flight or "s" in a._hubs._hubs:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+
+
 async def test_followers_on_b_finish_when_its_listener_connection_is_killed(
     llm: FakeOpenAI, pg_store_for: StoreFor
 ) -> None:

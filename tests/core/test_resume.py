@@ -20,6 +20,7 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
+from engine_service.core.recovery import RunClosed
 from engine_service.core.resume import IN_DOUBT, RESUME_LIMIT_CODE, Resumption, resume_run
 from engine_service.stores.memory import MemorySessionStore
 
@@ -51,7 +52,7 @@ async def _dead_run(
 
 async def _resume(
     store: MemorySessionStore, run: RunRecord, *, max_resumes: int = 3, in_doubt: str = "ask"
-) -> Resumption | None:
+) -> Resumption | RunClosed:
     return await resume_run(
         store,
         run,
@@ -75,7 +76,7 @@ async def test_a_cut_answer_is_ended_superseded_and_the_resume_marked_after_the_
     run = await _dead_run(store)
     before = await store.get_session("s")
     resumed = await _resume(store, run)
-    assert resumed is not None and resumed.resumes == 1 and resumed.rounds == 0
+    assert isinstance(resumed, Resumption) and resumed.resumes == 1 and resumed.rounds == 0
     added = await _run_events(store, before.last_seq)
     assert added[0].seq == before.reserved_seq + 1  # after every seq the dead engine held
     assert [type(e.body) for e in added] == [ev.TextMessageEnd, ev.Custom, ev.Custom]
@@ -100,9 +101,10 @@ async def test_in_doubt_calls_are_run_again_asked_about_or_answered_with_an_erro
     run = await _dead_run(store, asked, started=("c1",))
     before = await store.get_session("s")
     resumed = await _resume(store, run)
-    assert resumed is not None and resumed.rounds == 1
+    assert isinstance(resumed, Resumption) and resumed.rounds == 1
     assert [c.id for c in resumed.rerun] == ["t1"]
     assert [c.id for c in resumed.ask] == ["c1"]
+    assert resumed.pending == ["f1"]  # the client's call: the run ends waiting for it
     # The cut call's step is closed, so a client's started steps all finish.
     closing = [e.body for e in await _run_events(store, before.last_seq)]
     assert ev.StepFinished("tool_call:c1") in closing
@@ -110,7 +112,11 @@ async def test_in_doubt_calls_are_run_again_asked_about_or_answered_with_an_erro
     store = MemorySessionStore()
     run = await _dead_run(store, asked, started=("c1",))
     resumed = await _resume(store, run, in_doubt="error")
-    assert resumed is not None and [c.id for c in resumed.rerun] == ["t1"] and not resumed.ask
+    assert (
+        isinstance(resumed, Resumption)
+        and [c.id for c in resumed.rerun] == ["t1"]
+        and not resumed.ask
+    )
     results = [m for m in resumed.history if m.role is Role.TOOL]
     assert [(m.tool_call_id, m.content) for m in results] == [("c1", [TextPart(IN_DOUBT)])]
     assert results[0] in await store.all_messages("s")
@@ -123,7 +129,7 @@ async def test_a_call_never_stored_as_started_runs_it_was_cut_before_it_could_ru
     asked = Message(id="m1", role=Role.ASSISTANT, tool_calls=calls, run_id="r")
     store = MemorySessionStore()
     resumed = await _resume(store, await _dead_run(store, asked, started=("c2",)))
-    assert resumed is not None
+    assert isinstance(resumed, Resumption)
     assert [c.id for c in resumed.rerun] == ["c1"]
     assert [c.id for c in resumed.ask] == ["c2"]
 
@@ -144,14 +150,17 @@ async def test_a_run_whose_engine_did_not_store_starts_has_every_unfinished_call
         seq_block=64,
         starts_stored=False,
     )
-    assert resumed is not None and not resumed.rerun
+    assert isinstance(resumed, Resumption) and not resumed.rerun
     assert [c.id for c in resumed.ask] == ["c1"]
 
 
 async def test_a_run_whose_last_round_was_stored_whole_is_finished_not_asked_again() -> None:
     answer = Message(id="m1", role=Role.ASSISTANT, content=[TextPart("done")], run_id="r")
     store = MemorySessionStore()
-    assert await _resume(store, await _dead_run(store, answer)) is None
+    closed = await _resume(store, await _dead_run(store, answer))
+    assert isinstance(closed, RunClosed)  # how it ended, for its webhook
+    assert isinstance(closed.final, ev.RunFinished) and closed.final.outcome is ev.Outcome.SUCCESS
+    assert [m.id for m in closed.messages] == ["u", "m1"]
     run = await store.get_run("s", "r")
     assert run.status is RunStatus.SUCCEEDED
     last = (await _run_events(store, 0))[-1].body
@@ -161,8 +170,10 @@ async def test_a_run_whose_last_round_was_stored_whole_is_finished_not_asked_aga
 async def test_a_run_resumed_max_resumes_times_stops_with_resume_limit() -> None:
     store = MemorySessionStore()
     run = await _dead_run(store)
-    assert await _resume(store, run, max_resumes=1) is not None
-    assert await _resume(store, run, max_resumes=1) is None
+    assert isinstance(await _resume(store, run, max_resumes=1), Resumption)
+    closed = await _resume(store, run, max_resumes=1)
+    assert isinstance(closed, RunClosed) and isinstance(closed.final, ev.RunError)
+    assert closed.final.code == RESUME_LIMIT_CODE
     run = await store.get_run("s", "r")
     assert (run.status, run.error_code) == (RunStatus.FAILED, RESUME_LIMIT_CODE)
     last = (await _run_events(store, 0))[-1].body
@@ -172,5 +183,7 @@ async def test_a_run_resumed_max_resumes_times_stops_with_resume_limit() -> None
 async def test_a_run_cut_before_it_stored_its_input_is_closed_as_interrupted() -> None:
     store = MemorySessionStore()
     await store.begin_run("s", "r", NOW, create=True)
-    assert await _resume(store, await store.get_run("s", "r")) is None
+    closed = await _resume(store, await store.get_run("s", "r"))
+    assert isinstance(closed, RunClosed) and isinstance(closed.final, ev.RunFinished)
+    assert closed.final.outcome is ev.Outcome.CANCELLED
     assert (await store.get_run("s", "r")).status is RunStatus.INTERRUPTED

@@ -1,18 +1,30 @@
 """Two engines on one PostgreSQL store: each run webhook is delivered once, whichever engine
-ran the run; and the attempts show in the metrics."""
+ran the run (or resumed it when the other lost it); and the attempts show in the metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentik.config import Settings
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
-from tests.engine.harness import WAIT, engine_settings, run, running_engine, user
+from engine_service.core import events as ev
+from tests.engine.harness import (
+    WAIT,
+    Harness,
+    engine_settings,
+    kind,
+    next_event,
+    run,
+    running_engine,
+    user,
+)
 from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
 
@@ -91,3 +103,56 @@ async def test_attempts_and_failures_are_counted_in_the_metrics(llm: FakeOpenAI)
                 await asyncio.sleep(0.05)
     assert samples[("agentik_webhook_attempts_total", "run", "retry")] == 1
     assert samples[("agentik_webhook_attempts_total", "run", "failed")] == 1
+
+
+async def _ended(engine: Harness, run_id: str) -> None:
+    """Until run ``run_id`` is stored as ended."""
+    async with asyncio.timeout(WAIT * 2):
+        while True:
+            got = await engine.stub.GetRun(pb.GetRunRequest(run_id=run_id))
+            if got.status not in (pb.RUN_STATUS_UNSPECIFIED, pb.RUN_STATUS_RUNNING):
+                return
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["its lease lapsed", "handed over"])
+async def test_a_run_another_replica_resumed_sends_one_webhook_with_the_end_it_stored(
+    llm: FakeOpenAI, pg_url: str, how: str
+) -> None:
+    """A loses its run mid-answer (a stall past its lease, or a stop that hands it over);
+    B resumes it and, at its end, posts it to the run's webhook: one delivery, the whole
+    answer. A, whose end of the run would be a guess, posts nothing."""
+    chunks = 300
+    settings = fast(llm, pg_url, AGENTIK_LEASE_SECONDS="1", AGENTIK_SHUTDOWN_GRACE="5")
+    with Receiver() as hook:
+        async with contextlib.AsyncExitStack() as stack:
+            a = await stack.enter_async_context(running_engine(settings))
+            b = await stack.enter_async_context(running_engine(settings))
+            request = pb.RunRequest(
+                session_id="s",
+                run_id="r1",
+                create_session=True,
+                messages=[user(f"[[slow:0.01]] [[chunks:{chunks}]]")],
+                webhook=pb.Webhook(url=hook.url),
+            )
+            call = a.stub.Run(request)
+            texts = 0
+            while texts < 20:
+                texts += kind(await next_event(call)) == "text_message_content"
+            call.cancel()
+            if how == "handed over":
+                await a.server.stop()  # b is alive: the run is handed to it
+            else:
+                assert a.engine._leases is not None
+                await a.engine._leases.stop()  # a zombie: its run goes on, its lease lapses
+            await _ended(b, "r1")
+            stored = await b.engine.store.read_events("s", 0, 100_000)
+            assert [e.body.name for e in stored if isinstance(e.body, ev.Custom)][-1:] == [
+                "resumed"
+            ], "B did not resume the run"
+            await asyncio.to_thread(hook.wait_for, 1, WAIT)
+            await asyncio.sleep(0.5)  # a second delivery would have arrived by now
+    assert [r.headers["webhook-id"] for r in hook.received] == ["run_r1"]
+    payload = json.loads(hook.received[0].body)
+    assert (payload["runId"], payload["outcome"]) == ("r1", "success")
+    assert payload["message"]["text"] == "".join(f"w{i} " for i in range(chunks))

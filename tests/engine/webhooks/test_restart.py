@@ -1,9 +1,11 @@
 """Deliveries survive the engine: kill -9 mid-retry, the next engine on the same file makes
-the delivery once the receiver is back."""
+the delivery once the receiver is back; a run cut by kill -9 sends its webhook from the
+engine that resumes (or closes) it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -12,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.deliveries import Delivery, DeliveryStatus
 from engine_service.stores import SqliteSessionStore
 from tests.core.test_recovery import EngineProcess
+from tests.engine.harness import kind, user
 from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
 
@@ -83,3 +87,79 @@ async def test_a_delivery_retried_by_a_killed_engine_is_made_by_the_next_one(
                 await asyncio.sleep(0.05)
         finally:
             engine.stop()
+
+
+CHUNKS = 300
+ANSWER = "".join(f"w{i} " for i in range(CHUNKS))
+
+
+def _cut_run(llm: FakeOpenAI, workdir: Path, url: str, default: bool, **env: str) -> str:
+    """A run whose webhook is ``url`` (its own, or with ``default`` its conversation's),
+    cut by kill -9 mid-answer; its id."""
+    engine = EngineProcess(llm, workdir, **FAST, **env)
+    try:
+        hook = pb.Webhook(url=url)
+        engine.stub.CreateSession(
+            pb.CreateSessionRequest(session_id="s", webhook=hook if default else None), timeout=5
+        )
+        request = pb.RunRequest(
+            session_id="s",
+            messages=[user(f"[[slow:0.01]] [[chunks:{CHUNKS}]]")],
+            webhook=None if default else hook,
+        )
+        call = engine.stub.Run(request, timeout=15)
+        texts = 0
+        for event in call:
+            texts += kind(event) == "text_message_content"
+            if texts == 20:
+                run_id: str = event.run_id
+                break
+        else:
+            raise AssertionError("the run ended before it was cut")
+        engine.kill()
+        call.cancel()
+    finally:
+        engine.stop()
+    return run_id
+
+
+@pytest.mark.parametrize("default", [False, True], ids=["its own webhook", "the default"])
+def test_a_run_cut_by_kill_9_and_resumed_by_the_next_engine_sends_its_webhook(
+    llm: FakeOpenAI, tmp_path: Path, default: bool
+) -> None:
+    """kill -9 mid-answer; the engine started again resumes the run and, at its end,
+    posts it to the webhook the run named or to its conversation's default: the run's
+    delivery (``run_<id>``, the whole answer), and no other."""
+    with Receiver() as hook:
+        run_id = _cut_run(llm, tmp_path, hook.url, default)
+        assert hook.received == []  # the cut run ended nowhere
+        engine = EngineProcess(llm, tmp_path, **FAST)
+        try:
+            ended = engine.follow("s", 0)[-1]
+            assert ended.run_id == run_id and kind(ended) == "run_finished"
+            (got,) = hook.wait_for(1, 15)
+            time.sleep(0.5)  # a second delivery, had there been one, would have come by now
+        finally:
+            engine.stop()
+    assert {r.headers["webhook-id"] for r in hook.received} == {f"run_{run_id}"}
+    payload = json.loads(got.body)
+    assert (payload["runId"], payload["outcome"]) == (run_id, "success")
+    assert payload["message"]["text"] == ANSWER
+
+
+def test_a_run_cut_by_kill_9_and_closed_by_the_next_engine_sends_its_webhook(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With ``resume_runs`` off the next engine closes the cut run as interrupted, and
+    posts that end to the run's webhook."""
+    with Receiver() as hook:
+        run_id = _cut_run(llm, tmp_path, hook.url, False, AGENTIK_RESUME_RUNS="false")
+        engine = EngineProcess(llm, tmp_path, **FAST, AGENTIK_RESUME_RUNS="false")
+        try:
+            (got,) = hook.wait_for(1, 15)
+        finally:
+            engine.stop()
+    assert got.headers["webhook-id"] == f"run_{run_id}"
+    payload = json.loads(got.body)
+    assert (payload["runId"], payload["outcome"]) == (run_id, "cancelled")
+    assert ANSWER.startswith(payload["message"]["text"])  # the partial answer, kept

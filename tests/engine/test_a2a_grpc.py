@@ -334,6 +334,19 @@ async def test_an_approval_completes_the_same_task_with_both_turns(connect: Conn
     assert got.status.state == COMPLETED and got.history == done.history
 
 
+async def test_a_reply_holding_nan_is_invalid_params_naming_the_part_and_the_task_waits_on(
+    connect: Connect, engine: Harness
+) -> None:
+    async with connect(streaming=False) as client:
+        paused = await _task(client, _request(_CALCULATE))
+        assert paused.status.state == INPUT_REQUIRED
+        error = await _raw_error(engine, "SendMessage", _reply(_nan_data(), paused))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert str(error.details()).startswith("message.parts[0].data: holds an infinite or NaN")
+        done = await _task(client, _reply(_data({"approved": True}), paused))
+    assert done.status.state == COMPLETED
+
+
 async def test_a_streamed_no_completes_the_task_and_a_new_message_is_pointed_to_it(
     connect: Connect,
 ) -> None:
@@ -459,6 +472,13 @@ def _status(error: grpc.aio.AioRpcError) -> status_pb2.Status:
     raise AssertionError("no google.rpc.Status in the trailers")
 
 
+def _nan_data() -> Part:
+    """A data part no JSON can carry: ``{"approved": NaN}`` (a protobuf Value can)."""
+    value = struct_pb2.Value()
+    value.struct_value["approved"] = float("nan")
+    return Part(data=value)
+
+
 async def _raw_error(
     engine: Harness,
     method: str,
@@ -551,6 +571,30 @@ async def _raw_error(
             "INVALID_ARGUMENT",
             "INVALID_PARAMS",
             "message.parts",
+        ),
+        (
+            "SendMessage",
+            SendMessageRequest(
+                message=Message(
+                    message_id="m1", role=Role.ROLE_USER, parts=[Part(text="x"), _nan_data()]
+                )
+            ),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "message.parts[1].data: holds an infinite or NaN number",
+        ),
+        (
+            "SendStreamingMessage",
+            SendMessageRequest(
+                message=Message(
+                    message_id="m1",
+                    role=Role.ROLE_USER,
+                    parts=[Part(data=struct_pb2.Value(number_value=float("inf")))],
+                )
+            ),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "message.parts[0].data: holds an infinite or NaN number",
         ),
         (
             "SendMessage",

@@ -69,6 +69,7 @@ class Notices:
                 run.run_id,
                 run.final,
                 run.transcript.messages,
+                run.session_key,
             )
             self._later(write, run.run_id)
         if webhooks.pushers:
@@ -84,7 +85,16 @@ class Notices:
         resumes = self._resumes.get(run.run_id, "")
         final = None if started else run.final
         messages = [] if started else run.transcript.messages
-        return RunNotice(run.session_id, run.run_id, resumes, started, final, messages, utc_now())
+        return RunNotice(
+            run.session_id,
+            run.run_id,
+            resumes,
+            started,
+            final,
+            messages,
+            utc_now(),
+            run.session_key,
+        )
 
     def _later(self, write: Coroutine[Any, Any, None], run_id: str) -> None:
         """Run an outbox write off the run's path; the engine's shutdown waits for it."""

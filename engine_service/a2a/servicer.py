@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, Final, TypeVar
 
 from a2a.types import a2a_pb2 as a2a_pb
@@ -169,13 +170,23 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
     async def SendStreamingMessage(
         self, request: a2a_pb.SendMessageRequest, context: Context
     ) -> AsyncIterator[a2a_pb.StreamResponse]:
-        async def start() -> tuple[EngineTasks, Any]:
+        async def start() -> tuple[EngineTasks, Any, Callable[[], None]]:
             tasks = self._tasks(context, request.tenant)
-            return tasks, await tasks.start(request)
+            release = self.engine.streams.take(tasks.caller.principal)  # core.streams
+            try:
+                return tasks, await tasks.start(request), release
+            except BaseException:
+                release()
+                raise
 
-        tasks, (handle, stream) = await self._answer(context, start)
-        async for response in self._follow(context, stream, tasks.events(handle), []):
-            yield response
+        tasks, (handle, stream), release = await self._answer(context, start)
+        try:
+            followed = self._follow(context, stream, tasks.events(handle), [])
+            async with aclosing(followed) as responses:
+                async for response in responses:
+                    yield response
+        finally:
+            release()
 
     async def _follow(
         self,
@@ -183,7 +194,7 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         stream: RunStream,
         events: AsyncIterator[pb.Event],
         first: list[a2a_pb.StreamResponse],
-    ) -> AsyncIterator[a2a_pb.StreamResponse]:
+    ) -> AsyncGenerator[a2a_pb.StreamResponse, None]:
         """``first``, then each event of the run folded into stream responses, until the
         task's final (or interrupted) state."""
         for response in first:
@@ -232,15 +243,25 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         self, request: a2a_pb.SubscribeToTaskRequest, context: Context
     ) -> AsyncIterator[a2a_pb.StreamResponse]:
         async def subscribe() -> Any:
-            return await self._tasks(context, request.tenant).subscribe(request.id)
+            tasks = self._tasks(context, request.tenant)
+            release = self.engine.streams.take(tasks.caller.principal)  # core.streams
+            try:
+                return *(await tasks.subscribe(request.id)), release
+            except BaseException:
+                release()
+                raise
 
-        first, stream, events = await self._answer(context, subscribe)
-        if stream is None or events is None:  # waiting for input: the task is all there is
-            for response in first:
-                yield _fitted_response(response)
-            return
-        async for response in self._follow(context, stream, events, first):
-            yield response
+        first, stream, events, release = await self._answer(context, subscribe)
+        try:
+            if stream is None or events is None:  # waiting for input: the task is all
+                for response in first:
+                    yield _fitted_response(response)
+                return
+            async with aclosing(self._follow(context, stream, events, first)) as responses:
+                async for response in responses:
+                    yield response
+        finally:
+            release()
 
     # -- push notification configs ------------------------------------------------
 

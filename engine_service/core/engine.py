@@ -76,6 +76,7 @@ from engine_service.core.registry import ToolRegistry
 from engine_service.core.run_table import RunTable
 from engine_service.core.stopping import Stopping
 from engine_service.core.store import Checkpoint, RunBegun, SessionStore, Signal
+from engine_service.core.streams import StreamSlots
 from engine_service.core.takeover import Resumed, TakeOver, hand_over
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
@@ -126,6 +127,9 @@ class Engine(Stopping):
         """The LLM's count of each session's last request (``core.context``)."""
         self._runs = RunTable(self.limits)
         """The runs in flight here, by session (``core.run_table``)."""
+        self.streams = StreamSlots(self.limits.max_streams, self.limits.max_streams_per_caller)
+        """The event streams clients hold open here (``core.streams``): the transports take
+        a slot for each before its first event."""
         self._accepting = True
         self._pruner: asyncio.Task[None] | None = None
         self._unsettled = Unsettled(on_settled=self._settled)
@@ -288,6 +292,12 @@ class Engine(Stopping):
     @property
     def accepting(self) -> bool:
         return self._accepting
+
+    @property
+    def followers(self) -> int:
+        """Followers of this engine's hubs: every event stream open here (a client's, or
+        one the engine reads itself)."""
+        return self._hubs.followers
 
     # -- sessions (created, renamed, forked: core.sessions) --------------------------
 

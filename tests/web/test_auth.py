@@ -475,6 +475,35 @@ def test_a_second_concurrent_run_of_one_principal_is_429(
     assert stopped.status_code == 200 and stopped.get_json()["interrupted"] is True
 
 
+@pytest.mark.parametrize("reader", ["asyncio", "threads"])
+def test_a_principal_past_its_open_streams_is_429_naming_the_setting_on_every_surface(
+    make_client: MakeClient, start_engine: StartEngine, reader: str
+) -> None:
+    engine = start_engine(AGENTIK_MAX_STREAMS_PER_CALLER="1")
+    client = make_client(engine, AGENTIK_WEB_STREAM_READER=reader)
+    hers, his = new_conversation(client, ALICE), new_conversation(client, BOB)
+    held = client.get(f"/agentik/conversations/{hers}/events", headers=ALICE, buffered=False)
+    try:
+        assert held.status_code == 200
+        refused = client.get(f"/agentik/conversations/{hers}/events", headers=ALICE)
+        assert refused.status_code == 429, refused.get_data()
+        error = refused.get_json()["error"]
+        assert error["code"] == "rate_limited"
+        assert "1 event streams open, the most [auth] max_streams_per_caller" in error["message"]
+        assert refused.headers["Retry-After"].isdigit()
+        sent = client.post(f"/agentik/conversations/{hers}/send", json={"text": "x"}, headers=ALICE)
+        assert sent.status_code == 429  # a run's stream is a stream too
+        message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+        body = rpc_body("SendStreamingMessage", {"message": message})
+        streamed = client.post("/", json=body, headers={**V10, **ALICE})
+        assert_a2a_error(streamed, 429, "RATE_LIMITED")
+        bobs = client.get(f"/agentik/conversations/{his}/events", headers=BOB, buffered=False)
+        assert bobs.status_code == 200  # bob has his own
+        bobs.close()
+    finally:
+        held.close()
+
+
 # -- public routes, the card, CORS -------------------------------------------------
 
 

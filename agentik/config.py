@@ -744,6 +744,8 @@ class AuthSettings:
     tokens_per_day: int = setting(0, lo=0, doc="LLM tokens a principal may use a day; 0: any")
     max_streams_per_caller: int = setting(0, lo=0, doc="0: twice the caller's runs in flight")
     """Event streams one principal may hold open at once (``Settings.streams_per_caller``)."""
+    max_sessions_per_caller: int = setting(10_000, lo=0, doc="0: no limit")
+    """Conversations one principal may have stored (``Settings.sessions_per_caller``)."""
     jwt_key_file: str = setting("", strip=False)
     jwt_issuer: str = setting("", strip=False)
     jwt_audience: str = setting("", strip=False)
@@ -832,6 +834,12 @@ class Settings:
         if not self.auth_enabled:
             return 0
         return self.auth.max_streams_per_caller or 2 * self.runs_per_caller
+
+    @property
+    def sessions_per_caller(self) -> int:
+        """Conversations one principal may have stored (0: no limit): with authentication,
+        max_sessions_per_caller; without, there is one caller, and no limit."""
+        return self.auth.max_sessions_per_caller if self.auth_enabled else 0
 
     @property
     def request_message_bytes(self) -> int:

@@ -279,6 +279,7 @@ def build_engine(settings: Settings) -> Engine:
         max_runs_per_caller=settings.runs_per_caller,
         max_streams=settings.engine_streams,
         max_streams_per_caller=settings.streams_per_caller,
+        max_sessions_per_caller=settings.sessions_per_caller,
         tokens_per_day=settings.auth.tokens_per_day,
         lease_seconds=settings.engine.lease_seconds,
         resume_runs=settings.engine.resume_runs,

@@ -44,6 +44,7 @@ from engine_service.core.context import Anchors
 from engine_service.core.errors import (
     AgentikError,
     InvalidInput,
+    QuotaExceeded,
     ShuttingDown,
     StorageUnavailable,
 )
@@ -72,6 +73,7 @@ from engine_service.core.models import (
 )
 from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
+from engine_service.core.quota import SessionQuota
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.run_table import RunTable
 from engine_service.core.stopping import Stopping
@@ -127,6 +129,7 @@ class Engine(Stopping):
         """The LLM's count of each session's last request (``core.context``)."""
         self._runs = RunTable(self.limits)
         """The runs in flight here, by session (``core.run_table``)."""
+        self.quota = SessionQuota(store, self.limits.max_sessions_per_caller)
         self.streams = StreamSlots(self.limits.max_streams, self.limits.max_streams_per_caller)
         """The event streams clients hold open here (``core.streams``): the transports take
         a slot for each before its first event."""
@@ -364,6 +367,8 @@ class Engine(Stopping):
             )
         )
         try:
+            if begun.created:  # the run made its conversation: one more of the caller's
+                await self.quota.check_made(caller.principal)
             await self.notices.keep_push_configs(run_input)
             profile = self.agents.for_run(begun.session, run_input.agent)
             if profile is not named:  # a request naming no agent, on another agent's session
@@ -388,6 +393,8 @@ class Engine(Stopping):
                     events=_refused_start(begun, exc),
                 )
             )
+            if isinstance(exc, QuotaExceeded):  # the conversation it made goes with it
+                await self._writing(self.store.delete_session(session_id))
             raise
         if not run_input.webhook_url:
             run_input.webhook_url = begun.session.webhook_url  # the conversation's default

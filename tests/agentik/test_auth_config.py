@@ -304,6 +304,21 @@ def test_the_open_streams_of_the_engine_and_of_one_principal_are_bounded_by_defa
     assert (settings.engine_streams, settings.streams_per_caller) == (engine, per_caller)
 
 
+@pytest.mark.parametrize(
+    ("env", "sessions"),
+    [
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}"}, 10_000),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_SESSIONS_PER_CALLER": "5"}, 5),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_SESSIONS_PER_CALLER": "0"}, 0),
+        ({"AGENTIK_MAX_SESSIONS_PER_CALLER": "5"}, 0),  # one caller, the operator: no limit
+    ],
+)
+def test_with_authentication_one_principal_may_keep_ten_thousand_conversations_by_default(
+    env: dict[str, str], sessions: int
+) -> None:
+    assert load_settings(None, env).sessions_per_caller == sessions
+
+
 @pytest.mark.parametrize("value", ["0", "-0.1", "1.5", "nan", "a quarter"])
 def test_a_caller_run_share_outside_0_to_1_is_a_config_error_naming_it(value: str) -> None:
     with pytest.raises(

@@ -504,6 +504,37 @@ def test_a_principal_past_its_open_streams_is_429_naming_the_setting_on_every_su
         held.close()
 
 
+def test_a_principal_at_its_conversations_is_refused_a_new_one_on_every_surface(
+    make_client: MakeClient, start_engine: StartEngine
+) -> None:
+    client = make_client(start_engine(AGENTIK_MAX_SESSIONS_PER_CALLER="1"))
+    hers = new_conversation(client, ALICE)
+    named = "you (alice) have 1 conversations stored, the most [auth] max_sessions_per_caller"
+
+    made = client.post("/agentik/conversations", json={}, headers=ALICE)
+    assert made.status_code == 409, made.get_data()
+    assert made.get_json()["error"]["code"] == "quota_exceeded"
+    assert made.get_json()["error"]["message"].startswith(named)
+    assert "Retry-After" not in made.headers  # deleting helps, waiting does not
+    agui = client.post("/agui", json=agui_input(uuid.uuid4().hex, "hi"), headers=ALICE)
+    assert agui.status_code == 409 and agui.get_json()["error"]["code"] == "quota_exceeded"
+    reply = rpc(client, ALICE, "SendMessage", {"message": user_message("hi")})
+    assert reply["error"]["code"] == -32600 and reply["error"]["message"].startswith(named)
+    assert reply["error"]["data"][0]["reason"] == "QUOTA_EXCEEDED"
+    rest = client.post(
+        "/a2a/message:send", json={"message": user_message("hi")}, headers={**V10, **ALICE}
+    )
+    assert rest.status_code == 409, rest.get_data()
+    assert rest.get_json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    listed = client.get("/agentik/conversations", headers=ALICE).get_json()
+    assert [c["id"] for c in listed["items"]] == [hers]  # nothing left behind
+
+    assert "Echo: mine" in say(client, ALICE, hers, "mine")  # hers goes on
+    new_conversation(client, BOB)  # bob has his own
+    assert client.delete(f"/agentik/conversations/{hers}", headers=ALICE).status_code == 204
+    new_conversation(client, ALICE)
+
+
 # -- public routes, the card, CORS -------------------------------------------------
 
 

@@ -615,6 +615,8 @@ class EngineSettings:
     grpc_addr: str = setting("127.0.0.1:50051", check=check_address, required=True)
     store: str = setting("sqlite:///.agentik/agentik.db", check=_store, required=True)
     max_concurrent_runs: int = setting(512)
+    max_streams: int = setting(0, lo=0, doc="0: four per run slot (4 x max_concurrent_runs)")
+    """Event streams open at once on the engine, every caller's (``Settings.engine_streams``)."""
     max_message_bytes: int = setting(4 * _MiB)
     max_event_bytes: int = setting(_MiB, lo=MIN_EVENT_BYTES, hi=MAX_EVENT_BYTES)
     """The largest event; longer text is split."""
@@ -767,6 +769,10 @@ class AuthSettings:
     caller_run_share: float = setting(0.25, hi=1, what="a number between 0 and 1, e.g. 0.25")
     requests_per_minute: int = setting(0, lo=0)
     tokens_per_day: int = setting(0, lo=0, doc="LLM tokens a principal may use a day; 0: any")
+    max_streams_per_caller: int = setting(0, lo=0, doc="0: twice the caller's runs in flight")
+    """Event streams one principal may hold open at once (``Settings.streams_per_caller``)."""
+    max_sessions_per_caller: int = setting(10_000, lo=0, doc="0: no limit")
+    """Conversations one principal may have stored (``Settings.sessions_per_caller``)."""
     jwt_key_file: str = setting("", strip=False)
     jwt_issuer: str = setting("", strip=False)
     jwt_audience: str = setting("", strip=False)
@@ -841,6 +847,26 @@ class Settings:
         if auth.max_runs_per_caller or not self.auth_enabled or auth.caller_run_share >= 1:
             return auth.max_runs_per_caller
         return max(1, math.floor(self.engine.max_concurrent_runs * auth.caller_run_share))
+
+    @property
+    def engine_streams(self) -> int:
+        """Event streams open at once on the engine: max_streams, or (0) four per run slot."""
+        return self.engine.max_streams or 4 * self.engine.max_concurrent_runs
+
+    @property
+    def streams_per_caller(self) -> int:
+        """Event streams one principal may hold open (0: no own limit): with authentication,
+        max_streams_per_caller, or (0) twice the runs it may have in flight (0 when those
+        have no limit of their own); without, one caller: the engine's limit is its own."""
+        if not self.auth_enabled:
+            return 0
+        return self.auth.max_streams_per_caller or 2 * self.runs_per_caller
+
+    @property
+    def sessions_per_caller(self) -> int:
+        """Conversations one principal may have stored (0: no limit): with authentication,
+        max_sessions_per_caller; without, there is one caller, and no limit."""
+        return self.auth.max_sessions_per_caller if self.auth_enabled else 0
 
     @property
     def request_message_bytes(self) -> int:

@@ -36,6 +36,7 @@ def _mcp(args: argparse.Namespace) -> int:
     import anyio
 
     from agentik.config import ConfigError, load_settings
+    from agentik_mcp.stdio import serve_stdio
     from web_facade.engine_client import EngineClient
     from web_facade.mcp.server import EngineAccess, build_server
 
@@ -51,7 +52,7 @@ def _mcp(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         try:
-            await server.run_stdio_async()
+            await serve_stdio(server)
         finally:
             client.close()
 

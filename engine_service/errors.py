@@ -27,6 +27,7 @@ STATUS_FOR: dict[type[errors.AgentikError], grpc.StatusCode] = {
     errors.Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.BudgetExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.Forbidden: grpc.StatusCode.PERMISSION_DENIED,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,

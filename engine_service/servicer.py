@@ -110,31 +110,41 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         """The caller the request's credentials name, or the RPC ends here."""
         return await _mapped(context, lambda: _sync(self.gate.admit, _authorization(context)))
 
+    async def _stream_slot(self, context: Context, caller: Caller) -> Callable[[], None]:
+        """A slot for one more event stream of ``caller`` (``core.streams``), or the RPC
+        ends here (RESOURCE_EXHAUSTED naming the setting); the function gives it back."""
+        return await _mapped(context, lambda: _sync(self.engine.streams.take, caller.principal))
+
     async def Run(self, request: pb.RunRequest, context: Context) -> AsyncIterator[pb.Event]:
         if self.on_stream is not None:
             self.on_stream(RUN_METHOD, context)
         await refuse_malformed(context, "Run", request)
         caller = await self._caller(context)
-        run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
-        handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
-        ended = False
+        release = await self._stream_slot(context, caller)  # before the run: none if refused
         try:
-            if request.batch_events:
-                async for ready in self.engine.run_event_lists(handle):
-                    for message in batched(ready):
-                        yield message
-            else:
-                async for event in self.engine.run_events(handle):
-                    yield event_to_pb(event)
-            ended = True
-        except AgentikError as exc:
-            await _abort(context, exc)
-        except Exception:
-            await _internal(context, handle.run_id)
+            run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
+            handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
+            ended = False
+            try:
+                if request.batch_events:
+                    async for ready in self.engine.run_event_lists(handle):
+                        for message in batched(ready):
+                            yield message
+                else:
+                    async for event in self.engine.run_events(handle):
+                        yield event_to_pb(event)
+                ended = True
+            except AgentikError as exc:
+                await _abort(context, exc)
+            except Exception:
+                await _internal(context, handle.run_id)
+            finally:
+                # The caller went away early. The run is the engine's and goes on, unless
+                # asked.
+                if not ended and run_input.cancel_on_disconnect:
+                    self.engine.stop_local(handle.session_id, handle.run_id)
         finally:
-            # The caller went away early. The run is the engine's and goes on, unless asked.
-            if not ended and run_input.cancel_on_disconnect:
-                self.engine.stop_local(handle.session_id, handle.run_id)
+            release()
 
     async def Interrupt(
         self, request: pb.InterruptRequest, context: Context
@@ -152,35 +162,43 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             self.on_stream(SUBSCRIBE_METHOD, context)
         await refuse_malformed(context, "Subscribe", request)
         caller = await self._caller(context)
-        args = (caller, request.session_id, request.after_seq)
-        if request.batch_events:
-            lists = self.engine.subscribe_lists(*args, until_idle=request.until_idle)
-            first_list = await _mapped(context, lambda: _first(lists))
-            if first_list is None:
+        release = await self._stream_slot(context, caller)
+        try:
+            # Admitted: the response headers say so now, not with the first event, which
+            # may be long in coming (the facade answers a refusal before them as an HTTP
+            # error, and opens its stream once they come).
+            await context.send_initial_metadata(())
+            args = (caller, request.session_id, request.after_seq)
+            if request.batch_events:
+                lists = self.engine.subscribe_lists(*args, until_idle=request.until_idle)
+                first_list = await _mapped(context, lambda: _first(lists))
+                if first_list is None:
+                    return
+                try:
+                    for message in batched(first_list):
+                        yield message
+                    async for ready in lists:
+                        for message in batched(ready):
+                            yield message
+                except AgentikError as exc:
+                    await _abort(context, exc)
+                except Exception:
+                    await _internal(context)
+                return
+            events = self.engine.subscribe(*args, until_idle=request.until_idle)
+            first = await _mapped(context, lambda: _first(events))
+            if first is None:
                 return
             try:
-                for message in batched(first_list):
-                    yield message
-                async for ready in lists:
-                    for message in batched(ready):
-                        yield message
+                yield event_to_pb(first)
+                async for event in events:
+                    yield event_to_pb(event)
             except AgentikError as exc:
                 await _abort(context, exc)
             except Exception:
                 await _internal(context)
-            return
-        events = self.engine.subscribe(*args, until_idle=request.until_idle)
-        first = await _mapped(context, lambda: _first(events))
-        if first is None:
-            return
-        try:
-            yield event_to_pb(first)
-            async for event in events:
-                yield event_to_pb(event)
-        except AgentikError as exc:
-            await _abort(context, exc)
-        except Exception:
-            await _internal(context)
+        finally:
+            release()
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)

@@ -88,6 +88,9 @@ REFINED: dict[tuple[grpc.StatusCode, str], tuple[int, str]] = {
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limited"): (429, "rate_limited"),
     # The caller used its tokens of the day ([auth] tokens_per_day); Retry-After: the reset.
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "budget_exceeded"): (429, "budget_exceeded"),
+    # The caller holds all the conversations it may ([auth] max_sessions_per_caller): it
+    # must delete some, waiting does not help (so no Retry-After).
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota_exceeded"): (409, "quota_exceeded"),
     # A request larger than the engine takes in one message (AGENTIK_MAX_MESSAGE_BYTES).
     (grpc.StatusCode.INVALID_ARGUMENT, "payload_too_large"): (413, "payload_too_large"),
     # The conversation waits for a person's answer: resume it (see docs/agentik-api.md).

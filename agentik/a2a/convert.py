@@ -30,7 +30,7 @@ from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from agentik.a2a.errors import invalid_params
-from agentik.a2a.interrupts import input_required_message
+from agentik.a2a.interrupts import data_value, input_required_message
 from agentik.ids import ID_RULE, is_valid_id
 from agentik.images import image_url_problem
 from agentik.proto_json import json_value
@@ -78,7 +78,7 @@ def _content_part(part: Part, where: str) -> pb.ContentPart:
     if kind == "text":
         return pb.ContentPart(text=pb.TextPart(text=part.text))
     if kind == "data":
-        value = json_value(part.data)
+        value = data_value(part, f"{where}.data")
         return pb.ContentPart(text=pb.TextPart(text=json.dumps(value, ensure_ascii=False)))
     if kind in ("raw", "url"):
         if part.media_type not in IMAGE_TYPES:

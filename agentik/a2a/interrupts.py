@@ -26,7 +26,7 @@ from agentik.a2a.errors import invalid_params
 from agentik.proto_json import json_value
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 
-__all__ = ["NO", "YES", "input_required_message", "interrupt_json", "resume_entries"]
+__all__ = ["NO", "YES", "data_value", "input_required_message", "interrupt_json", "resume_entries"]
 
 YES: Final = frozenset(
     {"yes", "y", "yeah", "yep", "ok", "okay", "sure", "approve", "approved", "allow", "accept"}
@@ -43,6 +43,17 @@ _APPROVAL_SHAPE = '{"approved": true|false, "arguments"?: {...}, "reason"?: "...
 _ANSWER_SHAPE = '{"answer": "..."}'
 _PUNCTUATION = re.compile(r"[^\w\s']+")
 _SPACES = re.compile(r"\s+")
+
+
+def data_value(part: Part, where: str) -> Any:
+    """A peer's ``data`` part as JSON; InvalidParams naming ``where`` when it holds a number
+    JSON cannot carry (NaN, ±Infinity: a protobuf ``Value`` can, JSON-RPC's JSON cannot)."""
+    try:
+        return json_value(part.data)
+    except ValueError:  # json_format refuses infinite and NaN numbers
+        raise invalid_params(
+            where, "holds an infinite or NaN number, which JSON cannot carry"
+        ) from None
 
 
 def _kind(interrupt: pb.Interrupt) -> str:
@@ -246,7 +257,8 @@ def resume_entries(message: Message, interrupts: Sequence[pb.Interrupt]) -> list
         raise invalid_params(f"message.parts[{data[1][0]}]", "send the decisions in one data part")
     if data:
         index, part = data[0]
-        return _from_data(f"message.parts[{index}].data", json_value(part.data), interrupts)
+        where = f"message.parts[{index}].data"
+        return _from_data(where, data_value(part, where), interrupts)
     text = " ".join(texts).strip()
     if not text:
         raise invalid_params(

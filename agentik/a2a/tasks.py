@@ -46,6 +46,8 @@ from agentik.ids import ID_RULE, is_valid_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 
 __all__ = [
+    "ARTIFACTS_CLIPPED",
+    "HISTORY_CLIPPED",
     "ListPage",
     "answered",
     "check_cancelable",
@@ -53,6 +55,7 @@ __all__ = [
     "check_history_length",
     "check_send",
     "check_subscribable",
+    "fit_task",
     "list_page",
     "list_response",
     "new_task",
@@ -78,6 +81,54 @@ def trim_history(task: Task, history_length: int | None) -> Task:
     """``task`` with only its last ``history_length`` messages (None: all of them)."""
     if history_length is not None and len(task.history) > history_length:
         del task.history[: len(task.history) - history_length]
+    return task
+
+
+HISTORY_CLIPPED = "agentik_history_clipped"
+"""The task metadata key of how many of its oldest history messages :func:`fit_task` left
+out; ``agentik_artifacts_clipped`` counts its artifacts left out."""
+ARTIFACTS_CLIPPED = "agentik_artifacts_clipped"
+
+_TAG = 1
+"""Bytes a repeated message field adds to its item's own size, at least (its tag; the
+length adds more): what is left is never counted smaller than it is."""
+
+
+def fit_task(task: Task, budget: int) -> Task:
+    """``task`` at most ``budget`` bytes as protobuf (one gRPC message): its oldest history
+    messages left out first (with the answer artifact each agent message carries, but the
+    task's latest answer), then its oldest artifacts, until the rest fits. The metadata
+    counts what was left out (:data:`HISTORY_CLIPPED`, :data:`ARTIFACTS_CLIPPED`: a few
+    bytes more, which ``budget`` must leave room for). Whole when it fits."""
+    size = task.ByteSize()
+    if size <= budget:
+        return task
+    history = [m.ByteSize() + _TAG for m in task.history]
+    artifacts = {a.artifact_id: a.ByteSize() + _TAG for a in task.artifacts}
+    latest = task.artifacts[-1].artifact_id if task.artifacts else ""
+    dropped_history = 0
+    dropped_artifacts: set[str] = set()
+    # Leave out from the oldest until what is left fits, each item's size counted once.
+    while size > budget and dropped_history < len(history):
+        message = task.history[dropped_history]
+        size -= history[dropped_history]
+        dropped_history += 1
+        answer = message.message_id
+        if answer in artifacts and answer != latest and answer not in dropped_artifacts:
+            dropped_artifacts.add(answer)
+            size -= artifacts[answer]
+    kept_artifacts = [a for a in task.artifacts if a.artifact_id not in dropped_artifacts]
+    while size > budget and kept_artifacts:
+        size -= artifacts[kept_artifacts[0].artifact_id]
+        dropped_artifacts.add(kept_artifacts.pop(0).artifact_id)
+    del task.history[:dropped_history]
+    for index in reversed(range(len(task.artifacts))):
+        if task.artifacts[index].artifact_id in dropped_artifacts:
+            del task.artifacts[index]
+    clipped = {HISTORY_CLIPPED: dropped_history}
+    if dropped_artifacts:
+        clipped[ARTIFACTS_CLIPPED] = len(dropped_artifacts)
+    task.metadata.update(clipped)
     return task
 
 

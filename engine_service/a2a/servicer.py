@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, Final, TypeVar
 
 from a2a.types import a2a_pb2 as a2a_pb
@@ -40,6 +41,7 @@ from agentik.a2a.card import check_cards, endpoint_config, extended_card
 from agentik.a2a.convert import RunStream
 from agentik.a2a.errors import invalid_params
 from agentik.a2a.rules import a2a_push_config, check_task_id, engine_push_config
+from agentik.a2a.tasks import fit_task
 from agentik.config import Settings
 from agentik.ids import is_valid_id
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
@@ -51,7 +53,7 @@ from engine_service.core.caller import Caller
 from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError
 from engine_service.core.run_webhooks import PushConfigs
-from engine_service.servicer import Context, _abort, _authorization
+from engine_service.servicer import BATCH_BYTES, Context, _abort, _authorization
 
 __all__ = ["SERVICE_NAME", "A2aServicer"]
 
@@ -84,6 +86,19 @@ def _check_version(context: Context) -> None:
             f"A2A version {raw[:20]!r} is not supported over gRPC; this agent speaks 1.0",
             data={"supportedVersions": "1.0"},
         )
+
+
+def _fitted(task: a2a_pb.Task) -> a2a_pb.Task:
+    """``task`` in one gRPC message: a task whose history passes it (a long conversation,
+    many answered questions) keeps its newest messages, and says how many it left out."""
+    return fit_task(task, BATCH_BYTES)
+
+
+def _fitted_response(response: a2a_pb.StreamResponse) -> a2a_pb.StreamResponse:
+    """A stream response in one gRPC message: the task it carries fitted (``_fitted``)."""
+    if response.HasField("task"):
+        _fitted(response.task)
+    return response
 
 
 async def _unexpected(context: Context) -> None:
@@ -148,20 +163,30 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
     ) -> a2a_pb.SendMessageResponse:
         async def send() -> a2a_pb.SendMessageResponse:
             task = await self._tasks(context, request.tenant).send_message(request)
-            return a2a_pb.SendMessageResponse(task=task)
+            return a2a_pb.SendMessageResponse(task=_fitted(task))
 
         return await self._answer(context, send)
 
     async def SendStreamingMessage(
         self, request: a2a_pb.SendMessageRequest, context: Context
     ) -> AsyncIterator[a2a_pb.StreamResponse]:
-        async def start() -> tuple[EngineTasks, Any]:
+        async def start() -> tuple[EngineTasks, Any, Callable[[], None]]:
             tasks = self._tasks(context, request.tenant)
-            return tasks, await tasks.start(request)
+            release = self.engine.streams.take(tasks.caller.principal)  # core.streams
+            try:
+                return tasks, await tasks.start(request), release
+            except BaseException:
+                release()
+                raise
 
-        tasks, (handle, stream) = await self._answer(context, start)
-        async for response in self._follow(context, stream, tasks.events(handle), []):
-            yield response
+        tasks, (handle, stream), release = await self._answer(context, start)
+        try:
+            followed = self._follow(context, stream, tasks.events(handle), [])
+            async with aclosing(followed) as responses:
+                async for response in responses:
+                    yield response
+        finally:
+            release()
 
     async def _follow(
         self,
@@ -169,16 +194,16 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         stream: RunStream,
         events: AsyncIterator[pb.Event],
         first: list[a2a_pb.StreamResponse],
-    ) -> AsyncIterator[a2a_pb.StreamResponse]:
+    ) -> AsyncGenerator[a2a_pb.StreamResponse, None]:
         """``first``, then each event of the run folded into stream responses, until the
         task's final (or interrupted) state."""
         for response in first:
-            yield response
+            yield _fitted_response(response)
         failure: Exception | None = None
         try:
             async for event in events:
                 for response in stream.feed(event):
-                    yield response
+                    yield _fitted_response(response)
                 if stream.done:
                     return
         except Exception as exc:  # answered below, outside the generator's cleanup
@@ -195,9 +220,11 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
 
     async def GetTask(self, request: a2a_pb.GetTaskRequest, context: Context) -> a2a_pb.Task:
         length = request.history_length if request.HasField("history_length") else None
-        return await self._answer(
-            context, lambda: self._tasks(context, request.tenant).get_task(request.id, length)
-        )
+
+        async def get() -> a2a_pb.Task:
+            return _fitted(await self._tasks(context, request.tenant).get_task(request.id, length))
+
+        return await self._answer(context, get)
 
     async def ListTasks(
         self, request: a2a_pb.ListTasksRequest, context: Context
@@ -207,23 +234,34 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
         )
 
     async def CancelTask(self, request: a2a_pb.CancelTaskRequest, context: Context) -> a2a_pb.Task:
-        return await self._answer(
-            context, lambda: self._tasks(context, request.tenant).cancel_task(request.id)
-        )
+        async def cancel() -> a2a_pb.Task:
+            return _fitted(await self._tasks(context, request.tenant).cancel_task(request.id))
+
+        return await self._answer(context, cancel)
 
     async def SubscribeToTask(
         self, request: a2a_pb.SubscribeToTaskRequest, context: Context
     ) -> AsyncIterator[a2a_pb.StreamResponse]:
         async def subscribe() -> Any:
-            return await self._tasks(context, request.tenant).subscribe(request.id)
+            tasks = self._tasks(context, request.tenant)
+            release = self.engine.streams.take(tasks.caller.principal)  # core.streams
+            try:
+                return *(await tasks.subscribe(request.id)), release
+            except BaseException:
+                release()
+                raise
 
-        first, stream, events = await self._answer(context, subscribe)
-        if stream is None or events is None:  # waiting for input: the task is all there is
-            for response in first:
-                yield response
-            return
-        async for response in self._follow(context, stream, events, first):
-            yield response
+        first, stream, events, release = await self._answer(context, subscribe)
+        try:
+            if stream is None or events is None:  # waiting for input: the task is all
+                for response in first:
+                    yield _fitted_response(response)
+                return
+            async with aclosing(self._follow(context, stream, events, first)) as responses:
+                async for response in responses:
+                    yield response
+        finally:
+            release()
 
     # -- push notification configs ------------------------------------------------
 

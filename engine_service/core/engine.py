@@ -44,6 +44,7 @@ from engine_service.core.context import Anchors
 from engine_service.core.errors import (
     AgentikError,
     InvalidInput,
+    QuotaExceeded,
     ShuttingDown,
     StorageUnavailable,
 )
@@ -72,11 +73,13 @@ from engine_service.core.models import (
 )
 from engine_service.core.notices import Notices
 from engine_service.core.observe import RunLog, RunObserver, RunObservers
+from engine_service.core.quota import SessionQuota
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.run_table import RunTable
 from engine_service.core.run_webhooks import webhook_for
 from engine_service.core.stopping import Stopping
 from engine_service.core.store import Checkpoint, RunBegun, SessionStore, Signal
+from engine_service.core.streams import StreamSlots
 from engine_service.core.takeover import Resumed, TakeOver, hand_over
 from engine_service.core.tool import session_key
 from engine_service.core.trace import NO_TRACER, Tracer
@@ -127,6 +130,10 @@ class Engine(Stopping):
         """The LLM's count of each session's last request (``core.context``)."""
         self._runs = RunTable(self.limits)
         """The runs in flight here, by session (``core.run_table``)."""
+        self.quota = SessionQuota(store, self.limits.max_sessions_per_caller)
+        self.streams = StreamSlots(self.limits.max_streams, self.limits.max_streams_per_caller)
+        """The event streams clients hold open here (``core.streams``): the transports take
+        a slot for each before its first event."""
         self._accepting = True
         self._pruner: asyncio.Task[None] | None = None
         self._unsettled = Unsettled(on_settled=self._settled)
@@ -150,7 +157,7 @@ class Engine(Stopping):
             self.limits,
             is_engine_tool=lambda name: self.tools.get(name) is not None,
             launch=self._launch_resumed,
-            closed=lambda webhook, record, how: self.notices.closed(webhook, record, how),
+            closed=self.notices.closed,
             tools_settled=lambda: self.tools_settled,
             event_limit=lambda: self._event_limit,
             replica=self.replica,
@@ -291,6 +298,12 @@ class Engine(Stopping):
     def accepting(self) -> bool:
         return self._accepting
 
+    @property
+    def followers(self) -> int:
+        """Followers of this engine's hubs: every event stream open here (a client's, or
+        one the engine reads itself)."""
+        return self._hubs.followers
+
     # -- sessions (created, renamed, forked: core.sessions) --------------------------
 
     async def delete_session(self, caller: Caller, session_id: str) -> None:
@@ -356,6 +369,8 @@ class Engine(Stopping):
             )
         )
         try:
+            if begun.created:  # the run made its conversation: one more of the caller's
+                await self.quota.check_made(caller.principal)
             await self.notices.keep_push_configs(run_input)
             profile = self.agents.for_run(begun.session, run_input.agent)
             if profile is not named:  # a request naming no agent, on another agent's session
@@ -380,6 +395,8 @@ class Engine(Stopping):
                     events=_refused_start(begun, exc),
                 )
             )
+            if isinstance(exc, QuotaExceeded):  # the conversation it made goes with it
+                await self._writing(self.store.delete_session(session_id))
             raise
         run_input.webhook_url = webhook_for(run_input.webhook_url, begun.session)
         run = self._launch(

@@ -12,6 +12,7 @@
     ├── Overloaded               the engine is at its concurrent-run limit
     ├── RateLimited              the caller is over one of its own limits (retry later)
     ├── BudgetExceeded           the caller used its tokens of the day (retry after reset)
+    ├── QuotaExceeded            the caller holds all the conversations it may (delete some)
     ├── Unauthenticated          no valid credentials
     ├── ShuttingDown             the engine takes no new runs
     ├── RunNotFound              no such run in the session
@@ -34,6 +35,7 @@ __all__ = [
     "LLMError",
     "Overloaded",
     "PushConfigNotFound",
+    "QuotaExceeded",
     "RateLimited",
     "RunNotFound",
     "SessionBusy",
@@ -141,6 +143,13 @@ class BudgetExceeded(AgentikError):
         super().__init__(message)
         self.resets_at = resets_at
         self.retry_after = max(1, retry_after)
+
+
+class QuotaExceeded(AgentikError):
+    """The caller holds as many conversations as it may (``[auth] max_sessions_per_caller``):
+    a new one is refused until it deletes some. Waiting does not help, so no retry time."""
+
+    code = "quota_exceeded"
 
 
 class Unauthenticated(AgentikError):

@@ -71,6 +71,11 @@ class Hubs:
             self._hubs[session.id] = hub
         return hub
 
+    @property
+    def followers(self) -> int:
+        """Followers of every hub: the follows open on this engine."""
+        return sum(hub.followers for hub in self._hubs.values())
+
     def shown_seq(self, session: Session) -> int:
         """The last seq of ``session`` any follower may have been shown: the stored last,
         or past it, the end of a run this engine showed before it could store it

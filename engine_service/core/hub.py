@@ -293,6 +293,11 @@ class SessionHub:
         self._followers -= 1
 
     @property
+    def followers(self) -> int:
+        """Followers reading the hub now."""
+        return self._followers
+
+    @property
     def waiting(self) -> bool:
         """Whether a follower is waiting for the next event."""
         return bool(self._waiters)

@@ -70,6 +70,12 @@ class EngineLimits:
     max_concurrent_runs: int = 512
     max_runs_per_caller: int = 0
     """Runs one principal may have in flight at once; 0: no limit of its own."""
+    max_streams: int = 2048
+    """Event streams clients hold open at once on this engine (``core.streams``)."""
+    max_streams_per_caller: int = 0
+    """Event streams one principal may hold open at once; 0: no limit of its own."""
+    max_sessions_per_caller: int = 0
+    """Conversations one principal may have stored (``core.quota``); 0: no limit."""
     event_retention: float = 7 * 24 * 3600.0
     """Seconds stored events are kept; 0 keeps them forever."""
     lease_seconds: float = 10.0

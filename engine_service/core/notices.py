@@ -76,25 +76,36 @@ class Notices:
                 run.run_id,
                 run.final,
                 run.transcript.messages,
+                run.session_key,
             )
             self._later(write, run.run_id)
         if webhooks.pushers:
             self._later(webhooks.notice(self._notice(run, started=False)), run.run_id)
         self._resumes.pop(run.run_id, None)
 
-    def closed(self, webhook: str, record: RunRecord, closed: RunClosed) -> None:
+    def closed(self, webhook: str, session_key: str, record: RunRecord, closed: RunClosed) -> None:
         """A run whose engine died, closed without running again (``core.takeover``): its
-        end goes to ``webhook`` ("": none) and the pushers, as any run's."""
+        end goes to ``webhook`` ("": none) and the pushers, as any run's (``session_key``:
+        its conversation's, which with the run id names the delivery)."""
         webhooks = self.webhooks
         if webhooks is None:
             return
         session_id, run_id = record.session_id, record.id
         if webhook:
-            write = webhooks.run_ended(webhook, session_id, run_id, closed.final, closed.messages)
+            write = webhooks.run_ended(
+                webhook, session_id, run_id, closed.final, closed.messages, session_key
+            )
             self._later(write, run_id)
         if webhooks.pushers:
             notice = RunNotice(
-                session_id, run_id, "", False, closed.final, closed.messages, utc_now()
+                session_id,
+                run_id,
+                "",
+                False,
+                closed.final,
+                closed.messages,
+                utc_now(),
+                session_key,
             )
             self._later(webhooks.notice(notice), run_id)
 
@@ -107,7 +118,16 @@ class Notices:
         resumes = self._resumes.get(run.run_id, "")
         final = None if started else run.final
         messages = [] if started else run.transcript.messages
-        return RunNotice(run.session_id, run.run_id, resumes, started, final, messages, utc_now())
+        return RunNotice(
+            run.session_id,
+            run.run_id,
+            resumes,
+            started,
+            final,
+            messages,
+            utc_now(),
+            run.session_key,
+        )
 
     def _later(self, write: Coroutine[Any, Any, None], run_id: str) -> None:
         """Run an outbox write off the run's path; the engine's shutdown waits for it."""

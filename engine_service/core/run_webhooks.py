@@ -3,12 +3,14 @@
 The URL is checked when the run is asked for (``check``: the SSRF guard's registration
 check, given by the adapter), so a URL refused outright refuses the run with
 ``InvalidInput`` naming why. When the run ends its outcome is put in the delivery outbox
-(``core.deliveries``) under the id ``run_<run id>``: the same on every attempt, and adding
-it twice adds it once.
+(``core.deliveries``) under the id ``run_<run id>.<incarnation>`` (:func:`run_delivery_id`):
+the same on every attempt, and adding it twice adds it once. The incarnation tells this run
+from a later one under the same id: deleting a conversation frees its run ids, and a run
+that takes one again (anyone's) must not find its webhook already "added".
 
 The payload (docs/webhooks.md)::
 
-    {"type": "run.finished", "id": "run_<run id>", "runId": ..., "sessionId": ...,
+    {"type": "run.finished", "id": "run_<run id>.<incarnation>", "runId": ..., "sessionId": ...,
      "outcome": "success" | "interrupt" | "cancelled" | "error",
      "error": {"code": ..., "message": ...}        (outcome error only)
      "usage": {"inputTokens": ..., "outputTokens": ..., "totalTokens": ..., "cachedTokens": ...},
@@ -18,6 +20,7 @@ The payload (docs/webhooks.md)::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +37,15 @@ from engine_service.core.ids import check_id
 from engine_service.core.models import JSON, Message, Role, Session, message_text
 from engine_service.core.store import SessionStore
 
-__all__ = ["PushConfigs", "RunNotice", "RunWebhooks", "run_payload", "webhook_for"]
+__all__ = [
+    "PushConfigs",
+    "RunNotice",
+    "RunWebhooks",
+    "incarnation_of",
+    "run_delivery_id",
+    "run_payload",
+    "webhook_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +65,9 @@ class RunNotice:
     final: ev.RunFinished | ev.RunError | None
     messages: Sequence[Message]
     time: datetime
+    session_key: str = ""
+    """The run's conversation as made (``core.tool.session_key``): with the run id, which
+    run this is (:func:`incarnation_of`)."""
 
 
 Pusher = Callable[[RunNotice], Awaitable[None]]
@@ -76,17 +90,32 @@ def _usage(usage: ev.Usage | None) -> dict[str, int]:
     }
 
 
+def incarnation_of(session_key: str, run_id: str) -> str:
+    """What tells run ``run_id`` of the conversation ``session_key`` (its id, owner and
+    creation time) from a run under the same id in a conversation made after that one was
+    deleted: 16 hex digits, the same for the run wherever it is resumed."""
+    material = f"run\0{session_key}\0{run_id}".encode()
+    return hashlib.sha256(material).hexdigest()[:16]
+
+
+def run_delivery_id(session_key: str, run_id: str) -> str:
+    """The delivery id (``webhook-id``) of the webhook of run ``run_id`` of the conversation
+    ``session_key``."""
+    return f"run_{run_id}.{incarnation_of(session_key, run_id)}"
+
+
 def run_payload(
     session_id: str,
     run_id: str,
     final: ev.RunFinished | ev.RunError | None,
     messages: Sequence[Message],
     now: datetime,
+    session_key: str = "",
 ) -> dict[str, JSON]:
     """What a run webhook carries (see the module's docstring)."""
     payload: dict[str, JSON] = {
         "type": "run.finished",
-        "id": f"run_{run_id}",
+        "id": run_delivery_id(session_key, run_id),
         "runId": run_id,
         "sessionId": session_id,
     }
@@ -136,11 +165,13 @@ class RunWebhooks:
         run_id: str,
         final: ev.RunFinished | ev.RunError | None,
         messages: Sequence[Message],
+        session_key: str = "",
     ) -> None:
         now = utc_now()
-        payload = run_payload(session_id, run_id, final, messages, now)
+        payload = run_payload(session_id, run_id, final, messages, now, session_key)
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-        await self.worker.enqueue(Delivery(f"run_{run_id}", url, body, now, now, kind="run"))
+        delivery_id = run_delivery_id(session_key, run_id)
+        await self.worker.enqueue(Delivery(delivery_id, url, body, now, now, kind="run"))
 
 
 class PushConfigs:

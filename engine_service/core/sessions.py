@@ -15,6 +15,7 @@ from engine_service.core.history import new_id
 from engine_service.core.ids import check_id
 from engine_service.core.models import Session
 from engine_service.core.notices import Notices
+from engine_service.core.quota import SessionQuota
 from engine_service.core.records import Records
 from engine_service.core.text import check_title
 
@@ -34,6 +35,8 @@ class Sessions(Records):
     """A store write whose storage failure marks the store unhealthy (``core.health``)."""
     notices: Notices
     agents: Agents
+    quota: SessionQuota
+    """The conversations one principal may have (``core.quota``)."""
 
     async def create_session(
         self,
@@ -50,6 +53,7 @@ class Sessions(Records):
         profile = self.agents.get(agent)
         if webhook_url:
             self.notices.check_webhook(webhook_url)
+        await self.quota.check_room(caller.principal)
         session_id = session_id or new_id()
         made = await self._writing(
             self.store.create_session(
@@ -80,6 +84,7 @@ class Sessions(Records):
         self, caller: Caller, session_id: str, up_to_message_id: str, new_session_id: str = ""
     ) -> Session:
         """A copy of the session up to a message, owned by ``caller`` (``core.fork``)."""
+        await self.quota.check_room(caller.principal)
         forked = await self._writing(
             fork_session(
                 self.store, caller, session_id, up_to_message_id, new_session_id, utc_now()

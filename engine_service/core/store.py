@@ -185,6 +185,11 @@ class SessionStore(abc.ABC):
         ``owner``'s when it is not None, only those whose stored agent is one of
         ``agents`` when it is not None."""
 
+    async def count_sessions(self, owner: str) -> int:
+        """How many sessions ``owner`` has (``core.quota``); a store counts them by its
+        index on the owner."""
+        return (await self.list_sessions(0, 1, owner=owner))[1]
+
     @abc.abstractmethod
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         """Set the title; returns the updated session."""

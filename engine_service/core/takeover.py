@@ -45,6 +45,7 @@ from engine_service.core.recovery import RunClosed, close_abandoned_run
 from engine_service.core.resume import IN_DOUBT, ResumePoint, Resumption, resume_run
 from engine_service.core.run_webhooks import webhook_for
 from engine_service.core.store import SessionStore
+from engine_service.core.tool import session_key
 
 __all__ = ["Resumed", "TakeOver", "hand_over"]
 
@@ -73,7 +74,7 @@ class TakeOver:
         *,
         is_engine_tool: Callable[[str], bool],
         launch: Callable[[Resumed], object],
-        closed: Callable[[str, RunRecord, RunClosed], None],
+        closed: Callable[[str, str, RunRecord, RunClosed], None],
         tools_settled: Callable[[], Callable[[], Awaitable[None]] | None],
         event_limit: Callable[[], int],
         replica: str,
@@ -178,7 +179,8 @@ class TakeOver:
         except AgentikError as exc:
             log.error("the webhook of run %s is lost: %s", record.id, exc.message)
             return
-        self._closed(webhook_for(webhook, session), record, closed)
+        key = session_key(session.id, session.owner, session.created_at)
+        self._closed(webhook_for(webhook, session), key, record, closed)
 
     async def left_behind(self, is_local: Callable[[str], bool]) -> None:
         """Take over every RUNNING run in the store but this engine's own (``is_local``:

@@ -29,7 +29,7 @@ from google.protobuf import json_format
 from engine_service.core import events as ev
 from engine_service.core.deliveries import Delivery, DeliveryWorker, PushConfig
 from engine_service.core.models import Role, message_text
-from engine_service.core.run_webhooks import RunNotice
+from engine_service.core.run_webhooks import RunNotice, incarnation_of
 from engine_service.core.store import SessionStore
 
 __all__ = ["TOKEN_HEADER", "A2aPush", "push_updates"]
@@ -94,8 +94,11 @@ def _headers(config: PushConfig) -> dict[str, str]:
     return headers
 
 
-def _delivery_id(config: PushConfig, run_id: str, phase: str, index: int) -> str:
-    key = "\0".join((config.task_id, config.id, run_id, phase, str(index)))
+def _delivery_id(config: PushConfig, notice: RunNotice, phase: str, index: int) -> str:
+    """The same on every attempt; another for a run under the same id in a conversation
+    made after this one was deleted (``incarnation_of``)."""
+    run = incarnation_of(notice.session_key, notice.run_id)
+    key = "\0".join((config.task_id, config.id, notice.run_id, run, phase, str(index)))
     return "push_" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -133,7 +136,7 @@ class A2aPush:
         for config in configs:
             for index, body in enumerate(bodies):
                 delivery = Delivery(
-                    _delivery_id(config, notice.run_id, phase, index),
+                    _delivery_id(config, notice, phase, index),
                     config.url,
                     body,
                     notice.time,

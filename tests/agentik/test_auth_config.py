@@ -278,6 +278,47 @@ def test_with_authentication_one_principal_may_hold_a_share_of_the_runs_by_defau
     assert load_settings(None, env).runs_per_caller == runs
 
 
+@pytest.mark.parametrize(
+    ("env", "engine", "per_caller"),
+    [
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}"}, 2048, 256),  # four per slot; twice 128
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_CONCURRENT_RUNS": "10"}, 40, 4),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_RUNS_PER_CALLER": "3"}, 2048, 6),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_CALLER_RUN_SHARE": "1"}, 2048, 0),
+        (
+            {
+                "AGENTIK_TOKENS": f"alice:{SECRET_A}",
+                "AGENTIK_MAX_STREAMS": "100",
+                "AGENTIK_MAX_STREAMS_PER_CALLER": "7",
+            },
+            100,
+            7,
+        ),
+        ({"AGENTIK_MAX_STREAMS_PER_CALLER": "7"}, 2048, 0),  # one caller: the engine's limit
+    ],
+)
+def test_the_open_streams_of_the_engine_and_of_one_principal_are_bounded_by_default(
+    env: dict[str, str], engine: int, per_caller: int
+) -> None:
+    settings = load_settings(None, env)
+    assert (settings.engine_streams, settings.streams_per_caller) == (engine, per_caller)
+
+
+@pytest.mark.parametrize(
+    ("env", "sessions"),
+    [
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}"}, 10_000),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_SESSIONS_PER_CALLER": "5"}, 5),
+        ({"AGENTIK_TOKENS": f"alice:{SECRET_A}", "AGENTIK_MAX_SESSIONS_PER_CALLER": "0"}, 0),
+        ({"AGENTIK_MAX_SESSIONS_PER_CALLER": "5"}, 0),  # one caller, the operator: no limit
+    ],
+)
+def test_with_authentication_one_principal_may_keep_ten_thousand_conversations_by_default(
+    env: dict[str, str], sessions: int
+) -> None:
+    assert load_settings(None, env).sessions_per_caller == sessions
+
+
 @pytest.mark.parametrize("value", ["0", "-0.1", "1.5", "nan", "a quarter"])
 def test_a_caller_run_share_outside_0_to_1_is_a_config_error_naming_it(value: str) -> None:
     with pytest.raises(

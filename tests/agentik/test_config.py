@@ -717,7 +717,10 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["llm_round_timeout"] == ("AGENTIK_LLM_ROUND_TIMEOUT", "1800.0")
     assert by_name["llm_max_answer_bytes"] == ("AGENTIK_LLM_MAX_ANSWER_BYTES", "8388608")
     assert by_name["max_tool_calls_per_round"] == ("AGENTIK_MAX_TOOL_CALLS_PER_ROUND", "128")
-    assert len(rows) == 91
+    assert by_name["max_streams"] == ("AGENTIK_MAX_STREAMS", "0")
+    assert by_name["max_streams_per_caller"] == ("AGENTIK_MAX_STREAMS_PER_CALLER", "0")
+    assert by_name["max_sessions_per_caller"] == ("AGENTIK_MAX_SESSIONS_PER_CALLER", "10000")
+    assert len(rows) == 94
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

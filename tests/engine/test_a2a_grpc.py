@@ -53,6 +53,8 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 
 from agentik.a2a.card import card_body, card_config, endpoint_config
 from agentik.config import Settings, load_settings
+from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
+from agentik.rpc.agentik.engine.v1 import engine_pb2_grpc as pb_grpc
 from engine_service.a2a.servicer import SERVICE_NAME
 from tests.engine.auth_helpers import TOKENS, TOKENS_ENV
 from tests.engine.harness import WAIT, Harness, engine_settings, running_engine
@@ -334,6 +336,19 @@ async def test_an_approval_completes_the_same_task_with_both_turns(connect: Conn
     assert got.status.state == COMPLETED and got.history == done.history
 
 
+async def test_a_reply_holding_nan_is_invalid_params_naming_the_part_and_the_task_waits_on(
+    connect: Connect, engine: Harness
+) -> None:
+    async with connect(streaming=False) as client:
+        paused = await _task(client, _request(_CALCULATE))
+        assert paused.status.state == INPUT_REQUIRED
+        error = await _raw_error(engine, "SendMessage", _reply(_nan_data(), paused))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert str(error.details()).startswith("message.parts[0].data: holds an infinite or NaN")
+        done = await _task(client, _reply(_data({"approved": True}), paused))
+    assert done.status.state == COMPLETED
+
+
 async def test_a_streamed_no_completes_the_task_and_a_new_message_is_pointed_to_it(
     connect: Connect,
 ) -> None:
@@ -459,6 +474,13 @@ def _status(error: grpc.aio.AioRpcError) -> status_pb2.Status:
     raise AssertionError("no google.rpc.Status in the trailers")
 
 
+def _nan_data() -> Part:
+    """A data part no JSON can carry: ``{"approved": NaN}`` (a protobuf Value can)."""
+    value = struct_pb2.Value()
+    value.struct_value["approved"] = float("nan")
+    return Part(data=value)
+
+
 async def _raw_error(
     engine: Harness,
     method: str,
@@ -551,6 +573,30 @@ async def _raw_error(
             "INVALID_ARGUMENT",
             "INVALID_PARAMS",
             "message.parts",
+        ),
+        (
+            "SendMessage",
+            SendMessageRequest(
+                message=Message(
+                    message_id="m1", role=Role.ROLE_USER, parts=[Part(text="x"), _nan_data()]
+                )
+            ),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "message.parts[1].data: holds an infinite or NaN number",
+        ),
+        (
+            "SendStreamingMessage",
+            SendMessageRequest(
+                message=Message(
+                    message_id="m1",
+                    role=Role.ROLE_USER,
+                    parts=[Part(data=struct_pb2.Value(number_value=float("inf")))],
+                )
+            ),
+            "INVALID_ARGUMENT",
+            "INVALID_PARAMS",
+            "message.parts[0].data: holds an infinite or NaN number",
         ),
         (
             "SendMessage",
@@ -931,3 +977,76 @@ async def test_subscribing_to_a_task_that_waits_for_input_gives_the_task_alone(
     assert [e.WhichOneof("payload") for e in watched] == ["task"]
     assert watched[0].task.status.state == INPUT_REQUIRED
     assert watched[0].task.status.message == paused.status.message
+
+
+# -- a task larger than one gRPC message -------------------------------------------------
+
+
+@pytest.fixture
+async def roomy(llm: FakeOpenAI) -> AsyncIterator[Harness]:
+    """An engine whose model takes megabytes of context, so a task can pass 4 MiB."""
+    settings = engine_settings(
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        AGENTIK_LLM_MAX_RETRIES="0",
+        AGENTIK_TOKENS=TOKENS_ENV,
+        AGENTIK_CONTEXT_TOKENS="10000000",
+        AGENTIK_COMPACTION="off",
+        AGENTIK_MAX_EVENT_BYTES=str(3 * 1024 * 1024),  # a 2.5 MB message is one message
+    )
+    async with running_engine(settings) as running:
+        yield running
+
+
+async def test_a_task_past_one_grpc_message_is_read_with_its_newest_history_and_says_so(
+    roomy: Harness,
+) -> None:
+    """Five 700 KB messages, their echo and its artifact: 4.9 MB of task, which GetTask
+    used to refuse with gRPC's own RESOURCE_EXHAUSTED, for good."""
+    alice = (("authorization", f"Bearer {TOKENS['alice']}"),)
+    texts = [f"{index}" + "y" * 700_000 for index in range(5)]
+    engine_stub = pb_grpc.AgentEngineStub(roomy.channel)
+    request = pb.RunRequest(
+        session_id="big",
+        create_session=True,
+        messages=[
+            pb.Message(role=pb.ROLE_USER, content=[pb.ContentPart(text=pb.TextPart(text=t))])
+            for t in texts
+        ],
+    )
+    async with asyncio.timeout(WAIT):
+        events = [event async for event in engine_stub.Run(request, metadata=alice)]
+    task_id = events[0].run_id
+    stub = _stub(roomy)
+    got = await stub.GetTask(GetTaskRequest(id=task_id), metadata=alice, timeout=WAIT)
+    assert got.ByteSize() <= 4 * 1024 * 1024 - 64 * 1024
+    assert got.status.state == COMPLETED
+    kept = [m.parts[0].text for m in got.history]
+    clipped = int(got.metadata["agentik_history_clipped"])
+    assert clipped >= 1 and len(kept) + clipped == 6  # five messages and the answer
+    assert kept == [*texts, "Echo: " + texts[-1]][clipped:]  # the newest, in order
+    assert _answer(got) == "Echo: " + texts[-1]  # the answer is kept
+    # Asked for less history, nothing is left out: the task fits as asked.
+    short = await stub.GetTask(
+        GetTaskRequest(id=task_id, history_length=2), metadata=alice, timeout=WAIT
+    )
+    assert [m.parts[0].text for m in short.history] == kept[-2:]
+    assert "agentik_history_clipped" not in short.metadata
+
+
+async def test_send_message_with_a_task_past_one_grpc_message_answers_it_fitted(
+    roomy: Harness,
+) -> None:
+    """A 2.5 MB message, its 2.5 MB echo and the echo's artifact: 7.5 MB of task."""
+    alice = (("authorization", f"Bearer {TOKENS['alice']}"),)
+    text = "z" * 2_500_000
+    stub = _stub(roomy)
+    answer = await stub.SendMessage(_request(text), metadata=alice, timeout=WAIT)
+    task = answer.task
+    assert task.status.state == COMPLETED and _answer(task) == "Echo: " + text
+    assert int(task.metadata["agentik_history_clipped"]) >= 1
+    streamed = stub.SendStreamingMessage(_request(text), metadata=alice, timeout=WAIT)
+    responses = [response async for response in streamed]
+    assert responses[-1].status_update.status.state == COMPLETED
+    got = await stub.GetTask(GetTaskRequest(id=responses[0].task.id), metadata=alice, timeout=WAIT)
+    assert _answer(got) == "Echo: " + text

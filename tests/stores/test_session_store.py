@@ -165,6 +165,18 @@ async def test_sessions_list_most_recently_updated_first_with_paging_and_total(
     assert (beyond, total) == ([], 4)
 
 
+async def test_sessions_are_counted_per_owner_as_they_are_made_and_deleted(
+    store: SessionStore,
+) -> None:
+    for i, owner in enumerate(["alice", "bob", "alice", "alice"]):
+        await store.create_session(f"s{i}", "", at(i), owner=owner)
+    await store.begin_run("made", "r1", at(5), create=True, owner="bob")
+    await store.finish_run("made", "r1", RunStatus.SUCCEEDED, at(6))
+    assert [await store.count_sessions(o) for o in ("alice", "bob", "carol")] == [3, 2, 0]
+    await store.delete_session("s2")
+    assert await store.count_sessions("alice") == 2
+
+
 async def test_negative_offsets_and_limits_are_refused(store: SessionStore) -> None:
     await store.create_session("s1", "", at(0))
     with pytest.raises(InvalidInput):

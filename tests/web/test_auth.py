@@ -475,6 +475,66 @@ def test_a_second_concurrent_run_of_one_principal_is_429(
     assert stopped.status_code == 200 and stopped.get_json()["interrupted"] is True
 
 
+@pytest.mark.parametrize("reader", ["asyncio", "threads"])
+def test_a_principal_past_its_open_streams_is_429_naming_the_setting_on_every_surface(
+    make_client: MakeClient, start_engine: StartEngine, reader: str
+) -> None:
+    engine = start_engine(AGENTIK_MAX_STREAMS_PER_CALLER="1")
+    client = make_client(engine, AGENTIK_WEB_STREAM_READER=reader)
+    hers, his = new_conversation(client, ALICE), new_conversation(client, BOB)
+    held = client.get(f"/agentik/conversations/{hers}/events", headers=ALICE, buffered=False)
+    try:
+        assert held.status_code == 200
+        refused = client.get(f"/agentik/conversations/{hers}/events", headers=ALICE)
+        assert refused.status_code == 429, refused.get_data()
+        error = refused.get_json()["error"]
+        assert error["code"] == "rate_limited"
+        assert "1 event streams open, the most [auth] max_streams_per_caller" in error["message"]
+        assert refused.headers["Retry-After"].isdigit()
+        sent = client.post(f"/agentik/conversations/{hers}/send", json={"text": "x"}, headers=ALICE)
+        assert sent.status_code == 429  # a run's stream is a stream too
+        message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+        body = rpc_body("SendStreamingMessage", {"message": message})
+        streamed = client.post("/", json=body, headers={**V10, **ALICE})
+        assert_a2a_error(streamed, 429, "RATE_LIMITED")
+        bobs = client.get(f"/agentik/conversations/{his}/events", headers=BOB, buffered=False)
+        assert bobs.status_code == 200  # bob has his own
+        bobs.close()
+    finally:
+        held.close()
+
+
+def test_a_principal_at_its_conversations_is_refused_a_new_one_on_every_surface(
+    make_client: MakeClient, start_engine: StartEngine
+) -> None:
+    client = make_client(start_engine(AGENTIK_MAX_SESSIONS_PER_CALLER="1"))
+    hers = new_conversation(client, ALICE)
+    named = "you (alice) have 1 conversations stored, the most [auth] max_sessions_per_caller"
+
+    made = client.post("/agentik/conversations", json={}, headers=ALICE)
+    assert made.status_code == 409, made.get_data()
+    assert made.get_json()["error"]["code"] == "quota_exceeded"
+    assert made.get_json()["error"]["message"].startswith(named)
+    assert "Retry-After" not in made.headers  # deleting helps, waiting does not
+    agui = client.post("/agui", json=agui_input(uuid.uuid4().hex, "hi"), headers=ALICE)
+    assert agui.status_code == 409 and agui.get_json()["error"]["code"] == "quota_exceeded"
+    reply = rpc(client, ALICE, "SendMessage", {"message": user_message("hi")})
+    assert reply["error"]["code"] == -32600 and reply["error"]["message"].startswith(named)
+    assert reply["error"]["data"][0]["reason"] == "QUOTA_EXCEEDED"
+    rest = client.post(
+        "/a2a/message:send", json={"message": user_message("hi")}, headers={**V10, **ALICE}
+    )
+    assert rest.status_code == 409, rest.get_data()
+    assert rest.get_json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    listed = client.get("/agentik/conversations", headers=ALICE).get_json()
+    assert [c["id"] for c in listed["items"]] == [hers]  # nothing left behind
+
+    assert "Echo: mine" in say(client, ALICE, hers, "mine")  # hers goes on
+    new_conversation(client, BOB)  # bob has his own
+    assert client.delete(f"/agentik/conversations/{hers}", headers=ALICE).status_code == 204
+    new_conversation(client, ALICE)
+
+
 # -- public routes, the card, CORS -------------------------------------------------
 
 

@@ -21,7 +21,8 @@ Errors are the a2a-sdk's exception classes (``a2a.utils.errors``)::
 and two of ours for what A2A leaves to HTTP, each with its HTTP status:
 :class:`AuthenticationRequired` (401, ``WWW-Authenticate``) and :class:`RateLimitedError`
 (429, ``Retry-After``), both with the JSON-RPC body of an InvalidRequest whose ErrorInfo
-reason says which.
+reason says which; and :class:`QuotaExceededError`, the same body (reason
+``QUOTA_EXCEEDED``) on HTTP 200 as any other JSON-RPC error (409 in the HTTP+JSON binding).
 
 :data:`ERRORS` gives each its code and ``google.rpc.ErrorInfo`` reason; :data:`GRPC_ERRORS`
 maps the engine's gRPC status codes onto them. ``error.data`` is always a list that starts
@@ -64,6 +65,7 @@ __all__ = [
     "DOMAIN",
     "AuthenticationRequired",
     "BudgetExceededError",
+    "QuotaExceededError",
     "RateLimitedError",
     "ERRORS",
     "GRPC_ERRORS",
@@ -113,9 +115,15 @@ class BudgetExceededError(RateLimitedError):
     """The caller used its tokens of the day: HTTP 429, ``Retry-After`` the reset."""
 
 
+class QuotaExceededError(A2AError):
+    """The caller holds all the conversations it may (``[auth] max_sessions_per_caller``):
+    a new task in a new context is refused until it deletes some."""
+
+
 ERRORS[AuthenticationRequired] = (-32600, "UNAUTHENTICATED")
 ERRORS[RateLimitedError] = (-32600, "RATE_LIMITED")
 ERRORS[BudgetExceededError] = (-32600, "BUDGET_EXCEEDED")
+ERRORS[QuotaExceededError] = (-32600, "QUOTA_EXCEEDED")
 
 HTTP_ERRORS: dict[type[A2AError], tuple[int, str]] = {
     JSONParseError: (400, "INVALID_ARGUMENT"),
@@ -135,6 +143,7 @@ HTTP_ERRORS: dict[type[A2AError], tuple[int, str]] = {
     AuthenticationRequired: (401, "UNAUTHENTICATED"),
     RateLimitedError: (429, "RESOURCE_EXHAUSTED"),
     BudgetExceededError: (429, "RESOURCE_EXHAUSTED"),
+    QuotaExceededError: (409, "RESOURCE_EXHAUSTED"),
 }
 """Error class → (HTTP status, ``google.rpc.Code`` name) in the HTTP+JSON binding."""
 
@@ -155,6 +164,8 @@ def from_rpc(exc: grpc.RpcError) -> A2AError:
         return InvalidRequestError(message, data={"grpcStatus": "INVALID_ARGUMENT"})
     if mapped.code == "budget_exceeded":
         return BudgetExceededError(message, mapped.retry_after)
+    if mapped.code == "quota_exceeded":
+        return QuotaExceededError(message)
     if mapped.status == 429:
         return RateLimitedError(message, mapped.retry_after)
     status = code.name if code is not None else "UNKNOWN"

@@ -32,7 +32,7 @@ from web_facade.errors import (
     rpc_error_handler,
 )
 from web_facade.request_body import parse_json, read_body
-from web_facade.stream import follow, open_run, opened
+from web_facade.stream import admitted, follow, open_run, opened
 
 __all__ = ["MAX_PAGE", "MAX_SEQ", "bp"]
 
@@ -343,6 +343,10 @@ def events(conversation_id: str) -> Response:
         # Past what the store holds: the engine refuses it unless it showed that much before
         # it could store it. Its answer first, so that a refusal is a 400, not a stream.
         opened(relay)
+    else:
+        # The engine's admission (or its refusal: a caller at its open streams, over its
+        # rate, is a 429, not a stream).
+        admitted(relay)
     return AgentikStream(relay, current_settings().web.heartbeat_interval).response()
 
 

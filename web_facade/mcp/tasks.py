@@ -48,7 +48,7 @@ from web_facade.mcp.server import (
     outcome,
 )
 
-__all__ = ["POLL_INTERVAL_MS", "TASK_TOOLS", "TASKS_EXTENSION", "RunTasks"]
+__all__ = ["POLL_INTERVAL_MS", "TASK_TOOLS", "TASKS_EXTENSION", "RunTasks", "task_id_of"]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
@@ -64,13 +64,45 @@ _WORKING = {pb.RUN_STATUS_RUNNING, pb.RUN_STATUS_UNSPECIFIED}
 
 
 class TaskParams(RequestParams):
-    """``tasks/get``, ``tasks/cancel`` and ``tasks/update`` params."""
+    """``tasks/get``, ``tasks/cancel`` and ``tasks/update`` params. ``taskId`` is taken as
+    any value and checked by :func:`task_id_of`, so a refusal names the problem in our
+    words (the SDK answers a pydantic failure with a bare "Invalid request parameters")."""
 
-    task_id: str = Field(alias="taskId", min_length=1, max_length=_MAX_TASK_ID)
+    task_id: Any = Field(alias="taskId", default=None)
 
 
 class UpdateParams(TaskParams):
-    input_responses: dict[str, Any] = Field(alias="inputResponses", default_factory=dict)
+    input_responses: Any = Field(alias="inputResponses", default=None)
+
+
+def task_id_of(params: TaskParams) -> str:
+    """The request's ``taskId``; -32602 naming what is wrong with it."""
+    task_id = params.task_id
+    rule = f"the id of a task, a string of 1 to {_MAX_TASK_ID} characters"
+    if task_id is None:
+        problem = f"taskId is required: {rule}"
+    elif not isinstance(task_id, str):
+        problem = f"taskId must be a string ({rule}), got {_json_type(task_id)}"
+    elif not task_id:
+        problem = f"taskId must not be empty: {rule}"
+    elif len(task_id) > _MAX_TASK_ID:
+        problem = f"taskId is {len(task_id):,} characters long; {rule}"
+    else:
+        return task_id
+    raise MCPError(INVALID_PARAMS, problem)
+
+
+def _json_type(value: object) -> str:
+    """What JSON calls ``value``'s type."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return "a value of another type"
 
 
 def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -120,7 +152,7 @@ class RunTasks(Extension):
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
         require_client_extension(ctx, TASKS_EXTENSION)
         context = Context(request_context=ctx)
-        run = await self._run_info(params.task_id, context)
+        run = await self._run_info(task_id_of(params), context)
         task = _task(run)
         if task["status"] == "completed":
             result = await self._answer(run, context)
@@ -132,7 +164,7 @@ class RunTasks(Extension):
     ) -> HandlerResult:
         require_client_extension(ctx, TASKS_EXTENSION)
         context = Context(request_context=ctx)
-        run = await self._run_info(params.task_id, context)
+        run = await self._run_info(task_id_of(params), context)
         if run.status in _WORKING:
             stop = pb.InterruptRequest(session_id=run.session_id, run_id=run.id)
             await self._call("Interrupt", stop, context)
@@ -142,7 +174,11 @@ class RunTasks(Extension):
         self, ctx: ServerRequestContext[Any, Any], params: UpdateParams
     ) -> HandlerResult:
         require_client_extension(ctx, TASKS_EXTENSION)
-        await self._run_info(params.task_id, Context(request_context=ctx))
+        task_id = task_id_of(params)
+        if params.input_responses is not None and not isinstance(params.input_responses, dict):
+            got = _json_type(params.input_responses)
+            raise MCPError(INVALID_PARAMS, f"inputResponses must be an object, got {got}")
+        await self._run_info(task_id, Context(request_context=ctx))
         # No task here asks for input through inputRequests: every response is for a key
         # that is not outstanding, which the extension says to ignore.
         return {"resultType": "complete"}

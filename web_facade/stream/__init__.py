@@ -28,6 +28,7 @@ from web_facade.stream.relay import (
     Item,
     Relay,
     Resume,
+    admitted,
     open_relay,
     opened,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Item",
     "Relay",
     "Resume",
+    "admitted",
     "follow",
     "open_relay",
     "open_run",

@@ -61,10 +61,11 @@ class AioRelay(Relay):
         request: Any,
         resume: Resume | None = None,
         metadata: tuple[tuple[str, str], ...] | None = None,
+        admission: bool = False,
     ) -> None:
         # The queue itself is unbounded: the task waits for room before it puts, and
         # the last item (the end, an error) never waits.
-        super().__init__(resume, 0)
+        super().__init__(resume, 0, admission)
         self._engine = engine
         self._method = method
         self._request = request
@@ -99,10 +100,12 @@ class AioRelay(Relay):
                 waiter = self._waiter = self._loop.create_future()
             await waiter
         self._queue.put_nowait((size, items))
+        self._took.set()
 
     def _push(self, item: Item) -> None:
         """Queue the stream's last item."""
         self._queue.put_nowait((0, [item]))
+        self._took.set()
 
     async def _pump(self) -> None:
         try:
@@ -113,6 +116,10 @@ class AioRelay(Relay):
                         self._call = call = getattr(self._engine, self._method)(
                             self._request, metadata=self._metadata
                         )
+                    if self._admission and not self._took.is_set():
+                        await call.initial_metadata()  # the engine's headers, or the end
+                        if not call.done() or await call.code() == grpc.StatusCode.OK:
+                            self._took.set()
                     # ``read()`` rather than ``async for``: one async generator less per
                     # message.
                     while (message := await call.read()) is not grpc.aio.EOF:

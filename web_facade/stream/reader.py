@@ -25,10 +25,11 @@ def _on_loop() -> bool:
     return has_app_context() and current_settings().web.stream_reader == "asyncio"
 
 
-def _aio_relay(method: str, request: Any, resume: Resume) -> Relay:
+def _aio_relay(method: str, request: Any, resume: Resume, admission: bool = False) -> Relay:
     from web_facade.stream.aio_relay import AioRelay
 
-    return AioRelay(current_engine().aio_engine, method, request, resume, forwarded_metadata())
+    engine = current_engine().aio_engine
+    return AioRelay(engine, method, request, resume, forwarded_metadata(), admission)
 
 
 def open_run(engine: Any, request: pb.RunRequest, wait: float = OPEN_WAIT) -> Relay:
@@ -45,8 +46,9 @@ def open_run(engine: Any, request: pb.RunRequest, wait: float = OPEN_WAIT) -> Re
 
 
 def follow(engine: Any, request: pb.SubscribeRequest) -> Relay:
-    """Relay ``engine.Subscribe(request)``, resumed if cut."""
+    """Relay ``engine.Subscribe(request)``, resumed if cut; the engine's response headers
+    say it admitted the call (:func:`~web_facade.stream.relay.admitted` waits for them)."""
     resume = Resume.of_subscription(engine, request)
     if _on_loop():
-        return _aio_relay("Subscribe", request, resume)
-    return EventRelay(engine.Subscribe(request), resume)
+        return _aio_relay("Subscribe", request, resume, admission=True)
+    return EventRelay(engine.Subscribe(request), resume, admission=True)

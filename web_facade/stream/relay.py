@@ -32,6 +32,7 @@ from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_credentials import forwarded_metadata
 
 __all__ = [
+    "ADMIT_WAIT",
     "END",
     "MAX_RESUMES",
     "OPEN_WAIT",
@@ -45,6 +46,7 @@ __all__ = [
     "Item",
     "Relay",
     "Resume",
+    "admitted",
     "open_relay",
 ]
 
@@ -63,6 +65,9 @@ store when the client reads again."""
 OPEN_WAIT: Final = 10.0
 """How long a new stream waits for the engine to accept its call, in seconds: a refusal
 (404, 409, ...) within this time is answered as an error response, not in the stream."""
+ADMIT_WAIT: Final = 2.0
+"""How long a follow waits for the engine to admit it (its response headers), in seconds,
+before its stream opens anyway (an engine that sends them only with the first event)."""
 
 
 RESUME_WINDOW: Final = 10.0
@@ -206,11 +211,12 @@ class Relay(ABC):
     message; the reader then takes its events one by one without locking.
     """
 
-    def __init__(self, resume: Resume | None, queue_size: int) -> None:
+    def __init__(self, resume: Resume | None, queue_size: int, admission: bool = False) -> None:
         """``queue_size``: messages the queue holds, at most; 0: it is unbounded (its
         filler bounds it), a ``SimpleQueue``, which hands an item to a waiting reader in
         C (a ``Queue`` notifies it through a Python condition: 10 % of a web worker's GIL
-        time at 64 AG-UI clients)."""
+        time at 64 AG-UI clients). ``admission``: the engine's response headers say it
+        admitted the call (``Subscribe`` sends them at once; see :func:`admitted`)."""
         self._resume = resume
         self._queue: (
             queue.Queue[tuple[int, list[Item]]] | queue.SimpleQueue[tuple[int, list[Item]]]
@@ -222,6 +228,20 @@ class Relay(ABC):
         self._held: Item | None = None
         self._deadline: float | None = None
         self._delay = RESUME_BACKOFF[0]
+        self._admission = admission
+        self._took = threading.Event()
+        """Set once the engine took the call (its response headers came, with
+        ``admission``), or anything was queued (an event, the end, a refusal)."""
+
+    def taken(self, wait: float) -> bool:
+        """Wait (at most ``wait`` seconds) until the engine took the call or answered."""
+        return self._took.wait(wait)
+
+    def _headers_came(self, call: Any) -> None:
+        """The call's response headers came (``initial_metadata`` returned): the engine took
+        it, unless they are the end of a refused call (its error is queued next)."""
+        if not call.done() or call.code() == grpc.StatusCode.OK:
+            self._took.set()
 
     def _received(self, message: pb.Event) -> list[Item]:
         """The events of one engine message still to relay (a resumed stream's repeats
@@ -320,8 +340,8 @@ class Relay(ABC):
 class EventRelay(Relay):
     """Reads a gRPC event stream on its own thread into a bounded queue."""
 
-    def __init__(self, call: Any, resume: Resume | None = None) -> None:
-        super().__init__(resume, QUEUE_SIZE)
+    def __init__(self, call: Any, resume: Resume | None = None, admission: bool = False) -> None:
+        super().__init__(resume, QUEUE_SIZE, admission)
         self._call = call
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._pump, name="agentik-relay", daemon=True)
@@ -340,6 +360,7 @@ class EventRelay(Relay):
                 self._queue.put((size, items), timeout=POLL)
             except queue.Full:
                 continue
+            self._took.set()
             return True
         return False
 
@@ -347,6 +368,9 @@ class EventRelay(Relay):
         call = self._call
         while True:
             try:
+                if self._admission and not self._took.is_set():
+                    call.initial_metadata()  # the engine's headers, or the call's end
+                    self._headers_came(call)
                 for message in call:
                     events = self._received(message)
                     if events and not self._put(events):
@@ -402,6 +426,19 @@ def open_relay(call: Any, wait: float = OPEN_WAIT, resume: Resume | None = None)
     relay = EventRelay(call, resume)
     opened(relay, wait)
     return relay
+
+
+def admitted(relay: Relay, wait: float = ADMIT_WAIT) -> None:
+    """Wait for the engine to admit a relayed follow (``Subscribe``): its response headers,
+    which it sends once the caller passed its checks (credentials, rate, open streams), not
+    with the first event, which may be long in coming. A refusal before them is raised as
+    the ``grpc.RpcError``, for each protocol's error table, before any stream is open; an
+    engine that is silent for ``wait`` seconds opens the stream."""
+    relay.taken(wait)
+    first = relay.peek(0)
+    if isinstance(first, grpc.RpcError):
+        relay.cancel()
+        raise first
 
 
 def opened(relay: Relay, wait: float = OPEN_WAIT) -> None:

@@ -73,6 +73,13 @@ class PostgresSessions(PostgresConnections):
 
         return await self._snapshot(work)
 
+    async def count_sessions(self, owner: str) -> int:
+        async def work(conn: Conn) -> int:  # the index sessions_by_owner
+            row = await self._one(conn, "SELECT count(*) FROM sessions WHERE owner = %s", (owner,))
+            return int(row[0]) if row else 0
+
+        return await self._snapshot(work)
+
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         stamp = _utc(now, "now")
 

@@ -39,6 +39,14 @@ class SqliteSessions(SqliteFile):
             return self._load(conn, session_id)
 
     @off_loop
+    def count_sessions(self, owner: str) -> int:
+        with self._read() as conn:  # the index sessions_by_owner
+            (total,) = conn.execute(
+                "SELECT count(*) FROM sessions WHERE owner = ?", (owner,)
+            ).fetchone()
+        return int(total)
+
+    @off_loop
     def get_session(self, session_id: str) -> Session:
         with mapped_errors():
             return self._load(self._conn, session_id)

@@ -5,7 +5,16 @@ themselves are tested through the facade (tests/web/a2a) and the gRPC binding
 from __future__ import annotations
 
 import pytest
-from a2a.types import ListTasksRequest, Message, Part, SendMessageRequest, Task, TaskState
+from a2a.types import (
+    Artifact,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
 from a2a.utils.errors import (
     ContentTypeNotSupportedError,
     InvalidParamsError,
@@ -97,3 +106,35 @@ def test_cancel_and_subscribe_refuse_an_ended_task() -> None:
     failed.status.state = TaskState.TASK_STATE_FAILED
     with pytest.raises(TaskNotCancelableError, match="ended as failed"):
         steps.check_canceled("t", failed)
+
+
+def _turns(count: int, size: int) -> Task:
+    """A task of ``count`` user and agent message pairs of ``size`` characters, each agent
+    message with its answer artifact (as ``task_from_runs`` builds it)."""
+    task = Task(id="t", context_id="c")
+    for index in range(count):
+        for role, name in ((Role.ROLE_USER, f"u{index}"), (Role.ROLE_AGENT, f"a{index}")):
+            task.history.append(Message(message_id=name, role=role, parts=[Part(text="x" * size)]))
+        task.artifacts.append(Artifact(artifact_id=f"a{index}", parts=[Part(text="x" * size)]))
+    return task
+
+
+def test_a_task_that_fits_is_left_whole() -> None:
+    task = _turns(3, 100)
+    assert steps.fit_task(task, 10_000) == _turns(3, 100)
+
+
+def test_a_task_over_the_budget_keeps_its_newest_turns_and_counts_what_it_left_out() -> None:
+    task = steps.fit_task(_turns(10, 1000), 7_000)
+    assert task.ByteSize() <= 7_000
+    assert [m.message_id for m in task.history] == ["u8", "a8", "u9", "a9"]
+    assert [a.artifact_id for a in task.artifacts] == ["a8", "a9"]
+    assert task.metadata["agentik_history_clipped"] == 16
+    assert task.metadata["agentik_artifacts_clipped"] == 8
+
+
+def test_the_latest_answer_is_kept_as_an_artifact_when_no_message_fits() -> None:
+    task = steps.fit_task(_turns(1, 3000), 3_500)
+    assert not task.history and [a.artifact_id for a in task.artifacts] == ["a0"]
+    assert task.metadata["agentik_history_clipped"] == 2
+    assert "agentik_artifacts_clipped" not in task.metadata

@@ -62,7 +62,7 @@ async def test_two_engines_on_postgresql_deliver_each_run_webhook_once(
                 await run(engine, request)
             await asyncio.to_thread(hook.wait_for, 12, WAIT)
             await asyncio.sleep(0.5)  # a duplicate would have arrived by now
-    ids = sorted(r.headers["webhook-id"] for r in hook.received)
+    ids = sorted(r.headers["webhook-id"].partition(".")[0] for r in hook.received)
     assert ids == sorted(f"run_r{index}" for index in range(12))
     assert sorted(json.loads(r.body)["runId"] for r in hook.received) == sorted(
         f"r{index}" for index in range(12)

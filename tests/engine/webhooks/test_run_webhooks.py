@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import socket
 
 import grpc
@@ -50,13 +51,14 @@ async def test_a_run_with_a_webhook_posts_its_outcome_signed(llm: FakeOpenAI) ->
             (got,) = await asyncio.to_thread(hook.wait_for, 1, WAIT)
     payload = json.loads(got.body)
     assert payload["type"] == "run.finished"
-    assert (payload["id"], payload["runId"], payload["sessionId"]) == ("run_r1", "r1", "s1")
+    assert (payload["runId"], payload["sessionId"]) == ("r1", "s1")
+    assert re.fullmatch(r"run_r1\.[0-9a-f]{16}", payload["id"]), payload["id"]
     assert payload["outcome"] == "success"
     assert payload["message"]["text"] == "Paris is the capital."
     assert set(payload["usage"]) == {"inputTokens", "outputTokens", "totalTokens", "cachedTokens"}
-    assert got.headers["webhook-id"] == "run_r1"
+    assert got.headers["webhook-id"] == payload["id"]
     key = base64.b64decode(SECRET.removeprefix("whsec_"))
-    signed = f"run_r1.{got.headers['webhook-timestamp']}.".encode() + got.body
+    signed = f"{payload['id']}.{got.headers['webhook-timestamp']}.".encode() + got.body
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
     assert got.headers["webhook-signature"] == f"v1,{expected}"
 
@@ -120,7 +122,8 @@ async def test_failed_webhooks_are_listed_for_admins_only(llm: FakeOpenAI) -> No
                     break
                 await asyncio.sleep(0.05)
         (failed,) = page.webhooks
-        assert (failed.id, failed.kind, failed.url, failed.attempts) == ("run_r1", "run", down, 2)
+        assert (failed.kind, failed.url, failed.attempts) == ("run", down, 2)
+        assert failed.id.startswith("run_r1.")
         assert failed.last_error == "connection refused"
         assert failed.fail_time.seconds >= failed.create_time.seconds > 0
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -141,3 +144,62 @@ async def run_as(engine: Harness, request: pb.RunRequest, principal: str) -> Non
     async with asyncio.timeout(WAIT):
         while await call.read() is not grpc.aio.EOF:
             pass
+
+
+async def test_a_run_id_freed_by_a_deleted_conversation_gets_its_own_webhook(
+    llm: FakeOpenAI,
+) -> None:
+    """Deleting a conversation frees its run ids; a later run under one of them (here by
+    another principal) used to find its webhook "already added" and never sent it."""
+    env = {"AGENTIK_WEBHOOKS_ALLOW_PRIVATE": "1", "AGENTIK_TOKENS": TOKENS_ENV}
+    with Receiver() as hook:
+        async with running_engine(settings(llm, **env)) as engine:
+            for who, session in (("bob", "s-bob"), ("alice", "s-alice")):
+                request = pb.RunRequest(
+                    session_id=session,
+                    run_id="predictable-run",
+                    create_session=True,
+                    messages=[user(f"hi from {who}")],
+                    webhook=pb.Webhook(url=f"{hook.url}/{who}"),
+                )
+                await run_as(engine, request, who)
+                if who == "bob":
+                    await asyncio.to_thread(hook.wait_for, 1, WAIT)
+                    await engine.stub.DeleteSession(
+                        pb.DeleteSessionRequest(session_id=session), metadata=as_(who)
+                    )
+            got = await asyncio.to_thread(hook.wait_for, 2, WAIT)
+    by_path = {r.path: json.loads(r.body) for r in got}
+    assert set(by_path) == {"/hook/bob", "/hook/alice"}
+    assert by_path["/hook/alice"]["sessionId"] == "s-alice"
+    assert by_path["/hook/alice"]["message"]["text"] == "Echo: hi from alice"
+    bobs, alices = by_path["/hook/bob"]["id"], by_path["/hook/alice"]["id"]
+    assert bobs != alices and {bobs[:20], alices[:20]} == {"run_predictable-run."}
+
+
+async def test_a_run_id_freed_by_a_deleted_conversation_gets_its_own_a2a_pushes(
+    llm: FakeOpenAI,
+) -> None:
+    """The same for A2A push: the deliveries of a task's updates belong to its run."""
+    env = {"AGENTIK_WEBHOOKS_ALLOW_PRIVATE": "1", "AGENTIK_TOKENS": TOKENS_ENV}
+    with Receiver() as hook:
+        async with running_engine(settings(llm, **env)) as engine:
+            for count, (who, session) in enumerate((("bob", "s-bob"), ("alice", "s-alice"))):
+                config = pb.PushConfig(id="c1", task_id="taken-task", url=f"{hook.url}/{who}")
+                request = pb.RunRequest(
+                    session_id=session,
+                    run_id="taken-task",
+                    create_session=True,
+                    messages=[user(f"hi from {who}")],
+                    push_configs=[config],
+                )
+                await run_as(engine, request, who)
+                # WORKING, the answer's artifact, COMPLETED: three updates per run.
+                await asyncio.to_thread(hook.wait_for, 3 * (count + 1), WAIT)
+                if who == "bob":
+                    await engine.stub.DeleteSession(
+                        pb.DeleteSessionRequest(session_id=session), metadata=as_(who)
+                    )
+    paths = sorted(r.path for r in hook.received)
+    assert paths == ["/hook/alice"] * 3 + ["/hook/bob"] * 3
+    assert len({r.headers["webhook-id"] for r in hook.received}) == 6

@@ -16,6 +16,7 @@ from web_facade.a2a.errors import (
     ERRORS,
     AuthenticationRequired,
     BudgetExceededError,
+    QuotaExceededError,
     RateLimitedError,
 )
 
@@ -36,8 +37,8 @@ def _reason(error: dict[str, Any]) -> str:
 
 
 def test_the_error_table_agrees_with_the_sdk() -> None:
-    # HTTP-level refusals A2A leaves to HTTP.
-    ours = {AuthenticationRequired, RateLimitedError, BudgetExceededError}
+    # HTTP-level refusals A2A leaves to HTTP, and the conversations quota it has no error for.
+    ours = {AuthenticationRequired, RateLimitedError, BudgetExceededError, QuotaExceededError}
     assert ours <= set(ERRORS)
     for error_class, (code, reason) in ERRORS.items():
         if error_class in ours:

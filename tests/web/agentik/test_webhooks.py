@@ -76,7 +76,8 @@ def test_a_turn_sent_with_a_webhook_is_posted_when_it_ends(
         "success",
     )
     assert payload["message"]["text"] == "Hello there."
-    assert got.headers["webhook-id"] == f"run_{run_id}"
+    assert got.headers["webhook-id"] == payload["id"]
+    assert payload["id"].startswith(f"run_{run_id}.")
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from mcp import Client, MCPError
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, Request, RequestParams, Result
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from tests.fakes.fake_openai import FakeOpenAI
@@ -61,6 +61,17 @@ class CancelTask(Request[TaskIdParams, Literal["tasks/cancel"]]):
     method: Literal["tasks/cancel"] = "tasks/cancel"
     params: TaskIdParams
     name_param = "taskId"
+
+
+class LooseParams(RequestParams):
+    """Params sent as given (``taskId`` of any type, or none), for the refusals."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class LooseRequest(Request[LooseParams, str]):
+    method: str
+    params: LooseParams
 
 
 ANY = TypeAdapter(dict[str, Any])
@@ -258,6 +269,41 @@ async def test_another_callers_task_and_an_unknown_one_are_not_found(base_url: s
             with pytest.raises(MCPError) as caught:
                 await get_task(client.session, task_id)
             assert caught.value.error.code == -32602, task_id
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/cancel", "tasks/update"])
+async def test_a_task_id_that_is_no_task_id_is_refused_naming_taskid_and_the_problem(
+    base_url: str, method: str
+) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"taskId": "t" * 129},
+            "taskId is 129 characters long; the id of a task, a string of 1 to 128",
+        ),
+        ({"taskId": ""}, "taskId must not be empty"),
+        (
+            {"taskId": 5},
+            "taskId must be a string (the id of a task, a string of 1 to 128 characters),"
+            " got a number",
+        ),
+        ({"taskId": ["x"]}, "got an array"),
+        ({}, "taskId is required"),
+    ]
+    async with mcp_client(base_url, tasks=Tasks()) as client:
+        for params, words in cases:
+            with pytest.raises(MCPError) as caught:
+                await send(
+                    client.session, LooseRequest(method=method, params=LooseParams(**params))
+                )
+            assert caught.value.error.code == -32602, params
+            assert words in caught.value.error.message, (params, caught.value.error)
+        if method == "tasks/update":
+            handle = await _start(client, "mine")
+            loose: dict[str, Any] = {"taskId": handle.task_id, "inputResponses": [1]}
+            bad = LooseParams(**loose)
+            with pytest.raises(MCPError) as caught:
+                await send(client.session, LooseRequest(method=method, params=bad))
+            assert "inputResponses must be an object, got an array" in caught.value.error.message
 
 
 async def test_a_failed_turn_is_a_completed_task_whose_result_is_a_tool_error(

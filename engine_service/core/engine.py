@@ -157,7 +157,7 @@ class Engine(Stopping):
             self.limits,
             is_engine_tool=lambda name: self.tools.get(name) is not None,
             launch=self._launch_resumed,
-            closed=self.notices.closed,
+            closed=lambda *closed: self.notices.closed(*closed),  # notices: made below
             tools_settled=lambda: self.tools_settled,
             event_limit=lambda: self._event_limit,
             replica=self.replica,

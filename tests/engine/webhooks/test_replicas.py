@@ -152,7 +152,8 @@ async def test_a_run_another_replica_resumed_sends_one_webhook_with_the_end_it_s
             ], "B did not resume the run"
             await asyncio.to_thread(hook.wait_for, 1, WAIT)
             await asyncio.sleep(0.5)  # a second delivery would have arrived by now
-    assert [r.headers["webhook-id"] for r in hook.received] == ["run_r1"]
     payload = json.loads(hook.received[0].body)
+    assert [r.headers["webhook-id"] for r in hook.received] == [payload["id"]]
+    assert payload["id"].startswith("run_r1.")
     assert (payload["runId"], payload["outcome"]) == ("r1", "success")
     assert payload["message"]["text"] == "".join(f"w{i} " for i in range(chunks))

@@ -129,7 +129,7 @@ def test_a_run_cut_by_kill_9_and_resumed_by_the_next_engine_sends_its_webhook(
 ) -> None:
     """kill -9 mid-answer; the engine started again resumes the run and, at its end,
     posts it to the webhook the run named or to its conversation's default: the run's
-    delivery (``run_<id>``, the whole answer), and no other."""
+    delivery (``run_<id>.<incarnation>``, the whole answer), and no other."""
     with Receiver() as hook:
         run_id = _cut_run(llm, tmp_path, hook.url, default)
         assert hook.received == []  # the cut run ended nowhere
@@ -141,8 +141,9 @@ def test_a_run_cut_by_kill_9_and_resumed_by_the_next_engine_sends_its_webhook(
             time.sleep(0.5)  # a second delivery, had there been one, would have come by now
         finally:
             engine.stop()
-    assert {r.headers["webhook-id"] for r in hook.received} == {f"run_{run_id}"}
     payload = json.loads(got.body)
+    (delivery,) = {r.headers["webhook-id"] for r in hook.received}
+    assert delivery == payload["id"] and delivery.startswith(f"run_{run_id}.")
     assert (payload["runId"], payload["outcome"]) == (run_id, "success")
     assert payload["message"]["text"] == ANSWER
 
@@ -159,7 +160,8 @@ def test_a_run_cut_by_kill_9_and_closed_by_the_next_engine_sends_its_webhook(
             (got,) = hook.wait_for(1, 15)
         finally:
             engine.stop()
-    assert got.headers["webhook-id"] == f"run_{run_id}"
     payload = json.loads(got.body)
+    assert got.headers["webhook-id"] == payload["id"]
+    assert payload["id"].startswith(f"run_{run_id}.")
     assert (payload["runId"], payload["outcome"]) == (run_id, "cancelled")
     assert ANSWER.startswith(payload["message"]["text"])  # the partial answer, kept

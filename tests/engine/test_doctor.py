@@ -253,8 +253,10 @@ def test_every_agentik_variable_the_code_reads_is_known_to_doctor() -> None:
         for path in (root / folder).rglob("*"):
             ours = "node_modules" not in path.parts and path != Path(__file__).resolve()
             if path.suffix in (".py", ".mjs", ".ts") and ours:
-                for found in re.findall(r"['\"](AGENTIK_[A-Z0-9_]+)['\"=]", path.read_text()):
-                    named.setdefault(found, str(path.relative_to(root)))
+                text = path.read_text()
+                for found in re.findall(r"['\"](AGENTIK_[A-Z0-9_]+)['\"=]", text):
+                    if not re.search(rf"^{found}\b *[:=]", text, re.M):  # not a constant's name
+                        named.setdefault(found, str(path.relative_to(root)))
     for path in (root / "Makefile", root / ".ci" / "run"):
         for found in re.findall(r"\b(AGENTIK_[A-Z0-9_]+)=", path.read_text()):
             named.setdefault(found, str(path.relative_to(root)))

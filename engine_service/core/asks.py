@@ -3,7 +3,7 @@ the person's answers (the rules themselves are ``core.hitl``'s)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from engine_service.core.clock import utc_now
 from engine_service.core.history import new_id
@@ -26,13 +26,23 @@ class PersonInTheLoop:
     resolved when a stop cut the carrying out short (every answered call has its result)."""
 
     def __init__(
-        self, store: SessionStore, session_id: str, run_id: str, tools: ToolRunner, expiry: float
+        self,
+        store: SessionStore,
+        session_id: str,
+        run_id: str,
+        tools: ToolRunner,
+        expiry: float,
+        *,
+        resolve: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``resolve``: marks the session's pending interrupts carried out by this run
+        (default: ``SessionStore.resolve_interrupts``, the run held by no replica)."""
         self.store = store
         self.session_id = session_id
         self.run_id = run_id
         self.tools = tools
         self.expiry = expiry
+        self._resolve = resolve or (lambda: store.resolve_interrupts(session_id, run_id))
         self._resolving = False
 
     async def ask(self, calls: Sequence[ToolCall], *, in_doubt: bool = False) -> list[Interrupt]:
@@ -99,12 +109,12 @@ class PersonInTheLoop:
             for call_id, (_, conversation_id, entries) in forwards.items()
         }
         await self.tools.run(to_run + [call for call, _, _ in forwards.values()], answers)
-        await self.store.resolve_interrupts(self.session_id, self.run_id)
+        await self._resolve()
         self._resolving = False
 
     async def close(self) -> None:
         """A stop cut the carrying out short: every answered call has its result now, so
         the person is not asked again."""
         if self._resolving:
-            await self.store.resolve_interrupts(self.session_id, self.run_id)
+            await self._resolve()
             self._resolving = False

@@ -581,12 +581,16 @@ class SessionStore(abc.ABC):
     ) -> list[Delivery]:
         """Take up to ``limit`` PENDING deliveries due by ``now`` whose lease (if any)
         expired, oldest due first, leasing each to ``replica`` until ``until``: with
-        several engines on one store each is handed to exactly one caller."""
+        several engines on one store each is handed to exactly one caller. The claim
+        counts the attempt it is for (``attempts`` grows by one, stored and returned): an
+        attempt cut short by a crash counts too."""
 
     @abc.abstractmethod
-    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
-        """Store the outcome of an attempt: ``delivery``'s status, attempts, next attempt
-        time and last error; its lease ends."""
+    async def settle_delivery(self, replica: str, delivery: Delivery, now: datetime) -> bool:
+        """Store the outcome of an attempt of ``replica``'s: ``delivery``'s status,
+        attempts, next attempt time and last error; its lease ends. Only while ``replica``
+        holds it (its lease may have lapsed, if nobody claimed it since): False, and
+        nothing stored, when another replica claimed it meanwhile or it was settled."""
 
     @abc.abstractmethod
     async def get_delivery(self, delivery_id: str) -> Delivery | None:

@@ -770,15 +770,18 @@ class MemorySessionStore(SessionStore):
         due.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
         claimed = due[: _page_limit(limit)]
         for delivery in claimed:
+            delivery.attempts += 1  # the claim counts the attempt
             self._deliveries[delivery.id] = (delivery, replica, until)
         return [_copy_delivery(delivery) for delivery in claimed]
 
-    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
-        if delivery.id not in self._deliveries:
-            return
+    async def settle_delivery(self, replica: str, delivery: Delivery, now: datetime) -> bool:
+        held = self._deliveries.get(delivery.id)
+        if held is None or held[1] != replica:
+            return False
         settled = _copy_delivery(delivery)
         settled.updated_at = _utc(now, "now")
         self._deliveries[delivery.id] = (settled, "", None)
+        return True
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         held = self._deliveries.get(delivery_id)

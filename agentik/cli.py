@@ -44,10 +44,12 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
     from engine_service.auth import Gate
     from engine_service.build import build_engine
     from engine_service.server import run_engine
+    from engine_service.store_lock import StoreLock, lock_store
 
     settings = _settings(args)
     _logging(settings)
     workers = 1 if args.worker else args.workers or settings.engine.workers
+    held: StoreLock | None = None
     try:
         refuse_open_exposure(settings, settings.engine.grpc_addr, "engine")
         Gate.from_settings(settings)  # an unreadable JWT key stops here, named
@@ -62,6 +64,8 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
             )
         if workers == 1:
             _tracing()
+            # Before the store opens: a second engine on a SQLite file stops here.
+            held = lock_store(settings.engine.store)
             engine = build_engine(settings)
         else:  # the tools every worker would build: a function that cannot load stops here
             from engine_service.build import build_tools
@@ -70,6 +74,8 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
     except (ValueError, ConfigError) as exc:
         kind = exc.kind if isinstance(exc, ConfigError) else ConfigError.kind
         print(f"agentik: {kind}: {exc}", file=sys.stderr)
+        if held is not None:
+            held.release()
         if companion is not None:
             companion.close()
         return 2
@@ -100,6 +106,8 @@ def _engine(args: argparse.Namespace, companion: Companion | None = None) -> int
         return 2
     finally:
         tracing.shutdown()  # exports the spans still waiting
+        if held is not None:
+            held.release()  # once the store is closed: the next engine may take the file
     return 0 if clean or companion is None else 1
 
 

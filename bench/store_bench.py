@@ -27,7 +27,7 @@ from pathlib import Path
 from engine_service.core import events as ev
 from engine_service.core.clock import utc_now
 from engine_service.core.models import Message, Role, RunStatus, TextPart
-from engine_service.core.store import Lease, SessionStore
+from engine_service.core.store import Lease, RunHold, SessionStore
 from engine_service.stores import open_store, redacted_url
 
 __all__ = ["backends", "cpu_of", "main", "one_run"]
@@ -38,6 +38,7 @@ async def one_run(store: SessionStore, tokens: int = 5) -> None:
     session_id, run_id, reply_id = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
     now = utc_now()
     lease = Lease("bench", now + timedelta(seconds=30)) if store.shared else None
+    hold = RunHold(run_id, lease.replica if lease else "")  # its writes besides events
     begun = await store.begin_run(
         session_id,
         run_id,
@@ -63,7 +64,7 @@ async def one_run(store: SessionStore, tokens: int = 5) -> None:
         return made
 
     asked = Message(uuid.uuid4().hex, Role.USER, [TextPart("hi")], created_at=now, run_id=run_id)
-    await store.append_messages(session_id, [asked])
+    await store.append_messages(session_id, [asked], hold=hold)
     await store.append_events(
         session_id, events(ev.RunStarted(), ev.MessageStored(asked)), reserve_through=seq + 64
     )
@@ -72,7 +73,7 @@ async def one_run(store: SessionStore, tokens: int = 5) -> None:
     await store.append_events(session_id, events(*deltas[2:]))
     text = "".join(d.delta for d in deltas)
     reply = Message(reply_id, Role.ASSISTANT, [TextPart(text)], created_at=now, run_id=run_id)
-    await store.append_messages(session_id, [reply])
+    await store.append_messages(session_id, [reply], hold=hold)
     await store.rename_session(session_id, "hi", utc_now())
     usage = ev.Usage(10, tokens, 10 + tokens)
     await store.finish_run(
@@ -82,6 +83,7 @@ async def one_run(store: SessionStore, tokens: int = 5) -> None:
         utc_now(),
         events=events(ev.TextMessageEnd(reply_id), ev.RunFinished(usage=usage)),
         usage=usage,
+        hold=hold,
     )
     await store.session_push_configs(session_id)
 

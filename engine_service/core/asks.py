@@ -3,7 +3,7 @@ the person's answers (the rules themselves are ``core.hitl``'s)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from engine_service.core.clock import utc_now
 from engine_service.core.history import new_id
@@ -34,14 +34,19 @@ class PersonInTheLoop:
         tools: ToolRunner,
         expiry: float,
         approval: Sequence[str] = (),
+        *,
+        resolve: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """``approval``: the tools (names or globs) whose calls wait for a person's yes."""
+        """``approval``: the tools (names or globs) whose calls wait for a person's yes;
+        ``resolve``: marks the session's pending interrupts carried out by this run
+        (default: ``SessionStore.resolve_interrupts``, the run held by no replica)."""
         self.store = store
         self.session_id = session_id
         self.run_id = run_id
         self.tools = tools
         self.expiry = expiry
         self.approval = tuple(approval)
+        self._resolve = resolve or (lambda: store.resolve_interrupts(session_id, run_id))
         self._resolving = False
 
     def gated(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
@@ -116,12 +121,12 @@ class PersonInTheLoop:
             for call_id, (_, conversation_id, entries) in forwards.items()
         }
         await self.tools.run(to_run + [call for call, _, _ in forwards.values()], answers)
-        await self.store.resolve_interrupts(self.session_id, self.run_id)
+        await self._resolve()
         self._resolving = False
 
     async def close(self) -> None:
         """A stop cut the carrying out short: every answered call has its result now, so
         the person is not asked again."""
         if self._resolving:
-            await self.store.resolve_interrupts(self.session_id, self.run_id)
+            await self._resolve()
             self._resolving = False

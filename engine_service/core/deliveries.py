@@ -10,7 +10,10 @@ delivered, due again after an exponential backoff with jitter, or failed after
 
 Delivery is at least once: a replica that dies after the receiver answered but before the
 outcome is stored leaves the delivery to be made again when its lease expires. The
-delivery id is the same on every attempt, so receivers drop duplicates by it.
+delivery id is the same on every attempt, so receivers drop duplicates by it. An attempt
+counts once claimed, so a crash-looping engine (or restarts during a slow receiver's
+attempts) still stops after ``max_attempts``; and an outcome is stored only by the
+replica that still holds the delivery.
 
 Nothing here speaks HTTP: ``send`` says what happened.
 """
@@ -206,12 +209,23 @@ class DeliveryWorker:
         return len(claimed)
 
     async def _attempt(self, delivery: Delivery) -> None:
-        try:
-            result = await self.send(delivery)
-        except Exception as exc:  # the adapter's bug must not stop the worker
-            log.exception("webhook %s: the sender failed", delivery.id)
-            result = SendResult(False, f"the sender failed ({type(exc).__name__})")
-        delivery.attempts += 1
+        """Make the attempt ``delivery`` was claimed for (counted by the claim already),
+        unless the attempts it was allowed were all made: the last ones were cut short (the
+        engine stopped during them), and it fails now without another."""
+        if delivery.attempts > self.policy.max_attempts:
+            result = SendResult(
+                False,
+                f"{self.policy.max_attempts} attempts made, the last cut short (the engine"
+                " making it stopped)",
+                final=True,
+            )
+            delivery.attempts = self.policy.max_attempts
+        else:
+            try:
+                result = await self.send(delivery)
+            except Exception as exc:  # the adapter's bug must not stop the worker
+                log.exception("webhook %s: the sender failed", delivery.id)
+                result = SendResult(False, f"the sender failed ({type(exc).__name__})")
         now = utc_now()
         if result.ok:
             delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, ""
@@ -222,7 +236,11 @@ class DeliveryWorker:
             else:
                 delay = self.policy.delay(delivery.attempts)
                 delivery.next_attempt_at = now + timedelta(seconds=delay)
-        await self.store.settle_delivery(delivery, now)
+        if not await self.store.settle_delivery(self.replica, delivery, now):
+            # Our lease lapsed and another replica claimed it meanwhile: its outcome is
+            # the one to keep (the receiver may have had this attempt too: at least once).
+            log.info("webhook %s: taken over by another replica during the attempt", delivery.id)
+            return
         if self._on_attempt is not None:
             self._on_attempt(delivery, result)
         if delivery.status is DeliveryStatus.FAILED:

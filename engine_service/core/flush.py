@@ -8,7 +8,12 @@ holding it committed (``SessionHub.stored``). ``settle`` stores the run's last e
 its end in one transaction.
 
 One job, callbacks instead of imports (as ``core.leases``): a failed write is reported to
-``on_failure``; a refused one, because another replica closed the run, to ``on_lost``.
+``on_failure``; a refused one, because another replica took the run over or closed it, to
+``on_lost``. Once another replica took the run over or closed it (this one stalled past
+its lease), the store refuses every write of the run (``RunHold``): its events by their
+seqs, the messages stored with them whole with them, and its other writes, made under its
+hold (messages alone, its end; through ``fenced``: its state, checkpoint, usage, the
+answers carried out).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import MESSAGE_ROOM, body_size, bound_body, split_text
@@ -27,11 +33,13 @@ from engine_service.core.errors import InvalidInput, StorageUnavailable
 from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, RunStatus
-from engine_service.core.store import SessionStore
+from engine_service.core.store import RunHold, SessionStore
 
 __all__ = ["Elsewhere", "Outbox"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _DELTAS = (ev.TextMessageContent, ev.ReasoningMessageContent, ev.ToolCallArgs)
 """Bodies that are pieces of a longer text: split, never clipped, when too long."""
@@ -74,6 +82,9 @@ class Outbox:
         self.store = store
         self.replica = replica
         """The replica running the run ("" with a store of one engine)."""
+        self.hold = RunHold(run_id, replica)
+        """What every write of the run is made under: stored only while the run is this
+        replica's and RUNNING."""
         self.hub = hub
         self.session_id = hub.session_id
         self.run_id = run_id
@@ -235,6 +246,7 @@ class Outbox:
                         reserve_through=reserve,
                         title=title,
                         now=now,
+                        hold=self.hold,
                     )
                 )
             elif not pending and not reserve:
@@ -320,11 +332,27 @@ class Outbox:
                 await self._refused(exc)
                 return
 
+    async def fenced(self, write: Awaitable[T]) -> T:
+        """Make one of the run's writes besides its events and messages (its usage so far,
+        a state a tool set, a checkpoint, the answers carried out), made under ``hold``:
+        refused because another replica took the run over or closed it, it stops the run
+        here as a refusal of its events does (``on_lost``, then ``CancelledError``); a
+        refusal for another reason is raised as it is."""
+        try:
+            return await write
+        except InvalidInput:
+            elsewhere = await self.closed_elsewhere()
+            if elsewhere is None:
+                raise
+            self._lost(elsewhere)
+            raise asyncio.CancelledError from None
+
     async def _refused(self, exc: InvalidInput) -> None:
-        """The store refused the run's events: their seqs no longer follow its last one,
-        because another replica closed the run (this engine stalled past its lease) and
-        stored its closing events there. Stop without writing anything more: followers
-        read that replica's end from the store, and never see the refused events."""
+        """The store refused the run's events (and the messages with them): the run is no
+        longer this replica's (this engine stalled past its lease, another took the run
+        over or closed it), or their seqs no longer follow the last stored one (that
+        replica stored its events there). Stop without writing anything more: followers
+        read that replica's events from the store, and never see the refused ones."""
         elsewhere = await self.closed_elsewhere()
         if elsewhere is None:
             log.error("run %s: the store refused its events: %s", self.run_id, exc.message)
@@ -332,8 +360,12 @@ class Outbox:
                 StorageUnavailable("storage unavailable: the store refused the events")
             )
             return
+        self._lost(elsewhere)
+
+    def _lost(self, elsewhere: Elsewhere) -> None:
         log.warning(
-            "run %s of session %s was closed by another replica; stopping it here",
+            "run %s of session %s was taken over or closed by another replica;"
+            " stopping it here, writing nothing more",
             self.run_id,
             self.session_id,
         )
@@ -374,6 +406,7 @@ class Outbox:
                 events=pending,
                 interrupts=finished.interrupts if finished else (),
                 usage=usage,
+                hold=self.hold,
             )
             self._stored(pending, 0)
 

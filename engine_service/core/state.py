@@ -8,12 +8,12 @@ costs the memory, not after. A state stored before the limit was lowered stays r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from engine_service.core.errors import InvalidInput, StorageUnavailable
 from engine_service.core.jsonpatch import json_size
 from engine_service.core.models import JSON
-from engine_service.core.store import SessionStore
 
 __all__ = ["DEFAULT_MAX_STATE_BYTES", "SharedState", "check_state"]
 
@@ -32,31 +32,31 @@ def check_state(state: JSON, max_bytes: int, field: str = "state") -> None:
 
 class SharedState:
     """A run's view of its session's shared state: ``value`` is what tools read; each state
-    they set is stored right away (the next run must see it even if this one is stopped),
-    a failed store reported to ``on_failure``."""
+    they set is stored right away by ``write`` (the next run must see it even if this one
+    is stopped), a failed store reported to ``on_failure``."""
 
     def __init__(
         self,
-        store: SessionStore,
-        session_id: str,
+        write: Callable[[JSON], Coroutine[Any, Any, None]],
         value: JSON,
         on_failure: Callable[[StorageUnavailable], None],
     ) -> None:
-        self.store = store
-        self.session_id = session_id
+        """``write(state)``: the session's state stored (under the run's hold: a write
+        refused because the run is no longer this replica's stops the run, ``core.flush``)."""
+        self._write = write
         self.value = value
         self._on_failure = on_failure
 
     def set(self, value: JSON) -> None:
         """A tool's new state (``ToolContext.set_state``)."""
         self.value = value
-        task = asyncio.get_running_loop().create_task(self.store.set_state(self.session_id, value))
+        task = asyncio.get_running_loop().create_task(self._write(value))
         task.add_done_callback(self._stored)
 
     async def take(self, value: JSON) -> None:
         """The client's state, stored before the run goes on."""
         self.value = value
-        await self.store.set_state(self.session_id, value)
+        await self._write(value)
 
     def _stored(self, task: asyncio.Task[None]) -> None:
         exc = None if task.cancelled() else task.exception()

@@ -30,6 +30,7 @@ __all__ = [
     "Opening",
     "RunBegun",
     "RunContext",
+    "RunHold",
     "SessionStore",
     "Signal",
     "SignalKind",
@@ -126,6 +127,27 @@ class RunBegun:
 
 
 @dataclass(frozen=True, slots=True)
+class RunHold:
+    """Who makes a write of a run: run ``run_id`` on replica ``replica`` ("" for a store of
+    one engine, whose runs are begun without a lease). A write given one (``hold=``) is
+    stored only while the run is RUNNING and held by that replica, checked in the write's
+    own transaction; else it stores nothing and raises ``InvalidInput``, as an append of
+    events whose seqs no longer follow the session's last one does.
+
+    A run's events need no hold: they are refused by their seqs. Every seq a run hands out
+    is within the seqs reserved for it (``reserved_seq``); another replica that claims the
+    run moves the session's last seq past them (``claim_expired_runs``), and every close of
+    a run stores its closing events after them. The messages stored with events go under
+    the same condition (``append_messages_and_events``). So a replica that stalled past its
+    lease (a pause, a stopped process) and wakes after another took its run over or closed
+    it stores nothing more for the run: no event, no message, no state, no checkpoint, no
+    usage, no end (``core.flush``)."""
+
+    run_id: str
+    replica: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """A replica's hold on a RUNNING run, valid until ``until``."""
 
@@ -216,9 +238,12 @@ class SessionStore(abc.ABC):
         """The whole history, oldest first."""
 
     @abc.abstractmethod
-    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+    async def save_checkpoint(
+        self, session_id: str, checkpoint: Checkpoint, *, hold: RunHold | None = None
+    ) -> Checkpoint:
         """Make ``checkpoint`` the session's (replacing the one it had); returns it with
-        ``covered`` set. ``InvalidInput`` when ``through_id`` is not a message of the session.
+        ``covered`` set. ``InvalidInput`` when ``through_id`` is not a message of the session,
+        or when the run of ``hold`` no longer holds it (see :class:`RunHold`).
         ``replace_messages`` drops the checkpoint; deleting the session deletes it."""
 
     @abc.abstractmethod
@@ -329,8 +354,12 @@ class SessionStore(abc.ABC):
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         """Store the run's last ``events``, record how it ended and clear the active run.
+
+        With ``hold``, only while the run is held (:class:`RunHold`): else nothing is
+        written and ``InvalidInput`` raised.
 
         ``interrupts`` (a run that ends waiting for a person) are kept on the run and
         become the session's pending interrupts. ``usage`` (the tokens the LLM reported
@@ -374,9 +403,11 @@ class SessionStore(abc.ABC):
         """The tokens counted against ``principal`` on ``day`` (0 when none)."""
 
     @abc.abstractmethod
-    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+    async def resolve_interrupts(self, session_id: str, run_id: str, *, replica: str = "") -> None:
         """The session's pending interrupts were carried out by ``run_id``: clear them,
-        and mark the runs that asked them as resumed by it."""
+        and mark the runs that asked them as resumed by it. Only while ``run_id`` is
+        RUNNING and held by ``replica`` (``RunHold``): else nothing is written and
+        ``InvalidInput`` raised."""
 
     @abc.abstractmethod
     async def cancel_interrupts(self, session_id: str) -> list[str]:
@@ -422,9 +453,11 @@ class SessionStore(abc.ABC):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         """Append messages at the end of the history (ids must be new to the session); with
-        ``title``, name the session too (``updated_at`` ``now``), in the same write."""
+        ``title``, name the session too (``updated_at`` ``now``), in the same write. With
+        ``hold``, only while the run is held (:class:`RunHold`)."""
 
     async def append_messages_and_events(
         self,
@@ -435,13 +468,21 @@ class SessionStore(abc.ABC):
         reserve_through: int = 0,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         """``append_messages`` and ``append_events`` in one transaction: a run's input with
         the events it published before it (RUN_STARTED), so that a run's start waits for
-        one write, not two. This default does them in turn, the messages first: when the
-        events' write fails, none of them is stored, and they are written again later."""
+        one write, not two. What refuses the events (their seqs no longer follow the last
+        stored one: another replica took the run over or closed it, see ``RunHold``)
+        refuses the messages too: nothing is stored. Without events, the messages are
+        stored under ``hold``, as ``append_messages`` stores them. This default does them
+        in turn, the messages first (a store whose writes cannot be refused may use it):
+        when the events' write fails, none of them is stored, and they are written again
+        later."""
         if messages or title:
-            await self.append_messages(session_id, messages, title=title, now=now)
+            await self.append_messages(
+                session_id, messages, title=title, now=now, hold=None if events else hold
+            )
         if events or reserve_through:
             await self.append_events(session_id, events, reserve_through=reserve_through)
 
@@ -450,14 +491,17 @@ class SessionStore(abc.ABC):
         """Make ``messages`` the whole history."""
 
     @abc.abstractmethod
-    async def set_state(self, session_id: str, state: JSON) -> None:
-        """Replace the session's shared state."""
+    async def set_state(self, session_id: str, state: JSON, *, hold: RunHold | None = None) -> None:
+        """Replace the session's shared state; with ``hold``, only while the run is held
+        (:class:`RunHold`)."""
 
     @abc.abstractmethod
     async def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
     ) -> None:
-        """Store events (ascending seq, after ``last_seq``) and advance ``last_seq``.
+        """Store events (ascending seq, after ``last_seq``) and advance ``last_seq``;
+        ``InvalidInput`` (nothing stored) when they do not follow it (so a run's events once
+        another replica took it over or closed it: :class:`RunHold`).
 
         In the same transaction ``reserved_seq`` grows to ``reserve_through`` when that is
         higher: a crash never lets an engine reuse a seq a client may have seen. A shared
@@ -494,10 +538,14 @@ class SessionStore(abc.ABC):
     async def signal(self, signal: Signal) -> None:  # noqa: B027
         """Send ``signal`` to every engine watching this store (INTERRUPT requests)."""
 
-    async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:  # noqa: B027
+    async def note_usage(  # noqa: B027
+        self, session_id: str, run_id: str, usage: Usage, *, replica: str = ""
+    ) -> None:
         """Record the tokens a RUNNING run used so far (a checkpoint after an LLM round):
         an engine that resumes the run goes on counting from them (``core.resume``). The
-        session's totals grow at ``finish_run`` only."""
+        session's totals grow at ``finish_run`` only. Only while the run is held by
+        ``replica`` (``RunHold``): else nothing is written and ``InvalidInput`` raised (a
+        store that keeps no usage checks nothing)."""
 
     async def renew_leases(self, replica: str, until: datetime) -> int:
         """Extend the lease of every RUNNING run ``replica`` holds; how many it holds."""
@@ -507,7 +555,14 @@ class SessionStore(abc.ABC):
         self, replica: str, now: datetime, until: datetime
     ) -> list[RunRecord]:
         """Take over RUNNING runs whose lease expired before ``now`` (their replica died):
-        each is leased to ``replica`` until ``until`` and returned, to exactly one caller."""
+        each is leased to ``replica`` until ``until`` and returned, to exactly one caller.
+
+        A run taken from another replica has its session's last seq moved past the seqs
+        reserved for it (``last_seq`` becomes ``reserved_seq`` when lower), in the same
+        transaction: every event its old replica may still try to store is refused, and the
+        messages with them (``RunHold``). A run whose session a write is storing meanwhile
+        may be taken at a later call, once that write is committed: what the claimer then
+        reads of the run holds it."""
         return []
 
     async def note_alive(self, replica: str, until: datetime) -> None:  # noqa: B027
@@ -531,12 +586,16 @@ class SessionStore(abc.ABC):
     ) -> list[Delivery]:
         """Take up to ``limit`` PENDING deliveries due by ``now`` whose lease (if any)
         expired, oldest due first, leasing each to ``replica`` until ``until``: with
-        several engines on one store each is handed to exactly one caller."""
+        several engines on one store each is handed to exactly one caller. The claim
+        counts the attempt it is for (``attempts`` grows by one, stored and returned): an
+        attempt cut short by a crash counts too."""
 
     @abc.abstractmethod
-    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
-        """Store the outcome of an attempt: ``delivery``'s status, attempts, next attempt
-        time and last error; its lease ends."""
+    async def settle_delivery(self, replica: str, delivery: Delivery, now: datetime) -> bool:
+        """Store the outcome of an attempt of ``replica``'s: ``delivery``'s status,
+        attempts, next attempt time and last error; its lease ends. Only while ``replica``
+        holds it (its lease may have lapsed, if nobody claimed it since): False, and
+        nothing stored, when another replica claimed it meanwhile or it was settled."""
 
     @abc.abstractmethod
     async def get_delivery(self, delivery_id: str) -> Delivery | None:

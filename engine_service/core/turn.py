@@ -107,8 +107,6 @@ class Run:
         self.session_id = run_input.session_id
         self.run_id = run_input.run_id
         self.incoming = incoming
-        self.state = SharedState(store, self.session_id, state, on_failure=self.fail)
-        """The session's shared state, as tools read and set it."""
         self.decisions = list(decisions)
         """A person's answers to the session's pending interrupts, carried out first."""
         self._input_taken = False
@@ -125,6 +123,13 @@ class Run:
             replica=replica,
         )
         """Publishes the run's events and stores them behind it."""
+        hold = self.out.hold
+        self.state = SharedState(
+            lambda value: self.out.fenced(store.set_state(self.session_id, value, hold=hold)),
+            state,
+            on_failure=self.fail,
+        )
+        """The session's shared state, as tools read and set it."""
         self.out.count_opened(opened)
         self.emit = self.out.emit
         self.settled = True
@@ -203,6 +208,9 @@ class Run:
             self.tool_runner,
             limits.interrupt_expiry,
             limits.approval,
+            resolve=lambda: self.out.fenced(
+                store.resolve_interrupts(self.session_id, self.run_id, replica=hold.replica)
+            ),
         )
         """Asks a person about gated calls, and carries out their answers."""
         # Context budget (core/context.py): builds each request within the model's window,
@@ -213,7 +221,9 @@ class Run:
                 self.session_id,
                 model,
                 anchors or Anchors(),
-                lambda kept: store.save_checkpoint(run_input.session_id, kept),
+                lambda kept: self.out.fenced(
+                    store.save_checkpoint(run_input.session_id, kept, hold=hold)
+                ),
                 self.emit,
                 checkpoint,
                 tracer=tracer,
@@ -362,6 +372,13 @@ class Run:
                         raise
                     self.note_lost(elsewhere)
                     final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
+                except asyncio.CancelledError:
+                    if not self.lost_at:
+                        raise
+                    # Stopped because our leases lapsed, and another replica took the run
+                    # over or closed it: the store refused what closing it here would have
+                    # kept (``Outbox.fenced``), and nothing more is written here.
+                    final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
             release(exc)  # answered: see the end of this method's ``finally``
@@ -487,7 +504,11 @@ class Run:
                 return ev.RunFinished(usage=self._usage_or_none())
             if self._usage.total_tokens:
                 # A checkpoint: an engine that resumes the run counts these tokens too.
-                await self.store.note_usage(self.session_id, self.run_id, self._usage)
+                await self.out.fenced(
+                    self.store.note_usage(
+                        self.session_id, self.run_id, self._usage, replica=self.out.replica
+                    )
+                )
             pending = [c.id for c in assistant.tool_calls if c.name in client_tools]
             ours = [c for c in assistant.tool_calls if c.name not in client_tools]
             end = await self._calls(ours, pending)

@@ -58,6 +58,7 @@ __all__ = [
     "part_from_dict",
     "part_to_dict",
     "run_from_row",
+    "run_not_held",
     "run_taken",
     "session_from_row",
     "utc",
@@ -320,6 +321,14 @@ def run_taken(run_id: str) -> str:
     return (
         f"run_id {run_id!r} is already taken: run ids are unique on the server, "
         "send a new one for every run"
+    )
+
+
+def run_not_held(run_id: str) -> InvalidInput:
+    """What a write of a run is refused with once the run is no longer its replica's
+    (``core.store.RunHold``): another took it over, or it ended."""
+    return InvalidInput(
+        f"run {run_id!r} is no longer held here: another replica took it over, or it ended"
     )
 
 

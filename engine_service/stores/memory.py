@@ -35,6 +35,7 @@ from engine_service.core.store import (
     Opening,
     RunBegun,
     RunContext,
+    RunHold,
     SessionStore,
     Signal,
     SignalKind,
@@ -45,6 +46,7 @@ from engine_service.stores.encoding import (
     event_from_dict,
     event_to_dict,
     message_from_dict,
+    run_not_held,
     run_taken,
 )
 from engine_service.stores.encoding import dumps as _dumps
@@ -125,6 +127,26 @@ def _index_runs(entry: _Entry, messages: Sequence[Message], start: int) -> None:
         entry.by_run.setdefault(message.run_id, []).append(start + offset)
 
 
+def _held(entry: _Entry, hold: RunHold | None) -> None:
+    """``InvalidInput`` when the run of ``hold`` no longer holds it (``RunHold``)."""
+    if hold is not None:
+        _holding(entry, hold)
+
+
+def _holding(entry: _Entry, hold: RunHold) -> RunRecord:
+    """The run of ``hold``, RUNNING on its replica; else ``InvalidInput``."""
+    run = entry.runs.get(hold.run_id)
+    if run is None or run.status is not RunStatus.RUNNING or run.replica != hold.replica:
+        raise run_not_held(hold.run_id)
+    return run
+
+
+def _follows(entry: _Entry, events: Sequence[Event]) -> None:
+    """``InvalidInput`` when ``events`` do not follow the session's last seq."""
+    if events and events[0].seq <= entry.last_seq:
+        raise InvalidInput(f"event seq {events[0].seq} does not follow {entry.last_seq}")
+
+
 def _copy_delivery(delivery: Delivery) -> Delivery:
     return replace(delivery, headers=dict(delivery.headers))
 
@@ -173,12 +195,13 @@ class MemorySessionStore(SessionStore):
         for watcher in list(self._watchers):
             loop.call_soon(watcher, signal)
 
-    async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
-        run = self._entry(session_id).runs.get(run_id)
-        if run is not None and run.status is RunStatus.RUNNING:
-            run.input_tokens = usage.input_tokens
-            run.output_tokens = usage.output_tokens
-            run.cached_tokens = usage.cached_tokens
+    async def note_usage(
+        self, session_id: str, run_id: str, usage: Usage, *, replica: str = ""
+    ) -> None:
+        run = _holding(self._entry(session_id), RunHold(run_id, replica))
+        run.input_tokens = usage.input_tokens
+        run.output_tokens = usage.output_tokens
+        run.cached_tokens = usage.cached_tokens
 
     async def renew_leases(self, replica: str, until: datetime) -> int:
         until = _utc(until, "until")
@@ -206,6 +229,8 @@ class MemorySessionStore(SessionStore):
             for run in entry.runs.values():
                 expired = run.lease_until is None or run.lease_until < now
                 if run.status is RunStatus.RUNNING and expired:
+                    if run.replica != replica:  # its old replica's events are refused
+                        entry.last_seq = max(entry.last_seq, entry.reserved_seq)
                     run.replica, run.lease_until = replica, until
                     claimed.append(_copy(run))
         claimed.sort(key=lambda r: (r.session_id, r.started_at))
@@ -294,8 +319,11 @@ class MemorySessionStore(SessionStore):
         entry = self._entry(session_id)
         return [message_from_dict(json.loads(body)) for _, body in entry.messages]
 
-    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+    async def save_checkpoint(
+        self, session_id: str, checkpoint: Checkpoint, *, hold: RunHold | None = None
+    ) -> Checkpoint:
         entry = self._entry(session_id)
+        _held(entry, hold)
         position = entry.positions.get(checkpoint.through_id)
         if position is None:
             raise InvalidInput(
@@ -450,6 +478,7 @@ class MemorySessionStore(SessionStore):
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -459,6 +488,7 @@ class MemorySessionStore(SessionStore):
         run = entry.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
+        _held(entry, hold)
         self._append(entry, session_id, events, 0)
         if run.status is RunStatus.RUNNING:
             run.status = status
@@ -527,8 +557,9 @@ class MemorySessionStore(SessionStore):
     async def tokens_used(self, principal: str, day: date) -> int:
         return self._tokens.get(principal, {}).get(day, 0)
 
-    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+    async def resolve_interrupts(self, session_id: str, run_id: str, *, replica: str = "") -> None:
         entry = self._entry(session_id)
+        _held(entry, RunHold(run_id, replica))
         for interrupt in decode_interrupts(entry.interrupts):
             asker = entry.runs.get(interrupt.run_id)
             if asker is not None:
@@ -599,8 +630,10 @@ class MemorySessionStore(SessionStore):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         entry = self._entry(session_id)
+        _held(entry, hold)
         encoded = _encode_messages(messages)
         stamp = _utc(now, "now") if title and now is not None else None
         taken = entry.positions
@@ -628,9 +661,29 @@ class MemorySessionStore(SessionStore):
         entry.checkpoint = None
         _index_runs(entry, messages, 0)
 
-    async def set_state(self, session_id: str, state: JSON) -> None:
+    async def set_state(self, session_id: str, state: JSON, *, hold: RunHold | None = None) -> None:
         entry = self._entry(session_id)
+        _held(entry, hold)
         entry.state = _dumps(state, "state")
+
+    async def append_messages_and_events(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        events: Sequence[Event],
+        *,
+        reserve_through: int = 0,
+        title: str = "",
+        now: datetime | None = None,
+        hold: RunHold | None = None,
+    ) -> None:
+        # What refuses the events refuses the messages: the events' check first (it
+        # changes nothing when it fails), as one transaction would.
+        entry = self._entry(session_id)
+        _follows(entry, events)
+        hold = None if events else hold  # the events' seqs fence them (``RunHold``)
+        await self.append_messages(session_id, messages, title=title, now=now, hold=hold)
+        await self.append_events(session_id, events, reserve_through=reserve_through)
 
     async def append_events(
         self, session_id: str, events: Sequence[Event], *, reserve_through: int = 0
@@ -717,15 +770,18 @@ class MemorySessionStore(SessionStore):
         due.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
         claimed = due[: _page_limit(limit)]
         for delivery in claimed:
+            delivery.attempts += 1  # the claim counts the attempt
             self._deliveries[delivery.id] = (delivery, replica, until)
         return [_copy_delivery(delivery) for delivery in claimed]
 
-    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
-        if delivery.id not in self._deliveries:
-            return
+    async def settle_delivery(self, replica: str, delivery: Delivery, now: datetime) -> bool:
+        held = self._deliveries.get(delivery.id)
+        if held is None or held[1] != replica:
+            return False
         settled = _copy_delivery(delivery)
         settled.updated_at = _utc(now, "now")
         self._deliveries[delivery.id] = (settled, "", None)
+        return True
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         held = self._deliveries.get(delivery_id)

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -150,6 +150,77 @@ async def test_a_refused_url_fails_at_once_without_retries() -> None:
         )
     finally:
         await made.stop()
+
+
+async def test_a_delivery_whose_attempts_were_all_cut_short_fails_without_another_post() -> None:
+    """Engines that died during each attempt (claimed, never settled): the attempts count,
+    and the engine that finds them used up fails the delivery at once, with no POST more."""
+    store = MemorySessionStore()
+    hook = Receiver().start()
+    failed: list[Delivery] = []
+    policy = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02)
+    await store.add_delivery(owed("d1", hook.url))
+    lapsed = datetime.now(UTC) - timedelta(seconds=1)
+    for _ in range(3):  # three engines claimed it, each died mid-attempt (its lease lapsed)
+        await store.claim_deliveries("dead", datetime.now(UTC), lapsed, 1)
+    made = worker(store, policy=policy, on_failed=failed.append)
+    made.start()
+    try:
+
+        async def gave_up() -> bool:
+            return bool(failed)
+
+        await wait_until(gave_up)
+        got = await store.get_delivery("d1")
+        assert got is not None
+        assert (got.status, got.attempts) == (DeliveryStatus.FAILED, 3)
+        assert (
+            got.last_error == "3 attempts made, the last cut short (the engine making it stopped)"
+        )
+        assert hook.received == []
+    finally:
+        await made.stop()
+        hook.stop()
+
+
+async def test_a_late_outcome_of_a_replica_whose_lease_lapsed_is_not_stored() -> None:
+    """A replica stalled mid-attempt past its lease while another made the delivery: the
+    stalled one's outcome (a failure, here) does not overwrite the other's."""
+    store = MemorySessionStore()
+    release = asyncio.Event()
+    sending = asyncio.Event()
+    reported: list[SendResult] = []
+
+    async def stalled(delivery: Delivery) -> SendResult:
+        sending.set()
+        await release.wait()
+        return SendResult(False, "timed out")
+
+    async def answered(delivery: Delivery) -> SendResult:
+        return SendResult(True)
+
+    a = DeliveryWorker(
+        store, stalled, replica="ra", lease_seconds=0.05, on_attempt=lambda d, r: reported.append(r)
+    )
+    b = DeliveryWorker(store, answered, replica="rb")
+    await store.add_delivery(owed("d1", "https://hooks.example.com/in"))
+    stale = asyncio.ensure_future(a.tick())
+    try:
+        await asyncio.wait_for(sending.wait(), 5)
+
+        async def taken() -> bool:  # once a's lease lapsed
+            return await b.tick() == 1
+
+        await wait_until(taken)
+        release.set()
+        await asyncio.wait_for(stale, 5)
+    finally:
+        release.set()
+        await asyncio.gather(stale, return_exceptions=True)
+    got = await store.get_delivery("d1")
+    assert got is not None
+    assert (got.status, got.attempts, got.last_error) == (DeliveryStatus.DELIVERED, 2, "")
+    assert reported == []
 
 
 def test_the_default_backoff_spreads_eight_attempts_over_about_an_hour() -> None:

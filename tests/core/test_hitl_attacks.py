@@ -89,12 +89,12 @@ async def test_storage_failing_at_resolve_leaves_the_conversation_resumable(hitl
     real = store.resolve_interrupts
     calls = 0
 
-    async def failing(session_id: str, run_id: str) -> None:
+    async def failing(session_id: str, run_id: str, *, replica: str = "") -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise StorageUnavailable("the disk is full")
-        await real(session_id, run_id)
+        await real(session_id, run_id, replica=replica)
 
     store.resolve_interrupts = failing  # type: ignore[method-assign]
     after = await run(hitl, pb.RunRequest(session_id=session, resume=[resolved(interrupt.id)]))
@@ -247,10 +247,10 @@ async def test_a_follower_sees_every_event_once_across_pause_fault_and_resume(
     real = store.resolve_interrupts
     failures = [StorageUnavailable("the database is unavailable")]
 
-    async def flaky(session_id: str, run_id: str) -> None:
+    async def flaky(session_id: str, run_id: str, *, replica: str = "") -> None:
         if failures:
             raise failures.pop()
-        await real(session_id, run_id)
+        await real(session_id, run_id, replica=replica)
 
     store.resolve_interrupts = flaky  # type: ignore[method-assign]
     resume = pb.RunRequest(session_id=session, resume=[resolved(interrupt.id)])

@@ -22,7 +22,7 @@ from engine_service.core.errors import LLMError, StorageUnavailable
 from engine_service.core.flush import Outbox
 from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import RunBegun
+from engine_service.core.store import RunBegun, RunHold
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -78,12 +78,13 @@ class SlowInput(DeclinesOpenings):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         self.writing.set()
         await self.release.wait()
         if self.failing:
             raise StorageUnavailable("storage unavailable: the disk is full")
-        await super().append_messages(session_id, messages, title=title, now=now)
+        await super().append_messages(session_id, messages, title=title, now=now, hold=hold)
         self.stored_at.append(time.monotonic())
 
 

@@ -18,7 +18,7 @@ from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.events import Event
 from engine_service.core.models import Message, Role, RunInput, TextPart
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import RunBegun
+from engine_service.core.store import RunBegun, RunHold
 from engine_service.llm.offline import OfflineChatModel
 from engine_service.stores import SqliteSessionStore
 
@@ -58,9 +58,10 @@ class Recording(SqliteSessionStore):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         self.writes.append(("messages", [], [m.id for m in messages]))
-        await super().append_messages(session_id, messages, title=title, now=now)
+        await super().append_messages(session_id, messages, title=title, now=now, hold=hold)
 
     async def append_messages_and_events(
         self,
@@ -71,10 +72,17 @@ class Recording(SqliteSessionStore):
         reserve_through: int = 0,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         self.writes.append(("both", _kinds(events), [m.id for m in messages]))
         await super().append_messages_and_events(
-            session_id, messages, events, reserve_through=reserve_through, title=title, now=now
+            session_id,
+            messages,
+            events,
+            reserve_through=reserve_through,
+            title=title,
+            now=now,
+            hold=hold,
         )
 
 

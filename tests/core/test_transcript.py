@@ -22,7 +22,7 @@ from engine_service.core.models import (
     TextPart,
 )
 from engine_service.core.registry import ToolRegistry
-from engine_service.core.store import RunBegun
+from engine_service.core.store import RunBegun, RunHold
 from engine_service.stores import MemorySessionStore
 
 WAIT = 10.0
@@ -59,9 +59,10 @@ class CountingCalls(MemorySessionStore):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         self.calls.append(("append", title))
-        await super().append_messages(session_id, messages, title=title, now=now)
+        await super().append_messages(session_id, messages, title=title, now=now, hold=hold)
 
     async def rename_session(self, session_id: str, title: str, now: datetime) -> Session:
         self.calls.append(("rename", title))

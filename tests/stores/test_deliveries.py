@@ -58,17 +58,50 @@ async def test_claims_take_due_deliveries_once_until_the_lease_ends(store: Sessi
 async def test_settling_stores_the_outcome_and_ends_the_lease(store: SessionStore) -> None:
     await store.add_delivery(delivery("d1"))
     (claimed,) = await store.claim_deliveries("r1", at(1), at(100), 5)
-    claimed.attempts, claimed.last_error = 1, "HTTP 503"
-    claimed.next_attempt_at = at(30)
-    await store.settle_delivery(claimed, at(2))
+    claimed.last_error, claimed.next_attempt_at = "HTTP 503", at(30)
+    assert await store.settle_delivery("r1", claimed, at(2))
     assert await store.claim_deliveries("r2", at(10), at(50), 5) == []  # not due yet
     (retried,) = await store.claim_deliveries("r2", at(31), at(60), 5)  # lease gone too
-    assert (retried.attempts, retried.last_error, retried.updated_at) == (1, "HTTP 503", at(2))
-    retried.attempts, retried.status = 2, DeliveryStatus.DELIVERED
-    await store.settle_delivery(retried, at(32))
+    assert (retried.attempts, retried.last_error, retried.updated_at) == (2, "HTTP 503", at(2))
+    retried.status = DeliveryStatus.DELIVERED
+    assert await store.settle_delivery("r2", retried, at(32))
     assert await store.claim_deliveries("r2", at(1000), at(2000), 5) == []
     got = await store.get_delivery("d1")
     assert got is not None and got.status is DeliveryStatus.DELIVERED
+
+
+async def test_each_claim_counts_its_attempt_even_one_never_settled(store: SessionStore) -> None:
+    """An attempt counts once claimed: one cut short by a crash (claimed, never settled)
+    counts too, so the next claimer sees how many were made."""
+    await store.add_delivery(delivery("d1"))
+    (first,) = await store.claim_deliveries("r1", at(1), at(10), 5)
+    (second,) = await store.claim_deliveries("r2", at(11), at(20), 5)  # r1 died mid-attempt
+    assert (first.attempts, second.attempts) == (1, 2)
+    stored = await store.get_delivery("d1")
+    assert stored is not None and stored.attempts == 2
+
+
+async def test_only_the_replica_holding_a_delivery_settles_it(store: SessionStore) -> None:
+    """A replica that stalled mid-attempt, its lease lapsed and the delivery claimed and
+    settled by another, stores nothing of its late outcome."""
+    await store.add_delivery(delivery("d1"))
+    (stale,) = await store.claim_deliveries("r1", at(1), at(10), 5)
+    (taken,) = await store.claim_deliveries("r2", at(11), at(40), 5)
+    taken.status = DeliveryStatus.DELIVERED
+    assert await store.settle_delivery("r2", taken, at(12))
+    stale.last_error, stale.next_attempt_at = "timed out", at(60)
+
+    assert not await store.settle_delivery("r1", stale, at(13))
+    assert not await store.settle_delivery("r2", taken, at(14))  # settled: held by nobody
+
+    got = await store.get_delivery("d1")
+    assert got is not None
+    assert (got.status, got.attempts, got.last_error, got.updated_at) == (
+        DeliveryStatus.DELIVERED,
+        2,
+        "",
+        at(12),
+    )
 
 
 async def test_failed_deliveries_are_kept_and_listed_newest_first(store: SessionStore) -> None:
@@ -76,7 +109,7 @@ async def test_failed_deliveries_are_kept_and_listed_newest_first(store: Session
         await store.add_delivery(delivery(f"f{index}"))
     for index, claimed in enumerate(await store.claim_deliveries("r", at(1), at(9), 0)):
         claimed.status, claimed.attempts, claimed.last_error = DeliveryStatus.FAILED, 8, "down"
-        await store.settle_delivery(claimed, at(index + 2))
+        await store.settle_delivery("r", claimed, at(index + 2))
     page, total = await store.failed_deliveries(0, 2)
     assert ([d.id for d in page], total) == (["f2", "f1"], 3)
     rest, _ = await store.failed_deliveries(2, 0)
@@ -155,7 +188,7 @@ async def test_retention_prunes_delivered_deliveries_and_keeps_failed_ones(
     claimed["done"].status = DeliveryStatus.DELIVERED
     claimed["failed"].status = DeliveryStatus.FAILED
     for name in ("done", "failed"):
-        await store.settle_delivery(claimed[name], at(2))
+        await store.settle_delivery("r", claimed[name], at(2))
     await store.prune_events(at(1))  # before they were settled: nothing goes
     assert await store.get_delivery("done") is not None
     await store.prune_events(at(3))

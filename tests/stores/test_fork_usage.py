@@ -107,7 +107,8 @@ async def test_a_running_runs_usage_is_noted_on_the_run_and_summed_at_its_end(
     assert (run.input_tokens, run.output_tokens, run.cached_tokens) == (40, 4, 8)
     assert (await store.get_session("s1")).input_tokens == 0
     await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), usage=ev.Usage(90, 9, 99))
-    await store.note_usage("s1", "r1", ev.Usage(1, 1, 2))  # ended: no longer noted
+    with pytest.raises(InvalidInput):  # ended: refused, as every write of a run not held
+        await store.note_usage("s1", "r1", ev.Usage(1, 1, 2))
     run = await store.get_run("s1", "r1")
     assert (run.input_tokens, run.output_tokens) == (90, 9)
     assert (await store.get_session("s1")).input_tokens == 90

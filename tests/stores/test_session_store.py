@@ -19,6 +19,7 @@ from engine_service.core.errors import (
     SessionNotFound,
 )
 from engine_service.core.models import (
+    JSON,
     DocumentPart,
     ImagePart,
     Interrupt,
@@ -30,6 +31,7 @@ from engine_service.core.models import (
     TextPart,
     ToolCall,
 )
+from engine_service.core.store import Checkpoint, Lease, RunHold
 from engine_service.stores import (
     MemorySessionStore,
     SessionStore,
@@ -442,6 +444,151 @@ async def test_running_runs_lists_only_runs_still_running(store: SessionStore) -
     await store.finish_run("s1", "r1", RunStatus.INTERRUPTED, at(3))
     await store.finish_run("s3", "r3", RunStatus.INTERRUPTED, at(3))
     assert await store.running_runs() == []
+
+
+async def _stored(store: SessionStore) -> tuple[object, ...]:
+    """What the writes of a run change in session s1 and its run r1."""
+    session = await store.get_session("s1")
+    run = await store.get_run("s1", "r1")
+    checkpoint, _ = await store.context_messages("s1")
+    messages = [m.id for m in await store.all_messages("s1")]
+    return (
+        messages,
+        session.title,
+        session.last_seq,
+        session.reserved_seq,
+        session.state,
+        session.interrupts,
+        checkpoint,
+        (run.status, run.input_tokens, run.resumed_by),
+    )
+
+
+def _writes_of(
+    store: SessionStore, hold: RunHold, seq: int
+) -> dict[str, Callable[[], Awaitable[object]]]:
+    """Every write a run makes, by the run of ``hold``, its events from ``seq`` (its events
+    and the messages with them are fenced by their seqs, its other writes by ``hold``)."""
+    state: JSON = {"by": hold.replica}
+    return {
+        "append_messages": lambda: store.append_messages(
+            "s1", [message(f"m-{hold.replica}")], title="late", now=at(9), hold=hold
+        ),
+        "append_messages_and_events": lambda: store.append_messages_and_events(
+            "s1", [message(f"e-{hold.replica}")], [event(seq, ev.StepStarted("x"))], hold=hold
+        ),
+        "append_messages_and_no_events": lambda: store.append_messages_and_events(
+            "s1", [message(f"n-{hold.replica}")], [], reserve_through=seq + 50, hold=hold
+        ),
+        "append_events": lambda: store.append_events(
+            "s1", [event(seq, ev.StepStarted("y"))], reserve_through=seq + 90
+        ),
+        "set_state": lambda: store.set_state("s1", state, hold=hold),
+        "save_checkpoint": lambda: store.save_checkpoint("s1", Checkpoint("m0", "late"), hold=hold),
+        "note_usage": lambda: store.note_usage(
+            "s1", hold.run_id, ev.Usage(7, 7, 14), replica=hold.replica
+        ),
+        "resolve_interrupts": lambda: store.resolve_interrupts(
+            "s1", hold.run_id, replica=hold.replica
+        ),
+        "finish_run": lambda: store.finish_run(
+            "s1",
+            hold.run_id,
+            RunStatus.SUCCEEDED,
+            at(9),
+            events=[event(seq, ev.RunFinished())],
+            hold=hold,
+        ),
+    }
+
+
+async def _run_held_by_a(store: SessionStore) -> None:
+    """Run r1 of session s1, leased to replica A until at(10), seqs 1 to 10 reserved for
+    it, with a message m0 and interrupts pending from an earlier run r0."""
+    await store.begin_run("s1", "r0", at(0), create=True)
+    await store.finish_run(
+        "s1", "r0", RunStatus.INPUT_REQUIRED, at(0), interrupts=[_interrupt("i1", "r0")]
+    )
+    await store.begin_run("s1", "r1", at(1), create=False, reserve=10, lease=Lease("A", at(10)))
+    await store.append_messages("s1", [message("m0")], hold=RunHold("r1", "A"))
+
+
+@pytest.mark.parametrize("write", list(_writes_of(MemorySessionStore(), RunHold("r1"), 1)))
+async def test_a_runs_writes_store_nothing_once_another_replica_took_it_over(
+    store: SessionStore, write: str
+) -> None:
+    """A replica stalled past its lease (``RunHold``): once another claimed its run, each
+    write it makes for the run is refused, and stores nothing; the replica that holds the
+    run now writes (its events after the seqs reserved for the first)."""
+    await _run_held_by_a(store)
+    [claimed] = await store.claim_expired_runs("B", at(20), at(30))
+    assert (claimed.id, claimed.replica) == ("r1", "B")
+    before = await _stored(store)
+
+    with pytest.raises(InvalidInput):
+        await _writes_of(store, RunHold("r1", "A"), 1)[write]()
+
+    assert await _stored(store) == before
+    await _writes_of(store, RunHold("r1", "B"), 11)[write]()
+    assert await _stored(store) != before
+
+
+@pytest.mark.parametrize("write", list(_writes_of(MemorySessionStore(), RunHold("r1"), 1)))
+async def test_a_runs_writes_store_nothing_once_it_ended(store: SessionStore, write: str) -> None:
+    """Closed meanwhile, its closing events after its reserved seqs (as the replica that
+    takes a run over closes it): the same refusal."""
+    await _run_held_by_a(store)
+    await store.finish_run(
+        "s1", "r1", RunStatus.INTERRUPTED, at(20), events=[event(11, ev.RunFinished())]
+    )
+    before = await _stored(store)
+
+    with pytest.raises(InvalidInput):
+        await _writes_of(store, RunHold("r1", "A"), 1)[write]()
+
+    assert await _stored(store) == before
+
+
+async def test_a_claim_moves_the_last_seq_past_the_seqs_reserved_when_the_run_changes_hands(
+    store: SessionStore,
+) -> None:
+    """What fences a run's events (``RunHold``): once another replica claimed the run, no
+    seq its old replica was given follows the session's last; a replica that claims its
+    own run back (a renewal raced the expiry) goes on as it was."""
+    await store.begin_run("s1", "r1", at(0), create=True, reserve=10, lease=Lease("A", at(10)))
+    await store.append_events("s1", [event(1, ev.RunStarted())])
+    await store.begin_run("s2", "r2", at(0), create=True, reserve=10, lease=Lease("B", at(10)))
+    await store.append_events("s2", [event(1, ev.RunStarted(), "s2", "r2")])
+
+    claimed = await store.claim_expired_runs("B", at(20), at(30))
+
+    assert sorted(r.id for r in claimed) == ["r1", "r2"]
+    assert ((await store.get_session("s1")).last_seq, (await store.get_session("s2")).last_seq) == (
+        10,
+        1,
+    )
+    with pytest.raises(InvalidInput):
+        await store.append_events("s1", [event(2, ev.TextMessageStart("a"))])
+    await store.append_events("s1", [event(11, ev.Custom("resumed", {}))])
+    await store.append_events("s2", [event(2, ev.TextMessageStart("b"), "s2", "r2")])
+    assert [e.seq for e in await store.read_events("s1", 0, 0)] == [1, 11]
+
+
+async def test_a_store_of_one_engine_holds_its_runs_under_no_replica(store: SessionStore) -> None:
+    """Runs begun without a lease are held by replica "": their writes go through while
+    they run, and not after."""
+    await store.begin_run("s1", "r1", at(0), create=True, reserve=10)
+    hold = RunHold("r1")
+    await store.append_messages_and_events(
+        "s1", [message("a")], [event(1, ev.RunStarted())], hold=hold
+    )
+    await store.note_usage("s1", "r1", ev.Usage(1, 1, 2))
+    await store.finish_run(
+        "s1", "r1", RunStatus.SUCCEEDED, at(1), events=[event(2, ev.RunFinished())], hold=hold
+    )
+    with pytest.raises(InvalidInput):
+        await store.append_messages("s1", [message("b")], hold=hold)
+    assert [m.id for m in await store.all_messages("s1")] == ["a"]
 
 
 async def test_begin_run_reserves_seqs_after_the_last_stored_event(store: SessionStore) -> None:

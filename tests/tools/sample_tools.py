@@ -102,6 +102,20 @@ async def wait_async() -> str:
     return "never"
 
 
+async def slow_note(path: str, seconds: float) -> str:
+    """Note "start" in the file at ``path``, wait ``seconds``, then note "end": a call a
+    test can see running (from another process) and stop its engine in the middle of."""
+    _note(path, "start")
+    await asyncio.sleep(seconds)
+    _note(path, "end")
+    return f"noted after {seconds} s"
+
+
+def _note(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(line + "\n")
+
+
 def wait_sync() -> str:
     """Block a thread until released."""
     started.set()

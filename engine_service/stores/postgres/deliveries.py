@@ -62,7 +62,8 @@ class PostgresDeliveries(PostgresConnections):
         async def work(conn: Conn) -> list[tuple[Any, ...]]:
             return await self._all(
                 conn,
-                f"UPDATE deliveries AS d SET replica = %s, lease_until = %s"
+                "UPDATE deliveries AS d SET replica = %s, lease_until = %s,"
+                " attempts = d.attempts + 1"
                 " FROM (SELECT id FROM deliveries WHERE status = 'pending'"
                 "       AND next_attempt_at <= %s AND (lease_until IS NULL OR lease_until < %s)"
                 "       ORDER BY next_attempt_at, created_at, id LIMIT %s"
@@ -76,7 +77,7 @@ class PostgresDeliveries(PostgresConnections):
         claimed.sort(key=lambda d: (d.next_attempt_at, d.created_at, d.id))
         return claimed
 
-    async def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+    async def settle_delivery(self, replica: str, delivery: Delivery, now: datetime) -> bool:
         args = (
             delivery.attempts,
             delivery.status.value,
@@ -84,17 +85,19 @@ class PostgresDeliveries(PostgresConnections):
             delivery.last_error,
             _utc(now, "now"),
             delivery.id,
+            replica,
         )
 
-        async def work(conn: Conn) -> None:
-            await conn.execute(
+        async def work(conn: Conn) -> bool:
+            cursor = await conn.execute(
                 "UPDATE deliveries SET attempts = %s, status = %s, next_attempt_at = %s,"
                 " last_error = %s, updated_at = %s, replica = '', lease_until = NULL"
-                " WHERE id = %s",
+                " WHERE id = %s AND replica = %s",
                 args,
             )
+            return cursor.rowcount > 0
 
-        await self._write(work)
+        return await self._write(work)
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         async def work(conn: Conn) -> tuple[Any, ...] | None:

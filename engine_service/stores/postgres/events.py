@@ -13,15 +13,45 @@ from typing import Any
 
 from engine_service.core.errors import InvalidInput, SessionNotFound
 from engine_service.core.events import Event
-from engine_service.core.store import Signal, SignalKind
-from engine_service.stores.encoding import event_from_dict
+from engine_service.core.store import RunHold, Signal, SignalKind
+from engine_service.stores.encoding import event_from_dict, run_not_held
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres.connections import Conn, PostgresConnections
 from engine_service.stores.postgres.rows import sql_limit
 from engine_service.stores.postgres.signals import encode_signal
 
-__all__ = ["APPEND_EVENTS", "PostgresEvents"]
+__all__ = ["APPEND_EVENTS", "HELD", "HELD_ROW", "PostgresEvents", "check_held", "hold_params"]
+
+HELD_ROW = """
+    SELECT 1 FROM runs WHERE session_id = %(session)s AND id = %(run)s
+        AND status = 'running' AND replica = %(replica)s"""
+"""The row of the run of a ``RunHold`` while it holds its session (RUNNING, leased to its
+replica). Read so in a statement after the one that locked the session's row: another
+replica's claim of the run locks that row too (``CLAIM_EXPIRED``), so the claim either
+waits for the write (it skips the run until its next tick) or the write for the claim,
+and then the statement (a snapshot taken after it) sees the run's new holder."""
+
+HELD = f"EXISTS ({HELD_ROW}\n    FOR SHARE)"
+"""Whether the run of a ``RunHold`` still holds its session, in a statement that does not
+follow a lock of the session's row: the run's row is locked until the write commits, so a
+claim in flight (which locks it ``FOR UPDATE``) is waited for and then seen, and a claim
+after it skips the run until its next tick. A write is stored before the claim (the
+claimer then reads it) or not at all."""
+
+
+def hold_params(hold: RunHold) -> dict[str, str]:
+    """``HELD``'s parameters besides the session."""
+    return {"run": hold.run_id, "replica": hold.replica}
+
+
+async def check_held(conn: Conn, session_id: str, hold: RunHold) -> None:
+    """``InvalidInput`` when the run of ``hold`` no longer holds the session, read in a
+    transaction that locked the session's row already (``HELD_ROW``)."""
+    cursor = await conn.execute(HELD_ROW, {"session": session_id, **hold_params(hold)})
+    if await cursor.fetchone() is None:
+        raise run_not_held(hold.run_id)
+
 
 APPEND_EVENTS = """
 WITH moved AS (
@@ -39,8 +69,8 @@ SELECT pg_notify(%(channel)s, %(signal)s) FROM moved
 """Events appended after the session's last seq, its reservation topped up and the other
 replicas notified, in one statement (its own transaction, committed synchronously like every
 write): no row when the session is gone or the first seq does not follow its last one
-(another replica closed the run, or this very write committed before its connection was
-lost: see ``append_events``)."""
+(another replica took the run over or closed it, ``RunHold``; or this very write committed
+before its connection was lost: see ``append_events``)."""
 
 
 class PostgresEvents(PostgresConnections):

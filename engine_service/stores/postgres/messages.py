@@ -17,13 +17,18 @@ import psycopg.errors
 from engine_service.core.errors import AlreadyExists, InvalidInput, SessionNotFound
 from engine_service.core.events import Event
 from engine_service.core.models import Message
-from engine_service.core.store import Checkpoint, RunContext
+from engine_service.core.store import Checkpoint, RunContext, RunHold
 from engine_service.stores.encoding import encode_messages as _encode_messages
-from engine_service.stores.encoding import message_from_dict
+from engine_service.stores.encoding import message_from_dict, run_not_held
 from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres.calls import Statement
 from engine_service.stores.postgres.connections import Conn
-from engine_service.stores.postgres.events import APPEND_EVENTS, PostgresEvents
+from engine_service.stores.postgres.events import (
+    HELD_ROW,
+    PostgresEvents,
+    check_held,
+    hold_params,
+)
 from engine_service.stores.postgres.rows import ContextRows, context_from, sql_limit
 
 __all__ = ["PostgresMessages"]
@@ -33,11 +38,61 @@ INSERT INTO messages (session_id, position, id, body, run_id)
 SELECT %(session)s,
     (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %(session)s) + u.n,
     u.id, u.body, u.run_id
-FROM unnest(%(ids)s::text[], %(bodies)s::text[], %(runs)s::text[]) WITH ORDINALITY
-    AS u (id, body, run_id, n)
-WHERE EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s)
+FROM unnest(%(message_ids)s::text[], %(message_bodies)s::text[], %(message_runs)s::text[])
+    WITH ORDINALITY AS u (id, body, run_id, n)
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = %(session)s){held}
 """
-"""Messages after the session's last position (its row locked by the statement before)."""
+"""Messages after the session's last position (its row locked by the statement before);
+``held``: only while the run holds the session (``_HELD``)."""
+
+_NAME_HELD_SESSION = """
+UPDATE sessions SET title = %(title)s, updated_at = coalesce(%(stamp)s, updated_at)
+WHERE id = %(session)s{held}
+"""
+
+_HELD = f"\n    AND EXISTS ({HELD_ROW})\nRETURNING 1"
+"""The condition of a run's write (``RunHold``) read after the session's row was locked, and
+a row for each row written: none when the run no longer holds the session."""
+
+_APPEND_MESSAGES_AND_EVENTS = """
+WITH moved AS (
+    UPDATE sessions SET last_seq = %(last)s, reserved_seq = greatest(reserved_seq, %(reserve)s),
+        title = CASE WHEN %(title)s = '' THEN title ELSE %(title)s END,
+        updated_at = CASE WHEN %(title)s = '' THEN updated_at
+            ELSE coalesce(%(stamp)s, updated_at) END
+    WHERE id = %(session)s AND last_seq < %(first)s
+    RETURNING id
+), stored AS (
+    INSERT INTO messages (session_id, position, id, body, run_id)
+    SELECT moved.id,
+        (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = %(session)s) + u.n,
+        u.id, u.body, u.run_id
+    FROM moved,
+        unnest(%(message_ids)s::text[], %(message_bodies)s::text[], %(message_runs)s::text[])
+        WITH ORDINALITY AS u (id, body, run_id, n)
+), inserted AS (
+    INSERT INTO events (session_id, seq, time, run_id, body)
+    SELECT moved.id, u.seq, u.time, u.run_id, u.body FROM moved,
+        unnest(%(seqs)s::bigint[], %(times)s::float8[], %(runs)s::text[], %(bodies)s::text[])
+        AS u (seq, time, run_id, body)
+)
+SELECT pg_notify(%(channel)s, %(signal)s) FROM moved
+"""
+"""Messages (at the end of the history), the session's title, and the events that go with
+them, in one statement after the one that locked the session's row (so that the last
+position is read under that lock): all of it under the events' condition
+(``APPEND_EVENTS``), so that what refuses the events (another replica took the run over or
+closed it: ``RunHold``) refuses the messages too. No row when refused."""
+
+
+def _message_params(
+    messages: Sequence[Message], encoded: list[tuple[str, str]]
+) -> dict[str, list[str]]:
+    return {
+        "message_ids": [mid for mid, _ in encoded],
+        "message_bodies": [body for _, body in encoded],
+        "message_runs": [message.run_id for message in messages],
+    }
 
 
 class PostgresMessages(PostgresEvents):
@@ -77,9 +132,13 @@ class PostgresMessages(PostgresEvents):
         messages, _ = await self.list_messages(session_id, "", 0)
         return messages
 
-    async def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+    async def save_checkpoint(
+        self, session_id: str, checkpoint: Checkpoint, *, hold: RunHold | None = None
+    ) -> Checkpoint:
         async def work(conn: Conn) -> int:
             await self._require(conn, session_id, lock=True)
+            if hold is not None:
+                await check_held(conn, session_id, hold)
             row = await self._one(
                 conn,
                 "SELECT position FROM messages WHERE session_id = %s AND id = %s",
@@ -215,15 +274,18 @@ class PostgresMessages(PostgresEvents):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         try:
-            found, *_ = await self._batch.first(
-                self._message_statements(session_id, messages, title, now)
+            rows = await self._batch.first(
+                self._message_statements(session_id, messages, title, now, hold)
             )
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc
-        if found is None:
+        if rows[0] is None:
             raise SessionNotFound(session_id)
+        if hold is not None and len(rows) > 1 and rows[-1] is None:
+            raise run_not_held(hold.run_id)
 
     async def append_messages_and_events(
         self,
@@ -234,19 +296,37 @@ class PostgresMessages(PostgresEvents):
         reserve_through: int = 0,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         if not events:
             await super().append_messages_and_events(
-                session_id, messages, events, reserve_through=reserve_through, title=title, now=now
+                session_id,
+                messages,
+                events,
+                reserve_through=reserve_through,
+                title=title,
+                now=now,
+                hold=hold,
             )
             return
         rows, params = self._event_params(session_id, events, reserve_through)
-        statements = self._message_statements(session_id, messages, title, now)
-        # One transaction, in the writer's next batch: the messages, then the events (what
-        # refuses the events, another replica having closed the run, keeps the messages,
-        # as the two writes in turn would).
+        encoded = _encode_messages(messages)
+        params.update(
+            _message_params(messages, encoded),
+            title=title,
+            stamp=_utc(now, "now") if title and now is not None else None,
+        )
+        # One transaction, in the writer's next batch: the session's row locked, then the
+        # messages and the events in one statement, under one condition (the events' seqs
+        # follow the last stored one): what refuses the events, another replica having
+        # taken the run over or closed it (``RunHold``), refuses the messages too.
         try:
-            found, *_, moved = await self._batch.first([*statements, (APPEND_EVENTS, params)])
+            found, moved = await self._batch.first(
+                [
+                    ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,)),
+                    (_APPEND_MESSAGES_AND_EVENTS, params),
+                ]
+            )
         except psycopg.errors.UniqueViolation as exc:
             raise AlreadyExists("a message id already exists in the session") from exc
         if found is None:
@@ -255,29 +335,31 @@ class PostgresMessages(PostgresEvents):
             await self._refused_unless_held(session_id, rows)
 
     def _message_statements(
-        self, session_id: str, messages: Sequence[Message], title: str, now: datetime | None
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        title: str,
+        now: datetime | None,
+        hold: RunHold | None,
     ) -> list[Statement]:
-        """``append_messages``' statements; the first returns a row when the session exists."""
+        """``append_messages``' statements; the first returns a row when the session exists,
+        each of the others (with ``hold``) a row when the run holds it."""
         encoded = _encode_messages(messages)
         stamp = _utc(now, "now") if title and now is not None else None
+        held = {} if hold is None else hold_params(hold)
+        condition = _HELD if hold is not None else ""
         # The session row locked first; the insert, a statement of its own, then reads the
         # last position under that lock (each statement sees what committed before it).
         statements: list[Statement] = [
             ("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
         ]
         if encoded:
-            statements.append(
-                (
-                    _APPEND_MESSAGES,
-                    {
-                        "session": session_id,
-                        "ids": [mid for mid, _ in encoded],
-                        "bodies": [body for _, body in encoded],
-                        "runs": [message.run_id for message in messages],
-                    },
-                )
-            )
-        if title:
+            inserted = {"session": session_id, **held, **_message_params(messages, encoded)}
+            statements.append((_APPEND_MESSAGES.format(held=condition), inserted))
+        if title and hold is not None:
+            named = {"session": session_id, **held, "title": title, "stamp": stamp}
+            statements.append((_NAME_HELD_SESSION.format(held=condition), named))
+        elif title:
             statements.append(
                 (
                     "UPDATE sessions SET title = %s, updated_at = coalesce(%s, updated_at)"

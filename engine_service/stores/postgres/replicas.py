@@ -13,12 +13,33 @@ from typing import Any
 from engine_service.core.events import Usage
 from engine_service.core.models import RunRecord
 from engine_service.core.store import Signal
+from engine_service.stores.encoding import run_not_held
 from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres.connections import Conn, PostgresConnections
 from engine_service.stores.postgres.rows import RUN_COLUMNS, run_from
 from engine_service.stores.postgres.signals import encode_signal
 
-__all__ = ["PostgresReplicas"]
+__all__ = ["CLAIM_EXPIRED", "PostgresReplicas"]
+
+CLAIM_EXPIRED = f"""
+WITH expired AS (
+    SELECT r.session_id, r.id, r.replica AS was FROM runs r JOIN sessions s ON s.id = r.session_id
+    WHERE r.status = 'running' AND (r.lease_until IS NULL OR r.lease_until < %(now)s)
+    FOR UPDATE OF r, s SKIP LOCKED
+), moved AS (
+    UPDATE sessions SET last_seq = greatest(last_seq, reserved_seq)
+    FROM expired WHERE sessions.id = expired.session_id AND expired.was <> %(replica)s
+)
+UPDATE runs AS r SET replica = %(replica)s, lease_until = %(until)s
+FROM expired WHERE r.session_id = expired.session_id AND r.id = expired.id
+RETURNING {", ".join("r." + c.strip() for c in RUN_COLUMNS.split(","))}, r.n
+"""
+"""Expired runs leased to a replica, each with its session's row locked first: rows another
+replica is claiming, and sessions a write is storing into right now, are skipped, not waited
+for (each is re-checked under its lock, so no run is ever claimed twice, and a write in
+flight is committed before its run is claimed). A run taken from another replica has its
+session's last seq moved past its reserved seqs: the events of its old replica are refused
+from then on (``RunHold``)."""
 
 
 class PostgresReplicas(PostgresConnections):
@@ -46,18 +67,23 @@ class PostgresReplicas(PostgresConnections):
         """Queue ``signal``; PostgreSQL delivers it when the transaction commits."""
         await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, encode_signal(signal)))
 
-    async def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
+    async def note_usage(
+        self, session_id: str, run_id: str, usage: Usage, *, replica: str = ""
+    ) -> None:
         counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
 
-        await self._batch.first(
+        (noted,) = await self._batch.first(
             [
                 (
                     "UPDATE runs SET input_tokens = %s, output_tokens = %s, cached_tokens = %s"
-                    " WHERE session_id = %s AND id = %s AND status = 'running'",
-                    (*counts, session_id, run_id),
+                    " WHERE session_id = %s AND id = %s AND status = 'running' AND replica = %s"
+                    " RETURNING 1",
+                    (*counts, session_id, run_id, replica),
                 )
             ]
         )
+        if noted is None:
+            raise run_not_held(run_id)
 
     async def renew_leases(self, replica: str, until: datetime) -> int:
         stamp = _utc(until, "until")
@@ -102,20 +128,12 @@ class PostgresReplicas(PostgresConnections):
     ) -> list[RunRecord]:
         now_stamp, until_stamp = _utc(now, "now"), _utc(until, "until")
 
-        # Rows another replica is claiming right now are skipped, not waited for; a row
-        # is re-checked under its lock, so no run is ever claimed twice.
         async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            return await self._all(
-                conn,
-                "UPDATE runs AS r SET replica = %s, lease_until = %s"
-                " FROM (SELECT session_id, id FROM runs WHERE status = 'running'"
-                "       AND (lease_until IS NULL OR lease_until < %s)"
-                "       FOR UPDATE SKIP LOCKED) AS expired"
-                " WHERE r.session_id = expired.session_id AND r.id = expired.id"
-                f" RETURNING {', '.join('r.' + c.strip() for c in RUN_COLUMNS.split(','))},"
-                " r.n",
-                (replica, until_stamp, now_stamp),
-            )
+            return await (
+                await conn.execute(
+                    CLAIM_EXPIRED, {"replica": replica, "until": until_stamp, "now": now_stamp}
+                )
+            ).fetchall()
 
         rows = await self._write(work)
         rows.sort(key=lambda row: (row[1], row[3], row[-1]))

@@ -14,11 +14,17 @@ from typing import Any
 from engine_service.core.errors import InvalidInput, RunNotFound, SessionNotFound
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import Interrupt, RunRecord, RunStatus
-from engine_service.core.store import SignalKind
-from engine_service.stores.encoding import decode_interrupts, encode_interrupts, runs_filter
+from engine_service.core.store import RunHold, SignalKind
+from engine_service.stores.encoding import (
+    decode_interrupts,
+    encode_interrupts,
+    run_not_held,
+    runs_filter,
+)
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.events import check_held
 from engine_service.stores.postgres.rows import RUN_COLUMNS, run_from, sql_limit
 
 __all__ = ["PostgresRuns"]
@@ -27,11 +33,13 @@ _FINISH_RUN = """
 WITH s AS (
     SELECT id, last_seq FROM sessions WHERE id = %(session)s FOR UPDATE
 ), r AS (
-    SELECT status FROM runs WHERE session_id = %(session)s AND id = %(run)s FOR UPDATE
+    SELECT status, %(replica)s::text IS NULL
+        OR (status = 'running' AND replica = %(replica)s::text) AS held
+    FROM runs WHERE session_id = %(session)s AND id = %(run)s FOR UPDATE
 ), ok AS (
     SELECT s.id, r.status = 'running' AS running,
         coalesce(%(last)s::bigint, s.last_seq) AS last
-    FROM s, r WHERE %(first)s::bigint IS NULL OR s.last_seq < %(first)s::bigint
+    FROM s, r WHERE (%(first)s::bigint IS NULL OR s.last_seq < %(first)s::bigint) AND r.held
 ), inserted AS (
     INSERT INTO events (session_id, seq, time, run_id, body)
     SELECT ok.id, u.seq, u.time, u.run_id, u.body FROM ok,
@@ -59,13 +67,16 @@ WITH s AS (
 SELECT (SELECT last_seq FROM s), EXISTS (SELECT 1 FROM r),
     (SELECT count(pg_notify(%(channel)s,
         json_build_array(%(kind)s::text, %(session)s::text, %(run)s::text, ended.last)::text))
-     FROM ended)
+     FROM ended),
+    (SELECT held FROM r)
 """
 """A run's end in one statement: its last events stored after the session's last seq, the
 run closed (when it still runs: with its status, error, usage and interrupts, added to the
 session's), the session let go and the other replicas told (``ENDED``). Nothing is written
-when the session or the run is gone or the first seq does not follow the last stored one;
-the first two columns tell which."""
+when the session or the run is gone, the first seq does not follow the last stored one, or
+(given a ``replica``: a ``RunHold``) the run is no longer RUNNING on that replica; the
+first two columns and the last tell which. The run's row is locked (``FOR UPDATE``), so
+another replica's claim of the run waits for this end, or this end for the claim."""
 
 
 class PostgresRuns(PostgresConnections):
@@ -83,6 +94,7 @@ class PostgresRuns(PostgresConnections):
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         stamp = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -120,23 +132,27 @@ class PostgresRuns(PostgresConnections):
             "cached": counts[2],
             "channel": self._channel,
             "kind": SignalKind.ENDED.value,
+            "replica": hold.replica if hold is not None else None,
         }
         (row,) = await self._batch.first([(_FINISH_RUN, params)])
-        stored_last, run_found = row[:2] if row is not None else (None, False)
+        stored_last, run_found, _, held = row if row is not None else (None, False, 0, None)
         if stored_last is None:
             raise SessionNotFound(session_id)
+        if run_found and not held:
+            raise run_not_held(run_id)
         if seqs and seqs[0] <= stored_last:
             raise InvalidInput(f"event seq {seqs[0]} does not follow {stored_last}")
         if not run_found:
             raise RunNotFound(run_id)
 
-    async def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+    async def resolve_interrupts(self, session_id: str, run_id: str, *, replica: str = "") -> None:
         async def work(conn: Conn) -> None:
             pending = await self._one(
                 conn, "SELECT interrupts FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
             )
             if pending is None:
                 raise SessionNotFound(session_id)
+            await check_held(conn, session_id, RunHold(run_id, replica))
             asked_by = sorted({i.run_id for i in decode_interrupts(pending[0])})
             if asked_by:
                 await conn.execute(

@@ -9,13 +9,20 @@ from datetime import datetime
 
 from engine_service.core.errors import AlreadyExists, InvalidInput, SessionBusy, SessionNotFound
 from engine_service.core.models import JSON, Session
+from engine_service.core.store import RunHold
 from engine_service.stores.encoding import dumps as _dumps
-from engine_service.stores.encoding import session_filter
+from engine_service.stores.encoding import run_not_held, session_filter
 from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres.connections import Conn, PostgresConnections
+from engine_service.stores.postgres.events import HELD, hold_params
 from engine_service.stores.postgres.rows import SESSION_COLUMNS, session_from, sql_limit
 
 __all__ = ["PostgresSessions"]
+
+_SET_HELD_STATE = f"""
+UPDATE sessions SET state = %(state)s WHERE id = %(session)s AND {HELD} RETURNING 1
+"""
+"""A state set by a run that holds the session (``HELD``)."""
 
 
 class PostgresSessions(PostgresConnections):
@@ -118,14 +125,24 @@ class PostgresSessions(PostgresConnections):
 
         await self._write(work)
 
-    async def set_state(self, session_id: str, state: JSON) -> None:
+    async def set_state(self, session_id: str, state: JSON, *, hold: RunHold | None = None) -> None:
         text = _dumps(state, "state")
-
-        (found,) = await self._batch.first(
-            [("UPDATE sessions SET state = %s WHERE id = %s RETURNING 1", (text, session_id))]
-        )
+        if hold is None:
+            (found,) = await self._batch.first(
+                [("UPDATE sessions SET state = %s WHERE id = %s RETURNING 1", (text, session_id))]
+            )
+            if found is None:
+                raise SessionNotFound(session_id)
+            return
+        params = {"state": text, "session": session_id, **hold_params(hold)}
+        (found,) = await self._batch.first([(_SET_HELD_STATE, params)])
         if found is None:
-            raise SessionNotFound(session_id)
+
+            async def exists(conn: Conn) -> None:
+                await self._require(conn, session_id)
+
+            await self._read(exists)  # SessionNotFound, or:
+            raise run_not_held(hold.run_id)
 
     async def fork_session(
         self,

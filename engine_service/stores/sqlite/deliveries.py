@@ -58,17 +58,22 @@ class SqliteDeliveries(SqliteFile):
                 (now_stamp, now_stamp, sql_limit(limit)),
             ).fetchall()
             conn.executemany(
-                "UPDATE deliveries SET replica = ?, lease_until = ? WHERE id = ?",
+                "UPDATE deliveries SET replica = ?, lease_until = ?, attempts = attempts + 1"
+                " WHERE id = ?",
                 [(replica, until_stamp, row[0]) for row in rows],
             )
-        return [to_delivery(row) for row in rows]
+        claimed = [to_delivery(row) for row in rows]
+        for delivery in claimed:
+            delivery.attempts += 1  # as stored: the claim counts the attempt
+        return claimed
 
     @off_loop
-    def settle_delivery(self, delivery: Delivery, now: datetime) -> None:
+    def settle_delivery(self, replica: str, delivery: Delivery, now: datetime) -> bool:
         with self._tx() as conn:
-            conn.execute(
+            cursor = conn.execute(
                 "UPDATE deliveries SET attempts = ?, status = ?, next_attempt_at = ?,"
-                " last_error = ?, updated_at = ?, replica = '', lease_until = NULL WHERE id = ?",
+                " last_error = ?, updated_at = ?, replica = '', lease_until = NULL"
+                " WHERE id = ? AND replica = ?",
                 (
                     delivery.attempts,
                     delivery.status.value,
@@ -76,8 +81,10 @@ class SqliteDeliveries(SqliteFile):
                     delivery.last_error,
                     iso(now, "now"),
                     delivery.id,
+                    replica,
                 ),
             )
+            return cursor.rowcount > 0
 
     @off_loop
     def get_delivery(self, delivery_id: str) -> Delivery | None:

@@ -49,6 +49,11 @@ class SqliteLeases(SqliteFile):
                     "UPDATE runs SET replica = ?, lease_until = ? WHERE session_id = ? AND id = ?",
                     (replica, until_stamp, row[1], row[0]),
                 )
+                if to_run(row).replica != replica:  # its old replica's events are refused
+                    conn.execute(
+                        "UPDATE sessions SET last_seq = max(last_seq, reserved_seq) WHERE id = ?",
+                        (row[1],),
+                    )
         return [
             replace(to_run(row), replica=replica, lease_until=from_iso(until_stamp)) for row in rows
         ]

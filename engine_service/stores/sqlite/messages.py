@@ -12,9 +12,14 @@ from datetime import datetime
 from engine_service.core.errors import AlreadyExists, InvalidInput, SessionNotFound
 from engine_service.core.events import Event
 from engine_service.core.models import Message
-from engine_service.core.store import Checkpoint, RunContext
-from engine_service.stores.encoding import encode_messages, event_rows, message_from_dict
-from engine_service.stores.sqlite.events import insert_events
+from engine_service.core.store import Checkpoint, RunContext, RunHold
+from engine_service.stores.encoding import (
+    encode_messages,
+    event_rows,
+    message_from_dict,
+    run_not_held,
+)
+from engine_service.stores.sqlite.events import HELD, check_held, hold_of, insert_events
 from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
 from engine_service.stores.sqlite.rows import iso, sql_limit
 
@@ -59,17 +64,23 @@ def _insert_messages(
     encoded: list[tuple[str, str]],
     title: str,
     stamp: str | None,
+    hold: RunHold | None = None,
 ) -> None:
     """Append ``encoded`` messages at the end of the history (and name the session
-    ``title``); ``SessionNotFound`` when it does not exist."""
+    ``title``); ``SessionNotFound`` when it does not exist, ``InvalidInput`` when the run
+    of ``hold`` no longer holds it."""
+    held, fence = ("1", ()) if hold is None else (HELD, (session_id, *hold_of(hold)))
     found = conn.execute(
-        "SELECT (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?)"
-        " FROM sessions WHERE id = ?",
-        (session_id, session_id),
+        "SELECT (SELECT coalesce(max(position), -1) FROM messages WHERE session_id = ?),"
+        f" {held} FROM sessions WHERE id = ?",
+        (session_id, *fence, session_id),
     ).fetchone()
     if found is None:
         raise SessionNotFound(session_id)
-    last = found[0]
+    last, holds = found
+    if not holds:
+        assert hold is not None
+        raise run_not_held(hold.run_id)
     try:
         conn.executemany(
             "INSERT INTO messages (session_id, position, id, body) VALUES (?, ?, ?, ?)",
@@ -122,9 +133,12 @@ class SqliteMessages(SqliteFile):
         return messages
 
     @off_loop
-    def save_checkpoint(self, session_id: str, checkpoint: Checkpoint) -> Checkpoint:
+    def save_checkpoint(
+        self, session_id: str, checkpoint: Checkpoint, *, hold: RunHold | None = None
+    ) -> Checkpoint:
         with self._tx() as conn:
             self._require(conn, session_id)
+            check_held(conn, session_id, hold)
             row = conn.execute(
                 "SELECT position FROM messages WHERE session_id = ? AND id = ?",
                 (session_id, checkpoint.through_id),
@@ -224,11 +238,12 @@ class SqliteMessages(SqliteFile):
         *,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         encoded = encode_messages(messages)
         stamp = iso(now, "now") if title and now is not None else None
         with self._tx() as conn:
-            _insert_messages(conn, session_id, encoded, title, stamp)
+            _insert_messages(conn, session_id, encoded, title, stamp, hold)
 
     @off_loop
     def append_messages_and_events(
@@ -240,14 +255,17 @@ class SqliteMessages(SqliteFile):
         reserve_through: int = 0,
         title: str = "",
         now: datetime | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         encoded = encode_messages(messages)
         stamp = iso(now, "now") if title and now is not None else None
         rows = event_rows(session_id, events)
         with self._tx() as conn:
+            # What refuses the events (seqs that do not follow: the run taken over or
+            # closed, ``RunHold``) refuses the messages: the transaction rolls back.
             insert_events(conn, session_id, rows, reserve_through)
             if encoded or title:
-                _insert_messages(conn, session_id, encoded, title, stamp)
+                _insert_messages(conn, session_id, encoded, title, stamp, None if rows else hold)
 
     @off_loop
     def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:

@@ -18,17 +18,18 @@ from engine_service.core.errors import (
 )
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import Interrupt, RunRecord, RunStatus
-from engine_service.core.store import Lease, Opening, RunBegun, RunContext
+from engine_service.core.store import Lease, Opening, RunBegun, RunContext, RunHold
 from engine_service.stores.encoding import (
     decode_interrupts,
     encode_interrupts,
     encode_messages,
     event_rows,
+    run_not_held,
     run_taken,
     runs_filter,
 )
 from engine_service.stores.sqlite.errors import mapped_errors
-from engine_service.stores.sqlite.events import insert_events
+from engine_service.stores.sqlite.events import check_held, insert_events
 from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
 from engine_service.stores.sqlite.messages import known_ids, read_context
 from engine_service.stores.sqlite.rows import RUN_COLUMNS, iso, sql_limit, to_run
@@ -179,6 +180,7 @@ class SqliteRuns(SqliteFile):
         events: Sequence[Event] = (),
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
+        hold: RunHold | None = None,
     ) -> None:
         stamp = iso(now, "now")
         if status is RunStatus.RUNNING:
@@ -186,7 +188,7 @@ class SqliteRuns(SqliteFile):
         rows = event_rows(session_id, events)
         asked = encode_interrupts(interrupts)
         with self._tx() as conn:
-            insert_events(conn, session_id, rows)
+            insert_events(conn, session_id, rows, hold=hold)
             row = conn.execute(
                 "SELECT status FROM runs WHERE session_id = ? AND id = ?", (session_id, run_id)
             ).fetchone()
@@ -236,18 +238,23 @@ class SqliteRuns(SqliteFile):
             )
 
     @off_loop
-    def note_usage(self, session_id: str, run_id: str, usage: Usage) -> None:
+    def note_usage(self, session_id: str, run_id: str, usage: Usage, *, replica: str = "") -> None:
+        counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens)
         with self._tx() as conn:
-            conn.execute(
+            noted = conn.execute(
                 "UPDATE runs SET input_tokens = ?, output_tokens = ?, cached_tokens = ?"
-                " WHERE session_id = ? AND id = ? AND status = 'running'",
-                (usage.input_tokens, usage.output_tokens, usage.cached_tokens, session_id, run_id),
-            )
+                " WHERE session_id = ? AND id = ? AND status = 'running' AND replica = ?"
+                " RETURNING 1",
+                (*counts, session_id, run_id, replica),
+            ).fetchall()
+        if not noted:
+            raise run_not_held(run_id)
 
     @off_loop
-    def resolve_interrupts(self, session_id: str, run_id: str) -> None:
+    def resolve_interrupts(self, session_id: str, run_id: str, *, replica: str = "") -> None:
         with self._tx() as conn:
             self._require(conn, session_id)
+            check_held(conn, session_id, RunHold(run_id, replica))
             (pending,) = conn.execute(
                 "SELECT interrupts FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()

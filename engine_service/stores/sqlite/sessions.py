@@ -9,8 +9,10 @@ from datetime import datetime
 
 from engine_service.core.errors import AlreadyExists, InvalidInput, SessionBusy
 from engine_service.core.models import JSON, Session
+from engine_service.core.store import RunHold
 from engine_service.stores.encoding import dumps, session_filter
 from engine_service.stores.sqlite.errors import mapped_errors
+from engine_service.stores.sqlite.events import check_held
 from engine_service.stores.sqlite.file import SqliteFile, off_loop
 from engine_service.stores.sqlite.rows import SESSION_COLUMNS, iso, sql_limit, to_session
 
@@ -145,8 +147,9 @@ class SqliteSessions(SqliteFile):
             return self._load(conn, new_id)
 
     @off_loop
-    def set_state(self, session_id: str, state: JSON) -> None:
+    def set_state(self, session_id: str, state: JSON, *, hold: RunHold | None = None) -> None:
         text = dumps(state, "state")
         with self._tx() as conn:
             self._require(conn, session_id)
+            check_held(conn, session_id, hold)
             conn.execute("UPDATE sessions SET state = ? WHERE id = ?", (text, session_id))

@@ -165,3 +165,40 @@ def test_a_run_cut_by_kill_9_and_closed_by_the_next_engine_sends_its_webhook(
     assert payload["id"].startswith(f"run_{run_id}.")
     assert (payload["runId"], payload["outcome"]) == (run_id, "cancelled")
     assert ANSWER.startswith(payload["message"]["text"])  # the partial answer, kept
+
+
+async def test_attempts_cut_by_kill_9_count_and_the_delivery_fails_after_max_attempts(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A receiver that never answers in time, and an engine killed during each attempt:
+    each attempt counts once made (claimed), so the engine that finds the attempts used up
+    fails the delivery without another POST, instead of trying for as long as it crashes."""
+    db = tmp_path / "agentik.db"
+    hook = Receiver(free_port())
+    hook.delay = 3.0  # longer than the sender's timeout (1 s): no answer in time
+    store = SqliteSessionStore(db)
+    now = datetime.now(UTC)
+    await store.add_delivery(Delivery("d1", hook.url, '{"runId": "r1"}', now, now))
+    await store.close()
+    settings = {**FAST, "AGENTIK_WEBHOOKS_MAX_ATTEMPTS": "2"}
+
+    with hook:
+        for attempt in (1, 2):  # each attempt reaches the receiver, then its engine dies
+            engine = EngineProcess(llm, tmp_path, **settings)
+            try:
+                await asyncio.to_thread(hook.wait_for, attempt, 30)
+            finally:
+                engine.kill()
+            assert (await stored(db)).attempts == attempt
+        engine = EngineProcess(llm, tmp_path, **settings)
+        try:
+            deadline = time.monotonic() + 30  # the killed engine's lease (5 s) ends first
+            while (await stored(db)).status is DeliveryStatus.PENDING:
+                assert time.monotonic() < deadline, "the delivery was never settled"
+                await asyncio.sleep(0.05)
+        finally:
+            engine.stop()
+        failed = await stored(db)
+        assert (failed.status, failed.attempts) == (DeliveryStatus.FAILED, 2)
+        assert "cut short" in failed.last_error
+        assert len(hook.received) == 2

@@ -451,6 +451,7 @@ class Engine(Stopping):
             opened=opened,
             **more,
         )
+        run.end_delivery = self.notices.delivery_for  # its webhook stored with its end
         self._runs.add(run, principal, session.owner)
         self.agents.started(session.id, profile.name)
         run.report.agent = profile.name

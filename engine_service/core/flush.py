@@ -24,7 +24,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import MESSAGE_ROOM, body_size, bound_body, split_text
@@ -34,6 +34,9 @@ from engine_service.core.hub import SessionHub
 from engine_service.core.limits import RunLimits
 from engine_service.core.models import Message, RunStatus
 from engine_service.core.store import RunHold, SessionStore
+
+if TYPE_CHECKING:
+    from engine_service.core.deliveries import Delivery
 
 __all__ = ["Elsewhere", "Outbox"]
 
@@ -389,8 +392,10 @@ class Outbox:
         status: RunStatus,
         final: ev.RunFinished | ev.RunError,
         usage: ev.Usage | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
-        """Store the run's last events and its end in one transaction."""
+        """Store the run's last events and its end in one transaction, with ``delivery``
+        (the outbox row of its webhook) if given."""
         error = final if isinstance(final, ev.RunError) else None
         finished = final if isinstance(final, ev.RunFinished) else None
         async with self.hub.writing():
@@ -407,6 +412,7 @@ class Outbox:
                 interrupts=finished.interrupts if finished else (),
                 usage=usage,
                 hold=self.hold,
+                delivery=delivery,
             )
             self._stored(pending, 0)
 

@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from engine_service.core.clock import utc_now
+from engine_service.core.deliveries import Delivery
 from engine_service.core.errors import InvalidInput, StorageUnavailable
 from engine_service.core.models import RunInput, RunRecord
 from engine_service.core.recovery import RunClosed
@@ -69,7 +70,9 @@ class Notices:
         if webhooks is None or run.lost_at:  # its end is another replica's to announce
             self._resumes.pop(run.run_id, None)
             return
-        if run.input.webhook_url:
+        if run.delivery_stored:  # stored with the run's end: only to be sent
+            webhooks.worker.wake()
+        elif run.input.webhook_url:
             write = webhooks.run_ended(
                 run.input.webhook_url,
                 run.session_id,
@@ -82,6 +85,21 @@ class Notices:
         if webhooks.pushers:
             self._later(webhooks.notice(self._notice(run, started=False)), run.run_id)
         self._resumes.pop(run.run_id, None)
+
+    def delivery_for(self, run: Run) -> Delivery | None:
+        """The outbox row of ``run``'s webhook, stored with its end (``Run.settle``), so a
+        crash between the two cannot lose it; None: the run names no webhook."""
+        webhooks = self.webhooks
+        if webhooks is None or not run.input.webhook_url or run.final is None:
+            return None
+        return webhooks.run_delivery(
+            run.input.webhook_url,
+            run.session_id,
+            run.run_id,
+            run.final,
+            run.transcript.messages,
+            run.session_key,
+        )
 
     def closed(self, webhook: str, session_key: str, record: RunRecord, closed: RunClosed) -> None:
         """A run whose engine died, closed without running again (``core.takeover``): its

@@ -158,6 +158,23 @@ class RunWebhooks:
             except Exception:
                 log.exception("pushing the updates of run %s failed", notice.run_id)
 
+    def run_delivery(
+        self,
+        url: str,
+        session_id: str,
+        run_id: str,
+        final: ev.RunFinished | ev.RunError | None,
+        messages: Sequence[Message],
+        session_key: str = "",
+    ) -> Delivery:
+        """The outbox row of a run's end, to be stored with it (``finish_run``) or by
+        :meth:`run_ended`."""
+        now = utc_now()
+        payload = run_payload(session_id, run_id, final, messages, now, session_key)
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        delivery_id = run_delivery_id(session_key, run_id)
+        return Delivery(delivery_id, url, body, now, now, kind="run")
+
     async def run_ended(
         self,
         url: str,
@@ -167,11 +184,8 @@ class RunWebhooks:
         messages: Sequence[Message],
         session_key: str = "",
     ) -> None:
-        now = utc_now()
-        payload = run_payload(session_id, run_id, final, messages, now, session_key)
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-        delivery_id = run_delivery_id(session_key, run_id)
-        await self.worker.enqueue(Delivery(delivery_id, url, body, now, now, kind="run"))
+        delivery = self.run_delivery(url, session_id, run_id, final, messages, session_key)
+        await self.worker.enqueue(delivery)
 
 
 class PushConfigs:

@@ -355,8 +355,13 @@ class SessionStore(abc.ABC):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         """Store the run's last ``events``, record how it ended and clear the active run.
+
+        ``delivery`` (the outbox row of the run's webhook) is added in the same
+        transaction, when the run ends here (it was still running; one with its id already
+        there is kept): a crash between the end and its webhook cannot lose the webhook.
 
         With ``hold``, only while the run is held (:class:`RunHold`): else nothing is
         written and ``InvalidInput`` raised.

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from agentik.collector import release
 from engine_service.core import events as ev
@@ -50,6 +51,9 @@ from engine_service.core.tool import ToolContext, ToolResult
 from engine_service.core.tool_calls import ToolRunner
 from engine_service.core.trace import NO_TRACER, Tracer
 from engine_service.core.transcript import Transcript
+
+if TYPE_CHECKING:
+    from engine_service.core.deliveries import Delivery
 
 __all__ = ["Run"]
 
@@ -134,6 +138,10 @@ class Run:
         self.emit = self.out.emit
         self.settled = True
         """False while the run's end could not be stored (the engine retries it)."""
+        self.end_delivery: Callable[[Run], Delivery | None] | None = None
+        """The outbox row of the run's webhook, stored with its end (``Notices``)."""
+        self.delivery_stored = False
+        """Whether that row was stored with the run's end (it only needs sending)."""
         self.final: ev.RunFinished | ev.RunError | None = None
         self.status = RunStatus.RUNNING
         self.task: asyncio.Task[None] | None = None
@@ -474,7 +482,9 @@ class Run:
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""
         assert self.final is not None
-        await self.out.settle(self.status, self.final, self._usage_or_none())
+        delivery = self.end_delivery(self) if self.end_delivery is not None else None
+        await self.out.settle(self.status, self.final, self._usage_or_none(), delivery)
+        self.delivery_stored = delivery is not None
         self.settled = True
 
     async def _loop(self) -> ev.RunFinished:

@@ -479,6 +479,7 @@ class MemorySessionStore(SessionStore):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -507,6 +508,8 @@ class MemorySessionStore(SessionStore):
                 entry.input_tokens += usage.input_tokens
                 entry.output_tokens += usage.output_tokens
                 entry.cached_tokens += usage.cached_tokens
+            if delivery is not None:
+                await self.add_delivery(delivery)
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
         self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))

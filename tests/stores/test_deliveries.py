@@ -11,7 +11,8 @@ import pytest
 
 from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import InvalidInput, SessionNotFound
-from engine_service.core.store import SessionStore
+from engine_service.core.models import RunStatus
+from engine_service.core.store import RunHold, SessionStore
 from engine_service.stores.postgres import PostgresSessionStore
 
 T0 = datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
@@ -195,3 +196,30 @@ async def test_retention_prunes_delivered_deliveries_and_keeps_failed_ones(
     assert await store.get_delivery("done") is None
     assert await store.get_delivery("failed") is not None
     assert await store.get_delivery("pending") is not None
+
+
+async def test_a_run_s_webhook_is_stored_with_its_end_and_only_when_it_ends_there(
+    store: SessionStore,
+) -> None:
+    """The outbox row of a run's webhook goes in ``finish_run``'s transaction: no crash
+    between the two can lose it. A run already ended, or no longer this replica's, adds
+    none (its end is not written here)."""
+    await store.begin_run("s1", "r1", at(0), create=True)
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), delivery=delivery("run_r1"))
+    assert await store.get_delivery("run_r1") == delivery("run_r1")
+    await store.finish_run("s1", "r1", RunStatus.FAILED, at(2), delivery=delivery("run_r1.x"))
+    assert await store.get_delivery("run_r1.x") is None  # ended before: nothing written
+
+    await store.begin_run("s1", "r2", at(3), create=False)
+    with pytest.raises(InvalidInput):
+        await store.finish_run(
+            "s1",
+            "r2",
+            RunStatus.SUCCEEDED,
+            at(4),
+            hold=RunHold("r2", "another replica"),
+            delivery=delivery("run_r2"),
+        )
+    assert await store.get_delivery("run_r2") is None
+    await store.finish_run("s1", "r2", RunStatus.SUCCEEDED, at(5), delivery=delivery("run_r2"))
+    assert await store.get_delivery("run_r2") == delivery("run_r2")

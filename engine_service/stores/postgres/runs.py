@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from engine_service.core.deliveries import Delivery
 from engine_service.core.errors import InvalidInput, RunNotFound, SessionNotFound
 from engine_service.core.events import Event, Usage
 from engine_service.core.models import Interrupt, RunRecord, RunStatus
@@ -21,6 +22,7 @@ from engine_service.stores.encoding import (
     run_not_held,
     runs_filter,
 )
+from engine_service.stores.encoding import dumps as _dumps
 from engine_service.stores.encoding import event_rows as _event_rows
 from engine_service.stores.encoding import utc as _utc
 from engine_service.stores.postgres.connections import Conn, PostgresConnections
@@ -63,6 +65,14 @@ WITH s AS (
         cached_tokens = cached_tokens + CASE WHEN ok.running THEN %(cached)s ELSE 0 END
     FROM ok WHERE sessions.id = ok.id
     RETURNING ok.last
+), delivered AS (
+    INSERT INTO deliveries (id, kind, url, headers, payload, created_at, attempts,
+        next_attempt_at, status, last_error)
+    SELECT %(d_id)s::text, %(d_kind)s::text, %(d_url)s::text, %(d_headers)s::text,
+        %(d_payload)s::text, %(d_created)s::timestamptz, %(d_attempts)s::integer,
+        %(d_next)s::timestamptz, %(d_status)s::text, %(d_error)s::text
+    FROM ok WHERE ok.running AND %(d_id)s::text IS NOT NULL
+    ON CONFLICT (id) DO NOTHING
 )
 SELECT (SELECT last_seq FROM s), EXISTS (SELECT 1 FROM r),
     (SELECT count(pg_notify(%(channel)s,
@@ -75,8 +85,28 @@ run closed (when it still runs: with its status, error, usage and interrupts, ad
 session's), the session let go and the other replicas told (``ENDED``). Nothing is written
 when the session or the run is gone, the first seq does not follow the last stored one, or
 (given a ``replica``: a ``RunHold``) the run is no longer RUNNING on that replica; the
-first two columns and the last tell which. The run's row is locked (``FOR UPDATE``), so
+first two columns and the last tell which. A run that ends here adds its webhook's outbox
+row (``d_id`` not NULL) in the same statement. The run's row is locked (``FOR UPDATE``), so
 another replica's claim of the run waits for this end, or this end for the claim."""
+
+
+def _delivery_params(delivery: Delivery | None) -> dict[str, Any]:
+    """``_FINISH_RUN``'s parameters of the outbox row it adds (all NULL: none)."""
+    if delivery is None:
+        names = ("id", "kind", "url", "headers", "payload", "created", "attempts", "next")
+        return {f"d_{name}": None for name in (*names, "status", "error")}
+    return {
+        "d_id": delivery.id,
+        "d_kind": delivery.kind,
+        "d_url": delivery.url,
+        "d_headers": _dumps(delivery.headers, "headers"),
+        "d_payload": delivery.payload,
+        "d_created": _utc(delivery.created_at, "created_at"),
+        "d_attempts": delivery.attempts,
+        "d_next": _utc(delivery.next_attempt_at, "next_attempt_at"),
+        "d_status": delivery.status.value,
+        "d_error": delivery.last_error,
+    }
 
 
 class PostgresRuns(PostgresConnections):
@@ -95,6 +125,7 @@ class PostgresRuns(PostgresConnections):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         stamp = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -133,6 +164,7 @@ class PostgresRuns(PostgresConnections):
             "channel": self._channel,
             "kind": SignalKind.ENDED.value,
             "replica": hold.replica if hold is not None else None,
+            **_delivery_params(delivery),
         }
         (row,) = await self._batch.first([(_FINISH_RUN, params)])
         stored_last, run_found, _, held = row if row is not None else (None, False, 0, None)

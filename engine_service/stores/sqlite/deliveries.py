@@ -3,6 +3,7 @@ lease, settled) and the A2A push configs of each task."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime
 
 from engine_service.core.deliveries import Delivery, PushConfig
@@ -18,7 +19,28 @@ from engine_service.stores.sqlite.rows import (
     to_push_config,
 )
 
-__all__ = ["SqliteDeliveries"]
+__all__ = ["SqliteDeliveries", "insert_delivery"]
+
+
+def insert_delivery(conn: sqlite3.Connection, delivery: Delivery) -> None:
+    """Add ``delivery`` to the outbox in ``conn``'s transaction; one with its id is kept."""
+    conn.execute(
+        "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+        " attempts, next_attempt_at, status, last_error)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        (
+            delivery.id,
+            delivery.kind,
+            delivery.url,
+            dumps(delivery.headers, "headers"),
+            delivery.payload,
+            iso(delivery.created_at, "created_at"),
+            delivery.attempts,
+            iso(delivery.next_attempt_at, "next_attempt_at"),
+            delivery.status.value,
+            delivery.last_error,
+        ),
+    )
 
 
 class SqliteDeliveries(SqliteFile):
@@ -27,23 +49,7 @@ class SqliteDeliveries(SqliteFile):
     @off_loop
     def add_delivery(self, delivery: Delivery) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
-                " attempts, next_attempt_at, status, last_error)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (
-                    delivery.id,
-                    delivery.kind,
-                    delivery.url,
-                    dumps(delivery.headers, "headers"),
-                    delivery.payload,
-                    iso(delivery.created_at, "created_at"),
-                    delivery.attempts,
-                    iso(delivery.next_attempt_at, "next_attempt_at"),
-                    delivery.status.value,
-                    delivery.last_error,
-                ),
-            )
+            insert_delivery(conn, delivery)
 
     @off_loop
     def claim_deliveries(

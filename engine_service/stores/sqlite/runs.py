@@ -9,6 +9,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 
+from engine_service.core.deliveries import Delivery
 from engine_service.core.errors import (
     AlreadyExists,
     InvalidInput,
@@ -28,6 +29,7 @@ from engine_service.stores.encoding import (
     run_taken,
     runs_filter,
 )
+from engine_service.stores.sqlite.deliveries import insert_delivery
 from engine_service.stores.sqlite.errors import mapped_errors
 from engine_service.stores.sqlite.events import check_held, insert_events
 from engine_service.stores.sqlite.file import SqliteFile, goes_first, off_loop
@@ -181,6 +183,7 @@ class SqliteRuns(SqliteFile):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         stamp = iso(now, "now")
         if status is RunStatus.RUNNING:
@@ -236,6 +239,8 @@ class SqliteRuns(SqliteFile):
                 " WHERE id = ?",
                 (stamp, *counts, asked, run_id, session_id),
             )
+            if delivery is not None:
+                insert_delivery(conn, delivery)
 
     @off_loop
     def note_usage(self, session_id: str, run_id: str, usage: Usage, *, replica: str = "") -> None:

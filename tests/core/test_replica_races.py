@@ -329,6 +329,19 @@ async def test_a_zombie_whose_run_was_resumed_elsewhere_stops_and_the_run_ends_w
         assert messages[-1].content == [TextPart("".join(f"w{i} " for i in range(300)))]
 
 
+async def _b_answers_after_a_lets_go(a: Engine, b: Engine, session_id: str, run_id: str) -> bool:
+    """Wait until A has let go of the run and B answers it; False if B ended it first. A
+    lets go as B claims the run (the claim moves the session past A's seqs), a moment
+    before B launches it."""
+    while a.runs_in_flight:  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+    while not b.runs_in_flight:
+        if (await b.store.get_run(session_id, run_id)).status is not RunStatus.RUNNING:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
 async def test_on_a_zombie_the_runs_stream_and_until_idle_followers_follow_the_resume_to_its_end(
     llm: FakeOpenAI, store_for: StoreFor
 ) -> None:
@@ -349,9 +362,7 @@ async def test_on_a_zombie_the_runs_stream_and_until_idle_followers_follow_the_r
             return [e async for e in a.run_events(handle)]
 
         async def b_answering_when_a_let_go() -> bool:
-            while a.runs_in_flight:  # noqa: ASYNC110
-                await asyncio.sleep(0.005)
-            return b.runs_in_flight == 1
+            return await _b_answers_after_a_lets_go(a, b, "s", handle.run_id)
 
         async with asyncio.timeout(3 * WAIT):
             streams = [asyncio.create_task(own_stream())]
@@ -385,7 +396,7 @@ async def test_a_zombies_hub_kept_for_a_resumed_run_goes_once_that_run_ends_else
     on B, goes when B's end is signalled (no hub left behind per lost run)."""
     async with engines(llm, store_for, resume=True) as (a, b):
         await a.create_session(ANONYMOUS, session_id="s")
-        await start(a, "s", "[[chunks:300]][[slow:0.01]]")
+        run_id = await start(a, "s", "[[chunks:300]][[slow:0.01]]")
 
         async def follow() -> None:
             async for _ in a.subscribe(ANONYMOUS, "s", 0, until_idle=True):
@@ -396,9 +407,7 @@ async def test_a_zombies_hub_kept_for_a_resumed_run_goes_once_that_run_ends_else
             await asyncio.sleep(0.2)
             assert a._leases is not None
             await a._leases.stop()  # a zombie: its run goes on, its lease lapses
-            while a.runs_in_flight:  # noqa: ASYNC110
-                await asyncio.sleep(0.005)
-            assert b.runs_in_flight == 1, "B ended the run before A noticed"
+            assert await _b_answers_after_a_lets_go(a, b, "s", run_id), "B ended the run first"
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower

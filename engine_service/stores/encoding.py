@@ -6,9 +6,9 @@ The JSON shapes are ours (snake_case, ``type`` as the AG-UI event name); they ar
 format, not a wire protocol. Round-tripping is exact: ``event_from_dict(event_to_dict(e))
 == e``.
 
-The SQL stores select their columns in the same order (``_SESSION_COLUMNS`` and
-``_RUN_COLUMNS`` in each), and pass their own time reader: SQLite keeps ISO text,
-PostgreSQL ``timestamptz``.
+The SQL stores select the same columns (``SESSION_COLUMNS``, ``RUN_COLUMNS``,
+``DELIVERY_COLUMNS``, ``PUSH_COLUMNS``, here), and pass their own time reader: SQLite
+keeps ISO text, PostgreSQL ``timestamptz``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ from engine_service.core.models import (
 )
 
 __all__ = [
+    "DELIVERY_COLUMNS",
+    "PUSH_COLUMNS",
+    "RUN_COLUMNS",
+    "SESSION_COLUMNS",
     "EVENT_TYPES",
     "decode_interrupts",
     "dumps",
@@ -63,6 +67,29 @@ __all__ = [
     "session_from_row",
     "utc",
 ]
+
+
+# The columns both SQL stores read, in the order their row converters take them.
+SESSION_COLUMNS = """
+    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
+    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
+    s.reserved_seq, s.owner,
+    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
+"""
+
+RUN_COLUMNS = (
+    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
+    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
+    " input_tokens, output_tokens, cached_tokens"
+)
+
+DELIVERY_COLUMNS = (
+    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
+    " last_error, updated_at"
+)
+
+PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
+
 
 EVENT_TYPES: dict[type[ev.EventBody], str] = {
     ev.RunStarted: "RUN_STARTED",

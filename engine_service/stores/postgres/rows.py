@@ -12,7 +12,15 @@ from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import InvalidInput
 from engine_service.core.models import Message, RunRecord, Session
 from engine_service.core.store import Checkpoint
-from engine_service.stores.encoding import message_from_dict, run_from_row, session_from_row
+from engine_service.stores.encoding import (
+    DELIVERY_COLUMNS,
+    PUSH_COLUMNS,
+    RUN_COLUMNS,
+    SESSION_COLUMNS,
+    message_from_dict,
+    run_from_row,
+    session_from_row,
+)
 
 __all__ = [
     "DELIVERY_COLUMNS",
@@ -28,18 +36,6 @@ __all__ = [
     "sql_limit",
 ]
 
-SESSION_COLUMNS = """
-    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
-    s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
-"""
-RUN_COLUMNS = (
-    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
-    " input_tokens, output_tokens, cached_tokens"
-)
-
 
 def _time(value: datetime) -> datetime:
     return value.astimezone(UTC)
@@ -53,12 +49,6 @@ def session_from(row: Sequence[Any]) -> Session:
 def run_from(row: Sequence[Any]) -> RunRecord:
     """The run a row of ``RUN_COLUMNS`` holds."""
     return run_from_row(row, _time)
-
-
-DELIVERY_COLUMNS = (
-    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
-    " last_error, updated_at"
-)
 
 
 def delivery_from(row: Sequence[Any]) -> Delivery:
@@ -76,9 +66,6 @@ def delivery_from(row: Sequence[Any]) -> Delivery:
         last_error=row[9],
         updated_at=_time(row[10]) if row[10] is not None else None,
     )
-
-
-PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
 
 
 def push_config_from(row: Sequence[Any]) -> PushConfig:

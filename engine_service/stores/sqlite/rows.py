@@ -10,7 +10,14 @@ from typing import Any
 from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import InvalidInput
 from engine_service.core.models import RunRecord, Session
-from engine_service.stores.encoding import run_from_row, session_from_row
+from engine_service.stores.encoding import (
+    DELIVERY_COLUMNS,
+    PUSH_COLUMNS,
+    RUN_COLUMNS,
+    SESSION_COLUMNS,
+    run_from_row,
+    session_from_row,
+)
 
 __all__ = [
     "DELIVERY_COLUMNS",
@@ -25,18 +32,6 @@ __all__ = [
     "to_run",
     "to_session",
 ]
-
-SESSION_COLUMNS = """
-    s.id, s.title, s.created_at, s.updated_at, s.state, s.last_seq, s.active_run_id,
-    (SELECT coalesce(max(m.position) + 1, 0) FROM messages m WHERE m.session_id = s.id),
-    s.reserved_seq, s.owner,
-    s.interrupts, s.input_tokens, s.output_tokens, s.cached_tokens, s.webhook_url, s.agent
-"""
-RUN_COLUMNS = (
-    "id, session_id, status, started_at, finished_at, error_code, error_message, pending,"
-    " start_seq, replica, lease_until, interrupts, resumed_by, parent_run_id,"
-    " input_tokens, output_tokens, cached_tokens"
-)
 
 
 def iso(value: datetime, what: str) -> str:
@@ -58,12 +53,6 @@ def to_run(row: Any) -> RunRecord:
     return run_from_row(row, from_iso)
 
 
-DELIVERY_COLUMNS = (
-    "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
-    " last_error, updated_at"
-)
-
-
 def to_delivery(row: Any) -> Delivery:
     return Delivery(
         id=row[0],
@@ -78,9 +67,6 @@ def to_delivery(row: Any) -> Delivery:
         last_error=row[9],
         updated_at=from_iso(row[10]) if row[10] else None,
     )
-
-
-PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"
 
 
 def to_push_config(row: Any) -> PushConfig:

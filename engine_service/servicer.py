@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
@@ -110,17 +111,21 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         """The caller the request's credentials name, or the RPC ends here."""
         return await _mapped(context, lambda: _sync(self.gate.admit, _authorization(context)))
 
-    async def _stream_slot(self, context: Context, caller: Caller) -> Callable[[], None]:
+    async def _stream_slot(
+        self, context: Context, caller: Caller, *, run: bool = False
+    ) -> Callable[[], None]:
         """A slot for one more event stream of ``caller`` (``core.streams``), or the RPC
         ends here (RESOURCE_EXHAUSTED naming the setting); the function gives it back."""
-        return await _mapped(context, lambda: _sync(self.engine.streams.take, caller.principal))
+        take = partial(self.engine.streams.take, run=run)
+        return await _mapped(context, lambda: _sync(take, caller.principal))
 
     async def Run(self, request: pb.RunRequest, context: Context) -> AsyncIterator[pb.Event]:
         if self.on_stream is not None:
             self.on_stream(RUN_METHOD, context)
         await refuse_malformed(context, "Run", request)
         caller = await self._caller(context)
-        release = await self._stream_slot(context, caller)  # before the run: none if refused
+        # Before the run: none if refused.
+        release = await self._stream_slot(context, caller, run=True)
         try:
             run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
             handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))

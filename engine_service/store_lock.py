@@ -44,7 +44,7 @@ def lock_store(url: str) -> StoreLock | None:
     holds it, when another engine serves it."""
     if not url.startswith(_SQLITE) or url[len(_SQLITE) :] in ("", ":memory:"):
         return None
-    database = Path(url[len(_SQLITE) :]).absolute()
+    database = Path(url[len(_SQLITE) :]).resolve()  # one lock however the path is spelt
     path = database.with_name(database.name + ".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -172,7 +172,7 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
     ) -> AsyncIterator[a2a_pb.StreamResponse]:
         async def start() -> tuple[EngineTasks, Any, Callable[[], None]]:
             tasks = self._tasks(context, request.tenant)
-            release = self.engine.streams.take(tasks.caller.principal)  # core.streams
+            release = self.engine.streams.take(tasks.caller.principal, run=True)  # core.streams
             try:
                 return tasks, await tasks.start(request), release
             except BaseException:

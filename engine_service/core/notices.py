@@ -72,16 +72,8 @@ class Notices:
             return
         if run.delivery_stored:  # stored with the run's end: only to be sent
             webhooks.worker.wake()
-        elif run.input.webhook_url:
-            write = webhooks.run_ended(
-                run.input.webhook_url,
-                run.session_id,
-                run.run_id,
-                run.final,
-                run.transcript.messages,
-                run.session_key,
-            )
-            self._later(write, run.run_id)
+        # Else its end is not stored yet (the engine stores it later, the delivery with it),
+        # or the run named no webhook.
         if webhooks.pushers:
             self._later(webhooks.notice(self._notice(run, started=False)), run.run_id)
         self._resumes.pop(run.run_id, None)

@@ -47,11 +47,13 @@ class StreamSlots:
         """Streams ``principal`` holds open."""
         return self._by_caller[principal]
 
-    def take(self, principal: str) -> Callable[[], None]:
+    def take(self, principal: str, *, run: bool = False) -> Callable[[], None]:
         """A slot for one more stream of ``principal``, and the function that gives it back
         (once, however often it is called); ``Overloaded`` or ``RateLimited`` naming the
-        setting when there is none."""
-        if self._open >= self.most:
+        setting when there is none. ``run``: the stream of a run it starts, which the
+        engine's run slots bound already: it counts, but the engine-wide limit does not
+        refuse it (streams that only follow cannot crowd out every run)."""
+        if self._open >= self.most and not run:
             raise Overloaded(
                 f"the engine has {self.most:,} event streams open, the most [engine] "
                 "max_streams (AGENTIK_MAX_STREAMS) allows; retry in a moment"

@@ -49,3 +49,21 @@ def test_no_limit_of_its_own_leaves_a_principal_the_engine_s() -> None:
         slots.take("")
     with pytest.raises(Overloaded):
         slots.take("")
+
+
+def test_streams_that_only_follow_cannot_crowd_out_the_runs() -> None:
+    """A run's own stream counts, but the engine-wide limit does not refuse it (the run
+    slots bound runs): idle subscriptions filling the engine leave runs possible. The
+    caller's own limit still holds for runs."""
+    slots = StreamSlots(most=2, per_caller=3)
+    slots.take("alice")
+    slots.take("bob")
+    with pytest.raises(Overloaded):
+        slots.take("carol")
+    give_back = slots.take("carol", run=True)
+    assert (len(slots), slots.held("carol")) == (3, 1)
+    give_back()
+    slots.take("alice", run=True)
+    slots.take("alice", run=True)
+    with pytest.raises(RateLimited):
+        slots.take("alice", run=True)

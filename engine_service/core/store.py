@@ -492,8 +492,11 @@ class SessionStore(abc.ABC):
             await self.append_events(session_id, events, reserve_through=reserve_through)
 
     @abc.abstractmethod
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the whole history."""
+    async def replace_messages(
+        self, session_id: str, messages: Sequence[Message], *, hold: RunHold | None = None
+    ) -> None:
+        """Make ``messages`` the whole history; with ``hold``, only while the run is held
+        (:class:`RunHold`)."""
 
     @abc.abstractmethod
     async def set_state(self, session_id: str, state: JSON, *, hold: RunHold | None = None) -> None:

@@ -41,10 +41,13 @@ class Transcript:
         room: int,
         emit: Callable[[ev.EventBody], object],
         store_input: Callable[[list[Message], str, datetime], Awaitable[None]] | None = None,
+        replace_input: Callable[[list[Message]], Awaitable[None]] | None = None,
     ) -> None:
         """``store_input(messages, title, now)``: stores messages the run adds (the
         client's, each answer, each tool result) with the events published before them,
-        in one write (``Outbox.store_messages``); without it they are written alone."""
+        in one write (``Outbox.store_messages``); without it they are written alone.
+        ``replace_input(messages)``: makes the client's messages the whole history, only
+        while the run is this replica's (``REPLACE``); without it, unconditionally."""
         self.store = store
         self.session_id = session_id
         self.run_id = run_id
@@ -53,6 +56,7 @@ class Transcript:
         """The most bytes one message may hold (``core.bounds``)."""
         self._emit = emit
         self._store_input = store_input
+        self._replace_input = replace_input
         self._staged: datetime | None = None
         """When the client's messages were staged (``stage``)."""
 
@@ -84,7 +88,10 @@ class Transcript:
         self.stage(incoming, reconcile)
         now = self._staged or utc_now()
         if reconcile is ReconcileMode.REPLACE:
-            await self.store.replace_messages(self.session_id, incoming)
+            if self._replace_input is not None:
+                await self._replace_input(incoming)
+            else:
+                await self.store.replace_messages(self.session_id, incoming)
             if title:
                 await self.store.rename_session(self.session_id, title, now)
         elif self._store_input is not None:  # with RUN_STARTED: a run's start waits once

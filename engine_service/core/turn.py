@@ -168,6 +168,9 @@ class Run:
             store_input=lambda messages, title, now: self.out.store_messages(
                 messages, title=title, now=now
             ),
+            replace_input=lambda messages: self.out.fenced(
+                store.replace_messages(self.session_id, messages, hold=self.out.hold)
+            ),
         )
         """The session's messages, and what the run adds to them."""
         self.report = RunReport(self.session_id, self.run_id, principal)

@@ -653,11 +653,14 @@ class MemorySessionStore(SessionStore):
             entry.title = title
             entry.updated_at = stamp or entry.updated_at
 
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    async def replace_messages(
+        self, session_id: str, messages: Sequence[Message], *, hold: RunHold | None = None
+    ) -> None:
         entry = self._entry(session_id)
         encoded = _encode_messages(messages)
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
+        _held(entry, hold)
         entry.messages = encoded
         entry.by_run = {}
         entry.positions = {message_id: i for i, (message_id, _) in enumerate(encoded)}

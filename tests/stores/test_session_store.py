@@ -483,6 +483,9 @@ def _writes_of(
         "append_events": lambda: store.append_events(
             "s1", [event(seq, ev.StepStarted("y"))], reserve_through=seq + 90
         ),
+        "replace_messages": lambda: store.replace_messages(
+            "s1", [message(f"r-{hold.replica}")], hold=hold
+        ),
         "set_state": lambda: store.set_state("s1", state, hold=hold),
         "save_checkpoint": lambda: store.save_checkpoint("s1", Checkpoint("m0", "late"), hold=hold),
         "note_usage": lambda: store.note_usage(

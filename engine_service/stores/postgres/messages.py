@@ -369,7 +369,9 @@ class PostgresMessages(PostgresEvents):
             )
         return statements
 
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    async def replace_messages(
+        self, session_id: str, messages: Sequence[Message], *, hold: RunHold | None = None
+    ) -> None:
         encoded = _encode_messages(messages)
         runs = [message.run_id for message in messages]
         if len({message_id for message_id, _ in encoded}) != len(encoded):
@@ -377,6 +379,8 @@ class PostgresMessages(PostgresEvents):
 
         async def work(conn: Conn) -> None:
             await self._require(conn, session_id, lock=True)
+            if hold is not None:
+                await check_held(conn, session_id, hold)
             await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
             await conn.execute("DELETE FROM checkpoints WHERE session_id = %s", (session_id,))
             if encoded:

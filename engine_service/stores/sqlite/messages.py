@@ -268,12 +268,15 @@ class SqliteMessages(SqliteFile):
                 _insert_messages(conn, session_id, encoded, title, stamp, None if rows else hold)
 
     @off_loop
-    def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    def replace_messages(
+        self, session_id: str, messages: Sequence[Message], *, hold: RunHold | None = None
+    ) -> None:
         encoded = encode_messages(messages)
         if len({message_id for message_id, _ in encoded}) != len(encoded):
             raise InvalidInput("message ids must be unique")
         with self._tx() as conn:
             self._require(conn, session_id)
+            check_held(conn, session_id, hold)
             conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM checkpoints WHERE session_id = ?", (session_id,))
             conn.executemany(

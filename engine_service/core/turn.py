@@ -375,21 +375,26 @@ class Run:
                     self._note_storage_failure(exc)
                     final = _storage_error(exc)
                     self.status = RunStatus.FAILED
-                except (AlreadyExists, InvalidInput):
+                except (AlreadyExists, InvalidInput) as exc:
                     # Stopped because our leases lapsed: another replica may have closed
                     # the run and kept the partial answer already.
                     elsewhere = await self.closed_elsewhere()
-                    if elsewhere is None:
-                        raise
-                    self.note_lost(elsewhere)
-                    final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
+                    if elsewhere is None:  # refused for another reason: the run fails
+                        final = self._not_kept(exc.message)
+                    else:
+                        self.note_lost(elsewhere)
+                        final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
                 except asyncio.CancelledError:
-                    if not self.lost_at:
+                    if self.lost_at:
+                        # Stopped because our leases lapsed, and another replica took the
+                        # run over or closed it: the store refused what closing it here
+                        # would have kept (``Outbox.fenced``); nothing more is written here.
+                        final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
+                    elif self._storage_failure is not None:  # the store refused it
+                        final = _storage_error(self._storage_failure)
+                        self.status = RunStatus.FAILED
+                    else:
                         raise
-                    # Stopped because our leases lapsed, and another replica took the run
-                    # over or closed it: the store refused what closing it here would have
-                    # kept (``Outbox.fenced``), and nothing more is written here.
-                    final = ev.RunFinished(outcome=ev.Outcome.CANCELLED)
         except StorageUnavailable as exc:
             self._note_storage_failure(exc)
             release(exc)  # answered: see the end of this method's ``finally``
@@ -481,6 +486,16 @@ class Run:
         failure = self._storage_failure.message if self._storage_failure else ""
         self.report.close(final, self._usage, self.model.name, cause, failure)
         self._observer.run_finished(self.report)
+
+    def _not_kept(self, why: str) -> ev.RunError:
+        """The end of a stopped run whose partial answer the store refused (not because
+        another replica has the run): a failed run, the conversation free again."""
+        failure = StorageUnavailable(
+            f"storage unavailable: the stopped run's partial answer was not kept: {why}"
+        )
+        self._note_storage_failure(failure)
+        self.status = RunStatus.FAILED
+        return _storage_error(failure)
 
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""

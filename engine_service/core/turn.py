@@ -500,7 +500,11 @@ class Run:
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""
         assert self.final is not None
-        delivery = self.end_delivery(self) if self.end_delivery is not None else None
+        try:
+            delivery = self.end_delivery(self) if self.end_delivery is not None else None
+        except Exception:  # the webhook is lost, not the run's end (logged)
+            log.exception("run %s: its webhook could not be made", self.run_id)
+            delivery = None
         await self.out.settle(self.status, self.final, self._usage_or_none(), delivery)
         self.delivery_stored = delivery is not None
         self.settled = True

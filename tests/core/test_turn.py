@@ -103,3 +103,36 @@ async def test_a_stopped_run_whose_answer_the_store_refuses_ends_and_frees_the_c
             assert [e async for e in engine.run_events(again)]
     finally:
         await engine.shutdown(0)
+
+
+class Short(ChatModel):
+    """A one-word answer."""
+
+    name = "short"
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatDelta]:
+        yield TextDelta("done")
+
+
+async def test_a_webhook_that_cannot_be_made_does_not_keep_the_run_from_ending() -> None:
+    """Making the run's webhook delivery fails (a bug there): the run's end is stored all
+    the same, and the conversation takes its next turn."""
+    store = MemorySessionStore()
+    engine = Engine(store, Short(), ToolRegistry(), EngineLimits())
+
+    def broken(_run: object) -> None:
+        raise RuntimeError("a bug in the payload")
+
+    engine.notices.delivery_for = broken  # type: ignore[method-assign,assignment]
+    await engine.start()
+    try:
+        for text in ("one", "two"):
+            async with asyncio.timeout(WAIT):
+                handle = await engine.start_run(
+                    ANONYMOUS, RunInput(session_id="s", create_session=True, messages=[_said(text)])
+                )
+                events = [event async for event in engine.run_events(handle)]
+            assert isinstance(events[-1].body, ev.RunFinished)
+            assert (await store.get_run("s", handle.run_id)).status is RunStatus.SUCCEEDED
+    finally:
+        await engine.shutdown(0)

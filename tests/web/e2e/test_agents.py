@@ -352,7 +352,9 @@ def test_agentik_chat_lists_and_picks_agents_with_slash_agents(
     try:
         terminal.say("/agents")
         terminal.expect("* agentik")
-        terminal.expect("  support  openai:small-model  Answers customers")
+        # In columns: the names as wide as the longest (researcher).
+        terminal.expect("  support     openai:small-model  Answers customers")
+        terminal.expect("  researcher  openai:big-model    Finds things out")
         terminal.prompt()
         terminal.say("/agents support")
         terminal.expect("new conversations talk to support")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.agentik.settings_rows import setting_keys
+from tests.agentik.config.settings_rows import setting_keys
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

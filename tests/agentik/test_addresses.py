@@ -1,5 +1,5 @@
 """Network addresses: listen addresses, engine targets, loopback. The settings' errors for
-them (naming the setting) are tested in test_config.py; these are the rules themselves."""
+them (naming the setting) are tested in config/test_checks.py; these are the rules themselves."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from typing import TypeVar, cast
 import pytest
 
 from agentik.config import load_settings
-from tests.agentik.settings_rows import setting_keys
+from tests.agentik.config.settings_rows import setting_keys
 from tests.docs.examples import ROOT, Block, blocks, commands
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.e2e.conftest import Stack

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from agentik.config import ConfigError, TokenEntry, load_settings
-from tests.agentik.settings_rows import describe
+from tests.agentik.config.settings_rows import describe
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET_A = "tokA-5s9Lq"
 SECRET_B = "tokB-8Wm2x"
 

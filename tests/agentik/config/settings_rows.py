@@ -1,21 +1,22 @@
-"""The settings as rows, for the tests (moved from agentik/config.py, where nothing read
+"""The settings as rows, for the tests (moved from agentik/config, where nothing read
 them): ``setting_keys``, what the README's table and the docs must name, and ``describe``, a
 settings object as a table with the secrets masked."""
 
 from __future__ import annotations
 
-from agentik.config import _SETTINGS, Settings
+from agentik.config import Settings
+from agentik.config.keys import SETTINGS
 
 
 def setting_keys() -> list[tuple[str, str, str]]:
     """``(setting, env var, TOML key)`` for every setting, in documentation order."""
-    return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in _SETTINGS]
+    return [(key.flat, key.env, f"[{key.table}] {key.key}") for key in SETTINGS]
 
 
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """``(setting, env var, value)`` rows for a table; secrets are masked."""
     rows = []
-    for key in _SETTINGS:
+    for key in SETTINGS:
         value = getattr(getattr(settings, key.table), key.key)
         if key.meta.get("secret") and value:
             shown = "***"

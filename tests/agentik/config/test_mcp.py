@@ -177,3 +177,27 @@ def test_two_servers_cannot_share_a_name(tmp_path: Path) -> None:
     text = '[[mcp.servers]]\nname = "a"\ncommand = "x"\n\n[[mcp.servers]]\nname = "a"\nurl = "http://h/"\n'
     with pytest.raises(ConfigError, match=r"entry 2 .*the server name 'a' is used twice"):
         _load(tmp_path, text)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agentik.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_an_mcp_servers_limits_have_defaults_and_bounds(tmp_path: Path) -> None:
+    entry = '[[mcp.servers]]\nname = "s"\ncommand = "x"\n'
+    [server] = load_settings(_write(tmp_path, entry), {}).mcp.servers
+    limits = (server.max_message_bytes, server.max_tools, server.max_tool_bytes)
+    assert limits == (16 * 1024 * 1024, 512, 64 * 1024)
+    assert server.max_progress_events == 1000
+    for key, value, why in [
+        ("max_message_bytes", 1000, "must be between 65536 and 1073741824 bytes; got 1000"),
+        ("max_tools", 0, "must be between 1 and 100000"),
+        ("max_tool_bytes", 100, "must be between 1024 and 16777216 bytes"),
+        ("max_progress_events", -1, "must be"),
+        ("max_message_bytes", "big", "must be an integer"),
+    ]:
+        text = entry + f"{key} = {value!r}\n".replace("'", '"')
+        with pytest.raises(ConfigError, match=rf"{key} of \[\[mcp.servers\]\] .*{why}"):
+            load_settings(_write(tmp_path, text), {})

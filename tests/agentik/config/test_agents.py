@@ -55,3 +55,11 @@ def test_the_facade_reads_agents_without_their_secrets(tmp_path: Path) -> None:
     agents = load_settings(path, {}, mcp=False).agent.agents
     assert [a.name for a in agents] == ["a"]
     assert agents[0].api_key is None
+
+
+def test_an_agents_base_url_of_the_chat_endpoint_is_refused_naming_the_agent(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, '[[agents]]\nname = "r"\nbase_url = "http://h/v1/chat/completions"\n')
+    with pytest.raises(ConfigError, match=r"invalid base_url of \[\[agents\]\] entry 1 .*'r'"):
+        load_settings(path, {})

@@ -48,6 +48,7 @@ NOT_MODULES = frozenset({"__init__.py", "__main__.py"})
 # enough to read in one sitting, and the package's ``__init__`` only re-exports its parts.
 SPLIT_PACKAGES = (
     "agentik/config",
+    "engine_service/stores/memory",
     "engine_service/stores/sqlite",
     "engine_service/stores/postgres",
 )

@@ -479,7 +479,7 @@ class MemorySessionStore(SessionStore):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
-        delivery: Delivery | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         now = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -508,7 +508,7 @@ class MemorySessionStore(SessionStore):
                 entry.input_tokens += usage.input_tokens
                 entry.output_tokens += usage.output_tokens
                 entry.cached_tokens += usage.cached_tokens
-            if delivery is not None:
+            for delivery in deliveries:
                 await self.add_delivery(delivery)
         if entry.active_run_id == run_id:
             entry.active_run_id = ""

@@ -201,7 +201,7 @@ class EngineServer:
         self.a2a = build_a2a_agents(settings, engine.tools)
         self.deliveries = build_delivery_worker(settings, engine, self._webhook_attempt)
         check = _guard(settings)
-        pushers = [A2aPush(engine.store, self.deliveries)]
+        pushers = [A2aPush(engine.store)]
         engine.notices.webhooks = RunWebhooks(self.deliveries, check, pushers)
         engine.notices.push = PushConfigs(engine.store, check, settings.webhooks.max_push_configs)
         engine.tools_settled = self._tools_settled

@@ -157,7 +157,9 @@ class Engine(Stopping):
             self.limits,
             is_engine_tool=lambda name: self.tools.get(name) is not None,
             launch=self._launch_resumed,
-            closed=lambda *closed: self.notices.closed(*closed),  # notices: made below
+            # notices: made below
+            deliveries=lambda *closed: self.notices.closed_deliveries(*closed),
+            stored=lambda: self.notices.wake(),
             tools_settled=lambda: self.tools_settled,
             event_limit=lambda: self._event_limit,
             replica=self.replica,
@@ -250,6 +252,7 @@ class Engine(Stopping):
             await self._recover()
 
     def _settled(self, run: Run) -> None:
+        self.notices.settled(run)  # its end stored at last, with its webhooks
         run.hub.notify()
         self._hubs.drop_if_unused(run.hub)
 
@@ -451,7 +454,7 @@ class Engine(Stopping):
             opened=opened,
             **more,
         )
-        run.end_delivery = self.notices.delivery_for  # its webhook stored with its end
+        run.end_deliveries = self.notices.end_deliveries  # stored with its end
         self._runs.add(run, principal, session.owner)
         self.agents.started(session.id, profile.name)
         run.report.agent = profile.name

@@ -392,10 +392,10 @@ class Outbox:
         status: RunStatus,
         final: ev.RunFinished | ev.RunError,
         usage: ev.Usage | None = None,
-        delivery: Delivery | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
-        """Store the run's last events and its end in one transaction, with ``delivery``
-        (the outbox row of its webhook) if given."""
+        """Store the run's last events and its end in one transaction, with
+        ``deliveries`` (the outbox rows of its end: its webhook, its A2A push updates)."""
         error = final if isinstance(final, ev.RunError) else None
         finished = final if isinstance(final, ev.RunFinished) else None
         async with self.hub.writing():
@@ -412,7 +412,7 @@ class Outbox:
                 interrupts=finished.interrupts if finished else (),
                 usage=usage,
                 hold=self.hold,
-                delivery=delivery,
+                deliveries=deliveries,
             )
             self._stored(pending, 0)
 

@@ -115,15 +115,9 @@ class LeaseKeeper:
         self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]
     ) -> None:
         try:
-            await take_over(run)
+            await take_over(run)  # closes the run itself when its resume fails
         except Exception:
-            log.exception("run %s could not be resumed; closing it as interrupted", run.id)
-            try:
-                await close_abandoned_run(
-                    self.store, run, utc_now(), max_event_bytes=self.max_event_bytes
-                )
-            except Exception:
-                log.exception("run %s could not be closed either", run.id)
+            log.exception("run %s could not be taken over, nor closed", run.id)
 
     async def _keep(self) -> None:
         while True:

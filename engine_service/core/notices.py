@@ -1,11 +1,13 @@
 """The engine's side of run webhooks and A2A push (``core.run_webhooks``): a run's webhook
-and push configs checked when it is asked for, and its start and end announced off the
-run's path, as outbox writes the engine's shutdown waits for.
+and push configs checked when it is asked for; the outbox rows of its start added off the
+run's path (writes the engine's shutdown waits for), and those of its end (its webhook, its
+A2A push updates) stored with the end, in ``finish_run``'s transaction (``Run.settle``, and
+the close of a run whose engine died: ``core.takeover``).
 
 A run's end is announced by the engine that stores it: a run this engine lost to another
 replica (handed over, taken over, closed there) is announced there, by the run that
-resumed it or the close (``closed``); never here, where its end would be a guess (the
-delivery id ``run_<id>`` is the same, and the first one added wins)."""
+resumed it or the close; never here, where its end would be a guess (the delivery id
+``run_<id>`` is the same, and the first one added wins)."""
 
 from __future__ import annotations
 
@@ -66,58 +68,53 @@ class Notices:
             self._later(self.webhooks.notice(self._notice(run, started=True)), run.run_id)
 
     def ended(self, run: Run) -> None:
-        webhooks = self.webhooks
-        if webhooks is None or run.lost_at:  # its end is another replica's to announce
-            self._resumes.pop(run.run_id, None)
-            return
-        if run.delivery_stored:  # stored with the run's end: only to be sent
-            webhooks.worker.wake()
-        # Else its end is not stored yet (the engine stores it later, the delivery with it),
-        # or the run named no webhook.
-        if webhooks.pushers:
-            self._later(webhooks.notice(self._notice(run, started=False)), run.run_id)
+        """``run`` ended here: its end stored (or another replica's), or waiting to be
+        stored with its outbox rows (``core.unsettled``; then :meth:`settled` once it is)."""
+        if run.settled or run.lost_at:
+            self.settled(run)
+
+    def settled(self, run: Run) -> None:
+        """``run``'s end is stored: the rows stored with it only need sending (none when
+        another replica closed it: its end, and its webhooks, are that replica's)."""
         self._resumes.pop(run.run_id, None)
+        if self.webhooks is not None and run.delivery_stored and not run.lost_at:
+            self.webhooks.worker.wake()
 
-    def delivery_for(self, run: Run) -> Delivery | None:
-        """The outbox row of ``run``'s webhook, stored with its end (``Run.settle``), so a
-        crash between the two cannot lose it; None: the run names no webhook."""
+    async def end_deliveries(self, run: Run) -> list[Delivery]:
+        """The outbox rows of ``run``'s end (its webhook, its A2A push updates), stored
+        with it (``Run.settle``), so a crash between the two cannot lose them."""
         webhooks = self.webhooks
-        if webhooks is None or not run.input.webhook_url or run.final is None:
-            return None
-        return webhooks.run_delivery(
-            run.input.webhook_url,
-            run.session_id,
-            run.run_id,
-            run.final,
-            run.transcript.messages,
-            run.session_key,
-        )
+        if webhooks is None or run.final is None:
+            return []
+        notice = self._notice(run, started=False)
+        return await webhooks.end_deliveries(run.input.webhook_url, notice)
 
-    def closed(self, webhook: str, session_key: str, record: RunRecord, closed: RunClosed) -> None:
-        """A run whose engine died, closed without running again (``core.takeover``): its
-        end goes to ``webhook`` ("": none) and the pushers, as any run's (``session_key``:
-        its conversation's, which with the run id names the delivery)."""
+    async def closed_deliveries(
+        self, webhook: str, session_key: str, record: RunRecord, closed: RunClosed
+    ) -> list[Delivery]:
+        """The outbox rows of the end of a run whose engine died, closed without running
+        again (``core.takeover``), stored with its close: its end goes to ``webhook`` ("":
+        none) and the pushers, as any run's (``session_key``: its conversation's, which
+        with the run id names the delivery)."""
         webhooks = self.webhooks
         if webhooks is None:
-            return
-        session_id, run_id = record.session_id, record.id
-        if webhook:
-            write = webhooks.run_ended(
-                webhook, session_id, run_id, closed.final, closed.messages, session_key
-            )
-            self._later(write, run_id)
-        if webhooks.pushers:
-            notice = RunNotice(
-                session_id,
-                run_id,
-                "",
-                False,
-                closed.final,
-                closed.messages,
-                utc_now(),
-                session_key,
-            )
-            self._later(webhooks.notice(notice), run_id)
+            return []
+        notice = RunNotice(
+            record.session_id,
+            record.id,
+            "",
+            False,
+            closed.final,
+            closed.messages,
+            utc_now(),
+            session_key,
+        )
+        return await webhooks.end_deliveries(webhook, notice)
+
+    def wake(self) -> None:
+        """Rows were just stored (with a close): send them now."""
+        if self.webhooks is not None:
+            self.webhooks.worker.wake()
 
     async def drain(self, seconds: float) -> None:
         """Wait (at most ``seconds``) for the outbox writes under way."""

@@ -13,17 +13,23 @@ stored event: the dead engine may have shown clients seqs up to the reservation,
 client resuming from any of them must get the closing events next, never an old id.
 
 Safe to repeat: a partial message already stored (a crash during recovery) is not
-stored twice, and the run's end is stored with its closing events in one transaction.
+stored twice, and the run's end is stored with its closing events in one transaction, and
+with the outbox rows that tell of it (its webhook, its A2A push updates: ``deliveries``),
+so an engine killed right after the close cannot lose them. The close is made only while
+the run is RUNNING on the replica it was read on (``RunHold``): a replica that lost the run
+to another (which resumed or closed it) writes nothing of its close, and adds no row.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from engine_service.core import events as ev
 from engine_service.core.bounds import MESSAGE_ROOM, bound_message
+from engine_service.core.deliveries import Delivery
 from engine_service.core.history import new_id
 from engine_service.core.models import (
     Message,
@@ -33,12 +39,13 @@ from engine_service.core.models import (
     RunStatus,
     TextPart,
 )
-from engine_service.core.store import SessionStore
+from engine_service.core.store import RunHold, SessionStore
 from engine_service.core.tool_calls import step_call_id
 
 __all__ = [
     "ABANDONED_CODE",
     "RESUMED",
+    "EndDeliveries",
     "SUPERSEDED",
     "RunClosed",
     "close_abandoned_run",
@@ -65,6 +72,11 @@ class RunClosed:
     """Its terminal event, as stored."""
     messages: list[Message]
     """The session's messages once it was closed (its last answer among them)."""
+
+
+EndDeliveries = Callable[[RunClosed], Awaitable[Sequence[Delivery]]]
+"""The outbox rows of a closed run's end (its webhook, its A2A push updates), made from
+how it was closed, to be stored with the close (``core.takeover``)."""
 
 
 @dataclass(slots=True)
@@ -134,12 +146,16 @@ async def close_abandoned_run(
     *,
     max_event_bytes: int = 1024 * 1024,
     error: ev.RunError | None = None,
+    deliveries: EndDeliveries | None = None,
 ) -> RunClosed:
-    """Store the closing events and the end of ``run``; how it ended.
+    """Store the closing events and the end of ``run``, with the outbox rows
+    ``deliveries`` makes of it, in one transaction; how it ended. Only while ``run`` is
+    RUNNING on ``run.replica``: else nothing is written and ``InvalidInput`` raised.
 
     The partial answer rebuilt from its deltas is clipped to one event (``core.bounds``).
     With ``error`` the run ends failed with it instead of interrupted (a run resumed too
     often, ``core.resume``)."""
+    hold = RunHold(run.id, run.replica)
     work = await read_run(store, run)
     history = await store.all_messages(run.session_id)
     known = {m.id for m in history}
@@ -182,7 +198,7 @@ async def close_abandoned_run(
 
     fresh = [m for m in kept if m.id not in known] + [m for _, m in results]
     if fresh:
-        await store.append_messages(run.session_id, fresh)
+        await store.append_messages(run.session_id, fresh, hold=hold)
     bodies += [ev.MessageStored(m) for m in kept]
     for call_id, result in results:
         bodies.append(ev.ToolCallResult(result.id, call_id, _NO_RESULT, is_error=True))
@@ -197,6 +213,8 @@ async def close_abandoned_run(
     closing = [
         ev.Event(first + i, stamp, run.session_id, run.id, body) for i, body in enumerate(bodies)
     ]
+    closed = RunClosed(final, history + fresh)
+    rows = await deliveries(closed) if deliveries is not None else ()
     await store.finish_run(
         run.session_id,
         run.id,
@@ -205,5 +223,7 @@ async def close_abandoned_run(
         error.code if error is not None else ABANDONED_CODE,
         error.message if error is not None else _ABANDONED_MESSAGE,
         events=closing,
+        hold=hold,
+        deliveries=rows,
     )
-    return RunClosed(final, history + fresh)
+    return closed

@@ -33,11 +33,12 @@ id, its events after every seq the dead engine may have shown (``reserved_seq``)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from engine_service.core import events as ev
+from engine_service.core.deliveries import Delivery
 from engine_service.core.history import new_id
 from engine_service.core.hitl import needs_approval
 from engine_service.core.models import (
@@ -53,11 +54,12 @@ from engine_service.core.models import (
 from engine_service.core.recovery import (
     RESUMED,
     SUPERSEDED,
+    EndDeliveries,
     RunClosed,
     close_abandoned_run,
     read_run,
 )
-from engine_service.core.store import SessionStore
+from engine_service.core.store import RunHold, SessionStore
 
 __all__ = ["IN_DOUBT", "RESUME_LIMIT_CODE", "ResumePoint", "Resumption", "resume_run"]
 
@@ -129,13 +131,16 @@ async def resume_run(
     in_doubt: str = "ask",
     carrying_out: bool = False,
     starts_stored: bool = True,
+    deliveries: EndDeliveries | None = None,
 ) -> Resumption | RunClosed:
     """Store the events that close what ``run``'s dead engine left open and mark its
     resume; the run to go on with, or how it ended when it was closed instead (nothing of
     it stored, its answer complete, or resumed ``max_resumes`` times already).
     ``carrying_out``: the run carries out a person's answers (kept with it), so it goes
     on even when it stored nothing yet. ``starts_stored``: whether its engine stored each
-    tool call's start (``core.kept_input``); if not, every unfinished call is in doubt."""
+    tool call's start (``core.kept_input``); if not, every unfinished call is in doubt.
+    A run closed instead has the outbox rows ``deliveries`` makes of its end stored with
+    it (``close_abandoned_run``)."""
     work = await read_run(store, run)
     history = await store.all_messages(run.session_id)
     own = [m for m in history if m.run_id == run.id]
@@ -148,11 +153,13 @@ async def resume_run(
             code=RESUME_LIMIT_CODE,
         )
         return await close_abandoned_run(
-            store, run, now, max_event_bytes=max_event_bytes, error=error
+            store, run, now, max_event_bytes=max_event_bytes, error=error, deliveries=deliveries
         )
     if not own and not carrying_out:
         # Cut before it stored its input: there is nothing to go on from.
-        return await close_abandoned_run(store, run, now, max_event_bytes=max_event_bytes)
+        return await close_abandoned_run(
+            store, run, now, max_event_bytes=max_event_bytes, deliveries=deliveries
+        )
 
     bodies: list[ev.EventBody] = []
     for reasoning_id in work.reasoning:
@@ -214,8 +221,11 @@ async def resume_run(
     if done:
         # Its last round was stored whole: the run had ended but for storing its end.
         end = ev.RunFinished(pending_tool_call_ids=client_calls)
-        await _store(store, run, [*bodies, end], finish=RunStatus.SUCCEEDED, end=end, now=now)
-        return RunClosed(end, history)
+        closed = RunClosed(end, history)
+        rows = await deliveries(closed) if deliveries is not None else ()
+        finish = RunStatus.SUCCEEDED
+        await _store(store, run, [*bodies, end], finish=finish, end=end, now=now, rows=rows)
+        return closed
 
     resumes = work.resumes + 1
     reason = "the engine running this run stopped; it goes on from its last checkpoint"
@@ -247,9 +257,11 @@ async def _store(
     finish: RunStatus | None = None,
     end: ev.RunFinished | None = None,
     now: datetime | None = None,
+    rows: Sequence[Delivery] = (),
 ) -> None:
     """Store ``bodies`` after every seq the dead engine may have shown; with ``finish``
-    the run's end in the same transaction."""
+    the run's end in the same transaction, and the outbox ``rows`` that tell of it (only
+    while the run is RUNNING on the replica it was read on)."""
     session = await store.get_session(run.session_id)
     first = max(session.last_seq, session.reserved_seq) + 1
     stamp = time.time()
@@ -258,7 +270,18 @@ async def _store(
     ]
     if finish is not None and now is not None:
         pending = end.pending_tool_call_ids if end is not None else ()
-        await store.finish_run(run.session_id, run.id, finish, now, "", "", pending, events=events)
+        await store.finish_run(
+            run.session_id,
+            run.id,
+            finish,
+            now,
+            "",
+            "",
+            pending,
+            events=events,
+            hold=RunHold(run.id, run.replica),
+            deliveries=rows,
+        )
         return
     last = events[-1].seq
     await store.append_events(run.session_id, events, reserve_through=last + reserve)

@@ -70,7 +70,9 @@ class RunNotice:
     run this is (:func:`incarnation_of`)."""
 
 
-Pusher = Callable[[RunNotice], Awaitable[None]]
+Pusher = Callable[[RunNotice], Awaitable[Sequence[Delivery]]]
+"""What a pusher (A2A push) makes of a run's start or end: the outbox rows that tell of it
+(none when nobody asked to be told). The rows of a run's end are stored with the end."""
 
 
 def webhook_for(named: str, session: Session) -> str:
@@ -136,7 +138,8 @@ def run_payload(
 
 
 class RunWebhooks:
-    """The run side of the outbox: check URLs as runs are asked for, enqueue their ends."""
+    """The run side of the outbox: check URLs as runs are asked for, make the rows of their
+    starts and ends."""
 
     def __init__(
         self,
@@ -145,47 +148,47 @@ class RunWebhooks:
         pushers: Sequence[Pusher] = (),
     ) -> None:
         """``check(url)`` raises ``InvalidInput`` naming why a URL is refused; ``pushers``
-        hear of every run's start and end."""
+        make the outbox rows of every run's start and end."""
         self.worker = worker
         self.check = check
         self.pushers = list(pushers)
 
     async def notice(self, notice: RunNotice) -> None:
-        """Tell every pusher; one that fails does not stop the others (the log says why)."""
-        for push in self.pushers:
-            try:
-                await push(notice)
-            except Exception:
-                log.exception("pushing the updates of run %s failed", notice.run_id)
+        """Add what every pusher makes of ``notice`` (a run's start) to the outbox."""
+        for row in await self._pushed(notice):
+            await self.worker.enqueue(row)
 
-    def run_delivery(
-        self,
-        url: str,
-        session_id: str,
-        run_id: str,
-        final: ev.RunFinished | ev.RunError | None,
-        messages: Sequence[Message],
-        session_key: str = "",
-    ) -> Delivery:
-        """The outbox row of a run's end, to be stored with it (``finish_run``) or by
-        :meth:`run_ended`."""
-        now = utc_now()
-        payload = run_payload(session_id, run_id, final, messages, now, session_key)
+    async def end_deliveries(self, url: str, notice: RunNotice) -> list[Delivery]:
+        """The outbox rows of a run's end (``notice``), to be stored with it
+        (``finish_run``): its webhook (to ``url``; "" for none) and what every pusher
+        makes of it. A pusher that fails makes none (the log says why), and keeps neither
+        the others' rows nor the run's end from being stored."""
+        rows = [self.run_delivery(url, notice)] if url else []
+        return rows + await self._pushed(notice)
+
+    def run_delivery(self, url: str, notice: RunNotice) -> Delivery:
+        """The outbox row of a run's webhook (``notice``: its end)."""
+        now = notice.time
+        payload = run_payload(
+            notice.session_id,
+            notice.run_id,
+            notice.final,
+            notice.messages,
+            now,
+            notice.session_key,
+        )
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-        delivery_id = run_delivery_id(session_key, run_id)
+        delivery_id = run_delivery_id(notice.session_key, notice.run_id)
         return Delivery(delivery_id, url, body, now, now, kind="run")
 
-    async def run_ended(
-        self,
-        url: str,
-        session_id: str,
-        run_id: str,
-        final: ev.RunFinished | ev.RunError | None,
-        messages: Sequence[Message],
-        session_key: str = "",
-    ) -> None:
-        delivery = self.run_delivery(url, session_id, run_id, final, messages, session_key)
-        await self.worker.enqueue(delivery)
+    async def _pushed(self, notice: RunNotice) -> list[Delivery]:
+        rows: list[Delivery] = []
+        for push in self.pushers:
+            try:
+                rows += await push(notice)
+            except Exception:
+                log.exception("the push updates of run %s could not be made", notice.run_id)
+        return rows
 
 
 class PushConfigs:

@@ -355,13 +355,15 @@ class SessionStore(abc.ABC):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
-        delivery: Delivery | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         """Store the run's last ``events``, record how it ended and clear the active run.
 
-        ``delivery`` (the outbox row of the run's webhook) is added in the same
-        transaction, when the run ends here (it was still running; one with its id already
-        there is kept): a crash between the end and its webhook cannot lose the webhook.
+        ``deliveries`` (the outbox rows of the run's end: its webhook, its A2A push
+        updates) are added in the same transaction, when the run ends here (it was still
+        running, and held when ``hold`` is given; one whose id is there already is kept): a
+        crash between the end and its webhooks cannot lose them, and a write that does not
+        end the run adds none.
 
         With ``hold``, only while the run is held (:class:`RunHold`): else nothing is
         written and ``InvalidInput`` raised.

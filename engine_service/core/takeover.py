@@ -7,8 +7,9 @@ One job, out of ``Engine``, with a narrow interface (callbacks, as ``core.leases
   with what it kept of its request (``core.kept_input``: the client's tools and context, a
   person's answers it was carrying out), or closes it as interrupted when ``resume_runs``
   is off. The engine starts the resumed run through ``launch``, with the webhook the run
-  named (kept with it) or its conversation's default; a run closed instead is told to
-  ``closed``, which posts its end to that webhook too.
+  named (kept with it) or its conversation's default; a run closed instead (or after its
+  resume failed) posts its end to that webhook too, its outbox row stored with the close
+  (``deliveries``): an engine killed right after the close cannot lose it.
 - :func:`hand_over` stops a stopping replica's runs at their next step boundary and
   releases their leases, for another replica to resume.
 """
@@ -23,6 +24,7 @@ from typing import Protocol
 
 from engine_service.core import events as ev
 from engine_service.core.clock import utc_now
+from engine_service.core.deliveries import Delivery
 from engine_service.core.errors import (
     AgentikError,
     InputRequired,
@@ -38,10 +40,11 @@ from engine_service.core.models import (
     ResumeEntry,
     RunInput,
     RunRecord,
+    RunStatus,
     Session,
     ToolCall,
 )
-from engine_service.core.recovery import RunClosed, close_abandoned_run
+from engine_service.core.recovery import EndDeliveries, RunClosed, close_abandoned_run
 from engine_service.core.resume import IN_DOUBT, ResumePoint, Resumption, resume_run
 from engine_service.core.run_webhooks import webhook_for
 from engine_service.core.store import SessionStore
@@ -74,35 +77,52 @@ class TakeOver:
         *,
         is_engine_tool: Callable[[str], bool],
         launch: Callable[[Resumed], object],
-        closed: Callable[[str, str, RunRecord, RunClosed], None],
+        deliveries: Callable[[str, str, RunRecord, RunClosed], Awaitable[Sequence[Delivery]]],
+        stored: Callable[[], None],
         tools_settled: Callable[[], Callable[[], Awaitable[None]] | None],
         event_limit: Callable[[], int],
         replica: str,
     ) -> None:
         """``tools_settled``: the awaitable to wait for before a resume (the tool sources
-        connected), if any; ``launch`` starts the resumed run; ``closed(webhook, run,
-        how)`` tells of a run closed instead (``webhook``: where its end is posted, "" for
-        nowhere)."""
+        connected), if any; ``launch`` starts the resumed run. A run closed instead has the
+        outbox rows ``deliveries(webhook, session_key, run, how)`` makes of its end stored
+        with the close (``webhook``: where its end is posted, "" for nowhere); ``stored``
+        is told once they are."""
         self.store = store
         self.limits = limits
         self._is_engine_tool = is_engine_tool
         self._launch = launch
-        self._closed = closed
+        self._deliveries = deliveries
+        self._stored = stored
         self._tools_settled = tools_settled
         self._event_limit = event_limit
         self.replica = replica
 
     async def __call__(self, record: RunRecord) -> None:
+        """Resume ``record``, or close it. One whose resume (or close) fails is closed as
+        interrupted, its webhook stored with that close; an error of that close is
+        raised."""
+        try:
+            await self._take(record)
+        except Exception:
+            log.exception("run %s could not be resumed; closing it as interrupted", record.id)
+            await self._close_failed(record)
+
+    async def _take(self, record: RunRecord) -> None:
         if not self.limits.resume_runs:
-            closed = await close_abandoned_run(
-                self.store, record, utc_now(), max_event_bytes=self._event_limit()
+            await close_abandoned_run(
+                self.store,
+                record,
+                utc_now(),
+                max_event_bytes=self._event_limit(),
+                deliveries=self._rows(record, None),
             )
+            self._stored()
             log.warning(
                 "run %s of session %s lost its engine; stored as interrupted with what it had said",
                 record.id,
                 record.session_id,
             )
-            await self._tell(record, closed)
             return
         settled = self._tools_settled()
         if settled is not None:
@@ -122,15 +142,16 @@ class TakeOver:
             in_doubt=run_limits.in_doubt,
             carrying_out=bool(decisions),
             starts_stored=kept.starts,
+            deliveries=self._rows(record, kept.webhook),
         )
         if isinstance(resumed, RunClosed):
+            self._stored()
             log.warning(
                 "run %s of session %s lost its engine and was closed (nothing to resume, "
                 "already answered, or resumed too often)",
                 record.id,
                 record.session_id,
             )
-            await self._tell(record, resumed, kept.webhook)
             return
         decisions, ask = self._sort_decisions(decisions, resumed)
         run_input = RunInput(
@@ -169,18 +190,51 @@ class TakeOver:
             resumed.rounds,
         )
 
-    async def _tell(self, record: RunRecord, closed: RunClosed, webhook: str | None = None) -> None:
-        """Tell ``closed`` of a run closed here, with the webhook it named (None: not read
-        yet) or its conversation's default. A failed read loses the webhook, not the close."""
-        try:
-            if webhook is None:
-                webhook = restore(await self.store.kept_input(record.session_id, record.id)).webhook
-            session = await self.store.get_session(record.session_id)
-        except AgentikError as exc:
-            log.error("the webhook of run %s is lost: %s", record.id, exc.message)
+    async def _close_failed(self, record: RunRecord) -> None:
+        """Close ``record`` as interrupted after its resume (or close) failed, with its
+        webhook; not when it is no longer RUNNING here (it was closed, or another replica
+        took it, meanwhile)."""
+        now = await self.store.get_run(record.session_id, record.id)
+        if now.status is not RunStatus.RUNNING or now.replica != record.replica:
+            log.warning("run %s was closed or taken over meanwhile; not closed here", record.id)
             return
-        key = session_key(session.id, session.owner, session.created_at)
-        self._closed(webhook_for(webhook, session), key, record, closed)
+        await close_abandoned_run(
+            self.store,
+            record,
+            utc_now(),
+            max_event_bytes=self._event_limit(),
+            deliveries=self._rows(record, None, or_none=True),
+        )
+        self._stored()
+
+    def _rows(
+        self, record: RunRecord, named: str | None, *, or_none: bool = False
+    ) -> EndDeliveries:
+        """What a close of ``record`` stores with its end: its end posted to the webhook it
+        named (``named``; None: read from what it kept) or its conversation's default,
+        read before the close. With ``or_none`` (a last resort) a failed read loses the
+        webhook, not the close. Rows that cannot be made are lost (logged), not the close."""
+
+        async def rows(closed: RunClosed) -> Sequence[Delivery]:
+            try:
+                webhook = named
+                if webhook is None:
+                    kept = await self.store.kept_input(record.session_id, record.id)
+                    webhook = restore(kept).webhook
+                session = await self.store.get_session(record.session_id)
+            except AgentikError as exc:
+                if not or_none:
+                    raise
+                log.error("the webhook of run %s is lost: %s", record.id, exc.message)
+                return ()
+            key = session_key(session.id, session.owner, session.created_at)
+            try:
+                return await self._deliveries(webhook_for(webhook, session), key, record, closed)
+            except Exception:  # the webhook is lost, not the close (logged)
+                log.exception("run %s: its webhook could not be made", record.id)
+                return ()
+
+        return rows
 
     async def left_behind(self, is_local: Callable[[str], bool]) -> None:
         """Take over every RUNNING run in the store but this engine's own (``is_local``:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from agentik.collector import release
@@ -138,10 +138,11 @@ class Run:
         self.emit = self.out.emit
         self.settled = True
         """False while the run's end could not be stored (the engine retries it)."""
-        self.end_delivery: Callable[[Run], Delivery | None] | None = None
-        """The outbox row of the run's webhook, stored with its end (``Notices``)."""
+        self.end_deliveries: Callable[[Run], Awaitable[Sequence[Delivery]]] | None = None
+        """The outbox rows of the run's end (its webhook, its A2A push updates), stored
+        with the end (``Notices``)."""
         self.delivery_stored = False
-        """Whether that row was stored with the run's end (it only needs sending)."""
+        """Whether such rows were stored with the run's end (they only need sending)."""
         self.final: ev.RunFinished | ev.RunError | None = None
         self.status = RunStatus.RUNNING
         self.task: asyncio.Task[None] | None = None
@@ -500,13 +501,14 @@ class Run:
     async def settle(self) -> None:
         """Store the run's last events and its end in one transaction."""
         assert self.final is not None
+        deliveries: Sequence[Delivery] = ()
         try:
-            delivery = self.end_delivery(self) if self.end_delivery is not None else None
+            if self.end_deliveries is not None:
+                deliveries = await self.end_deliveries(self)
         except Exception:  # the webhook is lost, not the run's end (logged)
             log.exception("run %s: its webhook could not be made", self.run_id)
-            delivery = None
-        await self.out.settle(self.status, self.final, self._usage_or_none(), delivery)
-        self.delivery_stored = delivery is not None
+        await self.out.settle(self.status, self.final, self._usage_or_none(), deliveries)
+        self.delivery_stored = bool(deliveries)
         self.settled = True
 
     async def _loop(self) -> ev.RunFinished:

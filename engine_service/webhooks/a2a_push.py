@@ -1,4 +1,5 @@
-"""A2A push notifications: each update of a task with push configs goes to the outbox.
+"""A2A push notifications: each update of a task with push configs goes to the outbox (the
+updates of a run's end stored with the end, ``core.run_webhooks``).
 
 A task is a run and the runs that resumed it (web_facade/a2a/tasks.py); its id is the
 first run's. When one of its runs starts, the task is WORKING; when it ends, its answer
@@ -27,7 +28,7 @@ from a2a.types import (
 from google.protobuf import json_format
 
 from engine_service.core import events as ev
-from engine_service.core.deliveries import Delivery, DeliveryWorker, PushConfig
+from engine_service.core.deliveries import Delivery, PushConfig
 from engine_service.core.models import Role, message_text
 from engine_service.core.run_webhooks import RunNotice, incarnation_of
 from engine_service.core.store import SessionStore
@@ -103,11 +104,10 @@ def _delivery_id(config: PushConfig, notice: RunNotice, phase: str, index: int) 
 
 
 class A2aPush:
-    """A pusher (``core.run_webhooks``): tells a run's task's push configs of its updates."""
+    """A pusher (``core.run_webhooks``): the updates of a run's task for its push configs."""
 
-    def __init__(self, store: SessionStore, worker: DeliveryWorker) -> None:
+    def __init__(self, store: SessionStore) -> None:
         self.store = store
-        self.worker = worker
 
     async def _task_of(self, session_id: str, run_id: str, resumes: str) -> str:
         """The task's id: the first run of the chain ``run_id`` is in."""
@@ -120,29 +120,30 @@ class A2aPush:
             task = resumed_by[task]
         return task
 
-    async def __call__(self, notice: RunNotice) -> None:
+    async def __call__(self, notice: RunNotice) -> list[Delivery]:
+        """One delivery per update and config (none for a task without configs)."""
         configs = await self.store.session_push_configs(notice.session_id)
         if not configs:
-            return  # most sessions: one indexed read per run start and end
+            return []  # most sessions: one indexed read per run start and end
         task_id = await self._task_of(notice.session_id, notice.run_id, notice.resumes)
         configs = [c for c in configs if c.task_id == task_id]
         if not configs:
-            return
+            return []
         phase = "start" if notice.started else "end"
         bodies = [
             json.dumps(json_format.MessageToDict(update), separators=(",", ":"))
             for update in push_updates(task_id, notice)
         ]
-        for config in configs:
-            for index, body in enumerate(bodies):
-                delivery = Delivery(
-                    _delivery_id(config, notice, phase, index),
-                    config.url,
-                    body,
-                    notice.time,
-                    notice.time,
-                    headers=_headers(config),
-                    kind="a2a",
-                )
-                await self.store.add_delivery(delivery)
-        self.worker.wake()
+        return [
+            Delivery(
+                _delivery_id(config, notice, phase, index),
+                config.url,
+                body,
+                notice.time,
+                notice.time,
+                headers=_headers(config),
+                kind="a2a",
+            )
+            for config in configs
+            for index, body in enumerate(bodies)
+        ]

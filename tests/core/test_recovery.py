@@ -27,22 +27,27 @@ from tests.web.e2e.conftest import ENGINE_LISTENING, WAIT, Process
 MCP_CONNECTED = r"MCP server 'demo' connected"
 
 
+def engine_env(llm: FakeOpenAI, workdir: Path, **env: str) -> dict[str, str]:
+    """The environment of an engine process on the SQLite file of ``workdir``."""
+    return {
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "PATH": "/usr/bin:/bin",
+        "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
+        "AGENTIK_STORE": f"sqlite:///{workdir / 'agentik.db'}",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "AGENTIK_LLM_MAX_RETRIES": "0",
+        "AGENTIK_SHUTDOWN_GRACE": "1",
+        "AGENTIK_LOG_LEVEL": "INFO",
+        **env,
+    }
+
+
 class EngineProcess:
     """``python -m engine_service`` on a SQLite file, with a sync stub to it."""
 
     def __init__(self, llm: FakeOpenAI, workdir: Path, **env: str) -> None:
-        self.env = {
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "PATH": "/usr/bin:/bin",
-            "AGENTIK_GRPC_ADDR": "127.0.0.1:0",
-            "AGENTIK_STORE": f"sqlite:///{workdir / 'agentik.db'}",
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "AGENTIK_LLM_MAX_RETRIES": "0",
-            "AGENTIK_SHUTDOWN_GRACE": "1",
-            "AGENTIK_LOG_LEVEL": "INFO",
-            **env,
-        }
+        self.env = engine_env(llm, workdir, **env)
         self.workdir = workdir
         self.process = Process(
             "engine", [sys.executable, "-m", "engine_service"], self.env, workdir

@@ -9,6 +9,7 @@ from datetime import datetime
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
+from engine_service.core.deliveries import Delivery
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.errors import InvalidInput
 from engine_service.core.events import Event
@@ -120,10 +121,10 @@ async def test_a_webhook_that_cannot_be_made_does_not_keep_the_run_from_ending()
     store = MemorySessionStore()
     engine = Engine(store, Short(), ToolRegistry(), EngineLimits())
 
-    def broken(_run: object) -> None:
+    async def broken(_run: object) -> list[Delivery]:
         raise RuntimeError("a bug in the payload")
 
-    engine.notices.delivery_for = broken  # type: ignore[method-assign,assignment]
+    engine.notices.end_deliveries = broken  # type: ignore[method-assign,assignment]
     await engine.start()
     try:
         for text in ("one", "two"):

@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from engine_service.core import events as ev
 from engine_service.core.deliveries import Delivery, DeliveryStatus, PushConfig
 from engine_service.core.errors import InvalidInput, SessionNotFound
 from engine_service.core.models import RunStatus
-from engine_service.core.store import RunHold, SessionStore
+from engine_service.core.recovery import EndDeliveries, RunClosed, close_abandoned_run
+from engine_service.core.store import Lease, RunHold, SessionStore
 from engine_service.stores.postgres import PostgresSessionStore
 
 T0 = datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
@@ -205,9 +207,9 @@ async def test_a_run_s_webhook_is_stored_with_its_end_and_only_when_it_ends_ther
     between the two can lose it. A run already ended, or no longer this replica's, adds
     none (its end is not written here)."""
     await store.begin_run("s1", "r1", at(0), create=True)
-    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), delivery=delivery("run_r1"))
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), deliveries=[delivery("run_r1")])
     assert await store.get_delivery("run_r1") == delivery("run_r1")
-    await store.finish_run("s1", "r1", RunStatus.FAILED, at(2), delivery=delivery("run_r1.x"))
+    await store.finish_run("s1", "r1", RunStatus.FAILED, at(2), deliveries=[delivery("run_r1.x")])
     assert await store.get_delivery("run_r1.x") is None  # ended before: nothing written
 
     await store.begin_run("s1", "r2", at(3), create=False)
@@ -218,8 +220,73 @@ async def test_a_run_s_webhook_is_stored_with_its_end_and_only_when_it_ends_ther
             RunStatus.SUCCEEDED,
             at(4),
             hold=RunHold("r2", "another replica"),
-            delivery=delivery("run_r2"),
+            deliveries=[delivery("run_r2")],
         )
     assert await store.get_delivery("run_r2") is None
-    await store.finish_run("s1", "r2", RunStatus.SUCCEEDED, at(5), delivery=delivery("run_r2"))
+    await store.finish_run("s1", "r2", RunStatus.SUCCEEDED, at(5), deliveries=[delivery("run_r2")])
     assert await store.get_delivery("run_r2") == delivery("run_r2")
+
+
+async def test_a_run_s_end_and_the_rows_of_its_webhooks_are_stored_together_or_not_at_all(
+    store: SessionStore,
+) -> None:
+    """Several rows (its webhook, its A2A push updates) go with a run's end; a write that
+    does not end the run (another replica's, or a run ended already) adds none of them."""
+    rows = [delivery("run_r1.x"), delivery("push_1"), delivery("push_2")]
+    await store.begin_run("s1", "r1", at(0), create=True, lease=Lease("a", at(60)))
+    with pytest.raises(InvalidInput):
+        await store.finish_run(
+            "s1", "r1", RunStatus.SUCCEEDED, at(1), hold=RunHold("r1", "b"), deliveries=rows
+        )
+    assert [await store.get_delivery(d.id) for d in rows] == [None, None, None]
+    await store.finish_run(
+        "s1", "r1", RunStatus.SUCCEEDED, at(2), hold=RunHold("r1", "a"), deliveries=rows
+    )
+    assert [await store.get_delivery(d.id) for d in rows] == rows
+
+
+def _closing_rows(tag: str, seen: list[RunClosed]) -> EndDeliveries:
+    """What an engine stores with a close: the run's webhook, payload ``tag``."""
+
+    async def rows(closed: RunClosed) -> list[Delivery]:
+        seen.append(closed)
+        return [replace(delivery("run_r1.x"), payload=f'{{"by": "{tag}"}}'), delivery("push_1")]
+
+    return rows
+
+
+async def test_closing_a_run_its_engine_left_stores_its_end_with_its_webhooks_or_neither(
+    store: SessionStore,
+) -> None:
+    """Replica "a" died mid-run; "b" claimed the run and stalled past its lease, and "c"
+    claimed it in turn. b's close, late, writes nothing: no end, no closing event, no
+    outbox row. c's close stores the run's end with the rows of its webhooks in one write,
+    made from how it ended; a close again adds nothing, and the rows stay as first stored."""
+    await store.begin_run("s1", "r1", at(0), create=True, reserve=8, lease=Lease("a", at(5)))
+    (by_b,) = await store.claim_expired_runs("b", at(10), at(15))
+    (by_c,) = await store.claim_expired_runs("c", at(20), at(25))
+    seen: list[RunClosed] = []
+
+    with pytest.raises(InvalidInput):
+        await close_abandoned_run(store, by_b, at(30), deliveries=_closing_rows("b", seen))
+    assert await store.get_delivery("run_r1.x") is None
+    assert await store.get_delivery("push_1") is None
+    assert (await store.get_run("s1", "r1")).status is RunStatus.RUNNING
+    assert await store.read_events("s1", 0, 0) == []
+
+    closed = await close_abandoned_run(store, by_c, at(31), deliveries=_closing_rows("c", seen))
+    assert isinstance(closed.final, ev.RunFinished)
+    assert closed.final.outcome is ev.Outcome.CANCELLED
+    assert seen[-1] is closed  # the rows are made from the end that is stored
+    assert (await store.get_run("s1", "r1")).status is RunStatus.INTERRUPTED
+    webhook = await store.get_delivery("run_r1.x")
+    assert webhook is not None and webhook.payload == '{"by": "c"}'
+    assert await store.get_delivery("push_1") == delivery("push_1")
+    stored = await store.read_events("s1", 0, 0)
+    assert isinstance(stored[-1].body, ev.RunFinished)
+
+    with pytest.raises(InvalidInput):
+        await close_abandoned_run(store, by_c, at(32), deliveries=_closing_rows("again", seen))
+    webhook = await store.get_delivery("run_r1.x")
+    assert webhook is not None and webhook.payload == '{"by": "c"}'
+    assert await store.read_events("s1", 0, 0) == stored

@@ -153,7 +153,7 @@ class MemoryRuns(MemoryDicts):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
-        delivery: Delivery | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         now = utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -182,7 +182,7 @@ class MemoryRuns(MemoryDicts):
                 entry.input_tokens += usage.input_tokens
                 entry.output_tokens += usage.output_tokens
                 entry.cached_tokens += usage.cached_tokens
-            if delivery is not None:
+            for delivery in deliveries:
                 await self.add_delivery(delivery)
         if entry.active_run_id == run_id:
             entry.active_run_id = ""

@@ -68,10 +68,11 @@ WITH s AS (
 ), delivered AS (
     INSERT INTO deliveries (id, kind, url, headers, payload, created_at, attempts,
         next_attempt_at, status, last_error)
-    SELECT %(d_id)s::text, %(d_kind)s::text, %(d_url)s::text, %(d_headers)s::text,
-        %(d_payload)s::text, %(d_created)s::timestamptz, %(d_attempts)s::integer,
-        %(d_next)s::timestamptz, %(d_status)s::text, %(d_error)s::text
-    FROM ok WHERE ok.running AND %(d_id)s::text IS NOT NULL
+    SELECT d.* FROM ok, unnest(%(d_id)s::text[], %(d_kind)s::text[], %(d_url)s::text[],
+        %(d_headers)s::text[], %(d_payload)s::text[], %(d_created)s::timestamptz[],
+        %(d_attempts)s::integer[], %(d_next)s::timestamptz[], %(d_status)s::text[],
+        %(d_error)s::text[]) AS d
+    WHERE ok.running
     ON CONFLICT (id) DO NOTHING
 )
 SELECT (SELECT last_seq FROM s), EXISTS (SELECT 1 FROM r),
@@ -85,27 +86,25 @@ run closed (when it still runs: with its status, error, usage and interrupts, ad
 session's), the session let go and the other replicas told (``ENDED``). Nothing is written
 when the session or the run is gone, the first seq does not follow the last stored one, or
 (given a ``replica``: a ``RunHold``) the run is no longer RUNNING on that replica; the
-first two columns and the last tell which. A run that ends here adds its webhook's outbox
-row (``d_id`` not NULL) in the same statement. The run's row is locked (``FOR UPDATE``), so
-another replica's claim of the run waits for this end, or this end for the claim."""
+first two columns and the last tell which. A run that ends here adds the outbox rows of
+its end (its webhook, its A2A push updates: the ``d_`` arrays) in the same statement. The
+run's row is locked (``FOR UPDATE``), so another replica's claim of the run waits for this
+end, or this end for the claim."""
 
 
-def _delivery_params(delivery: Delivery | None) -> dict[str, Any]:
-    """``_FINISH_RUN``'s parameters of the outbox row it adds (all NULL: none)."""
-    if delivery is None:
-        names = ("id", "kind", "url", "headers", "payload", "created", "attempts", "next")
-        return {f"d_{name}": None for name in (*names, "status", "error")}
+def _delivery_params(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+    """``_FINISH_RUN``'s parameters of the outbox rows it adds: one array per column."""
     return {
-        "d_id": delivery.id,
-        "d_kind": delivery.kind,
-        "d_url": delivery.url,
-        "d_headers": _dumps(delivery.headers, "headers"),
-        "d_payload": delivery.payload,
-        "d_created": _utc(delivery.created_at, "created_at"),
-        "d_attempts": delivery.attempts,
-        "d_next": _utc(delivery.next_attempt_at, "next_attempt_at"),
-        "d_status": delivery.status.value,
-        "d_error": delivery.last_error,
+        "d_id": [d.id for d in deliveries],
+        "d_kind": [d.kind for d in deliveries],
+        "d_url": [d.url for d in deliveries],
+        "d_headers": [_dumps(d.headers, "headers") for d in deliveries],
+        "d_payload": [d.payload for d in deliveries],
+        "d_created": [_utc(d.created_at, "created_at") for d in deliveries],
+        "d_attempts": [d.attempts for d in deliveries],
+        "d_next": [_utc(d.next_attempt_at, "next_attempt_at") for d in deliveries],
+        "d_status": [d.status.value for d in deliveries],
+        "d_error": [d.last_error for d in deliveries],
     }
 
 
@@ -125,7 +124,7 @@ class PostgresRuns(PostgresConnections):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
-        delivery: Delivery | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         stamp = _utc(now, "now")
         if status is RunStatus.RUNNING:
@@ -164,7 +163,7 @@ class PostgresRuns(PostgresConnections):
             "channel": self._channel,
             "kind": SignalKind.ENDED.value,
             "replica": hold.replica if hold is not None else None,
-            **_delivery_params(delivery),
+            **_delivery_params(deliveries),
         }
         (row,) = await self._batch.first([(_FINISH_RUN, params)])
         stored_last, run_found, _, held = row if row is not None else (None, False, 0, None)

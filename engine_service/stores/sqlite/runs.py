@@ -183,7 +183,7 @@ class SqliteRuns(SqliteFile):
         interrupts: Sequence[Interrupt] = (),
         usage: Usage | None = None,
         hold: RunHold | None = None,
-        delivery: Delivery | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         stamp = iso(now, "now")
         if status is RunStatus.RUNNING:
@@ -239,7 +239,7 @@ class SqliteRuns(SqliteFile):
                 " WHERE id = ?",
                 (stamp, *counts, asked, run_id, session_id),
             )
-            if delivery is not None:
+            for delivery in deliveries:
                 insert_delivery(conn, delivery)
 
     @off_loop

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import socket
+from functools import partial
 
 import httpx
 import pytest
@@ -25,6 +26,7 @@ from tests.engine.harness import (
     running_engine,
     user,
 )
+from tests.engine.webhooks.outbox import postgres_rows, settled
 from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
 
@@ -60,8 +62,15 @@ async def test_two_engines_on_postgresql_deliver_each_run_webhook_once(
                     webhook=pb.Webhook(url=hook.url),
                 )
                 await run(engine, request)
-            await asyncio.to_thread(hook.wait_for, 12, WAIT)
-            await asyncio.sleep(0.5)  # a duplicate would have arrived by now
+            # One row per run, each delivered: nothing more is sent of them.
+            rows = [
+                await asyncio.to_thread(settled, partial(postgres_rows, pg_url, f"r{i}"), WAIT)
+                for i in range(12)
+            ]
+    assert [[row.status for row in of_run] for of_run in rows] == [["delivered"]] * 12
+    assert sorted(r.headers["webhook-id"] for r in hook.received) == sorted(
+        row.id for (row,) in rows
+    )
     ids = sorted(r.headers["webhook-id"].partition(".")[0] for r in hook.received)
     assert ids == sorted(f"run_r{index}" for index in range(12))
     assert sorted(json.loads(r.body)["runId"] for r in hook.received) == sorted(
@@ -150,10 +159,11 @@ async def test_a_run_another_replica_resumed_sends_one_webhook_with_the_end_it_s
             assert [e.body.name for e in stored if isinstance(e.body, ev.Custom)][-1:] == [
                 "resumed"
             ], "B did not resume the run"
-            await asyncio.to_thread(hook.wait_for, 1, WAIT)
-            await asyncio.sleep(0.5)  # a second delivery would have arrived by now
+            # One row for the run, delivered: nothing more is sent of it (by A or B).
+            (row,) = await asyncio.to_thread(settled, partial(postgres_rows, pg_url, "r1"), WAIT)
+    assert row.status == "delivered"
     payload = json.loads(hook.received[0].body)
-    assert [r.headers["webhook-id"] for r in hook.received] == [payload["id"]]
+    assert [r.headers["webhook-id"] for r in hook.received] == [payload["id"]] == [row.id]
     assert payload["id"].startswith("run_r1.")
     assert (payload["runId"], payload["outcome"]) == ("r1", "success")
     assert payload["message"]["text"] == "".join(f"w{i} " for i in range(chunks))

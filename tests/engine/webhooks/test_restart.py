@@ -19,6 +19,7 @@ from engine_service.core.deliveries import Delivery, DeliveryStatus
 from engine_service.stores import SqliteSessionStore
 from tests.core.test_recovery import EngineProcess
 from tests.engine.harness import kind, user
+from tests.engine.webhooks.outbox import settled, sqlite_rows
 from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
 
@@ -137,13 +138,15 @@ def test_a_run_cut_by_kill_9_and_resumed_by_the_next_engine_sends_its_webhook(
         try:
             ended = engine.follow("s", 0)[-1]
             assert ended.run_id == run_id and kind(ended) == "run_finished"
-            (got,) = hook.wait_for(1, 15)
-            time.sleep(0.5)  # a second delivery, had there been one, would have come by now
+            # One row for the run, delivered: nothing more is sent of it.
+            (row,) = settled(lambda: sqlite_rows(tmp_path / "agentik.db", run_id), 15)
         finally:
             engine.stop()
+    assert row.status == "delivered"
+    (got,) = hook.received
     payload = json.loads(got.body)
-    (delivery,) = {r.headers["webhook-id"] for r in hook.received}
-    assert delivery == payload["id"] and delivery.startswith(f"run_{run_id}.")
+    assert got.headers["webhook-id"] == payload["id"] == row.id
+    assert row.id.startswith(f"run_{run_id}.")
     assert (payload["runId"], payload["outcome"]) == (run_id, "success")
     assert payload["message"]["text"] == ANSWER
 
@@ -157,11 +160,13 @@ def test_a_run_cut_by_kill_9_and_closed_by_the_next_engine_sends_its_webhook(
         run_id = _cut_run(llm, tmp_path, hook.url, False, AGENTIK_RESUME_RUNS="false")
         engine = EngineProcess(llm, tmp_path, **FAST, AGENTIK_RESUME_RUNS="false")
         try:
-            (got,) = hook.wait_for(1, 15)
+            (row,) = settled(lambda: sqlite_rows(tmp_path / "agentik.db", run_id), 15)
         finally:
             engine.stop()
+    assert row.status == "delivered"
+    (got,) = hook.received
     payload = json.loads(got.body)
-    assert got.headers["webhook-id"] == payload["id"]
+    assert got.headers["webhook-id"] == payload["id"] == row.id
     assert payload["id"].startswith(f"run_{run_id}.")
     assert (payload["runId"], payload["outcome"]) == (run_id, "cancelled")
     assert ANSWER.startswith(payload["message"]["text"])  # the partial answer, kept

@@ -82,7 +82,7 @@ async def test_the_parts_call_each_other_through_the_store_a_subclass_overrides(
     said = Message(id="m1", role=Role.USER, content=[TextPart("hi")], created_at=T0)
     await store.append_messages_and_events("s1", [said], [_event(1)])
     delivery = Delivery("d1", "https://hooks.example/", "{}", T0, T0)
-    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, T0, delivery=delivery)
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, T0, deliveries=[delivery])
 
     assert store.calls == ["append_messages 1", "append_events 1", "add_delivery d1"]
     assert await store.get_delivery("d1") == delivery

@@ -250,7 +250,14 @@ class Engine(Stopping):
             await self._recover()
 
     def _settled(self, run: Run) -> None:
-        run.hub.notify()
+        """The end of ``run`` that waited for the store is stored, or another replica
+        closed or took over the run meanwhile (``lost_at``): then, as in ``_run_done``,
+        the followers here read what that replica stored and follow the run there to its
+        end, instead of ending at the store's last seq as it was then."""
+        if run.lost_at:
+            self._hubs.lost(run.hub, run.run_id, run.lost_at, run.lost_to)
+        else:
+            run.hub.notify()
         self._hubs.drop_if_unused(run.hub)
 
     async def shutdown(self, grace: float) -> None:

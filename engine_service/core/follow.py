@@ -98,12 +98,17 @@ class Hubs:
             hub.notify()
 
     def drop_if_unused(self, hub: SessionHub) -> None:
-        if (
-            hub.unused
-            and not self._is_unsettled(hub.session_id)
-            and self._hubs.get(hub.session_id) is hub
-        ):
-            del self._hubs[hub.session_id]
+        """Drop ``hub`` once nothing here needs it: no follower, no run of this engine
+        holding the session, no end of one waiting for the store. A hub that follows
+        another replica's run goes with its last follower, that run still active or not:
+        waiting for its end signal would keep it for ever if the signal were missed, and
+        the next follower makes it again from the store."""
+        session_id = hub.session_id
+        if hub.followers or self._is_unsettled(session_id) or self._hubs.get(session_id) is not hub:
+            return
+        if hub.active_run_id and self._is_local(session_id):
+            return
+        del self._hubs[session_id]
 
     def wake_all(self) -> None:
         """Wake every follower (the engine shuts down: they end once no run is active)."""
@@ -123,7 +128,7 @@ class Hubs:
         elif signal.kind is SignalKind.ENDED and active == signal.run_id:
             active = ""
         hub.catch_up(signal.last_seq, active)
-        self.drop_if_unused(hub)  # kept for a run that went on elsewhere (``lost``), which ended
+        self.drop_if_unused(hub)
 
     def lost(self, hub: SessionHub, run_id: str, last_seq: int, active_run_id: str) -> None:
         """Run ``run_id`` of this engine was closed or taken over by another replica, the

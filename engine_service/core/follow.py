@@ -181,13 +181,18 @@ class Hubs:
             while True:
                 if self._hubs.get(session_id) is not hub:
                     return  # the session was deleted
-                if last + 1 < hub.first_seq:
+                first = hub.first_seq
+                if last + 1 < first:
+                    # The store held every event before ``first`` when the read began (the
+                    # hub moves past a seq only once it is stored or never will be); the hub
+                    # may move further while the read is in flight, past events the store
+                    # holds only now (another replica's next write): those are read next.
                     stored = await self.store.read_events(session_id, last, batch)
                     if not await self._same_session(hub):
                         return  # deleted meanwhile: what was read may be the id's next owner's
-                    stored = [e for e in stored if e.seq < hub.first_seq]
+                    stored = [e for e in stored if e.seq < first]
                     if not stored:
-                        last = hub.first_seq - 1  # retention removed them
+                        last = first - 1  # retention removed them, or they were never stored
                         continue
                     # A reader holds at most one event's worth of big events while it
                     # is not read (``core.bounds``); what is left is read again later.

@@ -252,8 +252,15 @@ class Engine(Stopping):
             await self._recover()
 
     def _settled(self, run: Run) -> None:
-        self.notices.settled(run)  # its end stored at last, with its webhooks
-        run.hub.notify()
+        """The end of ``run`` that waited for the store is stored (its webhooks with it),
+        or another replica closed or took over the run meanwhile (``lost_at``): then, as
+        in ``_run_done``, the followers here read what that replica stored and follow the
+        run there to its end, instead of ending at the store's last seq as it was then."""
+        self.notices.settled(run)
+        if run.lost_at:
+            self._hubs.lost(run.hub, run.run_id, run.lost_at, run.lost_to)
+        else:
+            run.hub.notify()
         self._hubs.drop_if_unused(run.hub)
 
     async def shutdown(self, grace: float) -> None:

@@ -98,12 +98,17 @@ class Hubs:
             hub.notify()
 
     def drop_if_unused(self, hub: SessionHub) -> None:
-        if (
-            hub.unused
-            and not self._is_unsettled(hub.session_id)
-            and self._hubs.get(hub.session_id) is hub
-        ):
-            del self._hubs[hub.session_id]
+        """Drop ``hub`` once nothing here needs it: no follower, no run of this engine
+        holding the session, no end of one waiting for the store. A hub that follows
+        another replica's run goes with its last follower, that run still active or not:
+        waiting for its end signal would keep it for ever if the signal were missed, and
+        the next follower makes it again from the store."""
+        session_id = hub.session_id
+        if hub.followers or self._is_unsettled(session_id) or self._hubs.get(session_id) is not hub:
+            return
+        if hub.active_run_id and self._is_local(session_id):
+            return
+        del self._hubs[session_id]
 
     def wake_all(self) -> None:
         """Wake every follower (the engine shuts down: they end once no run is active)."""
@@ -123,7 +128,7 @@ class Hubs:
         elif signal.kind is SignalKind.ENDED and active == signal.run_id:
             active = ""
         hub.catch_up(signal.last_seq, active)
-        self.drop_if_unused(hub)  # kept for a run that went on elsewhere (``lost``), which ended
+        self.drop_if_unused(hub)
 
     def lost(self, hub: SessionHub, run_id: str, last_seq: int, active_run_id: str) -> None:
         """Run ``run_id`` of this engine was closed or taken over by another replica, the
@@ -176,13 +181,18 @@ class Hubs:
             while True:
                 if self._hubs.get(session_id) is not hub:
                     return  # the session was deleted
-                if last + 1 < hub.first_seq:
+                first = hub.first_seq
+                if last + 1 < first:
+                    # The store held every event before ``first`` when the read began (the
+                    # hub moves past a seq only once it is stored or never will be); the hub
+                    # may move further while the read is in flight, past events the store
+                    # holds only now (another replica's next write): those are read next.
                     stored = await self.store.read_events(session_id, last, batch)
                     if not await self._same_session(hub):
                         return  # deleted meanwhile: what was read may be the id's next owner's
-                    stored = [e for e in stored if e.seq < hub.first_seq]
+                    stored = [e for e in stored if e.seq < first]
                     if not stored:
-                        last = hub.first_seq - 1  # retention removed them
+                        last = first - 1  # retention removed them, or they were never stored
                         continue
                     # A reader holds at most one event's worth of big events while it
                     # is not read (``core.bounds``); what is left is read again later.

@@ -2,7 +2,9 @@
 
 Each is held by its session until the store writes again (``store_all``, when a write
 probe succeeds; ``store_at_shutdown``); meanwhile its conversation refuses new work with
-``StorageUnavailable`` (``refuse``). A settled run is handed to ``on_settled``.
+``StorageUnavailable`` (``refuse``). A settled run is handed to ``on_settled``: one
+found closed by another replica meanwhile has ``lost_at`` set, and its followers are the
+engine's to point at what that replica stored (``Hubs.lost``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class Unsettled:
     async def _settle_late(run: Run) -> None:
         """Store the end of a run that could not be stored when it ended. With a shared
         store another replica may have closed the run meanwhile (our lease lapsed while
-        the store failed): its end is the stored one, and ours is dropped unseen."""
+        the store failed): its end is the stored one, and ours is dropped unseen (by
+        ``on_settled``, as for a run lost while it ran)."""
         try:
             await run.settle()
         except InvalidInput:
@@ -59,7 +62,6 @@ class Unsettled:
                 raise
             log.warning("run %s was closed by another replica meanwhile", run.run_id)
             run.note_lost(elsewhere)
-            run.hub.drop_unstored(run.lost_at)
 
     async def store_at_shutdown(self) -> None:
         """Store what can be stored; the rest is closed by the next start."""

@@ -4,16 +4,21 @@ its terminal event; flattened back to single events for callers that take them o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
-from engine_service.core.follow import flat, of_run
+from engine_service.core.follow import Hubs, flat, of_run
 from engine_service.core.models import Message, Role, RunInput, Session, TextPart
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import Signal, SignalKind
 from engine_service.stores import MemorySessionStore
+
+WAIT = 10.0
 
 
 def _event(seq: int, run_id: str, body: ev.EventBody) -> ev.Event:
@@ -150,3 +155,59 @@ async def test_followers_cancelled_mid_run_leave_the_others_every_event_once() -
         assert seqs == stored  # none lost, none twice
     assert own == [seq for seq in stored if seq >= own[0]]
     assert all(follower.cancelled() for follower in followers[1::2])
+
+
+class _HeldReads(MemorySessionStore):
+    """A shared memory store whose event reads, while ``held``, answer with what the store
+    held when they began once ``release`` is set: a read in flight while another replica
+    stores its next events (a database read's snapshot predates their commit)."""
+
+    def __init__(self) -> None:
+        super().__init__(shared=True)
+        self.held = False
+        self.reading = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def read_events(self, session_id: str, after_seq: int, limit: int) -> list[ev.Event]:
+        events = await super().read_events(session_id, after_seq, limit)
+        if self.held:
+            self.reading.set()
+            await self.release.wait()
+        return events
+
+
+async def test_a_read_in_flight_while_another_replica_stores_loses_none_of_its_events() -> None:
+    """A follower of another replica's session reads stored events the hub no longer holds,
+    and finds none (retention removed them); while it reads, the other replica stores the
+    next events and says so. The empty read is not taken for those events removed: the
+    follower reads them next, 0 lost."""
+    store = _HeldReads()
+    await store.create_session("s", "", datetime.now(UTC))
+    await store.append_events("s", [_text(seq, "r1") for seq in (1, 2, 3)])  # time 0: old
+    await store.prune_events(datetime.now(UTC))
+    hubs = Hubs(
+        store,
+        max_event_bytes=1_000_000,
+        is_local=lambda session_id: False,
+        is_unsettled=lambda session_id: False,
+        accepting=lambda: True,
+    )
+    seen: list[int] = []
+
+    async def follow() -> None:
+        async for event in hubs.follow("s", 0, until_idle=False):
+            seen.append(event.seq)
+            if event.seq == 6:
+                return
+
+    store.held = True
+    follower = asyncio.ensure_future(follow())
+    async with asyncio.timeout(WAIT):
+        await store.reading.wait()  # its read (after seq 0) began: it finds nothing
+        store.held = False
+        fresh = [ev.Event(seq, time.time(), "s", "r2", ev.RunStarted()) for seq in (4, 5, 6)]
+        await store.append_events("s", fresh)  # another replica stores its run's events
+        hubs.on_signal(Signal(SignalKind.EVENTS, "s", "r2", last_seq=6))  # and says so
+        store.release.set()
+        await follower
+    assert seen == [4, 5, 6]

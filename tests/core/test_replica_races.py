@@ -342,13 +342,29 @@ async def _b_answers_after_a_lets_go(a: Engine, b: Engine, session_id: str, run_
     return True
 
 
+def deaf_to_ends(engine: Engine) -> None:
+    """``engine`` never hears that another replica's run ended (its ENDED signals are
+    lost, as a notification is with its listener's connection)."""
+    hear = engine._hubs.on_signal
+
+    def on_signal(signal: Signal) -> None:
+        if signal.kind is not SignalKind.ENDED:
+            hear(signal)
+
+    engine._hubs.on_signal = on_signal  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("hears_the_end", [True, False], ids=["end_signalled", "end_unheard"])
 async def test_on_a_zombie_the_runs_stream_and_until_idle_followers_follow_the_resume_to_its_end(
-    llm: FakeOpenAI, store_for: StoreFor
+    llm: FakeOpenAI, store_for: StoreFor, hears_the_end: bool
 ) -> None:
     """A's lease lapses mid-answer and B resumes the run; A notices while B still answers.
     On A, the run's own stream and ``until_idle`` followers do not end there: they follow
-    the run on B from the store to B's end, every seq once."""
+    the run on B from the store to B's end, every seq once, and A's hub goes with them.
+    When B's end signal never reaches A, they find the end in the store (their poll)."""
     async with engines(llm, store_for, resume=True) as (a, b):
+        if not hears_the_end:
+            deaf_to_ends(a)
         await a.create_session(ANONYMOUS, session_id="s")
         # 3 s of answer, asked again on B from the start: B still answers when A notices.
         handle = await a.start_run(
@@ -387,14 +403,17 @@ async def test_on_a_zombie_the_runs_stream_and_until_idle_followers_follow_the_r
             lost, repeated = sorted(set(seqs) - set(got)), len(got) - len(set(got))
             assert (lost[:20], repeated) == ([], 0), f"{len(lost)} lost, {repeated} repeated"
             assert events == stored, "a stream on A did not follow the run to B's end"
+        assert "s" not in a._hubs._hubs, "A's hub for the lost run stayed"
 
 
-async def test_a_zombies_hub_kept_for_a_resumed_run_goes_once_that_run_ends_elsewhere(
+async def test_a_zombies_hub_for_a_run_resumed_elsewhere_goes_with_its_last_follower(
     llm: FakeOpenAI, store_for: StoreFor
 ) -> None:
-    """A's follower leaves while B still answers the run A lost: A's hub, pointed at the run
-    on B, goes when B's end is signalled (no hub left behind per lost run)."""
+    """A's follower leaves while B still answers the run A lost, and B's end signal never
+    reaches A: A's hub, pointed at the run on B, goes with the follower, not with an end
+    signal that may never come (no hub left behind per lost run)."""
     async with engines(llm, store_for, resume=True) as (a, b):
+        deaf_to_ends(a)
         await a.create_session(ANONYMOUS, session_id="s")
         run_id = await start(a, "s", "[[chunks:300]][[slow:0.01]]")
 
@@ -408,12 +427,12 @@ async def test_a_zombies_hub_kept_for_a_resumed_run_goes_once_that_run_ends_else
             assert a._leases is not None
             await a._leases.stop()  # a zombie: its run goes on, its lease lapses
             assert await _b_answers_after_a_lets_go(a, b, "s", run_id), "B ended the run first"
+            assert "s" in a._hubs._hubs  # the follower follows the run on B
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
-            assert "s" in a._hubs._hubs  # it follows the run on B
-            while b.runs_in_flight or "s" in a._hubs._hubs:  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+            assert b.runs_in_flight == 1, "B ended the run before the follower left"
+            assert "s" not in a._hubs._hubs, "A's hub stayed after its last follower"
 
 
 async def test_followers_on_b_finish_when_its_listener_connection_is_killed(

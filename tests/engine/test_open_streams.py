@@ -9,8 +9,18 @@ import asyncio
 from typing import Any
 
 import grpc
-from a2a.types import Message, Part, Role, SendMessageRequest, SubscribeToTaskRequest, a2a_pb2_grpc
+from a2a.types import (
+    CancelTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    a2a_pb2_grpc,
+)
 
+from agentik.a2a.rules import FIRST_WINDOW
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from engine_service.core.engine import Engine
 from tests.engine.auth_helpers import TOKENS_ENV, as_, outcome, trailers
@@ -136,5 +146,45 @@ async def test_streams_whose_clients_never_read_give_back_every_slot_and_followe
         engine: Engine = h.engine
         await _until(lambda: len(engine.streams) == 20 and engine.followers == 20)
         for call in calls:
+            call.cancel()
+        await _until(lambda: len(engine.streams) == 0 and engine.followers == 0)
+
+
+async def test_subscribe_to_task_at_the_callers_last_stream_takes_one_slot(
+    llm: FakeOpenAI,
+) -> None:
+    """A2A's SubscribeToTask replays the task's run from its first event, looking back a
+    window of events and widening it (``FIRST_WINDOW``, eight times wider each time):
+    with one stream open of a caller's two, a subscription to a run begun more than
+    eight windows back is her second stream, allowed; a third is refused."""
+    settings = _settings(llm, AGENTIK_TOKENS=TOKENS_ENV, AGENTIK_MAX_STREAMS_PER_CALLER="2")
+    async with running_engine(settings) as h:
+        a2a: Any = a2a_pb2_grpc.A2AServiceStub(h.channel)  # type: ignore[no-untyped-call]
+        request = _a2a_message()
+        request.message.parts[0].text = "[[chunks:4000]][[slow:0.005]]"
+        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        sent = await a2a.SendMessage(request, metadata=as_("alice"))  # a unary call: no stream
+        task = sent.task
+        held = h.stub.Subscribe(
+            pb.SubscribeRequest(session_id=task.context_id), metadata=as_("alice")
+        )
+        while (await next_event(held)).seq <= 8 * FIRST_WINDOW:
+            pass  # the replay must widen its look twice
+        engine: Engine = h.engine
+        assert engine.streams.held("alice") == 1
+        subscribed = a2a.SubscribeToTask(SubscribeToTaskRequest(id=task.id), metadata=as_("alice"))
+        async with asyncio.timeout(WAIT):
+            first = await subscribed.read()
+        assert first.task.id == task.id
+        assert engine.streams.held("alice") == 2
+        events, error = await outcome(
+            h.stub.Subscribe(pb.SubscribeRequest(session_id=task.context_id), metadata=as_("alice"))
+        )
+        assert not events and error is not None
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+        assert str(error.details()).startswith("you (alice) have 2 event streams open, the")
+        assert trailers(error)["agentik-error"] == "rate_limited"
+        await a2a.CancelTask(CancelTaskRequest(id=task.id), metadata=as_("alice"))
+        for call in (held, subscribed):
             call.cancel()
         await _until(lambda: len(engine.streams) == 0 and engine.followers == 0)

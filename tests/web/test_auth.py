@@ -12,14 +12,17 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 import pytest
 from flask.testing import FlaskClient
 
+from agentik.a2a.rules import FIRST_WINDOW
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.web.a2a.conftest import frames_of
 from tests.web.conftest import BackgroundEngine, engine_settings, web_settings
+from tests.web.sse_frames import SseParser
 from web_facade import create_app
 from web_facade.engine_client import EngineClient
 
@@ -501,6 +504,59 @@ def test_a_principal_past_its_open_streams_is_429_naming_the_setting_on_every_su
         assert bobs.status_code == 200  # bob has his own
         bobs.close()
     finally:
+        held.close()
+
+
+def _past_seq(stream: Any, seq: int) -> None:
+    """Read the SSE ``stream`` until an event numbered past ``seq`` came."""
+    parser = SseParser()
+    for chunk in stream.response:
+        if any(frame.id is not None and frame.id > seq for frame in parser.feed(chunk)):
+            return
+    raise AssertionError(f"the stream ended before seq {seq}")
+
+
+@pytest.mark.parametrize("reader", ["asyncio", "threads"])
+def test_subscribe_to_task_at_the_stream_limit_takes_one_slot_however_far_back_its_run_began(
+    make_client: MakeClient, start_engine: StartEngine, reader: str
+) -> None:
+    """A caller with ``max_streams_per_caller`` less one streams open subscribes to a task
+    whose run began more events ago than the replay looks back at first (``FIRST_WINDOW``;
+    it widens its look, a wider engine stream each time): the subscription is the caller's
+    last stream, allowed; one more is refused naming the setting."""
+    engine = start_engine(AGENTIK_MAX_STREAMS_PER_CALLER="2")
+    client = make_client(engine, AGENTIK_WEB_STREAM_READER=reader)
+    params = {
+        "message": user_message("[[chunks:4000]][[slow:0.005]]"),
+        "configuration": {"returnImmediately": True},
+    }
+    task = rpc(client, ALICE, "SendMessage", params)["result"]["task"]  # no stream
+    context = task["contextId"]
+    held = client.get(f"/agentik/conversations/{context}/events", headers=ALICE, buffered=False)
+    try:
+        assert held.status_code == 200, held.get_data()
+        _past_seq(held, 8 * FIRST_WINDOW)  # the replay must widen its look twice
+        body = rpc_body("SubscribeToTask", {"id": task["id"]})
+        subscribed = client.post("/", json=body, headers={**V10, **ALICE}, buffered=False)
+        try:
+            assert subscribed.status_code == 200, subscribed.get_data()
+            assert subscribed.mimetype == "text/event-stream"
+            frames = frames_of(iter(cast("Iterable[bytes]", subscribed.response)))
+            first = next(frame for frame in frames if frame is not None)
+            assert first["result"]["task"]["id"] == task["id"]
+            refused = client.get(f"/agentik/conversations/{context}/events", headers=ALICE)
+            assert refused.status_code == 429, refused.get_data()
+            error = refused.get_json()["error"]
+            assert error["code"] == "rate_limited"
+            assert (
+                "2 event streams open, the most [auth] max_streams_per_caller" in error["message"]
+            )
+            again = client.post("/", json=body, headers={**V10, **ALICE})
+            assert_a2a_error(again, 429, "RATE_LIMITED")
+        finally:
+            subscribed.close()
+    finally:
+        client.post("/", json=rpc_body("CancelTask", {"id": task["id"]}), headers={**V10, **ALICE})
         held.close()
 
 

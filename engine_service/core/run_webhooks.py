@@ -173,7 +173,7 @@ class RunWebhooks:
         payload = run_payload(session_id, run_id, final, messages, now, session_key)
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         delivery_id = run_delivery_id(session_key, run_id)
-        return Delivery(delivery_id, url, body, now, now, kind="run")
+        return Delivery(delivery_id, url, body, now, now, kind="run", session_id=session_id)
 
     async def run_ended(
         self,

@@ -222,7 +222,9 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_session(self, session_id: str) -> None:
-        """Delete the session and all it holds; ``SessionBusy`` while a run is active."""
+        """Delete the session and all it holds, its webhook deliveries in the outbox too
+        (pending, failed or delivered), in one transaction; ``SessionBusy`` while a run is
+        active."""
 
     @abc.abstractmethod
     async def list_messages(
@@ -361,7 +363,8 @@ class SessionStore(abc.ABC):
 
         ``delivery`` (the outbox row of the run's webhook) is added in the same
         transaction, when the run ends here (it was still running; one with its id already
-        there is kept): a crash between the end and its webhook cannot lose the webhook.
+        there is kept), as a delivery of the run's session: a crash between the end and its
+        webhook cannot lose the webhook.
 
         With ``hold``, only while the run is held (:class:`RunHold`): else nothing is
         written and ``InvalidInput`` raised.
@@ -586,7 +589,9 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def add_delivery(self, delivery: Delivery) -> None:
         """Store a delivery to make; one whose id is stored already is left as it is
-        (adding is idempotent)."""
+        (adding is idempotent), and one whose ``session_id`` names a session that is gone
+        is not stored (a run's updates written just after its end, when the conversation
+        was deleted in between)."""
 
     @abc.abstractmethod
     async def claim_deliveries(

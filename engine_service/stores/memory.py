@@ -300,6 +300,9 @@ class MemorySessionStore(SessionStore):
         self._run_ids.difference_update(entry.runs)
         for key in [k for k, c in self._push.items() if c.session_id == session_id]:
             del self._push[key]
+        gone = [d.id for d, _, _ in self._deliveries.values() if d.session_id == session_id]
+        for delivery_id in gone:
+            del self._deliveries[delivery_id]
 
     async def list_messages(
         self, session_id: str, after_id: str, limit: int
@@ -509,7 +512,7 @@ class MemorySessionStore(SessionStore):
                 entry.output_tokens += usage.output_tokens
                 entry.cached_tokens += usage.cached_tokens
             if delivery is not None:
-                await self.add_delivery(delivery)
+                await self.add_delivery(replace(delivery, session_id=session_id))
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
         self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))
@@ -759,6 +762,8 @@ class MemorySessionStore(SessionStore):
     # -- the delivery outbox -------------------------------------------------------
 
     async def add_delivery(self, delivery: Delivery) -> None:
+        if delivery.session_id and delivery.session_id not in self._sessions:
+            return  # its conversation is gone, and its deliveries with it
         if delivery.id not in self._deliveries:
             self._deliveries[delivery.id] = (_copy_delivery(delivery), "", None)
 

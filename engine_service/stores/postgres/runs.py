@@ -67,10 +67,10 @@ WITH s AS (
     RETURNING ok.last
 ), delivered AS (
     INSERT INTO deliveries (id, kind, url, headers, payload, created_at, attempts,
-        next_attempt_at, status, last_error)
+        next_attempt_at, status, last_error, session_id)
     SELECT %(d_id)s::text, %(d_kind)s::text, %(d_url)s::text, %(d_headers)s::text,
         %(d_payload)s::text, %(d_created)s::timestamptz, %(d_attempts)s::integer,
-        %(d_next)s::timestamptz, %(d_status)s::text, %(d_error)s::text
+        %(d_next)s::timestamptz, %(d_status)s::text, %(d_error)s::text, ok.id
     FROM ok WHERE ok.running AND %(d_id)s::text IS NOT NULL
     ON CONFLICT (id) DO NOTHING
 )

@@ -718,7 +718,8 @@ class WebSettings:
     that answers none within ``min(10, this)`` more is gone and its streams end (0: none)."""
     max_body_bytes: int = setting(_MiB)
     discard_body_bytes: int = setting(0, flat="web_discard_body_bytes", lo=0)
-    """A body over max_body_bytes up to this is read and dropped before the 413."""
+    """A body an answer did not need (over max_body_bytes: the 413) up to this is read and
+    dropped after the answer, keeping the connection."""
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
     stream_reader: str = setting(
         "asyncio", flat="web_stream_reader", choices=("asyncio", "threads")
@@ -875,7 +876,7 @@ class Settings:
 
     @property
     def discard_body_bytes(self) -> int:
-        """A body over the limit up to this size is read and dropped before the 413."""
+        """A body an answer did not need, up to this size, is read and dropped after it."""
         return self.web.discard_body_bytes or max(2 * self.web.max_body_bytes, 4 * _MiB)
 
 

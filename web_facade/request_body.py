@@ -36,7 +36,7 @@ from flask import current_app, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.errors import ApiError
-from web_facade.request_heads import drop_rest
+from web_facade.request_heads import DROPPED_AFTER_ANSWER, drop_rest
 
 __all__ = [
     "ACCEPTED_MEDIA_TYPES",
@@ -199,8 +199,14 @@ def discard_body() -> bool:
     ``[web] discard_body_bytes``: a client that sends it whole before reading (no ``Expect:
     100-continue``) then reads the 413 instead of a reset connection. False when the body
     is longer than that, or did not arrive in time: the answer must close the connection.
+
+    Under agentik's gunicorn worker nothing is read here (True): the worker drops the rest
+    after the answer, which then goes out at once, and closes the connection when it cannot
+    (a client that holds its body back is not waited for before it is answered).
     """
     environ = request.environ
+    if environ.get(DROPPED_AFTER_ANSWER):
+        return True
     if "agentik.discarded" in environ:
         return bool(environ["agentik.discarded"])
     bound = int(current_app.config.get(DISCARD_KEY) or 0)

@@ -45,6 +45,7 @@ __all__ = [
     "check_json",
     "field_path",
     "media_type_problem",
+    "parse_failure",
     "parse_json",
     "read_body",
     "scalar_problem",
@@ -215,10 +216,16 @@ def discard_body() -> bool:
     return whole
 
 
-def _python_limit(exc: ValueError) -> str:
-    """A JSON parse refused by a limit of Python's, in the client's words (its own text
-    names a remedy of the server's: ``sys.set_int_max_str_digits()``)."""
-    if "digits" in str(exc):
+def parse_failure(exc: ValueError | RecursionError) -> str:
+    """Why ``json.loads`` refused a body, in the client's words, the same on every surface:
+    the parser's reason, but not Python's own for a limit of its (that text names a remedy
+    of the server's, ``sys.set_int_max_str_digits()``)."""
+    if isinstance(exc, RecursionError):
+        reason = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
+        return f"the request body is {reason}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"the request body is not valid JSON: {exc}"
+    if "digits" in str(exc):  # a number of over 4,300 digits
         return "the request body holds a number with more digits than the server accepts"
     return "the request body is not valid JSON"
 
@@ -229,13 +236,8 @@ def parse_json(raw: bytes, unacceptable: int = 400) -> Any:
     refuses it."""
     try:
         value = json.loads(raw)
-    except RecursionError:
-        reason = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
-        raise ApiError(400, "invalid_json", f"the request body is {reason}") from None
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
-    except ValueError as exc:  # Python's own limits, e.g. a number of over 4,300 digits
-        raise ApiError(400, "invalid_json", _python_limit(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "invalid_json", parse_failure(exc)) from None
     try:
         check_json(value)
     except UnacceptableJson as exc:

@@ -28,6 +28,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
+from web_facade.mcp.ids import id_problem
 from web_facade.request_body import MAX_JSON_DEPTH, UnacceptableJson, check_json
 
 __all__ = ["Refusal", "refusal_of", "serve_stdio"]
@@ -69,9 +70,9 @@ def _shape_problem(value: object) -> str | None:
     """Why ``value`` is no JSON-RPC message the SDK takes (None: it is one)."""
     if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
         return NOT_A_MESSAGE
-    if value.get("id") is not None and _id_of(value) is None:
-        # The SDK would take it for a notification, and answer nothing.
-        return "id must be a string or an integer"
+    problem = id_problem(value)
+    if problem is not None:  # the SDK would take it for a notification, and answer nothing
+        return problem
     if "method" in value:
         if not isinstance(value["method"], str) or not isinstance(value.get("params", {}), dict):
             return NOT_A_MESSAGE

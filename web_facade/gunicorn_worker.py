@@ -30,10 +30,13 @@ thread, so clients that never close stalled the whole worker.
 TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handling.
 
 **An answer given before its request's body was read keeps the connection usable.** A route
-may answer without reading the body (404, 405, the host check, 413). The rest of the body is
-then read and dropped before the answer, up to ``[web] discard_body_bytes``, so the next
-request on a kept-alive connection starts where it should; past that, or when the body does
-not arrive in time, the answer says ``Connection: close`` and the connection is closed.
+may answer without reading the body (404, 405, the host check, 413). The answer goes out at
+once; then the rest of the body is read and dropped, up to ``[web] discard_body_bytes``, so
+the next request on a kept-alive connection starts where it should. A body announced longer
+than that is not read: its answer says ``Connection: close``; one that does not arrive by the
+body's deadline (a client that holds it back), or turns out longer, has the connection closed
+after its answer. A body the app refuses as too large is not read in the loop either, so its
+413 is not held back until the body arrived.
 gunicorn drops hop-by-hop headers an application sets, so an answer of the app's with
 ``Connection: close`` (a body timed out) is made to close here too.
 
@@ -74,12 +77,14 @@ from agentik.config import load_settings
 from web_facade import conn_balance
 from web_facade.gunicorn_refusals import error_bytes, parse_error
 from web_facade.request_heads import (
+    DROPPED_AFTER_ANSWER,
     BodyTimeout,
     HeadLimits,
     body_to_read,
     drop_rest,
     head_state,
     request_path,
+    unread_length,
 )
 
 if not hasattr(ThreadWorker, "wait_for_and_dispatch_events"):  # pragma: no cover
@@ -196,6 +201,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.queue_timeout = settings.web.queue_timeout
         self.write_timeout = settings.web.write_timeout
         self.discard_bytes = settings.discard_body_bytes
+        self.max_body_bytes = settings.web.max_body_bytes
         self.head_limits = HeadLimits(self.cfg)
         # TLS handshakes and HTTP/2 prefaces are gthread's to read (agentik sets neither).
         self.edge = not self.cfg.is_ssl and "h2" not in (self.cfg.http_protocols or ())
@@ -308,7 +314,7 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         if end < 0:  # broken (a bare LF): gunicorn refuses it at once
             head.need = len(head.data)
             return
-        head.need = end + 4 + body_to_read(head.data)
+        head.need = end + 4 + body_to_read(head.data, self.max_body_bytes)
         if len(head.data) < head.need:
             del self.heads[conn]
             head.deadline = time.monotonic() + self.body_timeout
@@ -375,12 +381,15 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         conn.sock.settimeout(self.write_timeout)
         try:
             keep: bool = super().handle_request(req, conn)
-            return keep
         except TimeoutError:
             # The answer is cut mid-way: nothing more can be written; gthread closes the
             # connection (and gunicorn has closed the answer's iterator, so its stream).
             self.count_refusal("write_timeout", 0, _remote(conn))
             raise StopIteration() from None
+        # What the app left unread of the body goes now, after its answer: the next
+        # request's head starts after it (the loop reads that head). A body that cannot be
+        # dropped (it does not arrive in time, or is longer than the bound) closes.
+        return keep and (not self.edge or drop_rest(req.body, None, self.discard_bytes))
 
     # --- deadlines and refusals ---------------------------------------------------------
 
@@ -511,13 +520,16 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
 
 def _closing_when_unread(app: _Wsgi, bound: int) -> _Wsgi:
-    """``app``, whose answers close the connection when they say ``Connection: close`` or
-    when the request's body was not read whole and its rest (at most ``bound`` bytes) cannot
-    be read and dropped in time."""
+    """``app``, told that what it leaves unread of a body is dropped after its answer
+    (:data:`DROPPED_AFTER_ANSWER`), whose answers close the connection when they say
+    ``Connection: close`` or when that rest is announced longer than ``bound`` (it is not
+    read). Nothing here waits for the body: the answer goes out at once."""
 
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        environ[DROPPED_AFTER_ANSWER] = True
+
         def starting(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-            if _says_close(headers) or not _body_read(environ, bound):
+            if _says_close(headers) or _rest_too_long(environ, bound):
                 response = getattr(start_response, "__self__", None)  # gunicorn's Response
                 if response is not None:
                     response.force_close()
@@ -532,14 +544,21 @@ def _says_close(headers: list[tuple[str, str]]) -> bool:
     return any(name.lower() == "connection" and "close" in value.lower() for name, value in headers)
 
 
-def _body_read(environ: dict[str, Any], bound: int) -> bool:
-    """Whether the request's body has been read to its end, reading and dropping what is
-    left of it, when that is at most ``bound`` bytes, against the body's deadline."""
+def _rest_too_long(environ: dict[str, Any], bound: int) -> bool:
+    """Whether the request's body is announced longer than ``bound`` and the app left some
+    of it unread (known without a read: a client that holds its body back is not waited
+    for)."""
     stream = environ.get("wsgi.input")
-    if stream is None:
-        return True
     length = environ.get("CONTENT_LENGTH")
-    return drop_rest(stream, int(length) if length and length.isdigit() else None, bound)
+    if stream is None or not length or not length.isdigit() or int(length) <= bound:
+        return False
+    left = unread_length(stream)
+    if left is not None:
+        return left > 0
+    try:  # a body the app read and put back in memory (``/mcp``): one byte tells
+        return bool(stream.read(1))
+    except Exception:
+        return True
 
 
 def _remote(conn: TConn) -> str:

@@ -36,7 +36,7 @@ from flask import current_app, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from web_facade.errors import ApiError
-from web_facade.request_heads import drop_rest
+from web_facade.request_heads import DROPPED_AFTER_ANSWER, drop_rest
 
 __all__ = [
     "ACCEPTED_MEDIA_TYPES",
@@ -45,6 +45,7 @@ __all__ = [
     "check_json",
     "field_path",
     "media_type_problem",
+    "parse_failure",
     "parse_json",
     "read_body",
     "scalar_problem",
@@ -199,8 +200,14 @@ def discard_body() -> bool:
     ``[web] discard_body_bytes``: a client that sends it whole before reading (no ``Expect:
     100-continue``) then reads the 413 instead of a reset connection. False when the body
     is longer than that, or did not arrive in time: the answer must close the connection.
+
+    Under agentik's gunicorn worker nothing is read here (True): the worker drops the rest
+    after the answer, which then goes out at once, and closes the connection when it cannot
+    (a client that holds its body back is not waited for before it is answered).
     """
     environ = request.environ
+    if environ.get(DROPPED_AFTER_ANSWER):
+        return True
     if "agentik.discarded" in environ:
         return bool(environ["agentik.discarded"])
     bound = int(current_app.config.get(DISCARD_KEY) or 0)
@@ -209,10 +216,16 @@ def discard_body() -> bool:
     return whole
 
 
-def _python_limit(exc: ValueError) -> str:
-    """A JSON parse refused by a limit of Python's, in the client's words (its own text
-    names a remedy of the server's: ``sys.set_int_max_str_digits()``)."""
-    if "digits" in str(exc):
+def parse_failure(exc: ValueError | RecursionError) -> str:
+    """Why ``json.loads`` refused a body, in the client's words, the same on every surface:
+    the parser's reason, but not Python's own for a limit of its (that text names a remedy
+    of the server's, ``sys.set_int_max_str_digits()``)."""
+    if isinstance(exc, RecursionError):
+        reason = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
+        return f"the request body is {reason}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"the request body is not valid JSON: {exc}"
+    if "digits" in str(exc):  # a number of over 4,300 digits
         return "the request body holds a number with more digits than the server accepts"
     return "the request body is not valid JSON"
 
@@ -223,13 +236,8 @@ def parse_json(raw: bytes, unacceptable: int = 400) -> Any:
     refuses it."""
     try:
         value = json.loads(raw)
-    except RecursionError:
-        reason = f"nested deeper than {MAX_JSON_DEPTH} levels, the limit for a request body"
-        raise ApiError(400, "invalid_json", f"the request body is {reason}") from None
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
-    except ValueError as exc:  # Python's own limits, e.g. a number of over 4,300 digits
-        raise ApiError(400, "invalid_json", _python_limit(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "invalid_json", parse_failure(exc)) from None
     try:
         check_json(value)
     except UnacceptableJson as exc:

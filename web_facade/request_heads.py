@@ -21,6 +21,7 @@ from gunicorn.http.message import (  # type: ignore[import-untyped]
 )
 
 __all__ = [
+    "DROPPED_AFTER_ANSWER",
     "HEAD_BYTES",
     "LOOP_BODY_BYTES",
     "BodyTimeout",
@@ -96,12 +97,13 @@ def _too_large(limits: HeadLimits) -> Refusal:
     )
 
 
-def body_to_read(data: bytes | bytearray) -> int:
+def body_to_read(data: bytes | bytearray, limit: int | None = None) -> int:
     """How many body bytes follow the whole head in ``data`` that the event loop should read
     before a thread is taken: the ``Content-Length`` when it is the only framing, is
-    well-formed and is at most :data:`LOOP_BODY_BYTES`; else 0 (the thread reads the body,
-    and gunicorn judges its framing). Never with ``Expect``: that client waits for a
-    ``100 Continue`` the thread sends."""
+    well-formed and is at most :data:`LOOP_BODY_BYTES` (and ``limit``, the largest body
+    taken: a longer one is refused by the app at once, not after it arrived); else 0 (the
+    thread reads the body, and gunicorn judges its framing). Never with ``Expect``: that
+    client waits for a ``100 Continue`` the thread sends."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         return 0
@@ -117,7 +119,9 @@ def body_to_read(data: bytes | bytearray) -> int:
     if len(lengths) != 1 or not lengths[0].isdigit() or len(lengths[0]) > 6:
         return 0
     length = int(lengths[0])
-    return length if length <= LOOP_BODY_BYTES else 0
+    if length > LOOP_BODY_BYTES or (limit is not None and length > limit):
+        return 0
+    return length
 
 
 def request_path(head: bytes | bytearray) -> str:
@@ -129,6 +133,11 @@ def request_path(head: bytes | bytearray) -> str:
     if len(parts) != 3:
         return ""
     return parts[1].split(b"?", 1)[0].decode("latin-1")
+
+
+DROPPED_AFTER_ANSWER = "agentik.rest_dropped_after_answer"
+"""``environ`` key the worker sets (``gunicorn_worker``): it reads and drops what the app
+left unread of a body after the answer is sent, so the app answers at once."""
 
 
 class BodyTimeout(TimeoutError):

@@ -102,5 +102,5 @@ class Settings:
 
     @property
     def discard_body_bytes(self) -> int:
-        """A body over the limit up to this size is read and dropped before the 413."""
+        """A body an answer did not need, up to this size, is read and dropped after it."""
         return self.web.discard_body_bytes or max(2 * self.web.max_body_bytes, 4 * MiB)

@@ -166,7 +166,8 @@ class WebSettings:
     that answers none within ``min(10, this)`` more is gone and its streams end (0: none)."""
     max_body_bytes: int = setting(MiB)
     discard_body_bytes: int = setting(0, flat="web_discard_body_bytes", lo=0)
-    """A body over max_body_bytes up to this is read and dropped before the 413."""
+    """A body an answer did not need (over max_body_bytes: the 413) up to this is read and
+    dropped after the answer, keeping the connection."""
     on_disconnect: str = setting("continue", choices=("continue", "cancel"))
     stream_reader: str = setting(
         "asyncio", flat="web_stream_reader", choices=("asyncio", "threads")

@@ -76,6 +76,10 @@ class Delivery:
     last_error: str = ""
     updated_at: datetime | None = None
     """When the last attempt's outcome was stored."""
+    session_id: str = ""
+    """The conversation whose run it announces: deleting the conversation deletes it
+    (its content must go with the conversation), and it is not added once the conversation
+    is gone. Empty: it belongs to none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,9 +241,14 @@ class DeliveryWorker:
                 delay = self.policy.delay(delivery.attempts)
                 delivery.next_attempt_at = now + timedelta(seconds=delay)
         if not await self.store.settle_delivery(self.replica, delivery, now):
-            # Our lease lapsed and another replica claimed it meanwhile: its outcome is
-            # the one to keep (the receiver may have had this attempt too: at least once).
-            log.info("webhook %s: taken over by another replica during the attempt", delivery.id)
+            # Our lease lapsed and another replica claimed it meanwhile (its outcome is the
+            # one to keep: the receiver may have had this attempt too, at least once), or
+            # its conversation was deleted during the attempt, and the delivery with it.
+            log.info(
+                "webhook %s: taken over by another replica, or deleted with its conversation,"
+                " during the attempt",
+                delivery.id,
+            )
             return
         if self._on_attempt is not None:
             self._on_attempt(delivery, result)

@@ -179,7 +179,7 @@ class RunWebhooks:
         )
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         delivery_id = run_delivery_id(notice.session_key, notice.run_id)
-        return Delivery(delivery_id, url, body, now, now, kind="run")
+        return Delivery(delivery_id, url, body, now, now, kind="run", session_id=notice.session_id)
 
     async def _pushed(self, notice: RunNotice) -> list[Delivery]:
         rows: list[Delivery] = []

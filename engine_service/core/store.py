@@ -222,7 +222,9 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_session(self, session_id: str) -> None:
-        """Delete the session and all it holds; ``SessionBusy`` while a run is active."""
+        """Delete the session and all it holds, its webhook deliveries in the outbox too
+        (pending, failed or delivered), in one transaction; ``SessionBusy`` while a run is
+        active."""
 
     @abc.abstractmethod
     async def list_messages(
@@ -360,10 +362,10 @@ class SessionStore(abc.ABC):
         """Store the run's last ``events``, record how it ended and clear the active run.
 
         ``deliveries`` (the outbox rows of the run's end: its webhook, its A2A push
-        updates) are added in the same transaction, when the run ends here (it was still
-        running, and held when ``hold`` is given; one whose id is there already is kept): a
-        crash between the end and its webhooks cannot lose them, and a write that does not
-        end the run adds none.
+        updates) are added in the same transaction, as deliveries of the run's session,
+        when the run ends here (it was still running, and held when ``hold`` is given; one
+        whose id is there already is kept): a crash between the end and its webhooks
+        cannot lose them, and a write that does not end the run adds none.
 
         With ``hold``, only while the run is held (:class:`RunHold`): else nothing is
         written and ``InvalidInput`` raised.
@@ -588,7 +590,9 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def add_delivery(self, delivery: Delivery) -> None:
         """Store a delivery to make; one whose id is stored already is left as it is
-        (adding is idempotent)."""
+        (adding is idempotent), and one whose ``session_id`` names a session that is gone
+        is not stored (a run's updates written just after its end, when the conversation
+        was deleted in between)."""
 
     @abc.abstractmethod
     async def claim_deliveries(

@@ -85,7 +85,7 @@ RUN_COLUMNS = (
 
 DELIVERY_COLUMNS = (
     "id, url, payload, created_at, next_attempt_at, headers, kind, attempts, status,"
-    " last_error, updated_at"
+    " last_error, updated_at, session_id"
 )
 
 PUSH_COLUMNS = "id, task_id, session_id, url, created_at, token, auth_scheme, auth_credentials"

@@ -143,6 +143,7 @@ class A2aPush:
                 notice.time,
                 headers=_headers(config),
                 kind="a2a",
+                session_id=notice.session_id,
             )
             for config in configs
             for index, body in enumerate(bodies)

@@ -223,6 +223,47 @@ async def test_a_late_outcome_of_a_replica_whose_lease_lapsed_is_not_stored() ->
     assert reported == []
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("final", [False, True])
+async def test_a_delivery_whose_conversation_is_deleted_during_its_attempt_is_gone_after_it(
+    kind: str, final: bool, tmp_path: Path
+) -> None:
+    """The conversation is deleted while its webhook is being POSTed: the attempt's
+    outcome (a retry, or a failure for good) finds nothing to store, puts nothing back,
+    and the worker goes on with the next delivery."""
+    store: SessionStore = (
+        MemorySessionStore() if kind == "memory" else SqliteSessionStore(tmp_path / "a.db")
+    )
+    await store.create_session("s1", "", datetime.now(UTC))
+    sent: list[str] = []
+    failed: list[Delivery] = []
+
+    async def deleting(delivery: Delivery) -> SendResult:
+        sent.append(delivery.id)
+        if delivery.id == "d1":
+            await store.delete_session("s1")  # as the receiver is being told
+            return SendResult(False, "HTTP 503", final=final)
+        return SendResult(True)
+
+    made = DeliveryWorker(
+        store, deleting, replica="r1", policy=FAST, on_failed=failed.append, batch=1
+    )
+    first = owed("d1", "https://hooks.example.com/in")
+    first.session_id = "s1"
+    try:
+        await store.add_delivery(first)
+        assert await made.tick() == 1
+        assert await store.get_delivery("d1") is None
+        await store.add_delivery(owed("d2", "https://hooks.example.com/in"))
+        assert await made.tick() == 1
+        assert await made.tick() == 0  # nothing came back to be made again
+        done = await store.get_delivery("d2")
+        assert done is not None and done.status is DeliveryStatus.DELIVERED
+        assert (sent, failed) == (["d1", "d2"], [])
+    finally:
+        await store.close()
+
+
 def test_the_default_backoff_spreads_eight_attempts_over_about_an_hour() -> None:
     policy = RetryPolicy()
     waits = [policy.delay(n, rand=lambda: 0.5) for n in range(1, policy.max_attempts)]

@@ -123,3 +123,16 @@ def test_a_notification_that_is_refused_gets_no_answer_but_the_log() -> None:
 def test_a_message_the_sdk_takes_passes() -> None:
     assert refusal_of(_call(7, "list_agents", "{}")) is None
     assert refusal_of(b'{"jsonrpc": "2.0", "id": "r1", "result": {}}') is None
+
+
+@pytest.mark.parametrize("written", [b"null", b"1.5", b"true", b'{"a": 1}'])
+def test_a_request_whose_id_is_no_string_or_integer_is_refused_not_dropped(written: bytes) -> None:
+    """The SDK takes it for a notification and answers nothing (null included: a request's
+    id is never null in MCP); the rule is ``/mcp``'s too (``web_facade.mcp.ids``)."""
+    refusal = refusal_of(b'{"jsonrpc": "2.0", "id": ' + written + b', "method": "tools/list"}')
+    assert refusal is not None and refusal.answer
+    assert (refusal.id, refusal.code, refusal.message) == (
+        None,
+        -32600,
+        "id must be a string or an integer",
+    )

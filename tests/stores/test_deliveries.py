@@ -36,6 +36,10 @@ def delivery(delivery_id: str, due: float = 0.0) -> Delivery:
     )
 
 
+def of_session(session_id: str, made: Delivery) -> Delivery:
+    return replace(made, session_id=session_id)
+
+
 async def test_an_added_delivery_reads_back_whole_and_adding_it_again_changes_nothing(
     store: SessionStore,
 ) -> None:
@@ -208,7 +212,7 @@ async def test_a_run_s_webhook_is_stored_with_its_end_and_only_when_it_ends_ther
     none (its end is not written here)."""
     await store.begin_run("s1", "r1", at(0), create=True)
     await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), deliveries=[delivery("run_r1")])
-    assert await store.get_delivery("run_r1") == delivery("run_r1")
+    assert await store.get_delivery("run_r1") == of_session("s1", delivery("run_r1"))
     await store.finish_run("s1", "r1", RunStatus.FAILED, at(2), deliveries=[delivery("run_r1.x")])
     assert await store.get_delivery("run_r1.x") is None  # ended before: nothing written
 
@@ -224,7 +228,7 @@ async def test_a_run_s_webhook_is_stored_with_its_end_and_only_when_it_ends_ther
         )
     assert await store.get_delivery("run_r2") is None
     await store.finish_run("s1", "r2", RunStatus.SUCCEEDED, at(5), deliveries=[delivery("run_r2")])
-    assert await store.get_delivery("run_r2") == delivery("run_r2")
+    assert await store.get_delivery("run_r2") == of_session("s1", delivery("run_r2"))
 
 
 async def test_a_run_s_end_and_the_rows_of_its_webhooks_are_stored_together_or_not_at_all(
@@ -242,7 +246,7 @@ async def test_a_run_s_end_and_the_rows_of_its_webhooks_are_stored_together_or_n
     await store.finish_run(
         "s1", "r1", RunStatus.SUCCEEDED, at(2), hold=RunHold("r1", "a"), deliveries=rows
     )
-    assert [await store.get_delivery(d.id) for d in rows] == rows
+    assert [await store.get_delivery(d.id) for d in rows] == [of_session("s1", d) for d in rows]
 
 
 def _closing_rows(tag: str, seen: list[RunClosed]) -> EndDeliveries:
@@ -290,3 +294,88 @@ async def test_closing_a_run_its_engine_left_stores_its_end_with_its_webhooks_or
     webhook = await store.get_delivery("run_r1.x")
     assert webhook is not None and webhook.payload == '{"by": "c"}'
     assert await store.read_events("s1", 0, 0) == stored
+
+
+async def settle_as(store: SessionStore, status: DeliveryStatus, *ids: str) -> None:
+    """Claim the deliveries ``ids`` (all due) and settle each with ``status``."""
+    for claimed in await store.claim_deliveries("r", at(1), at(9), 0):
+        if claimed.id in ids:
+            claimed.status = status
+            assert await store.settle_delivery("r", claimed, at(2))
+
+
+async def test_deleting_a_conversation_deletes_its_deliveries_and_only_its(
+    store: SessionStore,
+) -> None:
+    """Pending, failed and delivered: none is POSTed or listed after the delete. Another
+    conversation's and one of none stay."""
+    for session_id in ("s1", "s2"):
+        await store.create_session(session_id, "", T0)
+    await store.begin_run("s1", "r1", at(0), create=False)
+    for name in ("pending", "failed", "delivered"):
+        await store.add_delivery(of_session("s1", delivery(name)))
+    await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, at(1), deliveries=[delivery("run_r1")])
+    await store.add_delivery(of_session("s2", delivery("other")))
+    await store.add_delivery(delivery("loose"))
+    await settle_as(store, DeliveryStatus.FAILED, "failed")
+    await settle_as(store, DeliveryStatus.DELIVERED, "delivered")
+
+    await store.delete_session("s1")
+
+    for name in ("pending", "failed", "delivered", "run_r1"):
+        assert await store.get_delivery(name) is None, name
+    assert await store.failed_deliveries(0, 0) == ([], 0)
+    due = await store.claim_deliveries("r", at(100), at(200), 0)
+    assert sorted(d.id for d in due) == ["loose", "other"]
+    kept = await store.get_delivery("other")
+    assert kept is not None and kept.session_id == "s2"
+
+
+async def test_a_delivery_attempted_while_its_conversation_is_deleted_is_not_put_back(
+    store: SessionStore,
+) -> None:
+    """The deliverer's outcome of an attempt made as the delete came finds no row: it
+    stores nothing (False, as for a delivery another replica took over), brings nothing
+    back and raises nothing."""
+    await store.create_session("s1", "", T0)
+    await store.add_delivery(of_session("s1", delivery("d1")))
+    (claimed,) = await store.claim_deliveries("r1", at(1), at(100), 5)
+    await store.delete_session("s1")
+    claimed.last_error, claimed.next_attempt_at = "HTTP 503", at(30)
+    assert not await store.settle_delivery("r1", claimed, at(2))
+    assert await store.get_delivery("d1") is None
+    assert await store.claim_deliveries("r2", at(1000), at(2000), 5) == []
+
+
+async def test_a_delivery_of_a_conversation_that_is_gone_is_not_added(
+    store: SessionStore,
+) -> None:
+    """A run's A2A push update of its start is written just after the run begins: a
+    conversation deleted in between gets none back, and a conversation made again under
+    its id does not inherit them."""
+    await store.create_session("s1", "", T0)
+    await store.delete_session("s1")
+    await store.add_delivery(of_session("s1", delivery("late")))
+    await store.add_delivery(of_session("never", delivery("stray")))
+    assert await store.get_delivery("late") is None
+    assert await store.get_delivery("stray") is None
+    await store.create_session("s1", "", at(5))
+    assert await store.claim_deliveries("r", at(100), at(200), 0) == []
+
+
+async def test_deliveries_added_while_their_conversation_is_deleted_never_outlive_it(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    """Two replicas: one adds a conversation's delivery as the other deletes the
+    conversation. Whichever goes first, nothing is left over and neither fails (a
+    delivery inserted under the delete's feet would be an orphan, or break the foreign
+    key)."""
+    a, b = two
+    for index in range(30):
+        session_id = f"s{index}"
+        await a.create_session(session_id, "", T0)
+        await asyncio.gather(
+            a.add_delivery(of_session(session_id, delivery(f"d{index}"))),
+            b.delete_session(session_id),
+        )
+    assert await a.claim_deliveries("r", at(100), at(200), 0) == []

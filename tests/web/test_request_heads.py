@@ -81,6 +81,14 @@ def test_any_other_body_is_left_to_the_thread_and_gunicorn(headers: str) -> None
     assert body_to_read(f"POST / HTTP/1.1\r\n{headers}\r\n\r\n".encode()) == 0
 
 
+def test_a_body_over_the_limit_is_left_to_the_thread_so_its_413_comes_at_once() -> None:
+    """Read in the loop, a body the app refuses would hold its 413 back until it arrived
+    whole (or until its deadline, from a client that holds it back)."""
+    head = b"POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n"
+    assert body_to_read(head, limit=5000) == 5000
+    assert body_to_read(head, limit=4999) == 0
+
+
 def test_the_path_of_the_request_line_is_read_without_its_query() -> None:
     assert request_path(b"GET /health?x=1 HTTP/1.1\r\n") == "/health"
     assert request_path(b"\r\nGET /metrics HTTP/1.1\r\n") == "/metrics"

@@ -1,5 +1,6 @@
 """``web_facade.gunicorn_worker``: whether an answer may keep its connection, given what is
-left of its request's body (the e2e side: ``tests/web/e2e/test_body_over_limit.py``)."""
+left of its request's body, decided without waiting for that body; and the rest dropped
+after the answer (the e2e side: ``tests/web/e2e/test_body_over_limit.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ from typing import Any
 
 import pytest
 
-from web_facade.gunicorn_worker import _body_read, _says_close
+from web_facade.gunicorn_worker import _rest_too_long, _says_close
+from web_facade.request_heads import drop_rest
 
 BOUND = 1000
+
+
+class Held(io.RawIOBase):
+    """A body whose client holds it back: any read fails the test (it would wait)."""
+
+    def read(self, size: int = -1) -> bytes:
+        raise AssertionError("the body was waited for before the answer")
 
 
 def _environ(body: bytes, read: int, length: bool = True) -> dict[str, Any]:
@@ -24,28 +33,34 @@ def _environ(body: bytes, read: int, length: bool = True) -> dict[str, Any]:
 
 def test_a_body_read_whole_keeps_the_connection_whatever_its_length() -> None:
     # a bound set below the largest body the app takes must not close every such answer
-    assert _body_read(_environ(b"x" * 5000, read=5000), BOUND)
-    assert _body_read(_environ(b"", read=0), BOUND)
-    assert _body_read({}, BOUND)
+    assert not _rest_too_long(_environ(b"x" * 5000, read=5000), BOUND)
+    assert not _rest_too_long(_environ(b"", read=0), BOUND)
+    assert not _rest_too_long({}, BOUND)
 
 
-def test_the_rest_of_a_body_within_the_bound_is_read_and_dropped() -> None:
+def test_a_rest_within_the_bound_is_not_read_before_the_answer() -> None:
+    """The answer goes out at once; the rest is dropped after it (``drop_rest``)."""
+    assert not _rest_too_long({"wsgi.input": Held(), "CONTENT_LENGTH": "900"}, BOUND)
+    assert not _rest_too_long({"wsgi.input": Held()}, BOUND)  # chunked: judged after
     environ = _environ(b"x" * 900, read=10)
-    assert _body_read(environ, BOUND)
+    assert not _rest_too_long(environ, BOUND)
+    assert environ["wsgi.input"].tell() == 10
+    assert drop_rest(environ["wsgi.input"], None, BOUND)  # after the answer
     assert environ["wsgi.input"].read() == b""
 
 
 def test_a_rest_over_the_bound_closes() -> None:
-    assert not _body_read(_environ(b"x" * 5000, read=10), BOUND)  # its length says so
-    assert not _body_read(_environ(b"x" * 5000, read=10, length=False), BOUND)  # chunked
+    assert _rest_too_long(_environ(b"x" * 5000, read=10), BOUND)  # its length says so
+    chunked = _environ(b"x" * 5000, read=10, length=False)
+    assert not drop_rest(chunked["wsgi.input"], None, BOUND)  # found after the answer
 
 
-def test_a_body_that_fails_to_arrive_closes() -> None:
+def test_a_body_that_fails_to_arrive_after_the_answer_closes() -> None:
     class Late(io.RawIOBase):
         def read(self, size: int = -1) -> bytes:
             raise TimeoutError("the request body did not arrive within 10 seconds")
 
-    assert not _body_read({"wsgi.input": Late(), "CONTENT_LENGTH": "10"}, BOUND)
+    assert not drop_rest(Late(), None, BOUND)
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,7 @@ from web_facade.request_body import (
     UnacceptableJson,
     check_json,
     discard_body,
+    parse_failure,
     read_body,
 )
 from web_facade.stream import sse_response
@@ -95,7 +96,7 @@ def _body() -> Params:
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError) as exc:
-        raise JSONParseError(f"the request body is not valid JSON: {exc}") from None
+        raise JSONParseError(parse_failure(exc)) from None
     try:
         check_json(body)
     except UnacceptableJson as exc:

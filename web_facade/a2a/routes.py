@@ -81,6 +81,7 @@ from web_facade.request_body import (
     UnacceptableJson,
     check_json,
     discard_body,
+    parse_failure,
     read_body,
     scalar_problem,
 )
@@ -466,8 +467,8 @@ def _check(body: object) -> None:
         raise InvalidRequestError(str(exc)) from None
 
 
-_MAX_INTEGER_ID: Final = 2**63 - 1
-"""The largest integer id: a signed 64-bit integer, as JSON-RPC clients hold ids."""
+_INTEGER_IDS: Final = range(-(2**63), 2**63)
+"""Integer ids taken: a signed 64-bit integer, as JSON-RPC clients hold ids (-2^63 too)."""
 
 
 def _id_problem(value: object) -> str | None:
@@ -477,8 +478,8 @@ def _id_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, str | int):
         return "must be a string or an integer"
     if isinstance(value, int):
-        if abs(value) > _MAX_INTEGER_ID:
-            return "must be an integer between -(2^63 - 1) and 2^63 - 1"
+        if value not in _INTEGER_IDS:
+            return "must be an integer between -2^63 and 2^63 - 1"
         return None
     limit = current_settings().a2a.max_request_id_chars
     if len(value) > limit:
@@ -573,7 +574,7 @@ def rpc(agent: str = "") -> Response:
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            raise JSONParseError(f"the request body is not valid JSON: {exc}") from None
+            raise JSONParseError(parse_failure(exc)) from None
         request_id = _request_id(body)
         _check(body)
         method, params = _call_of(body)

@@ -132,8 +132,23 @@ def _check_files(message: v03.Message) -> None:
                 raise invalid_params(f"{where}.uri", problem)
 
 
+def _check_file_forms(params: dict[str, Any]) -> None:
+    """Refuse a file that holds both ``bytes`` and ``uri``: the SDK's model would take the
+    bytes and drop the URI without a word (0.3's file is one or the other, and 1.0 refuses
+    a part with both ``raw`` and ``url``)."""
+    message = params.get("message")
+    parts = message.get("parts") if isinstance(message, dict) else None
+    for index, part in enumerate(parts if isinstance(parts, list) else []):
+        file = part.get("file") if isinstance(part, dict) else None
+        if isinstance(file, dict) and "bytes" in file and "uri" in file:
+            raise invalid_params(
+                f"message.parts[{index}].file", "holds both bytes and uri; send one of them"
+            )
+
+
 def send_request(params: dict[str, Any]) -> SendMessageRequest:
     """``message/send`` and ``message/stream`` params as a 1.0 SendMessageRequest."""
+    _check_file_forms(params)
     sent = _validated(v03.MessageSendParams, params)
     _check_files(sent.message)
     try:

@@ -16,7 +16,8 @@ every other surface does (JSON errors from web_facade/errors.py):
   never carry a message and would only hold a thread;
 - its body: read with ``AGENTIK_MAX_BODY_BYTES`` (413, or a chunked body cut at the limit),
   announced as JSON (415), parsed and checked as every body is (400), and shaped as one
-  JSON-RPC 2.0 message (400), in our words rather than the SDK's parser's or pydantic's.
+  JSON-RPC 2.0 message (400) whose id is a string or an integer (``web_facade.mcp.ids``),
+  in our words rather than the SDK's parser's or pydantic's.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from flask import Blueprint, Response, current_app, request
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from web_facade.engine_client import current_engine, current_settings
 from web_facade.errors import ApiError, error_response, from_rpc_error
+from web_facade.mcp.ids import id_problem
 from web_facade.request_body import parse_json, read_body
 
 __all__ = ["AUTHENTICATE_TIMEOUT", "bp"]
@@ -92,6 +94,9 @@ def _check_body() -> None:
     message = parse_json(body)
     if not _is_jsonrpc_message(message):
         raise ApiError(400, "invalid_argument", _MESSAGE)
+    problem = id_problem(message)
+    if problem is not None:  # the SDK would take it for a notification: a bare 202
+        raise ApiError(400, "invalid_argument", problem)
     environ = request.environ
     environ["wsgi.input"] = io.BytesIO(body)
     environ["CONTENT_LENGTH"] = str(len(body))

@@ -24,6 +24,8 @@ class MemoryDeliveries(MemoryDicts):
     """The outbox and the push configs, a part of ``MemorySessionStore``."""
 
     async def add_delivery(self, delivery: Delivery) -> None:
+        if delivery.session_id and delivery.session_id not in self._sessions:
+            return  # its conversation is gone, and its deliveries with it
         if delivery.id not in self._deliveries:
             self._deliveries[delivery.id] = (copy_delivery(delivery), "", None)
 

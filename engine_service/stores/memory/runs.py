@@ -5,6 +5,7 @@ the tokens each principal used per day."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import date, datetime
 
 from engine_service.core.deliveries import Delivery
@@ -183,7 +184,7 @@ class MemoryRuns(MemoryDicts):
                 entry.output_tokens += usage.output_tokens
                 entry.cached_tokens += usage.cached_tokens
             for delivery in deliveries:
-                await self.add_delivery(delivery)
+                await self.add_delivery(replace(delivery, session_id=session_id))
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
         self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))

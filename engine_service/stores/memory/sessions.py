@@ -77,6 +77,9 @@ class MemorySessions(MemoryDicts):
         self._run_ids.difference_update(entry.runs)
         for key in [k for k, c in self._push.items() if c.session_id == session_id]:
             del self._push[key]
+        gone = [d.id for d, _, _ in self._deliveries.values() if d.session_id == session_id]
+        for delivery_id in gone:
+            del self._deliveries[delivery_id]
 
     async def fork_session(
         self,

@@ -28,6 +28,7 @@ class PostgresDeliveries(PostgresConnections):
     """The delivery outbox and the push notification configs of ``PostgresSessionStore``."""
 
     async def add_delivery(self, delivery: Delivery) -> None:
+        session_id = delivery.session_id or None
         args = (
             delivery.id,
             delivery.kind,
@@ -39,13 +40,23 @@ class PostgresDeliveries(PostgresConnections):
             _utc(delivery.next_attempt_at, "next_attempt_at"),
             delivery.status.value,
             delivery.last_error,
+            session_id,
+            session_id,
+            session_id,
         )
 
+        # A delivery whose conversation is gone is not added (deleting it deleted its
+        # deliveries: ON DELETE CASCADE). The session's row is locked (FOR KEY SHARE)
+        # until the insert commits: a delete waits for it and takes it along, or, done
+        # first, leaves nothing to lock, and nothing is added.
         async def work(conn: Conn) -> None:
             await conn.execute(
                 "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
-                " attempts, next_attempt_at, status, last_error)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                " attempts, next_attempt_at, status, last_error, session_id)"
+                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                " WHERE %s::text IS NULL"
+                " OR EXISTS (SELECT 1 FROM sessions WHERE id = %s FOR KEY SHARE)"
+                " ON CONFLICT (id) DO NOTHING",
                 args,
             )
 

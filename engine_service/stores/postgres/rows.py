@@ -65,6 +65,7 @@ def delivery_from(row: Sequence[Any]) -> Delivery:
         status=DeliveryStatus(row[8]),
         last_error=row[9],
         updated_at=_time(row[10]) if row[10] is not None else None,
+        session_id=row[11] or "",
     )
 
 

@@ -67,8 +67,8 @@ WITH s AS (
     RETURNING ok.last
 ), delivered AS (
     INSERT INTO deliveries (id, kind, url, headers, payload, created_at, attempts,
-        next_attempt_at, status, last_error)
-    SELECT d.* FROM ok, unnest(%(d_id)s::text[], %(d_kind)s::text[], %(d_url)s::text[],
+        next_attempt_at, status, last_error, session_id)
+    SELECT d.*, ok.id FROM ok, unnest(%(d_id)s::text[], %(d_kind)s::text[], %(d_url)s::text[],
         %(d_headers)s::text[], %(d_payload)s::text[], %(d_created)s::timestamptz[],
         %(d_attempts)s::integer[], %(d_next)s::timestamptz[], %(d_status)s::text[],
         %(d_error)s::text[]) AS d

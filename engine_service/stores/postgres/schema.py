@@ -189,6 +189,19 @@ ALTER TABLE runs ADD COLUMN kept text NOT NULL DEFAULT '';
 its runs over only when another is there to take them), and what a run keeps of its
 request for a resume (``core.kept_input``)."""
 
+_SCHEMA_V9 = r"""
+ALTER TABLE deliveries ADD COLUMN session_id text COLLATE "C"
+    REFERENCES sessions (id) ON DELETE CASCADE;
+UPDATE deliveries SET session_id = runs.session_id FROM runs
+    WHERE deliveries.kind = 'run'
+    AND runs.id = substring(deliveries.id from '^run_(.*)\.[0-9a-f]{16}$');
+CREATE INDEX deliveries_session ON deliveries (session_id);
+"""
+"""A delivery belongs to the conversation whose run it announces and is deleted with it
+(NULL: none). A run's webhook of an older schema finds its conversation by the run id in
+its delivery id (``run_<run id>.<16 hex digits>``); an A2A push's id is a hash, so those
+stay without one."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -198,6 +211,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V6,
     _SCHEMA_V7,
     _SCHEMA_V8,
+    _SCHEMA_V9,
 )
 """Script ``i`` takes the schema from version ``i`` to ``i + 1``."""
 

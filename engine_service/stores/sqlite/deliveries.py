@@ -23,11 +23,16 @@ __all__ = ["SqliteDeliveries", "insert_delivery"]
 
 
 def insert_delivery(conn: sqlite3.Connection, delivery: Delivery) -> None:
-    """Add ``delivery`` to the outbox in ``conn``'s transaction; one with its id is kept."""
+    """Add ``delivery`` to the outbox in ``conn``'s transaction; one with its id is kept,
+    and so is one whose conversation is gone: nothing is added for it (deleting the
+    conversation deleted its deliveries, ``ON DELETE CASCADE``)."""
+    session_id = delivery.session_id or None
     conn.execute(
         "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
-        " attempts, next_attempt_at, status, last_error)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        " attempts, next_attempt_at, status, last_error, session_id)"
+        " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+        " WHERE ? IS NULL OR EXISTS (SELECT 1 FROM sessions WHERE id = ?)"
+        " ON CONFLICT (id) DO NOTHING",
         (
             delivery.id,
             delivery.kind,
@@ -39,6 +44,9 @@ def insert_delivery(conn: sqlite3.Connection, delivery: Delivery) -> None:
             iso(delivery.next_attempt_at, "next_attempt_at"),
             delivery.status.value,
             delivery.last_error,
+            session_id,
+            session_id,
+            session_id,
         ),
     )
 

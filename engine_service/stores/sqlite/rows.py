@@ -66,6 +66,7 @@ def to_delivery(row: Any) -> Delivery:
         status=DeliveryStatus(row[8]),
         last_error=row[9],
         updated_at=from_iso(row[10]) if row[10] else None,
+        session_id=row[11] or "",
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import date, datetime
 
 from engine_service.core.deliveries import Delivery
@@ -240,7 +241,7 @@ class SqliteRuns(SqliteFile):
                 (stamp, *counts, asked, run_id, session_id),
             )
             for delivery in deliveries:
-                insert_delivery(conn, delivery)
+                insert_delivery(conn, replace(delivery, session_id=session_id))
 
     @off_loop
     def note_usage(self, session_id: str, run_id: str, usage: Usage, *, replica: str = "") -> None:

@@ -192,6 +192,19 @@ ALTER TABLE runs ADD COLUMN kept TEXT NOT NULL DEFAULT '';
 """What a run keeps of its request for a resume (``core.kept_input``): the client's tools
 and context, a person's answers."""
 
+_SCHEMA_V12 = """
+ALTER TABLE deliveries ADD COLUMN session_id TEXT REFERENCES sessions (id) ON DELETE CASCADE;
+UPDATE deliveries SET session_id = (
+    SELECT runs.session_id FROM runs
+    WHERE runs.id = substr(deliveries.id, 5, length(deliveries.id) - 21)
+) WHERE kind = 'run' AND substr(id, 1, 4) = 'run_' AND substr(id, -17, 1) = '.';
+CREATE INDEX deliveries_session ON deliveries (session_id);
+"""
+"""A delivery belongs to the conversation whose run it announces and is deleted with it
+(NULL: none). A run's webhook of an older file finds its conversation by the run id in
+its delivery id (``run_<run id>.<16 hex digits>``); an A2A push's id is a hash, so those
+stay without one."""
+
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -204,6 +217,7 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V9,
     _SCHEMA_V10,
     _SCHEMA_V11,
+    _SCHEMA_V12,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
 

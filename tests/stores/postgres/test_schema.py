@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from engine_service.core.models import Message, Role, TextPart
+from engine_service.core.models import Message, Role, RunStatus, TextPart
 from engine_service.stores.postgres import PostgresSessionStore
 from engine_service.stores.postgres.schema import SCHEMA_VERSION
 from tests.stack import free_port
@@ -122,3 +122,41 @@ async def test_a_database_from_a_newer_schema_is_refused(pg_url: str) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert "newer" in err
+
+
+async def test_the_outbox_migration_ties_each_run_webhook_to_its_conversation(
+    pg_url: str,
+) -> None:
+    """Version 9 ties each delivery to its conversation, so deleting the conversation
+    deletes them: a run's webhook finds it by the run id in its delivery id; an A2A push
+    (a hashed id) and a webhook whose run is gone stay without one."""
+    store = PostgresSessionStore(pg_url)
+    try:
+        await store.begin_run("s1", "r.1", at(0), create=True)
+        await store.finish_run("s1", "r.1", RunStatus.SUCCEEDED, at(1))
+    finally:
+        await store.close()
+    ids = ("run_r.1.0123456789abcdef", "run_gone.0123456789abcdef", "push_0123456789abcdef")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to schema version 8
+        conn.execute("DROP INDEX deliveries_session")
+        conn.execute("ALTER TABLE deliveries DROP COLUMN session_id")
+        conn.execute("DELETE FROM agentik_schema_migrations WHERE version >= 9")
+        for delivery_id in ids:
+            conn.execute(
+                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+                " next_attempt_at, status) VALUES (%s, %s, 'https://h.example.com/', '{}',"
+                " '{}', now(), now(), 'pending')",
+                (delivery_id, "a2a" if delivery_id.startswith("push") else "run"),
+            )
+    again = PostgresSessionStore(pg_url)
+    try:
+        webhook = await again.get_delivery(ids[0])
+        assert webhook is not None and webhook.session_id == "s1"
+        await again.delete_session("s1")
+        assert await again.get_delivery(ids[0]) is None
+        for kept in ids[1:]:
+            found = await again.get_delivery(kept)
+            assert found is not None and found.session_id == ""
+    finally:
+        await again.close()
+    assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))

@@ -11,7 +11,7 @@ from a2a.utils.errors import A2A_ERROR_REASONS, JSON_RPC_ERROR_CODE_MAP
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.web.a2a.conftest import V10, Rpc, user_message
+from tests.web.a2a.conftest import V10, Rpc, frames_of, user_message
 from web_facade.a2a.errors import (
     ERRORS,
     AuthenticationRequired,
@@ -127,20 +127,87 @@ def test_the_id_limit_is_a_setting_and_an_id_at_it_is_echoed(
     assert reply["id"] is None and "longer than 8 characters" in reply["error"]["message"]
 
 
-@pytest.mark.parametrize("request_id", [2**63, -(2**63), 10**300])
+@pytest.mark.parametrize("request_id", [2**63, -(2**63) - 1, 2**64, 10**300, -(10**300)])
 def test_an_integer_id_beyond_64_bits_is_an_invalid_request(
     client: FlaskClient, request_id: int
 ) -> None:
     body = {"jsonrpc": "2.0", "id": request_id, "method": "GetTask", "params": {"id": "x"}}
     reply = _post(client, json.dumps(body))
     assert reply["id"] is None and reply["error"]["code"] == -32600, reply
-    assert reply["error"]["message"].startswith("id must be an integer between")
+    assert reply["error"]["message"] == "id must be an integer between -2^63 and 2^63 - 1"
+    assert reply["error"]["data"][0]["metadata"]["field"] == "id"
 
 
-def test_a_64_bit_integer_id_is_echoed(client: FlaskClient) -> None:
-    body = {"jsonrpc": "2.0", "id": 2**63 - 1, "method": "GetTask", "params": {"id": "x"}}
-    reply = _post(client, json.dumps(body))
-    assert reply["id"] == 2**63 - 1 and reply["error"]["code"] == -32001
+@pytest.mark.parametrize("request_id", [2**63 - 1, -(2**63), -(2**63) + 1, 0, -1])
+def test_a_64_bit_integer_id_is_echoed(client: FlaskClient, request_id: int) -> None:
+    """-2^63 included: a signed 64-bit integer, as a Java or Go client's ``long`` id."""
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "GetTask", "params": {"id": "x"}}
+    raw = client.post("/", data=json.dumps(body), content_type="application/json", headers=V10)
+    assert raw.status_code == 200
+    assert f'"id":{request_id},'.encode() in raw.get_data()  # as written, never as a float
+    reply = raw.get_json()
+    assert reply["id"] == request_id and reply["error"]["code"] == -32001
+
+
+def test_the_smallest_64_bit_id_is_echoed_in_every_frame_of_a_stream(client: FlaskClient) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": -(2**63),
+        "method": "SendStreamingMessage",
+        "params": {"message": user_message("hi")},
+    }
+    response = client.post("/", json=body, headers=V10, buffered=True)
+    assert response.status_code == 200 and response.mimetype == "text/event-stream"
+    frames = [f for f in frames_of(iter([response.get_data()])) if f is not None]
+    assert len(frames) >= 2 and all(f["id"] == -(2**63) for f in frames), frames
+    assert "error" not in frames[-1], frames[-1]
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "1.5",
+        "1.0",
+        "-0.0",
+        "1e3",
+        "1E2",
+        "123456789012345678901234567890.5",
+        "true",
+        "false",
+        "null",
+        "[1]",
+        '{"a": {"b": 1}}',
+        "{}",
+    ],
+)
+def test_an_id_that_is_no_string_or_integer_is_an_invalid_request_naming_it(
+    client: FlaskClient, written: str
+) -> None:
+    body = '{"jsonrpc": "2.0", "id": ' + written + ', "method": "GetTask", "params": {"id": "x"}}'
+    reply = _post(client, body)
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert reply["error"]["message"] == "id must be a string or an integer"
+    assert reply["error"]["data"][0]["metadata"]["field"] == "id"
+
+
+@pytest.mark.parametrize("written", ["1e400", "-1e400"])
+def test_an_id_beyond_a_double_is_an_invalid_request_naming_it(
+    client: FlaskClient, written: str
+) -> None:
+    body = '{"jsonrpc": "2.0", "id": ' + written + ', "method": "GetTask", "params": {"id": "x"}}'
+    reply = _post(client, body)
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert reply["error"]["message"].startswith("id: must be a finite number")
+
+
+def test_an_integer_id_of_more_digits_than_python_reads_is_a_parse_error(
+    client: FlaskClient,
+) -> None:
+    body = '{"jsonrpc": "2.0", "id": 1' + "0" * 5000 + ', "method": "GetTask", "params": {}}'
+    reply = _post(client, body)
+    assert reply["id"] is None and reply["error"]["code"] == -32700, reply
+    message = reply["error"]["message"]
+    assert "digits" in message and "set_int_max_str_digits" not in message, message
 
 
 def test_a_body_over_the_size_limit_is_an_invalid_request(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import uuid
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
+from tests.fakes.fake_openai import FakeOpenAI
 from tests.web.a2a.conftest import Rpc
 
 NO_VERSION: dict[str, str] = {}
@@ -156,3 +159,70 @@ def test_a_0_3_part_error_names_the_member_its_kind_says_it_is(
     error = rpc.error("message/send", {"message": message}, headers={})
     assert error["code"] == -32602, error
     assert error["message"] == f"{field}: {says}"
+
+
+def _raw_send(client: FlaskClient, file_json: str) -> dict[str, Any]:
+    """``message/send`` of one file part whose ``file`` object is ``file_json``, as written
+    (its fields in that order); the reply's result."""
+    message = _message()
+    message["parts"] = [{"kind": "file", "file": "FILE"}]
+    request = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+    body = json.dumps(request).replace('"FILE"', file_json)
+    response = client.post("/", data=body, content_type="application/json")
+    assert response.status_code == 200
+    reply: dict[str, Any] = response.get_json()
+    assert "error" not in reply, reply
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("fields", "to_the_llm"),
+    [
+        (
+            ('"uri": "https://example.com/cat.png"', '"mimeType": "image/png"', '"name": "cat"'),
+            {"url": "https://example.com/cat.png"},
+        ),
+        (
+            ('"bytes": "iVBORw0KGgo="', '"mimeType": "image/png"', '"name": "cat"'),
+            {"url": "data:image/png;base64,iVBORw0KGgo="},
+        ),
+    ],
+    ids=["uri", "bytes"],
+)
+def test_a_file_part_is_read_the_same_whatever_the_order_of_its_fields(
+    client: FlaskClient, llm: FakeOpenAI, fields: tuple[str, ...], to_the_llm: dict[str, str]
+) -> None:
+    """A review said a file's ``uri`` before or after its ``mimeType`` changed how the part
+    is read: in every order the LLM gets the same image, and the task keeps the same part."""
+    seen_by_llm, kept = [], []
+    for order in itertools.permutations(fields):
+        asked = len(llm.requests)
+        answer = _raw_send(client, "{" + ", ".join(order) + "}")
+        (request,) = llm.requests[asked:]
+        seen_by_llm.append(request["messages"][-1]["content"])
+        task = Rpc(client).result("tasks/get", {"id": answer["taskId"]}, headers=NO_VERSION)
+        kept.append([m["parts"] for m in task["history"] if m["role"] == "user"])
+    assert seen_by_llm == [[{"type": "image_url", "image_url": to_the_llm}]] * 6
+    assert all(parts == kept[0] for parts in kept), kept
+    ((part,),) = kept[0]
+    assert part["kind"] == "file" and part["file"]["mimeType"] == "image/png"
+
+
+@pytest.mark.parametrize(
+    "file",
+    [
+        {"bytes": "iVBORw0KGgo=", "uri": "https://example.com/cat.png"},
+        {"uri": "https://example.com/cat.png", "bytes": "iVBORw0KGgo="},
+    ],
+)
+def test_a_file_with_both_bytes_and_a_uri_is_refused_not_half_read(
+    rpc: Rpc, file: dict[str, str]
+) -> None:
+    """The SDK's model took the bytes and dropped the URI without a word; A2A 1.0 refuses
+    a part with both ``raw`` and ``url``."""
+    before = _tasks_stored(rpc)
+    error = rpc.error("message/send", {"message": _file_message(file)}, headers={})
+    assert error["code"] == -32602, error
+    assert error["message"] == "message.parts[0].file: holds both bytes and uri; send one of them"
+    assert _tasks_stored(rpc) == before

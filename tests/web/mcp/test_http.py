@@ -281,3 +281,50 @@ async def test_a_task_is_polled_across_the_workers_and_any_of_them_answers(stack
             polls = [await get_task(client.session, handle.task_id) for _ in range(6)]
     assert {task["status"] for task in polls} == {"completed"}
     assert {task["result"]["structuredContent"]["run_id"] for task in polls} == {handle.task_id}
+
+
+def _list_tools_with_id(stack: Stack, written: str) -> Any:
+    """``tools/list`` whose id is ``written``, as written (a float stays a float): the
+    stack's answer (an ``httpx.Response``; this module's ``httpx`` is ``httpx2``)."""
+    body = '{"jsonrpc": "2.0", "id": ' + written + ', "method": "tools/list", "params": {}}'
+    headers = {**ACCEPT, "Authorization": "Bearer secret-a", "Content-Type": "application/json"}
+    with stack.client() as http:
+        return http.post("/mcp", content=body, headers=headers)
+
+
+@pytest.mark.parametrize(
+    "request_id",
+    [-(2**63), 2**63 - 1, 2**63, -(2**63) - 1, 10**40, 0, "x", ""],
+)
+def test_an_id_that_is_a_string_or_an_integer_is_echoed_as_given(
+    stack: Stack, request_id: int | str
+) -> None:
+    response = _list_tools_with_id(stack, json.dumps(request_id))
+    assert response.status_code == 200, response.text
+    (data,) = [line for line in response.text.splitlines() if line.startswith("data: ")]
+    assert f'"id":{json.dumps(request_id)},' in data  # as written: never a float
+    reply = json.loads(data.removeprefix("data: "))
+    assert reply["id"] == request_id and "tools" in reply["result"]
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["1.5", "1.0", "-0.0", "1e3", "true", "false", "null", "[1]", '{"a": {"b": 1}}'],
+)
+def test_an_id_that_is_no_string_or_integer_is_refused_not_taken_for_a_notification(
+    stack: Stack, written: str
+) -> None:
+    """The SDK took such a request for a notification and answered a bare 202: the client
+    waited for an answer that never came."""
+    response = _list_tools_with_id(stack, written)
+    assert _refusal(response, 400, "invalid_argument") == "id must be a string or an integer"
+
+
+@pytest.mark.parametrize("written", ["1e400", "1" + "0" * 5000])
+def test_a_number_json_cannot_carry_as_an_id_is_refused_naming_it(
+    stack: Stack, written: str
+) -> None:
+    response = _list_tools_with_id(stack, written)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "finite number" in message or "more digits than the server accepts" in message

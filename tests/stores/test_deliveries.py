@@ -285,7 +285,7 @@ async def test_closing_a_run_its_engine_left_stores_its_end_with_its_webhooks_or
     assert (await store.get_run("s1", "r1")).status is RunStatus.INTERRUPTED
     webhook = await store.get_delivery("run_r1.x")
     assert webhook is not None and webhook.payload == '{"by": "c"}'
-    assert await store.get_delivery("push_1") == delivery("push_1")
+    assert await store.get_delivery("push_1") == of_session("s1", delivery("push_1"))
     stored = await store.read_events("s1", 0, 0)
     assert isinstance(stored[-1].body, ev.RunFinished)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from engine_service.core import events as ev
@@ -85,4 +86,4 @@ async def test_the_parts_call_each_other_through_the_store_a_subclass_overrides(
     await store.finish_run("s1", "r1", RunStatus.SUCCEEDED, T0, deliveries=[delivery])
 
     assert store.calls == ["append_messages 1", "append_events 1", "add_delivery d1"]
-    assert await store.get_delivery("d1") == delivery
+    assert await store.get_delivery("d1") == replace(delivery, session_id="s1")

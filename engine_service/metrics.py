@@ -140,6 +140,13 @@ class EngineMetrics:
         self.streams_open = Gauge(
             "agentik_grpc_streams_open", "Server streams open, by method.", ["method"], registry=r
         )
+        self.streams_cut = Counter(
+            "agentik_grpc_streams_cut",
+            "Server streams cut because a message waited past [engine] write_timeout for a"
+            " client that does not read, by method.",
+            ["method"],
+            registry=r,
+        )
         self.webhook_attempts = Counter(
             "agentik_webhook_attempts",
             "Webhook delivery attempts, by kind (run, a2a) and outcome (delivered, retry,"
@@ -164,6 +171,10 @@ class EngineMetrics:
             self.rpc_seconds.labels(method, code).observe(time.monotonic() - started)
 
         context.add_done_callback(ended)
+
+    def stream_cut(self, method: str) -> None:
+        """A server stream cut for a client that does not read (``stalled_writes``)."""
+        self.streams_cut.labels(method).inc()
 
     def watch_mcp(self, sources: McpToolSources) -> None:
         if len(sources):

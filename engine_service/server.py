@@ -55,6 +55,7 @@ from engine_service.core.run_webhooks import PushConfigs, RunWebhooks
 from engine_service.llm.probe import LlmWatch
 from engine_service.malformed import MalformedRequests
 from engine_service.servicer import RUN_METHOD, SUBSCRIBE_METHOD, AgentEngineServicer
+from engine_service.stalled_writes import StalledWrites
 from engine_service.stores import store_label
 from engine_service.webhooks.a2a_push import A2aPush
 
@@ -250,15 +251,22 @@ class EngineServer:
             ],
         )
         methods = Recording(self.server)  # for the calls taken ahead
+        # Streams whose client stopped reading are cut past [engine] write_timeout.
+        self.stalls = StalledWrites(
+            settings.engine.write_timeout, self.metrics.stream_cut if self.metrics else None
+        )
         pb_grpc.add_AgentEngineServicer_to_server(
             AgentEngineServicer(
-                engine, self.gate, self.metrics.stream_opened if self.metrics else None
+                engine,
+                self.gate,
+                self.metrics.stream_opened if self.metrics else None,
+                self.stalls,
             ),
             methods,  # type: ignore[arg-type]
         )
         # A2A's gRPC binding, on the same port and behind the same gate (docs/a2a.md).
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            A2aServicer(engine, self.gate, settings), methods
+            A2aServicer(engine, self.gate, settings, self.stalls), methods
         )
         self.calls_ahead = CallsAhead(
             self.server, methods.handlers, interceptors, settings.engine.accept_ahead
@@ -354,6 +362,7 @@ class EngineServer:
         )
         await self.server.stop(grace=1.0)
         await self.calls_ahead.stop()
+        await self.stalls.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

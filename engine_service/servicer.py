@@ -41,6 +41,7 @@ from engine_service.core.models import Session
 from engine_service.core.run_webhooks import PushConfigs
 from engine_service.errors import abort, status_for
 from engine_service.malformed import refuse_malformed
+from engine_service.stalled_writes import StalledWrites
 
 __all__ = ["BATCH_BYTES", "AgentEngineServicer", "batched"]
 
@@ -100,12 +101,16 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         engine: Engine,
         gate: Gate,
         on_stream: Callable[[str, Context], None] | None = None,
+        stalls: StalledWrites | None = None,
     ) -> None:
         """``on_stream(method, context)``: called as each Run or Subscribe stream opens
-        (the metrics time them from there, with a done callback, not per message)."""
+        (the metrics time them from there, with a done callback, not per message);
+        ``stalls``: the streams' writes, watched for a client that stopped reading
+        (``[engine] write_timeout``; none: never cut)."""
         self.engine = engine
         self.gate = gate
         self.on_stream = on_stream
+        self.stalls = stalls if stalls is not None else StalledWrites(0)
 
     async def _caller(self, context: Context) -> Caller:
         """The caller the request's credentials name, or the RPC ends here."""
@@ -126,18 +131,25 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         caller = await self._caller(context)
         # Before the run: none if refused.
         release = await self._stream_slot(context, caller, run=True)
+        watch = self.stalls.watch(context, "Run", release)
         try:
             run_input = await _mapped(context, lambda: _sync(run_input_from_pb, request))
             handle = await _mapped(context, lambda: self.engine.start_run(caller, run_input))
             ended = False
             try:
-                if request.batch_events:
-                    async for ready in self.engine.run_event_lists(handle):
-                        for message in batched(ready):
-                            yield message
-                else:
-                    async for event in self.engine.run_events(handle):
-                        yield event_to_pb(event)
+                with watch:
+                    # watch.writes is odd while gRPC has not taken the message yielded.
+                    if request.batch_events:
+                        async for ready in self.engine.run_event_lists(handle):
+                            for message in batched(ready):
+                                watch.writes += 1
+                                yield message
+                                watch.writes += 1
+                    else:
+                        async for event in self.engine.run_events(handle):
+                            watch.writes += 1
+                            yield event_to_pb(event)
+                            watch.writes += 1
                 ended = True
             except AgentikError as exc:
                 await _abort(context, exc)
@@ -149,7 +161,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
                 if not ended and run_input.cancel_on_disconnect:
                     self.engine.stop_local(handle.session_id, handle.run_id)
         finally:
-            release()
+            watch.release()
 
     async def Interrupt(
         self, request: pb.InterruptRequest, context: Context
@@ -168,6 +180,7 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
         await refuse_malformed(context, "Subscribe", request)
         caller = await self._caller(context)
         release = await self._stream_slot(context, caller)
+        watch = self.stalls.watch(context, "Subscribe", release)
         try:
             # Admitted: the response headers say so now, not with the first event, which
             # may be long in coming (the facade answers a refusal before them as an HTTP
@@ -180,11 +193,16 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
                 if first_list is None:
                     return
                 try:
-                    for message in batched(first_list):
-                        yield message
-                    async for ready in lists:
-                        for message in batched(ready):
+                    with watch:
+                        for message in batched(first_list):
+                            watch.writes += 1
                             yield message
+                            watch.writes += 1
+                        async for ready in lists:
+                            for message in batched(ready):
+                                watch.writes += 1
+                                yield message
+                                watch.writes += 1
                 except AgentikError as exc:
                     await _abort(context, exc)
                 except Exception:
@@ -195,15 +213,20 @@ class AgentEngineServicer(pb_grpc.AgentEngineServicer):
             if first is None:
                 return
             try:
-                yield event_to_pb(first)
-                async for event in events:
-                    yield event_to_pb(event)
+                with watch:
+                    watch.writes += 1
+                    yield event_to_pb(first)
+                    watch.writes += 1
+                    async for event in events:
+                        watch.writes += 1
+                        yield event_to_pb(event)
+                        watch.writes += 1
             except AgentikError as exc:
                 await _abort(context, exc)
             except Exception:
                 await _internal(context)
         finally:
-            release()
+            watch.release()
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
         caller = await self._caller(context)

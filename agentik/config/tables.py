@@ -68,6 +68,10 @@ class EngineSettings:
     """The largest event; longer text is split."""
     stream_buffer_bytes: int = setting(8 * MiB, lo=MIN_EVENT_BYTES, hi=1 << 40)
     """Events kept per session for slow readers."""
+    write_timeout: float = setting(120.0, flat="engine_write_timeout", lo=0, doc="0: never")
+    """Seconds one message of a server stream may wait for a client that does not read;
+    past it the stream is cut (engine_service/stalled_writes.py). Above ``[web]
+    write_timeout``: the facade cuts its own clients first."""
     event_retention: float = setting(604800.0, lo=0, doc="0: keep events forever")
     shutdown_grace: float = setting(10.0, lo=0)
     lease_seconds: float = setting(10.0, doc="how soon another engine takes a dead one's runs")

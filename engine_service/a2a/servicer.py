@@ -54,6 +54,7 @@ from engine_service.core.engine import Engine
 from engine_service.core.errors import AgentikError
 from engine_service.core.run_webhooks import PushConfigs
 from engine_service.servicer import BATCH_BYTES, Context, _abort, _authorization
+from engine_service.stalled_writes import StalledWrites
 
 __all__ = ["SERVICE_NAME", "A2aServicer"]
 
@@ -124,12 +125,21 @@ async def _fail(context: Context, exc: Exception) -> None:
 class A2aServicer(a2a_grpc.A2AServiceServicer):
     """``lf.a2a.v1.A2AService`` over an ``Engine``."""
 
-    def __init__(self, engine: Engine, gate: Gate, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        gate: Gate,
+        settings: Settings | None = None,
+        stalls: StalledWrites | None = None,
+    ) -> None:
         """``settings``: what the extended card is built from (``[a2a]``, ``[[agents]]``,
         the authentication); None: no extended card. A card no setting allows (a skill it
-        cannot carry, a bad signing key) raises ``ConfigError`` here, at start."""
+        cannot carry, a bad signing key) raises ``ConfigError`` here, at start. ``stalls``:
+        the streams' writes, watched for a client that stopped reading (``[engine]
+        write_timeout``; none: never cut)."""
         self.engine = engine
         self.gate = gate
+        self.stalls = stalls if stalls is not None else StalledWrites(0)
         self.settings = settings
         self.card = None if settings is None else check_cards(settings)
 
@@ -180,13 +190,17 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
                 raise
 
         tasks, (handle, stream), release = await self._answer(context, start)
+        watch = self.stalls.watch(context, "SendStreamingMessage", release)
         try:
             followed = self._follow(context, stream, tasks.events(handle), [])
             async with aclosing(followed) as responses:
-                async for response in responses:
-                    yield response
+                with watch:
+                    async for response in responses:
+                        watch.writes += 1  # odd while gRPC has not taken it
+                        yield response
+                        watch.writes += 1
         finally:
-            release()
+            watch.release()
 
     async def _follow(
         self,
@@ -252,16 +266,20 @@ class A2aServicer(a2a_grpc.A2AServiceServicer):
                 raise
 
         first, stream, events, release = await self._answer(context, subscribe)
+        watch = self.stalls.watch(context, "SubscribeToTask", release)
         try:
             if stream is None or events is None:  # waiting for input: the task is all
                 for response in first:
                     yield _fitted_response(response)
                 return
             async with aclosing(self._follow(context, stream, events, first)) as responses:
-                async for response in responses:
-                    yield response
+                with watch:
+                    async for response in responses:
+                        watch.writes += 1  # odd while gRPC has not taken it
+                        yield response
+                        watch.writes += 1
         finally:
-            release()
+            watch.release()
 
     # -- push notification configs ------------------------------------------------
 

@@ -10,7 +10,9 @@ credentials, so they count for the client's principal here.
 A stream costs little while its client reads: ~7 KB. One whose client does not read holds
 what it was about to send — one event's worth, at most ``max_event_bytes``, as objects, as
 protobuf and in gRPC's send buffer: ~1.5 MB with events of 450 KB — for as long as the
-client stays connected (``docs/reliability.md``). So the number of streams is bounded too:
+client stays connected (``docs/reliability.md``; past ``[engine] write_timeout`` a stream
+whose write waits is cut and no longer followed, but keeps its slot until gRPC lets go of
+what it holds for the client). So the number of streams is bounded too:
 900 such streams of one token took an engine from 190 MB to 1.4 GB before. Over the
 engine's limit a stream is ``Overloaded``; over the caller's own, ``RateLimited``; both
 name the setting.

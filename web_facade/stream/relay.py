@@ -7,13 +7,16 @@ draining worker, and batch the events that are already waiting. Cancelling the r
 cancels the gRPC call.
 
 With several engines behind the facade, the engine serving a stream may die under it: the
-call then ends with UNAVAILABLE before the stream's end. A relay given a :class:`Resume`
-reopens the stream as ``Subscribe`` after the last seq it relayed — on whichever engine
-the channel picks — a few times within :data:`RESUME_WINDOW`, so the reader sees neither
-a gap nor a duplicate. A run's stream is a follow of its session until it is idle, so a
-cut ``Run`` resumes as ``Subscribe(until_idle=True)``; the run itself goes on in the
-engines (or one of them ends it once its lease lapsed) and its last event comes through
-the subscription. When the stream cannot be resumed, the error is relayed as before.
+call then ends with UNAVAILABLE before the stream's end. And an engine cuts a stream whose
+reader kept one write waiting past ``[engine] write_timeout`` (DEADLINE_EXCEEDED,
+``agentik-error: write_timeout``), as the relay does when its HTTP client reads slowly
+enough. A relay given a :class:`Resume` reopens the stream as ``Subscribe`` after the last
+seq it relayed — on whichever engine the channel picks — a few times within
+:data:`RESUME_WINDOW`, so the reader sees neither a gap nor a duplicate. A run's stream is
+a follow of its session until it is idle, so a cut ``Run`` resumes as
+``Subscribe(until_idle=True)``; the run itself goes on in the engines (or one of them ends
+it once its lease lapsed) and its last event comes through the subscription. When the
+stream cannot be resumed, the error is relayed as before.
 """
 
 from __future__ import annotations
@@ -81,6 +84,24 @@ INTERRUPT_TIMEOUT: Final = 5.0
 
 
 _RUN_ENDS: Final = frozenset({"run_finished", "run_error"})
+
+
+def _resumable(error: grpc.RpcError) -> bool:
+    """Whether a stream ``error`` cut goes on in a new ``Subscribe``: its engine went away
+    (UNAVAILABLE), or cut it because the facade read too slowly (``agentik-error:
+    write_timeout``, ``[engine] write_timeout``: an HTTP client that reads slowly, which
+    ``[web] write_timeout`` keeps, must not lose its stream to it)."""
+    code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return True
+    if code != grpc.StatusCode.DEADLINE_EXCEEDED:
+        return False
+    trailing = getattr(error, "trailing_metadata", None)
+    try:
+        pairs = (trailing() if callable(trailing) else None) or ()
+        return ("agentik-error", "write_timeout") in tuple(pairs)
+    except Exception:  # a call that never started has no trailers
+        return False
 
 
 class Resume:
@@ -259,7 +280,7 @@ class Relay(ABC):
         resume = self._resume
         if (
             resume is None
-            or error.code() != grpc.StatusCode.UNAVAILABLE
+            or not _resumable(error)
             or not resume.possible
             or resume.resumed >= MAX_RESUMES
         ):

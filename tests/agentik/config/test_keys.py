@@ -45,6 +45,8 @@ def _write(tmp_path: Path, text: str) -> Path:
         ("AGENTIK_WEB_HEADER_TIMEOUT", "0", "web_header_timeout", "must be positive"),
         ("AGENTIK_WEB_BODY_TIMEOUT", "soon", "web_body_timeout", "must be a number of seconds"),
         ("AGENTIK_WEB_QUEUE_TIMEOUT", "-1", "web_queue_timeout", "must not be negative"),
+        ("AGENTIK_ENGINE_WRITE_TIMEOUT", "-1", "engine_write_timeout", "must not be negative"),
+        ("AGENTIK_ENGINE_WRITE_TIMEOUT", "soon", "engine_write_timeout", "a number of seconds"),
         ("AGENTIK_HEARTBEAT", "0", "heartbeat_interval", "must be positive"),
         ("AGENTIK_MAX_BODY_BYTES", "-1", "max_body_bytes", "must be positive"),
         ("AGENTIK_GRPC_ADDR", "50051", "grpc_addr", "must be HOST:PORT"),
@@ -193,7 +195,9 @@ def test_describe_lists_every_setting_with_its_env_var_and_masks_the_api_key() -
     assert by_name["max_streams"] == ("AGENTIK_MAX_STREAMS", "0")
     assert by_name["max_streams_per_caller"] == ("AGENTIK_MAX_STREAMS_PER_CALLER", "0")
     assert by_name["max_sessions_per_caller"] == ("AGENTIK_MAX_SESSIONS_PER_CALLER", "10000")
-    assert len(rows) == 94
+    assert by_name["engine_write_timeout"] == ("AGENTIK_ENGINE_WRITE_TIMEOUT", "120.0")
+    assert by_name["web_write_timeout"] == ("AGENTIK_WEB_WRITE_TIMEOUT", "60.0")
+    assert len(rows) == 95
     assert all("sk-very-secret" not in value for _, _, value in rows)
 
 

@@ -37,6 +37,8 @@ def test_without_file_or_env_every_setting_has_its_default() -> None:
     assert settings.engine.max_message_bytes == 4194304
     assert settings.engine.max_event_bytes == 1048576
     assert settings.engine.stream_buffer_bytes == 8388608
+    assert settings.engine.write_timeout == 120.0
+    assert settings.engine.write_timeout > settings.web.write_timeout  # the facade cuts first
     assert settings.log.level == "INFO"
     assert settings.web.http_addr == "127.0.0.1:8000"
     assert settings.web.engine_target == "127.0.0.1:50051"

@@ -238,3 +238,24 @@ def test_a_finished_relay_whose_call_does_not_end_is_cancelled_after_the_grace(
     relayed.cancel(finished=True)
     assert call.cancelled.wait(WAIT)
     assert relayed.join(WAIT)
+
+
+def test_the_asyncio_relay_resumes_a_stream_the_engine_cut_for_reading_slowly_only() -> None:
+    """DEADLINE_EXCEEDED with ``agentik-error: write_timeout`` ([engine] write_timeout) is
+    the engine's cut of a slow reader, and goes on; any other DEADLINE_EXCEEDED ends it."""
+    trailer = grpc.aio.Metadata(("agentik-error", "write_timeout"))
+    for trailing, resumed in ((trailer, True), (grpc.aio.Metadata(), False)):
+        cut = grpc.aio.AioRpcError(
+            grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), trailing, "cut"
+        )
+        run = ScriptedCall([_started(), _text(2)], error=cut)
+        again = ScriptedCall([_text(3), _finished(4)])
+        engine = ScriptedEngine([run], [again])
+        request = pb.RunRequest(session_id="s", run_id="r")
+        items = _drain(AioRelay(engine, "Run", request, Resume.of_run(engine, request)))
+        if resumed:
+            assert items[-1] is END
+            assert [event.seq for event in items[:-1]] == [1, 2, 3, 4]
+        else:
+            assert items[-1] is cut
+            assert not engine.subscribed

@@ -106,8 +106,8 @@ class Hubs:
         session_id = hub.session_id
         if hub.followers or self._is_unsettled(session_id) or self._hubs.get(session_id) is not hub:
             return
-        if hub.active_run_id and self._is_local(session_id):
-            return
+        if self._is_local(session_id):
+            return  # a run here publishes to this hub, whatever a follower last made of it
         del self._hubs[session_id]
 
     def wake_all(self) -> None:
@@ -230,7 +230,10 @@ class Hubs:
                         polled = await self.store.get_session(session_id)
                         if incarnation(polled) != hub.incarnation:
                             return  # deleted, and its id taken again
-                        hub.catch_up(polled.last_seq, polled.active_run_id)
+                        if not self._is_local(session_id):
+                            # A run here may have taken the session while the read was
+                            # in flight: the hub is then its, ahead of what was read.
+                            hub.catch_up(polled.last_seq, polled.active_run_id)
         finally:
             hub.leave()
             self.drop_if_unused(hub)

@@ -14,6 +14,12 @@ replica hands its runs over only when another is alive to take them (``others_al
 
 A replica whose renewals fail for a whole lease time stops its own runs (``on_lost``):
 another replica may already be closing them.
+
+A run whose take-over failed, resume and close alike (a store outage right after the
+claim), is left RUNNING and leased to this replica, which renews it with the others: no
+replica would ever claim it again. It is taken over again at each tick (once a tick, the
+last attempt done) until it ends; should this replica stop or die first, its lease is
+released or lapses and another replica claims it.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from engine_service.core.clock import utc_now
-from engine_service.core.errors import StorageUnavailable
-from engine_service.core.models import RunRecord
+from engine_service.core.errors import RunNotFound, SessionNotFound, StorageUnavailable
+from engine_service.core.models import RunRecord, RunStatus
 from engine_service.core.recovery import close_abandoned_run
 from engine_service.core.store import Lease, SessionStore
 
@@ -54,10 +60,12 @@ class LeaseKeeper:
         take_over: Callable[[RunRecord], Awaitable[None]] | None = None,
     ) -> None:
         """``take_over`` gets each claimed run (default: close it as interrupted)."""
-        self._take_over = take_over
+        self._take_over = take_over if take_over is not None else self._close
         self._taking: set[asyncio.Task[None]] = set()
         """Take-overs in flight: each its own task, so renewals never wait for them (a
         lease kept by a slow tick would lapse, and a third replica claim the run too)."""
+        self._failed: dict[tuple[str, str], RunRecord] = {}
+        """Runs whose take-over failed, by session and run id: taken over again next tick."""
         self.store = store
         self.max_event_bytes = max_event_bytes
         """What a closed run's partial answer is clipped to (``close_abandoned_run``)."""
@@ -111,13 +119,36 @@ class LeaseKeeper:
         except StorageUnavailable as exc:
             log.error("could not note this replica gone: %s", exc.message)
 
-    async def _take(
-        self, run: RunRecord, take_over: Callable[[RunRecord], Awaitable[None]]
-    ) -> None:
+    async def _take(self, run: RunRecord, *, again: bool = False) -> None:
+        """Take ``run`` over; ``again``: after a take-over of it failed, unless it ended,
+        went with its conversation or was claimed by another replica meanwhile."""
         try:
-            await take_over(run)  # closes the run itself when its resume fails
+            if again:
+                try:
+                    now = await self.store.get_run(run.session_id, run.id)
+                except (SessionNotFound, RunNotFound):
+                    return
+                if now.status is not RunStatus.RUNNING or now.replica != self.replica:
+                    return
+                run = now
+            await self._take_over(run)  # closes the run itself when its resume fails
         except Exception:
-            log.exception("run %s could not be taken over, nor closed", run.id)
+            # Perhaps still RUNNING here, renewed with this replica's leases: no other
+            # replica claims it. Taken over again (or found ended) at the next tick.
+            log.exception(
+                "run %s could not be taken over, nor closed; trying again at the next tick", run.id
+            )
+            self._failed[run.session_id, run.id] = run
+
+    async def _close(self, run: RunRecord) -> None:
+        """The default take-over: close ``run`` as interrupted with what it had said."""
+        await close_abandoned_run(self.store, run, utc_now(), max_event_bytes=self.max_event_bytes)
+        log.warning(
+            "run %s of session %s lost its engine (lease expired); stored as interrupted "
+            "with what it had said",
+            run.id,
+            run.session_id,
+        )
 
     async def _keep(self) -> None:
         while True:
@@ -132,29 +163,24 @@ class LeaseKeeper:
             await asyncio.sleep(self.seconds / 3)
 
     async def tick(self) -> list[RunRecord]:
-        """Renew, then take over expired runs; returns each run taken over."""
+        """Renew, then take over expired runs, and again the runs whose take-over failed
+        (each in a task of its own); returns each run taken over."""
         now = utc_now()
         until = now + timedelta(seconds=self.seconds)
         await self.store.renew_leases(self.replica, until)
         await self.store.note_alive(self.replica, until)
         self._renewed = now
-        closed = []
-        for run in await self.store.claim_expired_runs(self.replica, now, until):
+        claimed = await self.store.claim_expired_runs(self.replica, now, until)
+        runs = {key: (run, True) for key, run in self._failed.items()}
+        self._failed.clear()
+        # One whose lease lapsed meanwhile (renewals failed) is claimed again: taken once.
+        runs.update({(run.session_id, run.id): (run, False) for run in claimed})
+        taken = []
+        for run, again in runs.values():
             if self._is_local(run.session_id):
                 continue  # ours: a renewal raced the expiry; the run goes on
-            if self._take_over is not None:
-                task = asyncio.get_running_loop().create_task(self._take(run, self._take_over))
-                self._taking.add(task)
-                task.add_done_callback(self._taking.discard)
-            else:
-                await close_abandoned_run(
-                    self.store, run, utc_now(), max_event_bytes=self.max_event_bytes
-                )
-                log.warning(
-                    "run %s of session %s lost its engine (lease expired); stored as "
-                    "interrupted with what it had said",
-                    run.id,
-                    run.session_id,
-                )
-            closed.append(run)
-        return closed
+            task = asyncio.get_running_loop().create_task(self._take(run, again=again))
+            self._taking.add(task)
+            task.add_done_callback(self._taking.discard)
+            taken.append(run)
+        return taken

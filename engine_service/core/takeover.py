@@ -227,6 +227,11 @@ class TakeOver:
                     raise
                 log.error("the webhook of run %s is lost: %s", record.id, exc.message)
                 return ()
+            except Exception:  # a row the store cannot decode: the last resort closes still
+                if not or_none:
+                    raise
+                log.exception("the webhook of run %s is lost", record.id)
+                return ()
             key = session_key(session.id, session.owner, session.created_at)
             try:
                 return await self._deliveries(webhook_for(webhook, session), key, record, closed)

@@ -8,12 +8,15 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
+import pytest
+
 from engine_service.core import events as ev
+from engine_service.core import follow
 from engine_service.core.caller import ANONYMOUS
 from engine_service.core.chat import ChatDelta, ChatModel, ChatRequest, TextDelta
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.follow import Hubs, flat, of_run
-from engine_service.core.models import Message, Role, RunInput, Session, TextPart
+from engine_service.core.models import Message, Role, RunInput, RunStatus, Session, TextPart
 from engine_service.core.registry import ToolRegistry
 from engine_service.core.store import Signal, SignalKind
 from engine_service.stores import MemorySessionStore
@@ -211,3 +214,116 @@ async def test_a_read_in_flight_while_another_replica_stores_loses_none_of_its_e
         store.release.set()
         await follower
     assert seen == [4, 5, 6]
+
+
+class _HeldPoll(MemorySessionStore):
+    """A shared memory store whose session reads after the first ``free`` ones, while
+    ``held``, answer with what the store held when they began once ``release`` is set: a
+    follower's poll whose snapshot predates a run that takes the session meanwhile."""
+
+    def __init__(self, free: int) -> None:
+        super().__init__(shared=True)
+        self.free = free
+        self.held = True
+        self.reading = asyncio.Event()
+        self.release = asyncio.Event()
+        self.answered = asyncio.Event()
+
+    async def get_session(self, session_id: str) -> Session:
+        session = await super().get_session(session_id)
+        if self.free:
+            self.free -= 1
+        elif self.held:
+            self.held = False
+            self.reading.set()
+            await self.release.wait()
+            self.answered.set()  # the caller goes on at once, before anyone else runs
+        return session
+
+
+@pytest.mark.parametrize("until_idle", [True, False])
+async def test_a_poll_that_read_before_a_run_here_began_leaves_the_run_its_hub(
+    monkeypatch: pytest.MonkeyPatch, until_idle: bool
+) -> None:
+    """A follower of a session no run of this engine holds polls the store; while the
+    read is in flight, a run here takes the session. The poll's answer (no active run)
+    does not overwrite the run's place in the hub, and the hub stays once that follower
+    leaves: the run's own stream, made next, follows the run to its end."""
+    monkeypatch.setattr(follow, "REMOTE_POLL_INTERVAL", 0.01)
+    store = _HeldPoll(free=1)  # the follower's first read is not held; its poll is
+    now = datetime.now(UTC)
+    await store.create_session("s", "", now)
+    local: set[str] = set()
+    hubs = Hubs(
+        store,
+        max_event_bytes=1_000_000,
+        is_local=lambda session_id: session_id in local,
+        is_unsettled=lambda session_id: False,
+        accepting=lambda: True,
+    )
+
+    async def watch() -> None:
+        async for _ in hubs.follow_lists("s", 0, until_idle=False):
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    async with asyncio.timeout(WAIT):
+        await store.reading.wait()  # its poll read the store: no run
+        begun = await store.begin_run("s", "r1", now, create=False)  # a run here, as _launch
+        hub = hubs.hub(begun.session)
+        hub.begin("r1", begun.session.last_seq, begun.session.reserved_seq)
+        local.add("s")
+        store.release.set()
+        await store.answered.wait()
+    watcher.cancel()  # that client leaves
+    await asyncio.gather(watcher, return_exceptions=True)
+    assert hub.active_run_id == "r1"
+    assert hubs._hubs.get("s") is hub
+
+    first = hub.publish("r1", ev.RunStarted())
+    await store.append_events("s", [first])
+    hub.stored(first.seq)
+    seen: list[int] = []
+    shown = asyncio.Event()
+
+    async def run_stream() -> None:
+        async for events in hubs.follow_lists("s", 0, until_idle=until_idle):
+            seen.extend(event.seq for event in events)
+            shown.set()
+            if 2 in seen:
+                return
+
+    stream = asyncio.ensure_future(run_stream())
+    async with asyncio.timeout(WAIT):
+        await shown.wait()
+    last = hub.publish("r1", ev.RunFinished())
+    await store.finish_run("s", "r1", RunStatus.SUCCEEDED, datetime.now(UTC), events=[last])
+    hub.stored(last.seq)
+    hub.end("r1")
+    local.discard("s")
+    hubs.drop_if_unused(hub)
+    async with asyncio.timeout(WAIT):
+        await stream
+    assert seen == [1, 2]
+
+
+def test_a_hub_stays_while_a_run_here_holds_its_session_whatever_it_was_told() -> None:
+    """``drop_if_unused`` keeps the hub of a session a run of this engine holds, even one
+    pointed at no active run: that run publishes to this hub, not to a new one."""
+    local = {"s"}
+    hubs = Hubs(
+        MemorySessionStore(shared=True),
+        max_event_bytes=1_000_000,
+        is_local=lambda session_id: session_id in local,
+        is_unsettled=lambda session_id: False,
+        accepting=lambda: True,
+    )
+    now = datetime.now(UTC)
+    hub = hubs.hub(Session(id="s", title="", created_at=now, updated_at=now))
+    hub.begin("r1", 0, 8)
+    hub.catch_up(0, "")  # a stale answer of the store
+    hubs.drop_if_unused(hub)
+    assert hubs._hubs.get("s") is hub
+    local.clear()  # the run ended here
+    hubs.drop_if_unused(hub)
+    assert "s" not in hubs._hubs

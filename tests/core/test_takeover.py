@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from engine_service.build import build_model
 from engine_service.core import events as ev
 from engine_service.core.caller import ANONYMOUS
+from engine_service.core.deliveries import Delivery
 from engine_service.core.engine import Engine, EngineLimits
 from engine_service.core.hitl import AskUserTool
 from engine_service.core.kept_input import keep
@@ -28,11 +30,15 @@ from engine_service.core.models import (
     Message,
     Role,
     RunInput,
+    RunRecord,
     RunStatus,
     TextPart,
     ToolCall,
 )
+from engine_service.core.recovery import RunClosed
 from engine_service.core.registry import ToolRegistry
+from engine_service.core.store import Lease
+from engine_service.core.takeover import TakeOver
 from engine_service.stores.memory import MemorySessionStore
 from engine_service.tools.builtin import builtin_tools
 from tests.engine.harness import engine_settings
@@ -106,3 +112,56 @@ async def test_a_resumed_round_runs_its_plain_calls_and_asks_for_the_rest_as_it_
     assert asked["g1"].kind is InterruptKind.APPROVAL
     assert isinstance(asked["g1"].payload, dict) and "inDoubt" not in asked["g1"].payload
     assert asked["q1"].kind is InterruptKind.QUESTION and asked["q1"].message == "Which file?"
+
+
+class _UndecodableInput(MemorySessionStore):
+    """A shared memory store whose reads of a run's kept input, once ``broken``, fail as
+    a row the store cannot decode would: not with an ``AgentikError``."""
+
+    def __init__(self) -> None:
+        super().__init__(shared=True)
+        self.broken = False
+
+    async def kept_input(self, session_id: str, run_id: str) -> str:
+        if self.broken:
+            raise ValueError("a row the store cannot decode")
+        return await super().kept_input(session_id, run_id)
+
+
+def _take_over(store: MemorySessionStore, made: list[RunClosed], replica: str = "B") -> TakeOver:
+    """A take-over by ``replica`` that closes the runs it gets (``resume_runs`` off); each
+    close whose webhook rows were made is noted in ``made``."""
+
+    async def deliveries(
+        webhook: str, key: str, run: RunRecord, closed: RunClosed
+    ) -> Sequence[Delivery]:
+        made.append(closed)
+        return ()
+
+    return TakeOver(
+        store,
+        EngineLimits(resume_runs=False),
+        is_engine_tool=lambda name: False,
+        launch=lambda resumed: None,
+        deliveries=deliveries,
+        stored=lambda: None,
+        tools_settled=lambda: None,
+        event_limit=lambda: 1_000_000,
+        replica=replica,
+    )
+
+
+async def test_a_close_whose_webhook_cannot_be_read_still_closes_the_run() -> None:
+    """The read for a closed run's webhook (what it kept of its request) fails with an
+    error that is not the store's own (a row it cannot decode): the close fails, and its
+    last resort closes the run without the webhook (lost, logged), not left RUNNING."""
+    store = _UndecodableInput()
+    lease = Lease("B", datetime.now(UTC) + timedelta(seconds=30))
+    await store.begin_run("s", "r", datetime.now(UTC), create=True, lease=lease)
+    made: list[RunClosed] = []
+    store.broken = True
+
+    await _take_over(store, made)(await store.get_run("s", "r"))
+
+    assert (await store.get_run("s", "r")).status is RunStatus.INTERRUPTED
+    assert made == []  # its webhook is lost, not the close

@@ -379,3 +379,21 @@ async def test_deliveries_added_while_their_conversation_is_deleted_never_outliv
             b.delete_session(session_id),
         )
     assert await a.claim_deliveries("r", at(100), at(200), 0) == []
+
+
+async def test_a_run_s_end_whose_events_are_refused_adds_none_of_its_webhooks(
+    store: SessionStore,
+) -> None:
+    """Closing events whose seqs do not follow the stored ones refuse the whole end: the
+    run stays RUNNING and no outbox row is added."""
+    await store.begin_run("s1", "r1", at(0), create=True)
+    first = ev.Event(1, 1_700_000_000.0, "s1", "r1", ev.RunStarted())
+    await store.append_events("s1", [first])
+    again = ev.Event(1, 1_700_000_001.0, "s1", "r1", ev.RunFinished())  # seq 1 is taken
+    with pytest.raises(InvalidInput):
+        await store.finish_run(
+            "s1", "r1", RunStatus.SUCCEEDED, at(1), events=[again], deliveries=[delivery("run_r1")]
+        )
+    assert await store.get_delivery("run_r1") is None
+    assert (await store.get_run("s1", "r1")).status is RunStatus.RUNNING
+    assert (await store.get_session("s1")).active_run_id == "r1"

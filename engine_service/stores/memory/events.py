@@ -16,7 +16,7 @@ from engine_service.stores.encoding import dumps, event_from_dict, event_to_dict
 from engine_service.stores.memory.dicts import MemoryDicts
 from engine_service.stores.memory.entry import SessionEntry, page_limit
 
-__all__ = ["MemoryEvents", "follows", "insert_events"]
+__all__ = ["MemoryEvents", "event_rows", "follows", "insert_events"]
 
 
 def follows(entry: SessionEntry, events: Sequence[Event]) -> None:
@@ -25,11 +25,11 @@ def follows(entry: SessionEntry, events: Sequence[Event]) -> None:
         raise InvalidInput(f"event seq {events[0].seq} does not follow {entry.last_seq}")
 
 
-def insert_events(
-    entry: SessionEntry, session_id: str, events: Sequence[Event], reserve_through: int
-) -> None:
-    """Store ``events`` after the session's last seq (each of the session, each seq after the
-    last; else ``InvalidInput`` and nothing stored), reserving seqs through ``reserve_through``."""
+def event_rows(
+    entry: SessionEntry, session_id: str, events: Sequence[Event]
+) -> list[tuple[int, float, str, str]]:
+    """The rows of ``events`` as stored after the session's last seq: ``InvalidInput``
+    unless each is of the session, each seq after the last. Nothing is stored."""
     rows = []
     last = entry.last_seq
     for event in events:
@@ -39,8 +39,18 @@ def insert_events(
             raise InvalidInput(f"event seq {event.seq} does not follow {last}")
         last = event.seq
         rows.append((event.seq, event.time, event.run_id, dumps(event_to_dict(event), "event")))
+    return rows
+
+
+def insert_events(
+    entry: SessionEntry, session_id: str, events: Sequence[Event], reserve_through: int
+) -> None:
+    """Store ``events`` after the session's last seq (each of the session, each seq after the
+    last; else ``InvalidInput`` and nothing stored), reserving seqs through ``reserve_through``."""
+    rows = event_rows(entry, session_id, events)
     entry.events.extend(rows)
-    entry.last_seq = last
+    if rows:
+        entry.last_seq = rows[-1][0]
     entry.reserved_seq = max(entry.reserved_seq, reserve_through)
 
 

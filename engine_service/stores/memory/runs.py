@@ -42,7 +42,7 @@ from engine_service.stores.memory.entry import (
     holding_run,
     index_runs,
 )
-from engine_service.stores.memory.events import insert_events
+from engine_service.stores.memory.events import event_rows, insert_events
 from engine_service.stores.memory.messages import known_ids, read_context
 
 __all__ = ["MemoryRuns"]
@@ -165,6 +165,13 @@ class MemoryRuns(MemoryDicts):
         if run is None:
             raise RunNotFound(run_id)
         check_held(entry, hold)
+        event_rows(entry, session_id, events)  # refused before anything is stored
+        if run.status is RunStatus.RUNNING:
+            # Added first: one that fails leaves the run as it was, its end not stored (a
+            # database stores both in one transaction). Nothing below awaits.
+            for delivery in deliveries:
+                await self.add_delivery(replace(delivery, session_id=session_id))
+        check_held(entry, hold)  # again: the adds may have let another write in
         insert_events(entry, session_id, events, 0)
         if run.status is RunStatus.RUNNING:
             run.status = status
@@ -183,8 +190,6 @@ class MemoryRuns(MemoryDicts):
                 entry.input_tokens += usage.input_tokens
                 entry.output_tokens += usage.output_tokens
                 entry.cached_tokens += usage.cached_tokens
-            for delivery in deliveries:
-                await self.add_delivery(replace(delivery, session_id=session_id))
         if entry.active_run_id == run_id:
             entry.active_run_id = ""
         self._send(Signal(SignalKind.ENDED, session_id, run_id, entry.last_seq))

@@ -109,15 +109,20 @@ class A2aPush:
     def __init__(self, store: SessionStore) -> None:
         self.store = store
 
-    async def _task_of(self, session_id: str, run_id: str, resumes: str) -> str:
-        """The task's id: the first run of the chain ``run_id`` is in."""
-        if not resumes:
-            return run_id
-        resumed_by = {r.resumed_by: r.id for r in await self.store.list_runs(session_id)}
-        task, seen = resumes, {run_id}
-        while task in resumed_by and task not in seen:
+    async def _task_of(self, notice: RunNotice) -> str:
+        """The task's id: the first run of the chain the notice's run is in, by the links
+        the store holds (``RunRecord.resumed_by``). ``notice.resumes`` names the run it
+        resumed when the engine that runs it knows (the store links the two only once the
+        run carries out the answers); the end of a run another engine resumed or closed
+        does not know it, and finds it in the store."""
+        if notice.started and not notice.resumes:
+            return notice.run_id  # a new run: nothing links to it yet
+        runs = await self.store.list_runs(notice.session_id)
+        resumed = {r.resumed_by: r.id for r in runs if r.resumed_by}
+        task, seen = notice.resumes or notice.run_id, {notice.run_id}
+        while task in resumed and resumed[task] not in seen:
+            task = resumed[task]
             seen.add(task)
-            task = resumed_by[task]
         return task
 
     async def __call__(self, notice: RunNotice) -> list[Delivery]:
@@ -125,7 +130,7 @@ class A2aPush:
         configs = await self.store.session_push_configs(notice.session_id)
         if not configs:
             return []  # most sessions: one indexed read per run start and end
-        task_id = await self._task_of(notice.session_id, notice.run_id, notice.resumes)
+        task_id = await self._task_of(notice)
         configs = [c for c in configs if c.task_id == task_id]
         if not configs:
             return []

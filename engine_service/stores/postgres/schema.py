@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
+from engine_service.stores.postgres.backfill import backfill, backfill_async
 from engine_service.stores.postgres.calls import storage_error
 from engine_service.stores.postgres.dsn import check_dsn
 
@@ -189,18 +190,28 @@ ALTER TABLE runs ADD COLUMN kept text NOT NULL DEFAULT '';
 its runs over only when another is there to take them), and what a run keeps of its
 request for a resume (``core.kept_input``)."""
 
-_SCHEMA_V9 = r"""
-ALTER TABLE deliveries ADD COLUMN session_id text COLLATE "C"
-    REFERENCES sessions (id) ON DELETE CASCADE;
-UPDATE deliveries SET session_id = runs.session_id FROM runs
-    WHERE deliveries.kind = 'run'
-    AND runs.id = substring(deliveries.id from '^run_(.*)\.[0-9a-f]{16}$');
+_SCHEMA_V9 = """
+LOCK TABLE sessions IN SHARE ROW EXCLUSIVE MODE;
+ALTER TABLE deliveries ADD COLUMN session_id text COLLATE "C";
+ALTER TABLE deliveries ADD CONSTRAINT deliveries_session_id_fkey FOREIGN KEY (session_id)
+    REFERENCES sessions (id) ON DELETE CASCADE NOT VALID;
 CREATE INDEX deliveries_session ON deliveries (session_id);
 """
 """A delivery belongs to the conversation whose run it announces and is deleted with it
-(NULL: none). A run's webhook of an older schema finds its conversation by the run id in
-its delivery id (``run_<run id>.<16 hex digits>``); an A2A push's id is a hash, so those
-stay without one."""
+(NULL: none). The rows of an older schema are given theirs by the backfill that follows
+(``postgres.backfill``), in the same transaction.
+
+The key needs ``sessions`` locked against writes (SHARE ROW EXCLUSIVE) until the commit:
+taken first, before ``deliveries``, as an engine of the older schema takes them (a run's
+end updates its session, then adds its delivery), so the migration cannot deadlock with
+one still running; and no conversation can be deleted between the backfill's read and the
+commit. The key is added NOT VALID (nothing to scan: the column is new), the backfill's
+UPDATE checks each value it sets, and :data:`_VALIDATE` marks it valid after the commit,
+under locks that let reads and writes go on."""
+
+_VALIDATE = "ALTER TABLE deliveries VALIDATE CONSTRAINT deliveries_session_id_fkey"
+_KEYED = 9
+"""The version whose transaction adds that key (and its backfill)."""
 
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -229,17 +240,10 @@ def _newer(version: int) -> RuntimeError:
     )
 
 
-def _statements(version: int) -> list[sql.SQL | sql.Composed]:
-    """What takes a schema from ``version`` to ``SCHEMA_VERSION``, recording each step."""
-    out: list[sql.SQL | sql.Composed] = []
-    for index, script in enumerate(_MIGRATIONS[version:], start=version + 1):
-        out.append(sql.SQL(script))
-        out.append(
-            sql.SQL("INSERT INTO {} (version) VALUES ({})").format(
-                sql.Identifier(_MIGRATIONS_TABLE), sql.Literal(index)
-            )
-        )
-    return out
+def _record(version: int) -> sql.Composed:
+    return sql.SQL("INSERT INTO {} (version) VALUES ({})").format(
+        sql.Identifier(_MIGRATIONS_TABLE), sql.Literal(version)
+    )
 
 
 _CREATE_TABLE = sql.SQL(
@@ -270,8 +274,13 @@ async def migrate_async(conn: psycopg.AsyncConnection[TupleRow]) -> tuple[int, i
         version = await _current_version(conn)  # another engine may have got here first
         if version > SCHEMA_VERSION:
             raise _newer(version)
-        for statement in _statements(version):
-            await conn.execute(statement)
+        for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+            await conn.execute(sql.SQL(script))
+            if number == _KEYED:
+                await backfill_async(conn)
+            await conn.execute(_record(number))
+    if version < _KEYED:
+        await conn.execute(_VALIDATE)
     return version, SCHEMA_VERSION
 
 
@@ -298,8 +307,13 @@ def migrate(dsn: str, *, connect_timeout: float = 10.0) -> tuple[int, int]:
                 version = _current_version_sync(conn)
                 if version > SCHEMA_VERSION:
                     raise _newer(version)
-                for statement in _statements(version):
-                    conn.execute(statement)
+                for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+                    conn.execute(sql.SQL(script))
+                    if number == _KEYED:
+                        backfill(conn)
+                    conn.execute(_record(number))
+            if version < _KEYED:
+                conn.execute(_VALIDATE)
             return version, SCHEMA_VERSION
     except psycopg.Error as exc:
         raise storage_error(exc) from exc

@@ -27,8 +27,8 @@ connections (``connections``):
 - ``replicas``: signals, leases, and the takeover of runs between replicas;
 - ``deliveries``: the webhook outbox and push notification configs.
 
-Beside them: ``schema`` (the tables, their migrations, ``migrate``),
-``rows`` (rows to the core's values), ``dsn`` (what the URL says),
+Beside them: ``schema`` (the tables, their migrations, ``migrate``) and ``backfill``
+(a migration's rows filled in from Python), ``rows`` (rows to the core's values), ``dsn`` (what the URL says),
 ``signals`` (NOTIFY payloads and the listener), ``calls`` (how one call
 runs and is retried), ``batch`` and ``literals`` (the writer's batches).
 """

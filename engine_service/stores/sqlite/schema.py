@@ -5,7 +5,11 @@ one transaction."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from contextlib import suppress
+
+from engine_service.stores.delivery_sessions import Conversation, claim_of, sort_rows
+from engine_service.stores.sqlite.rows import from_iso
 
 __all__ = ["SCHEMA_VERSION", "migrate_connection"]
 
@@ -194,16 +198,41 @@ and context, a person's answers."""
 
 _SCHEMA_V12 = """
 ALTER TABLE deliveries ADD COLUMN session_id TEXT REFERENCES sessions (id) ON DELETE CASCADE;
-UPDATE deliveries SET session_id = (
-    SELECT runs.session_id FROM runs
-    WHERE runs.id = substr(deliveries.id, 5, length(deliveries.id) - 21)
-) WHERE kind = 'run' AND substr(id, 1, 4) = 'run_' AND substr(id, -17, 1) = '.';
 CREATE INDEX deliveries_session ON deliveries (session_id);
 """
 """A delivery belongs to the conversation whose run it announces and is deleted with it
-(NULL: none). A run's webhook of an older file finds its conversation by the run id in
-its delivery id (``run_<run id>.<16 hex digits>``); an A2A push's id is a hash, so those
-stay without one."""
+(NULL: none). The rows of an older file are given theirs by :func:`_backfill_sessions`."""
+
+
+def _backfill_sessions(conn: sqlite3.Connection) -> None:
+    """Tie each row of the outbox to its conversation, and delete those whose
+    conversation is gone (``stores.delivery_sessions``: what a row says, and the rules)."""
+    rows = conn.execute("SELECT id, kind, payload, created_at FROM deliveries")
+    claims = [
+        claim
+        for delivery_id, kind, payload, created in rows
+        if (claim := claim_of(delivery_id, kind, payload, from_iso(created))) is not None
+    ]
+    found: dict[tuple[str, str], Conversation] = {}
+    for claim in claims:
+        pair = (claim.session_id, claim.run_id)
+        if pair in found:
+            continue
+        row = conn.execute(
+            "SELECT owner, created_at,"
+            " EXISTS (SELECT 1 FROM runs WHERE session_id = sessions.id AND id = ?)"
+            " FROM sessions WHERE id = ?",
+            (claim.run_id, claim.session_id),
+        ).fetchone()
+        if row is not None:
+            found[pair] = Conversation(row[0], from_iso(row[1]), bool(row[2]))
+    verdicts = sort_rows(claims, found)
+    conn.executemany(
+        "UPDATE deliveries SET session_id = ? WHERE id = ?",
+        [(session_id, delivery_id) for delivery_id, session_id in verdicts.links],
+    )
+    conn.executemany("DELETE FROM deliveries WHERE id = ?", [(i,) for i in verdicts.deletes])
+
 
 _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -220,6 +249,10 @@ _MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V12,
 )
 """Script ``i`` takes the schema from ``PRAGMA user_version`` ``i`` to ``i + 1``."""
+
+_BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {12: _backfill_sessions}
+"""What runs after the script of a version, in the same transaction: rows filled in by
+rules SQL cannot say."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -238,10 +271,12 @@ def migrate_connection(conn: sqlite3.Connection) -> tuple[int, int]:
                 f"database schema version {version} is newer than this engine's "
                 f"({SCHEMA_VERSION}); upgrade the engine"
             )
-        for script in _MIGRATIONS[version:]:
+        for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
             for statement in script.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            if number in _BACKFILLS:
+                _BACKFILLS[number](conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

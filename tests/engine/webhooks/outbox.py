@@ -33,6 +33,15 @@ def sqlite_rows(path: Path, run_id: str) -> list[Row]:
     return [Row(*row) for row in found]
 
 
+def sqlite_push_rows(path: Path) -> list[Row]:
+    """The A2A push rows in the SQLite file ``path`` (one read)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        found = conn.execute(
+            "SELECT id, kind, status, payload FROM deliveries WHERE kind = 'a2a' ORDER BY id"
+        ).fetchall()
+    return [Row(*row) for row in found]
+
+
 def sqlite_run_status(path: Path, run_id: str) -> str:
     """How run ``run_id`` stands in the SQLite file ``path``."""
     with contextlib.closing(sqlite3.connect(path)) as conn:

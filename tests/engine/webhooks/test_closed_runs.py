@@ -20,15 +20,30 @@ import pytest
 
 from engine_service.build import build_engine
 from engine_service.core import events as ev
+from engine_service.core.deliveries import PushConfig
 from engine_service.core.engine import Engine
 from engine_service.core.kept_input import keep
-from engine_service.core.models import Message, Role, RunInput, RunStatus, TextPart
+from engine_service.core.models import (
+    Interrupt,
+    InterruptKind,
+    Message,
+    Role,
+    RunInput,
+    RunStatus,
+    TextPart,
+    ToolCall,
+)
 from engine_service.core.store import Lease, SessionStore
 from engine_service.server import EngineServer
 from engine_service.stores import SqliteSessionStore
 from engine_service.stores.postgres import PostgresSessionStore
 from tests.engine.harness import engine_settings
-from tests.engine.webhooks.outbox import postgres_rows, sqlite_rows, sqlite_run_status
+from tests.engine.webhooks.outbox import (
+    postgres_rows,
+    sqlite_push_rows,
+    sqlite_rows,
+    sqlite_run_status,
+)
 from tests.fakes.fake_openai import FakeOpenAI
 
 T0 = datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
@@ -156,3 +171,32 @@ async def test_of_two_replicas_that_took_a_dead_one_s_run_only_the_one_holding_i
     (row,) = rows
     payload = json.loads(row.payload)
     assert (payload["id"], payload["runId"], payload["outcome"]) == (row.id, "r", "cancelled")
+
+
+async def test_a_reply_to_a_task_that_the_next_engine_closes_pushes_the_task_s_end(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Run "task1" asked a person, its task has a push config; "reply2" carried the answer
+    out and its engine died. The next engine closes "reply2" (resume_runs off): the close
+    stores the task's updates for its config, though that engine never knew "reply2"
+    resumed "task1" (only the store does)."""
+    path = tmp_path / "agentik.db"
+    store = SqliteSessionStore(path)
+    try:
+        await store.begin_run("s", "task1", T0, create=True)
+        call = ToolCall("q1", "ask_user", "{}")
+        asked = Interrupt("i1", InterruptKind.QUESTION, "task1", call, "which?")
+        await store.finish_run("s", "task1", RunStatus.INPUT_REQUIRED, at(1), interrupts=[asked])
+        await store.add_push_config(PushConfig("c1", "task1", "s", HOOK, at(1)), 10)
+        await store.begin_run("s", "reply2", at(2), create=False, reserve=64)
+        await store.resolve_interrupts("s", "reply2")
+    finally:
+        await store.close()
+    async with _engine_on(f"sqlite:///{path}", llm, AGENTIK_RESUME_RUNS="false") as engine:
+        await engine.start()  # its recovery closes "reply2"
+        run_status, rows = sqlite_run_status(path, "reply2"), sqlite_push_rows(path)
+    assert run_status == "interrupted"
+    updates = [json.loads(row.payload)["statusUpdate"] for row in rows]
+    assert [(u["taskId"], u["status"]["state"]) for u in updates] == [
+        ("task1", "TASK_STATE_CANCELED")
+    ]

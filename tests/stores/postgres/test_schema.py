@@ -5,16 +5,19 @@ when it is newer than the code."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
-from engine_service.core.models import Message, Role, RunStatus, TextPart
+from engine_service.core.models import Message, Role, TextPart
 from engine_service.stores.postgres import PostgresSessionStore
-from engine_service.stores.postgres.schema import SCHEMA_VERSION
+from engine_service.stores.postgres.schema import SCHEMA_VERSION, migrate
 from tests.stack import free_port
 from tests.stores.migrate_cli import migrate_cli
+from tests.stores.old_outbox import BOB_B, assert_migrated, webhook_row, write_postgres_v8
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 
@@ -124,39 +127,98 @@ async def test_a_database_from_a_newer_schema_is_refused(pg_url: str) -> None:
     assert "newer" in err
 
 
-async def test_the_outbox_migration_ties_each_run_webhook_to_its_conversation(
+async def test_the_outbox_migration_ties_rows_to_their_conversations_as_they_say(
     pg_url: str,
 ) -> None:
-    """Version 9 ties each delivery to its conversation, so deleting the conversation
-    deletes them: a run's webhook finds it by the run id in its delivery id; an A2A push
-    (a hashed id) and a webhook whose run is gone stay without one."""
-    store = PostgresSessionStore(pg_url)
-    try:
-        await store.begin_run("s1", "r.1", at(0), create=True)
-        await store.finish_run("s1", "r.1", RunStatus.SUCCEEDED, at(1))
-    finally:
-        await store.close()
-    ids = ("run_r.1.0123456789abcdef", "run_gone.0123456789abcdef", "push_0123456789abcdef")
-    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to schema version 8
-        conn.execute("DROP INDEX deliveries_session")
-        conn.execute("ALTER TABLE deliveries DROP COLUMN session_id")
-        conn.execute("DELETE FROM agentik_schema_migrations WHERE version >= 9")
-        for delivery_id in ids:
-            conn.execute(
-                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
-                " next_attempt_at, status) VALUES (%s, %s, 'https://h.example.com/', '{}',"
-                " '{}', now(), now(), 'pending')",
-                (delivery_id, "a2a" if delivery_id.startswith("push") else "run"),
-            )
+    """Version 9 ties each delivery to its conversation, by what the row carries (its
+    payload's conversation, its id's incarnation), never by a run id alone; rows whose
+    conversation is gone are deleted, as deleting it deletes them now."""
+    first = PostgresSessionStore(pg_url)
+    await first.open()
+    await first.close()
+    write_postgres_v8(pg_url)
     again = PostgresSessionStore(pg_url)
     try:
-        webhook = await again.get_delivery(ids[0])
-        assert webhook is not None and webhook.session_id == "s1"
-        await again.delete_session("s1")
-        assert await again.get_delivery(ids[0]) is None
-        for kept in ids[1:]:
-            found = await again.get_delivery(kept)
-            assert found is not None and found.session_id == ""
+        await assert_migrated(again)
     finally:
         await again.close()
     assert versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+    assert _session_key_valid(pg_url)
+
+
+def test_agentik_migrate_ties_the_outbox_rows_the_same_way(pg_url: str) -> None:
+    migrate(pg_url)
+    write_postgres_v8(pg_url)
+    assert migrate(pg_url) == (8, SCHEMA_VERSION)
+    assert _session_key_valid(pg_url)
+
+    async def check() -> None:
+        store = PostgresSessionStore(pg_url)
+        try:
+            await assert_migrated(store)
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+
+def test_the_outbox_migration_waits_for_a_run_end_of_an_older_engine_without_deadlock(
+    pg_url: str,
+) -> None:
+    """An engine of schema 8 is storing a run's end as the migration starts: it updated
+    the conversation and adds the run's webhook next. The migration locks the
+    conversations first, as that engine does, so it waits for that end, which gets
+    through, and ties its row. (Taking the outbox first, then the conversations for the
+    key, made a deadlock, which PostgreSQL breaks by failing one of the two.)"""
+    migrate(pg_url)
+    write_postgres_v8(pg_url)
+    late = webhook_row(BOB_B, "r1", 22, "pending", "B", old=True)
+    outcome: list[object] = []
+
+    def migrating() -> None:
+        try:
+            outcome.append(migrate(pg_url))
+        except Exception as exc:
+            outcome.append(exc)
+
+    with psycopg.connect(pg_url) as older:  # a transaction, as a run's end is
+        older.execute("UPDATE sessions SET updated_at = now() WHERE id = 'B'")
+        thread = threading.Thread(target=migrating)
+        thread.start()
+        _wait_blocked_by(pg_url, older.info.backend_pid)
+        older.execute(
+            "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
+            " next_attempt_at, status) VALUES (%s, 'run', 'https://h.example.com/', '{}',"
+            " %s, %s, %s, 'pending')",
+            (late.id, late.payload, late.created_at, late.created_at),
+        )
+        older.commit()
+    thread.join(30)
+    assert outcome == [(8, SCHEMA_VERSION)]
+    with psycopg.connect(pg_url) as conn:
+        found = conn.execute("SELECT session_id FROM deliveries WHERE id = %s", (late.id,))
+        assert found.fetchone() == ("B",)
+
+
+def _wait_blocked_by(url: str, pid: int) -> None:
+    """Until a session of the database waits for a lock ``pid`` holds (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            (waiting,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (pid,),
+            ).fetchone() or (0,)
+            if waiting:
+                return
+            assert time.monotonic() < deadline, "the migration never waited"
+            time.sleep(0.02)
+
+
+def _session_key_valid(url: str) -> bool:
+    """Whether the deliveries' key on their conversation is there and validated."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT convalidated FROM pg_constraint WHERE conname = 'deliveries_session_id_fkey'"
+        ).fetchone()
+    return row == (True,)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine_service.stores.sqlite import SCHEMA_VERSION, SqliteSessionStore
-from engine_service.stores.sqlite.schema import _MIGRATIONS, _SCHEMA_V1
+from engine_service.core.errors import StorageUnavailable
+from engine_service.stores.sqlite import SCHEMA_VERSION, SqliteSessionStore, schema
+from engine_service.stores.sqlite.schema import _SCHEMA_V1
+from tests.stores.old_outbox import ROWS, assert_migrated, write_sqlite_v11
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 
@@ -59,48 +61,38 @@ async def test_a_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None
         SqliteSessionStore(path)
 
 
-async def test_a_version_11_outbox_learns_which_conversation_each_run_webhook_belongs_to(
+async def test_a_version_11_outbox_is_tied_to_its_conversations_as_it_says_and_loses_the_gone(
     tmp_path: Path,
 ) -> None:
-    """Version 12 ties each delivery to its conversation, so deleting the conversation
-    deletes them: a run's webhook finds it by the run id in its delivery id; an A2A push
-    (a hashed id) and a webhook whose run is gone stay without one."""
+    """Version 12 ties each delivery to its conversation, by what the row carries (its
+    payload's conversation, its id's incarnation), never by a run id alone; rows whose
+    conversation is gone are deleted, as deleting it deletes them now."""
     path = tmp_path / "v11.db"
-    stamp = T0.isoformat()
-    with sqlite3.connect(path) as conn:
-        for script in _MIGRATIONS[:11]:
-            conn.executescript(script)
-        conn.execute(
-            "INSERT INTO sessions (id, title, created_at, updated_at) VALUES ('s1', '', ?, ?)",
-            (stamp, stamp),
-        )
-        conn.execute(
-            "INSERT INTO runs (session_id, id, status, started_at)"
-            " VALUES ('s1', 'r.1', 'succeeded', ?)",
-            (stamp,),
-        )
-        for delivery_id, kind in (
-            ("run_r.1.0123456789abcdef", "run"),
-            ("run_gone.0123456789abcdef", "run"),
-            ("push_0123456789abcdef0123456789abcdef", "a2a"),
-        ):
-            conn.execute(
-                "INSERT INTO deliveries (id, kind, url, headers, payload, created_at,"
-                " next_attempt_at, status) VALUES (?, ?, 'https://h.example.com/', '{}', '{}',"
-                " ?, ?, 'pending')",
-                (delivery_id, kind, stamp, stamp),
-            )
-        conn.execute("PRAGMA user_version = 11")
-    conn.close()
-
+    write_sqlite_v11(path)
     store = SqliteSessionStore(path)
     try:
-        webhook = await store.get_delivery("run_r.1.0123456789abcdef")
-        assert webhook is not None and webhook.session_id == "s1"
-        await store.delete_session("s1")
-        assert await store.get_delivery("run_r.1.0123456789abcdef") is None
-        for kept in ("run_gone.0123456789abcdef", "push_0123456789abcdef0123456789abcdef"):
-            found = await store.get_delivery(kept)
-            assert found is not None and found.session_id == ""
+        await assert_migrated(store)
     finally:
         await store.close()
+
+
+async def test_a_backfill_cut_short_leaves_the_file_at_version_11_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill is in the migration's transaction: an error after its deletes (a full
+    disk, a kill) leaves every row, and the version, as they were."""
+    path = tmp_path / "v11.db"
+    write_sqlite_v11(path)
+    backfill = schema._BACKFILLS[12]
+
+    def cut(conn: sqlite3.Connection) -> None:
+        backfill(conn)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setitem(schema._BACKFILLS, 12, cut)
+    with pytest.raises(StorageUnavailable, match="disk is full"):
+        SqliteSessionStore(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (11,)
+        assert conn.execute("SELECT count(*) FROM deliveries").fetchone() == (len(ROWS),)
+    conn.close()

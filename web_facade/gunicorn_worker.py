@@ -29,14 +29,19 @@ thread, so clients that never close stalled the whole worker.
 
 TLS and HTTP/2 connections (not configured by agentik) keep gunicorn's own handling.
 
-**An answer given before its request's body was read keeps the connection usable.** A route
-may answer without reading the body (404, 405, the host check, 413). The answer goes out at
-once; then the rest of the body is read and dropped, up to ``[web] discard_body_bytes``, so
-the next request on a kept-alive connection starts where it should. A body announced longer
-than that is not read: its answer says ``Connection: close``; one that does not arrive by the
-body's deadline (a client that holds it back), or turns out longer, has the connection closed
-after its answer. A body the app refuses as too large is not read in the loop either, so its
-413 is not held back until the body arrived.
+**An answer given before its request's body was read keeps the connection usable, and no
+thread waits for that body.** A route may answer without reading the body (404, 405, the
+host check, 413). The answer goes out at once and the thread goes back to its pool; then the
+event loop reads and drops the rest of the body (:mod:`web_facade.body_rest`), up to
+``[web] discard_body_bytes``, before it reads the next request's head, so that head starts
+where it should. The thread used to drop it: clients that held their bodies back after an
+answer on ``/health`` held the reserved lane until the body's deadline. A body announced
+longer than the bound is not read: its answer says ``Connection: close``, as does a chunked
+body the app read in part (where its rest starts is not known here; its connection is
+drained for as long as a body may take, then closed). One that does not arrive within the
+body's timeout of the answer, turns out longer or is broken has the connection closed. A body
+the app refuses as too large is not read in the loop either, so its 413 is not held back
+until the body arrived.
 gunicorn drops hop-by-hop headers an application sets, so an answer of the app's with
 ``Connection: close`` (a body timed out) is made to close here too.
 
@@ -71,17 +76,21 @@ from typing import Any, TypeAlias
 # gunicorn ships no type information.
 from gunicorn import glogging, util  # type: ignore[import-untyped]
 from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
-from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
+from gunicorn.workers.gthread import (  # type: ignore[import-untyped]
+    STOP_KEEPALIVE_LINGER,
+    TConn,
+    ThreadWorker,
+)
 
 from agentik.config import load_settings
 from web_facade import conn_balance
+from web_facade.body_rest import BodyRest, RestNotDropped, must_close, read_in_part, rest_of
 from web_facade.gunicorn_refusals import error_bytes, parse_error
 from web_facade.request_heads import (
     DROPPED_AFTER_ANSWER,
     BodyTimeout,
     HeadLimits,
     body_to_read,
-    drop_rest,
     head_state,
     request_path,
     unread_length,
@@ -158,24 +167,28 @@ class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
 
 class _Head:
     """A request read in the event loop: its bytes so far, how many it needs in all (0
-    until its head is whole) and its deadline."""
+    until its head is whole) and its deadline; before it, what is left of the previous
+    request's body to drop (``rest``), if any."""
 
-    __slots__ = ("data", "deadline", "need")
+    __slots__ = ("data", "deadline", "need", "rest")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, rest: BodyRest | None = None) -> None:
         self.data = bytearray()
         self.deadline = deadline
         self.need = 0
+        self.rest = rest
 
 
 class _Closing:
-    """A connection being closed in the event loop: its deadline, and the bytes drained."""
+    """A connection being closed in the event loop: its deadline, the bytes drained, and
+    the most it drains."""
 
-    __slots__ = ("deadline", "drained")
+    __slots__ = ("deadline", "drained", "most")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, most: int) -> None:
         self.deadline = deadline
         self.drained = 0
+        self.most = most
 
 
 class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
@@ -209,8 +222,17 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Connections whose head is being read, oldest deadline first."""
         self.bodies: dict[Any, _Head] = {}
         """Connections whose small body is being read, oldest deadline first."""
+        self.dropping: dict[Any, _Head] = {}
+        """Connections whose answer is sent, dropping the rest of its request's body before
+        the next head, oldest deadline first."""
+        self.rests: dict[Any, BodyRest] = {}
+        """What a thread left of a body it answered without reading, for the loop to drop."""
+        self.unread: set[Any] = set()
+        """Connections a thread closes with a body read in part: drained longer."""
         self.lingering: dict[Any, _Closing] = {}
         """Connections closing: written, half-closed, drained until the client closes."""
+        self.lingering_long: dict[Any, _Closing] = {}
+        """The same, for answers to bodies read in part: drained for as long as a body."""
         self.waiting: dict[Any, _Head] = {}
         """Connections with a whole head waiting for a thread, oldest deadline first."""
         self.busy = 0
@@ -270,16 +292,23 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         if not self.edge:
             super().enqueue_req(conn)
             return
-        head = _Head(time.monotonic() + self.header_timeout)
-        if conn.parser is not None:  # kept alive: what it read ahead of the next request
-            head.data += conn.parser.unreader.take_buffered()
-        conn.sock.setblocking(False)
-        self.heads[conn] = head
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._read_head, conn))
-        self._read_head(conn)
+        self._read_next(conn, None)
 
-    def _read_head(self, conn: TConn, _sock: Any = None) -> None:
-        head = self.heads.get(conn) or self.bodies.get(conn)
+    def _read_next(self, conn: TConn, rest: BodyRest | None) -> None:
+        """Read the connection's next request head, after dropping ``rest`` (what is left of
+        the body of the request just answered) within the body's deadline."""
+        if rest is None:
+            self.heads[conn] = _Head(time.monotonic() + self.header_timeout)
+        else:
+            self.dropping[conn] = _Head(time.monotonic() + self.body_timeout, rest)
+        # Kept alive: what it read ahead of the next request (or of the body's rest).
+        buffered = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
+        conn.sock.setblocking(False)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._read_head, conn))
+        self._read_head(conn, buffered=buffered)
+
+    def _read_head(self, conn: TConn, _sock: Any = None, buffered: bytes = b"") -> None:
+        head = self.heads.get(conn) or self.bodies.get(conn) or self.dropping.get(conn)
         if head is None:
             return
         try:
@@ -291,6 +320,10 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         if data == b"":
             self._stop_reading(conn)
             self._close(conn)
+            return
+        data = buffered + data if data else buffered
+        if head.rest is not None:
+            self._drop(conn, head.rest, data)
             return
         if data:
             head.data += data
@@ -321,10 +354,42 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.bodies[conn] = head
 
     def _stop_reading(self, conn: TConn) -> None:
-        if self.heads.pop(conn, None) is None:
-            self.bodies.pop(conn, None)
+        for reading in (self.heads, self.bodies, self.dropping):
+            if reading.pop(conn, None) is not None:
+                break
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
+
+    # --- dropping what an answer left of its body ------------------------------------------
+
+    def _drop(self, conn: TConn, rest: BodyRest, data: bytes) -> None:
+        """Drop the rest's bytes in ``data``; once the body has ended, read the next request
+        (what followed the body), or keep the connection alive as gthread does. A rest
+        that cannot be dropped (broken, too long) closes the connection."""
+        try:
+            after = rest.feed(data)
+        except RestNotDropped:
+            self._stop_reading(conn)
+            self._linger(conn)
+            return
+        if after is None:
+            return
+        self._stop_reading(conn)
+        if after:
+            conn.parser.unreader.unread(after)
+            self._read_next(conn, None)
+        else:
+            self._keep_alive(conn)
+
+    def _keep_alive(self, conn: TConn) -> None:
+        """Wait in the loop for the next request, as gthread does after an answer."""
+        conn.set_timeout()
+        if not self.alive:
+            conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
+        self.keepalived_conns.append(conn)
+        self.poller.register(
+            conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn)
+        )
 
     # --- handing whole requests to threads ------------------------------------------------
 
@@ -386,10 +451,24 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
             # connection (and gunicorn has closed the answer's iterator, so its stream).
             self.count_refusal("write_timeout", 0, _remote(conn))
             raise StopIteration() from None
-        # What the app left unread of the body goes now, after its answer: the next
-        # request's head starts after it (the loop reads that head). A body that cannot be
-        # dropped (it does not arrive in time, or is longer than the bound) closes.
-        return keep and (not self.edge or drop_rest(req.body, None, self.discard_bytes))
+        return keep if not self.edge else self._after_answer(conn, req, keep)
+
+    def _after_answer(self, conn: TConn, req: Any, keep: bool) -> bool:
+        """Whether the connection is kept: what the app left unread of the body is handed
+        to the loop to drop (:attr:`rests`), so that no thread waits for a body its answer
+        did not need. A body that cannot be dropped closes."""
+        if not keep:
+            if read_in_part(req.body):
+                self.unread.add(conn)
+            return False
+        try:
+            rest = rest_of(req.body, self.discard_bytes)
+        except RestNotDropped:
+            return False
+        if rest is not None:
+            conn.parser.mesg = None  # gunicorn must not read this body (``finish_body``)
+            self.rests[conn] = rest
+        return True
 
     # --- deadlines and refusals ---------------------------------------------------------
 
@@ -397,7 +476,14 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         """gthread's wait, cut short by the next head or queue deadline or the end of an
         accept pause, then expiries."""
         self._publish()
-        queues = (self.heads, self.bodies, self.waiting, self.lingering)
+        queues = (
+            self.heads,
+            self.bodies,
+            self.dropping,
+            self.waiting,
+            self.lingering,
+            self.lingering_long,
+        )
         deadlines = [queue[next(iter(queue))].deadline for queue in queues if queue]
         if self.accept_paused_until > time.monotonic():
             deadlines.append(self.accept_paused_until)
@@ -419,17 +505,24 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
                 self._stop_reading(conn)
                 message = f"the request {what} did not arrive within {timeout:g} seconds"
                 self._refuse(conn, f"{what}_timeout", 408, "request_timeout", message)
+        while self.dropping:  # answered already: closed without a word
+            conn, head = next(iter(self.dropping.items()))
+            if head.deadline > now:
+                break
+            self._stop_reading(conn)
+            self._linger(conn)
         while self.waiting:
             conn, head = next(iter(self.waiting.items()))
             if head.deadline > now:
                 break
             del self.waiting[conn]
             self._refuse_busy(conn)
-        while self.lingering:
-            conn, closing = next(iter(self.lingering.items()))
-            if closing.deadline > now:
-                break
-            self._stop_lingering(conn)
+        for lingering in (self.lingering, self.lingering_long):
+            while lingering:
+                conn, closing = next(iter(lingering.items()))
+                if closing.deadline > now:
+                    break
+                self._stop_lingering(conn)
 
     def _refuse_busy(self, conn: TConn) -> None:
         message = "every thread of this server is busy; try again shortly"
@@ -461,27 +554,39 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         """gthread's, but a connection that ends is closed from the loop without blocking:
         gthread's ``close_graceful`` waits up to 2 s for the client's FIN in the loop's own
         thread, so clients that never close stalled every connection of the worker."""
+        rest = self.rests.pop(conn, None)
+        unread = conn in self.unread
+        self.unread.discard(conn)
         ends = self.edge and not fut.cancelled() and fut.exception() is None
-        if not ends or fut.result():
+        if ends and fut.result() and rest is not None:
+            self._read_next(conn, rest)
+        elif not ends or fut.result():
             super().finish_request(conn, fut)
-            return
-        self._linger(conn)
+        else:
+            self._linger(conn, long=unread)
 
-    def _linger(self, conn: TConn) -> None:
+    def _linger(self, conn: TConn, *, long: bool = False) -> None:
         """Half-close, then read and drop what the client still sends until it closes (or
-        for :data:`LINGER_SECONDS`), so the kernel does not reset the connection over unread
-        bytes and cut the answer short (RFC 9112, section 9.6)."""
+        for :data:`LINGER_SECONDS`, or :data:`LINGER_BYTES`), so the kernel does not reset
+        the connection over unread bytes and cut the answer short (RFC 9112, section 9.6).
+        ``long``: after a body read in part, which a client may be sending whole before it
+        reads (a 413 of a chunked body), for the body's deadline and up to
+        ``discard_body_bytes``."""
         try:
             conn.sock.setblocking(False)
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
             self._close(conn)
             return
-        self.lingering[conn] = _Closing(time.monotonic() + LINGER_SECONDS)
+        if long:
+            closing = _Closing(time.monotonic() + self.body_timeout, self.discard_bytes)
+            self.lingering_long[conn] = closing
+        else:
+            self.lingering[conn] = _Closing(time.monotonic() + LINGER_SECONDS, LINGER_BYTES)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn))
 
     def _drain(self, conn: TConn, _sock: Any = None) -> None:
-        closing = self.lingering.get(conn)
+        closing = self.lingering.get(conn) or self.lingering_long.get(conn)
         if closing is None:
             return
         try:
@@ -491,11 +596,12 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
         except OSError:
             data = b""
         closing.drained += len(data)
-        if not data or closing.drained >= LINGER_BYTES:
+        if not data or closing.drained >= closing.most:
             self._stop_lingering(conn)
 
     def _stop_lingering(self, conn: TConn) -> None:
-        del self.lingering[conn]
+        if self.lingering.pop(conn, None) is None:
+            del self.lingering_long[conn]
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
         self._close(conn)
@@ -522,17 +628,21 @@ class EdgeThreadWorker(ThreadWorker):  # type: ignore[misc]
 def _closing_when_unread(app: _Wsgi, bound: int) -> _Wsgi:
     """``app``, told that what it leaves unread of a body is dropped after its answer
     (:data:`DROPPED_AFTER_ANSWER`), whose answers close the connection when they say
-    ``Connection: close`` or when that rest is announced longer than ``bound`` (it is not
-    read). Nothing here waits for the body: the answer goes out at once."""
+    ``Connection: close``, when that rest is announced longer than ``bound`` (it is not
+    read), or when it cannot be dropped (a chunked body read in part: ``body_rest``).
+    Nothing here waits for the body: the answer goes out at once."""
 
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         environ[DROPPED_AFTER_ANSWER] = True
 
         def starting(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-            if _says_close(headers) or _rest_too_long(environ, bound):
-                response = getattr(start_response, "__self__", None)  # gunicorn's Response
-                if response is not None:
-                    response.force_close()
+            response = getattr(start_response, "__self__", None)  # gunicorn's Response
+            if response is not None and (
+                _says_close(headers)
+                or _rest_too_long(environ, bound)
+                or must_close(getattr(response.req, "body", None))
+            ):
+                response.force_close()
             return start_response(status, headers, *exc_info)
 
         return app(environ, starting)

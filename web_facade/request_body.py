@@ -201,9 +201,9 @@ def discard_body() -> bool:
     100-continue``) then reads the 413 instead of a reset connection. False when the body
     is longer than that, or did not arrive in time: the answer must close the connection.
 
-    Under agentik's gunicorn worker nothing is read here (True): the worker drops the rest
-    after the answer, which then goes out at once, and closes the connection when it cannot
-    (a client that holds its body back is not waited for before it is answered).
+    Under agentik's gunicorn worker nothing is read here (True): the worker's event loop
+    drops the rest after the answer, which then goes out at once, and closes the connection
+    when it cannot (a client that holds its body back is waited for by no thread).
     """
     environ = request.environ
     if environ.get(DROPPED_AFTER_ANSWER):

@@ -1,6 +1,8 @@
 """``web_facade.gunicorn_worker``: whether an answer may keep its connection, given what is
-left of its request's body, decided without waiting for that body; and the rest dropped
-after the answer (the e2e side: ``tests/web/e2e/test_body_over_limit.py``)."""
+left of its request's body, decided without waiting for that body; and ``drop_rest``, which
+drops that rest where no worker's loop does it (under gunicorn the loop drops it after the
+answer: ``tests/web/test_body_rest.py``; the e2e side: ``tests/web/e2e/test_body_over_limit.py``
+and ``tests/web/e2e/test_held_body.py``)."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def test_a_body_read_whole_keeps_the_connection_whatever_its_length() -> None:
 
 
 def test_a_rest_within_the_bound_is_not_read_before_the_answer() -> None:
-    """The answer goes out at once; the rest is dropped after it (``drop_rest``)."""
+    """The answer goes out at once; the rest is dropped after it."""
     assert not _rest_too_long({"wsgi.input": Held(), "CONTENT_LENGTH": "900"}, BOUND)
     assert not _rest_too_long({"wsgi.input": Held()}, BOUND)  # chunked: judged after
     environ = _environ(b"x" * 900, read=10)

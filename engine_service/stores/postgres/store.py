@@ -28,9 +28,9 @@ connections (``connections``):
 - ``deliveries``: the webhook outbox and push notification configs.
 
 Beside them: ``schema`` (the tables, their migrations, ``migrate``) and ``backfill``
-(a migration's rows filled in from Python), ``rows`` (rows to the core's values), ``dsn`` (what the URL says),
-``signals`` (NOTIFY payloads and the listener), ``calls`` (how one call
-runs and is retried), ``batch`` and ``literals`` (the writer's batches).
+(a migration's rows filled in from Python), ``rows`` (rows to the core's values),
+``dsn`` (what the URL says), ``signals`` (NOTIFY payloads and the listener), ``calls``
+(how one call runs and is retried), ``batch`` and ``literals`` (the writer's batches).
 """
 
 from __future__ import annotations

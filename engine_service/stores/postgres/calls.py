@@ -78,6 +78,8 @@ _SQLSTATE_CAUSES: dict[str, str] = {
     "57P03": "the database server is starting up or shutting down",
     "57014": "the database cancelled the statement (a timeout)",
     "25006": "the database is read-only",
+    "40P01": "the database found two writes waiting for each other (a deadlock) and undid one",
+    "40001": "the database undid a write that conflicted with another (serialization)",
     "3D000": "the database does not exist",
     "42501": "permission to the database was denied",
     "58030": "the database server failed to read or write its disk",
@@ -89,6 +91,7 @@ _SQLSTATE_CAUSES: dict[str, str] = {
 _CLASS_CAUSES: dict[str, str] = {
     "08": UNREACHABLE,
     "28": "the database refused the login",
+    "40": "the database rolled a write back",
     "53": "the database server ran out of resources",
     "57": "the database server stopped the operation",
     "58": "the database server failed",

@@ -86,6 +86,14 @@ async def test_a_value_the_database_refuses_is_invalid_input_and_the_store_goes_
         (psycopg.errors.ReadOnlySqlTransaction("no"), "the database is read-only"),
         (psycopg.errors.InvalidPassword("for user x"), "the database refused the login"),
         (
+            psycopg.errors.DeadlockDetected("deadlock detected"),
+            "the database found two writes waiting for each other (a deadlock)",
+        ),
+        (
+            psycopg.errors.SerializationFailure("could not serialize"),
+            "the database undid a write that conflicted",
+        ),
+        (
             psycopg.OperationalError('connection to server at "db.internal" failed'),
             "the database is unreachable",
         ),

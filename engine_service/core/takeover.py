@@ -243,10 +243,22 @@ class TakeOver:
 
     async def left_behind(self, is_local: Callable[[str], bool]) -> None:
         """Take over every RUNNING run in the store but this engine's own (``is_local``:
-        started after a failed recovery): a single engine starting again."""
+        started after a failed recovery): a single engine starting again. A store that
+        fails (``StorageUnavailable``) stops it, to go on when the store writes again; a
+        run that cannot even be closed for another reason (a row the store cannot decode)
+        is logged and left RUNNING, for the next start, and the others are taken over: one
+        such run does not keep the engine from starting."""
         for run in await self.store.running_runs():
-            if not is_local(run.session_id):
+            if is_local(run.session_id):
+                continue
+            try:
                 await self(run)
+            except StorageUnavailable:
+                raise
+            except Exception:
+                log.exception(
+                    "run %s could not be closed; it is tried again at the next start", run.id
+                )
 
     async def _decisions(self, record: RunRecord, entries: Sequence[ResumeEntry]) -> list[Decision]:
         """The person's answers the run was carrying out, made again from the entries it

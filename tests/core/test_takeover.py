@@ -32,6 +32,7 @@ from engine_service.core.models import (
     RunInput,
     RunRecord,
     RunStatus,
+    Session,
     TextPart,
     ToolCall,
 )
@@ -165,3 +166,37 @@ async def test_a_close_whose_webhook_cannot_be_read_still_closes_the_run() -> No
 
     assert (await store.get_run("s", "r")).status is RunStatus.INTERRUPTED
     assert made == []  # its webhook is lost, not the close
+
+
+class _UndecodableSession(MemorySessionStore):
+    """A memory store whose reads of session "bad", once ``broken``, fail as a row the
+    store cannot decode would: not with an ``AgentikError``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+
+    async def get_session(self, session_id: str) -> Session:
+        if self.broken and session_id == "bad":
+            raise ValueError("a row the store cannot decode")
+        return await super().get_session(session_id)
+
+
+async def test_a_left_behind_run_that_cannot_be_closed_does_not_keep_the_engine_from_starting() -> (
+    None
+):
+    """A single engine starting again closes the runs its last life left RUNNING; one of
+    them cannot be closed at all (its conversation's row cannot be read): it is logged and
+    left for the next start, the engine starts, and the other run is closed."""
+    store = _UndecodableSession()
+    for session_id in ("bad", "good"):
+        await store.begin_run(session_id, f"r-{session_id}", NOW, create=True)
+    store.broken = True
+    settings = engine_settings(OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="k")
+    engine = Engine(store, build_model(settings), ToolRegistry([]), EngineLimits(resume_runs=False))
+    await engine.start()
+    try:
+        assert (await store.get_run("good", "r-good")).status is RunStatus.INTERRUPTED
+        assert (await store.get_run("bad", "r-bad")).status is RunStatus.RUNNING
+    finally:
+        await engine.shutdown(0)

@@ -20,6 +20,7 @@ it is not known from outside, so its answer closes the connection (:func:`must_c
 
 from __future__ import annotations
 
+import abc
 import inspect
 from typing import Any
 
@@ -49,14 +50,14 @@ class RestNotDropped(ValueError):
     connection must close."""
 
 
-class BodyRest:
+class BodyRest(abc.ABC):
     """What is left of a body: :meth:`feed` drops its bytes."""
 
+    @abc.abstractmethod
     def feed(self, data: bytes) -> bytes | None:
         """Drop the body's bytes at the start of ``data``: ``None`` while more of the body
         must come, else what follows its end (the next request's start, maybe empty).
         Raises :class:`RestNotDropped`."""
-        raise NotImplementedError
 
 
 class LengthRest(BodyRest):

@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.engine.webhooks.outbox import Row, settled, sqlite_rows, sqlite_run_s
 from tests.engine.webhooks.receiver import Receiver
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.faults.conftest import SIGNAL_MARKS, WITHIN
+from tests.polling import wait_until
 from tests.stack import ENGINE_LISTENING, Process
 
 pytestmark = SIGNAL_MARKS
@@ -138,10 +138,9 @@ def test_a_run_whose_engine_is_killed_right_after_its_end_sends_its_webhook_and_
         engine = EngineProcess(llm, tmp_path, **FAST)
         try:
             (row,) = _delivered(db, "r1")
-            deadline = time.monotonic() + WITHIN
-            while not _pushed_end(hook):
-                assert time.monotonic() < deadline, f"no push of the end: {hook.received}"
-                time.sleep(0.05)
+            wait_until(
+                lambda: _pushed_end(hook), WITHIN, lambda: f"a push of the end: {hook.received}"
+            )
         finally:
             engine.stop()
     assert row.status == "delivered"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+
+from tests.polling import wait_until
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +60,11 @@ def postgres_rows(url: str, run_id: str) -> list[Row]:
 def settled(read: Callable[[], list[Row]], within: float) -> list[Row]:
     """The rows ``read`` gives once there are some and none is pending (they are
     delivered, or failed: nothing more is sent of them); fails after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        rows = read()
-        if rows and all(row.status != "pending" for row in rows):
-            return rows
-        assert time.monotonic() < deadline, f"still pending after {within} s: {rows}"
-        time.sleep(0.05)
+    rows: list[Row] = []
+
+    def done() -> bool:
+        rows[:] = read()
+        return bool(rows) and all(row.status != "pending" for row in rows)
+
+    wait_until(done, within, lambda: f"rows none of them pending, still {rows}")
+    return rows

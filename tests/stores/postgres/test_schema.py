@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -15,6 +14,7 @@ import pytest
 from engine_service.core.models import Message, Role, TextPart
 from engine_service.stores.postgres import PostgresSessionStore
 from engine_service.stores.postgres.schema import SCHEMA_VERSION, migrate
+from tests.polling import wait_until
 from tests.stack import free_port
 from tests.stores.migrate_cli import migrate_cli
 from tests.stores.old_outbox import BOB_B, assert_migrated, webhook_row, write_postgres_v8
@@ -202,17 +202,16 @@ def test_the_outbox_migration_waits_for_a_run_end_of_an_older_engine_without_dea
 
 def _wait_blocked_by(url: str, pid: int) -> None:
     """Until a session of the database waits for a lock ``pid`` holds (at most 10 s)."""
-    deadline = time.monotonic() + 10
     with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            (waiting,) = conn.execute(
+
+        def waiting() -> bool:
+            (count,) = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
                 (pid,),
             ).fetchone() or (0,)
-            if waiting:
-                return
-            assert time.monotonic() < deadline, "the migration never waited"
-            time.sleep(0.02)
+            return bool(count)
+
+        wait_until(waiting, 10, "the migration waiting for the lock")
 
 
 def _session_key_valid(url: str) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -16,6 +15,7 @@ from flask import Flask
 
 from agentik.rpc.agentik.engine.v1 import engine_pb2 as pb
 from tests.fakes.fake_openai import FakeOpenAI, FakeReply
+from tests.polling import wait_until
 from tests.web.agui.agui_reader import AguiReader, assert_well_formed, text
 from tests.web.conftest import WAIT, BackgroundEngine, engine_settings
 from web_facade.stream.relay import END, QUEUE_BYTES, EventRelay
@@ -128,9 +128,7 @@ def test_a_stream_the_engine_cut_for_reading_slowly_goes_on_where_it_stopped(
         assert response.status_code == 200, response.get_data()
         chunks: Iterator[bytes] = iter(response.response)  # type: ignore[arg-type]
         first = next(chunks)  # then the client pauses
-        deadline = time.monotonic() + WAIT
-        while not stalls.cut and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: stalls.cut, WAIT, "the engine's stream cut")
         assert stalls.cut == 1
         events = AguiReader(itertools.chain([first], chunks)).read_to_end()
         assert_well_formed(events)
